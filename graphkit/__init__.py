@@ -1,0 +1,46 @@
+"""graphkit: human-in-the-loop tool approval for LangGraph agents.
+
+Tools ask before they run (`needs_approval`), or pause themselves for input
+(`ctx.suspend`); runs wait durably in a LangGraph checkpointer until a person decides,
+from any process.
+"""
+
+from graphkit.agent import Agent
+from graphkit.errors import (
+    AmbiguousApprovalError,
+    ApprovalAlreadyResolvedError,
+    ApprovalNotFoundError,
+    ApprovalsPendingError,
+    ApproverNotAllowedError,
+    GraphkitError,
+    InvalidApprovedArgsError,
+    ResumeDataError,
+    SnapshotNotFoundError,
+    SuspendPayloadError,
+)
+from graphkit.runs import AgentStream, AsyncAgentStream
+from graphkit.tools import GraphkitTool, ToolContext, create_tool
+from graphkit.types import GenerateResult, PendingApproval, RunState, StreamChunk
+
+__all__ = [
+    "Agent",
+    "AgentStream",
+    "AmbiguousApprovalError",
+    "ApprovalAlreadyResolvedError",
+    "ApprovalNotFoundError",
+    "ApprovalsPendingError",
+    "ApproverNotAllowedError",
+    "AsyncAgentStream",
+    "GenerateResult",
+    "GraphkitError",
+    "GraphkitTool",
+    "InvalidApprovedArgsError",
+    "PendingApproval",
+    "ResumeDataError",
+    "RunState",
+    "SnapshotNotFoundError",
+    "StreamChunk",
+    "SuspendPayloadError",
+    "ToolContext",
+    "create_tool",
+]

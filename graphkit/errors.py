@@ -1,0 +1,88 @@
+"""Errors raised by graphkit.
+
+Every error a user can cause derives from `GraphkitError`. A refused decision changes
+nothing: the approval stays pending and can still be decided.
+
+```
+GraphkitError
+├── SnapshotNotFoundError          (LookupError)   unknown run, or storage that cannot see it
+├── ApprovalNotFoundError          (LookupError)   no approval with that id / tool_call_id
+├── AmbiguousApprovalError         (LookupError)   several pending, none named
+├── ApprovalAlreadyResolvedError                   decided before
+├── ApprovalsPendingError                          resume() while some are undecided
+├── InvalidApprovedArgsError       (ValueError)    edited args fail the tool's schema
+├── ResumeDataError                (ValueError)    resume data fails the tool's resume_schema
+├── SuspendPayloadError            (ValueError)    suspend payload fails the tool's suspend_schema
+└── ApproverNotAllowedError        (PermissionError) the approvers policy refused the decider
+```
+
+LangGraph's control-flow signals (`GraphInterrupt`) are never wrapped in these: a pause is
+not a failure.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AmbiguousApprovalError",
+    "ApprovalAlreadyResolvedError",
+    "ApprovalNotFoundError",
+    "ApprovalsPendingError",
+    "ApproverNotAllowedError",
+    "GraphkitError",
+    "InvalidApprovedArgsError",
+    "ResumeDataError",
+    "SnapshotNotFoundError",
+    "SuspendPayloadError",
+]
+
+SNAPSHOT_NOT_FOUND = (
+    "snapshot not found for run_id {run_id!r}: no paused or finished run with that id is in "
+    "this agent's storage ({storage}). Runs live in the checkpointer that started them; to decide "
+    "or resume from another process, give every process the same durable storage, e.g. "
+    "Agent(..., checkpointer='sqlite:///graphkit.db') or 'postgresql://...'."
+)
+
+
+class GraphkitError(Exception):
+    """Base class of every error graphkit raises on bad input."""
+
+
+class SnapshotNotFoundError(GraphkitError, LookupError):
+    """The run is unknown to this agent's storage (or there is no storage to look in)."""
+
+
+class ApprovalNotFoundError(GraphkitError, LookupError):
+    """No pending approval or suspension matches the id or tool_call_id given."""
+
+
+class AmbiguousApprovalError(GraphkitError, LookupError):
+    """Several approvals are pending and the call did not say which one it means."""
+
+    def __init__(self, message: str, *, pending_ids: list[str]) -> None:
+        super().__init__(message)
+        self.pending_ids = pending_ids
+        """The tool_call_ids (or approval ids) that are pending, any of which may be named."""
+
+
+class ApprovalAlreadyResolvedError(GraphkitError):
+    """The approval was decided before; a decision is final."""
+
+
+class ApprovalsPendingError(GraphkitError):
+    """`resume()` was asked to continue while some approvals are still undecided."""
+
+
+class InvalidApprovedArgsError(GraphkitError, ValueError):
+    """Edited arguments do not validate against the tool's argument schema."""
+
+
+class ResumeDataError(GraphkitError, ValueError):
+    """Resume data does not validate against the suspended tool's `resume_schema`."""
+
+
+class SuspendPayloadError(GraphkitError, ValueError):
+    """A tool called `ctx.suspend()` with a payload its `suspend_schema` rejects."""
+
+
+class ApproverNotAllowedError(GraphkitError, PermissionError):
+    """The agent's `approvers` policy refused this decider for this approval."""

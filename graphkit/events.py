@@ -1,0 +1,168 @@
+"""Turning LangGraph stream parts and graph state into graphkit's chunks and results."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+)
+from langgraph.types import Interrupt, StateSnapshot
+
+from graphkit.approvals import INTERRUPT_MARKER, answered_ids, waiting_records
+from graphkit.nodes import EVENT_KEY
+from graphkit.types import ApprovalRecord, FinishReason, PendingApproval, StreamChunk
+
+__all__ = [
+    "ChunkTranslator",
+    "finish_reason",
+    "pending_chunks",
+    "pending_from_interrupts",
+    "run_text",
+    "suspend_payload",
+]
+
+
+def _text(message: BaseMessage) -> str:
+    return str(message.text)
+
+
+class ChunkTranslator:
+    """Maps `(namespace, mode, data)` parts of `graph.stream(..., subgraphs=True)` to chunks."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+
+    def chunk(self, type_: Any, payload: dict[str, Any]) -> StreamChunk:
+        return StreamChunk(type_, payload, self.run_id)
+
+    def feed(self, namespace: tuple[str, ...], mode: str, data: Any) -> Iterator[StreamChunk]:
+        if mode == "custom":
+            if isinstance(data, dict) and data.get(EVENT_KEY) == "tool-approval":
+                yield self.chunk("tool-approval", {k: v for k, v in data.items() if k != EVENT_KEY})
+            return
+        if namespace:  # a subagent's own traffic; its approvals surface through custom/interrupts
+            return
+        if mode == "messages":
+            message, metadata = data
+            if metadata.get("langgraph_node") != "model":
+                return
+            if isinstance(message, AIMessageChunk | AIMessage):
+                text = _text(message)
+                if text:
+                    yield self.chunk("text-delta", {"text": text})
+            return
+        if mode == "updates":
+            for node, update in (data or {}).items():
+                if not isinstance(update, dict):
+                    continue
+                for message in update.get("messages") or []:
+                    yield from self._message(node, message)
+
+    def _message(self, node: str, message: Any) -> Iterator[StreamChunk]:
+        if node == "model" and isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                yield self.chunk(
+                    "tool-call",
+                    {"tool_call_id": call.get("id"), "tool_name": call["name"],
+                     "args": call["args"]},
+                )
+        elif isinstance(message, ToolMessage):
+            yield self.chunk(
+                "tool-result",
+                {
+                    "tool_call_id": message.tool_call_id,
+                    "tool_name": message.name,
+                    "result": message.content,
+                    "status": message.status,
+                },
+            )
+
+
+def pending_from_interrupts(interrupts: Sequence[Interrupt]) -> list[tuple[str, ApprovalRecord]]:
+    """(interrupt id, record) for every approval or suspension waiting in these interrupts."""
+    found: list[tuple[str, ApprovalRecord]] = []
+    for item in interrupts:
+        value = item.value
+        if isinstance(value, dict) and INTERRUPT_MARKER in value:
+            found.extend((item.id, record) for record in value.get("approvals") or [])
+    return found
+
+
+def suspend_payload(record: PendingApproval) -> dict[str, Any]:
+    """The `suspend_payload` of a result or chunk, in the seed's shape."""
+    if record.kind == "suspension":
+        payload = dict(record.metadata.get("suspend_payload") or {})
+        return {**payload, "tool_call_id": record.tool_call_id, "tool_name": record.tool_name,
+                "id": record.id, "agent_path": record.agent_path}
+    return {
+        "tool_call_id": record.tool_call_id,
+        "tool_name": record.tool_name,
+        "args": record.args,
+        "prompt": record.prompt,
+        "id": record.id,
+        "agent_path": record.agent_path,
+        "metadata": record.metadata,
+        "args_digest": record.args_digest,
+    }
+
+
+def pending_chunks(run_id: str, pending: Sequence[PendingApproval]) -> Iterator[StreamChunk]:
+    for record in pending:
+        if record.status != "pending":
+            continue
+        if record.kind == "suspension":
+            body = suspend_payload(record)
+            yield StreamChunk(
+                "tool-call-suspended",
+                {"tool_call_id": record.tool_call_id, "tool_name": record.tool_name,
+                 "suspend_payload": record.metadata.get("suspend_payload") or {},
+                 "id": record.id, "agent_path": record.agent_path, "args": record.args,
+                 **{k: v for k, v in body.items() if k not in ("id", "agent_path")}},
+                run_id,
+            )
+        else:
+            yield StreamChunk("tool-call-approval", suspend_payload(record), run_id)
+
+
+def awaiting(values: dict[str, Any]) -> list[PendingApproval]:
+    """Approvals the gate has planned and not yet seen decided, from the state values."""
+    plan = values.get("turn")
+    if not plan:
+        return []
+    answered = answered_ids(values.get("messages") or [], plan["ai_message_id"])
+    return [PendingApproval.from_record(r) for r in waiting_records(plan, answered)]
+
+
+def run_messages(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The messages since the last user message."""
+    for index in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[index], HumanMessage):
+            return list(messages[index + 1 :])
+    return list(messages)
+
+
+def run_text(messages: Sequence[BaseMessage]) -> str:
+    """The final text of the run: the last AI reply, when nothing came after it."""
+    recent = run_messages(messages)
+    if recent and isinstance(recent[-1], AIMessage):
+        return _text(recent[-1])
+    return ""
+
+
+def finish_reason(snapshot: StateSnapshot, *, stopped: bool) -> FinishReason:
+    if snapshot.interrupts:
+        return "suspended"
+    if stopped:
+        return "checkpoint"
+    messages = snapshot.values.get("messages") or []
+    if messages and isinstance(messages[-1], AIMessage) and not messages[-1].tool_calls:
+        return "stop"
+    if snapshot.next:
+        return "checkpoint"
+    return "max_steps"

@@ -1,0 +1,336 @@
+"""The agent graph's three nodes: `model`, `approval_gate` (the one place that decides) and
+`tools` (one task per tool call, sent by the gate).
+
+Each tool call is its own `Send` task. LangGraph then keeps a finished call's writes when a
+sibling pauses, gives each paused task its own interrupt id, and runs independent calls of a
+superstep concurrently; `ToolNode` running several interrupting calls in one task does not.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.config import get_stream_writer
+from langgraph.graph import END
+from langgraph.types import Command, Send, interrupt
+
+from graphkit.approvals import (
+    ResumeOutcome,
+    answered_ids,
+    apply_resume,
+    interrupt_value,
+    plan_turn,
+    queued_messages,
+    suspension_record,
+    waiting_records,
+)
+from graphkit.errors import GraphkitError
+from graphkit.state import AgentState, CallPlan, RunOptions, ToolTask, TurnPlan
+from graphkit.tools import CONTEXT_KEY, GraphkitTool, ToolContext, ToolSuspended
+
+__all__ = ["PATH_KEY", "agent_path_of", "make_gate_node", "make_model_node", "make_tools_nodes"]
+
+PATH_KEY = "graphkit_agent_path"
+"""Key of `config["configurable"]` holding the agent path of an enclosing supervisor."""
+EVENT_KEY = "graphkit_event"
+"""Key marking graphkit's custom stream events (telemetry) among other custom events."""
+
+GateTarget = Literal["model", "tools", "approval_gate"]
+
+
+def agent_path_of(config: RunnableConfig, name: str) -> list[str]:
+    parent = (config.get("configurable") or {}).get(PATH_KEY) or []
+    return [*parent, name]
+
+
+def _thread_id(config: RunnableConfig) -> str:
+    return str((config.get("configurable") or {}).get("thread_id") or "")
+
+
+def _last_ai(messages: Sequence[AnyMessage]) -> AIMessage | None:
+    for message in reversed(messages):
+        if isinstance(message, AIMessage):
+            return message
+    return None
+
+
+def model_steps(messages: Sequence[BaseMessage]) -> int:
+    """Model replies since the last user message: the steps of the current run."""
+    steps = 0
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            break
+        steps += isinstance(message, AIMessage)
+    return steps
+
+
+def make_model_node(
+    model: BaseChatModel, tools: Sequence[BaseTool], instructions: str
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The `model` node (sync and async): one model turn, or the end of the run."""
+    bound = model.bind_tools(list(tools)) if tools else model
+    system = [SystemMessage(instructions)] if instructions else []
+
+    def route(state: AgentState) -> tuple[list[BaseMessage], bool]:
+        options = state.get("options") or {}
+        limit = int(options.get("max_steps") or 25)
+        messages = list(state.get("messages") or [])
+        return [*system, *messages], model_steps(messages) >= limit
+
+    def finish(response: BaseMessage) -> Command[Literal["approval_gate", "__end__"]]:
+        has_calls = isinstance(response, AIMessage) and bool(response.tool_calls)
+        return Command(update={"messages": [response]},
+                       goto="approval_gate" if has_calls else END)
+
+    def call_model(
+        state: AgentState, config: RunnableConfig
+    ) -> Command[Literal["approval_gate", "__end__"]]:
+        messages, exhausted = route(state)
+        if exhausted:
+            return Command(goto=END)
+        return finish(bound.invoke(messages, config))
+
+    async def acall_model(
+        state: AgentState, config: RunnableConfig
+    ) -> Command[Literal["approval_gate", "__end__"]]:
+        messages, exhausted = route(state)
+        if exhausted:
+            return Command(goto=END)
+        return finish(await bound.ainvoke(messages, config))
+
+    return call_model, acall_model
+
+
+def _emit(events: list[dict[str, Any]]) -> None:
+    if not events:
+        return
+    write = get_stream_writer()
+    for event in events:
+        write({EVENT_KEY: "tool-approval", **event})
+
+
+def _pending_events(plan: TurnPlan) -> list[dict[str, Any]]:
+    return [
+        {
+            "status": "pending",
+            "id": c["approval"]["id"],
+            "tool_name": c["tool_name"],
+            "tool_call_id": c["tool_call_id"],
+            "decided_by": None,
+            "comment": None,
+            "agent_path": c["approval"]["agent_path"],
+        }
+        for c in plan["calls"]
+        if c["approval"] is not None and c["approval"]["status"] == "pending"
+    ]
+
+
+def _task(call: CallPlan, agent_path: list[str], options: RunOptions) -> Send:
+    return Send(
+        "tools",
+        ToolTask(
+            tool_call_id=call["tool_call_id"],
+            tool_name=call["tool_name"],
+            args=call["args"],
+            resume_values=list(call["resume_values"]),
+            once=dict(call["once"]),
+            metadata=dict(call["metadata"]),
+            agent_path=agent_path,
+            options=options,
+        ),
+    )
+
+
+def _edited_ai(ai: AIMessage, edited: Mapping[str, dict[str, Any]]) -> AIMessage:
+    """The AI message as it will run, so the history shows the edited call, not the original."""
+    calls = [
+        {**call, "args": edited[call["id"]]} if call.get("id") in edited else call
+        for call in ai.tool_calls
+    ]
+    return ai.model_copy(update={"tool_calls": calls})
+
+
+def make_gate_node(tools: Mapping[str, BaseTool], name: str) -> Callable[..., Any]:
+    """The `approval_gate` node: plans a turn, dispatches calls, pauses for humans."""
+
+    def approval_gate(state: AgentState, config: RunnableConfig) -> Command[GateTarget]:
+        messages = list(state.get("messages") or [])
+        ai = _last_ai(messages)
+        if ai is None or not ai.tool_calls:
+            return Command(goto="model")
+        path = agent_path_of(config, name)
+        thread_id = _thread_id(config)
+        options: RunOptions = state.get("options") or {}
+        update: dict[str, Any] = {}
+        new_messages: list[BaseMessage] = []
+        plan = state.get("turn")
+        changed = False
+        if plan is None or plan["ai_message_id"] != ai.id:
+            plan, errors = plan_turn(ai, tools, options, agent_path=path, thread_id=thread_id)
+            new_messages.extend(errors)
+            _emit(_pending_events(plan))
+            changed = True
+        reports = state.get("reports") or {}
+        if reports:
+            plan = copy.deepcopy(plan)
+            for call in plan["calls"]:
+                report = reports.get(call["tool_call_id"])
+                if report is not None:
+                    call["suspension"] = suspension_record(
+                        call, report["payload"], agent_path=path, thread_id=thread_id,
+                        ai_message_id=plan["ai_message_id"],
+                    )
+                    call["once"] = report["once"]
+            update["reports"] = {}
+            changed = True
+
+        answered = answered_ids(messages, plan["ai_message_id"]) | {
+            m.tool_call_id for m in new_messages if isinstance(m, ToolMessage)
+        }
+        if not _ready(plan, answered) and waiting_records(plan, answered) and not changed:
+            value = interrupt(interrupt_value(plan, answered, agent_path=path))
+            try:
+                outcome = apply_resume(plan, value, answered, tools)
+            except GraphkitError as exc:
+                refused = copy.deepcopy(plan)
+                refused["error"] = str(exc)
+                return Command(update={"turn": refused}, goto="approval_gate")
+            plan = _absorb(outcome, ai, new_messages)
+            answered |= {m.tool_call_id for m in outcome.messages if isinstance(m, ToolMessage)}
+            changed = True
+        return _route(plan, answered, update, new_messages, changed, path, options)
+
+    return approval_gate
+
+
+def _absorb(outcome: ResumeOutcome, ai: AIMessage, new_messages: list[BaseMessage]) -> TurnPlan:
+    if outcome.edited:
+        new_messages.append(_edited_ai(ai, outcome.edited))
+    new_messages.extend(outcome.messages)
+    _emit(outcome.events)
+    return outcome.plan
+
+
+def _ready(plan: TurnPlan, answered: set[str]) -> list[CallPlan]:
+    if plan["held"]:
+        return []
+    return [
+        c
+        for c in plan["calls"]
+        if c["tool_call_id"] not in answered
+        and c["suspension"] is None
+        and (c["approval"] is None or c["approval"]["status"] == "approved")
+    ]
+
+
+def _route(
+    plan: TurnPlan,
+    answered: set[str],
+    update: dict[str, Any],
+    new_messages: list[BaseMessage],
+    changed: bool,
+    path: list[str],
+    options: RunOptions,
+) -> Command[GateTarget]:
+    if changed:
+        update["turn"] = plan
+    ready = _ready(plan, answered)
+    goto: GateTarget | list[Send]
+    if ready:
+        parallel = [c for c in ready if not c["sequential"]]
+        goto = [_task(c, path, options) for c in (parallel or ready[:1])]
+    elif waiting_records(plan, answered):
+        goto = "approval_gate"  # persist the plan, then pause on the next pass
+    else:
+        queued = queued_messages(plan)
+        if queued:
+            new_messages.extend(queued)
+            update["turn"] = {**plan, "queued": []}
+        goto = "model"
+    if new_messages:
+        update["messages"] = new_messages
+    return Command(update=update, goto=goto)
+
+
+def _prepare(
+    tools: Mapping[str, BaseTool], task: ToolTask, config: RunnableConfig
+) -> tuple[BaseTool, dict[str, Any], RunnableConfig]:
+    tool = tools[task["tool_name"]]
+    settings = tool if isinstance(tool, GraphkitTool) else None
+    ctx = ToolContext(
+        tool_call_id=task["tool_call_id"],
+        thread_id=_thread_id(config),
+        agent_path=task["agent_path"],
+        resume_values=task["resume_values"],
+        once_results=task["once"],
+        suspend_schema=settings.suspend_schema if settings else None,
+        resume_schema=settings.resume_schema if settings else None,
+    )
+    call = {
+        "name": task["tool_name"],
+        "args": task["args"],
+        "id": task["tool_call_id"],
+        "type": "tool_call",
+    }
+    tool_config: RunnableConfig = {
+        **config,
+        "metadata": {**(config.get("metadata") or {}), **task["metadata"]},
+        "configurable": {
+            **(config.get("configurable") or {}),
+            CONTEXT_KEY: ctx,
+            PATH_KEY: task["agent_path"],
+            "graphkit_options": task["options"],
+        },
+    }
+    return tool, call, tool_config
+
+
+def _result(task: ToolTask, output: Any) -> dict[str, Any]:
+    if isinstance(output, ToolMessage):
+        message = output
+    else:
+        message = ToolMessage(str(output), tool_call_id=task["tool_call_id"])
+    if not message.name:
+        message.name = task["tool_name"]
+    return {"messages": [message]}
+
+
+def _suspended(task: ToolTask, signal: ToolSuspended) -> dict[str, Any]:
+    return {"reports": {task["tool_call_id"]: {"payload": signal.payload, "once": signal.once}}}
+
+
+def make_tools_nodes(
+    tools: Mapping[str, BaseTool],
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The `tools` node (sync and async): runs the one tool call it was sent."""
+
+    def run_tool(task: ToolTask, config: RunnableConfig) -> dict[str, Any]:
+        tool, call, tool_config = _prepare(tools, task, config)
+        try:
+            output = tool.invoke(call, tool_config)
+        except ToolSuspended as signal:
+            return _suspended(task, signal)
+        return _result(task, output)
+
+    async def arun_tool(task: ToolTask, config: RunnableConfig) -> dict[str, Any]:
+        tool, call, tool_config = _prepare(tools, task, config)
+        try:
+            output = await tool.ainvoke(call, tool_config)
+        except ToolSuspended as signal:
+            return _suspended(task, signal)
+        return _result(task, output)
+
+    return run_tool, arun_tool

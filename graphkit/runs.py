@@ -1,0 +1,245 @@
+"""Running a graph invocation as a stream of chunks, sync or async, and summing it up.
+
+`AgentStream` advances the run as it is iterated (like any Python generator); `result()`
+drains it. Both share one `_Run`, so streaming and `generate` cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import StateSnapshot
+
+from graphkit.events import (
+    ChunkTranslator,
+    awaiting,
+    finish_reason,
+    pending_chunks,
+    pending_from_interrupts,
+    run_text,
+    suspend_payload,
+)
+from graphkit.types import GenerateResult, PendingApproval, RunState, StreamChunk
+
+__all__ = ["AgentStream", "AsyncAgentStream", "Invocation"]
+
+STREAM_MODES = ["updates", "messages", "custom", "values"]
+StateHook = Callable[[RunState], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """One call into the graph: its input (or resume Command) and where it runs."""
+
+    input: Any
+    config: RunnableConfig
+    run_id: str
+    thread_id: str
+    on_state_change: StateHook | None = None
+
+
+def pending_of(snapshot: StateSnapshot, *, stopped: bool) -> list[PendingApproval]:
+    """What waits on a human in this state: interrupts, or (when stopped early) the plan."""
+    records = [PendingApproval.from_record(r) for _, r in pending_from_interrupts(
+        snapshot.interrupts)]
+    if not records and stopped:
+        records = awaiting(snapshot.values)
+    return records
+
+
+class _Run:
+    """The parts of a run that do not care whether it is sync or async."""
+
+    def __init__(self, invocation: Invocation) -> None:
+        self.invocation = invocation
+        self.translator = ChunkTranslator(invocation.run_id)
+        self.stopped = False
+        self.step = 0
+        self.node: str | None = None
+        self.result: GenerateResult | None = None
+
+    def start(self) -> StreamChunk:
+        return self.translator.chunk(
+            "start", {"run_id": self.invocation.run_id, "thread_id": self.invocation.thread_id}
+        )
+
+    def feed(self, part: tuple[tuple[str, ...], str, Any]) -> tuple[list[StreamChunk], bool]:
+        """Chunks for one stream part, and whether the state hook asked to stop here."""
+        namespace, mode, data = part
+        if mode == "values":
+            return [], (not namespace) and self._hook(data)
+        if mode == "updates" and not namespace and isinstance(data, dict):
+            self.node = next(iter(data), self.node)
+        return list(self.translator.feed(namespace, mode, data)), False
+
+    def _hook(self, values: dict[str, Any]) -> bool:
+        hook = self.invocation.on_state_change
+        self.step += 1
+        if hook is None:
+            return False
+        pending = awaiting(values)
+        state = RunState(
+            run_id=self.invocation.run_id,
+            thread_id=self.invocation.thread_id,
+            step=self.step,
+            node=self.node,
+            messages=list(values.get("messages") or []),
+            pending_approvals=pending,
+            awaiting_approval=any(p.status == "pending" for p in pending),
+        )
+        self.stopped = bool(hook(state))
+        return self.stopped
+
+    def finish(self, snapshot: StateSnapshot) -> list[StreamChunk]:
+        messages = list(snapshot.values.get("messages") or [])
+        reason = finish_reason(snapshot, stopped=self.stopped)
+        pending = pending_of(snapshot, stopped=self.stopped)
+        first = next((p for p in pending if p.status == "pending"), pending[0] if pending else None)
+        self.result = GenerateResult(
+            text=run_text(messages),
+            finish_reason=reason,
+            run_id=self.invocation.run_id,
+            thread_id=self.invocation.thread_id,
+            suspend_payload=suspend_payload(first) if first else None,
+            pending_approvals=pending,
+            messages=messages,
+        )
+        chunks = list(pending_chunks(self.invocation.run_id, pending)) if reason == "suspended" \
+            else []
+        chunks.append(self.translator.chunk(
+            "finish", {"finish_reason": reason, "text": self.result.text}))
+        return chunks
+
+
+class AgentStream:
+    """A run in progress. Iterate it (or `full_stream`) for chunks, `text_stream` for text.
+
+    The run advances as the stream is consumed; `result()` consumes the rest and returns the
+    `GenerateResult`.
+    """
+
+    def __init__(self, graph: CompiledStateGraph[Any, Any, Any, Any],
+                 invocation: Invocation) -> None:
+        self._graph = graph
+        self._run = _Run(invocation)
+        self._chunks: Generator[StreamChunk, None, None] | None = None
+        self.run_id = invocation.run_id
+        self.thread_id = invocation.thread_id
+
+    def _generate(self) -> Generator[StreamChunk, None, None]:
+        run = self._run
+        inv = run.invocation
+        yield run.start()
+        parts = self._graph.stream(inv.input, inv.config, stream_mode=STREAM_MODES,
+                                   subgraphs=True)
+        try:
+            for part in parts:
+                chunks, stop = run.feed(part)
+                yield from chunks
+                if stop:
+                    break
+        finally:
+            parts.close()
+        yield from run.finish(self._graph.get_state(inv.config))
+
+    def __iter__(self) -> Iterator[StreamChunk]:
+        if self._chunks is None:
+            self._chunks = self._generate()
+        return self._chunks
+
+    @property
+    def full_stream(self) -> Iterator[StreamChunk]:
+        return iter(self)
+
+    @property
+    def text_stream(self) -> Iterator[str]:
+        for chunk in self:
+            if chunk.type == "text-delta":
+                yield chunk.payload["text"]
+
+    def result(self) -> GenerateResult:
+        for _ in self:
+            pass
+        if self._run.result is None:  # pragma: no cover - the generator always finishes
+            raise RuntimeError("the run ended without a result")
+        return self._run.result
+
+
+class AsyncAgentStream:
+    """The async twin of `AgentStream`: `async for chunk in stream`, `await stream.result()`.
+
+    It is also awaitable (`stream = await agent.astream(...)`), which runs any checks the call
+    needs before the first chunk.
+    """
+
+    def __init__(
+        self,
+        graph: CompiledStateGraph[Any, Any, Any, Any],
+        prepare: Callable[[], Any],
+        run_id: str,
+        thread_id: str,
+    ) -> None:
+        self._graph = graph
+        self._prepare = prepare
+        self._run: _Run | None = None
+        self._chunks: AsyncIterator[StreamChunk] | None = None
+        self.run_id = run_id
+        self.thread_id = thread_id
+
+    async def _ready(self) -> _Run:
+        if self._run is None:
+            invocation: Invocation = await self._prepare()
+            self._run = _Run(invocation)
+            self.thread_id = invocation.thread_id
+        return self._run
+
+    def __await__(self) -> Generator[Any, None, AsyncAgentStream]:
+        async def ready() -> AsyncAgentStream:
+            await self._ready()
+            return self
+
+        return ready().__await__()
+
+    async def _generate(self) -> AsyncIterator[StreamChunk]:
+        run = await self._ready()
+        inv = run.invocation
+        yield run.start()
+        parts = self._graph.astream(inv.input, inv.config, stream_mode=STREAM_MODES,
+                                    subgraphs=True)
+        try:
+            async for part in parts:
+                chunks, stop = run.feed(part)
+                for chunk in chunks:
+                    yield chunk
+                if stop:
+                    break
+        finally:
+            await parts.aclose()  # type: ignore[attr-defined]
+        for chunk in run.finish(await self._graph.aget_state(inv.config)):
+            yield chunk
+
+    def __aiter__(self) -> AsyncIterator[StreamChunk]:
+        if self._chunks is None:
+            self._chunks = self._generate()
+        return self._chunks
+
+    @property
+    def full_stream(self) -> AsyncIterator[StreamChunk]:
+        return self.__aiter__()
+
+    @property
+    async def text_stream(self) -> AsyncIterator[str]:
+        async for chunk in self:
+            if chunk.type == "text-delta":
+                yield chunk.payload["text"]
+
+    async def result(self) -> GenerateResult:
+        async for _ in self:
+            pass
+        if self._run is None or self._run.result is None:  # pragma: no cover
+            raise RuntimeError("the run ended without a result")
+        return self._run.result

@@ -1,0 +1,114 @@
+"""The agent graph's state: messages, the request's options, and the approval gate's plan.
+
+Everything here is JSON-shaped so that any checkpointer stores it and another process (or
+LangGraph Studio) reads it back unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, NotRequired, TypedDict
+
+from langchain_core.messages import AnyMessage
+from langgraph.graph.message import add_messages
+
+from graphkit.types import ApprovalRecord
+
+__all__ = [
+    "AgentState",
+    "CallPlan",
+    "RunOptions",
+    "SuspensionReport",
+    "ToolTask",
+    "TurnPlan",
+    "merge_reports",
+]
+
+DEFAULT_MAX_STEPS = 25
+
+
+class RunOptions(TypedDict, total=False):
+    """Per-request options, kept in state so a resume in another process obeys them too."""
+
+    run_id: str
+    require_tool_approval: bool
+    auto_resume_suspended_tools: bool
+    max_steps: int
+
+
+class CallPlan(TypedDict):
+    """What the gate decided about one tool call of the current model turn."""
+
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+    """The arguments the call runs with (edited ones once a reviewer edits)."""
+    sequential: bool
+    """Predicate-bearing tools run one at a time, never beside another call."""
+    approval: ApprovalRecord | None
+    """Set when the call needs a decision before it runs."""
+    suspension: ApprovalRecord | None
+    """Set while the tool is suspended, waiting for resume data."""
+    resume_values: list[Any]
+    """Resume data given so far; the n-th `ctx.suspend` returns the n-th value."""
+    once: dict[str, Any]
+    """Results of `ctx.once(...)`, kept across re-runs of a suspended tool."""
+    metadata: dict[str, Any]
+    """Tracing metadata for the tool's callback run (`approval.required` / `.conditional`)."""
+
+
+class TurnPlan(TypedDict):
+    """The gate's plan for the tool calls of one AI message."""
+
+    ai_message_id: str
+    calls: list[CallPlan]
+    held: bool
+    """Decisions were recorded without continuing (`resolve_tool_approval`): wait for resume."""
+    error: NotRequired[str | None]
+    """Why the last resume value was refused; shown in the next interrupt."""
+    queued: NotRequired[list[dict[str, Any]]]
+    """A new user message to append once every call of the turn has its answer."""
+
+
+class SuspensionReport(TypedDict):
+    """What the tools node reports when a tool calls `ctx.suspend(...)`."""
+
+    payload: dict[str, Any]
+    once: dict[str, Any]
+
+
+class ToolTask(TypedDict):
+    """The payload of one `Send` to the tools node: exactly one tool call."""
+
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+    resume_values: list[Any]
+    once: dict[str, Any]
+    metadata: dict[str, Any]
+    agent_path: list[str]
+    options: RunOptions
+
+
+def merge_reports(
+    old: dict[str, SuspensionReport] | None, new: dict[str, SuspensionReport] | None
+) -> dict[str, SuspensionReport]:
+    """Reducer: tools add reports by tool_call_id; the gate clears them with an empty write."""
+    if not new:
+        return {}
+    return {**(old or {}), **new}
+
+
+class AgentState(TypedDict, total=False):
+    """The state of an agent graph."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+    options: RunOptions
+    turn: TurnPlan | None
+    reports: Annotated[dict[str, SuspensionReport], merge_reports]
+
+
+class InputState(TypedDict, total=False):
+    """What a caller (or LangGraph Studio) passes to start a run."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+    options: RunOptions

@@ -1,0 +1,141 @@
+"""Checkpointer and store from one storage URL: memory, SQLite or PostgreSQL.
+
+LangGraph's SQLite saver and store are synchronous and its async ones are bound to one event
+loop, while `agent.graph` must serve both `invoke` and `ainvoke`. The savers here are
+LangGraph's own, with their async methods running the sync ones in a worker thread (the
+saver serialises access with its own lock), so one graph works from threads and event loops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.store.base import BaseStore, Op, Result
+from langgraph.store.memory import InMemoryStore
+from langgraph.store.sqlite import SqliteStore
+
+__all__ = ["Storage", "open_storage"]
+
+UNKNOWN_URL = (
+    "unsupported checkpointer {value!r}; expected 'memory', 'sqlite:///path/to/file.db', "
+    "'postgresql://user@host/db', or a BaseCheckpointSaver instance"
+)
+
+
+class ThreadedSqliteSaver(SqliteSaver):
+    """`SqliteSaver` whose async methods run the sync ones in a worker thread."""
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        items = await asyncio.to_thread(
+            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
+        )
+        for item in items:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+
+class ThreadedSqliteStore(SqliteStore):
+    """`SqliteStore` whose async batch runs the sync one in a worker thread."""
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        return await asyncio.to_thread(self.batch, list(ops))
+
+
+@dataclass(frozen=True, slots=True)
+class Storage:
+    """Where an agent keeps its paused runs."""
+
+    checkpointer: BaseCheckpointSaver[Any]
+    store: BaseStore
+    description: str
+    """Human-readable, for error messages ("sqlite file /tmp/x.db")."""
+    durable: bool
+    """Whether another process opening the same URL sees the same runs."""
+
+
+def _sqlite_path(url: str) -> str:
+    path = url.removeprefix("sqlite://")
+    if path.startswith("/"):
+        path = path[1:]  # sqlite:///rel.db -> rel.db ; sqlite:////abs.db -> /abs.db
+    if not path:
+        msg = f"sqlite URL {url!r} names no file; expected 'sqlite:///path/to/file.db'"
+        raise ValueError(msg)
+    return path
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    if path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    # A long busy timeout: several processes may decide and resume runs in one file.
+    conn = sqlite3.connect(path, check_same_thread=False, timeout=30.0)
+    if path != ":memory:":
+        conn.execute("PRAGMA journal_mode=WAL")
+    return conn
+
+
+def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:
+    """Open the checkpointer (and a store beside it) described by `spec`."""
+    if spec is None or spec == "memory":
+        return Storage(InMemorySaver(), InMemoryStore(), "memory (this process only)", False)
+    if isinstance(spec, BaseCheckpointSaver):
+        return Storage(spec, InMemoryStore(), f"{type(spec).__name__} instance", False)
+    if not isinstance(spec, str):
+        raise TypeError(UNKNOWN_URL.format(value=spec))
+    if spec.startswith("sqlite://"):
+        path = _sqlite_path(spec)
+        saver = ThreadedSqliteSaver(_connect(path))
+        saver.setup()
+        store = ThreadedSqliteStore(_connect(path))
+        store.setup()
+        durable = path != ":memory:"
+        return Storage(saver, store, f"sqlite file {path}", durable)
+    if spec.startswith(("postgresql://", "postgres://")):
+        from graphkit._postgres import open_postgres
+
+        return open_postgres(spec)
+    raise ValueError(UNKNOWN_URL.format(value=spec))

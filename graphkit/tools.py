@@ -1,0 +1,314 @@
+"""Tools that can ask for approval before they run, or suspend themselves while running.
+
+`create_tool` wraps a function into a LangChain `StructuredTool` subclass carrying graphkit's
+approval settings. The agent's approval gate reads them once per tool call; the tool itself
+never decides whether it may run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, get_type_hints, overload
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForToolRun,
+    CallbackManagerForToolRun,
+)
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, StructuredTool, create_schema_from_function
+from langgraph.errors import GraphBubbleUp
+from pydantic import BaseModel, ValidationError
+
+from graphkit.errors import SuspendPayloadError
+
+__all__ = [
+    "GraphkitTool",
+    "ToolContext",
+    "ToolSuspended",
+    "create_tool",
+    "render_prompt",
+]
+
+Predicate = Callable[[dict[str, Any]], bool]
+PromptFn = Callable[[dict[str, Any]], str]
+
+CONTEXT_KEY = "graphkit_tool_context"
+"""Key of `config["configurable"]` under which the tools node hands a tool its context."""
+
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)\s*\}\}")
+_MISSING = object()
+
+
+class ToolSuspended(GraphBubbleUp):
+    """Raised by `ToolContext.suspend` to stop the tool; the tools node turns it into a pause.
+
+    A control-flow signal like LangGraph's `GraphInterrupt`, not an error: do not catch it.
+    """
+
+    def __init__(self, payload: dict[str, Any], *, once: dict[str, Any]) -> None:
+        super().__init__(payload)
+        self.payload = payload
+        self.once = once
+
+
+class ToolContext:
+    """What a running tool may know about its call, and how it asks for more input.
+
+    Declare a parameter annotated `ToolContext` to receive it; the model never sees it.
+    Code before `suspend()` runs again when the tool resumes: the tool starts over from its
+    first line with `resume_data` set. Use `once(key, fn)` for side effects that must not repeat.
+    """
+
+    def __init__(
+        self,
+        *,
+        tool_call_id: str | None = None,
+        thread_id: str | None = None,
+        agent_path: list[str] | None = None,
+        resume_values: list[Any] | None = None,
+        once_results: dict[str, Any] | None = None,
+        suspend_schema: type[BaseModel] | None = None,
+        resume_schema: type[BaseModel] | None = None,
+    ) -> None:
+        self.tool_call_id = tool_call_id
+        """The id of the tool call being executed."""
+        self.thread_id = thread_id
+        """The conversation thread the call belongs to."""
+        self.agent_path = list(agent_path or [])
+        """Agent names from the outermost supervisor to the agent running this tool."""
+        self._suspend_schema = suspend_schema
+        self._resume_schema = resume_schema
+        self._resume_values = [self._coerce_resume(v) for v in (resume_values or [])]
+        self._suspends = 0
+        self._once = dict(once_results or {})
+
+    @property
+    def resume_data(self) -> Any:
+        """The latest resume data (a `resume_schema` instance when the tool has one), or None."""
+        return self._resume_values[-1] if self._resume_values else None
+
+    def suspend(self, payload: Mapping[str, Any] | BaseModel | None = None) -> Any:
+        """Pause the run to ask for input described by `payload`.
+
+        On a resumed execution the n-th `suspend` call returns the n-th resume value instead of
+        pausing, so `data = ctx.suspend({...})` reads naturally; a later call pauses again.
+        """
+        body = self._validate_payload(payload)
+        index = self._suspends
+        self._suspends += 1
+        if index < len(self._resume_values):
+            return self._resume_values[index]
+        raise ToolSuspended(body, once=dict(self._once))
+
+    def once(self, key: str, fn: Callable[[], Any]) -> Any:
+        """Run `fn` at most once per tool call, even when the tool re-runs after a suspension.
+
+        The result is kept in the run's checkpoint, so it must be serialisable (JSON-like).
+        """
+        if key not in self._once:
+            self._once[key] = fn()
+        return self._once[key]
+
+    def _validate_payload(self, payload: Mapping[str, Any] | BaseModel | None) -> dict[str, Any]:
+        if isinstance(payload, BaseModel):
+            payload = payload.model_dump(mode="json")
+        raw = dict(payload or {})
+        if self._suspend_schema is None:
+            return raw
+        try:
+            return self._suspend_schema.model_validate(raw).model_dump(mode="json")
+        except ValidationError as exc:
+            msg = (
+                f"suspend payload {raw!r} does not match suspend_schema "
+                f"{self._suspend_schema.__name__}: {exc.errors(include_url=False)}"
+            )
+            raise SuspendPayloadError(msg) from exc
+
+    def _coerce_resume(self, value: Any) -> Any:
+        if self._resume_schema is None or isinstance(value, self._resume_schema):
+            return value
+        return self._resume_schema.model_validate(value)
+
+
+class GraphkitTool(StructuredTool):
+    """A `StructuredTool` with approval and suspension settings, made by `create_tool`."""
+
+    needs_approval: bool | Predicate = False
+    """True, False, or a predicate over the parsed arguments, called once per tool call."""
+    approval_prompt: str | PromptFn | None = None
+    """A `{{arg}}` template or a function of the arguments, shown to the reviewer."""
+    approval_defaults: dict[str, Any] | None = None
+    """Copied into the pending approval's `metadata["defaults"]`."""
+    suspend_schema: type[BaseModel] | None = None
+    resume_schema: type[BaseModel] | None = None
+    context_param: str | None = None
+    """The function parameter that receives the `ToolContext`, if any."""
+
+    def _with_context(self, config: RunnableConfig, kwargs: dict[str, Any]) -> None:
+        if self.context_param is None:
+            return
+        ctx = (config.get("configurable") or {}).get(CONTEXT_KEY)
+        if not isinstance(ctx, ToolContext):
+            ctx = ToolContext(suspend_schema=self.suspend_schema, resume_schema=self.resume_schema)
+        kwargs[self.context_param] = ctx
+
+    def _run(
+        self,
+        *args: Any,
+        config: RunnableConfig,
+        run_manager: CallbackManagerForToolRun | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        self._with_context(config, kwargs)
+        if self.func is None and self.coroutine is not None:
+            # An async-only tool called from a sync run: give it a loop of its own.
+            coroutine = self.coroutine
+            return asyncio.run(_call_async(coroutine, *args, **kwargs))
+        return super()._run(*args, config=config, run_manager=run_manager, **kwargs)
+
+    async def _arun(
+        self,
+        *args: Any,
+        config: RunnableConfig,
+        run_manager: AsyncCallbackManagerForToolRun | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        self._with_context(config, kwargs)
+        return await super()._arun(*args, config=config, run_manager=run_manager, **kwargs)
+
+
+async def _call_async(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return await fn(*args, **kwargs)
+
+
+def _context_param(func: Callable[..., Any]) -> str | None:
+    try:
+        hints = get_type_hints(func)
+    except (NameError, TypeError):
+        hints = {}
+    for name, param in inspect.signature(func).parameters.items():
+        annotation = hints.get(name, param.annotation)
+        if annotation is ToolContext or annotation == "ToolContext":
+            return name
+    return None
+
+
+@overload
+def create_tool(
+    func: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    args_schema: type[BaseModel] | None = None,
+    needs_approval: bool | Predicate = False,
+    approval_prompt: str | PromptFn | None = None,
+    approval_defaults: Mapping[str, Any] | None = None,
+    suspend_schema: type[BaseModel] | None = None,
+    resume_schema: type[BaseModel] | None = None,
+) -> GraphkitTool: ...
+
+
+@overload
+def create_tool(
+    func: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    args_schema: type[BaseModel] | None = None,
+    needs_approval: bool | Predicate = False,
+    approval_prompt: str | PromptFn | None = None,
+    approval_defaults: Mapping[str, Any] | None = None,
+    suspend_schema: type[BaseModel] | None = None,
+    resume_schema: type[BaseModel] | None = None,
+) -> Callable[[Callable[..., Any]], GraphkitTool]: ...
+
+
+def create_tool(
+    func: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    args_schema: type[BaseModel] | None = None,
+    needs_approval: bool | Predicate = False,
+    approval_prompt: str | PromptFn | None = None,
+    approval_defaults: Mapping[str, Any] | None = None,
+    suspend_schema: type[BaseModel] | None = None,
+    resume_schema: type[BaseModel] | None = None,
+) -> GraphkitTool | Callable[[Callable[..., Any]], GraphkitTool]:
+    """Make a tool from a sync or async function; usable as a call or as a decorator.
+
+    Args:
+        func: The function the tool runs. Its signature gives the argument schema unless
+            `args_schema` is passed; a parameter annotated `ToolContext` is injected.
+        name: Tool name shown to the model; defaults to the function's name.
+        description: Defaults to the function's docstring.
+        args_schema: A pydantic model for the arguments, instead of inferring one.
+        needs_approval: True to pause every call for a human; a predicate over the parsed
+            arguments to decide per call (it raising counts as True).
+        approval_prompt: The reviewer's question: a `{{arg}}` template or a function of the args.
+        approval_defaults: Extra data for the review card (`metadata["defaults"]`).
+        suspend_schema: Validates the payload of `ctx.suspend(...)`.
+        resume_schema: Validates resume data; `ctx.resume_data` is an instance of it.
+    """
+
+    def build(fn: Callable[..., Any]) -> GraphkitTool:
+        if not callable(needs_approval) and not isinstance(needs_approval, bool):
+            msg = f"needs_approval must be a bool or a callable, got {needs_approval!r}"
+            raise TypeError(msg)
+        tool_name = name or fn.__name__
+        ctx_param = _context_param(fn)
+        schema = args_schema or create_schema_from_function(
+            tool_name,
+            fn,
+            filter_args=[p for p in (ctx_param, "run_manager", "callbacks") if p],
+        )
+        is_async = inspect.iscoroutinefunction(fn)
+        return GraphkitTool(
+            name=tool_name,
+            description=description or inspect.getdoc(fn) or f"Run {tool_name}.",
+            func=None if is_async else fn,
+            coroutine=fn if is_async else None,
+            args_schema=schema,
+            needs_approval=needs_approval,
+            approval_prompt=approval_prompt,
+            approval_defaults=dict(approval_defaults) if approval_defaults else None,
+            suspend_schema=suspend_schema,
+            resume_schema=resume_schema,
+            context_param=ctx_param,
+        )
+
+    if func is None:
+        return build
+    return build(func)
+
+
+def render_prompt(template: str, args: Mapping[str, Any]) -> str:
+    """Fill `{{name}}` / `{{ a.b }}` placeholders from `args`.
+
+    Placeholders only look up keys; nothing is evaluated, values are inserted once (a value that
+    itself contains `{{...}}` is not expanded), and an unknown placeholder stays as written.
+    """
+
+    def replace(match: re.Match[str]) -> str:
+        value: Any = args
+        for key in match.group(1).split("."):
+            value = value.get(key, _MISSING) if isinstance(value, Mapping) else _MISSING
+            if value is _MISSING:
+                return match.group(0)
+        if isinstance(value, str):
+            return value
+        try:
+            return json.dumps(value, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            return str(value)
+
+    return _PLACEHOLDER.sub(replace, template)
+
+
+def approval_settings(tool: BaseTool) -> GraphkitTool | None:
+    """The tool's graphkit settings, or None for a plain LangChain tool."""
+    return tool if isinstance(tool, GraphkitTool) else None

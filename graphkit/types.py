@@ -1,0 +1,185 @@
+"""The vocabulary graphkit speaks: pending approvals, decisions, stream chunks and results.
+
+Values that live in the graph's checkpoints (approval records, decisions, interrupt payloads)
+are plain JSON-shaped `TypedDict`s, so any checkpointer serialises them and LangGraph Studio
+shows them as they are. Values handed to users are frozen dataclasses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, NotRequired, TypedDict
+
+from langchain_core.messages import BaseMessage
+
+__all__ = [
+    "ApprovalKind",
+    "ApprovalRecord",
+    "ApprovalStatus",
+    "ChunkType",
+    "Decision",
+    "DecisionType",
+    "FinishReason",
+    "GateResume",
+    "GenerateResult",
+    "PendingApproval",
+    "RunState",
+    "StreamChunk",
+    "Verdict",
+    "args_digest",
+]
+
+ApprovalKind = Literal["approval", "suspension"]
+ApprovalStatus = Literal["pending", "approved", "rejected"]
+Verdict = Literal["required", "conditional"]
+"""`required`: the tool (or the request) always asks. `conditional`: a predicate asked."""
+DecisionType = Literal["approve", "edit", "reject"]
+FinishReason = Literal["stop", "suspended", "checkpoint", "max_steps"]
+ChunkType = Literal[
+    "start",
+    "text-delta",
+    "tool-call",
+    "tool-result",
+    "tool-call-approval",
+    "tool-call-suspended",
+    "tool-approval",
+    "finish",
+]
+
+
+def args_digest(args: Mapping[str, Any]) -> str:
+    """A stable digest of tool arguments, so a decision can be bound to what was reviewed."""
+    canonical = json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class ApprovalRecord(TypedDict):
+    """A pending approval as stored in the checkpoint and in interrupt payloads."""
+
+    id: str
+    created_at: str
+    kind: ApprovalKind
+    tool_name: str
+    tool_call_id: str
+    args: dict[str, Any]
+    metadata: dict[str, Any]
+    verdict: Verdict
+    agent_path: list[str]
+    status: ApprovalStatus
+    decided_by: str | None
+    comment: str | None
+    decided_at: str | None
+    approved_args: dict[str, Any] | None
+    args_digest: str
+
+
+class Decision(TypedDict, total=False):
+    """One reviewer decision, as sent to the graph on resume.
+
+    The shape is LangChain's HITL decision (`approve`, `edit` with `edited_action`, `reject`
+    with `message`), widened with who decided and which call it is for. Without `tool_call_id`
+    (or `id`) decisions are matched to the pending calls by position, as LangChain does.
+    """
+
+    type: DecisionType
+    tool_call_id: str
+    id: str
+    edited_action: dict[str, Any]
+    args: dict[str, Any]
+    message: str
+    decided_by: str | None
+    comment: str | None
+
+
+class GateResume(TypedDict, total=False):
+    """The value the approval gate accepts when its interrupt is resumed."""
+
+    decisions: list[Decision]
+    record_only: bool
+    """Record the decisions and stay paused (`resolve_tool_approval`); `resume` continues."""
+    supersede: list[dict[str, Any]]
+    """A new user message (as message dicts): decline what is pending and go on with it."""
+    decided_by: NotRequired[str | None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingApproval:
+    """A tool call waiting for a human: an approval before it runs, or a suspended tool."""
+
+    id: str
+    """Stable id of this approval; pass it to `resolve_tool_approval`."""
+    created_at: str
+    """When the call was paused, ISO 8601 in UTC."""
+    kind: ApprovalKind
+    """`approval` (paused before running) or `suspension` (the tool called `ctx.suspend`)."""
+    tool_name: str
+    tool_call_id: str
+    args: dict[str, Any]
+    """The arguments the model proposed, parsed and validated."""
+    metadata: dict[str, Any]
+    """`{"prompt": ..., "defaults": ...}` for a review card; a suspension adds its payload."""
+    verdict: Verdict
+    agent_path: list[str]
+    """Agent names from the outermost supervisor to the agent that owns the tool."""
+    status: ApprovalStatus = "pending"
+    decided_by: str | None = None
+    comment: str | None = None
+    decided_at: str | None = None
+    approved_args: dict[str, Any] | None = None
+    args_digest: str = ""
+    """Digest of `args`, for binding a decision to what the reviewer saw."""
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> PendingApproval:
+        fields = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in record.items() if k in fields})
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable copy."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    @property
+    def prompt(self) -> str | None:
+        value = self.metadata.get("prompt")
+        return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamChunk:
+    """One event of an agent stream."""
+
+    type: ChunkType
+    payload: dict[str, Any]
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerateResult:
+    """What a run returned: its text, why it stopped, and what (if anything) waits on a human."""
+
+    text: str
+    finish_reason: FinishReason
+    run_id: str
+    thread_id: str
+    suspend_payload: dict[str, Any] | None = None
+    """For an approval: `tool_call_id`, `tool_name`, `args`, `prompt`, `id`. For a suspension:
+    the tool's payload plus `tool_call_id`, `tool_name`. The first of `pending_approvals`."""
+    pending_approvals: list[PendingApproval] = field(default_factory=list)
+    messages: list[BaseMessage] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunState:
+    """The run's state as seen by an `on_state_change` hook after each step."""
+
+    run_id: str
+    thread_id: str
+    step: int
+    node: str | None
+    messages: Sequence[BaseMessage]
+    pending_approvals: list[PendingApproval]
+    awaiting_approval: bool
+    """True while a call waits for a decision (the seed's `ctx.__awaitingApproval`)."""
