@@ -182,6 +182,7 @@ def plan_turn(
                 resume_values=[],
                 once={},
                 metadata=metadata,
+                answer=None,
             )
         )
     plan = TurnPlan(ai_message_id=ai.id or "", calls=calls, held=False, error=None)
@@ -232,7 +233,7 @@ def waiting_records(plan: TurnPlan, answered: set[str]) -> list[ApprovalRecord]:
     """Approvals and suspensions of the turn that hold the run: undecided, or decided but held."""
     records: list[ApprovalRecord] = []
     for call in plan["calls"]:
-        if call["tool_call_id"] in answered:
+        if call["tool_call_id"] in answered or (call["answer"] and not plan["held"]):
             continue
         if call["suspension"] is not None:
             records.append(call["suspension"])
@@ -270,7 +271,6 @@ class ResumeOutcome:
 
     def __init__(self, plan: TurnPlan) -> None:
         self.plan = plan
-        self.messages: list[BaseMessage] = []
         self.events: list[dict[str, Any]] = []
         self.edited: dict[str, dict[str, Any]] = {}
         """tool_call_id -> the args it now runs with, for rewriting the AI message."""
@@ -401,10 +401,8 @@ def _apply_one(
             return
         if kind == "reject":
             who, why = _who_why(decided_by, comment)
-            outcome.messages.append(
-                ToolMessage(CANCELLED.format(name=name, who=who, why=why),
-                            tool_call_id=call["tool_call_id"], name=name, status="error")
-            )
+            call["suspension"] = None
+            call["answer"] = CANCELLED.format(name=name, who=who, why=why)
             return
         msg = (
             f"tool call {call['tool_call_id']!r} ({name}) is suspended waiting for input; "
@@ -448,10 +446,7 @@ def _apply_one(
     elif kind == "reject":
         record["status"] = "rejected"
         who, why = _who_why(decided_by, comment)
-        outcome.messages.append(
-            ToolMessage(REJECTED.format(name=name, who=who, why=why),
-                        tool_call_id=call["tool_call_id"], name=name, status="error")
-        )
+        call["answer"] = REJECTED.format(name=name, who=who, why=why)
         outcome.events.append(_telemetry(record, "rejected"))
     else:
         msg = f"unknown decision type {kind!r}; expected one of ['approve', 'edit', 'reject']"
@@ -466,10 +461,8 @@ def _supersede(call: CallPlan, outcome: ResumeOutcome) -> None:
         record["comment"] = "superseded by a new user message"
         record["decided_at"] = _now()
         outcome.events.append(_telemetry(record, "rejected"))
-    outcome.messages.append(
-        ToolMessage(SUPERSEDED.format(name=name), tool_call_id=call["tool_call_id"], name=name,
-                    status="error")
-    )
+    call["suspension"] = None
+    call["answer"] = SUPERSEDED.format(name=name)
 
 
 def queued_messages(plan: TurnPlan) -> list[BaseMessage]:

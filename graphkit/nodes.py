@@ -9,6 +9,7 @@ superstep concurrently; `ToolNode` running several interrupting calls in one tas
 from __future__ import annotations
 
 import copy
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -22,7 +23,8 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool
+from langchain_core.runnables.config import run_in_executor
+from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.config import get_stream_writer
 from langgraph.graph import END
 from langgraph.types import Command, Send, interrupt
@@ -49,6 +51,16 @@ EVENT_KEY = "graphkit_event"
 """Key marking graphkit's custom stream events (telemetry) among other custom events."""
 
 GateTarget = Literal["model", "tools", "approval_gate"]
+
+_SYNC_TOOL_POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="graphkit-tool")
+"""Sync tools called from an async run. The event loop's default pool has cpu+4 threads,
+which would run eight 50 ms tools in two waves on a 2-core machine."""
+
+
+def _is_sync(tool: BaseTool) -> bool:
+    if isinstance(tool, StructuredTool):
+        return tool.coroutine is None
+    return type(tool)._arun is BaseTool._arun
 
 
 def agent_path_of(config: RunnableConfig, name: str) -> list[str]:
@@ -209,7 +221,6 @@ def make_gate_node(tools: Mapping[str, BaseTool], name: str) -> Callable[..., An
                 refused["error"] = str(exc)
                 return Command(update={"turn": refused}, goto="approval_gate")
             plan = _absorb(outcome, ai, new_messages)
-            answered |= {m.tool_call_id for m in outcome.messages if isinstance(m, ToolMessage)}
             changed = True
         return _route(plan, answered, update, new_messages, changed, path, options)
 
@@ -219,7 +230,6 @@ def make_gate_node(tools: Mapping[str, BaseTool], name: str) -> Callable[..., An
 def _absorb(outcome: ResumeOutcome, ai: AIMessage, new_messages: list[BaseMessage]) -> TurnPlan:
     if outcome.edited:
         new_messages.append(_edited_ai(ai, outcome.edited))
-    new_messages.extend(outcome.messages)
     _emit(outcome.events)
     return outcome.plan
 
@@ -232,7 +242,20 @@ def _ready(plan: TurnPlan, answered: set[str]) -> list[CallPlan]:
         for c in plan["calls"]
         if c["tool_call_id"] not in answered
         and c["suspension"] is None
+        and c["answer"] is None
         and (c["approval"] is None or c["approval"]["status"] == "approved")
+    ]
+
+
+def _answers(plan: TurnPlan, answered: set[str]) -> list[ToolMessage]:
+    """Error ToolMessages for calls that will not run, once decisions are no longer held."""
+    if plan["held"]:
+        return []
+    return [
+        ToolMessage(c["answer"], tool_call_id=c["tool_call_id"], name=c["tool_name"],
+                    status="error")
+        for c in plan["calls"]
+        if c["answer"] and c["tool_call_id"] not in answered
     ]
 
 
@@ -247,6 +270,9 @@ def _route(
 ) -> Command[GateTarget]:
     if changed:
         update["turn"] = plan
+    answers = _answers(plan, answered)
+    new_messages.extend(answers)
+    answered = answered | {m.tool_call_id for m in answers}
     ready = _ready(plan, answered)
     goto: GateTarget | list[Send]
     if ready:
@@ -328,7 +354,10 @@ def make_tools_nodes(
     async def arun_tool(task: ToolTask, config: RunnableConfig) -> dict[str, Any]:
         tool, call, tool_config = _prepare(tools, task, config)
         try:
-            output = await tool.ainvoke(call, tool_config)
+            if _is_sync(tool):
+                output = await run_in_executor(_SYNC_TOOL_POOL, tool.invoke, call, tool_config)
+            else:
+                output = await tool.ainvoke(call, tool_config)
         except ToolSuspended as signal:
             return _suspended(task, signal)
         return _result(task, output)

@@ -108,11 +108,14 @@ def _sqlite_path(url: str) -> str:
     return path
 
 
-def _connect(path: str) -> sqlite3.Connection:
+def _connect(path: str, *, autocommit: bool = False) -> sqlite3.Connection:
     if path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     # A long busy timeout: several processes may decide and resume runs in one file.
-    conn = sqlite3.connect(path, check_same_thread=False, timeout=30.0)
+    conn = sqlite3.connect(
+        path, check_same_thread=False, timeout=30.0,
+        isolation_level=None if autocommit else "",  # the store runs its own BEGIN/COMMIT
+    )
     if path != ":memory:":
         conn.execute("PRAGMA journal_mode=WAL")
     return conn
@@ -130,7 +133,7 @@ def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:
         path = _sqlite_path(spec)
         saver = ThreadedSqliteSaver(_connect(path))
         saver.setup()
-        store = ThreadedSqliteStore(_connect(path))
+        store = ThreadedSqliteStore(_connect(path, autocommit=True))
         store.setup()
         durable = path != ":memory:"
         return Storage(saver, store, f"sqlite file {path}", durable)

@@ -1,0 +1,169 @@
+"""Pre-execution approval: approve, decline, edit, one at a time or all together."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.messages import AIMessage, ToolMessage
+
+from graphkit import ApprovalsPendingError
+from tests.helpers import agent_with, call, turn
+
+PAY = {"amount": 40, "payee": {"name": "ACME"}}
+
+
+def test_static_approval_pauses_before_the_tool_runs_and_approve_runs_it() -> None:
+    agent, ledger = agent_with([turn(call("pay", PAY, "c1")), "Paid."])
+    result = agent.generate("pay ACME 40")
+    assert result.finish_reason == "suspended"
+    assert ledger.ran == []
+    assert result.suspend_payload is not None
+    assert result.suspend_payload["tool_call_id"] == "c1"
+    assert result.suspend_payload["tool_name"] == "pay"
+    assert result.suspend_payload["args"] == PAY
+    assert result.suspend_payload["prompt"] == "Pay 40 to ACME?"
+    (pending,) = result.pending_approvals
+    assert pending.id == result.suspend_payload["id"]
+    assert pending.kind == "approval" and pending.verdict == "required"
+    assert pending.metadata == {"prompt": "Pay 40 to ACME?", "defaults": {"channel": "finance"}}
+    assert pending.agent_path == ["assistant"] and pending.status == "pending"
+    assert pending.created_at.endswith("Z")
+
+    final = agent.approve_tool_call_generate(run_id=result.run_id, tool_call_id="c1",
+                                             decided_by="alice", comment="ok")
+    assert final.finish_reason == "stop" and final.text == "Paid."
+    assert ledger.ran == [("pay", PAY)]
+    assert final.run_id == result.run_id and final.thread_id == result.thread_id
+
+
+def test_tool_call_id_may_be_omitted_when_exactly_one_is_pending() -> None:
+    agent, ledger = agent_with([turn(call("pay", PAY, "c1")), "Paid."])
+    result = agent.generate("pay")
+    assert agent.approve_tool_call_generate(run_id=result.run_id).text == "Paid."
+    assert ledger.names() == ["pay"]
+
+
+def test_decline_never_runs_and_tells_the_model_who_and_why() -> None:
+    agent, ledger = agent_with([turn(call("pay", PAY, "c1")), "Understood, not paying."])
+    result = agent.generate("pay")
+    final = agent.decline_tool_call_generate(run_id=result.run_id, decided_by="bob",
+                                             comment="not budgeted")
+    assert ledger.ran == []
+    assert final.finish_reason == "stop" and final.text == "Understood, not paying."
+    rejection = next(m for m in final.messages if isinstance(m, ToolMessage))
+    assert rejection.status == "error" and rejection.tool_call_id == "c1"
+    assert "rejected" in rejection.text and "bob" in rejection.text
+    assert "not budgeted" in rejection.text
+    # the model's second call saw the rejection
+    model_inputs = agent.model.calls  # type: ignore[attr-defined]
+    assert any(isinstance(m, ToolMessage) and "rejected" in m.text for m in model_inputs[-1])
+
+
+def test_every_call_needing_approval_in_a_turn_is_pending_at_once() -> None:
+    script = [turn(call("pay", PAY, "c1"), call("pay", {**PAY, "amount": 7}, "c2"),
+                   call("bash", {"command": "rm -rf /srv"}, "c3")), "done"]
+    agent, ledger = agent_with(script)
+    result = agent.generate("go")
+    assert [p.tool_call_id for p in result.pending_approvals] == ["c1", "c2", "c3"]
+    assert [p.verdict for p in result.pending_approvals] == ["required", "required",
+                                                             "conditional"]
+    state = agent.graph.get_state({"configurable": {"thread_id": result.thread_id}})
+    assert len(state.interrupts) == 1  # one interrupt for the turn
+    assert len(state.interrupts[0].value["approvals"]) == 3
+    assert ledger.ran == []
+
+
+def test_approving_one_call_runs_only_that_call() -> None:
+    script = [turn(call("pay", PAY, "c1"), call("pay", {**PAY, "amount": 7}, "c2")), "done"]
+    agent, ledger = agent_with(script)
+    result = agent.generate("go")
+    second = agent.approve_tool_call_generate(run_id=result.run_id, tool_call_id="c2")
+    assert ledger.ran == [("pay", {**PAY, "amount": 7})]
+    assert second.finish_reason == "suspended"
+    assert [p.tool_call_id for p in second.pending_approvals] == ["c1"]
+    final = agent.decline_tool_call_generate(run_id=result.run_id, tool_call_id="c1")
+    assert final.finish_reason == "stop"
+    assert ledger.ran == [("pay", {**PAY, "amount": 7})]
+
+
+def test_edited_args_run_and_the_history_shows_the_call_as_it_ran() -> None:
+    agent, ledger = agent_with([turn(call("pay", PAY, "c1")), "Paid 25."])
+    result = agent.generate("pay")
+    edited = {"amount": 25, "payee": {"name": "ACME"}}
+    final = agent.approve_tool_call_generate(run_id=result.run_id, args=edited,
+                                             decided_by="carol")
+    assert ledger.ran == [("pay", edited)]
+    ai = next(m for m in final.messages if isinstance(m, AIMessage) and m.tool_calls)
+    assert ai.tool_calls[0]["args"] == edited
+    assert len([m for m in final.messages if isinstance(m, AIMessage)]) == 2
+
+
+def test_resolve_records_without_running_and_resume_continues() -> None:
+    script = [turn(call("pay", PAY, "c1"), call("pay", {**PAY, "amount": 9}, "c2")), "done"]
+    agent, ledger = agent_with(script)
+    result = agent.generate("go")
+    first, second = result.pending_approvals
+
+    recorded = agent.resolve_tool_approval(run_id=result.run_id, id=first.id, approved=True,
+                                           decided_by="dana", comment="fine",
+                                           approved_args={**PAY, "amount": 41})
+    assert recorded.status == "approved" and recorded.decided_by == "dana"
+    assert recorded.approved_args == {**PAY, "amount": 41} and recorded.decided_at
+    assert ledger.ran == []
+    with pytest.raises(ApprovalsPendingError):
+        agent.resume(run_id=result.run_id)
+    assert ledger.ran == []
+
+    agent.resolve_tool_approval(run_id=result.run_id, id=second.id, approved=False,
+                                decided_by="dana", comment="duplicate")
+    statuses = {p.tool_call_id: p.status for p in agent.pending_approvals(run_id=result.run_id)}
+    assert statuses == {"c1": "approved", "c2": "rejected"}
+    assert ledger.ran == []
+
+    final = agent.resume(run_id=result.run_id)
+    assert final.finish_reason == "stop"
+    assert ledger.ran == [("pay", {**PAY, "amount": 41})]
+
+
+def test_request_level_approval_pauses_plain_and_harmless_tools() -> None:
+    agent, ledger = agent_with([turn(call("lookup", {"key": "k"}, "c1")), "done"])
+    result = agent.generate("go", require_tool_approval=True)
+    assert result.finish_reason == "suspended" and ledger.ran == []
+    assert result.pending_approvals[0].verdict == "required"
+    agent.approve_tool_call_generate(run_id=result.run_id)
+    assert ledger.names() == ["lookup"]
+
+    # without the request flag the same tool runs freely
+    agent2, ledger2 = agent_with([turn(call("lookup", {"key": "k"}, "c1")), "done"])
+    assert agent2.generate("go").finish_reason == "stop"
+    assert ledger2.names() == ["lookup"]
+
+
+def test_agent_default_require_tool_approval_applies_to_later_turns_of_the_run() -> None:
+    script = [turn(call("lookup", {"key": "a"}, "c1")), turn(call("lookup", {"key": "b"}, "c2")),
+              "done"]
+    agent, ledger = agent_with(script, require_tool_approval=True)
+    result = agent.generate("go")
+    second = agent.approve_tool_call_generate(run_id=result.run_id)
+    assert second.finish_reason == "suspended"
+    assert second.pending_approvals[0].tool_call_id == "c2"
+    assert agent.approve_tool_call_generate(run_id=result.run_id).finish_reason == "stop"
+    assert ledger.names() == ["lookup", "lookup"]
+
+
+def test_unknown_tool_and_invalid_args_answer_the_model_without_running() -> None:
+    script = [turn(call("nope", {}, "c1"), call("pay", {"amount": "lots"}, "c2")), "sorry"]
+    agent, ledger = agent_with(script)
+    result = agent.generate("go")
+    assert result.finish_reason == "stop" and ledger.ran == []
+    errors = [m for m in result.messages if isinstance(m, ToolMessage)]
+    assert [m.status for m in errors] == ["error", "error"]
+    assert "'nope' is not a valid tool, try one of" in errors[0].text
+    assert "invalid arguments" in errors[1].text
+
+
+def test_max_steps_stops_a_looping_model() -> None:
+    loop = [turn(call("lookup", {"key": str(i)}, f"c{i}")) for i in range(10)]
+    agent, ledger = agent_with(loop)
+    result = agent.generate("go", max_steps=3)
+    assert result.finish_reason == "max_steps"
+    assert len(ledger.ran) == 3

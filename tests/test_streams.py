@@ -1,0 +1,101 @@
+"""Streams and results: chunk types, text_stream, telemetry, async twins."""
+
+from __future__ import annotations
+
+import pytest
+
+from graphkit import AgentStream, AsyncAgentStream, StreamChunk
+from tests.helpers import agent_with, call, turn
+
+PAY = {"amount": 3, "payee": {"name": "Bo"}}
+
+
+def types(chunks: list[StreamChunk]) -> list[str]:
+    return [c.type for c in chunks]
+
+
+def test_stream_emits_approval_chunks_and_telemetry_then_finishes_suspended() -> None:
+    agent, _ = agent_with([turn(call("lookup", {"key": "a"}, "c0"), call("pay", PAY, "c1"),
+                                text="Let me look and pay."), "All done now."])
+    stream = agent.stream("go")
+    assert isinstance(stream, AgentStream) and stream.run_id and stream.thread_id
+    chunks = list(stream)
+    assert chunks[0].type == "start" and chunks[-1].type == "finish"
+    assert chunks[-1].payload["finish_reason"] == "suspended"
+    assert {c.run_id for c in chunks} == {stream.run_id}
+    kinds = types(chunks)
+    assert kinds.index("tool-call") < kinds.index("tool-result") < kinds.index(
+        "tool-call-approval")
+    assert "".join(c.payload["text"] for c in chunks if c.type == "text-delta") == \
+        "Let me look and pay."
+    (approval,) = [c for c in chunks if c.type == "tool-call-approval"]
+    assert approval.payload["tool_call_id"] == "c1" and approval.payload["args"] == PAY
+    assert approval.payload["prompt"] == "Pay 3 to Bo?" and approval.payload["id"]
+    (pending,) = [c for c in chunks if c.type == "tool-approval"]
+    assert pending.payload["status"] == "pending" and pending.payload["tool_call_id"] == "c1"
+    assert pending.payload["id"] == approval.payload["id"]
+    assert stream.result().finish_reason == "suspended"
+
+    approved = agent.approve_tool_call(run_id=stream.run_id, decided_by="eve", comment="go")
+    text = "".join(approved.text_stream)
+    assert text == "All done now."
+    assert approved.result().finish_reason == "stop"
+
+
+def test_rejected_telemetry_carries_who_and_comment() -> None:
+    agent, _ = agent_with([turn(call("pay", PAY, "c1")), "ok"])
+    first = agent.stream("go").result()
+    chunks = list(agent.decline_tool_call(run_id=first.run_id, decided_by="sam", comment="no"))
+    telemetry = [c.payload for c in chunks if c.type == "tool-approval"]
+    assert telemetry == [{"status": "rejected", "id": first.pending_approvals[0].id,
+                          "tool_name": "pay", "tool_call_id": "c1", "decided_by": "sam",
+                          "comment": "no", "agent_path": ["assistant"]}]
+    results = [c.payload for c in chunks if c.type == "tool-result"]
+    assert results[0]["status"] == "error"
+
+
+def test_full_stream_and_iteration_share_one_run() -> None:
+    agent, ledger = agent_with([turn(call("lookup", {"key": "a"}, "c0")), "done"])
+    stream = agent.stream("go")
+    first = next(iter(stream.full_stream))
+    rest = list(stream)
+    assert first.type == "start" and rest[-1].type == "finish"
+    assert ledger.names() == ["lookup"]
+
+
+async def test_async_twins() -> None:
+    agent, ledger = agent_with([turn(call("pay", PAY, "c1")), "Paid async."])
+    stream = agent.astream("go")
+    assert isinstance(stream, AsyncAgentStream)
+    chunks = [c async for c in stream]
+    assert chunks[-1].payload["finish_reason"] == "suspended"
+    result = await agent.agenerate("again", thread_id="other")
+    assert result.finish_reason == "suspended"
+
+    resumed = await agent.aapprove_tool_call(run_id=stream.run_id)
+    assert resumed.thread_id == stream.thread_id
+    text = [t async for t in resumed.text_stream]
+    assert "".join(text) == "Paid async."
+    final = await agent.adecline_tool_call_generate(run_id=result.run_id, comment="no")
+    assert final.finish_reason == "stop"
+    assert ledger.names() == ["pay"]
+    assert (await agent.asnapshot(run_id=result.run_id))["status"] == "stop"
+
+
+async def test_async_resolve_and_resume() -> None:
+    agent, ledger = agent_with([turn(call("pay", PAY, "c1")), "done"])
+    result = await agent.agenerate("go")
+    pending = (await agent.apending_approvals(run_id=result.run_id))[0]
+    recorded = await agent.aresolve_tool_approval(run_id=result.run_id, id=pending.id,
+                                                  approved=True, decided_by="x")
+    assert recorded.status == "approved" and ledger.ran == []
+    final = await agent.aresume(run_id=result.run_id)
+    assert final.text == "done" and ledger.names() == ["pay"]
+
+
+async def test_async_errors_surface_when_awaited() -> None:
+    from graphkit import SnapshotNotFoundError
+
+    agent, _ = agent_with(["hi"])
+    with pytest.raises(SnapshotNotFoundError):
+        await agent.aapprove_tool_call(run_id="missing")
