@@ -29,6 +29,7 @@ from graphkit.errors import (
     ApprovalsPendingError,
     ApproverNotAllowedError,
     GraphkitError,
+    SnapshotNotFoundError,
 )
 from graphkit.events import pending_from_interrupts
 from graphkit.graph import build_graph
@@ -56,9 +57,8 @@ def _messages(message: Message | Sequence[Message] | None) -> list[BaseMessage]:
         return []
     if isinstance(message, str):
         return [HumanMessage(message)]
-    if isinstance(message, BaseMessage | Mapping):
-        return list(convert_to_messages([message]))
-    return list(convert_to_messages(list(message)))
+    items: list[Any] = [message] if isinstance(message, BaseMessage | Mapping) else list(message)
+    return list(convert_to_messages(items))
 
 
 def _model(model: BaseChatModel | str) -> BaseChatModel:
@@ -77,6 +77,15 @@ def _tools(tools: Sequence[BaseTool | Callable[..., Any]]) -> list[BaseTool]:
         msg = f"tool names must be unique, got duplicates {duplicates}"
         raise ValueError(msg)
     return result
+
+
+def _resolved_message(record: ApprovalRecord) -> str:
+    why = f" ({record['comment']})" if record.get("comment") else ""
+    return (
+        f"approval {record['id']!r} for tool call {record['tool_call_id']!r} "
+        f"({record['tool_name']}) was already {record['status']} by "
+        f"{record['decided_by'] or 'nobody in particular'}{why}; a decision is final"
+    )
 
 
 class Agent:
@@ -152,8 +161,6 @@ class Agent:
                 "created_at": datetime.now(UTC).isoformat()}
 
     def _not_found(self, run_id: str) -> SnapshotNotFoundError:
-        from graphkit.errors import SnapshotNotFoundError
-
         return SnapshotNotFoundError(
             SNAPSHOT_NOT_FOUND.format(run_id=run_id, storage=self._storage.description)
         )
@@ -226,11 +233,7 @@ class Agent:
                     approval_id is not None and record["id"] == approval_id
                 ):
                     if record["status"] != "pending":
-                        raise ApprovalAlreadyResolvedError(
-                            f"approval {record['id']!r} for tool call "
-                            f"{record['tool_call_id']!r} was already {record['status']} by "
-                            f"{record['decided_by']!r}"
-                        )
+                        raise ApprovalAlreadyResolvedError(_resolved_message(record))
                     return interrupt_id, record
             self._raise_decided(snapshot, tool_call_id, approval_id)
             given = (f"tool_call_id {tool_call_id!r}" if tool_call_id is not None
@@ -265,10 +268,7 @@ class Agent:
             if record is None or record["status"] == "pending":
                 continue
             if record["tool_call_id"] == tool_call_id or record["id"] == approval_id:
-                raise ApprovalAlreadyResolvedError(
-                    f"approval {record['id']!r} for tool call {record['tool_call_id']!r} was "
-                    f"already {record['status']} by {record['decided_by']!r}"
-                )
+                raise ApprovalAlreadyResolvedError(_resolved_message(record))
 
     def _check_approver(self, decided_by: str | None, record: ApprovalRecord) -> None:
         if self.approvers is None:
@@ -338,9 +338,7 @@ class Agent:
             )
         tool = self._find_tool(record["agent_path"], record["tool_name"])
         checked = _validate_resume(tool, data)
-        decision = Decision(tool_call_id=record["tool_call_id"])
-        decision["type"] = "resume"  # type: ignore[typeddict-item]
-        decision["data"] = checked  # type: ignore[typeddict-unknown-key]
+        decision = Decision(type="resume", tool_call_id=record["tool_call_id"], data=checked)
         return Command(resume={interrupt_id: GateResume(decisions=[decision])})
 
     def _continue(self, snapshot: StateSnapshot, run_id: str) -> Any:

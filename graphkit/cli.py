@@ -9,7 +9,6 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from graphkit.errors import GraphkitError
 from graphkit.types import GenerateResult, PendingApproval

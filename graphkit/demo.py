@@ -18,7 +18,7 @@ from graphkit.agent import Agent
 from graphkit.testing import ScriptedChatModel
 from graphkit.tools import GraphkitTool, create_tool
 
-__all__ = ["DEPLOY_INSTRUCTIONS", "deploy_agent", "deploy_tools", "demo_model", "pick_model"]
+__all__ = ["DEPLOY_INSTRUCTIONS", "demo_model", "deploy_agent", "deploy_tools", "pick_model"]
 
 DEPLOY_INSTRUCTIONS = (
     "You are a release assistant. Check a build's status before rolling it out, then deploy it "

@@ -9,8 +9,8 @@ superstep concurrently; `ToolNode` running several interrupting calls in one tas
 from __future__ import annotations
 
 import copy
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
@@ -26,7 +26,6 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.config import get_stream_writer
-from langgraph.graph import END
 from langgraph.types import Command, Send, interrupt
 
 from graphkit.approvals import (
@@ -51,6 +50,7 @@ EVENT_KEY = "graphkit_event"
 """Key marking graphkit's custom stream events (telemetry) among other custom events."""
 
 GateTarget = Literal["model", "tools", "approval_gate"]
+ModelTarget = Literal["approval_gate", "__end__"]
 
 _SYNC_TOOL_POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="graphkit-tool")
 """Sync tools called from an async run. The event loop's default pool has cpu+4 threads,
@@ -102,25 +102,25 @@ def make_model_node(
         messages = list(state.get("messages") or [])
         return [*system, *messages], model_steps(messages) >= limit
 
-    def finish(response: BaseMessage) -> Command[Literal["approval_gate", "__end__"]]:
+    def finish(response: BaseMessage) -> Command[ModelTarget]:
         has_calls = isinstance(response, AIMessage) and bool(response.tool_calls)
-        return Command(update={"messages": [response]},
-                       goto="approval_gate" if has_calls else END)
+        goto: ModelTarget = "approval_gate" if has_calls else "__end__"
+        return Command(update={"messages": [response]}, goto=goto)
 
     def call_model(
         state: AgentState, config: RunnableConfig
-    ) -> Command[Literal["approval_gate", "__end__"]]:
+    ) -> Command[ModelTarget]:
         messages, exhausted = route(state)
         if exhausted:
-            return Command(goto=END)
+            return Command(goto="__end__")
         return finish(bound.invoke(messages, config))
 
     async def acall_model(
         state: AgentState, config: RunnableConfig
-    ) -> Command[Literal["approval_gate", "__end__"]]:
+    ) -> Command[ModelTarget]:
         messages, exhausted = route(state)
         if exhausted:
-            return Command(goto=END)
+            return Command(goto="__end__")
         return finish(await bound.ainvoke(messages, config))
 
     return call_model, acall_model
@@ -169,7 +169,8 @@ def _task(call: CallPlan, agent_path: list[str], options: RunOptions) -> Send:
 def _edited_ai(ai: AIMessage, edited: Mapping[str, dict[str, Any]]) -> AIMessage:
     """The AI message as it will run, so the history shows the edited call, not the original."""
     calls = [
-        {**call, "args": edited[call["id"]]} if call.get("id") in edited else call
+        {**call, "args": edited[call_id]}
+        if (call_id := call.get("id")) is not None and call_id in edited else call
         for call in ai.tool_calls
     ]
     return ai.model_copy(update={"tool_calls": calls})

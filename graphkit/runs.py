@@ -12,7 +12,7 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import StateSnapshot
+from langgraph.types import StateSnapshot, StreamMode
 
 from graphkit.events import (
     ChunkTranslator,
@@ -27,7 +27,7 @@ from graphkit.types import GenerateResult, PendingApproval, RunState, StreamChun
 
 __all__ = ["AgentStream", "AsyncAgentStream", "Invocation"]
 
-STREAM_MODES = ["updates", "messages", "custom", "values"]
+STREAM_MODES: list[StreamMode] = ["updates", "messages", "custom", "values"]
 StateHook = Callable[[RunState], Any]
 
 
@@ -134,8 +134,8 @@ class AgentStream:
         run = self._run
         inv = run.invocation
         yield run.start()
-        parts = self._graph.stream(inv.input, inv.config, stream_mode=STREAM_MODES,
-                                   subgraphs=True)
+        parts: Any = self._graph.stream(inv.input, inv.config, stream_mode=STREAM_MODES,
+                                        subgraphs=True)
         try:
             for part in parts:
                 chunks, stop = run.feed(part)
@@ -208,8 +208,8 @@ class AsyncAgentStream:
         run = await self._ready()
         inv = run.invocation
         yield run.start()
-        parts = self._graph.astream(inv.input, inv.config, stream_mode=STREAM_MODES,
-                                    subgraphs=True)
+        parts: Any = self._graph.astream(inv.input, inv.config, stream_mode=STREAM_MODES,
+                                         subgraphs=True)
         try:
             async for part in parts:
                 chunks, stop = run.feed(part)
@@ -218,7 +218,7 @@ class AsyncAgentStream:
                 if stop:
                     break
         finally:
-            await parts.aclose()  # type: ignore[attr-defined]
+            await parts.aclose()
         for chunk in run.finish(await self._graph.aget_state(inv.config)):
             yield chunk
 

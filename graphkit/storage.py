@@ -114,7 +114,7 @@ def _connect(path: str, *, autocommit: bool = False) -> sqlite3.Connection:
     # A long busy timeout: several processes may decide and resume runs in one file.
     conn = sqlite3.connect(
         path, check_same_thread=False, timeout=30.0,
-        isolation_level=None if autocommit else "",  # the store runs its own BEGIN/COMMIT
+        isolation_level=None if autocommit else "DEFERRED",  # the store runs its own BEGIN/COMMIT
     )
     if path != ":memory:":
         conn.execute("PRAGMA journal_mode=WAL")

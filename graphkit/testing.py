@@ -20,7 +20,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
-__all__ = ["ScriptedChatModel", "ScriptExhaustedError"]
+__all__ = ["ScriptExhaustedError", "ScriptedChatModel"]
 
 Script = Sequence[AIMessage | str] | Callable[[list[BaseMessage]], AIMessage | str]
 StructuredScript = Sequence[Any] | Callable[[Any, list[BaseMessage]], Any]
@@ -57,7 +57,7 @@ class ScriptedChatModel(BaseChatModel):
     _structured_calls: int = PrivateAttr(default=0)
 
     def __init__(self, responses: Script, **kwargs: Any) -> None:
-        super().__init__(responses=responses, **kwargs)
+        super().__init__(responses=responses, **kwargs)  # type: ignore[call-arg]
 
     @property
     def _llm_type(self) -> str:
@@ -86,7 +86,8 @@ class ScriptedChatModel(BaseChatModel):
         if isinstance(reply, str):
             reply = AIMessage(reply)
         # A fresh id per call: the same scripted message may answer several turns or threads.
-        return reply.model_copy(update={"id": None}, deep=True)
+        copied: AIMessage = reply.model_copy(update={"id": None}, deep=True)
+        return copied
 
     def _generate(
         self,

@@ -36,7 +36,8 @@ ApprovalKind = Literal["approval", "suspension"]
 ApprovalStatus = Literal["pending", "approved", "rejected"]
 Verdict = Literal["required", "conditional"]
 """`required`: the tool (or the request) always asks. `conditional`: a predicate asked."""
-DecisionType = Literal["approve", "edit", "reject"]
+DecisionType = Literal["approve", "edit", "reject", "resume"]
+"""LangChain's HITL decisions, plus `resume` (with `data`) for a suspended tool."""
 FinishReason = Literal["stop", "suspended", "checkpoint", "max_steps"]
 ChunkType = Literal[
     "start",
@@ -90,6 +91,8 @@ class Decision(TypedDict, total=False):
     edited_action: dict[str, Any]
     args: dict[str, Any]
     message: str
+    data: Any
+    """Resume data, for a `resume` decision."""
     decided_by: str | None
     comment: str | None
 

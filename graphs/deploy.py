@@ -1,0 +1,5 @@
+"""The seed's deploy_service: asks "Send build {{version}} to prod?" before every rollout."""
+
+from graphkit.demo import deploy_agent
+
+graph = deploy_agent().graph

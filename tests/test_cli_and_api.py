@@ -1,0 +1,84 @@
+"""The demo CLI, the scripted model, and the pinned public API."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+
+import graphkit
+from graphkit.cli import main, run_demo
+from graphkit.testing import ScriptedChatModel, ScriptExhaustedError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_public_api_is_pinned() -> None:
+    assert graphkit.__all__ == sorted(graphkit.__all__)
+    assert set(graphkit.__all__) == {
+        "Agent", "AgentStream", "AmbiguousApprovalError", "ApprovalAlreadyResolvedError",
+        "ApprovalNotFoundError", "ApprovalsPendingError", "ApproverNotAllowedError",
+        "AsyncAgentStream", "GenerateResult", "GraphkitError", "GraphkitTool",
+        "InvalidApprovedArgsError", "PendingApproval", "ResumeDataError", "RunState",
+        "SnapshotNotFoundError", "StreamChunk", "SuspendPayloadError", "ToolContext",
+        "create_tool",
+    }
+
+
+def test_demo_unattended_runs_end_to_end_in_a_subprocess(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "graphkit.cli", "demo", "--yes", "--db",
+         f"sqlite:///{tmp_path / 'demo.db'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "APPROVAL NEEDED" in done.stdout and "Send build 1.4.2 to prod?" in done.stdout
+    assert '"channel": "ops"' in done.stdout
+    assert "rolled out 1.4.2 to production" in done.stdout
+    assert "finish_reason: stop" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("answers", "expected"),
+    [(["e", '{"version": "1.4.3"}'], "rolled out 1.4.3"), (["r"], "was rejected")],
+)
+def test_demo_edit_and_reject(tmp_path: Path, answers: list[str], expected: str) -> None:
+    lines: list[str] = []
+    replies = iter(answers)
+    result = run_demo(yes=False, db=f"sqlite:///{tmp_path / 'd.db'}", out=lines.append,
+                      read=lambda prompt: next(replies))
+    assert result.finish_reason == "stop"
+    assert any(expected in line for line in lines)
+
+
+def test_cli_errors_are_one_line_without_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--yes", "--db", "bogus://x"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("graphkit: error:") and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_scripted_model_answers_by_conversation_turn() -> None:
+    model = ScriptedChatModel([AIMessage("one"), "two"])
+    assert model.invoke([HumanMessage("hi")]).text == "one"
+    assert model.invoke([HumanMessage("hi"), AIMessage("one"), HumanMessage("again")]).text == "two"
+    with pytest.raises(ScriptExhaustedError, match="2 scripted replies"):
+        model.invoke([AIMessage("a"), AIMessage("b")])
+    assert len(model.calls) == 3  # the failed call is recorded too
+    streamed = "".join(c.text for c in ScriptedChatModel(["a b c"]).stream("x"))
+    assert streamed == "a b c"
+
+
+def test_scripted_model_function_and_structured_output() -> None:
+    from pydantic import BaseModel
+
+    class City(BaseModel):
+        city: str
+
+    model = ScriptedChatModel(lambda messages: f"{len(messages)} messages",
+                              structured=[{"city": "Paris"}])
+    assert model.invoke("hi").text == "1 messages"
+    assert model.with_structured_output(City).invoke("I'm in Paris") == City(city="Paris")

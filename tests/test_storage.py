@@ -1,0 +1,94 @@
+"""Durable runs: SQLite files shared by real processes, snapshots, storage errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from graphkit import SnapshotNotFoundError
+from tests.helpers import agent_with, call, turn
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(db: str, log: Path, *args: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.xproc_agent", db, str(log), *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def events(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_pause_in_one_process_decide_in_others(sqlite_url: str, tmp_path: Path) -> None:
+    log = tmp_path / "log.jsonl"
+    started = run(sqlite_url, log, "start")
+    assert started["finish_reason"] == "suspended"
+    assert started["pending"] == ["c2", "c3"]
+    run_id = started["run_id"]
+
+    second = run(sqlite_url, log, "approve", run_id, "c3")
+    assert second["finish_reason"] == "suspended" and second["pending"] == ["c2"]
+    third = run(sqlite_url, log, "decline", run_id, "c2")
+    assert third["finish_reason"] == "stop" and third["text"] == "Finished."
+
+    seen = events(log)
+    predicates = [e["command"] for e in seen if e["event"] == "predicate"]
+    ran = [e["command"] for e in seen if e["event"] == "ran"]
+    assert predicates == ["ls", "rm -r old", "rm -r tmp"]  # once per call, in all processes
+    assert ran == ["ls", "rm -r tmp"]  # the approved call once, the declined one never
+
+
+def test_snapshot_is_json_serialisable(sqlite_url: str) -> None:
+    agent, _ = agent_with([turn(call("pay", {"amount": 1, "payee": {"name": "x"}}, "c1")), "ok"],
+                          checkpointer=sqlite_url)
+    result = agent.generate("go")
+    snapshot = agent.snapshot(run_id=result.run_id)
+    assert json.loads(json.dumps(snapshot)) == snapshot
+    assert snapshot["status"] == "suspended" and snapshot["awaiting_approval"] is True
+    assert snapshot["pending_approvals"][0]["tool_call_id"] == "c1"
+    assert snapshot["messages"][0]["data"]["content"] == "go"
+
+
+def test_memory_runs_are_not_found_elsewhere_with_a_helpful_message() -> None:
+    agent, _ = agent_with(["hi"])
+    with pytest.raises(SnapshotNotFoundError) as missing:
+        agent.snapshot(run_id="from-another-process")
+    text = str(missing.value)
+    assert "snapshot not found" in text and "sqlite:///" in text
+
+
+def test_checkpointer_instance_is_accepted(tmp_path: Path) -> None:
+    import sqlite3
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    saver = SqliteSaver(sqlite3.connect(tmp_path / "own.db", check_same_thread=False))
+    agent, ledger = agent_with([turn(call("pay", {"amount": 1, "payee": {"name": "x"}}, "c1")),
+                                "ok"], checkpointer=saver)
+    result = agent.generate("go")
+    assert agent.approve_tool_call_generate(run_id=result.run_id).text == "ok"
+    assert ledger.names() == ["pay"]
+
+
+def test_unsupported_checkpointer_url_is_refused() -> None:
+    with pytest.raises(ValueError, match="unsupported checkpointer"):
+        agent_with(["hi"], checkpointer="redis://localhost")
+
+
+async def test_async_runs_on_sqlite(sqlite_url: str) -> None:
+    agent, ledger = agent_with([turn(call("pay", {"amount": 1, "payee": {"name": "x"}}, "c1")),
+                                "ok"], checkpointer=sqlite_url)
+    result = await agent.agenerate("go")
+    assert result.finish_reason == "suspended"
+    assert (await agent.aapprove_tool_call_generate(run_id=result.run_id)).text == "ok"
+    assert ledger.names() == ["pay"]

@@ -1,0 +1,130 @@
+"""A new message supersedes pending calls; refused decisions raise typed errors, change nothing."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+from graphkit import (
+    AmbiguousApprovalError,
+    ApprovalAlreadyResolvedError,
+    ApprovalNotFoundError,
+    ApproverNotAllowedError,
+    GraphkitError,
+    InvalidApprovedArgsError,
+    SnapshotNotFoundError,
+)
+from tests.helpers import agent_with, call, turn
+
+PAY = {"amount": 40, "payee": {"name": "ACME"}}
+
+
+def test_new_message_supersedes_pending_calls_and_the_run_goes_on() -> None:
+    script = [turn(call("pay", PAY, "c1"), call("pay", PAY, "c2")), "Sure, what else?"]
+    agent, ledger = agent_with(script)
+    first = agent.generate("pay twice")
+    second = agent.generate("actually, forget it", thread_id=first.thread_id)
+    assert ledger.ran == []
+    assert second.finish_reason == "stop" and second.text == "Sure, what else?"
+    kinds = [type(m).__name__ for m in second.messages]
+    assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "ToolMessage", "HumanMessage",
+                     "AIMessage"]
+    for message in second.messages[2:4]:
+        assert isinstance(message, ToolMessage) and message.status == "error"
+        assert "superseded" in message.text
+    # the history stays valid: every tool call has its answer before the next user message
+    with pytest.raises(ApprovalAlreadyResolvedError, match="superseded"):
+        agent.approve_tool_call(run_id=first.run_id, tool_call_id="c1")
+
+
+def test_a_message_saying_approved_never_approves() -> None:
+    agent, ledger = agent_with([turn(call("pay", PAY, "c1")), "ok"])
+    first = agent.generate("pay")
+    agent.generate("approved, go ahead", thread_id=first.thread_id)
+    assert ledger.ran == []
+
+
+def test_errors_name_what_was_given_and_change_nothing() -> None:
+    script = [turn(call("pay", PAY, "c1"), call("pay", {**PAY, "amount": 2}, "c2")), "done"]
+    agent, ledger = agent_with(script)
+    result = agent.generate("go")
+    run_id = result.run_id
+    before = agent.snapshot(run_id=run_id)
+
+    with pytest.raises(AmbiguousApprovalError) as ambiguous:
+        agent.approve_tool_call(run_id=run_id)
+    assert ambiguous.value.pending_ids == ["c1", "c2"]
+    assert "c1" in str(ambiguous.value) and "c2" in str(ambiguous.value)
+
+    with pytest.raises(ApprovalNotFoundError, match="'nope'"):
+        agent.approve_tool_call(run_id=run_id, tool_call_id="nope")
+
+    with pytest.raises(InvalidApprovedArgsError, match="amount"):
+        agent.approve_tool_call(run_id=run_id, tool_call_id="c1", args={"amount": "many"})
+
+    with pytest.raises(SnapshotNotFoundError, match="snapshot not found"):
+        agent.approve_tool_call(run_id="no-such-run")
+
+    with pytest.raises(ApprovalNotFoundError):
+        agent.resolve_tool_approval(run_id=run_id, id="apr_unknown", approved=True)
+
+    after = agent.snapshot(run_id=run_id)
+    assert after["pending_approvals"] == before["pending_approvals"]
+    assert after["checkpoint_id"] == before["checkpoint_id"]
+    assert ledger.ran == []
+
+    agent.decline_tool_call_generate(run_id=run_id, tool_call_id="c1")
+    with pytest.raises(ApprovalAlreadyResolvedError):
+        agent.approve_tool_call(run_id=run_id, tool_call_id="c1")
+    # still decidable after all the refusals
+    assert agent.approve_tool_call_generate(run_id=run_id, tool_call_id="c2").text == "done"
+    assert ledger.ran == [("pay", {**PAY, "amount": 2})]
+
+
+def test_resolve_twice_is_refused() -> None:
+    agent, _ = agent_with([turn(call("pay", PAY, "c1"), call("pay", PAY, "c2")), "done"])
+    result = agent.generate("go")
+    approval = result.pending_approvals[0]
+    agent.resolve_tool_approval(run_id=result.run_id, id=approval.id, approved=True)
+    with pytest.raises(ApprovalAlreadyResolvedError):
+        agent.resolve_tool_approval(run_id=result.run_id, id=approval.id, approved=False)
+
+
+def test_approvers_policy_refuses_and_the_approval_stays_pending() -> None:
+    def only_finance(who: str | None, pending: object) -> bool:
+        return who == "finance-lead"
+
+    agent, ledger = agent_with([turn(call("pay", PAY, "c1")), "done"], approvers=only_finance)
+    result = agent.generate("go")
+    with pytest.raises(ApproverNotAllowedError) as refused:
+        agent.approve_tool_call(run_id=result.run_id, decided_by="intern")
+    assert isinstance(refused.value, PermissionError)
+    assert agent.pending_approvals(run_id=result.run_id)[0].status == "pending"
+    assert agent.approve_tool_call_generate(run_id=result.run_id,
+                                            decided_by="finance-lead").text == "done"
+    assert ledger.names() == ["pay"]
+
+
+def test_error_tree() -> None:
+    for error in (SnapshotNotFoundError, ApprovalNotFoundError, AmbiguousApprovalError,
+                  ApprovalAlreadyResolvedError, InvalidApprovedArgsError,
+                  ApproverNotAllowedError):
+        assert issubclass(error, GraphkitError)
+
+
+def test_raw_graph_resume_with_a_bad_decision_keeps_the_call_pending() -> None:
+    from langgraph.types import Command
+
+    agent, ledger = agent_with([turn(call("pay", PAY, "c1")), "done"])
+    result = agent.generate("go")
+    config = {"configurable": {"thread_id": result.thread_id}}
+    agent.graph.invoke(Command(resume={"decisions": [{"type": "aprove"}]}), config)
+    state = agent.graph.get_state(config)
+    (interrupt,) = state.interrupts
+    assert "aprove" in interrupt.value["error"]
+    assert interrupt.value["approvals"][0]["status"] == "pending"
+    assert ledger.ran == []
+    agent.graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+    assert ledger.names() == ["pay"]
+    messages = agent.graph.get_state(config).values["messages"]
+    assert isinstance(messages[-1], AIMessage) and isinstance(messages[0], HumanMessage)

@@ -1,0 +1,140 @@
+"""create_tool: forms, schemas, prompts, predicates, ToolContext."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.tools import BaseTool, tool
+from pydantic import BaseModel
+
+from graphkit import Agent, GraphkitTool, ToolContext, create_tool
+from graphkit.testing import ScriptedChatModel
+from graphkit.tools import render_prompt
+from tests.helpers import call, turn
+
+
+def test_call_and_decorator_forms_sync_and_async() -> None:
+    def plain(x: int) -> int:
+        """Double."""
+        return x * 2
+
+    async def coro(x: int) -> int:
+        """Triple."""
+        return x * 3
+
+    made = create_tool(plain, name="double")
+    assert isinstance(made, BaseTool) and made.name == "double" and made.invoke({"x": 2}) == 4
+
+    @create_tool(needs_approval=True, description="Deploy it")
+    def deploy(version: str) -> str:
+        return version
+
+    assert isinstance(deploy, GraphkitTool) and deploy.needs_approval is True
+    assert deploy.description == "Deploy it"
+    triple = create_tool(coro)
+    assert triple.invoke({"x": 2}) == 6  # an async tool still works from sync code
+
+
+async def test_async_tool_runs_async() -> None:
+    @create_tool
+    async def triple(x: int) -> int:
+        """Triple."""
+        return x * 3
+
+    assert await triple.ainvoke({"x": 3}) == 9
+
+
+def test_tool_context_is_injected_and_hidden_from_the_model() -> None:
+    seen: list[ToolContext] = []
+
+    @create_tool
+    def where(city: str, ctx: ToolContext) -> str:
+        """Where am I."""
+        seen.append(ctx)
+        return f"{city} {ctx.tool_call_id} {ctx.agent_path}"
+
+    schema = where.tool_call_schema.model_json_schema()  # type: ignore[union-attr]
+    assert set(schema["properties"]) == {"city"}
+    agent = Agent(name="geo", model=ScriptedChatModel([turn(call("where", {"city": "Oslo"},
+                                                                 "c9")), "ok"]), tools=[where])
+    result = agent.generate("go", thread_id="t-1")
+    assert seen[0].tool_call_id == "c9" and seen[0].thread_id == "t-1"
+    assert seen[0].agent_path == ["geo"] and seen[0].resume_data is None
+    assert "Oslo c9 ['geo']" in result.messages[2].text
+
+
+def test_explicit_args_schema() -> None:
+    class Args(BaseModel):
+        version: str
+        dry_run: bool = False
+
+    def deploy(version: str, dry_run: bool = False) -> str:
+        return f"{version} {dry_run}"
+
+    made = create_tool(deploy, args_schema=Args, description="d")
+    assert made.args_schema is Args and made.invoke({"version": "1"}) == "1 False"
+
+
+@pytest.mark.parametrize(
+    ("template", "args", "expected"),
+    [
+        ("Send build {{version}} to prod?", {"version": "1.4.2"}, "Send build 1.4.2 to prod?"),
+        ("{{ a.b }} and {{a.c}}", {"a": {"b": 1, "c": [1, 2]}}, "1 and [1, 2]"),
+        ("keep {{missing}} and {{ a.zz }}", {"a": {}}, "keep {{missing}} and {{ a.zz }}"),
+        ("no {{__class__}} {{ version.__len__ }}", {"version": "x"},
+         "no {{__class__}} {{ version.__len__ }}"),
+        ("once {{v}}", {"v": "{{v}} {{w}}", "w": "W"}, "once {{v}} {{w}}"),
+        ("{{ 1 + 1 }} {{v|upper}}", {"v": "x"}, "{{ 1 + 1 }} {{v|upper}}"),
+    ],
+)
+def test_prompt_templates_only_look_up_keys(template: str, args: dict[str, Any],
+                                            expected: str) -> None:
+    assert render_prompt(template, args) == expected
+
+
+def test_prompt_function_that_raises_still_pauses_with_the_default_prompt() -> None:
+    def bad_prompt(args: dict[str, Any]) -> str:
+        raise KeyError("oops")
+
+    ran: list[str] = []
+
+    @create_tool(needs_approval=True, approval_prompt=bad_prompt)
+    def wipe(target: str) -> str:
+        """Wipe."""
+        ran.append(target)
+        return "wiped"
+
+    agent = Agent(name="x", model=ScriptedChatModel([turn(call("wipe", {"target": "db"}, "c1")),
+                                                     "ok"]), tools=[wipe])
+    result = agent.generate("go")
+    assert result.finish_reason == "suspended" and ran == []
+    assert result.pending_approvals[0].metadata["prompt"] == "Approve wipe?"
+
+
+def test_plain_langchain_tools_are_accepted_and_never_ask_by_themselves() -> None:
+    @tool
+    def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    agent = Agent(name="x", model=ScriptedChatModel([turn(call("echo", {"text": "hi"}, "c1")),
+                                                     "ok"]), tools=[echo])
+    assert agent.generate("go").finish_reason == "stop"
+    assert agent.generate("go", require_tool_approval=True).finish_reason == "suspended"
+
+
+def test_plain_functions_become_tools_and_names_must_be_unique() -> None:
+    def ping() -> str:
+        """Ping."""
+        return "pong"
+
+    agent = Agent(name="x", model=ScriptedChatModel(["ok"]), tools=[ping])
+    assert agent.tools[0].name == "ping"
+    with pytest.raises(ValueError, match="unique"):
+        Agent(name="x", model=ScriptedChatModel(["ok"]), tools=[ping, ping])
+
+
+def test_needs_approval_must_be_bool_or_callable() -> None:
+    with pytest.raises(TypeError, match="needs_approval"):
+        create_tool(lambda: None, name="x", description="x", needs_approval="yes")  # type: ignore[call-overload]

@@ -1,0 +1,66 @@
+"""An agent driven from the command line, for tests that pause in one process and decide in
+another. Every real tool execution and predicate call is appended to a log file, so the test
+can count them across processes.
+
+    python -m tests.xproc_agent DB LOG start
+    python -m tests.xproc_agent DB LOG approve RUN_ID TOOL_CALL_ID
+    python -m tests.xproc_agent DB LOG decline RUN_ID TOOL_CALL_ID
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from graphkit import Agent, create_tool
+from graphkit.testing import ScriptedChatModel
+from tests.helpers import call, turn
+
+
+def build(db: str, log: str) -> Agent:
+    def note(event: str, **data: Any) -> None:
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"event": event, **data}) + "\n")
+
+    def destructive(args: dict[str, Any]) -> bool:
+        note("predicate", command=args["command"])
+        return args["command"].startswith("rm")
+
+    @create_tool(needs_approval=destructive, approval_prompt="Run {{command}}?")
+    def bash(command: str) -> str:
+        """Run a shell command."""
+        note("ran", command=command)
+        return f"ran {command}"
+
+    script = [
+        turn(call("bash", {"command": "ls"}, "c1"), call("bash", {"command": "rm -r old"}, "c2"),
+             call("bash", {"command": "rm -r tmp"}, "c3")),
+        "Finished.",
+    ]
+    return Agent(name="ops", model=ScriptedChatModel(script), tools=[bash], checkpointer=db)
+
+
+def main(argv: list[str]) -> None:
+    db, log, action, *rest = argv
+    agent = build(db, log)
+    if action == "start":
+        result = agent.generate("clean up")
+    elif action == "approve":
+        result = agent.approve_tool_call_generate(run_id=rest[0], tool_call_id=rest[1],
+                                                  decided_by="proc")
+    elif action == "decline":
+        result = agent.decline_tool_call_generate(run_id=rest[0], tool_call_id=rest[1],
+                                                  decided_by="proc", comment="no")
+    else:
+        raise SystemExit(f"unknown action {action!r}")
+    print(json.dumps({
+        "run_id": result.run_id,
+        "finish_reason": result.finish_reason,
+        "pending": [p.tool_call_id for p in result.pending_approvals if p.status == "pending"],
+        "text": result.text,
+    }))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
