@@ -363,10 +363,14 @@ class Agent:
     ) -> Any:
         found = pending_from_interrupts(snapshot.interrupts)
         if found and messages:
-            # A new message while calls wait: decline them as superseded, go on with it.
-            # A message never approves anything, whatever it says.
-            body = messages_to_dict(messages)
-            return Command(resume={i: GateResume(supersede=body) for i in dict(found)})
+            # A new message while calls wait: decline them as superseded (or, with auto-resume,
+            # read suspended tools' resume data from it) and go on with it. A message never
+            # approves anything, whatever it says.
+            value = GateResume(
+                supersede=messages_to_dict(messages),
+                auto_resume=bool(options.get("auto_resume_suspended_tools")),
+            )
+            return Command(resume={i: value for i in dict(found)})
         if not messages:
             return None
         return {"messages": messages, "options": options}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -330,11 +330,16 @@ def _who_why(decided_by: str | None, comment: str | None) -> tuple[str, str]:
     return (repr(decided_by) if decided_by else "a reviewer", f": {comment}" if comment else "")
 
 
+Extractor = Callable[[CallPlan, list[BaseMessage]], Any]
+"""Reads resume data for a suspended call from the user's new message(s); None if it cannot."""
+
+
 def apply_resume(
     plan: TurnPlan,
     value: GateResume | Mapping[str, Any],
     answered: set[str],
     tools: Mapping[str, BaseTool],
+    extract: Extractor | None = None,
 ) -> ResumeOutcome:
     """Apply decisions, resume data or a superseding message; raise on anything invalid."""
     if not isinstance(value, Mapping):
@@ -347,10 +352,22 @@ def apply_resume(
     open_calls = [c for c in calls if c["tool_call_id"] not in answered]
 
     if "supersede" in value:
+        queued = [*(plan.get("queued") or []), *(value.get("supersede") or [])]
+        auto = bool(value.get("auto_resume")) and extract is not None
+        said = list(messages_from_dict(queued))
         for call in open_calls:
+            tool = tools.get(call["tool_name"])
+            schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None
+            if call["suspension"] is not None and auto and schema is not None and extract:
+                # Only a suspension may be resumed by a message; approvals never are.
+                data = extract(call, said)
+                if data is not None:
+                    call["resume_values"].append(data)
+                    call["suspension"] = None
+                continue  # unreadable: stays suspended, asks again, the message is kept
             _supersede(call, outcome)
         outcome.plan["held"] = False
-        outcome.plan["queued"] = list(value.get("supersede") or [])
+        outcome.plan["queued"] = queued
         return outcome
 
     decisions = list(value.get("decisions") or [])

@@ -9,6 +9,7 @@ from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import BaseTool
 from langgraph.graph import START, StateGraph
 
+from graphkit.autoresume import make_extractor
 from graphkit.nodes import make_gate_node, make_model_node, make_tools_nodes
 from graphkit.state import AgentState, InputState, ToolTask
 
@@ -35,7 +36,7 @@ def build_graph(
     )
     builder.add_node(
         "approval_gate",
-        make_gate_node(by_name, name),
+        make_gate_node(by_name, name, make_extractor(model, by_name)),
         destinations=("tools", "model", "approval_gate"),
     )
     builder.add_node(

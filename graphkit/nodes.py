@@ -29,6 +29,7 @@ from langgraph.config import get_stream_writer
 from langgraph.types import Command, Send, interrupt
 
 from graphkit.approvals import (
+    Extractor,
     ResumeOutcome,
     answered_ids,
     apply_resume,
@@ -176,7 +177,9 @@ def _edited_ai(ai: AIMessage, edited: Mapping[str, dict[str, Any]]) -> AIMessage
     return ai.model_copy(update={"tool_calls": calls})
 
 
-def make_gate_node(tools: Mapping[str, BaseTool], name: str) -> Callable[..., Any]:
+def make_gate_node(
+    tools: Mapping[str, BaseTool], name: str, extract: Extractor | None = None
+) -> Callable[..., Any]:
     """The `approval_gate` node: plans a turn, dispatches calls, pauses for humans."""
 
     def approval_gate(state: AgentState, config: RunnableConfig) -> Command[GateTarget]:
@@ -216,7 +219,7 @@ def make_gate_node(tools: Mapping[str, BaseTool], name: str) -> Callable[..., An
         if not _ready(plan, answered) and waiting_records(plan, answered) and not changed:
             value = interrupt(interrupt_value(plan, answered, agent_path=path))
             try:
-                outcome = apply_resume(plan, value, answered, tools)
+                outcome = apply_resume(plan, value, answered, tools, extract)
             except GraphkitError as exc:
                 refused = copy.deepcopy(plan)
                 refused["error"] = str(exc)

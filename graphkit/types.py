@@ -105,6 +105,8 @@ class GateResume(TypedDict, total=False):
     """Record the decisions and stay paused (`resolve_tool_approval`); `resume` continues."""
     supersede: list[dict[str, Any]]
     """A new user message (as message dicts): decline what is pending and go on with it."""
+    auto_resume: bool
+    """With `supersede`: read suspended tools' resume data from the message instead."""
     decided_by: NotRequired[str | None]
 
 

@@ -48,6 +48,16 @@ def test_pause_in_one_process_decide_in_others(sqlite_url: str, tmp_path: Path) 
     assert ran == ["ls", "rm -r tmp"]  # the approved call once, the declined one never
 
 
+def test_suspension_paused_in_one_process_resumes_in_another(sqlite_url: str,
+                                                              tmp_path: Path) -> None:
+    log = tmp_path / "wx.jsonl"
+    started = run(sqlite_url, log, "wx-start")
+    assert started["finish_reason"] == "suspended" and started["pending"] == ["w1"]
+    final = run(sqlite_url, log, "wx-resume", started["run_id"], "Lyon")
+    assert final["finish_reason"] == "stop" and final["text"] == "Sunny."
+    assert [e["resume"] for e in events(log)] == ["None", "city='Lyon'"]
+
+
 def test_snapshot_is_json_serialisable(sqlite_url: str) -> None:
     agent, _ = agent_with([turn(call("pay", {"amount": 1, "payee": {"name": "x"}}, "c1")), "ok"],
                           checkpointer=sqlite_url)

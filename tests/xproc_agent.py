@@ -5,6 +5,8 @@ can count them across processes.
     python -m tests.xproc_agent DB LOG start
     python -m tests.xproc_agent DB LOG approve RUN_ID TOOL_CALL_ID
     python -m tests.xproc_agent DB LOG decline RUN_ID TOOL_CALL_ID
+    python -m tests.xproc_agent DB LOG wx-start
+    python -m tests.xproc_agent DB LOG wx-resume RUN_ID CITY
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import json
 import sys
 from typing import Any
 
-from graphkit import Agent, create_tool
+from pydantic import BaseModel
+
+from graphkit import Agent, ToolContext, create_tool
 from graphkit.testing import ScriptedChatModel
 from tests.helpers import call, turn
 
@@ -41,10 +45,32 @@ def build(db: str, log: str) -> Agent:
     return Agent(name="ops", model=ScriptedChatModel(script), tools=[bash], checkpointer=db)
 
 
+class City(BaseModel):
+    city: str
+
+
+def build_weather(db: str, log: str) -> Agent:
+    @create_tool(resume_schema=City)
+    def weather(ctx: ToolContext) -> str:
+        """Fetch the weather for a city."""
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"event": "weather", "resume": str(ctx.resume_data)}) + "\n")
+        if ctx.resume_data is None:
+            return ctx.suspend({"message": "Which city?"})
+        return f"{ctx.resume_data.city}: sunny"
+
+    script = [turn(call("weather", {}, "w1")), "Sunny."]
+    return Agent(name="wx", model=ScriptedChatModel(script), tools=[weather], checkpointer=db)
+
+
 def main(argv: list[str]) -> None:
     db, log, action, *rest = argv
-    agent = build(db, log)
-    if action == "start":
+    agent = build_weather(db, log) if action.startswith("wx-") else build(db, log)
+    if action == "wx-start":
+        result = agent.generate("weather?")
+    elif action == "wx-resume":
+        result = agent.resume_generate({"city": rest[1]}, run_id=rest[0])
+    elif action == "start":
         result = agent.generate("clean up")
     elif action == "approve":
         result = agent.approve_tool_call_generate(run_id=rest[0], tool_call_id=rest[1],

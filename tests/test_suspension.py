@@ -1,0 +1,246 @@
+"""Runtime suspension: ctx.suspend, resume, several at once, exactly once, auto-resume."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
+from pydantic import BaseModel
+
+from graphkit import (
+    Agent,
+    AmbiguousApprovalError,
+    ResumeDataError,
+    SuspendPayloadError,
+    ToolContext,
+    create_tool,
+)
+from graphkit.testing import ScriptedChatModel
+from tests.helpers import Ledger, call, turn
+
+
+class Ask(BaseModel):
+    message: str
+
+
+class City(BaseModel):
+    city: str
+
+
+class When(BaseModel):
+    date: str
+
+
+def weather_tool(log: list[str]) -> Any:
+    @create_tool(suspend_schema=Ask, resume_schema=City)
+    def weather(ctx: ToolContext) -> str:
+        """Fetch the weather for a city."""
+        log.append("started")
+        if ctx.resume_data is None:
+            return ctx.suspend({"message": "What city do you want to know the weather for?"})
+        log.append(f"fetched {ctx.resume_data.city}")
+        return f"{ctx.resume_data.city}: sunny, +72F"
+
+    return weather
+
+
+def test_suspend_pauses_and_resume_runs_the_tool_again_with_resume_data() -> None:
+    log: list[str] = []
+    agent = Agent(name="wx", model=ScriptedChatModel(
+        [turn(call("weather", {}, "w1")), "It is sunny in Oslo."]), tools=[weather_tool(log)])
+    stream = agent.stream("What's the weather like?")
+    chunks = list(stream)
+    (suspended,) = [c for c in chunks if c.type == "tool-call-suspended"]
+    assert suspended.payload["suspend_payload"] == {
+        "message": "What city do you want to know the weather for?"}
+    assert suspended.payload["tool_call_id"] == "w1"
+    result = stream.result()
+    assert result.finish_reason == "suspended"
+    assert result.suspend_payload is not None
+    assert result.suspend_payload["message"].startswith("What city")
+    assert result.suspend_payload["tool_name"] == "weather"
+    (pending,) = result.pending_approvals
+    assert pending.kind == "suspension" and pending.tool_call_id == "w1"
+    assert log == ["started"]
+
+    final = agent.resume_generate({"city": "Oslo"}, run_id=result.run_id)
+    assert final.finish_reason == "stop" and final.text == "It is sunny in Oslo."
+    assert log == ["started", "started", "fetched Oslo"]  # code before suspend() runs again
+    tool_message = next(m for m in final.messages if isinstance(m, ToolMessage))
+    assert tool_message.text == "Oslo: sunny, +72F"
+
+
+def test_invalid_resume_data_is_refused_and_the_tool_stays_suspended() -> None:
+    log: list[str] = []
+    agent = Agent(name="wx", model=ScriptedChatModel(
+        [turn(call("weather", {}, "w1")), "ok"]), tools=[weather_tool(log)])
+    result = agent.generate("weather?")
+    with pytest.raises(ResumeDataError, match="City"):
+        agent.resume_stream({"town": 3}, run_id=result.run_id)
+    assert agent.pending_approvals(run_id=result.run_id)[0].kind == "suspension"
+    assert agent.resume_generate(City(city="Rome"), run_id=result.run_id).text == "ok"
+    assert log[-1] == "fetched Rome"
+
+
+def test_invalid_suspend_payload_raises_inside_the_tool() -> None:
+    @create_tool(suspend_schema=Ask)
+    def buggy(ctx: ToolContext) -> str:
+        """Suspends with the wrong payload."""
+        return ctx.suspend({"msg": "typo"})
+
+    agent = Agent(name="b", model=ScriptedChatModel([turn(call("buggy", {}, "b1")), "ok"]),
+                  tools=[buggy])
+    with pytest.raises(SuspendPayloadError, match="suspend_schema Ask"):
+        agent.generate("go")
+
+
+async def test_a_tool_may_suspend_twice_in_a_row_with_the_assignment_idiom() -> None:
+    runs: list[tuple[str, ...]] = []
+
+    @create_tool(resume_schema=None)
+    async def book(ctx: ToolContext) -> str:
+        """Book a trip."""
+        city = ctx.suspend({"message": "Which city?"})
+        date = ctx.suspend({"message": f"When do you go to {city}?"})
+        runs.append((city, date))
+        return f"booked {city} on {date}"
+
+    agent = Agent(name="t", model=ScriptedChatModel([turn(call("book", {}, "b1")), "Booked."]),
+                  tools=[book])
+    first = await agent.agenerate("book a trip")
+    assert first.suspend_payload is not None and first.suspend_payload["message"] == "Which city?"
+    second = await agent.aresume_generate("Lisbon", run_id=first.run_id)
+    assert second.finish_reason == "suspended"
+    assert second.suspend_payload is not None
+    assert second.suspend_payload["message"] == "When do you go to Lisbon?"
+    final = await agent.aresume_generate("May 3", run_id=first.run_id)
+    assert final.text == "Booked." and runs == [("Lisbon", "May 3")]
+
+
+def test_several_suspended_tools_resume_one_by_one_by_tool_call_id() -> None:
+    got: dict[str, str] = {}
+
+    @create_tool(resume_schema=City)
+    def ask_city(label: str, ctx: ToolContext) -> str:
+        """Ask for a city."""
+        if ctx.resume_data is None:
+            return ctx.suspend({"message": f"city for {label}?"})
+        got[label] = ctx.resume_data.city
+        return ctx.resume_data.city
+
+    ledger = Ledger()
+    script = [turn(call("ask_city", {"label": "a"}, "s1"), call("ask_city", {"label": "b"}, "s2"),
+                   call("lookup", {"key": "k"}, "l1")), "done"]
+    agent = Agent(name="m", model=ScriptedChatModel(script), tools=[ask_city, ledger.lookup])
+    result = agent.generate("go")
+    assert sorted(p.tool_call_id for p in result.pending_approvals) == ["s1", "s2"]
+    assert ledger.names() == ["lookup"]
+    with pytest.raises(AmbiguousApprovalError):
+        agent.resume_stream({"city": "x"}, run_id=result.run_id)
+
+    second = agent.resume_generate({"city": "Bern"}, run_id=result.run_id, tool_call_id="s2")
+    assert got == {"b": "Bern"}
+    assert [p.tool_call_id for p in second.pending_approvals] == ["s1"]
+    final = agent.resume_generate({"city": "Gent"}, run_id=result.run_id, tool_call_id="s1")
+    assert got == {"b": "Bern", "a": "Gent"} and final.text == "done"
+    assert ledger.names() == ["lookup"]  # the finished sibling never ran again
+
+
+def test_once_keeps_a_side_effect_from_repeating_across_resumes() -> None:
+    charges: list[int] = []
+
+    @create_tool(resume_schema=When)
+    def reserve(seats: int, ctx: ToolContext) -> str:
+        """Hold seats, then ask for a date."""
+        hold = ctx.once("hold", lambda: charges.append(seats) or f"hold-{seats}")
+        if ctx.resume_data is None:
+            return ctx.suspend({"message": "Which date?"})
+        return f"{hold} on {ctx.resume_data.date}"
+
+    agent = Agent(name="r", model=ScriptedChatModel([turn(call("reserve", {"seats": 2}, "r1")),
+                                                     "ok"]), tools=[reserve])
+    result = agent.generate("reserve")
+    final = agent.resume_generate({"date": "Fri"}, run_id=result.run_id)
+    assert charges == [2]
+    assert any(isinstance(m, ToolMessage) and m.text == "hold-2 on Fri" for m in final.messages)
+
+
+def test_decline_cancels_a_suspended_tool() -> None:
+    log: list[str] = []
+    agent = Agent(name="wx", model=ScriptedChatModel([turn(call("weather", {}, "w1")), "ok"]),
+                  tools=[weather_tool(log)])
+    result = agent.generate("weather?")
+    final = agent.decline_tool_call_generate(run_id=result.run_id, comment="never mind")
+    assert final.finish_reason == "stop" and log == ["started"]
+    message = next(m for m in final.messages if isinstance(m, ToolMessage))
+    assert message.status == "error" and "never mind" in message.text
+
+
+def city_from_reply(schema: Any, messages: list[BaseMessage]) -> dict[str, Any]:
+    """A stand-in for structured output: a reply naming a known city yields it."""
+    said = str(messages[-1].content)
+    known = [c for c in ("San Francisco", "Paris", "Tokyo") if c.lower() in said.lower()]
+    return {"city": known[0]} if known else {}
+
+
+def weather_agent(log: list[str], **kwargs: Any) -> Agent:
+    def replies(messages: list[BaseMessage]) -> Any:
+        results = [m for m in messages if isinstance(m, ToolMessage)]
+        if not results:
+            return turn(call("weather", {}, "w1"))
+        return f"The weather in {results[-1].text}"
+
+    return Agent(name="wx", tools=[weather_tool(log)], **kwargs,
+                 model=ScriptedChatModel(replies, structured=city_from_reply))
+
+
+def test_auto_resume_weather_conversation() -> None:
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True)
+    first = agent.generate("What's the weather like?")
+    assert first.finish_reason == "suspended"
+    assert first.suspend_payload is not None
+    assert first.suspend_payload["message"] == "What city do you want to know the weather for?"
+
+    second = agent.generate("San Francisco", thread_id=first.thread_id)
+    assert second.finish_reason == "stop"
+    assert second.text == "The weather in San Francisco: sunny, +72F"
+    assert log == ["started", "started", "fetched San Francisco"]
+    kinds = [type(m).__name__ for m in second.messages]
+    assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "HumanMessage", "AIMessage"]
+
+
+def test_auto_resume_per_request_and_unreadable_reply_asks_again() -> None:
+    log: list[str] = []
+    agent = weather_agent(log)
+    first = agent.generate("weather?", auto_resume_suspended_tools=True)
+    again = agent.generate("hmm, not sure", thread_id=first.thread_id,
+                           auto_resume_suspended_tools=True)
+    assert again.finish_reason == "suspended" and again.pending_approvals[0].kind == "suspension"
+    assert log == ["started"]
+    final = agent.generate("Paris please", thread_id=first.thread_id,
+                           auto_resume_suspended_tools=True)
+    assert final.text == "The weather in Paris: sunny, +72F"
+    said = [m.text for m in final.messages if isinstance(m, HumanMessage)]
+    assert said == ["weather?", "hmm, not sure", "Paris please"]  # nothing the user said is lost
+
+
+def test_auto_resume_never_approves_and_without_it_a_message_supersedes() -> None:
+    ledger = Ledger()
+    script = [turn(call("pay", {"amount": 9, "payee": {"name": "x"}}, "p1")), "Not paid."]
+    agent = Agent(name="a", model=ScriptedChatModel(script, structured=[{"approved": True}]),
+                  tools=ledger.tools, auto_resume_suspended_tools=True)
+    first = agent.generate("pay x")
+    final = agent.generate("approved, go ahead", thread_id=first.thread_id)
+    assert ledger.ran == []
+    assert final.text == "Not paid."
+    rejection = next(m for m in final.messages if isinstance(m, ToolMessage))
+    assert "superseded" in rejection.text
+
+    log: list[str] = []
+    plain = weather_agent(log)
+    started = plain.generate("weather?")
+    moved_on = plain.generate("Tokyo", thread_id=started.thread_id)
+    assert log == ["started"]
+    assert "superseded" in next(m for m in moved_on.messages if isinstance(m, ToolMessage)).text
