@@ -131,11 +131,17 @@ class Agent:
         self.approvers = approvers
         self._storage = open_storage(checkpointer)
         self.builder = build_graph(
-            name=name, model=self.model, tools=self.tools, instructions=instructions
+            name=name, model=self.model, tools=self.tools, instructions=instructions,
+            subagents={key: (sub.subgraph(), sub.description) for key, sub in self.agents.items()},
         )
         self.graph: CompiledStateGraph[Any, Any, Any, Any] = self.builder.compile(
             checkpointer=self._storage.checkpointer, store=self._storage.store, name=name
         )
+
+    def subgraph(self) -> CompiledStateGraph[Any, Any, Any, Any]:
+        """This agent's graph for use inside a supervisor: it checkpoints in the supervisor's
+        storage, under the supervisor's thread."""
+        return self.builder.compile(name=self.name)
 
     # ------------------------------------------------------------------ runs and threads
 
@@ -366,11 +372,22 @@ class Agent:
             # A new message while calls wait: decline them as superseded (or, with auto-resume,
             # read suspended tools' resume data from it) and go on with it. A message never
             # approves anything, whatever it says.
-            value = GateResume(
-                supersede=messages_to_dict(messages),
-                auto_resume=bool(options.get("auto_resume_suspended_tools")),
-            )
-            return Command(resume={i: value for i in dict(found)})
+            said = messages_to_dict(messages)
+            auto = bool(options.get("auto_resume_suspended_tools"))
+            resume: dict[str, GateResume] = {}
+            nested = False
+            for interrupt_id, record in found:
+                # The message is for this agent: a subagent that waits only reads it (to
+                # auto-resume a suspension) or learns that its calls were superseded.
+                inner = len(record["agent_path"]) > 1
+                nested = nested or inner
+                resume[interrupt_id] = GateResume(supersede=said, auto_resume=auto,
+                                                  queue=not inner)
+            plan = snapshot.values.get("turn")
+            if nested and plan:
+                queued = [*(plan.get("queued") or []), *said]
+                return Command(resume=resume, update={"turn": {**plan, "queued": queued}})
+            return Command(resume=resume)
         if not messages:
             return None
         return {"messages": messages, "options": options}

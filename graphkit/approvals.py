@@ -29,7 +29,7 @@ from graphkit.errors import (
     ResumeDataError,
 )
 from graphkit.state import CallPlan, RunOptions, TurnPlan
-from graphkit.tools import GraphkitTool, render_prompt
+from graphkit.tools import DelegationTool, GraphkitTool, render_prompt
 from graphkit.types import ApprovalRecord, Decision, GateResume, Verdict, args_digest
 
 __all__ = [
@@ -106,7 +106,10 @@ def _prompt(tool: BaseTool, args: dict[str, Any]) -> str:
 
 def _decide(tool: BaseTool, args: dict[str, Any], options: RunOptions) -> tuple[bool, Verdict]:
     """Whether the call needs a human, and why. Calls a predicate exactly once."""
-    requested = bool(options.get("require_tool_approval"))
+    # Request-level approval is about actions: a delegation is not one, the subagent's own
+    # tool calls are, and they inherit the request's options.
+    requested = bool(options.get("require_tool_approval")) and not isinstance(
+        tool, DelegationTool)
     rule = tool.needs_approval if isinstance(tool, GraphkitTool) else False
     if callable(rule):
         try:
@@ -182,6 +185,7 @@ def plan_turn(
                 resume_values=[],
                 once={},
                 metadata=metadata,
+                node=name if isinstance(tool, DelegationTool) else "tools",
                 answer=None,
             )
         )
@@ -352,9 +356,10 @@ def apply_resume(
     open_calls = [c for c in calls if c["tool_call_id"] not in answered]
 
     if "supersede" in value:
-        queued = [*(plan.get("queued") or []), *(value.get("supersede") or [])]
+        said_now = list(value.get("supersede") or [])
+        queued = [*(plan.get("queued") or []), *(said_now if value.get("queue", True) else [])]
         auto = bool(value.get("auto_resume")) and extract is not None
-        said = list(messages_from_dict(queued))
+        said = list(messages_from_dict([*(plan.get("queued") or []), *said_now]))
         for call in open_calls:
             tool = tools.get(call["tool_name"])
             schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None

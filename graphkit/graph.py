@@ -1,19 +1,29 @@
-"""Builds an agent's LangGraph graph: `model` -> `approval_gate` -> `tools` -> `approval_gate`."""
+"""Builds an agent's LangGraph graph: `model` -> `approval_gate` -> `tools` -> `approval_gate`,
+plus one node per subagent that the gate sends delegations to."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import BaseTool
 from langgraph.graph import START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
 
 from graphkit.autoresume import make_extractor
 from graphkit.nodes import make_gate_node, make_model_node, make_tools_nodes
 from graphkit.state import AgentState, InputState, ToolTask
+from graphkit.supervisor import delegation_tool, make_delegate_nodes
 
-__all__ = ["build_graph"]
+__all__ = ["RESERVED_NODES", "Subagent", "build_graph"]
+
+RESERVED_NODES = frozenset({"model", "approval_gate", "tools", "__start__", "__end__"})
+
+Subagent = tuple[CompiledStateGraph[Any, Any, Any, Any], str]
+"""A subagent as the supervisor's graph needs it: its graph (checkpointer inherited) and its
+description for the model."""
 
 
 def build_graph(
@@ -22,10 +32,17 @@ def build_graph(
     model: BaseChatModel,
     tools: Sequence[BaseTool],
     instructions: str,
+    subagents: Mapping[str, Subagent] | None = None,
 ) -> StateGraph[AgentState, None, InputState, AgentState]:
     """The uncompiled graph; the agent compiles it with its checkpointer and store."""
-    by_name: Mapping[str, BaseTool] = {tool.name: tool for tool in tools}
-    call_model, acall_model = make_model_node(model, tools, instructions)
+    subagents = dict(subagents or {})
+    clash = sorted(set(subagents) & (RESERVED_NODES | {t.name for t in tools}))
+    if clash:
+        msg = f"subagent keys {clash} clash with tool or node names; rename them"
+        raise ValueError(msg)
+    all_tools = [*tools, *(delegation_tool(key, d) for key, (_, d) in subagents.items())]
+    by_name: Mapping[str, BaseTool] = {tool.name: tool for tool in all_tools}
+    call_model, acall_model = make_model_node(model, all_tools, instructions)
     run_tool, arun_tool = make_tools_nodes(by_name)
 
     builder = StateGraph(AgentState, input_schema=InputState)
@@ -37,7 +54,7 @@ def build_graph(
     builder.add_node(
         "approval_gate",
         make_gate_node(by_name, name, make_extractor(model, by_name)),
-        destinations=("tools", "model", "approval_gate"),
+        destinations=("tools", "model", "approval_gate", *subagents),
     )
     builder.add_node(
         "tools",
@@ -46,4 +63,9 @@ def build_graph(
     )
     builder.add_edge(START, "model")
     builder.add_edge("tools", "approval_gate")
+    for key, (subgraph, _) in subagents.items():
+        delegate, adelegate = make_delegate_nodes(key, subgraph)
+        builder.add_node(key, RunnableLambda(delegate, adelegate, name=key),
+                         input_schema=ToolTask)
+        builder.add_edge(key, "approval_gate")
     return builder

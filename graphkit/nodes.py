@@ -153,7 +153,7 @@ def _pending_events(plan: TurnPlan) -> list[dict[str, Any]]:
 
 def _task(call: CallPlan, agent_path: list[str], options: RunOptions) -> Send:
     return Send(
-        "tools",
+        call["node"],
         ToolTask(
             tool_call_id=call["tool_call_id"],
             tool_name=call["tool_name"],

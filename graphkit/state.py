@@ -54,6 +54,8 @@ class CallPlan(TypedDict):
     """Results of `ctx.once(...)`, kept across re-runs of a suspended tool."""
     metadata: dict[str, Any]
     """Tracing metadata for the tool's callback run (`approval.required` / `.conditional`)."""
+    node: str
+    """The node that runs the call: `tools`, or a subagent's delegation node."""
     answer: str | None
     """Set when the call will not run (rejected, superseded, cancelled): what the model is told.
     Written as an error ToolMessage once the run continues (not while decisions are held)."""

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 from graphkit.errors import SuspendPayloadError
 
 __all__ = [
+    "DelegationTool",
     "GraphkitTool",
     "ToolContext",
     "ToolSuspended",
@@ -307,6 +308,11 @@ def render_prompt(template: str, args: Mapping[str, Any]) -> str:
             return str(value)
 
     return _PLACEHOLDER.sub(replace, template)
+
+
+class DelegationTool(StructuredTool):
+    """The tool a supervisor's model sees for a subagent. The approval gate routes its calls to
+    the subagent's own node; the tool itself never decides or runs anything."""
 
 
 def approval_settings(tool: BaseTool) -> GraphkitTool | None:

@@ -107,6 +107,9 @@ class GateResume(TypedDict, total=False):
     """A new user message (as message dicts): decline what is pending and go on with it."""
     auto_resume: bool
     """With `supersede`: read suspended tools' resume data from the message instead."""
+    queue: bool
+    """With `supersede`: append the message to this agent's history (False for a subagent,
+    whose supervisor receives the message). Defaults to True."""
     decided_by: NotRequired[str | None]
 
 

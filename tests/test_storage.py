@@ -58,6 +58,18 @@ def test_suspension_paused_in_one_process_resumes_in_another(sqlite_url: str,
     assert [e["resume"] for e in events(log)] == ["None", "city='Lyon'"]
 
 
+def test_supervisor_paused_in_one_process_is_approved_in_another(sqlite_url: str,
+                                                                   tmp_path: Path) -> None:
+    log = tmp_path / "sup.jsonl"
+    log.touch()
+    started = run(sqlite_url, log, "sup-start")
+    assert started["finish_reason"] == "suspended" and started["pending"] == ["fu7"]
+    assert events(log) == []
+    final = run(sqlite_url, log, "sup-approve", started["run_id"], "fu7")
+    assert final["finish_reason"] == "stop" and final["text"] == "User 7 is John."
+    assert [e["command"] for e in events(log)] == ["find 7"]
+
+
 def test_snapshot_is_json_serialisable(sqlite_url: str) -> None:
     agent, _ = agent_with([turn(call("pay", {"amount": 1, "payee": {"name": "x"}}, "c1")), "ok"],
                           checkpointer=sqlite_url)

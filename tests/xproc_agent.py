@@ -63,9 +63,31 @@ def build_weather(db: str, log: str) -> Agent:
     return Agent(name="wx", model=ScriptedChatModel(script), tools=[weather], checkpointer=db)
 
 
+def build_supervisor(db: str, log: str) -> Agent:
+    @create_tool(name="find-user", needs_approval=True)
+    def find_user(userId: str) -> str:
+        """Finds user by ID in the database."""
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"event": "ran", "command": f"find {userId}"}) + "\n")
+        return f"user {userId}: John"
+
+    data_agent = Agent(name="data_agent", description="Handles user lookups", tools=[find_user],
+                       model=ScriptedChatModel([turn(call("find-user", {"userId": "7"}, "fu7")),
+                                                "Found John."]))
+    return Agent(name="supervisor", agents={"data_agent": data_agent}, checkpointer=db,
+                 model=ScriptedChatModel([turn(call("data_agent", {"task": "find 7"}, "d1")),
+                                          "User 7 is John."]))
+
+
 def main(argv: list[str]) -> None:
     db, log, action, *rest = argv
-    agent = build_weather(db, log) if action.startswith("wx-") else build(db, log)
+    if action.startswith("wx-"):
+        agent = build_weather(db, log)
+    elif action.startswith("sup-"):
+        agent = build_supervisor(db, log)
+        action = action.removeprefix("sup-")
+    else:
+        agent = build(db, log)
     if action == "wx-start":
         result = agent.generate("weather?")
     elif action == "wx-resume":

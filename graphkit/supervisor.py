@@ -1,0 +1,84 @@
+"""Delegation to subagents, each a LangGraph subgraph of its supervisor.
+
+A subagent is offered to the supervisor's model as a tool named after its key that takes
+`task: str`. The approval gate sends such a call to a node of the same name, which runs the
+subagent's graph inside the supervisor's task: LangGraph then checkpoints the subagent under
+the supervisor's thread, lets its interrupts (approvals, suspensions) surface at the top, and
+resumes it from where it paused when the decision comes back down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph.state import CompiledStateGraph
+from pydantic import BaseModel, Field
+
+from graphkit.nodes import PATH_KEY
+from graphkit.state import ToolTask
+from graphkit.tools import DelegationTool
+
+__all__ = ["DelegationTool", "delegation_tool", "make_delegate_nodes"]
+
+NO_ANSWER = "{name} finished without an answer."
+
+
+class Delegate(BaseModel):
+    task: str = Field(description="What the subagent should do, in plain words.")
+
+
+def delegation_tool(key: str, description: str) -> DelegationTool:
+    def refuse(task: str) -> str:
+        msg = f"{key!r} is a subagent; it runs inside its supervisor's graph"
+        raise RuntimeError(msg)
+
+    return DelegationTool(
+        name=key,
+        description=description or f"Delegate a task to the {key} agent.",
+        func=refuse,
+        args_schema=Delegate,
+    )
+
+
+def _final_text(messages: Sequence[BaseMessage], name: str) -> str:
+    if messages and isinstance(messages[-1], AIMessage) and not messages[-1].tool_calls:
+        text = str(messages[-1].text)
+        if text:
+            return text
+    return NO_ANSWER.format(name=name)
+
+
+def make_delegate_nodes(
+    key: str, subgraph: CompiledStateGraph[Any, Any, Any, Any]
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The node (sync and async) that runs one delegation to `subgraph` and returns its answer.
+    """
+
+    def prepare(task: ToolTask, config: RunnableConfig) -> tuple[dict[str, Any], RunnableConfig]:
+        sub_input = {
+            "messages": [HumanMessage(str(task["args"].get("task", "")))],
+            "options": task["options"],
+        }
+        sub_config: RunnableConfig = {
+            **config,
+            "configurable": {**(config.get("configurable") or {}),
+                             PATH_KEY: task["agent_path"]},
+        }
+        return sub_input, sub_config
+
+    def answer(task: ToolTask, output: dict[str, Any]) -> dict[str, Any]:
+        text = _final_text(output.get("messages") or [], key)
+        return {"messages": [ToolMessage(text, tool_call_id=task["tool_call_id"], name=key)]}
+
+    def delegate(task: ToolTask, config: RunnableConfig) -> dict[str, Any]:
+        sub_input, sub_config = prepare(task, config)
+        return answer(task, subgraph.invoke(sub_input, sub_config))
+
+    async def adelegate(task: ToolTask, config: RunnableConfig) -> dict[str, Any]:
+        sub_input, sub_config = prepare(task, config)
+        return answer(task, await subgraph.ainvoke(sub_input, sub_config))
+
+    return delegate, adelegate

@@ -1,0 +1,249 @@
+"""Supervisor delegation: approvals and suspensions from any depth surface at the top."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from pydantic import BaseModel
+
+from graphkit import Agent, ToolContext, create_tool
+from graphkit.testing import ScriptedChatModel
+from tests.helpers import call, turn
+
+
+class Users:
+    """The seed's find-user tool (requireApproval) behind a data agent, with counters."""
+
+    def __init__(self) -> None:
+        self.looked_up: list[str] = []
+
+        @create_tool(name="find-user", needs_approval=True)
+        def find_user(userId: str) -> dict[str, str]:
+            """Finds user by ID in the database."""
+            self.looked_up.append(userId)
+            return {"id": userId, "name": "John", "email": "john@example.com"}
+
+        self.tool = find_user
+
+    def data_agent(self) -> Agent:
+        def reply(messages: list[BaseMessage]) -> Any:
+            results = [m for m in messages if isinstance(m, ToolMessage)]
+            if not results:
+                task = str(messages[-1].content)
+                user = task.split()[-1]
+                return turn(call("find-user", {"userId": user}, f"fu-{user}"))
+            if results[-1].status == "error":
+                return "I could not look the user up: the lookup was declined."
+            return f"Found: {results[-1].text}"
+
+        self.data_model = ScriptedChatModel(reply)
+        return Agent(name="data_agent", description="Handles database queries and user data",
+                     model=self.data_model, tools=[self.tool])
+
+
+def supervisor(users: Users, script: list[Any], **kwargs: Any) -> Agent:
+    return Agent(name="supervisor", instructions="Delegate to data_agent for user lookups.",
+                 model=ScriptedChatModel(script), agents={"data_agent": users.data_agent()},
+                 **kwargs)
+
+
+FIND = [turn(call("data_agent", {"task": "find user 12345"}, "d1")), "Here is user 12345."]
+
+
+def test_find_user_approved_at_the_supervisor() -> None:
+    users = Users()
+    sup = supervisor(users, FIND)
+    stream = sup.stream("Find user with ID 12345")
+    chunks = list(stream)
+    (approval,) = [c for c in chunks if c.type == "tool-call-approval"]
+    assert approval.payload["tool_name"] == "find-user"
+    assert approval.payload["tool_call_id"] == "fu-12345"
+    assert approval.payload["args"] == {"userId": "12345"}
+    assert approval.payload["agent_path"] == ["supervisor", "data_agent"]
+    assert users.looked_up == []
+
+    resumed = sup.approve_tool_call(run_id=stream.run_id, tool_call_id="fu-12345")
+    assert "".join(resumed.text_stream) == "Here is user 12345."
+    assert users.looked_up == ["12345"]
+    result = resumed.result()
+    answer = next(m for m in result.messages if isinstance(m, ToolMessage))
+    assert answer.name == "data_agent" and "Found:" in answer.text and "John" in answer.text
+
+
+def test_find_user_declined_at_the_supervisor() -> None:
+    users = Users()
+    sup = supervisor(users, [FIND[0], "The lookup was declined."])
+    result = sup.generate("Find user with ID 12345")
+    assert result.finish_reason == "suspended"
+    final = sup.decline_tool_call_generate(run_id=result.run_id, tool_call_id="fu-12345",
+                                           decided_by="dpo", comment="privacy")
+    assert users.looked_up == []
+    assert final.finish_reason == "stop" and final.text == "The lookup was declined."
+    answer = next(m for m in final.messages if isinstance(m, ToolMessage))
+    assert "declined" in answer.text
+    inner_history = users.data_model.calls[-1]
+    rejection = next(m for m in inner_history if isinstance(m, ToolMessage))
+    assert "dpo" in rejection.text and "privacy" in rejection.text
+
+
+def test_edited_args_reach_the_inner_tool() -> None:
+    users = Users()
+    sup = supervisor(users, FIND)
+    result = sup.generate("Find user with ID 12345")
+    sup.approve_tool_call_generate(run_id=result.run_id, args={"userId": "777"})
+    assert users.looked_up == ["777"]
+
+
+def test_nothing_reruns_on_resume() -> None:
+    users = Users()
+    sup = supervisor(users, FIND)
+    result = sup.generate("Find user with ID 12345")
+    assert len(sup.model.calls) == 1 and len(users.data_model.calls) == 1  # type: ignore[attr-defined]
+    sup.approve_tool_call_generate(run_id=result.run_id)
+    # supervisor: the delegation turn and the answer; data agent: its call and its answer
+    assert len(sup.model.calls) == 2  # type: ignore[attr-defined]
+    assert len(users.data_model.calls) == 2
+    assert users.looked_up == ["12345"]
+    # the subagent continued from where it paused: its second call saw its first reply
+    second = users.data_model.calls[1]
+    assert [type(m).__name__ for m in second] == ["HumanMessage", "AIMessage", "ToolMessage"]
+
+
+def test_two_delegations_pause_together_and_are_decided_in_any_order() -> None:
+    users = Users()
+    script = [turn(call("data_agent", {"task": "find user 1"}, "d1"),
+                   call("data_agent", {"task": "find user 2"}, "d2")), "Both handled."]
+    sup = supervisor(users, script)
+    result = sup.generate("find 1 and 2")
+    assert sorted(p.tool_call_id for p in result.pending_approvals) == ["fu-1", "fu-2"]
+    second = sup.approve_tool_call_generate(run_id=result.run_id, tool_call_id="fu-2")
+    assert users.looked_up == ["2"] and second.finish_reason == "suspended"
+    assert [p.tool_call_id for p in second.pending_approvals] == ["fu-1"]
+    final = sup.decline_tool_call_generate(run_id=result.run_id, tool_call_id="fu-1")
+    assert users.looked_up == ["2"] and final.text == "Both handled."
+    answers = {m.tool_call_id: m.text for m in final.messages if isinstance(m, ToolMessage)}
+    assert "Found" in answers["d2"] and "declined" in answers["d1"]
+
+
+def three_levels(users: Users) -> tuple[Agent, ScriptedChatModel, ScriptedChatModel]:
+    b = users.data_agent()
+    b_model = users.data_model
+    a_model = ScriptedChatModel(lambda messages: (
+        turn(call("records", {"task": "find user 42"}, "a1"))
+        if not any(isinstance(m, ToolMessage) for m in messages)
+        else f"A relays: {[m for m in messages if isinstance(m, ToolMessage)][-1].text}"))
+    a = Agent(name="A", description="Coordinates record work", model=a_model,
+              agents={"records": b})
+    sup = Agent(name="supervisor", model=ScriptedChatModel(
+        [turn(call("team", {"task": "get user 42"}, "s1")), "All the way up."]),
+        agents={"team": a})
+    return sup, a_model, b_model
+
+
+def test_three_levels_surface_at_the_top_and_the_decision_reaches_the_tool() -> None:
+    users = Users()
+    sup, a_model, b_model = three_levels(users)
+    result = sup.generate("user 42 please")
+    (pending,) = result.pending_approvals
+    assert pending.agent_path == ["supervisor", "A", "data_agent"]
+    assert pending.tool_name == "find-user" and users.looked_up == []
+    final = sup.approve_tool_call_generate(run_id=result.run_id, tool_call_id="fu-42")
+    assert users.looked_up == ["42"] and final.text == "All the way up."
+    answer = next(m for m in final.messages if isinstance(m, ToolMessage))
+    assert answer.text.startswith("A relays: Found:")
+    assert len(a_model.calls) == 2 and len(b_model.calls) == 2
+    assert len(sup.model.calls) == 2  # type: ignore[attr-defined]
+
+    graph = sup.graph.get_graph(xray=True)
+    assert {"team:model", "team:approval_gate", "team:tools", "team:records:model",
+            "team:records:approval_gate"} <= set(graph.nodes)
+
+
+def test_suspension_in_a_subagent_surfaces_and_resumes_from_the_top() -> None:
+    class Confirm(BaseModel):
+        confirmed: bool
+
+    done: list[str] = []
+
+    @create_tool(resume_schema=Confirm)
+    def conditional_operation(operation: str, ctx: ToolContext) -> str:
+        """Performs an operation that may require confirmation."""
+        if ctx.resume_data is None or not ctx.resume_data.confirmed:
+            return ctx.suspend({"message": f"Confirm: {operation}?"})
+        done.append(operation)
+        return f"did {operation}"
+
+    worker = Agent(name="worker", description="Does operations", tools=[conditional_operation],
+                   model=ScriptedChatModel([turn(call("conditional_operation",
+                                                      {"operation": "purge"}, "op1")), "Purged."]))
+    sup = Agent(name="supervisor", agents={"worker": worker}, model=ScriptedChatModel(
+        [turn(call("worker", {"task": "purge the cache"}, "w1")), "The cache is purged."]))
+    chunks = list(sup.stream("purge"))
+    (suspended,) = [c for c in chunks if c.type == "tool-call-suspended"]
+    assert suspended.payload["suspend_payload"] == {"message": "Confirm: purge?"}
+    assert suspended.payload["agent_path"] == ["supervisor", "worker"]
+    run_id = chunks[0].run_id
+    final = sup.resume_generate({"confirmed": True}, run_id=run_id)
+    assert done == ["purge"] and final.text == "The cache is purged."
+
+
+def test_request_level_approval_reaches_subagent_tools() -> None:
+    plain: list[str] = []
+
+    @create_tool
+    def note(text: str) -> str:
+        """Write a note."""
+        plain.append(text)
+        return "noted"
+
+    worker = Agent(name="worker", tools=[note], model=ScriptedChatModel(
+        [turn(call("note", {"text": "hi"}, "n1")), "Noted."]))
+    sup = Agent(name="supervisor", agents={"worker": worker}, model=ScriptedChatModel(
+        [turn(call("worker", {"task": "note hi"}, "w1")), "ok"]))
+    result = sup.generate("note", require_tool_approval=True)
+    (pending,) = result.pending_approvals
+    assert pending.tool_call_id == "n1" and pending.agent_path == ["supervisor", "worker"]
+    assert plain == []
+    assert sup.approve_tool_call_generate(run_id=result.run_id).text == "ok"
+    assert plain == ["hi"]
+
+
+def test_new_message_supersedes_nested_approvals_and_reaches_the_supervisor() -> None:
+    users = Users()
+    sup = supervisor(users, [FIND[0], "Okay, dropping it."])
+    result = sup.generate("Find user with ID 12345")
+    final = sup.generate("never mind", thread_id=result.thread_id)
+    assert users.looked_up == [] and final.text == "Okay, dropping it."
+    kinds = [type(m).__name__ for m in final.messages]
+    assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "HumanMessage", "AIMessage"]
+    assert final.messages[3].text == "never mind"
+    assert isinstance(final.messages[3], HumanMessage)
+
+
+async def test_async_supervisor_round_trip() -> None:
+    users = Users()
+    sup = supervisor(users, FIND)
+    result = await sup.agenerate("Find user with ID 12345")
+    assert result.pending_approvals[0].agent_path == ["supervisor", "data_agent"]
+    final = await sup.aapprove_tool_call_generate(run_id=result.run_id)
+    assert final.text == "Here is user 12345." and users.looked_up == ["12345"]
+
+
+def test_subagent_keys_may_not_clash() -> None:
+    users = Users()
+    with pytest.raises(ValueError, match="clash"):
+        Agent(name="s", model=ScriptedChatModel(["x"]), agents={"tools": users.data_agent()})
+
+
+def test_supervisor_on_sqlite(sqlite_url: str) -> None:
+    users = Users()
+    sup = supervisor(users, FIND, checkpointer=sqlite_url)
+    result = sup.generate("Find user with ID 12345")
+    again = supervisor(Users(), FIND, checkpointer=sqlite_url)  # a fresh agent, same file
+    assert [p.tool_call_id for p in again.pending_approvals(run_id=result.run_id)] == [
+        "fu-12345"]
+    final = sup.approve_tool_call_generate(run_id=result.run_id)
+    assert final.text == "Here is user 12345."
+    assert isinstance(final.messages[-1], AIMessage)
