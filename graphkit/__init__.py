@@ -18,6 +18,7 @@ from graphkit.errors import (
     SnapshotNotFoundError,
     SuspendPayloadError,
 )
+from graphkit.inbox import Inbox
 from graphkit.runs import AgentStream, AsyncAgentStream
 from graphkit.tools import GraphkitTool, ToolContext, create_tool
 from graphkit.types import GenerateResult, PendingApproval, RunState, StreamChunk
@@ -34,6 +35,7 @@ __all__ = [
     "GenerateResult",
     "GraphkitError",
     "GraphkitTool",
+    "Inbox",
     "InvalidApprovedArgsError",
     "PendingApproval",
     "ResumeDataError",

@@ -13,7 +13,7 @@ import copy
 import hashlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, messages_from_dict
@@ -59,8 +59,12 @@ DECISION_COUNT = (
 )
 
 
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return _iso(datetime.now(UTC))
 
 
 def _stable_id(prefix: str, *parts: str) -> str:
@@ -122,6 +126,14 @@ def _decide(tool: BaseTool, args: dict[str, Any], options: RunOptions) -> tuple[
     return requested or bool(rule), "required"
 
 
+def _expiry(tool: BaseTool, options: RunOptions, created: datetime) -> str | None:
+    ttl = tool.approval_ttl if isinstance(tool, GraphkitTool) else None
+    seconds = ttl.total_seconds() if ttl is not None else options.get("approval_ttl")
+    if seconds is None:
+        return None
+    return _iso(created + timedelta(seconds=float(seconds)))
+
+
 def plan_turn(
     ai: AIMessage,
     tools: Mapping[str, BaseTool],
@@ -129,11 +141,17 @@ def plan_turn(
     *,
     agent_path: Sequence[str],
     thread_id: str,
+    grants: Mapping[str, Any] | None = None,
 ) -> tuple[TurnPlan, list[ToolMessage]]:
-    """Read one model turn: which calls run, which wait for a human, which are malformed."""
+    """Read one model turn: which calls run, which wait for a human, which are malformed.
+
+    `grants` are tools a reviewer approved for the rest of the thread (`remember="thread"`):
+    a call that would ask runs instead (a predicate is still consulted first).
+    """
     calls: list[CallPlan] = []
     errors: list[ToolMessage] = []
-    created = _now()
+    moment = datetime.now(UTC)
+    created = _iso(moment)
     for call in ai.tool_calls:
         call_id = call.get("id") or ""
         name = call["name"]
@@ -154,6 +172,9 @@ def plan_turn(
             {"approval.conditional": True} if predicate else {"approval.required": needed}
         )
         approval: ApprovalRecord | None = None
+        if needed and grants and name in grants:
+            needed = False
+            metadata = {**metadata, "approval.granted": True}
         if needed:
             defaults = tool.approval_defaults if isinstance(tool, GraphkitTool) else None
             approval = ApprovalRecord(
@@ -172,6 +193,7 @@ def plan_turn(
                 decided_at=None,
                 approved_args=None,
                 args_digest=args_digest(args),
+                expires_at=_expiry(tool, options, moment),
             )
             metadata["approval.verdict"] = verdict
         calls.append(
@@ -275,6 +297,8 @@ class ResumeOutcome:
 
     def __init__(self, plan: TurnPlan) -> None:
         self.plan = plan
+        self.audits: list[tuple[str, ApprovalRecord, dict[str, Any]]] = []
+        """(event, record, details) the gate appends to the audit log."""
         self.events: list[dict[str, Any]] = []
         self.edited: dict[str, dict[str, Any]] = {}
         """tool_call_id -> the args it now runs with, for rewriting the AI message."""
@@ -420,11 +444,16 @@ def _apply_one(
             data = _validate_resume(tool, decision.get("data"))
             call["resume_values"].append(data)
             call["suspension"] = None
+            if not decision.get("audited"):
+                outcome.audits.append(("resumed", suspension, {"by": decided_by}))
             return
         if kind == "reject":
             who, why = _who_why(decided_by, comment)
             call["suspension"] = None
             call["answer"] = CANCELLED.format(name=name, who=who, why=why)
+            if not decision.get("audited"):
+                outcome.audits.append(("cancelled", suspension,
+                                       {"by": decided_by, "comment": comment}))
             return
         msg = (
             f"tool call {call['tool_call_id']!r} ({name}) is suspended waiting for input; "
@@ -465,11 +494,19 @@ def _apply_one(
             raise InvalidApprovedArgsError(msg)
         record["status"] = "approved"
         outcome.events.append(_telemetry(record, "approved"))
+        if not decision.get("audited"):
+            outcome.audits.append(("edited" if record["approved_args"] is not None else
+                                   "approved", record, {
+                                       "by": decided_by, "comment": comment,
+                                       "args_before": record["args"],
+                                       "args_after": record["approved_args"]}))
     elif kind == "reject":
         record["status"] = "rejected"
         who, why = _who_why(decided_by, comment)
         call["answer"] = REJECTED.format(name=name, who=who, why=why)
         outcome.events.append(_telemetry(record, "rejected"))
+        if not decision.get("audited"):
+            outcome.audits.append(("rejected", record, {"by": decided_by, "comment": comment}))
     else:
         msg = f"unknown decision type {kind!r}; expected one of ['approve', 'edit', 'reject']"
         raise GraphkitError(msg)
@@ -483,6 +520,9 @@ def _supersede(call: CallPlan, outcome: ResumeOutcome) -> None:
         record["comment"] = "superseded by a new user message"
         record["decided_at"] = _now()
         outcome.events.append(_telemetry(record, "rejected"))
+        outcome.audits.append(("superseded", record, {"comment": record["comment"]}))
+    if call["suspension"] is not None:
+        outcome.audits.append(("superseded", call["suspension"], {}))
     call["suspension"] = None
     call["answer"] = SUPERSEDED.format(name=name)
 

@@ -25,7 +25,8 @@ from langchain_core.messages import (
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.tools import BaseTool, StructuredTool
-from langgraph.config import get_stream_writer
+from langgraph.config import get_store, get_stream_writer
+from langgraph.store.base import BaseStore
 from langgraph.types import Command, Send, interrupt
 
 from graphkit.approvals import (
@@ -40,6 +41,7 @@ from graphkit.approvals import (
     waiting_records,
 )
 from graphkit.errors import GraphkitError
+from graphkit.journal import GateJournal, granted
 from graphkit.state import AgentState, CallPlan, RunOptions, ToolTask, TurnPlan
 from graphkit.tools import CONTEXT_KEY, GraphkitTool, ToolContext, ToolSuspended
 
@@ -182,6 +184,8 @@ def make_gate_node(
 ) -> Callable[..., Any]:
     """The `approval_gate` node: plans a turn, dispatches calls, pauses for humans."""
 
+    schemas = {tool_name: _schema(tool) for tool_name, tool in tools.items()}
+
     def approval_gate(state: AgentState, config: RunnableConfig) -> Command[GateTarget]:
         messages = list(state.get("messages") or [])
         ai = _last_ai(messages)
@@ -190,13 +194,20 @@ def make_gate_node(
         path = agent_path_of(config, name)
         thread_id = _thread_id(config)
         options: RunOptions = state.get("options") or {}
+        store = _store()
+        journal = GateJournal(store, thread_id=thread_id, run_id=options.get("run_id"),
+                              schemas=schemas)
         update: dict[str, Any] = {}
         new_messages: list[BaseMessage] = []
-        plan = state.get("turn")
+        previous = plan = state.get("turn")
         changed = False
         if plan is None or plan["ai_message_id"] != ai.id:
-            plan, errors = plan_turn(ai, tools, options, agent_path=path, thread_id=thread_id)
+            grants = granted(store, thread_id=thread_id, agent_path=path,
+                             tool_names=[c["name"] for c in ai.tool_calls])
+            plan, errors = plan_turn(ai, tools, options, agent_path=path, thread_id=thread_id,
+                                     grants=grants)
             new_messages.extend(errors)
+            journal.planned(plan)
             _emit(_pending_events(plan))
             changed = True
         reports = state.get("reports") or {}
@@ -225,10 +236,34 @@ def make_gate_node(
                 refused["error"] = str(exc)
                 return Command(update={"turn": refused}, goto="approval_gate")
             plan = _absorb(outcome, ai, new_messages)
+            journal.applied(outcome.audits)
             changed = True
-        return _route(plan, answered, update, new_messages, changed, path, options)
+        command = _route(plan, answered, update, new_messages, changed, path, options)
+        if changed:
+            done = answered | {m.tool_call_id for m in new_messages if isinstance(m, ToolMessage)}
+            journal.sync(previous, plan, done)
+        return command
 
     return approval_gate
+
+
+def _store() -> BaseStore | None:
+    try:
+        return get_store()
+    except RuntimeError:  # called outside a runnable context
+        return None
+
+
+def _schema(tool: BaseTool) -> dict[str, Any] | None:
+    """The JSON schema of the arguments the model sees, for checking edits without the tool."""
+    schema = tool.tool_call_schema
+    if isinstance(schema, dict):
+        return schema
+    make = getattr(schema, "model_json_schema", None)
+    try:
+        return dict(make()) if make is not None else None
+    except Exception:  # an exotic schema: the inbox then skips its own check
+        return None
 
 
 def _absorb(outcome: ResumeOutcome, ai: AIMessage, new_messages: list[BaseMessage]) -> TurnPlan:

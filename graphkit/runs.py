@@ -6,6 +6,7 @@ drains it. Both share one `_Run`, so streaming and `generate` cannot drift apart
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,8 @@ class Invocation:
     run_id: str
     thread_id: str
     on_state_change: StateHook | None = None
+    release: Callable[[], None] | None = None
+    """Called when the run stops advancing (frees the thread's lease)."""
 
 
 def pending_of(snapshot: StateSnapshot, *, stopped: bool) -> list[PendingApproval]:
@@ -123,28 +126,34 @@ class AgentStream:
     """
 
     def __init__(self, graph: CompiledStateGraph[Any, Any, Any, Any],
-                 invocation: Invocation) -> None:
+                 prepare: Callable[[], Invocation], run_id: str, thread_id: str) -> None:
         self._graph = graph
-        self._run = _Run(invocation)
+        self._prepare = prepare
+        self._run: _Run | None = None
         self._chunks: Generator[StreamChunk, None, None] | None = None
-        self.run_id = invocation.run_id
-        self.thread_id = invocation.thread_id
+        self.run_id = run_id
+        self.thread_id = thread_id
 
     def _generate(self) -> Generator[StreamChunk, None, None]:
-        run = self._run
-        inv = run.invocation
-        yield run.start()
-        parts: Any = self._graph.stream(inv.input, inv.config, stream_mode=STREAM_MODES,
-                                        subgraphs=True)
+        inv = self._prepare()
+        run = self._run = _Run(inv)
         try:
-            for part in parts:
-                chunks, stop = run.feed(part)
-                yield from chunks
-                if stop:
-                    break
+            yield run.start()
+            parts: Any = self._graph.stream(inv.input, inv.config, stream_mode=STREAM_MODES,
+                                            subgraphs=True)
+            try:
+                for part in parts:
+                    chunks, stop = run.feed(part)
+                    yield from chunks
+                    if stop:
+                        break
+            finally:
+                parts.close()
+            final = run.finish(self._graph.get_state(inv.config))
         finally:
-            parts.close()
-        yield from run.finish(self._graph.get_state(inv.config))
+            if inv.release is not None:
+                inv.release()
+        yield from final
 
     def __iter__(self) -> Iterator[StreamChunk]:
         if self._chunks is None:
@@ -164,7 +173,7 @@ class AgentStream:
     def result(self) -> GenerateResult:
         for _ in self:
             pass
-        if self._run.result is None:  # pragma: no cover - the generator always finishes
+        if self._run is None or self._run.result is None:  # pragma: no cover
             raise RuntimeError("the run ended without a result")
         return self._run.result
 
@@ -179,7 +188,7 @@ class AsyncAgentStream:
     def __init__(
         self,
         graph: CompiledStateGraph[Any, Any, Any, Any],
-        prepare: Callable[[], Any],
+        prepare: Callable[[], Invocation],
         run_id: str,
         thread_id: str,
     ) -> None:
@@ -192,7 +201,7 @@ class AsyncAgentStream:
 
     async def _ready(self) -> _Run:
         if self._run is None:
-            invocation: Invocation = await self._prepare()
+            invocation: Invocation = await asyncio.to_thread(self._prepare)
             self._run = _Run(invocation)
             self.thread_id = invocation.thread_id
         return self._run
@@ -207,19 +216,24 @@ class AsyncAgentStream:
     async def _generate(self) -> AsyncIterator[StreamChunk]:
         run = await self._ready()
         inv = run.invocation
-        yield run.start()
-        parts: Any = self._graph.astream(inv.input, inv.config, stream_mode=STREAM_MODES,
-                                         subgraphs=True)
         try:
-            async for part in parts:
-                chunks, stop = run.feed(part)
-                for chunk in chunks:
-                    yield chunk
-                if stop:
-                    break
+            yield run.start()
+            parts: Any = self._graph.astream(inv.input, inv.config, stream_mode=STREAM_MODES,
+                                             subgraphs=True)
+            try:
+                async for part in parts:
+                    chunks, stop = run.feed(part)
+                    for chunk in chunks:
+                        yield chunk
+                    if stop:
+                        break
+            finally:
+                await parts.aclose()
+            final = run.finish(await self._graph.aget_state(inv.config))
         finally:
-            await parts.aclose()
-        for chunk in run.finish(await self._graph.aget_state(inv.config)):
+            if inv.release is not None:
+                await asyncio.to_thread(inv.release)
+        for chunk in final:
             yield chunk
 
     def __aiter__(self) -> AsyncIterator[StreamChunk]:

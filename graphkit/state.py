@@ -33,6 +33,8 @@ class RunOptions(TypedDict, total=False):
     require_tool_approval: bool
     auto_resume_suspended_tools: bool
     max_steps: int
+    approval_ttl: float | None
+    """Seconds an approval may wait before it is declined as expired (the agent's default)."""
 
 
 class CallPlan(TypedDict):

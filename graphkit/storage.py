@@ -29,6 +29,8 @@ from langgraph.store.base import BaseStore, Op, Result
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.sqlite import SqliteStore
 
+from graphkit.ledger import Ledger
+
 __all__ = ["Storage", "open_storage"]
 
 UNKNOWN_URL = (
@@ -37,8 +39,8 @@ UNKNOWN_URL = (
 )
 
 
-class ThreadedSqliteSaver(SqliteSaver):
-    """`SqliteSaver` whose async methods run the sync ones in a worker thread."""
+class ThreadedAsyncSaver(BaseCheckpointSaver[Any]):
+    """Mixin for a sync saver: its async methods run the sync ones in a worker thread."""
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await asyncio.to_thread(self.get_tuple, config)
@@ -79,6 +81,10 @@ class ThreadedSqliteSaver(SqliteSaver):
         await asyncio.to_thread(self.delete_thread, thread_id)
 
 
+class ThreadedSqliteSaver(ThreadedAsyncSaver, SqliteSaver):
+    """LangGraph's `SqliteSaver`, usable from async runs too."""
+
+
 class ThreadedSqliteStore(SqliteStore):
     """`SqliteStore` whose async batch runs the sync one in a worker thread."""
 
@@ -96,6 +102,8 @@ class Storage:
     """Human-readable, for error messages ("sqlite file /tmp/x.db")."""
     durable: bool
     """Whether another process opening the same URL sees the same runs."""
+    ledger: Ledger
+    """Exactly-once decisions and thread leases, in the same database."""
 
 
 def _sqlite_path(url: str) -> str:
@@ -124,9 +132,11 @@ def _connect(path: str, *, autocommit: bool = False) -> sqlite3.Connection:
 def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:
     """Open the checkpointer (and a store beside it) described by `spec`."""
     if spec is None or spec == "memory":
-        return Storage(InMemorySaver(), InMemoryStore(), "memory (this process only)", False)
+        return Storage(InMemorySaver(), InMemoryStore(), "memory (this process only)", False,
+                       Ledger.sqlite())
     if isinstance(spec, BaseCheckpointSaver):
-        return Storage(spec, InMemoryStore(), f"{type(spec).__name__} instance", False)
+        return Storage(spec, InMemoryStore(), f"{type(spec).__name__} instance", False,
+                       Ledger.sqlite())
     if not isinstance(spec, str):
         raise TypeError(UNKNOWN_URL.format(value=spec))
     if spec.startswith("sqlite://"):
@@ -136,7 +146,8 @@ def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:
         store = ThreadedSqliteStore(_connect(path, autocommit=True))
         store.setup()
         durable = path != ":memory:"
-        return Storage(saver, store, f"sqlite file {path}", durable)
+        ledger = Ledger.sqlite(path) if durable else Ledger.sqlite()
+        return Storage(saver, store, f"sqlite file {path}", durable, ledger)
     if spec.startswith(("postgresql://", "postgres://")):
         from graphkit._postgres import open_postgres
 

@@ -12,6 +12,7 @@ import inspect
 import json
 import re
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any, get_type_hints, overload
 
 from langchain_core.callbacks import (
@@ -148,6 +149,8 @@ class GraphkitTool(StructuredTool):
     resume_schema: type[BaseModel] | None = None
     context_param: str | None = None
     """The function parameter that receives the `ToolContext`, if any."""
+    approval_ttl: timedelta | None = None
+    """An approval of this tool undecided for this long is declined as expired."""
 
     def _with_context(self, config: RunnableConfig, kwargs: dict[str, Any]) -> None:
         if self.context_param is None:
@@ -210,6 +213,7 @@ def create_tool(
     approval_defaults: Mapping[str, Any] | None = None,
     suspend_schema: type[BaseModel] | None = None,
     resume_schema: type[BaseModel] | None = None,
+    approval_ttl: timedelta | None = None,
 ) -> GraphkitTool: ...
 
 
@@ -225,6 +229,7 @@ def create_tool(
     approval_defaults: Mapping[str, Any] | None = None,
     suspend_schema: type[BaseModel] | None = None,
     resume_schema: type[BaseModel] | None = None,
+    approval_ttl: timedelta | None = None,
 ) -> Callable[[Callable[..., Any]], GraphkitTool]: ...
 
 
@@ -239,6 +244,7 @@ def create_tool(
     approval_defaults: Mapping[str, Any] | None = None,
     suspend_schema: type[BaseModel] | None = None,
     resume_schema: type[BaseModel] | None = None,
+    approval_ttl: timedelta | None = None,
 ) -> GraphkitTool | Callable[[Callable[..., Any]], GraphkitTool]:
     """Make a tool from a sync or async function; usable as a call or as a decorator.
 
@@ -254,6 +260,7 @@ def create_tool(
         approval_defaults: Extra data for the review card (`metadata["defaults"]`).
         suspend_schema: Validates the payload of `ctx.suspend(...)`.
         resume_schema: Validates resume data; `ctx.resume_data` is an instance of it.
+        approval_ttl: Decline an approval of this tool as expired when it waits this long.
     """
 
     def build(fn: Callable[..., Any]) -> GraphkitTool:
@@ -280,6 +287,7 @@ def create_tool(
             suspend_schema=suspend_schema,
             resume_schema=resume_schema,
             context_param=ctx_param,
+            approval_ttl=approval_ttl,
         )
 
     if func is None:

@@ -75,6 +75,7 @@ class ApprovalRecord(TypedDict):
     decided_at: str | None
     approved_args: dict[str, Any] | None
     args_digest: str
+    expires_at: NotRequired[str | None]
 
 
 class Decision(TypedDict, total=False):
@@ -95,6 +96,9 @@ class Decision(TypedDict, total=False):
     """Resume data, for a `resume` decision."""
     decided_by: str | None
     comment: str | None
+    audited: bool
+    """Set by graphkit's API, which wrote the audit entry itself; a raw resume is audited by
+    the gate."""
 
 
 class GateResume(TypedDict, total=False):
@@ -139,6 +143,12 @@ class PendingApproval:
     approved_args: dict[str, Any] | None = None
     args_digest: str = ""
     """Digest of `args`, for binding a decision to what the reviewer saw."""
+    expires_at: str | None = None
+    """When an undecided approval is declined as expired (`approval_ttl`), ISO 8601 UTC."""
+    thread_id: str | None = None
+    """The thread of the paused run (set in inbox listings)."""
+    run_id: str | None = None
+    """The paused run (set in inbox listings); pass it to `agent.resume`."""
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> PendingApproval:

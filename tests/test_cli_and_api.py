@@ -22,7 +22,7 @@ def test_public_api_is_pinned() -> None:
         "Agent", "AgentStream", "AmbiguousApprovalError", "ApprovalAlreadyResolvedError",
         "ApprovalNotFoundError", "ApprovalsPendingError", "ApproverNotAllowedError",
         "AsyncAgentStream", "GenerateResult", "GraphkitError", "GraphkitTool",
-        "InvalidApprovedArgsError", "PendingApproval", "ResumeDataError", "RunState",
+        "Inbox", "InvalidApprovedArgsError", "PendingApproval", "ResumeDataError", "RunState",
         "SnapshotNotFoundError", "StreamChunk", "SuspendPayloadError", "ToolContext",
         "create_tool",
     }
