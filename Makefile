@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: demo test lint typecheck install install-dev clean
+.PHONY: demo test lint typecheck install install-dev postgres-bin clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +27,14 @@ lint: install-dev
 typecheck: install-dev
 	$(BIN)/mypy
 
+## The tests start their own throwaway PostgreSQL server from Debian's binaries.
+postgres-bin:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  echo "installing Debian's postgresql (server binaries for the tests)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
+
 ## Install the dev extra and run the whole suite: lint, types, tests.
-test: install-dev lint typecheck
+test: install-dev postgres-bin lint typecheck
 	$(BIN)/python -m pytest
 
 clean:

@@ -7,16 +7,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from graphkit.errors import GraphkitError
 from graphkit.types import GenerateResult, PendingApproval
+
+if TYPE_CHECKING:
+    from graphkit.inbox import Inbox
 
 __all__ = ["main"]
 
 DEMO_DB = "sqlite:///graphkit-demo.db"
 DEMO_REQUEST = "Roll out build 1.4.2 of the payments service to production."
+
 
 def review_card(pending: PendingApproval) -> str:
     """The review card a person sees: tool, arguments, prompt and defaults."""
@@ -34,14 +40,19 @@ def review_card(pending: PendingApproval) -> str:
     ]
     return "\n".join(lines)
 
+
 def _ask(prompt: str, read: Callable[[str], str]) -> str:
     try:
         return read(prompt).strip()
     except EOFError:
         return ""
 
+
 def run_demo(
-    *, yes: bool, db: str, out: Callable[[str], None] = print,
+    *,
+    yes: bool,
+    db: str,
+    out: Callable[[str], None] = print,
     read: Callable[[str], str] = input,
 ) -> GenerateResult:
     """The seed's deploy flow: pause for approval, show the card, decide, finish."""
@@ -64,15 +75,19 @@ def run_demo(
                     args, choice = None, "r"
             if choice in ("a", "e"):
                 result = agent.approve_tool_call_generate(
-                    run_id=result.run_id, tool_call_id=pending.tool_call_id,
-                    decided_by="demo-operator", comment="approved in the demo",
+                    run_id=result.run_id,
+                    tool_call_id=pending.tool_call_id,
+                    decided_by="demo-operator",
+                    comment="approved in the demo",
                     args=args if choice == "e" else None,
                 )
                 out(f"approved {pending.tool_call_id}")
             else:
                 result = agent.decline_tool_call_generate(
-                    run_id=result.run_id, tool_call_id=pending.tool_call_id,
-                    decided_by="demo-operator", comment="rejected in the demo",
+                    run_id=result.run_id,
+                    tool_call_id=pending.tool_call_id,
+                    decided_by="demo-operator",
+                    comment="rejected in the demo",
                 )
                 out(f"rejected {pending.tool_call_id}")
             break  # the result now holds whatever is pending next
@@ -84,30 +99,150 @@ def run_demo(
     out(f"finish_reason: {result.finish_reason}")
     return result
 
+
+def _table(rows: list[PendingApproval]) -> str:
+    if not rows:
+        return "no pending approvals"
+    head = ("ID", "KIND", "AGENT", "TOOL", "ARGS", "CREATED", "RUN")
+    body = [
+        (
+            p.id,
+            p.kind,
+            "/".join(p.agent_path),
+            p.tool_name,
+            _clip(json.dumps(p.args, ensure_ascii=False), 40),
+            p.created_at,
+            p.run_id or "",
+        )
+        for p in rows
+    ]
+    widths = [max(len(str(r[i])) for r in (head, *body)) for i in range(len(head))]
+    return "\n".join(
+        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in (head, *body)
+    )
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _inbox(args: argparse.Namespace) -> Inbox:
+    from graphkit.inbox import Inbox
+
+    url = args.db or os.environ.get("GRAPHKIT_DB")
+    if not url:
+        msg = "no storage given: pass --db URL or set GRAPHKIT_DB (e.g. sqlite:///runs.db)"
+        raise GraphkitError(msg)
+    return Inbox(url)
+
+
+def _json_args(raw: str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        msg = f"--args is not valid JSON: {exc}"
+        raise GraphkitError(msg) from exc
+    if not isinstance(value, dict):
+        msg = f"--args must be a JSON object, got {type(value).__name__}"
+        raise GraphkitError(msg)
+    return value
+
+
+def _operate(args: argparse.Namespace, out: Callable[[str], None]) -> int:
+    inbox = _inbox(args)
+    if args.command == "inbox":
+        rows = inbox.pending(agent=args.agent, tool_name=args.tool, limit=args.limit)
+        out(json.dumps([r.to_dict() for r in rows], indent=2) if args.json else _table(rows))
+    elif args.command == "show":
+        pending = inbox.get(args.id)
+        out(json.dumps(pending.to_dict(), indent=2) if args.json else review_card(pending))
+    elif args.command == "approve":
+        decided = inbox.approve(
+            args.id,
+            decided_by=args.by,
+            comment=args.comment,
+            args=_json_args(args.args),
+            args_digest=args.digest,
+        )
+        out(f"approved {decided.id} ({decided.tool_name}); resume run {decided.run_id}")
+    elif args.command == "decline":
+        decided = inbox.decline(args.id, decided_by=args.by, comment=args.comment)
+        out(f"declined {decided.id} ({decided.tool_name}); resume run {decided.run_id}")
+    elif args.command == "expire":
+        expired = inbox.expire()
+        out(
+            json.dumps([e.to_dict() for e in expired], indent=2)
+            if args.json
+            else f"expired {len(expired)} approval(s)"
+        )
+    elif args.command == "audit":
+        entries = inbox.audit(thread_id=args.thread, id=args.id)
+        if args.json:
+            out(json.dumps(entries, indent=2))
+        for e in [] if args.json else entries:
+            out(
+                f"{e['at']}  {e['event']:<13} {e.get('tool_name') or '':<16} "
+                f"by={e.get('by') or '-'} {e.get('comment') or ''} {e.get('detail') or ''}".rstrip()
+            )
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="graphkit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the offline deploy-approval demo on SQLite")
     demo.add_argument("--yes", action="store_true", help="approve without asking")
     demo.add_argument("--db", default=DEMO_DB, help=f"storage URL (default {DEMO_DB})")
+
+    def verb(name: str, text: str, *, listing: bool = False) -> argparse.ArgumentParser:
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("--db", help="storage URL (default: $GRAPHKIT_DB)")
+        if listing:
+            cmd.add_argument("--json", action="store_true", help="machine-readable output")
+        return cmd
+
+    inbox = verb("inbox", "list pending approvals and suspensions", listing=True)
+    inbox.add_argument("--agent")
+    inbox.add_argument("--tool")
+    inbox.add_argument("--limit", type=int)
+    show = verb("show", "show one approval as a review card", listing=True)
+    show.add_argument("id")
+    for name, text in (("approve", "approve a pending call"), ("decline", "decline it")):
+        cmd = verb(name, text)
+        cmd.add_argument("id")
+        cmd.add_argument("--by", required=True, help="who decides (recorded in the audit log)")
+        cmd.add_argument("--comment")
+        if name == "approve":
+            cmd.add_argument("--args", help="edited arguments as a JSON object")
+            cmd.add_argument("--digest", help="the args_digest you reviewed")
+    audit = verb("audit", "show the audit log", listing=True)
+    audit.add_argument("--thread")
+    audit.add_argument("--id")
+    verb("expire", "decline approvals past their approval_ttl", listing=True)
     return parser
 
-def main(argv: Sequence[str] | None = None) -> int:
+
+def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) -> int:
+    """Run the CLI; returns the exit code (argparse's usage errors exit with 2)."""
     args = _parser().parse_args(argv)
     try:
         if args.command == "demo":
-            run_demo(yes=args.yes, db=args.db)
+            run_demo(yes=args.yes, db=args.db, out=out)
             return 0
+        return _operate(args, out)
     except GraphkitError as exc:
         print(f"graphkit: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("graphkit: interrupted; a paused run stays in storage", file=sys.stderr)
+        return 130
     except Exception as exc:  # one line, no traceback: the CLI's contract
         print(f"graphkit: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("graphkit: interrupted; the paused run stays in storage", file=sys.stderr)
-        return 130
-    return 2
+
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

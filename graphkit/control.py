@@ -124,6 +124,9 @@ def _select(
                   and (kind is None or i.record["kind"] == kind)]
     if len(candidates) == 1:
         return candidates[0]
+    decided = [i for i in items if kind is None or i.record["kind"] == kind]
+    if not candidates and len(decided) == 1:
+        raise ApprovalAlreadyResolvedError(resolved_message(decided[0].shown))
     if not candidates:
         what = f"{kind}s" if kind else "approvals or suspensions"
         raise ApprovalNotFoundError(f"run {req.run_id!r} has no pending {what}")
@@ -166,8 +169,8 @@ def _commands(items: list[Waiting], new: Mapping[str, Decision],
 
 
 def _expire(items: list[Waiting], snapshot: StateSnapshot, req: Request) -> list[Waiting]:
-    if req.dry_run:
-        return items
+    """Touching a run declines what waited past its expiry (even on a check-only pass: an
+    expiry is a fact, not a choice)."""
     if expire_overdue([i.shown for i in items], req.ledger, req.store,
                       thread_id=req.thread_id, run_id=req.run_id):
         return waiting(snapshot, req.ledger)

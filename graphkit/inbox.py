@@ -73,7 +73,7 @@ class Inbox:
         entries = self._waiting_entries(**filters)
         decided = self._storage.ledger.decisions(e["id"] for e in entries)
         undecided = sorted((e for e in entries if e["id"] not in decided),
-                           key=lambda e: (e["created_at"], e["id"]))
+                           key=lambda e: (e["created_at"], e.get("position", 0), e["id"]))
         return [_pending(e) for e in undecided[:limit]]
 
     def _entry(self, approval_id: str) -> dict[str, Any]:

@@ -179,10 +179,12 @@ class GateJournal:
             return
         waiting = {r["id"] for r in waiting_records(new, answered) if r["status"] == "pending"}
         current: dict[str, ApprovalRecord] = {}
-        for call in new["calls"]:
+        position: dict[str, int] = {}
+        for index, call in enumerate(new["calls"]):
             for record in (call["approval"], call["suspension"]):
                 if record is not None:
                     current[record["id"]] = record
+                    position[record["id"]] = index
         if old is not None and old["ai_message_id"] == new["ai_message_id"]:
             for call in old["calls"]:
                 gone = call["suspension"]
@@ -192,4 +194,5 @@ class GateJournal:
             entry = index_entry(record, thread_id=self.thread_id, run_id=self.run_id,
                                 waiting=record["id"] in waiting,
                                 tool_schema=self.schemas.get(record["tool_name"]))
+            entry["position"] = position.get(record["id"], 0)
             self.store.put(APPROVALS, record["id"], entry, index=False)

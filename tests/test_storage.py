@@ -29,16 +29,16 @@ def events(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
-def test_pause_in_one_process_decide_in_others(sqlite_url: str, tmp_path: Path) -> None:
+def test_pause_in_one_process_decide_in_others(durable_url: str, tmp_path: Path) -> None:
     log = tmp_path / "log.jsonl"
-    started = run(sqlite_url, log, "start")
+    started = run(durable_url, log, "start")
     assert started["finish_reason"] == "suspended"
     assert started["pending"] == ["c2", "c3"]
     run_id = started["run_id"]
 
-    second = run(sqlite_url, log, "approve", run_id, "c3")
+    second = run(durable_url, log, "approve", run_id, "c3")
     assert second["finish_reason"] == "suspended" and second["pending"] == ["c2"]
-    third = run(sqlite_url, log, "decline", run_id, "c2")
+    third = run(durable_url, log, "decline", run_id, "c2")
     assert third["finish_reason"] == "stop" and third["text"] == "Finished."
 
     seen = events(log)
@@ -48,24 +48,24 @@ def test_pause_in_one_process_decide_in_others(sqlite_url: str, tmp_path: Path) 
     assert ran == ["ls", "rm -r tmp"]  # the approved call once, the declined one never
 
 
-def test_suspension_paused_in_one_process_resumes_in_another(sqlite_url: str,
+def test_suspension_paused_in_one_process_resumes_in_another(durable_url: str,
                                                               tmp_path: Path) -> None:
     log = tmp_path / "wx.jsonl"
-    started = run(sqlite_url, log, "wx-start")
+    started = run(durable_url, log, "wx-start")
     assert started["finish_reason"] == "suspended" and started["pending"] == ["w1"]
-    final = run(sqlite_url, log, "wx-resume", started["run_id"], "Lyon")
+    final = run(durable_url, log, "wx-resume", started["run_id"], "Lyon")
     assert final["finish_reason"] == "stop" and final["text"] == "Sunny."
     assert [e["resume"] for e in events(log)] == ["None", "city='Lyon'"]
 
 
-def test_supervisor_paused_in_one_process_is_approved_in_another(sqlite_url: str,
+def test_supervisor_paused_in_one_process_is_approved_in_another(durable_url: str,
                                                                    tmp_path: Path) -> None:
     log = tmp_path / "sup.jsonl"
     log.touch()
-    started = run(sqlite_url, log, "sup-start")
+    started = run(durable_url, log, "sup-start")
     assert started["finish_reason"] == "suspended" and started["pending"] == ["fu7"]
     assert events(log) == []
-    final = run(sqlite_url, log, "sup-approve", started["run_id"], "fu7")
+    final = run(durable_url, log, "sup-approve", started["run_id"], "fu7")
     assert final["finish_reason"] == "stop" and final["text"] == "User 7 is John."
     assert [e["command"] for e in events(log)] == ["find 7"]
 

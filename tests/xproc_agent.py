@@ -7,11 +7,14 @@ can count them across processes.
     python -m tests.xproc_agent DB LOG decline RUN_ID TOOL_CALL_ID
     python -m tests.xproc_agent DB LOG wx-start
     python -m tests.xproc_agent DB LOG wx-resume RUN_ID CITY
+    python -m tests.xproc_agent DB LOG race-agent RUN_ID TOOL_CALL_ID START_AT
+    python -m tests.xproc_agent DB LOG race-inbox APPROVAL_ID START_AT
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -79,8 +82,31 @@ def build_supervisor(db: str, log: str) -> Agent:
                                           "User 7 is John."]))
 
 
+def race(agent: Agent, db: str, action: str, rest: list[str]) -> None:
+    """Wait for the agreed moment, then decide; print whether this process won."""
+    import time
+
+    from graphkit import ApprovalAlreadyResolvedError, Inbox
+
+    start_at = float(rest[-1])
+    inbox = Inbox(db) if action == "race-inbox" else None
+    time.sleep(max(0.0, start_at - time.time()))
+    try:
+        if inbox is not None:
+            inbox.approve(rest[0], decided_by=f"proc-{os.getpid()}")
+        else:
+            agent.approve_tool_call_generate(run_id=rest[0], tool_call_id=rest[1],
+                                             decided_by=f"proc-{os.getpid()}")
+        print(json.dumps({"outcome": "won"}))
+    except ApprovalAlreadyResolvedError as exc:
+        print(json.dumps({"outcome": "lost", "error": str(exc)}))
+
+
 def main(argv: list[str]) -> None:
     db, log, action, *rest = argv
+    if action.startswith("race-"):
+        race(build(db, log), db, action, rest)
+        return
     if action.startswith("wx-"):
         agent = build_weather(db, log)
     elif action.startswith("sup-"):

@@ -1,0 +1,98 @@
+"""The operator CLI: inbox, show, approve, decline, audit, expire; one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from graphkit.cli import main
+from tests.helpers import agent_with, call, turn
+from tests.test_storage import ROOT
+
+PAY = {"amount": 40, "payee": {"name": "ACME"}}
+
+
+def cli(*argv: str) -> tuple[int, str]:
+    lines: list[str] = []
+    code = main(list(argv), out=lines.append)
+    return code, "\n".join(lines)
+
+
+def test_operator_flow_pause_decide_from_cli_resume_elsewhere(sqlite_url: str) -> None:
+    script = [turn(call("pay", PAY, "c1"), call("pay", {**PAY, "amount": 5}, "c2")), "done"]
+    agent, ledger = agent_with(script, checkpointer=sqlite_url, name="billing")
+    result = agent.generate("pay")
+
+    code, table = cli("inbox", "--db", sqlite_url)
+    assert code == 0 and "billing" in table and "pay" in table and result.run_id in table
+    code, listing = cli("inbox", "--db", sqlite_url, "--json")
+    rows = json.loads(listing)
+    assert [r["tool_call_id"] for r in rows] == ["c1", "c2"]  # in the order the model asked
+    first = next(r for r in rows if r["tool_call_id"] == "c1")
+    second = next(r for r in rows if r["tool_call_id"] == "c2")
+
+    code, card = cli("show", first["id"], "--db", sqlite_url)
+    assert code == 0 and "Pay 40 to ACME?" in card and '"channel": "finance"' in card
+
+    code, said = cli("approve", first["id"], "--db", sqlite_url, "--by", "alice",
+                     "--comment", "ok", "--args", json.dumps({**PAY, "amount": 39}))
+    assert code == 0 and f"resume run {result.run_id}" in said
+    code, _ = cli("decline", second["id"], "--db", sqlite_url, "--by", "alice")
+    assert code == 0
+    assert ledger.ran == []
+
+    final = agent_with(script, checkpointer=sqlite_url, ledger=ledger)[0].resume(
+        run_id=result.run_id)
+    assert final.text == "done" and ledger.ran == [("pay", {**PAY, "amount": 39})]
+
+    code, log = cli("audit", "--db", sqlite_url, "--json")
+    events = [e["event"] for e in json.loads(log)]
+    assert "edited" in events and "rejected" in events
+    code, text = cli("audit", "--db", sqlite_url, "--id", first["id"])
+    assert code == 0 and "edited" in text and "alice" in text
+    code, text = cli("expire", "--db", sqlite_url)
+    assert code == 0 and "expired 0" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["approve", "apr_nope", "--by", "x"], "no approval with id 'apr_nope'"),
+        (["show", "apr_nope"], "no approval with id"),
+        (["approve", "apr_nope", "--by", "x", "--args", "{not json"], "not valid JSON"),
+        (["approve", "apr_nope", "--by", "x", "--args", "[1]"], "must be a JSON object"),
+    ],
+)
+def test_cli_errors_are_one_line(sqlite_url: str, argv: list[str], fragment: str,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    code, _ = cli(*argv, "--db", sqlite_url)
+    err = capsys.readouterr().err
+    assert code == 1 and fragment in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_needs_storage_and_reads_graphkit_db(sqlite_url: str,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("GRAPHKIT_DB", raising=False)
+    assert cli("inbox")[0] == 1
+    assert "GRAPHKIT_DB" in capsys.readouterr().err
+    monkeypatch.setenv("GRAPHKIT_DB", sqlite_url)
+    assert cli("inbox") == (0, "no pending approvals")
+
+
+def test_console_script_in_a_subprocess(sqlite_url: str) -> None:
+    agent, _ = agent_with([turn(call("pay", PAY, "c1")), "ok"], checkpointer=sqlite_url)
+    agent.generate("pay")
+    env = {**os.environ, "GRAPHKIT_DB": sqlite_url}
+    done = subprocess.run([sys.executable, "-m", "graphkit.cli", "inbox", "--json"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)[0]["tool_name"] == "pay"
+    bad = subprocess.run([sys.executable, "-m", "graphkit.cli", "decline", "nope", "--by", "x"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr

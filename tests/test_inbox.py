@@ -1,0 +1,268 @@
+"""Approvals at scale, on SQLite and on a PostgreSQL server the tests start: the inbox,
+exactly one decision, who may decide, digests, expiry, audit, remembered grants."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import ToolMessage
+
+from graphkit import (
+    Agent,
+    ApprovalAlreadyResolvedError,
+    ApprovalNotFoundError,
+    ApproverNotAllowedError,
+    Inbox,
+    InvalidApprovedArgsError,
+    create_tool,
+)
+from graphkit.testing import ScriptedChatModel
+from tests.helpers import Ledger, agent_with, call, turn
+from tests.test_storage import ROOT, events, run
+
+PAY = {"amount": 40, "payee": {"name": "ACME"}}
+
+
+def pay_calls(n: int, prefix: str = "c") -> list[Any]:
+    return [turn(*[call("pay", {**PAY, "amount": i + 1}, f"{prefix}{i}") for i in range(n)]),
+            "done"]
+
+
+def test_inbox_lists_across_threads_and_agents_and_decides_without_the_agent(
+        durable_url: str) -> None:
+    billing, ledger = agent_with(pay_calls(2), checkpointer=durable_url, name="billing")
+    ops, ops_ledger = agent_with([turn(call("bash", {"command": "rm -r /x"}, "b1")), "ok"],
+                                 checkpointer=durable_url, name="ops")
+    first = billing.generate("pay two")
+    second = billing.generate("pay two more")
+    third = ops.generate("clean")
+
+    inbox = Inbox(durable_url)
+    everything = inbox.pending()
+    assert len(everything) == 5
+    assert {p.thread_id for p in everything} == {first.thread_id, second.thread_id,
+                                                 third.thread_id}
+    assert [p.tool_name for p in inbox.pending(agent="ops")] == ["bash"]
+    assert len(inbox.pending(tool_name="pay")) == 4
+    assert len(inbox.pending(limit=2)) == 2
+
+    target = next(p for p in everything if p.run_id == first.run_id and p.tool_call_id == "c0")
+    other = next(p for p in everything if p.run_id == first.run_id and p.tool_call_id == "c1")
+    assert inbox.get(target.id).status == "pending"
+    assert inbox.ready() == []
+    approved = inbox.approve(target.id, decided_by="alice", comment="ok",
+                             args={**PAY, "amount": 99})
+    assert approved.status == "approved" and approved.decided_by == "alice"
+    assert inbox.ready() == []  # c1 of the same run is still undecided
+    inbox.decline(other.id, decided_by="alice", comment="duplicate")
+    assert inbox.ready() == [first.run_id]
+    assert ledger.ran == []  # deciding never runs anything by itself
+
+    final = billing.resume(run_id=first.run_id)
+    assert final.finish_reason == "stop"
+    assert ledger.ran == [("pay", {**PAY, "amount": 99})]
+    rejection = next(m for m in final.messages
+                     if isinstance(m, ToolMessage) and m.tool_call_id == "c1")
+    assert "duplicate" in rejection.text
+    assert inbox.ready() == []
+    assert len(inbox.pending()) == 3
+
+
+def test_agent_sees_inbox_decisions_and_refuses_to_decide_twice(durable_url: str) -> None:
+    agent, ledger = agent_with(pay_calls(1), checkpointer=durable_url)
+    result = agent.generate("pay")
+    inbox = Inbox(durable_url)
+    (pending,) = inbox.pending()
+    inbox.decline(pending.id, decided_by="bob")
+    (shown,) = agent.pending_approvals(run_id=result.run_id)
+    assert shown.status == "rejected" and shown.decided_by == "bob"
+    with pytest.raises(ApprovalAlreadyResolvedError):
+        agent.approve_tool_call(run_id=result.run_id)
+    with pytest.raises(ApprovalAlreadyResolvedError):
+        inbox.approve(pending.id, decided_by="carol")
+    agent.resume(run_id=result.run_id)
+    assert ledger.ran == []
+
+
+@pytest.mark.parametrize("via", ["agent", "inbox"])
+def test_two_processes_deciding_at_once_exactly_one_wins(durable_url: str, tmp_path: Path,
+                                                          via: str) -> None:
+    log = tmp_path / "log.jsonl"
+    started = run(durable_url, log, "start")
+    run_id = started["run_id"]
+    inbox = Inbox(durable_url)
+    approval = next(p for p in inbox.pending() if p.tool_call_id == "c2")
+    start_at = f"{time.time() + 4:.3f}"
+    args = ([run_id, "c2", start_at] if via == "agent" else [approval.id, start_at])
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "tests.xproc_agent", durable_url, str(log),
+                          f"race-{via}", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outcomes = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        outcomes.append(json.loads(out.strip().splitlines()[-1])["outcome"])
+    assert sorted(outcomes) == ["lost", "won"]
+    if via == "inbox":
+        run(durable_url, log, "approve", run_id, "c3")  # also applies the inbox decision
+    ran = [e["command"] for e in events(log) if e["event"] == "ran"]
+    assert ran.count("rm -r old") == 1  # c2: approved once, ran once
+    assert inbox.get(approval.id).status == "approved"
+
+
+def test_approvers_policy_in_the_inbox(durable_url: str) -> None:
+    agent, _ = agent_with(pay_calls(1), checkpointer=durable_url)
+    agent.generate("pay")
+    inbox = Inbox(durable_url, approvers=lambda who, p: who == "cfo" and p.tool_name == "pay")
+    (pending,) = inbox.pending()
+    with pytest.raises(ApproverNotAllowedError):
+        inbox.approve(pending.id, decided_by="intern")
+    assert inbox.get(pending.id).status == "pending"
+    assert inbox.approve(pending.id, decided_by="cfo").status == "approved"
+    refused = [e for e in inbox.audit(id=pending.id) if e["event"] == "refused"]
+    assert refused and refused[0]["by"] == "intern"
+
+
+def test_decision_bound_to_the_reviewed_digest(durable_url: str) -> None:
+    agent, ledger = agent_with(pay_calls(1), checkpointer=durable_url)
+    result = agent.generate("pay")
+    (pending,) = agent.pending_approvals(run_id=result.run_id)
+    assert pending.args_digest.startswith("sha256:")
+    inbox = Inbox(durable_url)
+    with pytest.raises(InvalidApprovedArgsError, match="digest"):
+        inbox.approve(pending.id, decided_by="a", args_digest="sha256:not-what-is-waiting")
+    with pytest.raises(InvalidApprovedArgsError, match="digest"):
+        agent.approve_tool_call(run_id=result.run_id, args_digest="sha256:stale")
+    assert inbox.get(pending.id).status == "pending"
+    final = agent.approve_tool_call_generate(run_id=result.run_id,
+                                             args_digest=pending.args_digest)
+    assert final.finish_reason == "stop" and len(ledger.ran) == 1
+
+
+def test_inbox_checks_edited_args_against_the_tool_schema(durable_url: str) -> None:
+    agent, _ = agent_with(pay_calls(1), checkpointer=durable_url)
+    agent.generate("pay")
+    inbox = Inbox(durable_url)
+    (pending,) = inbox.pending()
+    with pytest.raises(InvalidApprovedArgsError, match="payee"):
+        inbox.approve(pending.id, decided_by="a", args={"amount": 5})
+    with pytest.raises(ApprovalNotFoundError):
+        inbox.approve("apr_missing", decided_by="a")
+    assert inbox.get(pending.id).status == "pending"
+
+
+def test_undecided_in_time_is_declined_as_expired_never_approved(durable_url: str) -> None:
+    agent, ledger = agent_with(pay_calls(1), checkpointer=durable_url,
+                               approval_ttl=timedelta(milliseconds=50))
+    result = agent.generate("pay")
+    (pending,) = agent.pending_approvals(run_id=result.run_id)
+    assert pending.expires_at is not None
+    time.sleep(0.1)
+    inbox = Inbox(durable_url)
+    (expired,) = inbox.expire()
+    assert expired.id == pending.id and expired.status == "rejected"
+    assert expired.comment and "expired" in expired.comment
+    assert inbox.pending() == [] and inbox.expire() == []
+    with pytest.raises(ApprovalAlreadyResolvedError, match="expired"):
+        inbox.approve(pending.id, decided_by="late")
+    final = agent.resume(run_id=result.run_id)
+    assert ledger.ran == [] and final.finish_reason == "stop"
+    assert any(e["event"] == "expired" for e in inbox.audit(thread_id=result.thread_id))
+
+
+def test_tool_ttl_expires_when_the_run_is_next_touched(durable_url: str) -> None:
+    ran: list[str] = []
+
+    @create_tool(needs_approval=True, approval_ttl=timedelta(milliseconds=30))
+    def wire(amount: int) -> str:
+        """Wire money."""
+        ran.append(str(amount))
+        return "sent"
+
+    script = [turn(call("wire", {"amount": 1}, "w1")), "ok"]
+    agent = Agent(name="bank", model=ScriptedChatModel(script), tools=[wire],
+                  checkpointer=durable_url)
+    result = agent.generate("wire 1")
+    time.sleep(0.06)
+    with pytest.raises(ApprovalAlreadyResolvedError, match="expired"):
+        agent.approve_tool_call(run_id=result.run_id)
+    final = agent.resume(run_id=result.run_id)
+    assert ran == [] and "expired" in next(
+        m for m in final.messages if isinstance(m, ToolMessage)).text
+
+
+def test_audit_log_records_every_kind_of_decision(durable_url: str) -> None:
+    script = [turn(call("pay", PAY, "c1"), call("pay", {**PAY, "amount": 2}, "c2")),
+              turn(call("pay", {**PAY, "amount": 3}, "c3")), "done"]
+    agent, ledger = agent_with(script, checkpointer=durable_url,
+                               approvers=lambda who, p: who != "mallory")
+    result = agent.generate("pay")
+    with pytest.raises(ApproverNotAllowedError):
+        agent.approve_tool_call(run_id=result.run_id, tool_call_id="c1", decided_by="mallory")
+    agent.approve_tool_call_generate(run_id=result.run_id, tool_call_id="c1", decided_by="al",
+                                     args={**PAY, "amount": 41}, comment="rounded")
+    second = agent.decline_tool_call_generate(run_id=result.run_id, tool_call_id="c2",
+                                              decided_by="al", comment="dup")
+    assert second.finish_reason == "suspended"  # the model's next turn asks again
+    superseded = agent.generate("stop paying", thread_id=result.thread_id)
+    assert superseded.finish_reason == "stop"
+
+    log = Inbox(durable_url).audit(thread_id=result.thread_id)
+    kinds = [(e["event"], e["tool_call_id"]) for e in log]
+    assert ("requested", "c1") in kinds and ("requested", "c3") in kinds
+    assert ("refused", "c1") in kinds
+    assert ("edited", "c1") in kinds and ("rejected", "c2") in kinds
+    assert ("superseded", "c3") in kinds
+    edited = next(e for e in log if e["event"] == "edited")
+    assert edited["by"] == "al" and edited["comment"] == "rounded"
+    assert edited["args_before"]["amount"] == 40 and edited["args_after"]["amount"] == 41
+    assert all(e["at"] for e in log)
+    assert ledger.ran == [("pay", {**PAY, "amount": 41})]
+
+
+def test_remember_thread_grants_later_calls_of_the_tool(durable_url: str) -> None:
+    script = [turn(call("pay", PAY, "c1")), turn(call("pay", {**PAY, "amount": 2}, "c2")),
+              turn(call("bash", {"command": "rm -r a"}, "b1")),
+              turn(call("bash", {"command": "rm -r b"}, "b2")), "done"]
+    agent, ledger = agent_with(script, checkpointer=durable_url)
+    result = agent.generate("go")
+    after_pay = agent.approve_tool_call_generate(run_id=result.run_id, decided_by="al",
+                                                 remember="thread")
+    # c2 ran without asking; the bash call (a predicate tool) still asks
+    assert [p.tool_call_id for p in after_pay.pending_approvals] == ["b1"]
+    after_bash = agent.approve_tool_call_generate(run_id=result.run_id, remember="thread")
+    assert after_bash.finish_reason == "stop"
+    assert [name for name, _ in ledger.ran] == ["pay", "pay", "bash", "bash"]
+    assert len(ledger.predicate_calls) == 2  # the predicate was still consulted for b2
+    log = Inbox(durable_url).audit(thread_id=result.thread_id)
+    assert [e["event"] for e in log].count("granted") == 2
+    assert ("auto_approved", "c2") in [(e["event"], e["tool_call_id"]) for e in log]
+
+    other, other_ledger = agent_with(pay_calls(1), checkpointer=durable_url)
+    assert other.generate("pay").finish_reason == "suspended"  # another thread still asks
+
+
+def test_inbox_lists_ten_thousand_pending_approvals(sqlite_url: str) -> None:
+    per_run, runs = 100, 100
+    agent, ledger = agent_with(pay_calls(per_run), checkpointer=sqlite_url)
+    for i in range(runs):
+        assert agent.generate(f"batch {i}").finish_reason == "suspended"
+    inbox = Inbox(sqlite_url)
+    started = time.perf_counter()
+    pending = inbox.pending()
+    took = time.perf_counter() - started
+    assert len(pending) == per_run * runs
+    assert len({p.id for p in pending}) == per_run * runs
+    assert len({p.thread_id for p in pending}) == runs
+    assert ledger.ran == []
+    print(f"listed {len(pending)} pending approvals in {took:.2f}s")
