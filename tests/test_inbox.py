@@ -24,7 +24,7 @@ from graphkit import (
     create_tool,
 )
 from graphkit.testing import ScriptedChatModel
-from tests.helpers import Ledger, agent_with, call, turn
+from tests.helpers import agent_with, call, turn
 from tests.test_storage import ROOT, events, run
 
 PAY = {"amount": 40, "payee": {"name": "ACME"}}
@@ -38,7 +38,7 @@ def pay_calls(n: int, prefix: str = "c") -> list[Any]:
 def test_inbox_lists_across_threads_and_agents_and_decides_without_the_agent(
         durable_url: str) -> None:
     billing, ledger = agent_with(pay_calls(2), checkpointer=durable_url, name="billing")
-    ops, ops_ledger = agent_with([turn(call("bash", {"command": "rm -r /x"}, "b1")), "ok"],
+    ops, _ops_ledger = agent_with([turn(call("bash", {"command": "rm -r /x"}, "b1")), "ok"],
                                  checkpointer=durable_url, name="ops")
     first = billing.generate("pay two")
     second = billing.generate("pay two more")
@@ -248,7 +248,7 @@ def test_remember_thread_grants_later_calls_of_the_tool(durable_url: str) -> Non
     assert [e["event"] for e in log].count("granted") == 2
     assert ("auto_approved", "c2") in [(e["event"], e["tool_call_id"]) for e in log]
 
-    other, other_ledger = agent_with(pay_calls(1), checkpointer=durable_url)
+    other, _other_ledger = agent_with(pay_calls(1), checkpointer=durable_url)
     assert other.generate("pay").finish_reason == "suspended"  # another thread still asks
 
 
