@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -46,6 +47,8 @@ Build = Callable[[StateSnapshot, Request], Any]
 """Turns the paused state into the graph's input (or resume Command), raising if refused."""
 RUNS_NAMESPACE = ("graphkit", "runs")
 RUN_METADATA_KEY = "graphkit_run_id"
+SERVER_ENV = "LANGSMITH_LANGGRAPH_API_VARIANT"
+"""Set by the LangGraph API server (`langgraph dev` and the platform) in its process."""
 RECURSION_LIMIT = 10_000
 """LangGraph's superstep limit; `max_steps` (model turns) is the limit users set."""
 MAX_CONCURRENCY = 64
@@ -127,12 +130,17 @@ class Agent:
         self.approvers = approvers
         self.approval_ttl = approval_ttl
         self._storage = open_storage(checkpointer)
+        # Under the LangGraph API server (`langgraph dev`, Studio, the platform) persistence is
+        # the server's: it refuses graphs compiled with their own checkpointer or store.
+        served = bool(os.environ.get(SERVER_ENV)) and checkpointer in (None, "memory")
         self.builder = build_graph(
             name=name, model=self.model, tools=self.tools, instructions=instructions,
             subagents={key: (sub.subgraph(), sub.description) for key, sub in self.agents.items()},
         )
         self.graph: CompiledStateGraph[Any, Any, Any, Any] = self.builder.compile(
-            checkpointer=self._storage.checkpointer, store=self._storage.store, name=name
+            checkpointer=None if served else self._storage.checkpointer,
+            store=None if served else self._storage.store,
+            name=name,
         )
 
     def subgraph(self) -> CompiledStateGraph[Any, Any, Any, Any]:

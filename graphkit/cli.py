@@ -56,7 +56,7 @@ def run_demo(
     read: Callable[[str], str] = input,
 ) -> GenerateResult:
     """The seed's deploy flow: pause for approval, show the card, decide, finish."""
-    from graphkit.demo import deploy_agent
+    from graphkit.examples import deploy_agent
 
     agent = deploy_agent(checkpointer=db)
     out(f"user> {DEMO_REQUEST}")

@@ -1,5 +1,5 @@
 """The seed's deploy_service: asks "Send build {{version}} to prod?" before every rollout."""
 
-from graphkit.demo import deploy_agent
+from graphkit.examples import deploy_agent
 
 graph = deploy_agent().graph

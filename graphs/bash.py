@@ -1,0 +1,5 @@
+"""A shell tool that asks only before rm, shutdown and mkfs (a per-call predicate)."""
+
+from graphkit.examples import bash_agent
+
+graph = bash_agent().graph

@@ -1,0 +1,5 @@
+"""A tool that suspends to ask for the city; the next message resumes it."""
+
+from graphkit.examples import weather_agent
+
+graph = weather_agent().graph

@@ -1,0 +1,125 @@
+"""LangGraph Studio's server: `langgraph dev` on langgraph.json, driven with langgraph_sdk.
+
+The real server is started on a free loopback port; the client creates threads, runs the
+example graphs, reads the interrupt from the thread state and resumes it with LangChain's HITL
+decisions, as Studio and Agent Chat UI do.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = _free_port()
+    log = tmp_path_factory.mktemp("langgraph-dev") / "server.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GRAPHKIT_"))}
+    env.update(LANGSMITH_TRACING="false", LANGGRAPH_CLI_NO_ANALYTICS="1")
+    command = [str(Path(sys.executable).parent / "langgraph"), "dev", "--port", str(port),
+               "--host", "127.0.0.1", "--no-browser", "--no-reload", "--allow-blocking"]
+    with log.open("w") as out:
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/ok", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"langgraph dev did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def run(client: Any, thread_id: str, graph: str, **kwargs: Any) -> dict[str, Any]:
+    result: dict[str, Any] = client.runs.wait(thread_id, graph, **kwargs)
+    return result
+
+
+def interrupt_of(client: Any, thread_id: str) -> dict[str, Any]:
+    state = client.threads.get_state(thread_id)
+    interrupts = state["interrupts"] or [i for t in state["tasks"] for i in t["interrupts"]]
+    assert len(interrupts) == 1, state
+    value: dict[str, Any] = interrupts[0]["value"]
+    return value
+
+
+def tool_results(values: dict[str, Any]) -> list[dict[str, Any]]:
+    return [m for m in values["messages"] if m["type"] == "tool"]
+
+
+def test_deploy_approve_and_reject_through_the_server(server: str) -> None:
+    from langgraph_sdk import get_sync_client
+
+    client = get_sync_client(url=server)
+    assistants = {a["graph_id"] for a in client.assistants.search(limit=20)}
+    assert {"deploy", "bash", "weather", "supervisor"} <= assistants
+
+    thread = client.threads.create()
+    run(client, thread["thread_id"], "deploy",
+        input={"messages": [{"role": "user", "content": "Roll out build 2.0.1"}]})
+    request = interrupt_of(client, thread["thread_id"])
+    (action,) = request["action_requests"]
+    assert action["name"] == "deploy_service" and action["args"] == {"version": "2.0.1"}
+    assert action["description"] == "Send build 2.0.1 to prod?"
+    assert request["review_configs"][0]["allowed_decisions"] == ["approve", "edit", "reject"]
+    assert request["approvals"][0]["metadata"]["defaults"] == {"channel": "ops",
+                                                               "priority": "high"}
+    values = run(client, thread["thread_id"], "deploy",
+                 command={"resume": {"decisions": [{"type": "approve"}]}})
+    assert "rolled out 2.0.1 to production" in tool_results(values)[-1]["content"]
+    assert values["messages"][-1]["type"] == "ai"
+
+    rejected = client.threads.create()
+    run(client, rejected["thread_id"], "deploy",
+        input={"messages": [{"role": "user", "content": "Roll out build 2.0.2"}]})
+    values = run(client, rejected["thread_id"], "deploy", command={"resume": {"decisions": [
+        {"type": "reject", "message": "freeze until Monday"}]}})
+    last_tool = tool_results(values)[-1]
+    assert last_tool["status"] == "error" and "freeze until Monday" in last_tool["content"]
+    assert not any("rolled out" in m["content"] for m in tool_results(values))
+
+
+def test_supervisor_approval_two_levels_down_through_the_server(server: str) -> None:
+    from langgraph_sdk import get_sync_client
+
+    client = get_sync_client(url=server)
+    thread = client.threads.create()
+    run(client, thread["thread_id"], "supervisor",
+        input={"messages": [{"role": "user", "content": "purge logs older than 90 days"}]})
+    request = interrupt_of(client, thread["thread_id"])
+    (approval,) = request["approvals"]
+    assert approval["agent_path"] == ["supervisor", "ops_team", "audit_agent"]
+    assert approval["tool_name"] == "purge_logs"
+    assert request["action_requests"][0]["description"] == "Purge logs older than 90 days?"
+    values = run(client, thread["thread_id"], "supervisor", command={"resume": {"decisions": [
+        {"type": "edit", "edited_action": {"name": "purge_logs", "args": {"days": 120}}}]}})
+    assert "purged logs older than 120 days" in values["messages"][-1]["content"]
