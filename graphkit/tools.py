@@ -201,6 +201,28 @@ def _context_param(func: Callable[..., Any]) -> str | None:
     return None
 
 
+def _without(fn: Callable[..., Any], param: str | None) -> Callable[..., Any]:
+    """`fn` as the model sees it: without the injected context parameter, whose annotation
+    may not even resolve where the tool was defined (a local import under
+    `from __future__ import annotations`)."""
+    if param is None:
+        return fn
+
+    def shim(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover - only inspected
+        return fn(*args, **kwargs)
+
+    signature = inspect.signature(fn)
+    shim.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[p for n, p in signature.parameters.items() if n != param])
+    shim.__annotations__ = {k: v for k, v in fn.__annotations__.items() if k != param}
+    shim.__name__ = fn.__name__
+    shim.__qualname__ = fn.__qualname__
+    shim.__doc__ = fn.__doc__
+    shim.__module__ = fn.__module__
+    shim.__wrapped__ = fn  # type: ignore[attr-defined]  # where names in annotations resolve
+    return shim
+
+
 @overload
 def create_tool(
     func: Callable[..., Any],
@@ -271,8 +293,8 @@ def create_tool(
         ctx_param = _context_param(fn)
         schema = args_schema or create_schema_from_function(
             tool_name,
-            fn,
-            filter_args=[p for p in (ctx_param, "run_manager", "callbacks") if p],
+            _without(fn, ctx_param),
+            filter_args=["run_manager", "callbacks"],
         )
         is_async = inspect.iscoroutinefunction(fn)
         return GraphkitTool(
