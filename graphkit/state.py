@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Annotated, Any, NotRequired, TypedDict
 
 from langchain_core.messages import AnyMessage
-from langgraph.graph.message import add_messages
+from langgraph.channels.delta import DeltaChannel
+from langgraph.graph.message import _messages_delta_reducer
 
 from graphkit.types import ApprovalRecord
 
@@ -105,10 +106,15 @@ def merge_reports(
     return {**(old or {}), **new}
 
 
+Messages = Annotated[list[AnyMessage], DeltaChannel(_messages_delta_reducer)]
+"""The conversation, stored as LangGraph's delta channel: each checkpoint keeps the new
+messages, not the whole list again, so a long thread grows linearly on disk."""
+
+
 class AgentState(TypedDict, total=False):
     """The state of an agent graph."""
 
-    messages: Annotated[list[AnyMessage], add_messages]
+    messages: Messages
     options: RunOptions
     turn: TurnPlan | None
     reports: Annotated[dict[str, SuspensionReport], merge_reports]
@@ -117,5 +123,5 @@ class AgentState(TypedDict, total=False):
 class InputState(TypedDict, total=False):
     """What a caller (or LangGraph Studio) passes to start a run."""
 
-    messages: Annotated[list[AnyMessage], add_messages]
+    messages: Messages
     options: RunOptions
