@@ -13,7 +13,7 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from graphkit.autoresume import make_extractor
-from graphkit.nodes import make_gate_node, make_model_node, make_tools_nodes
+from graphkit.nodes import Planner, make_gate_node, make_model_node, make_tools_nodes
 from graphkit.state import AgentState, InputState, ToolTask
 from graphkit.supervisor import delegation_tool, make_delegate_nodes
 
@@ -42,7 +42,8 @@ def build_graph(
         raise ValueError(msg)
     all_tools = [*tools, *(delegation_tool(key, d) for key, (_, d) in subagents.items())]
     by_name: Mapping[str, BaseTool] = {tool.name: tool for tool in all_tools}
-    call_model, acall_model = make_model_node(model, all_tools, instructions)
+    planner = Planner(by_name, name)
+    call_model, acall_model = make_model_node(model, all_tools, instructions, planner)
     run_tool, arun_tool = make_tools_nodes(by_name)
 
     builder = StateGraph(AgentState, input_schema=InputState)
@@ -53,7 +54,7 @@ def build_graph(
     )
     builder.add_node(
         "approval_gate",
-        make_gate_node(by_name, name, make_extractor(model, by_name)),
+        make_gate_node(planner, make_extractor(model, by_name)),
         destinations=("tools", "model", "approval_gate", *subagents),
     )
     builder.add_node(

@@ -8,7 +8,9 @@ superstep concurrently; `ToolNode` running several interrupting calls in one tas
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
@@ -92,8 +94,46 @@ def model_steps(messages: Sequence[BaseMessage]) -> int:
     return steps
 
 
+class Planner:
+    """The gate's reading of a model turn, done once per turn: which calls run, which wait.
+
+    The model node calls it on the turn it just produced, so the plan (and every predicate's
+    verdict) is checkpointed with the AI message itself and the gate can pause on its first
+    pass; the gate calls it for a turn that reached the state another way.
+    """
+
+    def __init__(self, tools: Mapping[str, BaseTool], name: str) -> None:
+        self.tools = tools
+        self.name = name
+        self.schemas = {tool_name: _schema(tool) for tool_name, tool in tools.items()}
+
+    def journal(self, state: AgentState, config: RunnableConfig) -> GateJournal:
+        options: RunOptions = state.get("options") or {}
+        return GateJournal(_store(), thread_id=_thread_id(config), run_id=options.get("run_id"),
+                           schemas=self.schemas)
+
+    def plan(self, ai: AIMessage, state: AgentState, config: RunnableConfig,
+             journal: GateJournal) -> tuple[TurnPlan, list[ToolMessage]]:
+        path = agent_path_of(config, self.name)
+        grants = granted(journal.store, thread_id=journal.thread_id, agent_path=path,
+                         tool_names=[c["name"] for c in ai.tool_calls])
+        plan, errors = plan_turn(ai, self.tools, state.get("options") or {}, agent_path=path,
+                                 thread_id=journal.thread_id, grants=grants)
+        journal.planned(plan)
+        _emit(_pending_events(plan))
+        return plan, errors
+
+
+def _unique_id(response: BaseMessage, messages: Sequence[BaseMessage]) -> BaseMessage:
+    """Some OpenAI-compatible servers reuse one completion id: a reply must not replace an
+    earlier message that happens to share its id."""
+    if response.id is None or any(m.id == response.id for m in messages):
+        return response.model_copy(update={"id": f"run-{uuid.uuid4()}"})
+    return response
+
+
 def make_model_node(
-    model: BaseChatModel, tools: Sequence[BaseTool], instructions: str
+    model: BaseChatModel, tools: Sequence[BaseTool], instructions: str, planner: Planner
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """The `model` node (sync and async): one model turn, or the end of the run."""
     bound = model.bind_tools(list(tools)) if tools else model
@@ -105,10 +145,16 @@ def make_model_node(
         messages = list(state.get("messages") or [])
         return [*system, *messages], model_steps(messages) >= limit
 
-    def finish(response: BaseMessage) -> Command[ModelTarget]:
-        has_calls = isinstance(response, AIMessage) and bool(response.tool_calls)
-        goto: ModelTarget = "approval_gate" if has_calls else "__end__"
-        return Command(update={"messages": [response]}, goto=goto)
+    def finish(response: BaseMessage, state: AgentState,
+               config: RunnableConfig) -> Command[ModelTarget]:
+        response = _unique_id(response, state.get("messages") or [])
+        if not (isinstance(response, AIMessage) and response.tool_calls):
+            return Command(update={"messages": [response]}, goto="__end__")
+        journal = planner.journal(state, config)
+        plan, errors = planner.plan(response, state, config, journal)
+        journal.sync(None, plan, {m.tool_call_id for m in errors})
+        return Command(update={"messages": [response, *errors], "turn": plan},
+                       goto="approval_gate")
 
     def call_model(
         state: AgentState, config: RunnableConfig
@@ -116,7 +162,7 @@ def make_model_node(
         messages, exhausted = route(state)
         if exhausted:
             return Command(goto="__end__")
-        return finish(bound.invoke(messages, config))
+        return finish(bound.invoke(messages, config), state, config)
 
     async def acall_model(
         state: AgentState, config: RunnableConfig
@@ -124,7 +170,9 @@ def make_model_node(
         messages, exhausted = route(state)
         if exhausted:
             return Command(goto="__end__")
-        return finish(await bound.ainvoke(messages, config))
+        response = await bound.ainvoke(messages, config)
+        # Planning reads and writes the store synchronously: keep it off the event loop.
+        return await asyncio.to_thread(finish, response, state, config)
 
     return call_model, acall_model
 
@@ -180,11 +228,11 @@ def _edited_ai(ai: AIMessage, edited: Mapping[str, dict[str, Any]]) -> AIMessage
 
 
 def make_gate_node(
-    tools: Mapping[str, BaseTool], name: str, extract: Extractor | None = None
+    planner: Planner, extract: Extractor | None = None
 ) -> Callable[..., Any]:
-    """The `approval_gate` node: plans a turn, dispatches calls, pauses for humans."""
-
-    schemas = {tool_name: _schema(tool) for tool_name, tool in tools.items()}
+    """The `approval_gate` node: dispatches the turn's calls, pauses for humans, applies
+    their decisions."""
+    tools, name = planner.tools, planner.name
 
     def approval_gate(state: AgentState, config: RunnableConfig) -> Command[GateTarget]:
         messages = list(state.get("messages") or [])
@@ -194,21 +242,14 @@ def make_gate_node(
         path = agent_path_of(config, name)
         thread_id = _thread_id(config)
         options: RunOptions = state.get("options") or {}
-        store = _store()
-        journal = GateJournal(store, thread_id=thread_id, run_id=options.get("run_id"),
-                              schemas=schemas)
+        journal = planner.journal(state, config)
         update: dict[str, Any] = {}
         new_messages: list[BaseMessage] = []
         previous = plan = state.get("turn")
         changed = False
         if plan is None or plan["ai_message_id"] != ai.id:
-            grants = granted(store, thread_id=thread_id, agent_path=path,
-                             tool_names=[c["name"] for c in ai.tool_calls])
-            plan, errors = plan_turn(ai, tools, options, agent_path=path, thread_id=thread_id,
-                                     grants=grants)
+            plan, errors = planner.plan(ai, state, config, journal)
             new_messages.extend(errors)
-            journal.planned(plan)
-            _emit(_pending_events(plan))
             changed = True
         reports = state.get("reports") or {}
         if reports:

@@ -29,8 +29,8 @@ class Reply:
 Script = Callable[[dict[str, Any]], Reply]
 
 
-def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    body = {"id": "chatcmpl-graphkit", "object": "chat.completion.chunk",
+def _chunk(delta: dict[str, Any], finish: str | None = None, id: str = "chatcmpl-0") -> bytes:
+    body = {"id": id, "object": "chat.completion.chunk",
             "created": int(time.time()), "model": "gpt-4o-mini",
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
     return b"data: " + json.dumps(body).encode() + b"\n\n"
