@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: demo test lint typecheck install install-dev postgres-bin clean
+.PHONY: demo test bench lint typecheck install install-dev postgres-bin clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ demo: install
 	$(BIN)/graphkit demo $(ARGS)
 
 lint: install-dev
-	$(BIN)/ruff check graphkit graphs tests
+	$(BIN)/ruff check graphkit graphs tests benchmarks
 
 typecheck: install-dev
 	$(BIN)/mypy
@@ -36,6 +36,10 @@ postgres-bin:
 ## Install the dev extra and run the whole suite: lint, types, tests.
 test: install-dev postgres-bin lint typecheck
 	$(BIN)/python -m pytest
+
+## graphkit against LangChain's HITL middleware and a minimal graph; writes benchmarks/results.json
+bench: install-dev postgres-bin
+	$(BIN)/python -m benchmarks.bench $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache graphkit-demo.db*

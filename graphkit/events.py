@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from langchain_core.messages import (
     AIMessage,
@@ -12,7 +13,7 @@ from langchain_core.messages import (
     HumanMessage,
     ToolMessage,
 )
-from langgraph.types import Interrupt, StateSnapshot
+from langgraph.types import Interrupt
 
 from graphkit.approvals import INTERRUPT_MARKER, answered_ids, waiting_records
 from graphkit.nodes import EVENT_KEY
@@ -155,7 +156,30 @@ def run_text(messages: Sequence[BaseMessage]) -> str:
     return ""
 
 
-def finish_reason(snapshot: StateSnapshot, *, stopped: bool) -> FinishReason:
+class RunView(Protocol):
+    """What a finished run looks like: a `StateSnapshot`, or what its stream showed."""
+
+    @property
+    def values(self) -> Any: ...
+
+    @property
+    def interrupts(self) -> tuple[Interrupt, ...]: ...
+
+    @property
+    def next(self) -> tuple[str, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """The end of a run as its stream showed it: the last values and the interrupts raised,
+    so a result needs no extra read of the checkpoint."""
+
+    values: dict[str, Any]
+    interrupts: tuple[Interrupt, ...]
+    next: tuple[str, ...] = ()
+
+
+def finish_reason(snapshot: RunView, *, stopped: bool) -> FinishReason:
     if snapshot.interrupts:
         return "suspended"
     if stopped:

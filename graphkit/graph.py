@@ -3,11 +3,11 @@ plus one node per subagent that the gate sends delegations to."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.tools import BaseTool
 from langgraph.graph import START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -18,6 +18,16 @@ from graphkit.state import AgentState, InputState, ToolTask
 from graphkit.supervisor import delegation_tool, make_delegate_nodes
 
 __all__ = ["RESERVED_NODES", "Subagent", "build_graph"]
+
+
+def _node(func: Callable[..., Any], afunc: Callable[..., Any], name: str) -> Runnable[Any, Any]:
+    """A node with a sync and an async body, as LangGraph wraps its own nodes (no extra
+    tracing run per call); LangChain's `RunnableLambda` where that class is not available."""
+    try:
+        from langgraph._internal._runnable import RunnableCallable
+    except ImportError:  # pragma: no cover - a LangGraph without it
+        return RunnableLambda(func, afunc, name=name)
+    return RunnableCallable(func, afunc, name=name, trace=False)
 
 RESERVED_NODES = frozenset({"model", "approval_gate", "tools", "__start__", "__end__"})
 
@@ -49,7 +59,7 @@ def build_graph(
     builder = StateGraph(AgentState, input_schema=InputState)
     builder.add_node(
         "model",
-        RunnableLambda(call_model, acall_model, name="model"),
+        _node(call_model, acall_model, "model"),
         destinations=("approval_gate", "__end__"),
     )
     builder.add_node(
@@ -59,14 +69,13 @@ def build_graph(
     )
     builder.add_node(
         "tools",
-        RunnableLambda(run_tool, arun_tool, name="tools"),
+        _node(run_tool, arun_tool, "tools"),
         input_schema=ToolTask,
     )
     builder.add_edge(START, "model")
     builder.add_edge("tools", "approval_gate")
     for key, (subgraph, _) in subagents.items():
         delegate, adelegate = make_delegate_nodes(key, subgraph)
-        builder.add_node(key, RunnableLambda(delegate, adelegate, name=key),
-                         input_schema=ToolTask)
+        builder.add_node(key, _node(delegate, adelegate, key), input_schema=ToolTask)
         builder.add_edge(key, "approval_gate")
     return builder

@@ -59,6 +59,9 @@ class _Sqlite:
     def __init__(self, path: str) -> None:
         self.conn = sqlite3.connect(path, check_same_thread=False, timeout=30.0,
                                     isolation_level=None)
+        if path != ":memory:":
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
         self.lock = threading.Lock()
 
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
@@ -162,16 +165,43 @@ class Ledger:
                 raise RunBusyError(msg)
             time.sleep(pause)
             pause = min(pause * 2, 0.1)
-        stop = threading.Event()
-
-        def renew() -> None:
-            while not stop.wait(LEASE_SECONDS / 3):
-                self._take(thread_id, owner)
-
-        keeper = threading.Thread(target=renew, name="graphkit-lease", daemon=True)
-        keeper.start()
+        _KEEPER.hold(self, thread_id, owner)
         try:
             yield owner
         finally:
-            stop.set()
+            _KEEPER.drop(thread_id, owner)
             self._release(thread_id, owner)
+
+
+class _LeaseKeeper:
+    """One daemon thread per process renews every lease this process holds, so a lease costs
+    no thread of its own and still outlives a slow run (but not a dead process)."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, str], Ledger] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, ledger: Ledger, thread_id: str, owner: str) -> None:
+        with self._lock:
+            self._held[(thread_id, owner)] = ledger
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="graphkit-leases",
+                                                daemon=True)
+                self._thread.start()
+
+    def drop(self, thread_id: str, owner: str) -> None:
+        with self._lock:
+            self._held.pop((thread_id, owner), None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(LEASE_SECONDS / 3)
+            with self._lock:
+                held = list(self._held.items())
+            for (thread_id, owner), ledger in held:
+                with contextlib.suppress(Exception):  # retried on the next round
+                    ledger._take(thread_id, owner)
+
+
+_KEEPER = _LeaseKeeper()

@@ -13,10 +13,12 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import StateSnapshot, StreamMode
+from langgraph.types import Interrupt, StreamMode
 
 from graphkit.events import (
     ChunkTranslator,
+    Observed,
+    RunView,
     awaiting,
     finish_reason,
     pending_chunks,
@@ -29,6 +31,8 @@ from graphkit.types import GenerateResult, PendingApproval, RunState, StreamChun
 __all__ = ["AgentStream", "AsyncAgentStream", "Invocation"]
 
 STREAM_MODES: list[StreamMode] = ["updates", "messages", "custom", "values"]
+RESULT_MODES: list[StreamMode] = ["updates", "values"]
+"""All a result needs: no token streaming (the model then answers in one call), no telemetry."""
 StateHook = Callable[[RunState], Any]
 
 
@@ -45,7 +49,7 @@ class Invocation:
     """Called when the run stops advancing (frees the thread's lease)."""
 
 
-def pending_of(snapshot: StateSnapshot, *, stopped: bool) -> list[PendingApproval]:
+def pending_of(snapshot: RunView, *, stopped: bool) -> list[PendingApproval]:
     """What waits on a human in this state: interrupts, or (when stopped early) the plan."""
     records = [PendingApproval.from_record(r) for _, r in pending_from_interrupts(
         snapshot.interrupts)]
@@ -64,6 +68,8 @@ class _Run:
         self.step = 0
         self.node: str | None = None
         self.result: GenerateResult | None = None
+        self.values: dict[str, Any] | None = None
+        self.interrupts: dict[str, Interrupt] = {}
 
     def start(self) -> StreamChunk:
         return self.translator.chunk(
@@ -74,9 +80,13 @@ class _Run:
         """Chunks for one stream part, and whether the state hook asked to stop here."""
         namespace, mode, data = part
         if mode == "values":
+            if not namespace:
+                self.values = data
             return [], (not namespace) and self._hook(data)
         if mode == "updates" and not namespace and isinstance(data, dict):
             self.node = next(iter(data), self.node)
+            for item in data.get("__interrupt__") or ():
+                self.interrupts[item.id] = item
         return list(self.translator.feed(namespace, mode, data)), False
 
     def _hook(self, values: dict[str, Any]) -> bool:
@@ -97,7 +107,13 @@ class _Run:
         self.stopped = bool(hook(state))
         return self.stopped
 
-    def finish(self, snapshot: StateSnapshot) -> list[StreamChunk]:
+    def observed(self) -> Observed | None:
+        """The end state as streamed, when the stream showed it (else read the checkpoint)."""
+        if self.values is None:
+            return None
+        return Observed(self.values, tuple(self.interrupts.values()))
+
+    def finish(self, snapshot: RunView) -> list[StreamChunk]:
         messages = list(snapshot.values.get("messages") or [])
         reason = finish_reason(snapshot, stopped=self.stopped)
         pending = pending_of(snapshot, stopped=self.stopped)
@@ -131,6 +147,7 @@ class AgentStream:
         self._prepare = prepare
         self._run: _Run | None = None
         self._chunks: Generator[StreamChunk, None, None] | None = None
+        self._modes = STREAM_MODES
         self.run_id = run_id
         self.thread_id = thread_id
 
@@ -139,7 +156,7 @@ class AgentStream:
         run = self._run = _Run(inv)
         try:
             yield run.start()
-            parts: Any = self._graph.stream(inv.input, inv.config, stream_mode=STREAM_MODES,
+            parts: Any = self._graph.stream(inv.input, inv.config, stream_mode=self._modes,
                                             subgraphs=True)
             try:
                 for part in parts:
@@ -149,7 +166,7 @@ class AgentStream:
                         break
             finally:
                 parts.close()
-            final = run.finish(self._graph.get_state(inv.config))
+            final = run.finish(run.observed() or self._graph.get_state(inv.config))
         finally:
             if inv.release is not None:
                 inv.release()
@@ -171,6 +188,8 @@ class AgentStream:
                 yield chunk.payload["text"]
 
     def result(self) -> GenerateResult:
+        if self._chunks is None:  # nobody is watching the chunks: stream only what it needs
+            self._modes = RESULT_MODES
         for _ in self:
             pass
         if self._run is None or self._run.result is None:  # pragma: no cover
@@ -196,6 +215,7 @@ class AsyncAgentStream:
         self._prepare = prepare
         self._run: _Run | None = None
         self._chunks: AsyncIterator[StreamChunk] | None = None
+        self._modes = STREAM_MODES
         self.run_id = run_id
         self.thread_id = thread_id
 
@@ -218,7 +238,7 @@ class AsyncAgentStream:
         inv = run.invocation
         try:
             yield run.start()
-            parts: Any = self._graph.astream(inv.input, inv.config, stream_mode=STREAM_MODES,
+            parts: Any = self._graph.astream(inv.input, inv.config, stream_mode=self._modes,
                                              subgraphs=True)
             try:
                 async for part in parts:
@@ -229,7 +249,7 @@ class AsyncAgentStream:
                         break
             finally:
                 await parts.aclose()
-            final = run.finish(await self._graph.aget_state(inv.config))
+            final = run.finish(run.observed() or await self._graph.aget_state(inv.config))
         finally:
             if inv.release is not None:
                 await asyncio.to_thread(inv.release)
@@ -252,6 +272,8 @@ class AsyncAgentStream:
                 yield chunk.payload["text"]
 
     async def result(self) -> GenerateResult:
+        if self._chunks is None:
+            self._modes = RESULT_MODES
         async for _ in self:
             pass
         if self._run is None or self._run.result is None:  # pragma: no cover

@@ -125,7 +125,10 @@ def _connect(path: str, *, autocommit: bool = False) -> sqlite3.Connection:
         isolation_level=None if autocommit else "DEFERRED",  # the store runs its own BEGIN/COMMIT
     )
     if path != ":memory:":
+        # WAL with synchronous=NORMAL: every commit is atomic and survives a killed process;
+        # only an OS crash or power loss can drop the last commits (SQLite's advice for WAL).
         conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
     return conn
 
 

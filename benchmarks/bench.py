@@ -1,0 +1,275 @@
+"""`make bench`: graphkit against LangChain's create_agent + HumanInTheLoopMiddleware and a
+minimal hand-written LangGraph graph, in one process, interleaved, on the same scripted model
+and storage. Prints medians, p90s and ratios; writes benchmarks/results.json.
+
+    python -m benchmarks.bench [--rounds N] [--quick] [--out PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sqlite3
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks import contestants as c
+
+Row = dict[str, Any]
+
+
+def _stats(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+    return {"median_ms": statistics.median(ordered) * 1000, "p90_ms": p90 * 1000,
+            "n": len(ordered)}
+
+
+def interleaved(runs: dict[str, Callable[[], Any]], rounds: int, warmup: int = 5,
+                is_async: bool = False) -> dict[str, dict[str, float]]:
+    """Time each contestant once per round, in rotation, so drift hits all alike."""
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    loop = asyncio.new_event_loop() if is_async else None
+
+    def once(fn: Callable[[], Any]) -> float:
+        start = time.perf_counter()
+        if loop is not None:
+            loop.run_until_complete(fn())
+        else:
+            fn()
+        return time.perf_counter() - start
+
+    for _ in range(warmup):
+        for fn in runs.values():
+            once(fn)
+    names = list(runs)
+    for index in range(rounds):
+        order = names[index % len(names):] + names[: index % len(names)]
+        for name in order:
+            samples[name].append(once(runs[name]))
+    if loop is not None:
+        loop.close()
+    return {name: _stats(values) for name, values in samples.items()}
+
+
+def ratio(stats: dict[str, dict[str, float]], a: str, b: str) -> float:
+    return stats[a]["median_ms"] / stats[b]["median_ms"]
+
+
+def round_trips(rounds: int, directory: Path) -> list[Row]:
+    rows: list[Row] = []
+    for kind in ("memory", "sqlite"):
+        sub = directory / f"rt-{kind}"
+        sub.mkdir()
+        stats = interleaved({
+            "graphkit": c.graphkit_round(c.graphkit_agent(kind, sub)),
+            "langchain": c.langchain_round(c.langchain_agent(kind, sub)),
+            "minimal": c.minimal_round(c.minimal_graph(kind, sub)),
+        }, rounds)
+        rows.append({"scenario": f"approval round trip, {kind}, sync", "stats": stats,
+                     "graphkit/langchain": ratio(stats, "graphkit", "langchain"),
+                     "graphkit/minimal": ratio(stats, "graphkit", "minimal")})
+
+        asub = directory / f"rt-async-{kind}"
+        asub.mkdir()
+        stats = interleaved({
+            "graphkit": c.graphkit_async_round(c.graphkit_agent(kind, asub)),
+            "langchain": c.langchain_async_round(
+                c.langchain_agent("memory" if kind == "memory" else kind, asub)),
+        }, rounds, is_async=True) if kind == "memory" else _async_sqlite(asub, rounds)
+        rows.append({"scenario": f"approval round trip, {kind}, async", "stats": stats,
+                     "graphkit/langchain": ratio(stats, "graphkit", "langchain")})
+
+        nsub = directory / f"plain-{kind}"
+        nsub.mkdir()
+        stats = interleaved({
+            "graphkit": c.graphkit_round(c.graphkit_agent(kind, nsub, approval=False),
+                                         approval=False),
+            "langchain": c.langchain_round(c.langchain_agent(kind, nsub, approval=False),
+                                           approval=False),
+        }, rounds)
+        rows.append({"scenario": f"round trip without approval, {kind}", "stats": stats,
+                     "graphkit/langchain": ratio(stats, "graphkit", "langchain")})
+
+        ssub = directory / f"sup-{kind}"
+        ssub.mkdir()
+        stats = interleaved({
+            "graphkit": c.graphkit_round(c.graphkit_supervisor(kind, ssub)),
+            "langchain": c.langchain_round(c.langchain_supervisor(kind, ssub)),
+        }, max(10, rounds // 2))
+        rows.append({"scenario": f"supervisor round trip (approval one level down), {kind}",
+                     "stats": stats, "graphkit/langchain": ratio(stats, "graphkit", "langchain")})
+    return rows
+
+
+def _async_sqlite(directory: Path, rounds: int) -> dict[str, dict[str, float]]:
+    """LangChain's async SQLite saver is bound to one loop: build both inside it."""
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    loop = asyncio.new_event_loop()
+
+    async def build() -> dict[str, Callable[[], Any]]:
+        import aiosqlite
+        from langchain.agents import create_agent
+        from langchain.agents.middleware import HumanInTheLoopMiddleware
+        from langchain_core.tools import tool
+
+        conn = await aiosqlite.connect(directory / "langchain-async.db")
+        graph = create_agent(c.model(), tools=[tool("deploy")(c._deploy)],
+                             middleware=[HumanInTheLoopMiddleware(interrupt_on={"deploy": True})],
+                             checkpointer=AsyncSqliteSaver(conn))
+        return {"graphkit": c.graphkit_async_round(c.graphkit_agent("sqlite", directory)),
+                "langchain": c.langchain_async_round(graph)}
+
+    runs = loop.run_until_complete(build())
+    samples: dict[str, list[float]] = {n: [] for n in runs}
+    for index in range(rounds + 5):
+        for name in list(runs)[index % 2:] + list(runs)[: index % 2]:
+            start = time.perf_counter()
+            loop.run_until_complete(runs[name]())
+            if index >= 5:
+                samples[name].append(time.perf_counter() - start)
+    loop.close()
+    return {n: _stats(v) for n, v in samples.items()}
+
+
+def storage_growth(directory: Path, checkpoints: tuple[int, ...] = (1, 10, 100)) -> list[Row]:
+    """One thread, many approval rounds: bytes on disk and rows, graphkit and LangChain."""
+    import uuid
+
+    from langgraph.types import Command
+
+    rows: list[Row] = []
+    gk_path = directory / "growth-graphkit.db"
+    lc_dir = directory / "growth-lc"
+    lc_dir.mkdir()
+    agent = c.graphkit_agent("sqlite", directory)
+    agent = type(agent)(name="growth", model=c.model(), tools=agent.tools,
+                        checkpointer=f"sqlite:///{gk_path}")
+    lc = c.langchain_agent("sqlite", lc_dir)
+    thread = uuid.uuid4().hex
+    config = {"configurable": {"thread_id": thread}}
+    for n in range(1, max(checkpoints) + 1):
+        result = agent.generate(f"ship round {n}", thread_id=thread)
+        agent.approve_tool_call_generate(run_id=result.run_id)
+        lc.invoke({"messages": [("user", f"ship round {n}")]}, config)
+        lc.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+        if n in checkpoints:
+            rows.append({"rounds": n, "graphkit": _size(gk_path),
+                         "langchain": _size(lc_dir / "langchain.db")})
+    # resumability and history after 100 rounds
+    state = agent.graph.get_state({"configurable": {"thread_id": thread}})
+    assert len(state.values["messages"]) == 4 * max(checkpoints)
+    return rows
+
+
+def _size(path: Path) -> dict[str, int]:
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    rows = {t: conn.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0]
+            for t in ("checkpoints", "writes", "store") if t in tables}
+    conn.close()
+    return {"bytes": path.stat().st_size, **{f"rows_{k}": v for k, v in rows.items()}}
+
+
+def parallel_tools() -> list[Row]:
+    """N tools sleeping 50 ms each, in one model turn, sync and async."""
+    from langchain_core.messages import AIMessage
+
+    from graphkit import Agent, create_tool
+    from graphkit.testing import ScriptedChatModel
+
+    rows: list[Row] = []
+    for n in (8, 32):
+        for flavour in ("sync", "async"):
+            if flavour == "sync":
+                def nap(i: int) -> str:
+                    """Sleep 50 ms."""
+                    time.sleep(0.05)
+                    return str(i)
+            else:
+                async def nap(i: int) -> str:  # type: ignore[misc]
+                    """Sleep 50 ms."""
+                    await asyncio.sleep(0.05)
+                    return str(i)
+            tool = create_tool(nap, name="nap")
+            script = [AIMessage("", tool_calls=[{"name": "nap", "args": {"i": i},
+                                                 "id": f"n{i}"} for i in range(n)]), "done"]
+            timings = []
+            for _ in range(7):
+                agent = Agent(name="p", model=ScriptedChatModel(script), tools=[tool])
+                start = time.perf_counter()
+                if flavour == "sync":
+                    agent.generate("go")
+                else:
+                    asyncio.run(agent.agenerate("go"))
+                timings.append(time.perf_counter() - start)
+            rows.append({"tools": n, "flavour": flavour,
+                         "median_ms": statistics.median(timings[2:]) * 1000,
+                         "target_ms": 60 if n == 8 else 120})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--quick", action="store_true", help="fewer rounds, no growth to 100")
+    parser.add_argument("--out", default=str(Path(__file__).with_name("results.json")))
+    parser.add_argument("--skip-threads", action="store_true")
+    args = parser.parse_args(argv)
+    rounds = 15 if args.quick else args.rounds
+    results: dict[str, Any] = {"machine": {"python": platform.python_version(),
+                                           "cpus": os.cpu_count()}}
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        results["round_trips"] = round_trips(rounds, directory)
+        results["storage_growth"] = storage_growth(
+            directory, (1, 10) if args.quick else (1, 10, 100))
+        results["parallel_tools"] = parallel_tools()
+        if not args.skip_threads:
+            from benchmarks.many_threads import many_threads
+
+            results["many_threads"] = many_threads(directory, quick=args.quick)
+    report(results)
+    Path(args.out).write_text(json.dumps(results, indent=2))
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+def report(results: dict[str, Any]) -> None:
+    print(f"{'scenario':<58} {'graphkit':>17} {'langchain':>17} {'minimal':>9} "
+          f"{'gk/lc':>6} {'gk/min':>6}")
+    for row in results["round_trips"]:
+        s = row["stats"]
+        mn = f"{s['minimal']['median_ms']:.2f}" if "minimal" in s else "-"
+        gm = f"{row['graphkit/minimal']:.2f}" if "graphkit/minimal" in row else "-"
+        print(f"{row['scenario']:<58} "
+              f"{s['graphkit']['median_ms']:>7.2f} p90 {s['graphkit']['p90_ms']:>5.1f} "
+              f"{s['langchain']['median_ms']:>7.2f} p90 {s['langchain']['p90_ms']:>5.1f} "
+              f"{mn:>9} {row['graphkit/langchain']:>6.2f} {gm:>6}")
+    print("\nstorage on one thread (SQLite file after N approval rounds)")
+    for row in results["storage_growth"]:
+        gk, lc = row["graphkit"], row["langchain"]
+        print(f"  {row['rounds']:>4} rounds: graphkit {gk['bytes']:>11,} B {gk} | "
+              f"langchain {lc['bytes']:>11,} B {lc} | ratio {gk['bytes'] / lc['bytes']:.3f}")
+    print("\nparallel tools (50 ms each), whole run")
+    for row in results["parallel_tools"]:
+        print(f"  {row['tools']:>3} x {row['flavour']:<5}: {row['median_ms']:7.1f} ms "
+              f"(target <= {row['target_ms']} ms)")
+    for row in results.get("many_threads", []):
+        print(f"\nmany threads on {row['storage']}: {row['threads']} paused runs, "
+              f"{row['workers']} workers: {row['throughput_per_s']:.1f} round trips/s, "
+              f"decision->tool latency median {row['latency_median_ms']:.0f} ms, "
+              f"p90 {row['latency_p90_ms']:.0f} ms")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,196 @@
+"""The runtimes `make bench` compares, each driving one approval round trip the same way:
+invoke to the pause, approve, run to the final answer; same scripted model, same storage."""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypedDict
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.types import Command, interrupt
+
+from graphkit import Agent, create_tool
+from graphkit.testing import ScriptedChatModel
+
+Storage = Literal["memory", "sqlite"]
+RoundTrip = Callable[[], Any]
+
+
+def reply(messages: list[BaseMessage]) -> AIMessage:
+    """One tool call after a user message, an answer after a tool result."""
+    if isinstance(messages[-1], ToolMessage):
+        return AIMessage("Deployed.")
+    return AIMessage("", tool_calls=[{"name": "deploy", "args": {"version": "1.4.2"},
+                                      "id": f"call_{uuid.uuid4().hex[:8]}"}])
+
+
+def model() -> ScriptedChatModel:
+    return ScriptedChatModel(reply)
+
+
+def _deploy(version: str) -> str:
+    """Roll out a build."""
+    return f"deployed {version}"
+
+
+def saver(kind: Storage, directory: Path, name: str) -> Any:
+    if kind == "memory":
+        return InMemorySaver()
+    conn = sqlite3.connect(directory / f"{name}.db", check_same_thread=False)
+    return SqliteSaver(conn)
+
+
+# ---------------------------------------------------------------------------------- graphkit
+
+
+def graphkit_agent(kind: Storage, directory: Path, *, approval: bool = True) -> Agent:
+    deploy = create_tool(_deploy, name="deploy", needs_approval=approval)
+    url = "memory" if kind == "memory" else f"sqlite:///{directory / 'graphkit.db'}"
+    return Agent(name="bench", model=model(), tools=[deploy], checkpointer=url)
+
+
+def graphkit_round(agent: Agent, *, approval: bool = True) -> RoundTrip:
+    def run() -> None:
+        result = agent.generate("ship 1.4.2")
+        if approval:
+            assert result.finish_reason == "suspended"
+            result = agent.approve_tool_call_generate(run_id=result.run_id)
+        assert result.text == "Deployed.", result
+
+    return run
+
+
+def graphkit_async_round(agent: Agent) -> Callable[[], Any]:
+    async def run() -> None:
+        result = await agent.agenerate("ship 1.4.2")
+        result = await agent.aapprove_tool_call_generate(run_id=result.run_id)
+        assert result.text == "Deployed."
+
+    return run
+
+
+def graphkit_supervisor(kind: Storage, directory: Path) -> Agent:
+    deploy = create_tool(_deploy, name="deploy", needs_approval=True)
+    sub = Agent(name="worker", description="Deploys builds", model=model(), tools=[deploy])
+
+    def top(messages: list[BaseMessage]) -> AIMessage:
+        if isinstance(messages[-1], ToolMessage):
+            return AIMessage("Deployed.")
+        return AIMessage("", tool_calls=[{"name": "worker", "args": {"task": "ship 1.4.2"},
+                                          "id": f"call_{uuid.uuid4().hex[:8]}"}])
+
+    url = "memory" if kind == "memory" else f"sqlite:///{directory / 'graphkit-sup.db'}"
+    return Agent(name="sup", model=ScriptedChatModel(top), agents={"worker": sub},
+                 checkpointer=url)
+
+
+# ---------------------------------------------------------------------------------- LangChain
+
+
+def langchain_agent(kind: Storage, directory: Path, *, approval: bool = True) -> Any:
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    middleware = [HumanInTheLoopMiddleware(interrupt_on={"deploy": True})] if approval else []
+    return create_agent(model(), tools=[tool("deploy")(_deploy)], middleware=middleware,
+                        checkpointer=saver(kind, directory, "langchain"))
+
+
+def langchain_round(graph: Any, *, approval: bool = True) -> RoundTrip:
+    def run() -> None:
+        config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+        out = graph.invoke({"messages": [("user", "ship 1.4.2")]}, config)
+        if approval:
+            assert "__interrupt__" in out
+            out = graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+        assert out["messages"][-1].text == "Deployed."
+
+    return run
+
+
+def langchain_async_round(graph: Any) -> Callable[[], Any]:
+    async def run() -> None:
+        config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+        await graph.ainvoke({"messages": [("user", "ship 1.4.2")]}, config)
+        out = await graph.ainvoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+        assert out["messages"][-1].text == "Deployed."
+
+    return run
+
+
+def langchain_supervisor(kind: Storage, directory: Path) -> Any:
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    sub = create_agent(model(), tools=[tool("deploy")(_deploy)],
+                       middleware=[HumanInTheLoopMiddleware(interrupt_on={"deploy": True})])
+
+    @tool
+    def worker(task: str) -> str:
+        """Delegate to the worker agent."""
+        return str(sub.invoke({"messages": [("user", task)]})["messages"][-1].text)
+
+    def top(messages: list[BaseMessage]) -> AIMessage:
+        if isinstance(messages[-1], ToolMessage):
+            return AIMessage("Deployed.")
+        return AIMessage("", tool_calls=[{"name": "worker", "args": {"task": "ship 1.4.2"},
+                                          "id": f"call_{uuid.uuid4().hex[:8]}"}])
+
+    return create_agent(ScriptedChatModel(top), tools=[worker],
+                        checkpointer=saver(kind, directory, "langchain-sup"))
+
+
+# ---------------------------------------------------------------------------------- hand-written
+
+
+class _State(TypedDict):
+    messages: Annotated[list[BaseMessage], add_messages]
+
+
+def minimal_graph(kind: Storage, directory: Path) -> Any:
+    """The least a LangGraph graph with an approval `interrupt()` needs."""
+    bound = model()
+
+    def call_model(state: _State) -> dict[str, Any]:
+        return {"messages": [bound.invoke(state["messages"])]}
+
+    def route(state: _State) -> str:
+        last = state["messages"][-1]
+        return "approve" if isinstance(last, AIMessage) and last.tool_calls else "__end__"
+
+    def approve(state: _State) -> dict[str, Any]:
+        interrupt({"tool_calls": state["messages"][-1].tool_calls})  # type: ignore[union-attr]
+        return {}
+
+    def run_tools(state: _State) -> dict[str, Any]:
+        calls = state["messages"][-1].tool_calls  # type: ignore[union-attr]
+        return {"messages": [ToolMessage(_deploy(**c["args"]), tool_call_id=c["id"])
+                             for c in calls]}
+
+    builder = StateGraph(_State)
+    builder.add_node("model", call_model)
+    builder.add_node("approve", approve)
+    builder.add_node("tools", run_tools)
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", route)
+    builder.add_edge("approve", "tools")
+    builder.add_edge("tools", "model")
+    return builder.compile(checkpointer=saver(kind, directory, "minimal"))
+
+
+def minimal_round(graph: Any) -> RoundTrip:
+    def run() -> None:
+        config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+        graph.invoke({"messages": [("user", "ship 1.4.2")]}, config)
+        out = graph.invoke(Command(resume=True), config)
+        assert out["messages"][-1].text == "Deployed."
+
+    return run
