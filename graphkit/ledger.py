@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import socket
 import sqlite3
 import threading
 import time
@@ -147,6 +149,19 @@ class Ledger:
             "WHERE graphkit_leases.expires_at < ? OR graphkit_leases.owner = ?",
             (thread_id, owner, now + LEASE_SECONDS, now, owner),
         )
+        return taken == 1 or self._take_from_dead(thread_id, owner)
+
+    def _take_from_dead(self, thread_id: str, owner: str) -> bool:
+        """A lease held by a process of this host that no longer exists is free now, not
+        when it expires: a worker restarted after a crash need not wait."""
+        rows = self._sql.query("SELECT owner FROM graphkit_leases WHERE thread_id = ?",
+                               (thread_id,))
+        if not rows or not _dead_here(str(rows[0][0])):
+            return False
+        taken = self._sql.execute(
+            "UPDATE graphkit_leases SET owner = ?, expires_at = ? "
+            "WHERE thread_id = ? AND owner = ?",
+            (owner, time.time() + LEASE_SECONDS, thread_id, rows[0][0]))
         return taken == 1
 
     def _release(self, thread_id: str, owner: str) -> None:
@@ -156,7 +171,7 @@ class Ledger:
     @contextlib.contextmanager
     def lease(self, thread_id: str, *, wait: float = WAIT_SECONDS) -> Iterator[str]:
         """Hold the thread while the body advances it; renewed in the background."""
-        owner = uuid.uuid4().hex
+        owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex}"
         deadline = time.monotonic() + wait
         pause = 0.005
         while not self._take(thread_id, owner):
@@ -171,6 +186,23 @@ class Ledger:
         finally:
             _KEEPER.drop(thread_id, owner)
             self._release(thread_id, owner)
+
+
+_HOST = socket.gethostname()
+
+
+def _dead_here(owner: str) -> bool:
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != _HOST or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
 
 
 class _LeaseKeeper:
