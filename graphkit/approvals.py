@@ -370,9 +370,7 @@ def apply_resume(
     extract: Extractor | None = None,
 ) -> ResumeOutcome:
     """Apply decisions, resume data or a superseding message; raise on anything invalid."""
-    if not isinstance(value, Mapping):
-        msg = f"resume value must be an object with 'decisions', got {type(value).__name__}"
-        raise GraphkitError(msg)
+    _check_shape(value)
     new_plan: TurnPlan = copy.deepcopy(plan)
     new_plan["error"] = None
     outcome = ResumeOutcome(new_plan)
@@ -383,7 +381,11 @@ def apply_resume(
         said_now = list(value.get("supersede") or [])
         queued = [*(plan.get("queued") or []), *(said_now if value.get("queue", True) else [])]
         auto = bool(value.get("auto_resume")) and extract is not None
-        said = list(messages_from_dict([*(plan.get("queued") or []), *said_now]))
+        try:
+            said = list(messages_from_dict([*(plan.get("queued") or []), *said_now]))
+        except (KeyError, TypeError, ValueError) as exc:
+            msg = f"'supersede' must hold serialised messages (messages_to_dict): {exc!r}"
+            raise GraphkitError(msg) from exc
         for call in open_calls:
             tool = tools.get(call["tool_name"])
             schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None
@@ -420,6 +422,37 @@ def apply_resume(
         _apply_one(call, decision, answered, tools, outcome)
     outcome.plan["held"] = bool(value.get("record_only"))
     return outcome
+
+
+_TEXT_FIELDS = ("type", "tool_call_id", "id", "message", "decided_by", "comment")
+
+
+def _check_shape(value: Any) -> None:
+    """Refuse a resume value of the wrong shape with a clear error, before touching anything."""
+    if not isinstance(value, Mapping):
+        msg = f"resume value must be an object with 'decisions', got {type(value).__name__}"
+        raise GraphkitError(msg)
+    decisions = value.get("decisions")
+    if decisions is not None and not isinstance(decisions, list):
+        msg = f"'decisions' must be a list, got {type(decisions).__name__}"
+        raise GraphkitError(msg)
+    for index, decision in enumerate(decisions or []):
+        if not isinstance(decision, Mapping):
+            msg = f"decision #{index} must be an object, got {type(decision).__name__}"
+            raise GraphkitError(msg)
+        for key in _TEXT_FIELDS:
+            if decision.get(key) is not None and not isinstance(decision.get(key), str):
+                msg = f"decision #{index}: {key!r} must be a string, got {decision.get(key)!r}"
+                raise GraphkitError(msg)
+        action = decision.get("edited_action")
+        if action is not None and not isinstance(action, Mapping):
+            msg = f"decision #{index}: 'edited_action' must be an object, got {action!r}"
+            raise GraphkitError(msg)
+    supersede = value.get("supersede")
+    if supersede is not None and not (
+            isinstance(supersede, list) and all(isinstance(m, Mapping) for m in supersede)):
+        msg = "'supersede' must be a list of serialised messages"
+        raise GraphkitError(msg)
 
 
 def _apply_one(
