@@ -115,6 +115,8 @@ def _async_sqlite(directory: Path, rounds: int) -> dict[str, dict[str, float]]:
 
     loop = asyncio.new_event_loop()
 
+    connections: list[Any] = []
+
     async def build() -> dict[str, Callable[[], Any]]:
         import aiosqlite
         from langchain.agents import create_agent
@@ -122,6 +124,7 @@ def _async_sqlite(directory: Path, rounds: int) -> dict[str, dict[str, float]]:
         from langchain_core.tools import tool
 
         conn = await aiosqlite.connect(directory / "langchain-async.db")
+        connections.append(conn)
         graph = create_agent(c.model(), tools=[tool("deploy")(c._deploy)],
                              middleware=[HumanInTheLoopMiddleware(interrupt_on={"deploy": True})],
                              checkpointer=AsyncSqliteSaver(conn))
@@ -136,6 +139,8 @@ def _async_sqlite(directory: Path, rounds: int) -> dict[str, dict[str, float]]:
             loop.run_until_complete(runs[name]())
             if index >= 5:
                 samples[name].append(time.perf_counter() - start)
+    for conn in connections:
+        loop.run_until_complete(conn.close())
     loop.close()
     return {n: _stats(v) for n, v in samples.items()}
 

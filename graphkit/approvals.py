@@ -325,7 +325,7 @@ def _find(
     raise ApprovalNotFoundError(msg)
 
 
-def _validate_resume(tool: BaseTool | None, data: Any) -> Any:
+def validate_resume(tool: BaseTool | None, data: Any) -> Any:
     schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None
     if schema is None:
         return data
@@ -474,7 +474,7 @@ def _apply_one(
     suspension = call["suspension"]
     if suspension is not None:
         if kind == "resume":
-            data = _validate_resume(tool, decision.get("data"))
+            data = validate_resume(tool, decision.get("data"))
             call["resume_values"].append(data)
             call["suspension"] = None
             if not decision.get("audited"):

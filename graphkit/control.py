@@ -15,7 +15,7 @@ from langchain_core.messages import BaseMessage, messages_to_dict
 from langchain_core.tools import BaseTool
 from langgraph.types import Command, StateSnapshot
 
-from graphkit.approvals import _validate_resume, validate_args
+from graphkit.approvals import validate_args, validate_resume
 from graphkit.decisions import (
     Approvers,
     audited_refusal,
@@ -269,7 +269,7 @@ def resume_data_command(
         msg = (f"tool call {record['tool_call_id']!r} waits for an approval, not resume data; "
                "use approve_tool_call or decline_tool_call")
         raise GraphkitError(msg)
-    checked = _validate_resume(req.find_tool(record["agent_path"], record["tool_name"]), data)
+    checked = validate_resume(req.find_tool(record["agent_path"], record["tool_name"]), data)
     decision = Decision(type="resume", tool_call_id=record["tool_call_id"], data=checked,
                         audited=True)
     if not req.dry_run:
@@ -295,6 +295,9 @@ def start_payload(snapshot: StateSnapshot, messages: list[BaseMessage],
                   options: RunOptions) -> Any:
     """The graph input for a new user message, superseding whatever waits."""
     found = pending_from_interrupts(snapshot.interrupts)
+    if not messages and not snapshot.values:
+        msg = "nothing to run: pass a message to start a new thread"
+        raise GraphkitError(msg)
     if not (found and messages):
         return {"messages": messages, "options": options} if messages else None
     # A message never approves anything, whatever it says: what waits is declined as

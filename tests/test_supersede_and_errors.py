@@ -81,6 +81,14 @@ def test_errors_name_what_was_given_and_change_nothing() -> None:
     assert ledger.ran == [("pay", {**PAY, "amount": 2})]
 
 
+def test_starting_a_thread_needs_a_message() -> None:
+    agent, _ = agent_with(["hi"])
+    with pytest.raises(GraphkitError, match="pass a message"):
+        agent.generate()
+    first = agent.generate("hello")
+    assert agent.generate(thread_id=first.thread_id).text == "hi"  # nothing new to do
+
+
 def test_resolve_twice_is_refused() -> None:
     agent, _ = agent_with([turn(call("pay", PAY, "c1"), call("pay", PAY, "c2")), "done"])
     result = agent.generate("go")
