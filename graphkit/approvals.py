@@ -18,6 +18,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, messages_from_dict
 from langchain_core.tools import BaseTool
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from pydantic import BaseModel, ValidationError
 
 from graphkit.errors import (
@@ -30,7 +31,14 @@ from graphkit.errors import (
 )
 from graphkit.state import CallPlan, RunOptions, TurnPlan
 from graphkit.tools import DelegationTool, GraphkitTool, render_prompt
-from graphkit.types import ApprovalRecord, Decision, GateResume, Verdict, args_digest
+from graphkit.types import (
+    ApprovalKind,
+    ApprovalRecord,
+    Decision,
+    GateResume,
+    Verdict,
+    args_digest,
+)
 
 __all__ = [
     "INTERRUPT_MARKER",
@@ -72,10 +80,24 @@ def _stable_id(prefix: str, *parts: str) -> str:
     return f"{prefix}_{digest}"
 
 
+_SERDE = JsonPlusSerializer()
+
+
+def storable(value: Any, what: str, error: type[GraphkitError]) -> None:
+    """Refuse a value the checkpointer could not store (e.g. an integer beyond 64 bits)
+    before it is written anywhere: LangGraph would fail on it mid-run."""
+    try:
+        _SERDE.dumps_typed(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        msg = f"{what} cannot be stored in a checkpoint: {exc}"
+        raise error(msg) from exc
+
+
 def validate_args(tool: BaseTool, args: Mapping[str, Any]) -> dict[str, Any]:
     """Parse `args` with the tool's schema; raises `InvalidApprovedArgsError` when they fail."""
     schema = tool.args_schema
     if not isinstance(schema, type) or not issubclass(schema, BaseModel):
+        storable(dict(args), f"arguments for tool {tool.name!r}", InvalidApprovedArgsError)
         return dict(args)
     if not isinstance(args, Mapping):
         msg = f"arguments for tool {tool.name!r} must be an object, got {type(args).__name__}"
@@ -89,6 +111,7 @@ def validate_args(tool: BaseTool, args: Mapping[str, Any]) -> dict[str, Any]:
         )
         raise InvalidApprovedArgsError(msg) from exc
     dumped: dict[str, Any] = parsed.model_dump(mode="json")
+    storable(dumped, f"arguments for tool {tool.name!r}", InvalidApprovedArgsError)
     # Keep only what was given or has a default, without the injected context.
     return {k: v for k, v in dumped.items() if k in schema.model_fields}
 
@@ -177,22 +200,11 @@ def plan_turn(
             metadata = {**metadata, "approval.granted": True}
         if needed:
             defaults = tool.approval_defaults if isinstance(tool, GraphkitTool) else None
-            approval = ApprovalRecord(
-                id=_stable_id("apr", thread_id, ai.id or "", call_id),
-                created_at=created,
-                kind="approval",
-                tool_name=name,
-                tool_call_id=call_id,
-                args=args,
+            approval = _pending_record(
+                id=_stable_id("apr", thread_id, ai.id or "", call_id), created_at=created,
+                kind="approval", tool_name=name, tool_call_id=call_id, args=args,
                 metadata={"prompt": _prompt(tool, args), "defaults": copy.deepcopy(defaults)},
-                verdict=verdict,
-                agent_path=list(agent_path),
-                status="pending",
-                decided_by=None,
-                comment=None,
-                decided_at=None,
-                approved_args=None,
-                args_digest=args_digest(args),
+                verdict=verdict, agent_path=agent_path,
                 expires_at=_expiry(tool, options, moment),
             )
             metadata["approval.verdict"] = verdict
@@ -221,22 +233,26 @@ def suspension_record(
 ) -> ApprovalRecord:
     """The pending entry of a tool that suspended itself."""
     index = str(len(call["resume_values"]))
-    return ApprovalRecord(
+    return _pending_record(
         id=_stable_id("sus", thread_id, ai_message_id, call["tool_call_id"], index),
-        created_at=_now(),
-        kind="suspension",
-        tool_name=call["tool_name"],
-        tool_call_id=call["tool_call_id"],
-        args=call["args"],
+        created_at=_now(), kind="suspension", tool_name=call["tool_name"],
+        tool_call_id=call["tool_call_id"], args=call["args"],
         metadata={"suspend_payload": payload, "prompt": payload.get("message"), "defaults": None},
-        verdict="required",
-        agent_path=list(agent_path),
-        status="pending",
-        decided_by=None,
-        comment=None,
-        decided_at=None,
-        approved_args=None,
-        args_digest=args_digest(call["args"]),
+        verdict="required", agent_path=agent_path, expires_at=None,
+    )
+
+
+def _pending_record(
+    *, id: str, created_at: str, kind: ApprovalKind, tool_name: str, tool_call_id: str,
+    args: dict[str, Any], metadata: dict[str, Any], verdict: Verdict,
+    agent_path: Sequence[str], expires_at: str | None,
+) -> ApprovalRecord:
+    return ApprovalRecord(
+        id=id, created_at=created_at, kind=kind, tool_name=tool_name,
+        tool_call_id=tool_call_id, args=args, metadata=metadata, verdict=verdict,
+        agent_path=list(agent_path), status="pending", decided_by=None, comment=None,
+        decided_at=None, approved_args=None, args_digest=args_digest(args),
+        expires_at=expires_at,
     )
 
 
@@ -328,6 +344,7 @@ def _find(
 def validate_resume(tool: BaseTool | None, data: Any) -> Any:
     schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None
     if schema is None:
+        storable(data, "resume data", ResumeDataError)
         return data
     if isinstance(data, BaseModel):
         data = data.model_dump(mode="json")

@@ -19,10 +19,9 @@ from graphkit.approvals import validate_args, validate_resume
 from graphkit.decisions import (
     Approvers,
     audited_refusal,
-    check_decider,
-    check_digest,
     claim,
     expire_overdue,
+    human_decision,
     resolved_message,
 )
 from graphkit.errors import (
@@ -227,25 +226,15 @@ def _decide(
     record_only: bool,
 ) -> tuple[Command[Any], ApprovalRecord]:
     record = item.record
-    if record["kind"] == "suspension" and approve:
-        msg = (f"tool call {record['tool_call_id']!r} is suspended waiting for input; resume it "
-               "with resume_stream/resume_generate")
-        raise GraphkitError(msg)
-    check_decider(req.approvers, decided_by, record)
-    check_digest(record, args_digest)
-    decision = Decision(type="approve" if approve else "reject",
-                        tool_call_id=record["tool_call_id"], decided_by=decided_by,
-                        comment=comment, audited=True)
-    if approve and args is not None:
-        tool = req.find_tool(record["agent_path"], record["tool_name"])
-        if tool is not None:
-            validate_args(tool, args)
-        decision["type"] = "edit"
-        decision["args"] = dict(args)
+    tool = req.find_tool(record["agent_path"], record["tool_name"])
+
+    def check_args(edited: Mapping[str, Any]) -> object:
+        return validate_args(tool, edited) if tool is not None else None
+
+    decision, event = human_decision(
+        record, approve=approve, approvers=req.approvers, decided_by=decided_by,
+        comment=comment, args=args, args_digest=args_digest, check_args=check_args)
     if not req.dry_run:
-        event = {"approve": "approved", "edit": "edited"}.get(decision["type"], "rejected")
-        if record["kind"] == "suspension":
-            event = "cancelled"
         claim(req.ledger, req.store, record, decision, thread_id=req.thread_id,
               run_id=req.run_id, event=event)
         if remember == "thread" and approve and req.store is not None:

@@ -33,6 +33,7 @@ __all__ = [
     "check_digest",
     "claim",
     "expire_overdue",
+    "human_decision",
     "overdue",
     "overlay",
     "resolved_message",
@@ -103,6 +104,40 @@ def check_digest(record: ApprovalRecord, digest: str | None) -> None:
         f"not the reviewed {digest!r}; review the current arguments and decide again"
     )
     raise ArgsDigestMismatchError(msg)
+
+
+def human_decision(
+    record: ApprovalRecord,
+    *,
+    approve: bool,
+    approvers: Approvers | None,
+    decided_by: str | None,
+    comment: str | None,
+    args: Mapping[str, Any] | None,
+    args_digest: str | None,
+    check_args: Callable[[Mapping[str, Any]], object],
+) -> tuple[Decision, str]:
+    """Check a reviewer's decision on `record`; the `Decision` and its audit event.
+
+    Shared by the agent (which checks edited args with the tool's pydantic schema) and the
+    inbox (which has only the schema's JSON), so both refuse exactly the same things.
+    """
+    if record["kind"] == "suspension" and approve:
+        msg = (f"tool call {record['tool_call_id']!r} is a suspended tool waiting for input; "
+               "resume it with resume data (agent.resume_stream), or decline it")
+        raise GraphkitError(msg)
+    check_decider(approvers, decided_by, record)
+    check_digest(record, args_digest)
+    decision = Decision(type="approve" if approve else "reject",
+                        tool_call_id=record["tool_call_id"], decided_by=decided_by,
+                        comment=comment, audited=True)
+    if approve and args is not None:
+        check_args(args)
+        decision["type"] = "edit"
+        decision["args"] = dict(args)
+    if record["kind"] == "suspension":
+        return decision, "cancelled"
+    return decision, {"approve": "approved", "edit": "edited"}.get(decision["type"], "rejected")
 
 
 def claim(

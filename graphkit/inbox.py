@@ -16,10 +16,9 @@ import jsonschema
 from graphkit.decisions import (
     Approvers,
     audited_refusal,
-    check_decider,
-    check_digest,
     claim,
     expire_overdue,
+    human_decision,
     overdue,
     overlay,
     resolved_message,
@@ -27,12 +26,11 @@ from graphkit.decisions import (
 from graphkit.errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
-    GraphkitError,
     InvalidApprovedArgsError,
 )
 from graphkit.journal import APPROVALS, SCAN_LIMIT, read_audit
 from graphkit.storage import Storage, open_storage
-from graphkit.types import ApprovalRecord, Decision, PendingApproval
+from graphkit.types import ApprovalRecord, PendingApproval
 
 __all__ = ["Inbox"]
 
@@ -151,22 +149,10 @@ class Inbox:
         earlier = ledger.decision(approval_id)
         if earlier is not None:
             raise ApprovalAlreadyResolvedError(resolved_message(entry, earlier))
-        if approve and entry["kind"] == "suspension":
-            msg = (f"{approval_id!r} is a suspended tool waiting for input; resume it with "
-                   "agent.resume_stream, or decline it")
-            raise GraphkitError(msg)
-        check_decider(self.approvers, decided_by, record)
-        check_digest(record, args_digest)
-        decision = Decision(type="approve" if approve else "reject",
-                            tool_call_id=entry["tool_call_id"], decided_by=decided_by,
-                            comment=comment, audited=True)
-        if approve and args is not None:
-            self._check_args(entry, args)
-            decision["type"] = "edit"
-            decision["args"] = dict(args)
-        event = {"approve": "approved", "edit": "edited"}.get(decision["type"], "rejected")
-        if entry["kind"] == "suspension":
-            event = "cancelled"
+        decision, event = human_decision(
+            record, approve=approve, approvers=self.approvers, decided_by=decided_by,
+            comment=comment, args=args, args_digest=args_digest,
+            check_args=lambda edited: self._check_args(entry, edited))
         claim(ledger, store, record, decision, thread_id=thread_id, run_id=run_id, event=event)
 
     @staticmethod
