@@ -8,6 +8,7 @@ The next `agent.resume(run_id=...)` (or a worker polling `ready()`) applies them
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from typing import Any
 
@@ -169,6 +170,42 @@ class Inbox:
             msg = (f"arguments {args!r} are not valid for tool {entry['tool_name']!r}: "
                    f"{exc.message}")
             raise InvalidApprovedArgsError(msg) from exc
+
+    # ------------------------------------------------------------------ async twins
+
+    async def apending(self, agent: str | None = None, tool_name: str | None = None,
+                       limit: int | None = None) -> list[PendingApproval]:
+        """Async twin of `pending`."""
+        return await asyncio.to_thread(self.pending, agent, tool_name, limit)
+
+    async def aget(self, id: str) -> PendingApproval:
+        """Async twin of `get`."""
+        return await asyncio.to_thread(self.get, id)
+
+    async def aapprove(self, id: str, *, decided_by: str, comment: str | None = None,
+                       args: dict[str, Any] | None = None, args_digest: str | None = None
+                       ) -> PendingApproval:
+        """Async twin of `approve`."""
+        return await asyncio.to_thread(self.approve, id, decided_by=decided_by, comment=comment,
+                                       args=args, args_digest=args_digest)
+
+    async def adecline(self, id: str, *, decided_by: str, comment: str | None = None
+                       ) -> PendingApproval:
+        """Async twin of `decline`."""
+        return await asyncio.to_thread(self.decline, id, decided_by=decided_by, comment=comment)
+
+    async def aready(self) -> list[str]:
+        """Async twin of `ready`."""
+        return await asyncio.to_thread(self.ready)
+
+    async def aexpire(self) -> list[PendingApproval]:
+        """Async twin of `expire`."""
+        return await asyncio.to_thread(self.expire)
+
+    async def aaudit(self, *, thread_id: str | None = None, id: str | None = None
+                     ) -> list[dict[str, Any]]:
+        """Async twin of `audit`."""
+        return await asyncio.to_thread(self.audit, thread_id=thread_id, id=id)
 
     def expire(self) -> list[PendingApproval]:
         """Decline every waiting approval past its `expires_at` (never approve one)."""

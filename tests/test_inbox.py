@@ -266,3 +266,19 @@ def test_inbox_lists_ten_thousand_pending_approvals(sqlite_url: str) -> None:
     assert len({p.thread_id for p in pending}) == runs
     assert ledger.ran == []
     print(f"listed {len(pending)} pending approvals in {took:.2f}s")
+
+
+async def test_inbox_async_twins(sqlite_url: str) -> None:
+    agent, ledger = agent_with(pay_calls(2), checkpointer=sqlite_url)
+    result = await agent.agenerate("pay")
+    inbox = Inbox(sqlite_url)
+    first, second = await inbox.apending()
+    assert (await inbox.aget(first.id)).status == "pending"
+    await inbox.aapprove(first.id, decided_by="a")
+    await inbox.adecline(second.id, decided_by="a")
+    assert await inbox.aready() == [result.run_id]
+    assert await inbox.aexpire() == []
+    assert {e["event"] for e in await inbox.aaudit(thread_id=result.thread_id)} >= {
+        "requested", "approved", "rejected"}
+    assert (await agent.aresume(run_id=result.run_id)).finish_reason == "stop"
+    assert len(ledger.ran) == 1
