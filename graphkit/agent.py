@@ -44,6 +44,8 @@ from graphkit.types import GenerateResult, PendingApproval
 __all__ = ["Agent"]
 
 Build = Callable[[StateSnapshot, Request], Any]
+_EMPTY = StateSnapshot({}, (), {}, None, None, None, (), ())
+"""The state of a thread that does not exist yet."""
 """Turns the paused state into the graph's input (or resume Command), raising if refused."""
 RUNS_NAMESPACE = ("graphkit", "runs")
 RUN_METADATA_KEY = "graphkit_run_id"
@@ -226,6 +228,7 @@ class Agent:
         config: RunnableConfig,
         build: Build,
         on_state_change: StateHook | None = None,
+        fresh: bool = False,
     ) -> Callable[[], Invocation]:
         """What a stream does first: take the thread's lease, re-read the state, decide."""
 
@@ -233,7 +236,9 @@ class Agent:
             lease = contextlib.ExitStack()
             lease.enter_context(self._storage.ledger.lease(thread_id))
             try:
-                payload = build(self.graph.get_state(config), self._request(run_id, thread_id))
+                # A thread made just now has no state to read.
+                snapshot = _EMPTY if fresh else self.graph.get_state(config)
+                payload = build(snapshot, self._request(run_id, thread_id))
             except BaseException:
                 lease.close()
                 raise
@@ -241,12 +246,14 @@ class Agent:
 
         return prepare
 
-    def _advance(self, run_id: str, build: Build,
-                 on_state_change: StateHook | None = None) -> AgentStream:
+    def _advance(self, run_id: str, build: Build, on_state_change: StateHook | None = None,
+                 *, eager: bool = True) -> AgentStream:
         thread_id = self._thread_of(run_id)
         config = self._config(thread_id, run_id)
-        # Check at call time, so a refused request raises here; decide when the stream starts.
-        build(self.graph.get_state(config), self._request(run_id, thread_id, dry_run=True))
+        if eager:
+            # Check at call time, so a refused request raises here (the stream decides when it
+            # starts); a *_generate call starts at once and needs no separate check.
+            build(self.graph.get_state(config), self._request(run_id, thread_id, dry_run=True))
         prepare = self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
                                 on_state_change=on_state_change)
         return AgentStream(self.graph, prepare, run_id, thread_id)
@@ -275,11 +282,11 @@ class Agent:
         checkpoint_reason: str | None = None,
     ) -> AgentStream:
         """Start a run (or continue a thread) and stream it. See `generate`."""
-        run_id, thread_id, config, build = self._start(
+        run_id, thread_id, config, build, fresh = self._start(
             message, thread_id, require_tool_approval, auto_resume_suspended_tools, max_steps,
             checkpoint_reason)
         prepare = self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
-                                on_state_change=on_state_change)
+                                on_state_change=on_state_change, fresh=fresh)
         return AgentStream(self.graph, prepare, run_id, thread_id)
 
     def generate(
@@ -317,14 +324,14 @@ class Agent:
         checkpoint_reason: str | None = None,
     ) -> AsyncAgentStream:
         """Async twin of `stream`: `async for chunk in agent.astream(...)`."""
-        run_id, thread_id, config, build = self._start(
+        run_id, thread_id, config, build, fresh = self._start(
             message, thread_id, require_tool_approval, auto_resume_suspended_tools, max_steps,
             checkpoint_reason, remember=False)
 
         def prepare() -> Invocation:
             self._remember(run_id, thread_id)
             return self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
-                                 on_state_change=on_state_change)()
+                                 on_state_change=on_state_change, fresh=fresh)()
 
         return AsyncAgentStream(self.graph, prepare, run_id, thread_id)
 
@@ -356,7 +363,8 @@ class Agent:
         checkpoint_reason: str | None,
         *,
         remember: bool = True,
-    ) -> tuple[str, str, RunnableConfig, Build]:
+    ) -> tuple[str, str, RunnableConfig, Build, bool]:
+        fresh = thread_id is None
         thread_id = thread_id or str(uuid.uuid4())
         run_id = str(uuid.uuid4())
         options = self._options(run_id, require_tool_approval, auto_resume_suspended_tools,
@@ -369,7 +377,8 @@ class Agent:
         def build(snapshot: StateSnapshot, req: Request) -> Any:
             return start_payload(snapshot, messages, options)
 
-        return run_id, thread_id, config, build
+
+        return run_id, thread_id, config, build, fresh
 
     # ------------------------------------------------------------------ deciding
 
@@ -406,13 +415,34 @@ class Agent:
         return self._advance(run_id, self._decide(
             tool_call_id=tool_call_id, approve=False, decided_by=decided_by, comment=comment))
 
-    def approve_tool_call_generate(self, **kwargs: Any) -> GenerateResult:
+    def approve_tool_call_generate(
+        self,
+        *,
+        run_id: str,
+        tool_call_id: str | None = None,
+        decided_by: str | None = None,
+        comment: str | None = None,
+        args: Mapping[str, Any] | None = None,
+        args_digest: str | None = None,
+        remember: Remember = "once",
+    ) -> GenerateResult:
         """`approve_tool_call`, run to the end (or the next pause)."""
-        return self.approve_tool_call(**kwargs).result()
+        return self._advance(run_id, self._decide(
+            tool_call_id=tool_call_id, approve=True, decided_by=decided_by, comment=comment,
+            args=args, args_digest=args_digest, remember=remember), eager=False).result()
 
-    def decline_tool_call_generate(self, **kwargs: Any) -> GenerateResult:
+    def decline_tool_call_generate(
+        self,
+        *,
+        run_id: str,
+        tool_call_id: str | None = None,
+        decided_by: str | None = None,
+        comment: str | None = None,
+    ) -> GenerateResult:
         """`decline_tool_call`, run to the end (or the next pause)."""
-        return self.decline_tool_call(**kwargs).result()
+        return self._advance(run_id, self._decide(
+            tool_call_id=tool_call_id, approve=False, decided_by=decided_by, comment=comment),
+            eager=False).result()
 
     def aapprove_tool_call(
         self,
@@ -483,7 +513,8 @@ class Agent:
         self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None
     ) -> GenerateResult:
         """`resume_stream`, run to the end (or the next pause)."""
-        return self.resume_stream(resume_data, run_id=run_id, tool_call_id=tool_call_id).result()
+        return self._advance(run_id, lambda snapshot, req: resume_data_command(
+            snapshot, req, tool_call_id=tool_call_id, data=resume_data), eager=False).result()
 
     def aresume_stream(
         self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None
@@ -512,7 +543,7 @@ class Agent:
         """Record a decision without continuing the run; `resume(run_id=...)` continues."""
         build = self._decide(approval_id=id, approve=approved, decided_by=decided_by,
                              comment=comment, args=approved_args, record_only=True)
-        self._advance(run_id, build).result()
+        self._advance(run_id, build, eager=False).result()
         return self._recorded(self.pending_approvals(run_id=run_id), id)
 
     async def aresolve_tool_approval(
@@ -544,7 +575,7 @@ class Agent:
     ) -> GenerateResult:
         """Continue a run once all its calls are decided (here, or in the inbox), or after
         `on_state_change` stopped it."""
-        return self._advance(run_id, continue_command, on_state_change).result()
+        return self._advance(run_id, continue_command, on_state_change, eager=False).result()
 
     async def aresume(
         self, *, run_id: str, on_state_change: StateHook | None = None

@@ -71,11 +71,11 @@ def build_graph(
         "tools",
         _node(run_tool, arun_tool, "tools"),
         input_schema=ToolTask,
+        destinations=("approval_gate", "model"),
     )
     builder.add_edge(START, "model")
-    builder.add_edge("tools", "approval_gate")
     for key, (subgraph, _) in subagents.items():
         delegate, adelegate = make_delegate_nodes(key, subgraph)
-        builder.add_node(key, _node(delegate, adelegate, key), input_schema=ToolTask)
-        builder.add_edge(key, "approval_gate")
+        builder.add_node(key, _node(delegate, adelegate, key), input_schema=ToolTask,
+                         destinations=("approval_gate", "model"))
     return builder

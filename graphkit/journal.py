@@ -147,11 +147,14 @@ class GateJournal:
     """
 
     def __init__(self, store: BaseStore | None, *, thread_id: str, run_id: str | None,
-                 schemas: dict[str, dict[str, Any] | None]) -> None:
+                 schemas: dict[str, dict[str, Any] | None], scope: str = "") -> None:
         self.store = store
         self.thread_id = thread_id
         self.run_id = run_id
         self.schemas = schemas
+        self.scope = scope
+        """The graph's checkpoint namespace: one agent's plans in one thread (a subagent's
+        delegation has its own)."""
 
     def planned(self, plan: TurnPlan) -> None:
         for call in plan["calls"]:
@@ -178,6 +181,8 @@ class GateJournal:
         if self.store is None:
             return
         waiting = {r["id"] for r in waiting_records(new, answered) if r["status"] == "pending"}
+        if old is None or old["ai_message_id"] != new["ai_message_id"]:
+            self._close_strays(waiting)
         current: dict[str, ApprovalRecord] = {}
         position: dict[str, int] = {}
         for index, call in enumerate(new["calls"]):
@@ -195,4 +200,17 @@ class GateJournal:
                                 waiting=record["id"] in waiting,
                                 tool_schema=self.schemas.get(record["tool_name"]))
             entry["position"] = position.get(record["id"], 0)
+            entry["scope"] = self.scope
             self.store.put(APPROVALS, record["id"], entry, index=False)
+
+    def _close_strays(self, keep: set[str]) -> None:
+        """A new turn: entries of this agent and thread still marked waiting belong to a turn
+        that never reached a checkpoint (a process died after writing them) or is over."""
+        assert self.store is not None
+        stray = self.store.search(APPROVALS, filter={"thread_id": self.thread_id,
+                                                     "scope": self.scope, "state": "waiting"},
+                                  limit=SCAN_LIMIT)
+        for item in stray:
+            if item.key not in keep:
+                self.store.put(APPROVALS, item.key, {**item.value, "state": "closed"},
+                               index=False)

@@ -109,8 +109,11 @@ class Planner:
 
     def journal(self, state: AgentState, config: RunnableConfig) -> GateJournal:
         options: RunOptions = state.get("options") or {}
+        # The node's namespace ends with its own task; the agent's scope is what precedes it.
+        task_ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
+        scope = task_ns.rpartition("|")[0]
         return GateJournal(_store(), thread_id=_thread_id(config), run_id=options.get("run_id"),
-                           schemas=self.schemas)
+                           schemas=self.schemas, scope=scope)
 
     def plan(self, ai: AIMessage, state: AgentState, config: RunnableConfig,
              journal: GateJournal) -> tuple[TurnPlan, list[ToolMessage]]:
@@ -201,7 +204,7 @@ def _pending_events(plan: TurnPlan) -> list[dict[str, Any]]:
     ]
 
 
-def _task(call: CallPlan, agent_path: list[str], options: RunOptions) -> Send:
+def _task(call: CallPlan, agent_path: list[str], options: RunOptions, then: str) -> Send:
     return Send(
         call["node"],
         ToolTask(
@@ -213,6 +216,7 @@ def _task(call: CallPlan, agent_path: list[str], options: RunOptions) -> Send:
             metadata=dict(call["metadata"]),
             agent_path=agent_path,
             options=options,
+            then=then,
         ),
     )
 
@@ -279,7 +283,7 @@ def make_gate_node(
             plan = _absorb(outcome, ai, new_messages)
             journal.applied(outcome.audits)
             changed = True
-        command = _route(plan, answered, update, new_messages, changed, path, options)
+        command = _route(plan, answered, update, new_messages, changed, path, options, tools)
         if changed:
             done = answered | {m.tool_call_id for m in new_messages if isinstance(m, ToolMessage)}
             journal.sync(previous, plan, done)
@@ -347,6 +351,7 @@ def _route(
     changed: bool,
     path: list[str],
     options: RunOptions,
+    tools: Mapping[str, BaseTool],
 ) -> Command[GateTarget]:
     if changed:
         update["turn"] = plan
@@ -357,7 +362,8 @@ def _route(
     goto: GateTarget | list[Send]
     if ready:
         parallel = [c for c in ready if not c["sequential"]]
-        goto = [_task(c, path, options) for c in (parallel or ready[:1])]
+        batch = parallel or ready[:1]
+        goto = [_task(c, path, options, _then(plan, answered, batch, tools)) for c in batch]
     elif waiting_records(plan, answered):
         goto = "approval_gate"  # persist the plan, then pause on the next pass
     else:
@@ -369,6 +375,25 @@ def _route(
     if new_messages:
         update["messages"] = new_messages
     return Command(update=update, goto=goto)
+
+
+def _then(plan: TurnPlan, answered: set[str], batch: list[CallPlan],
+          tools: Mapping[str, BaseTool]) -> str:
+    """Send results straight to the model when this batch settles the turn, sparing the gate a
+    superstep; back to the gate when anything else waits, or a call of the batch could pause
+    (a suspension's report, or a subagent's decision, must come back through the gate)."""
+    in_batch = {c["tool_call_id"] for c in batch}
+    rest = [c for c in plan["calls"]
+            if c["tool_call_id"] not in answered and c["tool_call_id"] not in in_batch]
+    if rest or plan.get("queued") or plan["held"]:
+        return "approval_gate"
+    for call in batch:
+        tool = tools.get(call["tool_name"])
+        if call["node"] != "tools":  # a delegation can pause, and the plan change meanwhile
+            return "approval_gate"
+        if isinstance(tool, GraphkitTool) and tool.context_param is not None:
+            return "approval_gate"
+    return "model"
 
 
 def _prepare(
@@ -404,18 +429,23 @@ def _prepare(
     return tool, call, tool_config
 
 
-def _result(task: ToolTask, output: Any) -> dict[str, Any]:
+ToolTarget = Literal["approval_gate", "model"]
+
+
+def _result(task: ToolTask, output: Any) -> Command[ToolTarget]:
     if isinstance(output, ToolMessage):
         message = output
     else:
         message = ToolMessage(str(output), tool_call_id=task["tool_call_id"])
     if not message.name:
         message.name = task["tool_name"]
-    return {"messages": [message]}
+    goto: ToolTarget = "model" if task.get("then") == "model" else "approval_gate"
+    return Command(update={"messages": [message]}, goto=goto)
 
 
-def _suspended(task: ToolTask, signal: ToolSuspended) -> dict[str, Any]:
-    return {"reports": {task["tool_call_id"]: {"payload": signal.payload, "once": signal.once}}}
+def _suspended(task: ToolTask, signal: ToolSuspended) -> Command[ToolTarget]:
+    report = {task["tool_call_id"]: {"payload": signal.payload, "once": signal.once}}
+    return Command(update={"reports": report}, goto="approval_gate")
 
 
 def make_tools_nodes(
@@ -423,7 +453,7 @@ def make_tools_nodes(
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """The `tools` node (sync and async): runs the one tool call it was sent."""
 
-    def run_tool(task: ToolTask, config: RunnableConfig) -> dict[str, Any]:
+    def run_tool(task: ToolTask, config: RunnableConfig) -> Command[ToolTarget]:
         tool, call, tool_config = _prepare(tools, task, config)
         try:
             output = tool.invoke(call, tool_config)
@@ -431,7 +461,7 @@ def make_tools_nodes(
             return _suspended(task, signal)
         return _result(task, output)
 
-    async def arun_tool(task: ToolTask, config: RunnableConfig) -> dict[str, Any]:
+    async def arun_tool(task: ToolTask, config: RunnableConfig) -> Command[ToolTarget]:
         tool, call, tool_config = _prepare(tools, task, config)
         try:
             if _is_sync(tool):

@@ -95,6 +95,8 @@ class ToolTask(TypedDict):
     metadata: dict[str, Any]
     agent_path: list[str]
     options: RunOptions
+    then: str
+    """Where the result goes: `model` when this batch finishes the turn, else back to the gate."""
 
 
 def merge_reports(

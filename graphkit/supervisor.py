@@ -15,6 +15,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command
 from pydantic import BaseModel, Field
 
 from graphkit.nodes import PATH_KEY
@@ -69,15 +70,17 @@ def make_delegate_nodes(
         }
         return sub_input, sub_config
 
-    def answer(task: ToolTask, output: dict[str, Any]) -> dict[str, Any]:
+    def answer(task: ToolTask, output: dict[str, Any]) -> Command[Any]:
         text = _final_text(output.get("messages") or [], key)
-        return {"messages": [ToolMessage(text, tool_call_id=task["tool_call_id"], name=key)]}
+        message = ToolMessage(text, tool_call_id=task["tool_call_id"], name=key)
+        return Command(update={"messages": [message]},
+                       goto="model" if task.get("then") == "model" else "approval_gate")
 
-    def delegate(task: ToolTask, config: RunnableConfig) -> dict[str, Any]:
+    def delegate(task: ToolTask, config: RunnableConfig) -> Command[Any]:
         sub_input, sub_config = prepare(task, config)
         return answer(task, subgraph.invoke(sub_input, sub_config))
 
-    async def adelegate(task: ToolTask, config: RunnableConfig) -> dict[str, Any]:
+    async def adelegate(task: ToolTask, config: RunnableConfig) -> Command[Any]:
         sub_input, sub_config = prepare(task, config)
         return answer(task, await subgraph.ainvoke(sub_input, sub_config))
 

@@ -282,3 +282,22 @@ async def test_inbox_async_twins(sqlite_url: str) -> None:
         "requested", "approved", "rejected"}
     assert (await agent.aresume(run_id=result.run_id)).finish_reason == "stop"
     assert len(ledger.ran) == 1
+
+
+def test_entries_of_a_turn_that_never_reached_a_checkpoint_are_closed(sqlite_url: str) -> None:
+    """A process that died after the gate indexed a turn but before its checkpoint leaves
+    entries no run waits on; the thread's next turn closes them."""
+    from graphkit.journal import APPROVALS
+
+    agent, _ = agent_with([turn(call("lookup", {"key": "a"}, "l1")), "ok",
+                           turn(call("pay", PAY, "c9")), "ok"], checkpointer=sqlite_url)
+    first = agent.generate("look")
+    store = agent._storage.store
+    ghost = {"id": "apr_ghost", "thread_id": first.thread_id, "scope": "", "state": "waiting",
+             "status": "pending", "kind": "approval", "tool_name": "pay", "tool_call_id": "x",
+             "args": {}, "metadata": {}, "verdict": "required", "agent_path": ["assistant"],
+             "created_at": "2026-01-01T00:00:00.000Z", "args_digest": "", "run_id": None}
+    store.put(APPROVALS, "apr_ghost", ghost, index=False)
+    assert [p.id for p in Inbox(sqlite_url).pending()] == ["apr_ghost"]
+    agent.generate("pay", thread_id=first.thread_id)
+    assert [p.tool_call_id for p in Inbox(sqlite_url).pending()] == ["c9"]
