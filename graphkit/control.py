@@ -32,7 +32,7 @@ from graphkit.errors import (
     GraphkitError,
 )
 from graphkit.events import pending_from_interrupts
-from graphkit.journal import audit, grant
+from graphkit.journal import APPROVALS, SCAN_LIMIT, audit, grant
 from graphkit.ledger import Ledger
 from graphkit.state import RunOptions
 from graphkit.types import ApprovalRecord, Decision, GateResume, PendingApproval
@@ -113,7 +113,7 @@ def _select(
                 if record["status"] != "pending":
                     raise ApprovalAlreadyResolvedError(resolved_message(record))
                 return item
-        _raise_decided(snapshot, tool_call_id, approval_id)
+        _raise_decided(snapshot, req, tool_call_id, approval_id)
         given = (f"tool_call_id {tool_call_id!r}" if tool_call_id is not None
                  else f"id {approval_id!r}")
         open_ids = [i.record["tool_call_id"] for i in items if i.shown["status"] == "pending"]
@@ -134,16 +134,22 @@ def _select(
     raise AmbiguousApprovalError(msg, pending_ids=ids)
 
 
-def _raise_decided(snapshot: StateSnapshot, tool_call_id: str | None,
+def _raise_decided(snapshot: StateSnapshot, req: Request, tool_call_id: str | None,
                    approval_id: str | None) -> None:
-    """A call decided and answered earlier in this turn: say so, rather than 'not found'."""
+    """A call decided earlier: say so, rather than 'not found'. The current turn's plan knows;
+    for an earlier turn, the inbox index of this thread does."""
     plan = snapshot.values.get("turn") or {}
-    for call in plan.get("calls") or []:
-        for record in (call.get("approval"), call.get("suspension")):
-            if record is None or record["status"] == "pending":
-                continue
-            if record["tool_call_id"] == tool_call_id or record["id"] == approval_id:
-                raise ApprovalAlreadyResolvedError(resolved_message(record))
+    known: list[Any] = [r for call in plan.get("calls") or []
+                        for r in (call.get("approval"), call.get("suspension")) if r]
+    if req.store is not None:
+        wanted = {"tool_call_id": tool_call_id} if tool_call_id else {"id": approval_id}
+        known += [item.value for item in req.store.search(
+            APPROVALS, filter={"thread_id": req.thread_id, **wanted}, limit=SCAN_LIMIT)]
+    for record in known:
+        if record["status"] == "pending":
+            continue
+        if record["tool_call_id"] == tool_call_id or record["id"] == approval_id:
+            raise ApprovalAlreadyResolvedError(resolved_message(record))
 
 
 def _commands(items: list[Waiting], new: Mapping[str, Decision],

@@ -29,7 +29,7 @@ from graphkit.errors import (
     ApprovalNotFoundError,
     InvalidApprovedArgsError,
 )
-from graphkit.journal import APPROVALS, SCAN_LIMIT, read_audit
+from graphkit.journal import APPROVALS, SCAN_LIMIT, SCHEMAS, read_audit, schema_key
 from graphkit.storage import Storage, open_storage
 from graphkit.types import ApprovalRecord, PendingApproval
 
@@ -156,12 +156,13 @@ class Inbox:
             check_args=lambda edited: self._check_args(entry, edited))
         claim(ledger, store, record, decision, thread_id=thread_id, run_id=run_id, event=event)
 
-    @staticmethod
-    def _check_args(entry: dict[str, Any], args: Any) -> None:
+    def _check_args(self, entry: dict[str, Any], args: Any) -> None:
         if not isinstance(args, dict):
             msg = f"edited args must be a JSON object, got {type(args).__name__}"
             raise InvalidApprovedArgsError(msg)
-        schema = entry.get("tool_schema")
+        item = self._storage.store.get(
+            SCHEMAS, schema_key(entry.get("agent_path") or [], entry["tool_name"]))
+        schema = item.value.get("schema") if item is not None else None
         if not schema:
             return
         try:

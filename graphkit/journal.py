@@ -34,6 +34,8 @@ __all__ = [
 ]
 
 APPROVALS = ("graphkit", "approvals")
+SCHEMAS = ("graphkit", "schemas")
+"""The argument schema of each agent's tools, once, for checking edits in the inbox."""
 AUDIT = ("graphkit", "audit")
 GRANTS = ("graphkit", "grants")
 SCAN_LIMIT = 1_000_000
@@ -55,7 +57,6 @@ def index_entry(
     thread_id: str,
     run_id: str | None,
     waiting: bool,
-    tool_schema: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """The inbox's copy of a pending approval or suspension."""
     return {
@@ -64,7 +65,6 @@ def index_entry(
         "run_id": run_id,
         "agent": record["agent_path"][0] if record["agent_path"] else None,
         "state": "waiting" if waiting else "closed",
-        "tool_schema": tool_schema,
     }
 
 
@@ -116,6 +116,10 @@ def read_audit(
     return sorted((dict(item.value) for item in items), key=lambda e: (e["at"], e["event"]))
 
 
+def schema_key(agent_path: Sequence[str], tool_name: str) -> str:
+    return "/".join(agent_path) + ":" + tool_name
+
+
 def _grant_key(agent_path: Sequence[str], tool_name: str) -> str:
     return "/".join(agent_path) + ":" + tool_name
 
@@ -155,6 +159,7 @@ class GateJournal:
         self.scope = scope
         """The graph's checkpoint namespace: one agent's plans in one thread (a subagent's
         delegation has its own)."""
+        self._schemas_written: set[str] = set()
 
     def planned(self, plan: TurnPlan) -> None:
         for call in plan["calls"]:
@@ -197,11 +202,20 @@ class GateJournal:
                     current[gone["id"]] = {**gone, "status": "approved"}  # resumed: closed
         for record in current.values():
             entry = index_entry(record, thread_id=self.thread_id, run_id=self.run_id,
-                                waiting=record["id"] in waiting,
-                                tool_schema=self.schemas.get(record["tool_name"]))
+                                waiting=record["id"] in waiting)
+            self._schema(record)
             entry["position"] = position.get(record["id"], 0)
             entry["scope"] = self.scope
             self.store.put(APPROVALS, record["id"], entry, index=False)
+
+    def _schema(self, record: ApprovalRecord) -> None:
+        """Keep the tool's argument schema once per agent and tool (not in every entry)."""
+        assert self.store is not None
+        key = schema_key(record["agent_path"], record["tool_name"])
+        if key not in self._schemas_written:
+            self.store.put(SCHEMAS, key, {"schema": self.schemas.get(record["tool_name"])},
+                           index=False)
+            self._schemas_written.add(key)
 
     def _close_strays(self, keep: set[str]) -> None:
         """A new turn: entries of this agent and thread still marked waiting belong to a turn

@@ -152,7 +152,11 @@ def make_model_node(
                config: RunnableConfig) -> Command[ModelTarget]:
         response = _unique_id(response, state.get("messages") or [])
         if not (isinstance(response, AIMessage) and response.tool_calls):
-            return Command(update={"messages": [response]}, goto="__end__")
+            # The turn is over: its plan need not ride along in every later checkpoint.
+            update: dict[str, Any] = {"messages": [response]}
+            if state.get("turn") is not None:
+                update["turn"] = None
+            return Command(update=update, goto="__end__")
         journal = planner.journal(state, config)
         plan, errors = planner.plan(response, state, config, journal)
         journal.sync(None, plan, {m.tool_call_id for m in errors})
