@@ -20,7 +20,7 @@ from langchain_core.callbacks import (
     CallbackManagerForToolRun,
 )
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool, StructuredTool, create_schema_from_function
+from langchain_core.tools import StructuredTool, create_schema_from_function
 from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel, ValidationError
 
@@ -344,7 +344,3 @@ class DelegationTool(StructuredTool):
     """The tool a supervisor's model sees for a subagent. The approval gate routes its calls to
     the subagent's own node; the tool itself never decides or runs anything."""
 
-
-def approval_settings(tool: BaseTool) -> GraphkitTool | None:
-    """The tool's graphkit settings, or None for a plain LangChain tool."""
-    return tool if isinstance(tool, GraphkitTool) else None
