@@ -58,7 +58,8 @@ def build() -> tuple[Agent, list[Any]]:
     return Agent(name="fuzz", model=ScriptedChatModel(script), tools=[pay, ask]), ran
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=not LONG,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(args=json_values, data=json_values, by=st.one_of(st.none(), st.text(max_size=200)),
        comment=st.one_of(st.none(), st.text(max_size=2000)))
 def test_hostile_decisions_never_crash_or_change_an_approval(args: Any, data: Any, by: Any,
@@ -85,7 +86,8 @@ def test_hostile_decisions_never_crash_or_change_an_approval(args: Any, data: An
         assert ran and ran[0][0] == "pay"
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=not LONG,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(value=json_values)
 def test_hostile_raw_resume_values_keep_the_run_paused(value: Any) -> None:
     agent, ran = build()
@@ -106,7 +108,7 @@ def test_hostile_raw_resume_values_keep_the_run_paused(value: Any) -> None:
     assert state.interrupts or state.values["messages"][-1].type == "ai"  # paused or done
 
 
-@settings(max_examples=EXAMPLES * 4, deadline=None)
+@settings(max_examples=EXAMPLES * 4, deadline=None, derandomize=not LONG)
 @given(args=st.dictionaries(st.text(max_size=10), json_values, max_size=5),
        template=st.text(max_size=200))
 def test_prompt_templates_with_hostile_args_never_evaluate(args: dict[str, Any],
@@ -118,7 +120,8 @@ def test_prompt_templates_with_hostile_args_never_evaluate(args: dict[str, Any],
         assert args["amount"] in rendered
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=not LONG,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(raw=st.one_of(st.text(max_size=300), json_values.map(json.dumps)),
        ident=st.text(min_size=1, max_size=80).filter(lambda s: not s.startswith("-")),
        by=st.text(min_size=1, max_size=80).filter(lambda s: not s.startswith("-")))

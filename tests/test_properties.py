@@ -150,7 +150,7 @@ def check_history(messages: list[BaseMessage]) -> None:
             assert not open_calls, f"user message while {open_calls} are unanswered"
 
 
-@settings(max_examples=120 if LONG else 12, deadline=None,
+@settings(max_examples=120 if LONG else 12, deadline=None, derandomize=not LONG,
           suppress_health_check=[HealthCheck.too_slow])
 @given(script=turns, ops=operations)
 def test_random_conversations_keep_every_promise(script: list[list[Call]],
