@@ -32,3 +32,12 @@ def test_readme_blocks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                      "['supervisor', 'data_agent']", "User 12345 is John.",
                      "Run `rm -r /tmp/x`?", "Done."):
         assert expected in out
+
+
+def test_readme_keeps_two_setup_commands_and_a_short_quick_start() -> None:
+    text = README.read_text()
+    setup = text.split("## Set up", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    assert [line.split("#")[0].strip() for line in setup.strip().splitlines()] == [
+        "make demo", "make test"]
+    quick = text.split("## Quick start", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    assert len(quick.strip().splitlines()) < 20
