@@ -301,3 +301,20 @@ def test_entries_of_a_turn_that_never_reached_a_checkpoint_are_closed(sqlite_url
     assert [p.id for p in Inbox(sqlite_url).pending()] == ["apr_ghost"]
     agent.generate("pay", thread_id=first.thread_id)
     assert [p.tool_call_id for p in Inbox(sqlite_url).pending()] == ["c9"]
+
+
+def test_inbox_decides_an_approval_deep_in_a_subagent(sqlite_url: str) -> None:
+    from tests.test_supervisor import FIND, Users, supervisor
+
+    users = Users()
+    sup = supervisor(users, FIND, checkpointer=sqlite_url)
+    result = sup.generate("Find user with ID 12345")
+    inbox = Inbox(sqlite_url)
+    (pending,) = inbox.pending(agent="supervisor")
+    assert pending.agent_path == ["supervisor", "data_agent"]
+    assert pending.run_id == result.run_id
+    inbox.approve(pending.id, decided_by="dpo", args={"userId": "54321"})
+    assert inbox.ready() == [result.run_id] and users.looked_up == []
+    final = sup.resume(run_id=result.run_id)
+    assert final.text == "Here is user 12345." and users.looked_up == ["54321"]
+    assert inbox.pending() == []

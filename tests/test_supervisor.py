@@ -247,3 +247,32 @@ def test_supervisor_on_sqlite(sqlite_url: str) -> None:
     final = sup.approve_tool_call_generate(run_id=result.run_id)
     assert final.text == "Here is user 12345."
     assert isinstance(final.messages[-1], AIMessage)
+
+
+def test_auto_resume_reaches_a_suspended_tool_in_a_subagent() -> None:
+    from tests.test_suspension import city_from_reply, weather_tool
+
+    log: list[str] = []
+
+    def sub_reply(messages: list[BaseMessage]) -> Any:
+        results = [m for m in messages if isinstance(m, ToolMessage)]
+        return turn(call("weather", {}, "w1")) if not results else f"sub: {results[-1].text}"
+
+    forecaster = Agent(name="forecaster", description="Weather", tools=[weather_tool(log)],
+                       model=ScriptedChatModel(sub_reply, structured=city_from_reply))
+
+    def top_reply(messages: list[BaseMessage]) -> Any:
+        results = [m for m in messages if isinstance(m, ToolMessage)]
+        return turn(call("forecaster", {"task": "weather"}, "f1")) if not results else \
+            f"top: {results[-1].text}"
+
+    sup = Agent(name="supervisor", agents={"forecaster": forecaster},
+                model=ScriptedChatModel(top_reply), auto_resume_suspended_tools=True)
+    first = sup.generate("What's the weather like?")
+    assert first.suspend_payload is not None
+    assert first.suspend_payload["agent_path"] == ["supervisor", "forecaster"]
+    final = sup.generate("Paris", thread_id=first.thread_id)
+    assert log[-1] == "fetched Paris"
+    assert final.text == "top: sub: Paris: sunny, +72F"
+    assert [m.text for m in final.messages if isinstance(m, HumanMessage)] == [
+        "What's the weather like?", "Paris"]
