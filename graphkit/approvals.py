@@ -48,6 +48,7 @@ __all__ = [
     "interrupt_value",
     "plan_turn",
     "suspension_record",
+    "telemetry",
     "waiting_records",
 ]
 
@@ -359,7 +360,8 @@ def validate_resume(tool: BaseTool | None, data: Any) -> Any:
         raise ResumeDataError(msg) from exc
 
 
-def _telemetry(record: ApprovalRecord, status: str) -> dict[str, Any]:
+def telemetry(record: ApprovalRecord, status: str) -> dict[str, Any]:
+    """The payload of a `tool-approval` stream chunk."""
     return {
         "status": status,
         "id": record["id"],
@@ -543,7 +545,7 @@ def _apply_one(
             msg = f"an edit decision for {call['tool_call_id']!r} needs edited_action.args or args"
             raise InvalidApprovedArgsError(msg)
         record["status"] = "approved"
-        outcome.events.append(_telemetry(record, "approved"))
+        outcome.events.append(telemetry(record, "approved"))
         if not decision.get("audited"):
             outcome.audits.append(("edited" if record["approved_args"] is not None else
                                    "approved", record, {
@@ -554,7 +556,7 @@ def _apply_one(
         record["status"] = "rejected"
         who, why = _who_why(decided_by, comment)
         call["answer"] = REJECTED.format(name=name, who=who, why=why)
-        outcome.events.append(_telemetry(record, "rejected"))
+        outcome.events.append(telemetry(record, "rejected"))
         if not decision.get("audited"):
             outcome.audits.append(("rejected", record, {"by": decided_by, "comment": comment}))
     else:
@@ -569,7 +571,7 @@ def _supersede(call: CallPlan, outcome: ResumeOutcome) -> None:
         record["status"] = "rejected"
         record["comment"] = "superseded by a new user message"
         record["decided_at"] = _now()
-        outcome.events.append(_telemetry(record, "rejected"))
+        outcome.events.append(telemetry(record, "rejected"))
         outcome.audits.append(("superseded", record, {"comment": record["comment"]}))
     if call["suspension"] is not None:
         outcome.audits.append(("superseded", call["suspension"], {}))

@@ -23,6 +23,7 @@ from graphkit.decisions import (
     expire_overdue,
     human_decision,
     resolved_message,
+    with_decision,
 )
 from graphkit.errors import (
     AmbiguousApprovalError,
@@ -63,12 +64,7 @@ class Waiting:
     @property
     def shown(self) -> ApprovalRecord:
         """The record with the ledger's decision, if any, as a reviewer should see it."""
-        if self.decision is None:
-            return self.record
-        d = self.decision
-        return {**self.record, "status": d["status"], "decided_by": d.get("decided_by"),
-                "comment": d.get("comment"), "decided_at": d.get("decided_at"),
-                "approved_args": d.get("args")}  # type: ignore[typeddict-item]
+        return with_decision(self.record, self.decision)
 
     def pending(self) -> PendingApproval:
         return PendingApproval.from_record(self.shown)

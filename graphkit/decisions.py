@@ -37,6 +37,7 @@ __all__ = [
     "overdue",
     "overlay",
     "resolved_message",
+    "with_decision",
 ]
 
 Approvers = Callable[[str | None, PendingApproval], bool]
@@ -165,21 +166,22 @@ def claim(
     return entry
 
 
+def with_decision(record: ApprovalRecord, decision: Mapping[str, Any] | None
+                  ) -> ApprovalRecord:
+    """The record as a reviewer should see it, with a claimed decision the graph has not
+    applied yet."""
+    if decision is None or record["status"] != "pending":
+        return record
+    return {**record, "status": decision["status"],  # type: ignore[typeddict-item]
+            "decided_by": decision.get("decided_by"), "comment": decision.get("comment"),
+            "decided_at": decision.get("decided_at"), "approved_args": decision.get("args")}
+
+
 def overlay(records: Iterable[ApprovalRecord], ledger: Ledger) -> list[ApprovalRecord]:
     """Records with the ledger's decisions shown on those the graph has not applied yet."""
     items = list(records)
     decided = ledger.decisions(r["id"] for r in items if r["status"] == "pending")
-    shown: list[ApprovalRecord] = []
-    for record in items:
-        decision = decided.get(record["id"])
-        if decision is not None and record["status"] == "pending":
-            record = {**record, "status": decision["status"],  # type: ignore[typeddict-item]
-                      "decided_by": decision.get("decided_by"),
-                      "comment": decision.get("comment"),
-                      "decided_at": decision.get("decided_at"),
-                      "approved_args": decision.get("args")}
-        shown.append(record)
-    return shown
+    return [with_decision(record, decided.get(record["id"])) for record in items]
 
 
 def overdue(record: ApprovalRecord, now: datetime | None = None) -> bool:

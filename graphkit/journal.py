@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+import weakref
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -144,6 +145,9 @@ def granted(store: BaseStore | None, *, thread_id: str, agent_path: Sequence[str
     return found
 
 
+_SCHEMAS_WRITTEN: weakref.WeakKeyDictionary[BaseStore, set[str]] = weakref.WeakKeyDictionary()
+
+
 class GateJournal:
     """The approval gate's writes to the store during one pass: audit entries and the index.
 
@@ -159,7 +163,6 @@ class GateJournal:
         self.scope = scope
         """The graph's checkpoint namespace: one agent's plans in one thread (a subagent's
         delegation has its own)."""
-        self._schemas_written: set[str] = set()
 
     def planned(self, plan: TurnPlan) -> None:
         for call in plan["calls"]:
@@ -209,13 +212,15 @@ class GateJournal:
             self.store.put(APPROVALS, record["id"], entry, index=False)
 
     def _schema(self, record: ApprovalRecord) -> None:
-        """Keep the tool's argument schema once per agent and tool (not in every entry)."""
+        """Keep the tool's argument schema once per agent and tool (not in every entry), and
+        write it once per process and store, not on every pass of the gate."""
         assert self.store is not None
         key = schema_key(record["agent_path"], record["tool_name"])
-        if key not in self._schemas_written:
+        written = _SCHEMAS_WRITTEN.setdefault(self.store, set())
+        if key not in written:
             self.store.put(SCHEMAS, key, {"schema": self.schemas.get(record["tool_name"])},
                            index=False)
-            self._schemas_written.add(key)
+            written.add(key)
 
     def _close_strays(self, keep: set[str]) -> None:
         """A new turn: entries of this agent and thread still marked waiting belong to a turn

@@ -40,6 +40,7 @@ from graphkit.approvals import (
     plan_turn,
     queued_messages,
     suspension_record,
+    telemetry,
     waiting_records,
 )
 from graphkit.errors import GraphkitError
@@ -194,15 +195,7 @@ def _emit(events: list[dict[str, Any]]) -> None:
 
 def _pending_events(plan: TurnPlan) -> list[dict[str, Any]]:
     return [
-        {
-            "status": "pending",
-            "id": c["approval"]["id"],
-            "tool_name": c["tool_name"],
-            "tool_call_id": c["tool_call_id"],
-            "decided_by": None,
-            "comment": None,
-            "agent_path": c["approval"]["agent_path"],
-        }
+        telemetry(c["approval"], "pending")
         for c in plan["calls"]
         if c["approval"] is not None and c["approval"]["status"] == "pending"
     ]

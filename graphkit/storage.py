@@ -100,8 +100,6 @@ class Storage:
     store: BaseStore
     description: str
     """Human-readable, for error messages ("sqlite file /tmp/x.db")."""
-    durable: bool
-    """Whether another process opening the same URL sees the same runs."""
     ledger: Ledger
     """Exactly-once decisions and thread leases, in the same database."""
 
@@ -135,10 +133,10 @@ def _connect(path: str, *, autocommit: bool = False) -> sqlite3.Connection:
 def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:
     """Open the checkpointer (and a store beside it) described by `spec`."""
     if spec is None or spec == "memory":
-        return Storage(InMemorySaver(), InMemoryStore(), "memory (this process only)", False,
+        return Storage(InMemorySaver(), InMemoryStore(), "memory (this process only)",
                        Ledger.sqlite())
     if isinstance(spec, BaseCheckpointSaver):
-        return Storage(spec, InMemoryStore(), f"{type(spec).__name__} instance", False,
+        return Storage(spec, InMemoryStore(), f"{type(spec).__name__} instance",
                        Ledger.sqlite())
     if not isinstance(spec, str):
         raise TypeError(UNKNOWN_URL.format(value=spec))
@@ -148,9 +146,7 @@ def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:
         saver.setup()
         store = ThreadedSqliteStore(_connect(path, autocommit=True))
         store.setup()
-        durable = path != ":memory:"
-        ledger = Ledger.sqlite(path) if durable else Ledger.sqlite()
-        return Storage(saver, store, f"sqlite file {path}", durable, ledger)
+        return Storage(saver, store, f"sqlite file {path}", Ledger.sqlite(path))
     if spec.startswith(("postgresql://", "postgres://")):
         from graphkit._postgres import open_postgres
 
