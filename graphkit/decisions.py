@@ -18,8 +18,8 @@ from langgraph.store.base import BaseStore
 from graphkit.errors import (
     ApprovalAlreadyResolvedError,
     ApproverNotAllowedError,
+    ArgsDigestMismatchError,
     GraphkitError,
-    InvalidApprovedArgsError,
 )
 from graphkit.journal import audit, now_iso
 from graphkit.ledger import Ledger
@@ -42,11 +42,6 @@ __all__ = [
 
 Approvers = Callable[[str | None, PendingApproval], bool]
 Remember = Literal["once", "thread"]
-
-
-class ArgsDigestMismatchError(InvalidApprovedArgsError):
-    """The decision was made on other arguments than the ones now waiting (the run was
-    re-planned): it is refused, and the approval stays pending."""
 
 
 def resolved_message(record: Mapping[str, Any], decision: Mapping[str, Any] | None = None

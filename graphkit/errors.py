@@ -11,6 +11,7 @@ GraphkitError
 ├── ApprovalAlreadyResolvedError                   decided before
 ├── ApprovalsPendingError                          resume() while some are undecided
 ├── InvalidApprovedArgsError       (ValueError)    edited args fail the tool's schema
+│   └── ArgsDigestMismatchError                    the reviewed args_digest is not the one waiting
 ├── ResumeDataError                (ValueError)    resume data fails the tool's resume_schema
 ├── SuspendPayloadError            (ValueError)    suspend payload fails the tool's suspend_schema
 └── ApproverNotAllowedError        (PermissionError) the approvers policy refused the decider
@@ -28,6 +29,7 @@ __all__ = [
     "ApprovalNotFoundError",
     "ApprovalsPendingError",
     "ApproverNotAllowedError",
+    "ArgsDigestMismatchError",
     "GraphkitError",
     "InvalidApprovedArgsError",
     "ResumeDataError",
@@ -74,6 +76,11 @@ class ApprovalsPendingError(GraphkitError):
 
 class InvalidApprovedArgsError(GraphkitError, ValueError):
     """Edited arguments do not validate against the tool's argument schema."""
+
+
+class ArgsDigestMismatchError(InvalidApprovedArgsError):
+    """The decision was made on other arguments than the ones now waiting (the run was
+    re-planned): it is refused, and the approval stays pending."""
 
 
 class ResumeDataError(GraphkitError, ValueError):

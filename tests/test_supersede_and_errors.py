@@ -114,6 +114,9 @@ def test_approvers_policy_refuses_and_the_approval_stays_pending() -> None:
 
 
 def test_error_tree() -> None:
+    from graphkit.errors import ArgsDigestMismatchError
+
+    assert issubclass(ArgsDigestMismatchError, InvalidApprovedArgsError)
     for error in (SnapshotNotFoundError, ApprovalNotFoundError, AmbiguousApprovalError,
                   ApprovalAlreadyResolvedError, InvalidApprovedArgsError,
                   ApproverNotAllowedError):
