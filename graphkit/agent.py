@@ -1,8 +1,9 @@
 """`Agent`: builds the graph, starts runs, and turns human decisions into graph resumes.
 
-The agent decides nothing itself: the `approval_gate` node does. Every public method here
-finds the run, checks the request against the paused state (raising a typed error that
-changes nothing), and hands LangGraph a `Command(resume=...)` addressed to one interrupt.
+The agent's settings (approvers, expiry, request-level approval) are compiled into its graph;
+the `approval_gate` node enforces them. Every deciding method here finds the run, takes the
+decision through `graphkit.review` (a refused one raises a typed error and changes nothing),
+and asks the gate to apply it; the gate checks it again before anything runs.
 """
 
 from __future__ import annotations
@@ -25,17 +26,25 @@ from langgraph.types import StateSnapshot
 
 from graphkit.control import (
     Request,
+    apply_command,
     continue_command,
-    decision_command,
-    resume_data_command,
+    decide,
+    policy_finder,
     start_payload,
     waiting,
 )
-from graphkit.decisions import Approvers, Remember
-from graphkit.errors import SNAPSHOT_NOT_FOUND, ApprovalNotFoundError, SnapshotNotFoundError
+from graphkit.errors import (
+    SNAPSHOT_NOT_FOUND,
+    ApprovalNotFoundError,
+    GraphkitError,
+    SnapshotNotFoundError,
+)
 from graphkit.events import finish_reason
 from graphkit.graph import build_graph
+from graphkit.ledger import Ledger
+from graphkit.review import Choice, Remember
 from graphkit.runs import AgentStream, AsyncAgentStream, Invocation, StateHook, pending_of
+from graphkit.settings import DEFAULT_GRANT_TTL, Approvers, GateSettings
 from graphkit.state import DEFAULT_MAX_STEPS, RunOptions
 from graphkit.storage import open_storage
 from graphkit.tools import create_tool
@@ -44,9 +53,11 @@ from graphkit.types import GenerateResult, PendingApproval
 __all__ = ["Agent"]
 
 Build = Callable[[StateSnapshot, Request], Any]
+"""Turns the paused state into the graph's input (or resume Command), raising if refused."""
+Claim = Callable[[StateSnapshot, Request], object]
+"""Takes a decision in the ledger before the run is resumed."""
 _EMPTY = StateSnapshot({}, (), {}, None, None, None, (), ())
 """The state of a thread that does not exist yet."""
-"""Turns the paused state into the graph's input (or resume Command), raising if refused."""
 RUNS_NAMESPACE = ("graphkit", "runs")
 RUN_METADATA_KEY = "graphkit_run_id"
 SERVER_ENV = "LANGSMITH_LANGGRAPH_API_VARIANT"
@@ -104,6 +115,7 @@ class Agent:
         approvers: A policy `(decided_by, pending) -> bool` consulted before every decision.
         approval_ttl: An approval undecided for this long is declined as expired (a tool's own
             `approval_ttl` wins).
+        grant_ttl: How long a `remember="thread"` grant approves later calls.
     """
 
     def __init__(
@@ -120,6 +132,7 @@ class Agent:
         auto_resume_suspended_tools: bool = False,
         approvers: Approvers | None = None,
         approval_ttl: timedelta | None = None,
+        grant_ttl: timedelta | None = DEFAULT_GRANT_TTL,
     ) -> None:
         self.name = name
         self.description = description
@@ -131,24 +144,37 @@ class Agent:
         self.auto_resume_suspended_tools = auto_resume_suspended_tools
         self.approvers = approvers
         self.approval_ttl = approval_ttl
+        self.grant_ttl = grant_ttl
+        self.settings = GateSettings(
+            require_tool_approval=require_tool_approval,
+            auto_resume_suspended_tools=auto_resume_suspended_tools,
+            approvers=approvers, approval_ttl=approval_ttl, grant_ttl=grant_ttl)
         self._storage = open_storage(checkpointer)
         # Under the LangGraph API server (`langgraph dev`, Studio, the platform) persistence is
         # the server's: it refuses graphs compiled with their own checkpointer or store.
         served = bool(os.environ.get(SERVER_ENV)) and checkpointer in (None, "memory")
-        self.builder = build_graph(
-            name=name, model=self.model, tools=self.tools, instructions=instructions,
-            subagents={key: (sub.subgraph(), sub.description) for key, sub in self.agents.items()},
-        )
+        self.builder = self._builder(self._storage.ledger)
         self.graph: CompiledStateGraph[Any, Any, Any, Any] = self.builder.compile(
             checkpointer=None if served else self._storage.checkpointer,
             store=None if served else self._storage.store,
             name=name,
         )
 
-    def subgraph(self) -> CompiledStateGraph[Any, Any, Any, Any]:
+    def _builder(self, ledger: Ledger) -> Any:
+        return build_graph(
+            name=self.name, model=self.model, tools=self.tools, instructions=self.instructions,
+            subagents={key: (sub.subgraph(ledger), sub.description)
+                       for key, sub in self.agents.items()},
+            settings=self.settings, ledger=ledger,
+        )
+
+    def subgraph(self, ledger: Ledger) -> CompiledStateGraph[Any, Any, Any, Any]:
         """This agent's graph for use inside a supervisor: it checkpoints in the supervisor's
-        storage, under the supervisor's thread."""
-        return self.builder.compile(name=self.name)
+        storage, under the supervisor's thread, and records in the supervisor's ledger, with
+        its own settings and policy."""
+        compiled: CompiledStateGraph[Any, Any, Any, Any] = self._builder(ledger).compile(
+            name=self.name)
+        return compiled
 
     # ------------------------------------------------------------------ runs and threads
 
@@ -178,6 +204,11 @@ class Agent:
     def _thread_of(self, run_id: str) -> str:
         item = self._storage.store.get(RUNS_NAMESPACE, run_id)
         if item is not None:
+            owner = item.value.get("agent")
+            if owner != self.name:
+                msg = (f"run {run_id!r} belongs to agent {owner!r}, not {self.name!r}; decide "
+                       "and resume it with the agent that started it (or the inbox)")
+                raise GraphkitError(msg)
             return str(item.value["thread_id"])
         # A checkpointer passed as an instance may come without our store: ask its metadata.
         for found in self._storage.checkpointer.list(
@@ -196,14 +227,13 @@ class Agent:
         if max_steps < 1:
             msg = f"max_steps must be at least 1, got {max_steps}"
             raise ValueError(msg)
+        # The agent's own settings live in its graph; a request may only add to them.
         return RunOptions(
             run_id=run_id,
-            require_tool_approval=self.require_tool_approval
-            if require_tool_approval is None else require_tool_approval,
+            require_tool_approval=bool(require_tool_approval),
             auto_resume_suspended_tools=self.auto_resume_suspended_tools
             if auto_resume_suspended_tools is None else auto_resume_suspended_tools,
             max_steps=max_steps,
-            approval_ttl=self.approval_ttl.total_seconds() if self.approval_ttl else None,
         )
 
     def _find_tool(self, agent_path: Sequence[str], tool_name: str) -> BaseTool | None:
@@ -215,10 +245,10 @@ class Agent:
             agent = nxt
         return next((t for t in agent.tools if t.name == tool_name), None)
 
-    def _request(self, run_id: str, thread_id: str, *, dry_run: bool = False) -> Request:
+    def _request(self, run_id: str, thread_id: str) -> Request:
         return Request(run_id=run_id, thread_id=thread_id, ledger=self._storage.ledger,
-                       store=self._storage.store, approvers=self.approvers,
-                       find_tool=self._find_tool, dry_run=dry_run)
+                       store=self._storage.store, find_tool=self._find_tool,
+                       find_policy=policy_finder(self), grant_ttl=self.grant_ttl)
 
     def _prepare(
         self,
@@ -247,22 +277,24 @@ class Agent:
         return prepare
 
     def _advance(self, run_id: str, build: Build, on_state_change: StateHook | None = None,
-                 *, eager: bool = True) -> AgentStream:
+                 *, claim: Claim | None = None) -> AgentStream:
         thread_id = self._thread_of(run_id)
         config = self._config(thread_id, run_id)
-        if eager:
-            # Check at call time, so a refused request raises here (the stream decides when it
-            # starts); a *_generate call starts at once and needs no separate check.
-            build(self.graph.get_state(config), self._request(run_id, thread_id, dry_run=True))
+        if claim is not None:
+            # The decision is taken now (a refused one raises here); the stream then asks the
+            # gate to apply it.
+            claim(self.graph.get_state(config), self._request(run_id, thread_id))
         prepare = self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
                                 on_state_change=on_state_change)
         return AgentStream(self.graph, prepare, run_id, thread_id)
 
-    def _aadvance(self, run_id: str, build: Build,
-                  on_state_change: StateHook | None = None) -> AsyncAgentStream:
+    def _aadvance(self, run_id: str, build: Build, on_state_change: StateHook | None = None,
+                  *, claim: Claim | None = None) -> AsyncAgentStream:
         def prepare() -> Invocation:
             thread_id = self._thread_of(run_id)
             config = self._config(thread_id, run_id)
+            if claim is not None:
+                claim(self.graph.get_state(config), self._request(run_id, thread_id))
             return self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
                                  on_state_change=on_state_change)()
 
@@ -397,11 +429,12 @@ class Agent:
 
         `tool_call_id` may be left out only when exactly one approval is pending. With
         `args_digest` the approval applies only if the call still has the arguments reviewed.
-        `remember="thread"` approves later calls of the same tool in this thread too.
+        `remember="thread"` approves later calls of the same tool in this thread too, as long
+        as this reviewer may approve each of them.
         """
-        return self._advance(run_id, self._decide(
-            tool_call_id=tool_call_id, approve=True, decided_by=decided_by, comment=comment,
-            args=args, args_digest=args_digest, remember=remember))
+        return self._advance(run_id, _apply, claim=_claim(
+            _approval(args), tool_call_id=tool_call_id, decided_by=decided_by,
+            comment=comment, args_digest=args_digest, remember=remember))
 
     def decline_tool_call(
         self,
@@ -412,8 +445,9 @@ class Agent:
         comment: str | None = None,
     ) -> AgentStream:
         """Decline a paused call: it never runs; the model is told, and the run goes on."""
-        return self._advance(run_id, self._decide(
-            tool_call_id=tool_call_id, approve=False, decided_by=decided_by, comment=comment))
+        return self._advance(run_id, _apply, claim=_claim(
+            Choice(type="reject"), tool_call_id=tool_call_id, decided_by=decided_by,
+            comment=comment))
 
     def approve_tool_call_generate(
         self,
@@ -427,9 +461,9 @@ class Agent:
         remember: Remember = "once",
     ) -> GenerateResult:
         """`approve_tool_call`, run to the end (or the next pause)."""
-        return self._advance(run_id, self._decide(
-            tool_call_id=tool_call_id, approve=True, decided_by=decided_by, comment=comment,
-            args=args, args_digest=args_digest, remember=remember), eager=False).result()
+        return self.approve_tool_call(
+            run_id=run_id, tool_call_id=tool_call_id, decided_by=decided_by, comment=comment,
+            args=args, args_digest=args_digest, remember=remember).result()
 
     def decline_tool_call_generate(
         self,
@@ -440,9 +474,8 @@ class Agent:
         comment: str | None = None,
     ) -> GenerateResult:
         """`decline_tool_call`, run to the end (or the next pause)."""
-        return self._advance(run_id, self._decide(
-            tool_call_id=tool_call_id, approve=False, decided_by=decided_by, comment=comment),
-            eager=False).result()
+        return self.decline_tool_call(run_id=run_id, tool_call_id=tool_call_id,
+                                      decided_by=decided_by, comment=comment).result()
 
     def aapprove_tool_call(
         self,
@@ -456,9 +489,9 @@ class Agent:
         remember: Remember = "once",
     ) -> AsyncAgentStream:
         """Async twin of `approve_tool_call`."""
-        return self._aadvance(run_id, self._decide(
-            tool_call_id=tool_call_id, approve=True, decided_by=decided_by, comment=comment,
-            args=args, args_digest=args_digest, remember=remember))
+        return self._aadvance(run_id, _apply, claim=_claim(
+            _approval(args), tool_call_id=tool_call_id, decided_by=decided_by,
+            comment=comment, args_digest=args_digest, remember=remember))
 
     def adecline_tool_call(
         self,
@@ -469,8 +502,9 @@ class Agent:
         comment: str | None = None,
     ) -> AsyncAgentStream:
         """Async twin of `decline_tool_call`."""
-        return self._aadvance(run_id, self._decide(
-            tool_call_id=tool_call_id, approve=False, decided_by=decided_by, comment=comment))
+        return self._aadvance(run_id, _apply, claim=_claim(
+            Choice(type="reject"), tool_call_id=tool_call_id, decided_by=decided_by,
+            comment=comment))
 
     async def aapprove_tool_call_generate(self, **kwargs: Any) -> GenerateResult:
         """Async twin of `approve_tool_call_generate`."""
@@ -480,48 +514,27 @@ class Agent:
         """Async twin of `decline_tool_call_generate`."""
         return await self.adecline_tool_call(**kwargs).result()
 
-    @staticmethod
-    def _decide(
-        *,
-        tool_call_id: str | None = None,
-        approval_id: str | None = None,
-        approve: bool,
-        decided_by: str | None,
-        comment: str | None,
-        args: Mapping[str, Any] | None = None,
-        args_digest: str | None = None,
-        remember: Remember = "once",
-        record_only: bool = False,
-    ) -> Build:
-        def build(snapshot: StateSnapshot, req: Request) -> Any:
-            command, _ = decision_command(
-                snapshot, req, tool_call_id=tool_call_id, approval_id=approval_id,
-                approve=approve, decided_by=decided_by, comment=comment, args=args,
-                args_digest=args_digest, remember=remember, record_only=record_only)
-            return command
-
-        return build
-
     def resume_stream(
         self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None
     ) -> AgentStream:
         """Resume a suspended tool with `resume_data` (validated by its `resume_schema`)."""
-        return self._advance(run_id, lambda snapshot, req: resume_data_command(
-            snapshot, req, tool_call_id=tool_call_id, data=resume_data))
+        return self._advance(run_id, _apply, claim=_claim(
+            Choice(type="resume", data=resume_data), tool_call_id=tool_call_id,
+            decided_by=None, comment=None))
 
     def resume_generate(
         self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None
     ) -> GenerateResult:
         """`resume_stream`, run to the end (or the next pause)."""
-        return self._advance(run_id, lambda snapshot, req: resume_data_command(
-            snapshot, req, tool_call_id=tool_call_id, data=resume_data), eager=False).result()
+        return self.resume_stream(resume_data, run_id=run_id, tool_call_id=tool_call_id).result()
 
     def aresume_stream(
         self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None
     ) -> AsyncAgentStream:
         """Async twin of `resume_stream`."""
-        return self._aadvance(run_id, lambda snapshot, req: resume_data_command(
-            snapshot, req, tool_call_id=tool_call_id, data=resume_data))
+        return self._aadvance(run_id, _apply, claim=_claim(
+            Choice(type="resume", data=resume_data), tool_call_id=tool_call_id,
+            decided_by=None, comment=None))
 
     async def aresume_generate(
         self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None
@@ -541,9 +554,11 @@ class Agent:
         approved_args: Mapping[str, Any] | None = None,
     ) -> PendingApproval:
         """Record a decision without continuing the run; `resume(run_id=...)` continues."""
-        build = self._decide(approval_id=id, approve=approved, decided_by=decided_by,
-                             comment=comment, args=approved_args, record_only=True)
-        self._advance(run_id, build, eager=False).result()
+        thread_id = self._thread_of(run_id)
+        config = self._config(thread_id, run_id)
+        choice = _approval(approved_args) if approved else Choice(type="reject")
+        _claim(choice, approval_id=id, decided_by=decided_by, comment=comment)(
+            self.graph.get_state(config), self._request(run_id, thread_id))
         return self._recorded(self.pending_approvals(run_id=run_id), id)
 
     async def aresolve_tool_approval(
@@ -557,10 +572,9 @@ class Agent:
         approved_args: Mapping[str, Any] | None = None,
     ) -> PendingApproval:
         """Async twin of `resolve_tool_approval`."""
-        build = self._decide(approval_id=id, approve=approved, decided_by=decided_by,
-                             comment=comment, args=approved_args, record_only=True)
-        await self._aadvance(run_id, build).result()
-        return self._recorded(await self.apending_approvals(run_id=run_id), id)
+        return await asyncio.to_thread(
+            self.resolve_tool_approval, run_id=run_id, id=id, approved=approved,
+            decided_by=decided_by, comment=comment, approved_args=approved_args)
 
     @staticmethod
     def _recorded(pending: list[PendingApproval], approval_id: str) -> PendingApproval:
@@ -575,7 +589,7 @@ class Agent:
     ) -> GenerateResult:
         """Continue a run once all its calls are decided (here, or in the inbox), or after
         `on_state_change` stopped it."""
-        return self._advance(run_id, continue_command, on_state_change, eager=False).result()
+        return self._advance(run_id, continue_command, on_state_change).result()
 
     async def aresume(
         self, *, run_id: str, on_state_change: StateHook | None = None
@@ -626,3 +640,26 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, tools={[t.name for t in self.tools]})"
+
+
+def _approval(args: Mapping[str, Any] | None) -> Choice:
+    if args is None:
+        return Choice(type="approve")
+    # Anything but a mapping is refused (and audited) by the one decision path.
+    return Choice(type="edit", args=dict(args) if isinstance(args, Mapping) else args)
+
+
+def _claim(choice: Choice, *, tool_call_id: str | None = None, approval_id: str | None = None,
+           decided_by: str | None, comment: str | None, args_digest: str | None = None,
+           remember: Remember = "once") -> Claim:
+    def claim(snapshot: StateSnapshot, req: Request) -> object:
+        return decide(snapshot, req, choice, tool_call_id=tool_call_id, approval_id=approval_id,
+                      decided_by=decided_by, comment=comment, args_digest=args_digest,
+                      remember=remember)
+
+    return claim
+
+
+def _apply(snapshot: StateSnapshot, req: Request) -> Any:
+    """The resume that lets each waiting gate apply what the ledger holds."""
+    return apply_command(waiting(snapshot, req.ledger))

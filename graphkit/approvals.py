@@ -1,18 +1,18 @@
-"""The approval gate's decisions, as pure functions over the turn plan.
+"""Reading a model turn into the approval gate's plan, and what the paused graph shows.
 
 `plan_turn` reads a model turn once (validating arguments, calling predicates and prompt
-functions exactly once per call); `apply_resume` applies reviewer decisions, resume data or
-a superseding message to a plan; `interrupt_value` is what the paused graph shows the world.
-The agent's API validates decisions with the same `apply_resume` before resuming anything, so
-a refused decision raises a typed error and changes nothing.
+functions exactly once per call, giving every call and approval a fresh id) and says what the
+ledger must record; `interrupt_value` is the interrupt payload (graphkit's records beside
+LangChain's HITL request). Deciding is `graphkit.review`'s; applying decisions, the gate's.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
 import logging
+import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,34 +21,25 @@ from langchain_core.tools import BaseTool
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from pydantic import BaseModel, ValidationError
 
-from graphkit.errors import (
-    AmbiguousApprovalError,
-    ApprovalAlreadyResolvedError,
-    ApprovalNotFoundError,
-    GraphkitError,
-    InvalidApprovedArgsError,
-    ResumeDataError,
-)
+from graphkit._limits import check_value
+from graphkit.errors import GraphkitError, InvalidApprovedArgsError, ResumeDataError
+from graphkit.ledger import ApprovalRow, AuditRow, CallRow, GrantRow
+from graphkit.settings import GateSettings
 from graphkit.state import CallPlan, RunOptions, TurnPlan
 from graphkit.tools import DelegationTool, GraphkitTool, render_prompt
-from graphkit.types import (
-    ApprovalKind,
-    ApprovalRecord,
-    Decision,
-    GateResume,
-    Verdict,
-    args_digest,
-)
+from graphkit.types import ApprovalKind, ApprovalRecord, Verdict, args_digest
 
 __all__ = [
     "INTERRUPT_MARKER",
-    "ResumeOutcome",
+    "Planned",
     "answered_ids",
-    "apply_resume",
     "interrupt_value",
+    "new_id",
     "plan_turn",
     "suspension_record",
     "telemetry",
+    "validate_args",
+    "validate_resume",
     "waiting_records",
 ]
 
@@ -62,6 +53,10 @@ INVALID_ARGS = "Error: invalid arguments for tool {name!r}: {errors}. The call d
 REJECTED = "Tool call {name!r} was rejected by {who}{why}. It did not run."
 SUPERSEDED = "Tool call {name!r} was not run: superseded by a new user message."
 CANCELLED = "Tool call {name!r} was cancelled by {who}{why} while it waited for input."
+DUPLICATE_ID = (
+    "Error: tool call id {id!r} of {name!r} is not unique in this turn; every call needs its "
+    "own id. None of the calls with that id ran."
+)
 DECISION_COUNT = (
     "Number of human decisions ({given}) does not match number of pending tool calls "
     "({expected}); name each call with tool_call_id, or decide all of {ids}."
@@ -76,9 +71,11 @@ def _now() -> str:
     return _iso(datetime.now(UTC))
 
 
-def _stable_id(prefix: str, *parts: str) -> str:
-    digest = hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:20]
-    return f"{prefix}_{digest}"
+def new_id(prefix: str) -> str:
+    """A fresh id for an approval, a suspension or a planned call: never derived from ids a
+    model (or a client) controls, so a reused message or tool-call id cannot inherit an old
+    decision."""
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
 
 
 _SERDE = JsonPlusSerializer()
@@ -95,14 +92,19 @@ def storable(value: Any, what: str, error: type[GraphkitError]) -> None:
 
 
 def validate_args(tool: BaseTool, args: Mapping[str, Any]) -> dict[str, Any]:
-    """Parse `args` with the tool's schema; raises `InvalidApprovedArgsError` when they fail."""
+    """Parse `args` with the tool's schema; raises `InvalidApprovedArgsError` when they fail.
+
+    The result is exactly what runs, is shown and is digested: the validated fields only
+    (extra keys a permissive schema lets through are dropped), as JSON.
+    """
+    if not isinstance(args, Mapping):
+        msg = f"arguments for tool {tool.name!r} must be an object, got {type(args).__name__}"
+        raise InvalidApprovedArgsError(msg)
+    check_value(args, what=f"arguments for tool {tool.name!r}", error=InvalidApprovedArgsError)
     schema = tool.args_schema
     if not isinstance(schema, type) or not issubclass(schema, BaseModel):
         storable(dict(args), f"arguments for tool {tool.name!r}", InvalidApprovedArgsError)
         return dict(args)
-    if not isinstance(args, Mapping):
-        msg = f"arguments for tool {tool.name!r} must be an object, got {type(args).__name__}"
-        raise InvalidApprovedArgsError(msg)
     try:
         parsed = schema.model_validate(dict(args))
     except ValidationError as exc:
@@ -132,12 +134,11 @@ def _prompt(tool: BaseTool, args: dict[str, Any]) -> str:
         return default
 
 
-def _decide(tool: BaseTool, args: dict[str, Any], options: RunOptions) -> tuple[bool, Verdict]:
+def _needs(tool: BaseTool, args: dict[str, Any], required: bool) -> tuple[bool, Verdict]:
     """Whether the call needs a human, and why. Calls a predicate exactly once."""
     # Request-level approval is about actions: a delegation is not one, the subagent's own
     # tool calls are, and they inherit the request's options.
-    requested = bool(options.get("require_tool_approval")) and not isinstance(
-        tool, DelegationTool)
+    requested = required and not isinstance(tool, DelegationTool)
     rule = tool.needs_approval if isinstance(tool, GraphkitTool) else False
     if callable(rule):
         try:
@@ -150,70 +151,127 @@ def _decide(tool: BaseTool, args: dict[str, Any], options: RunOptions) -> tuple[
     return requested or bool(rule), "required"
 
 
-def _expiry(tool: BaseTool, options: RunOptions, created: datetime) -> str | None:
+def _ttl(tool: BaseTool, settings: GateSettings) -> float | None:
     ttl = tool.approval_ttl if isinstance(tool, GraphkitTool) else None
-    seconds = ttl.total_seconds() if ttl is not None else options.get("approval_ttl")
-    if seconds is None:
-        return None
-    return _iso(created + timedelta(seconds=float(seconds)))
+    ttl = ttl if ttl is not None else settings.approval_ttl
+    return ttl.total_seconds() if ttl is not None else None
+
+
+@dataclass(slots=True)
+class Planned:
+    """A model turn read by the gate: the plan, error answers, and what the ledger records."""
+
+    plan: TurnPlan
+    errors: list[ToolMessage]
+    calls: list[CallRow] = field(default_factory=list)
+    approvals: list[ApprovalRow] = field(default_factory=list)
+    audits: list[AuditRow] = field(default_factory=list)
+
+
+def _error(content: str, call_id: str, name: str) -> ToolMessage:
+    return ToolMessage(content, tool_call_id=call_id, name=name, status="error")
 
 
 def plan_turn(
     ai: AIMessage,
     tools: Mapping[str, BaseTool],
+    settings: GateSettings,
     options: RunOptions,
     *,
     agent_path: Sequence[str],
     thread_id: str,
-    grants: Mapping[str, Any] | None = None,
-) -> tuple[TurnPlan, list[ToolMessage]]:
+    run_id: str | None,
+    grants: Mapping[str, GrantRow] | None = None,
+) -> Planned:
     """Read one model turn: which calls run, which wait for a human, which are malformed.
 
     `grants` are tools a reviewer approved for the rest of the thread (`remember="thread"`):
-    a call that would ask runs instead (a predicate is still consulted first).
+    a call that would ask runs instead, as an approval by the grantor, if the agent's
+    approvers policy lets the grantor approve this very call (a predicate is consulted first).
     """
-    calls: list[CallPlan] = []
-    errors: list[ToolMessage] = []
+    from graphkit.review import Choice, audit_row, check
+
+    required = settings.require_tool_approval or bool(options.get("require_tool_approval"))
     moment = datetime.now(UTC)
     created = _iso(moment)
+    planned = Planned(TurnPlan(ai_message_id=ai.id or "", calls=[], held=False, error=None), [])
+    ids = [call.get("id") or "" for call in ai.tool_calls]
     for call in ai.tool_calls:
         call_id = call.get("id") or ""
         name = call["name"]
         tool = tools.get(name)
+        if ids.count(call_id) > 1 or not call_id:
+            planned.errors.append(_error(DUPLICATE_ID.format(name=name, id=call_id), call_id,
+                                         name))
+            continue
         if tool is None:
             content = "Error: " + NOT_A_TOOL.format(name=name, available=sorted(tools))
-            errors.append(ToolMessage(content, tool_call_id=call_id, name=name, status="error"))
+            planned.errors.append(_error(content, call_id, name))
             continue
         try:
             args = validate_args(tool, call.get("args") or {})
         except InvalidApprovedArgsError as exc:
-            content = INVALID_ARGS.format(name=name, errors=exc)
-            errors.append(ToolMessage(content, tool_call_id=call_id, name=name, status="error"))
+            planned.errors.append(_error(INVALID_ARGS.format(name=name, errors=exc), call_id,
+                                         name))
             continue
         predicate = isinstance(tool, GraphkitTool) and callable(tool.needs_approval)
-        needed, verdict = _decide(tool, args, options)
+        needed, verdict = _needs(tool, args, required)
         metadata: dict[str, Any] = (
             {"approval.conditional": True} if predicate else {"approval.required": needed}
         )
+        key = new_id("call")
         approval: ApprovalRecord | None = None
-        if needed and grants and name in grants:
-            needed = False
-            metadata = {**metadata, "approval.granted": True}
         if needed:
             defaults = tool.approval_defaults if isinstance(tool, GraphkitTool) else None
+            ttl = _ttl(tool, settings)
             approval = _pending_record(
-                id=_stable_id("apr", thread_id, ai.id or "", call_id), created_at=created,
-                kind="approval", tool_name=name, tool_call_id=call_id, args=args,
+                id=new_id("apr"), created_at=created, kind="approval", tool_name=name,
+                tool_call_id=call_id, args=args,
                 metadata={"prompt": _prompt(tool, args), "defaults": copy.deepcopy(defaults)},
                 verdict=verdict, agent_path=agent_path,
-                expires_at=_expiry(tool, options, moment),
+                expires_at=_iso(moment + timedelta(seconds=ttl)) if ttl is not None else None,
             )
             metadata["approval.verdict"] = verdict
-        calls.append(
+            row = ApprovalRow(approval_id=approval["id"], thread_id=thread_id, kind="approval",
+                              call_key=key, agent_path=agent_path, tool_name=name,
+                              args_digest=approval["args_digest"], ttl=ttl)
+            grant = (grants or {}).get(name)
+            taken = None
+            if grant is not None:
+                try:
+                    taken = check(approval, Choice(type="approve"), decided_by=grant.grantor,
+                                  comment=f"remembered grant {grant.grant_id}",
+                                  approvers=settings.approvers, tool=tool)
+                except GraphkitError as exc:  # the grantor may not approve this one: ask
+                    planned.audits.append(audit_row(
+                        "refused", approval, thread_id=thread_id, run_id=run_id,
+                        decided_by=grant.grantor, detail=f"grant {grant.grant_id} does not "
+                        f"cover this call: {exc}", dedupe=f"{approval['id']}:grant"))
+            if taken is not None and grant is not None:
+                decision = {**taken.decision, "event": "auto_approved", "source": "grant",
+                            "grant_id": grant.grant_id, "decided_at": created}
+                approval = {**approval, "status": "approved", "decided_by": grant.grantor,
+                            "comment": decision["comment"], "decided_at": created}
+                row = ApprovalRow(**{**_fields(row), "status": "approved", "decision": decision})
+                metadata["approval.granted"] = True
+                planned.audits.append(audit_row(
+                    "auto_approved", approval, thread_id=thread_id, run_id=run_id,
+                    decided_by=grant.grantor, args_before=args, at=created,
+                    detail=f"remembered grant {grant.grant_id} for this thread",
+                    dedupe=f"{approval['id']}:auto"))
+            planned.approvals.append(row)
+            planned.audits.insert(0, audit_row(
+                "requested", approval, thread_id=thread_id, run_id=run_id, args_before=args,
+                at=created, dedupe=f"{approval['id']}:requested"))
+        planned.calls.append(CallRow(call_key=key, thread_id=thread_id, agent_path=agent_path,
+                                     tool_name=name, args_digest=args_digest(args),
+                                     approval_id=approval["id"] if approval else None))
+        planned.plan["calls"].append(
             CallPlan(
                 tool_call_id=call_id,
                 tool_name=name,
-                args=dict(call.get("args") or {}),
+                key=key,
+                args=args,
                 sequential=predicate,
                 approval=approval,
                 suspension=None,
@@ -224,19 +282,19 @@ def plan_turn(
                 answer=None,
             )
         )
-    plan = TurnPlan(ai_message_id=ai.id or "", calls=calls, held=False, error=None)
-    return plan, errors
+    return planned
+
+
+def _fields(row: ApprovalRow) -> dict[str, Any]:
+    return {name: getattr(row, name) for name in row.__dataclass_fields__}
 
 
 def suspension_record(
-    call: CallPlan, payload: dict[str, Any], *, agent_path: Sequence[str], thread_id: str,
-    ai_message_id: str,
+    call: CallPlan, payload: dict[str, Any], *, agent_path: Sequence[str],
 ) -> ApprovalRecord:
     """The pending entry of a tool that suspended itself."""
-    index = str(len(call["resume_values"]))
     return _pending_record(
-        id=_stable_id("sus", thread_id, ai_message_id, call["tool_call_id"], index),
-        created_at=_now(), kind="suspension", tool_name=call["tool_name"],
+        id=new_id("sus"), created_at=_now(), kind="suspension", tool_name=call["tool_name"],
         tool_call_id=call["tool_call_id"], args=call["args"],
         metadata={"suspend_payload": payload, "prompt": payload.get("message"), "defaults": None},
         verdict="required", agent_path=agent_path, expires_at=None,
@@ -309,41 +367,11 @@ def interrupt_value(
     }
 
 
-class ResumeOutcome:
-    """The result of applying a resume value: the new plan and what to write with it."""
-
-    def __init__(self, plan: TurnPlan) -> None:
-        self.plan = plan
-        self.audits: list[tuple[str, ApprovalRecord, dict[str, Any]]] = []
-        """(event, record, details) the gate appends to the audit log."""
-        self.events: list[dict[str, Any]] = []
-        self.edited: dict[str, dict[str, Any]] = {}
-        """tool_call_id -> the args it now runs with, for rewriting the AI message."""
-
-
-def _find(
-    calls: list[CallPlan], decision: Decision, answered: set[str]
-) -> CallPlan:
-    wanted_call = decision.get("tool_call_id")
-    wanted_id = decision.get("id")
-    for call in calls:
-        records = [r for r in (call["approval"], call["suspension"]) if r is not None]
-        if wanted_call is not None and call["tool_call_id"] == wanted_call and records:
-            return call
-        if wanted_id is not None and any(r["id"] == wanted_id for r in records):
-            return call
-    open_ids = [
-        c["tool_call_id"]
-        for c in calls
-        if c["tool_call_id"] not in answered and (c["approval"] or c["suspension"])
-    ]
-    given = f"tool_call_id {wanted_call!r}" if wanted_call is not None else f"id {wanted_id!r}"
-    msg = f"no pending approval with {given}; pending tool_call_ids: {open_ids}"
-    raise ApprovalNotFoundError(msg)
-
-
 def validate_resume(tool: BaseTool | None, data: Any) -> Any:
     schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None
+    if isinstance(data, BaseModel):
+        data = data.model_dump(mode="json")
+    check_value(data, what="resume data", error=ResumeDataError)
     if schema is None:
         storable(data, "resume data", ResumeDataError)
         return data
@@ -379,204 +407,6 @@ def _who_why(decided_by: str | None, comment: str | None) -> tuple[str, str]:
 
 Extractor = Callable[[CallPlan, list[BaseMessage]], Any]
 """Reads resume data for a suspended call from the user's new message(s); None if it cannot."""
-
-
-def apply_resume(
-    plan: TurnPlan,
-    value: GateResume | Mapping[str, Any],
-    answered: set[str],
-    tools: Mapping[str, BaseTool],
-    extract: Extractor | None = None,
-) -> ResumeOutcome:
-    """Apply decisions, resume data or a superseding message; raise on anything invalid."""
-    _check_shape(value)
-    new_plan: TurnPlan = copy.deepcopy(plan)
-    new_plan["error"] = None
-    outcome = ResumeOutcome(new_plan)
-    calls = new_plan["calls"]
-    open_calls = [c for c in calls if c["tool_call_id"] not in answered]
-
-    if "supersede" in value:
-        said_now = list(value.get("supersede") or [])
-        queued = [*(plan.get("queued") or []), *(said_now if value.get("queue", True) else [])]
-        auto = bool(value.get("auto_resume")) and extract is not None
-        try:
-            said = list(messages_from_dict([*(plan.get("queued") or []), *said_now]))
-        except (KeyError, TypeError, ValueError) as exc:
-            msg = f"'supersede' must hold serialised messages (messages_to_dict): {exc!r}"
-            raise GraphkitError(msg) from exc
-        for call in open_calls:
-            tool = tools.get(call["tool_name"])
-            schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None
-            if call["suspension"] is not None and auto and schema is not None and extract:
-                # Only a suspension may be resumed by a message; approvals never are.
-                data = extract(call, said)
-                if data is not None:
-                    call["resume_values"].append(data)
-                    call["suspension"] = None
-                continue  # unreadable: stays suspended, asks again, the message is kept
-            _supersede(call, outcome)
-        outcome.plan["held"] = False
-        outcome.plan["queued"] = queued
-        return outcome
-
-    decisions = list(value.get("decisions") or [])
-    undecided = [c for c in open_calls if c["approval"] and c["approval"]["status"] == "pending"]
-    if decisions and all("tool_call_id" not in d and "id" not in d for d in decisions):
-        if len(decisions) != len(undecided):
-            ids = [c["tool_call_id"] for c in undecided]
-            msg = DECISION_COUNT.format(given=len(decisions), expected=len(undecided), ids=ids)
-            raise AmbiguousApprovalError(msg, pending_ids=ids)
-        targets = undecided
-    else:
-        targets = [_find(calls, d, answered) for d in decisions]
-
-    seen: set[str] = set()
-    for call, decision in zip(targets, decisions, strict=True):
-        call_id = call["tool_call_id"]
-        if call_id in seen:
-            msg = f"two decisions for tool_call_id {call_id!r}; give one decision per call"
-            raise GraphkitError(msg)
-        seen.add(call_id)
-        _apply_one(call, decision, answered, tools, outcome)
-    outcome.plan["held"] = bool(value.get("record_only"))
-    return outcome
-
-
-_TEXT_FIELDS = ("type", "tool_call_id", "id", "message", "decided_by", "comment")
-
-
-def _check_shape(value: Any) -> None:
-    """Refuse a resume value of the wrong shape with a clear error, before touching anything."""
-    if not isinstance(value, Mapping):
-        msg = f"resume value must be an object with 'decisions', got {type(value).__name__}"
-        raise GraphkitError(msg)
-    decisions = value.get("decisions")
-    if decisions is not None and not isinstance(decisions, list):
-        msg = f"'decisions' must be a list, got {type(decisions).__name__}"
-        raise GraphkitError(msg)
-    for index, decision in enumerate(decisions or []):
-        if not isinstance(decision, Mapping):
-            msg = f"decision #{index} must be an object, got {type(decision).__name__}"
-            raise GraphkitError(msg)
-        for key in _TEXT_FIELDS:
-            if decision.get(key) is not None and not isinstance(decision.get(key), str):
-                msg = f"decision #{index}: {key!r} must be a string, got {decision.get(key)!r}"
-                raise GraphkitError(msg)
-        action = decision.get("edited_action")
-        if action is not None and not isinstance(action, Mapping):
-            msg = f"decision #{index}: 'edited_action' must be an object, got {action!r}"
-            raise GraphkitError(msg)
-    supersede = value.get("supersede")
-    if supersede is not None and not (
-            isinstance(supersede, list) and all(isinstance(m, Mapping) for m in supersede)):
-        msg = "'supersede' must be a list of serialised messages"
-        raise GraphkitError(msg)
-
-
-def _apply_one(
-    call: CallPlan,
-    decision: Decision,
-    answered: set[str],
-    tools: Mapping[str, BaseTool],
-    outcome: ResumeOutcome,
-) -> None:
-    kind = decision.get("type")
-    decided_by = decision.get("decided_by")
-    comment = decision.get("comment") or decision.get("message")
-    tool = tools.get(call["tool_name"])
-    name = call["tool_name"]
-    if call["tool_call_id"] in answered:
-        msg = f"tool call {call['tool_call_id']!r} ({name}) was already decided and answered"
-        raise ApprovalAlreadyResolvedError(msg)
-
-    suspension = call["suspension"]
-    if suspension is not None:
-        if kind == "resume":
-            data = validate_resume(tool, decision.get("data"))
-            call["resume_values"].append(data)
-            call["suspension"] = None
-            if not decision.get("audited"):
-                outcome.audits.append(("resumed", suspension, {"by": decided_by}))
-            return
-        if kind == "reject":
-            who, why = _who_why(decided_by, comment)
-            call["suspension"] = None
-            call["answer"] = CANCELLED.format(name=name, who=who, why=why)
-            if not decision.get("audited"):
-                outcome.audits.append(("cancelled", suspension,
-                                       {"by": decided_by, "comment": comment}))
-            return
-        msg = (
-            f"tool call {call['tool_call_id']!r} ({name}) is suspended waiting for input; "
-            f"resume it with resume data or reject it, got decision type {kind!r}"
-        )
-        raise GraphkitError(msg)
-
-    record = call["approval"]
-    if record is None:  # pragma: no cover - _find only returns calls with a record
-        msg = f"tool call {call['tool_call_id']!r} does not need a decision"
-        raise ApprovalNotFoundError(msg)
-    if record["status"] != "pending":
-        msg = (
-            f"approval {record['id']!r} for tool call {record['tool_call_id']!r} ({name}) was "
-            f"already {record['status']} by {record['decided_by']!r}"
-        )
-        raise ApprovalAlreadyResolvedError(msg)
-    if kind == "resume":
-        msg = f"tool call {call['tool_call_id']!r} ({name}) waits for approval, not resume data"
-        raise GraphkitError(msg)
-
-    record["decided_by"] = decided_by
-    record["comment"] = comment
-    record["decided_at"] = _now()
-    if kind in ("approve", "edit"):
-        edited = decision.get("args")
-        if kind == "edit" and edited is None:
-            edited = (decision.get("edited_action") or {}).get("args")
-        if edited is not None:
-            if tool is None:  # pragma: no cover - planned calls have tools
-                raise InvalidApprovedArgsError(f"tool {name!r} is not available")
-            validate_args(tool, edited)
-            record["approved_args"] = dict(edited)
-            call["args"] = dict(edited)
-            outcome.edited[call["tool_call_id"]] = dict(edited)
-        elif kind == "edit":
-            msg = f"an edit decision for {call['tool_call_id']!r} needs edited_action.args or args"
-            raise InvalidApprovedArgsError(msg)
-        record["status"] = "approved"
-        outcome.events.append(telemetry(record, "approved"))
-        if not decision.get("audited"):
-            outcome.audits.append(("edited" if record["approved_args"] is not None else
-                                   "approved", record, {
-                                       "by": decided_by, "comment": comment,
-                                       "args_before": record["args"],
-                                       "args_after": record["approved_args"]}))
-    elif kind == "reject":
-        record["status"] = "rejected"
-        who, why = _who_why(decided_by, comment)
-        call["answer"] = REJECTED.format(name=name, who=who, why=why)
-        outcome.events.append(telemetry(record, "rejected"))
-        if not decision.get("audited"):
-            outcome.audits.append(("rejected", record, {"by": decided_by, "comment": comment}))
-    else:
-        msg = f"unknown decision type {kind!r}; expected one of ['approve', 'edit', 'reject']"
-        raise GraphkitError(msg)
-
-
-def _supersede(call: CallPlan, outcome: ResumeOutcome) -> None:
-    name = call["tool_name"]
-    record = call["approval"]
-    if record is not None and record["status"] in ("pending", "approved"):
-        record["status"] = "rejected"
-        record["comment"] = "superseded by a new user message"
-        record["decided_at"] = _now()
-        outcome.events.append(telemetry(record, "rejected"))
-        outcome.audits.append(("superseded", record, {"comment": record["comment"]}))
-    if call["suspension"] is not None:
-        outcome.audits.append(("superseded", call["suspension"], {}))
-    call["suspension"] = None
-    call["answer"] = SUPERSEDED.format(name=name)
 
 
 def queued_messages(plan: TurnPlan) -> list[BaseMessage]:

@@ -1,6 +1,9 @@
 """The `graphkit` command line.
 
-Errors print one line and exit non-zero; no tracebacks for bad input.
+Errors print one line and exit non-zero; no tracebacks for bad input. Every text that comes
+from a model, a tool, a reviewer or a client is printed through `printable`, so escape
+sequences, carriage returns and bidi overrides show as escapes instead of acting on the
+terminal; `--json` output is ASCII (`json.dumps` escapes everything else).
 """
 
 from __future__ import annotations
@@ -10,8 +13,9 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from graphkit._text import printable
 from graphkit.errors import GraphkitError
 from graphkit.types import GenerateResult, PendingApproval
 
@@ -22,23 +26,42 @@ __all__ = ["main"]
 
 DEMO_DB = "sqlite:///graphkit-demo.db"
 DEMO_REQUEST = "Roll out build 1.4.2 of the payments service to production."
+_AUDIT_FIELDS = ("at", "event", "tool_name", "decided_by", "comment", "detail")
 
 
 def review_card(pending: PendingApproval) -> str:
-    """The review card a person sees: tool, arguments, prompt and defaults."""
+    """The review card a person sees: tool, arguments, prompt and defaults, one line each."""
     width = 64
+    fields = [
+        ("tool:     ", pending.tool_name),
+        ("args:     ", _json(pending.args)),
+        ("prompt:   ", str(pending.metadata.get("prompt"))),
+        ("defaults: ", _json(pending.metadata.get("defaults"))),
+        ("agent:    ", " > ".join(pending.agent_path)),
+        ("call id:  ", pending.tool_call_id),
+    ]
     lines = [
         "+" + "-" * (width - 2) + "+",
         f"| {'APPROVAL NEEDED':<{width - 4}} |",
-        f"| {'tool:     ' + pending.tool_name:<{width - 4}} |",
-        f"| {'args:     ' + json.dumps(pending.args):<{width - 4}} |",
-        f"| {'prompt:   ' + str(pending.metadata.get('prompt')):<{width - 4}} |",
-        f"| {'defaults: ' + json.dumps(pending.metadata.get('defaults')):<{width - 4}} |",
-        f"| {'agent:    ' + ' > '.join(pending.agent_path):<{width - 4}} |",
-        f"| {'call id:  ' + pending.tool_call_id:<{width - 4}} |",
+        *(f"| {label + printable(str(text)):<{width - 4}} |" for label, text in fields),
         "+" + "-" * (width - 2) + "+",
     ]
     return "\n".join(lines)
+
+
+def _json(value: Any, indent: int | None = None) -> str:
+    """JSON for a terminal: `ensure_ascii` escapes controls, DEL, C1 and bidi characters."""
+    return json.dumps(value, indent=indent, ensure_ascii=True)
+
+
+def _guarded(out: Callable[[str], None]) -> Callable[[str], None]:
+    """`out`, escaping whatever a caller forgot to: each printed line goes through
+    `printable` (already escaped text passes unchanged)."""
+
+    def write(text: str) -> None:
+        out("\n".join(printable(line) for line in text.split("\n")))
+
+    return write
 
 
 def _ask(prompt: str, read: Callable[[str], str]) -> str:
@@ -58,20 +81,22 @@ def run_demo(
     """The seed's deploy flow: pause for approval, show the card, decide, finish."""
     from graphkit.examples import deploy_agent
 
+    out = _guarded(out)
     agent = deploy_agent(checkpointer=db)
     out(f"user> {DEMO_REQUEST}")
     result = agent.generate(DEMO_REQUEST)
     while result.finish_reason == "suspended":
-        out(f"\nrun {result.run_id} is paused; it is saved in {db} and can be decided later.")
+        out(f"\nrun {printable(result.run_id)} is paused; it is saved in {printable(db)} "
+            "and can be decided later.")
         for pending in result.pending_approvals:
             out(review_card(pending))
             choice = "a" if yes else _ask("[a]pprove, [e]dit, [r]eject? ", read).lower()[:1]
             if choice == "e":
-                raw = _ask(f"new arguments as JSON {json.dumps(pending.args)}: ", read)
+                raw = _ask(f"new arguments as JSON {printable(_json(pending.args))}: ", read)
                 try:
                     args = json.loads(raw) if raw else pending.args
                 except json.JSONDecodeError as exc:
-                    out(f"not JSON ({exc}); rejecting instead")
+                    out(f"not JSON ({printable(str(exc))}); rejecting instead")
                     args, choice = None, "r"
             if choice in ("a", "e"):
                 result = agent.approve_tool_call_generate(
@@ -81,7 +106,7 @@ def run_demo(
                     comment="approved in the demo",
                     args=args if choice == "e" else None,
                 )
-                out(f"approved {pending.tool_call_id}")
+                out(f"approved {printable(pending.tool_call_id)}")
             else:
                 result = agent.decline_tool_call_generate(
                     run_id=result.run_id,
@@ -89,13 +114,13 @@ def run_demo(
                     decided_by="demo-operator",
                     comment="rejected in the demo",
                 )
-                out(f"rejected {pending.tool_call_id}")
+                out(f"rejected {printable(pending.tool_call_id)}")
             break  # the result now holds whatever is pending next
     for message in result.messages:
         name = getattr(message, "name", None) or message.type
         if message.type == "tool":
-            out(f"  tool {name}> {message.content}")
-    out(f"agent> {result.text}")
+            out(f"  tool {printable(str(name))}> {printable(str(message.content))}")
+    out(f"agent> {printable(result.text)}")
     out(f"finish_reason: {result.finish_reason}")
     return result
 
@@ -105,14 +130,17 @@ def _table(rows: list[PendingApproval]) -> str:
         return "no pending approvals"
     head = ("ID", "KIND", "AGENT", "TOOL", "ARGS", "CREATED", "RUN")
     body = [
-        (
-            p.id,
-            p.kind,
-            "/".join(p.agent_path),
-            p.tool_name,
-            _clip(json.dumps(p.args, ensure_ascii=False), 40),
-            p.created_at,
-            p.run_id or "",
+        tuple(
+            printable(str(cell))
+            for cell in (
+                p.id,
+                p.kind,
+                "/".join(p.agent_path),
+                p.tool_name,
+                _clip(printable(json.dumps(p.args, ensure_ascii=False)), 40),
+                p.created_at,
+                p.run_id or "",
+            )
         )
         for p in rows
     ]
@@ -155,10 +183,10 @@ def _operate(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     inbox = _inbox(args)
     if args.command == "inbox":
         rows = inbox.pending(agent=args.agent, tool_name=args.tool, limit=args.limit)
-        out(json.dumps([r.to_dict() for r in rows], indent=2) if args.json else _table(rows))
+        out(_json([r.to_dict() for r in rows], indent=2) if args.json else _table(rows))
     elif args.command == "show":
         pending = inbox.get(args.id)
-        out(json.dumps(pending.to_dict(), indent=2) if args.json else review_card(pending))
+        out(_json(pending.to_dict(), indent=2) if args.json else review_card(pending))
     elif args.command == "approve":
         decided = inbox.approve(
             args.id,
@@ -167,31 +195,47 @@ def _operate(args: argparse.Namespace, out: Callable[[str], None]) -> int:
             args=_json_args(args.args),
             args_digest=args.digest,
         )
-        out(f"approved {decided.id} ({decided.tool_name}); resume run {decided.run_id}")
+        out(f"approved {_ids(decided)}")
     elif args.command == "decline":
         decided = inbox.decline(args.id, decided_by=args.by, comment=args.comment)
-        out(f"declined {decided.id} ({decided.tool_name}); resume run {decided.run_id}")
+        out(f"declined {_ids(decided)}")
     elif args.command == "expire":
         expired = inbox.expire()
         out(
-            json.dumps([e.to_dict() for e in expired], indent=2)
+            _json([e.to_dict() for e in expired], indent=2)
             if args.json
             else f"expired {len(expired)} approval(s)"
         )
     elif args.command == "audit":
         entries = inbox.audit(thread_id=args.thread, id=args.id)
         if args.json:
-            out(json.dumps(entries, indent=2))
+            out(_json(entries, indent=2))
         for e in [] if args.json else entries:
-            out(
-                f"{e['at']}  {e['event']:<13} {e.get('tool_name') or '':<16} "
-                f"by={e.get('by') or '-'} {e.get('comment') or ''} {e.get('detail') or ''}".rstrip()
+            at, event, tool, by, comment, detail = (
+                printable(str(e.get(k) or "")) for k in _AUDIT_FIELDS
             )
+            out(f"{at}  {event:<13} {tool:<16} by={by or '-'} {comment} {detail}".rstrip())
     return 0
 
 
+def _ids(decided: PendingApproval) -> str:
+    return printable(f"{decided.id} ({decided.tool_name}); resume run {decided.run_id}")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with the operator's own arguments escaped in its usage errors too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {printable(message)}\n")
+
+
+def _fail(text: str) -> None:
+    print(f"graphkit: error: {printable(text)}", file=sys.stderr)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="graphkit", description=__doc__)
+    parser = _Parser(prog="graphkit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the offline deploy-approval demo on SQLite")
     demo.add_argument("--yes", action="store_true", help="approve without asking")
@@ -228,19 +272,20 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) -> int:
     """Run the CLI; returns the exit code (argparse's usage errors exit with 2)."""
     args = _parser().parse_args(argv)
+    out = _guarded(out)
     try:
         if args.command == "demo":
             run_demo(yes=args.yes, db=args.db, out=out)
             return 0
         return _operate(args, out)
     except GraphkitError as exc:
-        print(f"graphkit: error: {exc}", file=sys.stderr)
+        _fail(str(exc))
         return 1
     except KeyboardInterrupt:
         print("graphkit: interrupted; a paused run stays in storage", file=sys.stderr)
         return 130
     except Exception as exc:  # one line, no traceback: the CLI's contract
-        print(f"graphkit: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        _fail(f"{type(exc).__name__}: {exc}")
         return 1
 
 

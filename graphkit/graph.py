@@ -13,7 +13,10 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from graphkit.autoresume import make_extractor
-from graphkit.nodes import Planner, make_gate_node, make_model_node, make_tools_nodes
+from graphkit.gate import Planner, make_gate_node
+from graphkit.ledger import Ledger
+from graphkit.nodes import make_model_node, make_tools_nodes
+from graphkit.settings import GateSettings
 from graphkit.state import AgentState, InputState, ToolTask
 from graphkit.supervisor import delegation_tool, make_delegate_nodes
 
@@ -43,8 +46,15 @@ def build_graph(
     tools: Sequence[BaseTool],
     instructions: str,
     subagents: Mapping[str, Subagent] | None = None,
+    settings: GateSettings,
+    ledger: Ledger,
 ) -> StateGraph[AgentState, None, InputState, AgentState]:
-    """The uncompiled graph; the agent compiles it with its checkpointer and store."""
+    """The uncompiled graph; the agent compiles it with its checkpointer and store.
+
+    `settings` (who may approve, what expires, what always asks) and `ledger` (where
+    decisions and executions are recorded) are part of the graph itself, so every caller of
+    it obeys them.
+    """
     subagents = dict(subagents or {})
     clash = sorted(set(subagents) & (RESERVED_NODES | {t.name for t in tools}))
     if clash:
@@ -52,9 +62,9 @@ def build_graph(
         raise ValueError(msg)
     all_tools = [*tools, *(delegation_tool(key, d) for key, (_, d) in subagents.items())]
     by_name: Mapping[str, BaseTool] = {tool.name: tool for tool in all_tools}
-    planner = Planner(by_name, name)
+    planner = Planner(by_name, name, settings, ledger)
     call_model, acall_model = make_model_node(model, all_tools, instructions, planner)
-    run_tool, arun_tool = make_tools_nodes(by_name)
+    run_tool, arun_tool = make_tools_nodes(by_name, ledger)
 
     builder = StateGraph(AgentState, input_schema=InputState)
     builder.add_node(
@@ -75,7 +85,7 @@ def build_graph(
     )
     builder.add_edge(START, "model")
     for key, (subgraph, _) in subagents.items():
-        delegate, adelegate = make_delegate_nodes(key, subgraph)
+        delegate, adelegate = make_delegate_nodes(key, subgraph, ledger)
         builder.add_node(key, _node(delegate, adelegate, key), input_schema=ToolTask,
                          destinations=("approval_gate", "model"))
     return builder

@@ -2,8 +2,10 @@
 without the agent's process.
 
 The inbox reads the index the approval gate keeps in LangGraph's store (no checkpoint is read
-to list), and records decisions in the ledger, where exactly one decision per approval wins.
-The next `agent.resume(run_id=...)` (or a worker polling `ready()`) applies them to the run.
+to list), and takes decisions through `graphkit.review` into the ledger, where exactly one
+decision per approval wins. The next `agent.resume(run_id=...)` (or a worker polling `ready()`)
+lets the gate apply them, after it has checked them again against the agent's own policy and
+tools: a decision the agent refuses is withdrawn and the call waits again, never stranded.
 """
 
 from __future__ import annotations
@@ -14,22 +16,15 @@ from typing import Any
 
 import jsonschema
 
-from graphkit.decisions import (
-    Approvers,
-    audited_refusal,
-    claim,
-    expire_overdue,
-    human_decision,
-    overdue,
-    overlay,
-    resolved_message,
-)
 from graphkit.errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
+    GraphkitError,
     InvalidApprovedArgsError,
 )
-from graphkit.journal import APPROVALS, SCAN_LIMIT, SCHEMAS, read_audit, schema_key
+from graphkit.journal import APPROVALS, SCAN_LIMIT, SCHEMAS, now_iso, schema_key
+from graphkit.review import Choice, audit_row, expire, refuse, resolved_message, shown, take
+from graphkit.settings import Approvers
 from graphkit.storage import Storage, open_storage
 from graphkit.types import ApprovalRecord, PendingApproval
 
@@ -70,8 +65,9 @@ class Inbox:
         if tool_name is not None:
             filters["tool_name"] = tool_name
         entries = self._waiting_entries(**filters)
-        decided = self._storage.ledger.decisions(e["id"] for e in entries)
-        undecided = sorted((e for e in entries if e["id"] not in decided),
+        rows = self._storage.ledger.approvals(e["id"] for e in entries)
+        undecided = sorted((e for e in entries if (row := rows.get(e["id"])) is None
+                            or not row.decided),
                            key=lambda e: (e["created_at"], e.get("position", 0), e["id"]))
         return [_pending(e) for e in undecided[:limit]]
 
@@ -85,25 +81,49 @@ class Inbox:
     def get(self, id: str) -> PendingApproval:
         """One approval or suspension by id, with its decision if it has one."""
         entry = self._entry(id)
-        (shown,) = overlay([entry], self._storage.ledger)  # type: ignore[list-item]
-        return _pending({**entry, **shown})
+        record: ApprovalRecord = entry  # type: ignore[assignment]
+        return _pending({**entry, **shown(record, self._storage.ledger.approval(id))})
 
     def ready(self) -> list[str]:
         """Runs whose waiting calls are all decided; `agent.resume(run_id=...)` continues each."""
         entries = self._waiting_entries()
-        decided = self._storage.ledger.decisions(e["id"] for e in entries)
+        rows = self._storage.ledger.approvals(e["id"] for e in entries)
         runs: dict[str, list[bool]] = defaultdict(list)
         for entry in entries:
             if entry.get("run_id"):
-                runs[entry["run_id"]].append(entry["id"] in decided)
+                row = rows.get(entry["id"])
+                runs[entry["run_id"]].append(row is not None and row.decided)
         return sorted(run for run, flags in runs.items() if all(flags))
 
     def audit(self, *, thread_id: str | None = None, id: str | None = None
               ) -> list[dict[str, Any]]:
         """The audit log, oldest first: for a thread, for one approval, or all of it."""
-        if id is not None and thread_id is None:
-            thread_id = self._entry(id).get("thread_id")
-        return read_audit(self._storage.store, thread_id=thread_id, approval_id=id)
+        return self._storage.ledger.read_audit(thread_id=thread_id, approval_id=id)
+
+    def grants(self, thread_id: str | None = None) -> list[dict[str, Any]]:
+        """Remembered grants (`remember="thread"`), oldest first, revoked ones included."""
+        return [g.to_dict() for g in self._storage.ledger.grants(thread_id)]
+
+    def revoke(self, grant_id: str, *, decided_by: str) -> dict[str, Any]:
+        """Revoke a grant: later calls of its tool in its thread ask again."""
+        ledger = self._storage.ledger
+        grant = ledger.grant(grant_id)
+        if grant is None:
+            msg = f"no grant with id {grant_id!r} in {self._storage.description}"
+            raise ApprovalNotFoundError(msg)
+        if grant.revoked is not None:
+            msg = f"grant {grant_id!r} was already revoked by {grant.revoked.get('by')!r}"
+            raise ApprovalAlreadyResolvedError(msg)
+        revoked = {"by": decided_by, "at": now_iso()}
+        record = {"id": grant.approval_id, "tool_name": grant.tool_name,
+                  "agent_path": list(grant.agent_path)}
+        if not ledger.revoke(grant_id, revoked, [audit_row(
+                "revoked", record, thread_id=grant.thread_id, run_id=None,
+                decided_by=decided_by, detail=f"grant {grant_id} revoked")]):
+            msg = f"grant {grant_id!r} was already revoked"
+            raise ApprovalAlreadyResolvedError(msg)
+        found = ledger.grant(grant_id)
+        return found.to_dict() if found else {}
 
     # ------------------------------------------------------------------ deciding
 
@@ -129,34 +149,28 @@ class Inbox:
                 comment: str | None, args: dict[str, Any] | None = None,
                 args_digest: str | None = None) -> PendingApproval:
         entry = self._entry(approval_id)
+        record: ApprovalRecord = entry  # type: ignore[assignment]
         thread_id, run_id = str(entry["thread_id"]), entry.get("run_id")
-        with audited_refusal(self._storage.store, entry, by=decided_by, thread_id=thread_id,
-                             run_id=run_id):
-            self._claim(entry, approve=approve, decided_by=decided_by, comment=comment,
-                        args=args, args_digest=args_digest)
+        ledger = self._storage.ledger
+        if entry["status"] != "pending" or entry.get("state") != "waiting":
+            exc = ApprovalAlreadyResolvedError(resolved_message(entry))
+            refuse(ledger, entry, exc, decided_by=decided_by, thread_id=thread_id,
+                   run_id=run_id)
+            raise exc
+        if approve and args is not None and not isinstance(args, dict):
+            msg = f"edited args must be a JSON object, got {type(args).__name__}"
+            raise InvalidApprovedArgsError(msg)
+        choice = (Choice(type="reject") if not approve else Choice(type="approve")
+                  if args is None else Choice(type="edit", args=args))
+        if ledger.overdue([approval_id]):
+            expire(ledger, record, thread_id=thread_id, run_id=run_id)
+        take(ledger, record, choice, decided_by=decided_by, comment=comment,
+             approvers=self.approvers, tool=None, thread_id=thread_id, run_id=run_id,
+             reviewed_digest=args_digest, check_args=lambda edited: self._check_args(
+                 entry, edited), source="inbox")
         return self.get(approval_id)
 
-    def _claim(self, entry: dict[str, Any], *, approve: bool, decided_by: str,
-               comment: str | None, args: dict[str, Any] | None, args_digest: str | None
-               ) -> None:
-        record: ApprovalRecord = entry  # type: ignore[assignment]
-        approval_id = entry["id"]
-        thread_id, run_id = str(entry["thread_id"]), entry.get("run_id")
-        store, ledger = self._storage.store, self._storage.ledger
-        if entry["status"] != "pending" or entry.get("state") != "waiting":
-            raise ApprovalAlreadyResolvedError(resolved_message(entry))
-        if overdue(record):
-            expire_overdue([record], ledger, store, thread_id=thread_id, run_id=run_id)
-        earlier = ledger.decision(approval_id)
-        if earlier is not None:
-            raise ApprovalAlreadyResolvedError(resolved_message(entry, earlier))
-        decision, event = human_decision(
-            record, approve=approve, approvers=self.approvers, decided_by=decided_by,
-            comment=comment, args=args, args_digest=args_digest,
-            check_args=lambda edited: self._check_args(entry, edited))
-        claim(ledger, store, record, decision, thread_id=thread_id, run_id=run_id, event=event)
-
-    def _check_args(self, entry: dict[str, Any], args: Any) -> None:
+    def _check_args(self, entry: dict[str, Any], args: Any) -> dict[str, Any]:
         if not isinstance(args, dict):
             msg = f"edited args must be a JSON object, got {type(args).__name__}"
             raise InvalidApprovedArgsError(msg)
@@ -164,13 +178,17 @@ class Inbox:
             SCHEMAS, schema_key(entry.get("agent_path") or [], entry["tool_name"]))
         schema = item.value.get("schema") if item is not None else None
         if not schema:
-            return
+            return dict(args)
         try:
             jsonschema.validate(args, schema)
         except jsonschema.ValidationError as exc:
             msg = (f"arguments {args!r} are not valid for tool {entry['tool_name']!r}: "
                    f"{exc.message}")
             raise InvalidApprovedArgsError(msg) from exc
+        except (jsonschema.SchemaError, RecursionError) as exc:
+            msg = f"arguments for tool {entry['tool_name']!r} could not be checked: {exc}"
+            raise GraphkitError(msg) from exc
+        return dict(args)
 
     # ------------------------------------------------------------------ async twins
 
@@ -210,12 +228,11 @@ class Inbox:
 
     def expire(self) -> list[PendingApproval]:
         """Decline every waiting approval past its `expires_at` (never approve one)."""
+        entries = {e["id"]: e for e in self._waiting_entries() if e.get("expires_at")}
         expired: list[PendingApproval] = []
-        for entry in self._waiting_entries():
-            record: ApprovalRecord = entry  # type: ignore[assignment]
-            if not overdue(record):
-                continue
-            if expire_overdue([record], self._storage.ledger, self._storage.store,
-                              thread_id=str(entry["thread_id"]), run_id=entry.get("run_id")):
-                expired.append(self.get(entry["id"]))
+        for approval_id in self._storage.ledger.overdue(entries):
+            entry = entries[approval_id]
+            if expire(self._storage.ledger, entry,  # type: ignore[arg-type]
+                      thread_id=str(entry["thread_id"]), run_id=entry.get("run_id")):
+                expired.append(self.get(approval_id))
         return expired

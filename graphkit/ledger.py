@@ -1,42 +1,92 @@
-"""Exactly-once decisions and per-thread leases: the compare-and-set LangGraph's `BaseStore`
-does not offer.
+"""What graphkit keeps where a client cannot write it: planned calls, decisions, executions,
+grants, the audit log, and per-thread leases, in SQL beside the checkpoints.
 
-Two processes deciding the same approval at the same moment must not both win, and two
-processes resuming the same thread must not both run it. Both rest on a primary key in the same
-database as the checkpoints (SQLite file or PostgreSQL): the first `INSERT` of a decision wins;
-a lease row names the one process that may advance a thread, and expires if that process dies.
-Everything else (the inbox index, the audit log) lives in LangGraph's store.
+A LangGraph server lets its clients write a thread's state and the store; it never lets them
+write these tables. So the approval gate and the tools node trust only what is here: a call
+runs when its row says it needs no approval, or when its approval row holds a decision for
+exactly the arguments that run, and only the first process to claim its execution runs it.
+Each claim and its audit entry commit in one transaction; expiry is judged by the database's
+clock inside the claim itself.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import socket
 import sqlite3
 import threading
 import time
-import uuid
-from collections.abc import Iterable, Iterator
-from typing import Any, Protocol
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
-__all__ = ["LEASE_SECONDS", "Ledger", "RunBusyError"]
+from graphkit._owner import holder_is_dead, new_owner
+
+__all__ = [
+    "LEASE_SECONDS",
+    "ApprovalRow",
+    "AuditRow",
+    "CallRow",
+    "GrantRow",
+    "Ledger",
+    "RunBusyError",
+]
 
 LEASE_SECONDS = 30.0
 """A lease outlives a crashed holder by at most this long; live holders renew it."""
 WAIT_SECONDS = 120.0
 """How long a process waits for another one to finish advancing the same thread."""
+DONE = "done"
+"""`graphkit_calls.executed` of a call that has its result (ran, or answered without running)."""
 
-SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS graphkit_decisions (
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS graphkit_calls (
+        call_key TEXT PRIMARY KEY,
+        thread_id TEXT NOT NULL,
+        agent_path TEXT NOT NULL,
+        tool_name TEXT NOT NULL,
+        args_digest TEXT NOT NULL,
+        approval_id TEXT,
+        executed TEXT,
+        outcome TEXT,
+        once_results TEXT,
+        created_at DOUBLE PRECISION NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS graphkit_approvals (
         approval_id TEXT PRIMARY KEY,
         thread_id TEXT NOT NULL,
-        decision TEXT NOT NULL,
-        decided_at DOUBLE PRECISION NOT NULL
+        kind TEXT NOT NULL,
+        call_key TEXT,
+        agent_path TEXT NOT NULL,
+        tool_name TEXT NOT NULL,
+        args_digest TEXT NOT NULL,
+        expires_at DOUBLE PRECISION,
+        status TEXT NOT NULL,
+        decision TEXT,
+        decided_at DOUBLE PRECISION
     )""",
-    """CREATE INDEX IF NOT EXISTS graphkit_decisions_thread
-        ON graphkit_decisions (thread_id)""",
+    "CREATE INDEX IF NOT EXISTS graphkit_approvals_thread ON graphkit_approvals (thread_id)",
+    """CREATE TABLE IF NOT EXISTS graphkit_audit (
+        seq {serial} PRIMARY KEY,
+        thread_id TEXT NOT NULL,
+        approval_id TEXT,
+        dedupe TEXT UNIQUE,
+        entry TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS graphkit_audit_thread ON graphkit_audit (thread_id)",
+    "CREATE INDEX IF NOT EXISTS graphkit_audit_approval ON graphkit_audit (approval_id)",
+    """CREATE TABLE IF NOT EXISTS graphkit_grants (
+        grant_id TEXT PRIMARY KEY,
+        thread_id TEXT NOT NULL,
+        agent_path TEXT NOT NULL,
+        tool_name TEXT NOT NULL,
+        grantor TEXT,
+        approval_id TEXT,
+        created_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION,
+        revoked TEXT
+    )""",
+    "CREATE INDEX IF NOT EXISTS graphkit_grants_thread ON graphkit_grants (thread_id)",
     """CREATE TABLE IF NOT EXISTS graphkit_leases (
         thread_id TEXT PRIMARY KEY,
         owner TEXT NOT NULL,
@@ -49,15 +99,37 @@ class RunBusyError(TimeoutError):
     """Another process kept advancing this thread for longer than we were willing to wait."""
 
 
-class _Sql(Protocol):
-    """The few statements the ledger needs, in one SQL dialect."""
-
+class _Tx(Protocol):
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int: ...
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]: ...
 
 
+class _Sql(_Tx, Protocol):
+    """The few statements the ledger needs, in one SQL dialect."""
+
+    now: str
+    """An SQL expression: the database's clock, in seconds since the epoch."""
+    serial: str
+
+    def transaction(self) -> contextlib.AbstractContextManager[_Tx]: ...
+
+
+class _SqliteTx:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        return self.conn.execute(sql, params).rowcount
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return list(self.conn.execute(sql, params).fetchall())
+
+
 class _Sqlite:
+    now = "((julianday('now') - 2440587.5) * 86400.0)"
+    serial = "INTEGER"  # an INTEGER PRIMARY KEY is SQLite's rowid: increasing
+
     def __init__(self, path: str) -> None:
         self.conn = sqlite3.connect(path, check_same_thread=False, timeout=30.0,
                                     isolation_level=None)
@@ -65,41 +137,178 @@ class _Sqlite:
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")
         self.lock = threading.Lock()
+        self._tx = _SqliteTx(self.conn)
 
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
         with self.lock:
-            return self.conn.execute(sql, params).rowcount
+            return self._tx.execute(sql, params)
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self.lock:
-            return list(self.conn.execute(sql, params).fetchall())
+            return self._tx.query(sql, params)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[_Tx]:
+        with self.lock:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._tx
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
 
 
-class _Postgres:
-    def __init__(self, pool: Any) -> None:
-        self.pool = pool
+class _PostgresTx:
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
 
     @staticmethod
     def _sql(sql: str) -> str:
         return sql.replace("?", "%s")
 
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        with self.pool.connection() as conn:
-            return int(conn.execute(self._sql(sql), params).rowcount)
+        return int(self.conn.execute(self._sql(sql), params).rowcount)
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with self.pool.connection() as conn:
-            rows = conn.execute(self._sql(sql), params).fetchall()
+        rows = self.conn.execute(self._sql(sql), params).fetchall()
         return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]
 
 
+class _Postgres:
+    now = "EXTRACT(EPOCH FROM clock_timestamp())::DOUBLE PRECISION"
+    serial = "BIGSERIAL"
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        with self.pool.connection() as conn:
+            return _PostgresTx(conn).execute(sql, params)
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self.pool.connection() as conn:
+            return _PostgresTx(conn).query(sql, params)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[_Tx]:
+        with self.pool.connection() as conn, conn.transaction():
+            yield _PostgresTx(conn)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, default=str, sort_keys=True)
+
+
+def _loads(text: Any) -> Any:
+    return json.loads(text) if text else None
+
+
+def _path(agent_path: Sequence[str]) -> str:
+    return "/".join(agent_path)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallRow:
+    """One planned tool call: what may run, and whether it already did."""
+
+    call_key: str
+    thread_id: str
+    agent_path: Sequence[str]
+    tool_name: str
+    args_digest: str
+    """Digest of the arguments planned (an edit's arguments are bound by its decision)."""
+    approval_id: str | None
+    """Set when the call needs a decision before it runs."""
+    executed: str | None = None
+    outcome: dict[str, Any] | None = None
+    once_results: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRow:
+    """An approval (or a suspension's request for input) and its decision, if any."""
+
+    approval_id: str
+    thread_id: str
+    kind: str
+    call_key: str | None
+    agent_path: Sequence[str]
+    tool_name: str
+    args_digest: str
+    ttl: float | None = None
+    """Seconds until an undecided approval expires, counted by the database's clock."""
+    status: str = "pending"
+    decision: dict[str, Any] | None = None
+    expires_at: float | None = None
+
+    @property
+    def decided(self) -> bool:
+        return self.status != "pending"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditRow:
+    thread_id: str
+    approval_id: str | None
+    entry: dict[str, Any]
+    dedupe: str | None = None
+    """A key that makes a repeated write (a node re-run after a crash) a no-op."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GrantRow:
+    grant_id: str
+    thread_id: str
+    agent_path: Sequence[str]
+    tool_name: str
+    grantor: str | None
+    approval_id: str | None
+    ttl: float | None
+    created_at: float = 0.0
+    expires_at: float | None = None
+    revoked: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.grant_id, "thread_id": self.thread_id,
+                "agent_path": list(self.agent_path), "tool_name": self.tool_name,
+                "grantor": self.grantor, "approval_id": self.approval_id,
+                "created_at": self.created_at, "expires_at": self.expires_at,
+                "revoked": self.revoked}
+
+
+_APPROVAL_COLUMNS = ("approval_id, thread_id, kind, call_key, agent_path, tool_name, "
+                     "args_digest, expires_at, status, decision")
+
+
+def _approval(row: tuple[Any, ...]) -> ApprovalRow:
+    return ApprovalRow(approval_id=str(row[0]), thread_id=str(row[1]), kind=str(row[2]),
+                       call_key=row[3], agent_path=[p for p in str(row[4]).split("/") if p],
+                       tool_name=str(row[5]), args_digest=str(row[6]), expires_at=row[7],
+                       status=str(row[8]), decision=_loads(row[9]))
+
+
+_GRANT_COLUMNS = ("grant_id, thread_id, agent_path, tool_name, grantor, approval_id, "
+                  "created_at, expires_at, revoked")
+
+
+def _grant(row: tuple[Any, ...]) -> GrantRow:
+    return GrantRow(grant_id=str(row[0]), thread_id=str(row[1]),
+                    agent_path=[p for p in str(row[2]).split("/") if p], tool_name=str(row[3]),
+                    grantor=row[4], approval_id=row[5], ttl=None, created_at=float(row[6]),
+                    expires_at=row[7], revoked=_loads(row[8]))
+
+
+Start = Literal["won", "done", "busy", "unknown"]
+
+
 class Ledger:
-    """Decisions claimed exactly once, and leases on threads, in one SQL database."""
+    """graphkit's trusted records and leases, in one SQL database."""
 
     def __init__(self, sql: _Sql) -> None:
         self._sql = sql
-        for statement in SCHEMA:
-            sql.execute(statement)
+        for statement in _SCHEMA:
+            sql.execute(statement.format(serial=sql.serial))
 
     @classmethod
     def sqlite(cls, path: str = ":memory:") -> Ledger:
@@ -109,34 +318,270 @@ class Ledger:
     def postgres(cls, pool: Any) -> Ledger:
         return cls(_Postgres(pool))
 
+    def now(self) -> float:
+        """The database's clock (seconds since the epoch)."""
+        return float(self._sql.query(f"SELECT {self._sql.now}")[0][0])
+
+    # ------------------------------------------------------------------ planning
+
+    def register(self, *, calls: Sequence[CallRow] = (), approvals: Sequence[ApprovalRow] = (),
+                 audits: Sequence[AuditRow] = ()) -> None:
+        """Record what a gate planned, in one transaction (a re-run writes nothing twice)."""
+        if not (calls or approvals or audits):
+            return
+        now = self._sql.now
+        with self._sql.transaction() as tx:
+            for call in calls:
+                tx.execute(
+                    "INSERT INTO graphkit_calls (call_key, thread_id, agent_path, tool_name, "
+                    "args_digest, approval_id, created_at) VALUES (?, ?, ?, ?, ?, ?, "
+                    f"{now}) ON CONFLICT (call_key) DO NOTHING",
+                    (call.call_key, call.thread_id, _path(call.agent_path), call.tool_name,
+                     call.args_digest, call.approval_id))
+            for row in approvals:
+                expires = f"{now} + ?" if row.ttl is not None else "?"
+                tx.execute(
+                    f"INSERT INTO graphkit_approvals ({_APPROVAL_COLUMNS}) VALUES "
+                    f"(?, ?, ?, ?, ?, ?, ?, {expires}, ?, ?) ON CONFLICT (approval_id) DO NOTHING",
+                    (row.approval_id, row.thread_id, row.kind, row.call_key,
+                     _path(row.agent_path), row.tool_name, row.args_digest, row.ttl,
+                     row.status, _dumps(row.decision) if row.decision else None))
+            self._audit(tx, audits)
+
+    @staticmethod
+    def _audit(tx: _Tx, rows: Iterable[AuditRow]) -> None:
+        for row in rows:
+            tx.execute(
+                "INSERT INTO graphkit_audit (thread_id, approval_id, dedupe, entry) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (dedupe) DO NOTHING",
+                (row.thread_id, row.approval_id, row.dedupe, _dumps(row.entry)))
+
+    def audit(self, rows: Sequence[AuditRow]) -> None:
+        if rows:
+            with self._sql.transaction() as tx:
+                self._audit(tx, rows)
+
+    def read_audit(self, *, thread_id: str | None = None, approval_id: str | None = None
+                   ) -> list[dict[str, Any]]:
+        """Audit entries in the order they were written."""
+        where, params = [], []
+        if thread_id is not None:
+            where.append("thread_id = ?")
+            params.append(thread_id)
+        if approval_id is not None:
+            where.append("approval_id = ?")
+            params.append(approval_id)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = self._sql.query(f"SELECT entry FROM graphkit_audit{clause} ORDER BY seq",
+                               tuple(params))
+        return [json.loads(r[0]) for r in rows]
+
     # ------------------------------------------------------------------ decisions
 
-    def claim(self, approval_id: str, thread_id: str, decision: dict[str, Any]) -> bool:
-        """Record `decision` unless one is recorded already; True when this call won."""
-        won = self._sql.execute(
-            "INSERT INTO graphkit_decisions (approval_id, thread_id, decision, decided_at) "
-            "VALUES (?, ?, ?, ?) ON CONFLICT (approval_id) DO NOTHING",
-            (approval_id, thread_id, json.dumps(decision, default=str), time.time()),
-        )
-        return won == 1
-
-    def decision(self, approval_id: str) -> dict[str, Any] | None:
-        return self.decisions([approval_id]).get(approval_id)
-
-    def decisions(self, approval_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """The recorded decisions among `approval_ids` (chunked, for long inbox pages)."""
+    def approvals(self, approval_ids: Iterable[str]) -> dict[str, ApprovalRow]:
+        """The rows among `approval_ids` (chunked, for long inbox pages)."""
         ids = list(dict.fromkeys(approval_ids))
-        found: dict[str, dict[str, Any]] = {}
+        found: dict[str, ApprovalRow] = {}
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
             marks = ", ".join("?" for _ in chunk)
             rows = self._sql.query(
-                f"SELECT approval_id, decision FROM graphkit_decisions "
-                f"WHERE approval_id IN ({marks})",
-                tuple(chunk),
-            )
-            found.update({str(r[0]): json.loads(r[1]) for r in rows})
+                f"SELECT {_APPROVAL_COLUMNS} FROM graphkit_approvals "
+                f"WHERE approval_id IN ({marks})", tuple(chunk))
+            found.update({str(r[0]): _approval(r) for r in rows})
         return found
+
+    def approval(self, approval_id: str) -> ApprovalRow | None:
+        return self.approvals([approval_id]).get(approval_id)
+
+    def decide(self, approval_id: str, *, args_digest: str, status: str,
+               decision: Mapping[str, Any], audits: Sequence[AuditRow],
+               grant: GrantRow | None = None) -> bool:
+        """Claim a pending, unexpired approval for exactly these arguments; True if this call
+        won. The claim, its audit entry (and a grant) commit together or not at all."""
+        now = self._sql.now
+        with self._sql.transaction() as tx:
+            won = tx.execute(
+                f"UPDATE graphkit_approvals SET status = ?, decision = ?, decided_at = {now} "
+                "WHERE approval_id = ? AND status = 'pending' AND args_digest = ? "
+                f"AND (expires_at IS NULL OR expires_at > {now})",
+                (status, _dumps(dict(decision)), approval_id, args_digest))
+            if won != 1:
+                return False
+            self._audit(tx, audits)
+            if grant is not None:
+                expires = f"{now} + ?" if grant.ttl is not None else "?"
+                tx.execute(
+                    f"INSERT INTO graphkit_grants ({_GRANT_COLUMNS}) VALUES "
+                    f"(?, ?, ?, ?, ?, ?, {now}, {expires}, NULL)",
+                    (grant.grant_id, grant.thread_id, _path(grant.agent_path), grant.tool_name,
+                     grant.grantor, grant.approval_id, grant.ttl))
+        return True
+
+    def expire(self, approval_id: str, *, decision: Mapping[str, Any],
+               audits: Sequence[AuditRow]) -> bool:
+        """Decline a pending approval whose time is up (by the database's clock)."""
+        now = self._sql.now
+        with self._sql.transaction() as tx:
+            done = tx.execute(
+                f"UPDATE graphkit_approvals SET status = 'rejected', decision = ?, "
+                f"decided_at = {now} WHERE approval_id = ? AND status = 'pending' "
+                f"AND expires_at IS NOT NULL AND expires_at <= {now}",
+                (_dumps(dict(decision)), approval_id))
+            if done == 1:
+                self._audit(tx, audits)
+        return done == 1
+
+    def overdue(self, approval_ids: Iterable[str]) -> list[str]:
+        """Pending approvals among these whose time is up."""
+        ids = list(approval_ids)
+        if not ids:
+            return []
+        marks = ", ".join("?" for _ in ids)
+        rows = self._sql.query(
+            f"SELECT approval_id FROM graphkit_approvals WHERE approval_id IN ({marks}) "
+            f"AND status = 'pending' AND expires_at IS NOT NULL AND expires_at <= {self._sql.now}",
+            tuple(ids))
+        return [str(r[0]) for r in rows]
+
+    def close(self, approval_id: str, *, decision: Mapping[str, Any],
+              audits: Sequence[AuditRow]) -> bool:
+        """Decline a pending approval for a reason of the system's (superseded, cancelled)."""
+        with self._sql.transaction() as tx:
+            done = tx.execute(
+                f"UPDATE graphkit_approvals SET status = 'rejected', decision = ?, "
+                f"decided_at = {self._sql.now} WHERE approval_id = ? AND status = 'pending'",
+                (_dumps(dict(decision)), approval_id))
+            if done == 1:
+                self._audit(tx, audits)
+        return done == 1
+
+    def reopen(self, approval_id: str, *, decision: Mapping[str, Any],
+               audits: Sequence[AuditRow]) -> bool:
+        """Undo a claimed decision the gate refused, so the approval is pending again."""
+        with self._sql.transaction() as tx:
+            done = tx.execute(
+                "UPDATE graphkit_approvals SET status = 'pending', decision = NULL, "
+                "decided_at = NULL WHERE approval_id = ? AND decision = ?",
+                (approval_id, _dumps(dict(decision))))
+            self._audit(tx, audits)
+        return done == 1
+
+    # ------------------------------------------------------------------ executions
+
+    def call(self, call_key: str) -> CallRow | None:
+        rows = self._sql.query(
+            "SELECT call_key, thread_id, agent_path, tool_name, args_digest, approval_id, "
+            "executed, outcome, once_results FROM graphkit_calls WHERE call_key = ?",
+            (call_key,))
+        if not rows:
+            return None
+        r = rows[0]
+        return CallRow(call_key=str(r[0]), thread_id=str(r[1]),
+                       agent_path=[p for p in str(r[2]).split("/") if p], tool_name=str(r[3]),
+                       args_digest=str(r[4]), approval_id=r[5], executed=r[6],
+                       outcome=_loads(r[7]), once_results=_loads(r[8]))
+
+    def outcomes(self, call_keys: Iterable[str]) -> dict[str, dict[str, Any] | None]:
+        """The recorded outcome of each call that has one (None while it has not)."""
+        keys = list(dict.fromkeys(call_keys))
+        if not keys:
+            return {}
+        marks = ", ".join("?" for _ in keys)
+        rows = self._sql.query(
+            f"SELECT call_key, executed, outcome FROM graphkit_calls WHERE call_key IN ({marks})",
+            tuple(keys))
+        return {str(r[0]): _loads(r[2]) if r[1] == DONE else None for r in rows}
+
+    def start(self, call_key: str, owner: str, *, holder_dead: Any) -> tuple[Start, CallRow | None]:
+        """Claim the one execution of a call. `done` returns the recorded outcome; `busy`: a
+        live process runs it now; a holder that provably died is taken over."""
+        if self._sql.execute(
+                "UPDATE graphkit_calls SET executed = ? WHERE call_key = ? AND executed IS NULL",
+                (owner, call_key)) == 1:
+            return "won", None
+        row = self.call(call_key)
+        if row is None:
+            return "unknown", None
+        if row.executed == DONE:
+            return "done", row
+        if row.executed and holder_dead(row.executed) and self._sql.execute(
+                "UPDATE graphkit_calls SET executed = ? WHERE call_key = ? AND executed = ?",
+                (owner, call_key, row.executed)) == 1:
+            return "won", row
+        return "busy", row
+
+    def finish(self, call_key: str, owner: str, outcome: Mapping[str, Any]) -> None:
+        self._sql.execute(
+            "UPDATE graphkit_calls SET executed = ?, outcome = ? "
+            "WHERE call_key = ? AND executed = ?",
+            (DONE, _dumps(dict(outcome)), call_key, owner))
+
+    def release(self, call_key: str, owner: str) -> None:
+        """The call stopped without a result (it suspended, or raised): it may run again."""
+        self._sql.execute(
+            "UPDATE graphkit_calls SET executed = NULL WHERE call_key = ? AND executed = ?",
+            (call_key, owner))
+
+    def settle(self, outcomes: Mapping[str, Mapping[str, Any]]) -> None:
+        """Record the answer of calls that will never run (declined, superseded)."""
+        if not outcomes:
+            return
+        with self._sql.transaction() as tx:
+            for key, outcome in outcomes.items():
+                tx.execute(
+                    "UPDATE graphkit_calls SET executed = ?, outcome = ? "
+                    "WHERE call_key = ? AND executed IS NULL",
+                    (DONE, _dumps(dict(outcome)), key))
+
+    def resume_values(self, call_key: str) -> list[Any]:
+        """Resume data given to a suspended call so far, oldest first."""
+        rows = self._sql.query(
+            "SELECT decision FROM graphkit_approvals WHERE call_key = ? AND kind = 'suspension' "
+            "AND status = 'approved' ORDER BY decided_at", (call_key,))
+        return [(_loads(r[0]) or {}).get("data") for r in rows]
+
+    def save_once(self, call_key: str, results: Mapping[str, Any]) -> None:
+        """`ctx.once` results of a call, kept where no client can wipe them."""
+        self._sql.execute("UPDATE graphkit_calls SET once_results = ? WHERE call_key = ?",
+                          (_dumps(dict(results)), call_key))
+
+    # ------------------------------------------------------------------ grants
+
+    def live_grants(self, thread_id: str, agent_path: Sequence[str],
+                    tool_names: Iterable[str]) -> dict[str, GrantRow]:
+        """Unrevoked, unexpired grants for these tools in this thread and agent."""
+        names = sorted(set(tool_names))
+        if not names:
+            return {}
+        marks = ", ".join("?" for _ in names)
+        rows = self._sql.query(
+            f"SELECT {_GRANT_COLUMNS} FROM graphkit_grants WHERE thread_id = ? "
+            f"AND agent_path = ? AND tool_name IN ({marks}) AND revoked IS NULL "
+            f"AND (expires_at IS NULL OR expires_at > {self._sql.now}) ORDER BY created_at",
+            (thread_id, _path(agent_path), *names))
+        return {g.tool_name: g for g in map(_grant, rows)}
+
+    def grants(self, thread_id: str | None = None) -> list[GrantRow]:
+        clause, params = ("WHERE thread_id = ? ", (thread_id,)) if thread_id else ("", ())
+        rows = self._sql.query(
+            f"SELECT {_GRANT_COLUMNS} FROM graphkit_grants {clause}ORDER BY created_at", params)
+        return [_grant(r) for r in rows]
+
+    def grant(self, grant_id: str) -> GrantRow | None:
+        rows = self._sql.query(
+            f"SELECT {_GRANT_COLUMNS} FROM graphkit_grants WHERE grant_id = ?", (grant_id,))
+        return _grant(rows[0]) if rows else None
+
+    def revoke(self, grant_id: str, revoked: Mapping[str, Any],
+               audits: Sequence[AuditRow]) -> bool:
+        with self._sql.transaction() as tx:
+            done = tx.execute(
+                "UPDATE graphkit_grants SET revoked = ? WHERE grant_id = ? AND revoked IS NULL",
+                (_dumps(dict(revoked)), grant_id))
+            if done == 1:
+                self._audit(tx, audits)
+        return done == 1
 
     # ------------------------------------------------------------------ leases
 
@@ -152,17 +597,23 @@ class Ledger:
         return taken == 1 or self._take_from_dead(thread_id, owner)
 
     def _take_from_dead(self, thread_id: str, owner: str) -> bool:
-        """A lease held by a process of this host that no longer exists is free now, not
-        when it expires: a worker restarted after a crash need not wait."""
+        """A lease whose holder provably no longer runs is free now, not when it expires: a
+        worker restarted after a crash need not wait."""
         rows = self._sql.query("SELECT owner FROM graphkit_leases WHERE thread_id = ?",
                                (thread_id,))
-        if not rows or not _dead_here(str(rows[0][0])):
+        if not rows or not holder_is_dead(str(rows[0][0])):
             return False
         taken = self._sql.execute(
             "UPDATE graphkit_leases SET owner = ?, expires_at = ? "
             "WHERE thread_id = ? AND owner = ?",
             (owner, time.time() + LEASE_SECONDS, thread_id, rows[0][0]))
         return taken == 1
+
+    def _renew(self, thread_id: str, owner: str) -> None:
+        """Extend a lease this owner still holds; never bring back one it released."""
+        self._sql.execute("UPDATE graphkit_leases SET expires_at = ? "
+                          "WHERE thread_id = ? AND owner = ?",
+                          (time.time() + LEASE_SECONDS, thread_id, owner))
 
     def _release(self, thread_id: str, owner: str) -> None:
         self._sql.execute("DELETE FROM graphkit_leases WHERE thread_id = ? AND owner = ?",
@@ -171,7 +622,7 @@ class Ledger:
     @contextlib.contextmanager
     def lease(self, thread_id: str, *, wait: float = WAIT_SECONDS) -> Iterator[str]:
         """Hold the thread while the body advances it; renewed in the background."""
-        owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex}"
+        owner = new_owner()
         deadline = time.monotonic() + wait
         pause = 0.005
         while not self._take(thread_id, owner):
@@ -187,22 +638,6 @@ class Ledger:
             _KEEPER.drop(thread_id, owner)
             self._release(thread_id, owner)
 
-
-_HOST = socket.gethostname()
-
-
-def _dead_here(owner: str) -> bool:
-    host, _, rest = owner.partition(":")
-    pid = rest.partition(":")[0]
-    if host != _HOST or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, another user's
-        return False
-    return False
 
 
 class _LeaseKeeper:
@@ -233,7 +668,7 @@ class _LeaseKeeper:
                 held = list(self._held.items())
             for (thread_id, owner), ledger in held:
                 with contextlib.suppress(Exception):  # retried on the next round
-                    ledger._take(thread_id, owner)
+                    ledger._renew(thread_id, owner)
 
 
 _KEEPER = _LeaseKeeper()

@@ -1,18 +1,22 @@
-"""The agent graph's three nodes: `model`, `approval_gate` (the one place that decides) and
-`tools` (one task per tool call, sent by the gate).
+"""The agent graph's `model` and `tools` nodes (the `approval_gate` is `graphkit.gate`).
 
 Each tool call is its own `Send` task. LangGraph then keeps a finished call's writes when a
 sibling pauses, gives each paused task its own interrupt id, and runs independent calls of a
 superstep concurrently; `ToolNode` running several interrupting calls in one task does not.
+
+The tools node trusts no task it is sent: a call runs only when the ledger says it needs no
+approval, or holds an approval for exactly the arguments in the task, and only the first
+process to claim its execution runs it (a replay gets the recorded result).
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
+import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
@@ -27,36 +31,25 @@ from langchain_core.messages import (
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.tools import BaseTool, StructuredTool
-from langgraph.config import get_store, get_stream_writer
-from langgraph.store.base import BaseStore
-from langgraph.types import Command, Send, interrupt
+from langgraph.types import Command
 
-from graphkit.approvals import (
-    Extractor,
-    ResumeOutcome,
-    answered_ids,
-    apply_resume,
-    interrupt_value,
-    plan_turn,
-    queued_messages,
-    suspension_record,
-    telemetry,
-    waiting_records,
-)
-from graphkit.errors import GraphkitError
-from graphkit.journal import GateJournal, granted
-from graphkit.state import AgentState, CallPlan, RunOptions, ToolTask, TurnPlan
+from graphkit._context import PATH_KEY, thread_id_of
+from graphkit._owner import holder_is_dead, new_owner
+from graphkit.gate import GateContext, Planner
+from graphkit.ledger import DONE, Ledger
+from graphkit.review import audit_row
+from graphkit.state import AgentState, ToolTask
 from graphkit.tools import CONTEXT_KEY, GraphkitTool, ToolContext, ToolSuspended
+from graphkit.types import args_digest
 
-__all__ = ["PATH_KEY", "agent_path_of", "make_gate_node", "make_model_node", "make_tools_nodes"]
+__all__ = ["make_model_node", "make_tools_nodes", "model_steps"]
 
-PATH_KEY = "graphkit_agent_path"
-"""Key of `config["configurable"]` holding the agent path of an enclosing supervisor."""
-EVENT_KEY = "graphkit_event"
-"""Key marking graphkit's custom stream events (telemetry) among other custom events."""
-
-GateTarget = Literal["model", "tools", "approval_gate"]
 ModelTarget = Literal["approval_gate", "__end__"]
+ToolTarget = Literal["approval_gate", "model"]
+
+REFUSED = "Refused: tool call {name!r} did not run: {why}."
+DISCARDED = ("Tool call {name!r} did not run: a result for it was written from outside the "
+             "agent (not by its tools node) and was discarded.")
 
 _SYNC_TOOL_POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="graphkit-tool")
 """Sync tools called from an async run. The event loop's default pool has cpu+4 threads,
@@ -69,22 +62,6 @@ def _is_sync(tool: BaseTool) -> bool:
     return type(tool)._arun is BaseTool._arun
 
 
-def agent_path_of(config: RunnableConfig, name: str) -> list[str]:
-    parent = (config.get("configurable") or {}).get(PATH_KEY) or []
-    return [*parent, name]
-
-
-def _thread_id(config: RunnableConfig) -> str:
-    return str((config.get("configurable") or {}).get("thread_id") or "")
-
-
-def _last_ai(messages: Sequence[AnyMessage]) -> AIMessage | None:
-    for message in reversed(messages):
-        if isinstance(message, AIMessage):
-            return message
-    return None
-
-
 def model_steps(messages: Sequence[BaseMessage]) -> int:
     """Model replies since the last user message: the steps of the current run."""
     steps = 0
@@ -95,45 +72,67 @@ def model_steps(messages: Sequence[BaseMessage]) -> int:
     return steps
 
 
-class Planner:
-    """The gate's reading of a model turn, done once per turn: which calls run, which wait.
-
-    The model node calls it on the turn it just produced, so the plan (and every predicate's
-    verdict) is checkpointed with the AI message itself and the gate can pause on its first
-    pass; the gate calls it for a turn that reached the state another way.
-    """
-
-    def __init__(self, tools: Mapping[str, BaseTool], name: str) -> None:
-        self.tools = tools
-        self.name = name
-        self.schemas = {tool_name: _schema(tool) for tool_name, tool in tools.items()}
-
-    def journal(self, state: AgentState, config: RunnableConfig) -> GateJournal:
-        options: RunOptions = state.get("options") or {}
-        # The node's namespace ends with its own task; the agent's scope is what precedes it.
-        task_ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
-        scope = task_ns.rpartition("|")[0]
-        return GateJournal(_store(), thread_id=_thread_id(config), run_id=options.get("run_id"),
-                           schemas=self.schemas, scope=scope)
-
-    def plan(self, ai: AIMessage, state: AgentState, config: RunnableConfig,
-             journal: GateJournal) -> tuple[TurnPlan, list[ToolMessage]]:
-        path = agent_path_of(config, self.name)
-        grants = granted(journal.store, thread_id=journal.thread_id, agent_path=path,
-                         tool_names=[c["name"] for c in ai.tool_calls])
-        plan, errors = plan_turn(ai, self.tools, state.get("options") or {}, agent_path=path,
-                                 thread_id=journal.thread_id, grants=grants)
-        journal.planned(plan)
-        _emit(_pending_events(plan))
-        return plan, errors
-
-
 def _unique_id(response: BaseMessage, messages: Sequence[BaseMessage]) -> BaseMessage:
     """Some OpenAI-compatible servers reuse one completion id: a reply must not replace an
     earlier message that happens to share its id."""
     if response.id is None or any(m.id == response.id for m in messages):
         return response.model_copy(update={"id": f"run-{uuid.uuid4()}"})
     return response
+
+
+def _same(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True,
+                                                                      default=str)
+
+
+def _discard_forged(state: AgentState, ctx: GateContext) -> list[ToolMessage]:
+    """Results of the last turn's calls that the ledger did not record, replaced in place.
+
+    A client can append a ToolMessage for a call that never ran (Agent Chat UI does, when its
+    user types instead of deciding): the model must not be told that it ran. What waited for
+    that call is declined as superseded.
+    """
+    plan = state.get("turn")
+    if not plan:
+        return []
+    calls = {c["tool_call_id"]: c for c in plan["calls"]}
+    answers: list[tuple[ToolMessage, Any]] = []
+    seen = False
+    for message in state.get("messages") or []:
+        if not seen:
+            seen = message.id == plan["ai_message_id"]
+        elif isinstance(message, ToolMessage) and message.tool_call_id in calls:
+            answers.append((message, calls[message.tool_call_id]))
+        elif isinstance(message, AIMessage):
+            break
+    if not answers:
+        return []
+    outcomes = ctx.ledger.outcomes(call["key"] for _, call in answers)
+    fixes: list[ToolMessage] = []
+    for message, call in answers:
+        outcome = outcomes.get(call["key"])
+        if outcome is not None and _same(outcome.get("content"), message.content):
+            continue
+        text = DISCARDED.format(name=call["tool_name"])
+        for record in (call["approval"], call["suspension"]):
+            if record is not None:
+                ctx.ledger.close(record["id"], decision={
+                    "type": "reject", "event": "superseded", "status": "rejected",
+                    "decided_by": None, "comment": "a client wrote a result for the call"},
+                    audits=[audit_row("superseded", record, thread_id=ctx.thread_id,
+                                      run_id=ctx.run_id, detail=text)])
+        ctx.ledger.audit([audit_row(
+            "refused", {"tool_name": call["tool_name"], "tool_call_id": call["tool_call_id"]},
+            thread_id=ctx.thread_id, run_id=ctx.run_id, detail=text)])
+        ctx.ledger.settle({call["key"]: {"content": text, "status": "error"}})
+        fixes.append(ToolMessage(text, tool_call_id=message.tool_call_id, id=message.id,
+                                 name=call["tool_name"], status="error"))
+    return fixes
+
+
+def _with_fixes(messages: list[AnyMessage], fixes: list[ToolMessage]) -> list[AnyMessage]:
+    by_id = {m.id: m for m in fixes}
+    return [by_id.get(m.id, m) for m in messages]
 
 
 def make_model_node(
@@ -143,290 +142,142 @@ def make_model_node(
     bound = model.bind_tools(list(tools)) if tools else model
     system = [SystemMessage(instructions)] if instructions else []
 
-    def route(state: AgentState) -> tuple[list[BaseMessage], bool]:
+    def route(state: AgentState, config: RunnableConfig
+              ) -> tuple[list[BaseMessage], bool, list[ToolMessage]]:
         options = state.get("options") or {}
-        limit = int(options.get("max_steps") or 25)
-        messages = list(state.get("messages") or [])
-        return [*system, *messages], model_steps(messages) >= limit
+        limit = options.get("max_steps")
+        limit = limit if isinstance(limit, int) and limit > 0 else 25
+        fixes = _discard_forged(state, planner.context(state, config))
+        messages = _with_fixes(list(state.get("messages") or []), fixes)
+        return [*system, *messages], model_steps(messages) >= limit, fixes
 
-    def finish(response: BaseMessage, state: AgentState,
-               config: RunnableConfig) -> Command[ModelTarget]:
+    def finish(response: BaseMessage, state: AgentState, config: RunnableConfig,
+               fixes: list[ToolMessage]) -> Command[ModelTarget]:
         response = _unique_id(response, state.get("messages") or [])
         if not (isinstance(response, AIMessage) and response.tool_calls):
             # The turn is over: its plan need not ride along in every later checkpoint.
-            update: dict[str, Any] = {"messages": [response]}
+            update: dict[str, Any] = {"messages": [*fixes, response]}
             if state.get("turn") is not None:
                 update["turn"] = None
             return Command(update=update, goto="__end__")
-        journal = planner.journal(state, config)
-        plan, errors = planner.plan(response, state, config, journal)
-        journal.sync(None, plan, {m.tool_call_id for m in errors})
-        return Command(update={"messages": [response, *errors], "turn": plan},
+        ctx = planner.context(state, config)
+        plan, errors = planner.plan(response, state, ctx)
+        ctx.journal.sync(None, plan, {m.tool_call_id for m in errors})
+        return Command(update={"messages": [*fixes, response, *errors], "turn": plan},
                        goto="approval_gate")
 
-    def call_model(
-        state: AgentState, config: RunnableConfig
-    ) -> Command[ModelTarget]:
-        messages, exhausted = route(state)
+    def call_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:
+        messages, exhausted, fixes = route(state, config)
         if exhausted:
-            return Command(goto="__end__")
-        return finish(bound.invoke(messages, config), state, config)
+            return Command(update={"messages": fixes} if fixes else None, goto="__end__")
+        return finish(bound.invoke(messages, config), state, config, fixes)
 
-    async def acall_model(
-        state: AgentState, config: RunnableConfig
-    ) -> Command[ModelTarget]:
-        messages, exhausted = route(state)
+    async def acall_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:
+        # Reading and writing the ledger and store is synchronous: keep it off the event loop.
+        messages, exhausted, fixes = await asyncio.to_thread(route, state, config)
         if exhausted:
-            return Command(goto="__end__")
+            return Command(update={"messages": fixes} if fixes else None, goto="__end__")
         response = await bound.ainvoke(messages, config)
-        # Planning reads and writes the store synchronously: keep it off the event loop.
-        return await asyncio.to_thread(finish, response, state, config)
+        return await asyncio.to_thread(finish, response, state, config, fixes)
 
     return call_model, acall_model
 
 
-def _emit(events: list[dict[str, Any]]) -> None:
-    if not events:
-        return
-    write = get_stream_writer()
-    for event in events:
-        write({EVENT_KEY: "tool-approval", **event})
+@dataclass(frozen=True, slots=True)
+class _Admitted:
+    owner: str
+    resume_values: list[Any]
+    once: dict[str, Any]
 
 
-def _pending_events(plan: TurnPlan) -> list[dict[str, Any]]:
-    return [
-        telemetry(c["approval"], "pending")
-        for c in plan["calls"]
-        if c["approval"] is not None and c["approval"]["status"] == "pending"
-    ]
+def _why_not(ledger: Ledger, task: Mapping[str, Any], config: RunnableConfig) -> str | None:
+    """Why the ledger does not allow this task to run, or None when it does."""
+    key = task.get("key")
+    row = ledger.call(key) if isinstance(key, str) else None
+    if row is None:
+        return "it was not planned by this agent's approval gate"
+    if (row.thread_id != thread_id_of(config) or list(row.agent_path) != list(
+            task.get("agent_path") or []) or row.tool_name != task.get("tool_name")):
+        return "it was planned for another thread, agent or tool"
+    args = task.get("args")
+    digest = args_digest(args) if isinstance(args, Mapping) else None
+    if row.approval_id is None:
+        return None if digest == row.args_digest else "its arguments are not the ones planned"
+    approval = ledger.approval(row.approval_id)
+    if approval is None or approval.status != "approved":
+        return "it has no approval"
+    if (approval.decision or {}).get("run_digest") != digest:
+        return "its arguments are not the ones that were approved"
+    return None
 
 
-def _task(call: CallPlan, agent_path: list[str], options: RunOptions, then: str) -> Send:
-    return Send(
-        call["node"],
-        ToolTask(
-            tool_call_id=call["tool_call_id"],
-            tool_name=call["tool_name"],
-            args=call["args"],
-            resume_values=list(call["resume_values"]),
-            once=dict(call["once"]),
-            metadata=dict(call["metadata"]),
-            agent_path=agent_path,
-            options=options,
-            then=then,
-        ),
-    )
+def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig
+           ) -> _Admitted | ToolMessage:
+    """Verify a task against the ledger and claim its one execution."""
+    name = str(task.get("tool_name"))
+    why = _why_not(ledger, task, config)
+    owner = new_owner()
+    if why is None:
+        outcome, row = ledger.start(task["key"], owner, holder_dead=holder_is_dead)
+        if outcome == "won":
+            return _Admitted(owner, ledger.resume_values(task["key"]),
+                             dict((row.once_results if row else None) or
+                                  (ledger.call(task["key"]) or _NO_ROW).once_results or {}))
+        if outcome == "done" and row is not None and row.outcome is not None:
+            return ToolMessage(row.outcome.get("content", ""), tool_call_id=task["tool_call_id"],
+                               name=name, status=row.outcome.get("status") or "success")
+        why = "it is already running in another process"
+    thread_id = thread_id_of(config)
+    ledger.audit([audit_row("refused", {"tool_name": name,
+                                        "tool_call_id": task.get("tool_call_id"),
+                                        "agent_path": task.get("agent_path")},
+                            thread_id=thread_id, run_id=(task.get("options") or {}).get("run_id"),
+                            args_after=task.get("args") if isinstance(task.get("args"), dict)
+                            else None, detail=f"tools node: {why}")])
+    return ToolMessage(REFUSED.format(name=name, why=why),
+                       tool_call_id=str(task.get("tool_call_id") or ""), name=name,
+                       status="error")
 
 
-def _edited_ai(ai: AIMessage, edited: Mapping[str, dict[str, Any]]) -> AIMessage:
-    """The AI message as it will run, so the history shows the edited call, not the original."""
-    calls = [
-        {**call, "args": edited[call_id]}
-        if (call_id := call.get("id")) is not None and call_id in edited else call
-        for call in ai.tool_calls
-    ]
-    return ai.model_copy(update={"tool_calls": calls})
+class _NoRow:
+    once_results: dict[str, Any] | None = None
 
 
-def make_gate_node(
-    planner: Planner, extract: Extractor | None = None
-) -> Callable[..., Any]:
-    """The `approval_gate` node: dispatches the turn's calls, pauses for humans, applies
-    their decisions."""
-    tools, name = planner.tools, planner.name
-
-    def approval_gate(state: AgentState, config: RunnableConfig) -> Command[GateTarget]:
-        messages = list(state.get("messages") or [])
-        ai = _last_ai(messages)
-        if ai is None or not ai.tool_calls:
-            return Command(goto="model")
-        path = agent_path_of(config, name)
-        thread_id = _thread_id(config)
-        options: RunOptions = state.get("options") or {}
-        journal = planner.journal(state, config)
-        update: dict[str, Any] = {}
-        new_messages: list[BaseMessage] = []
-        previous = plan = state.get("turn")
-        changed = False
-        if plan is None or plan["ai_message_id"] != ai.id:
-            plan, errors = planner.plan(ai, state, config, journal)
-            new_messages.extend(errors)
-            changed = True
-        reports = state.get("reports") or {}
-        if reports:
-            plan = copy.deepcopy(plan)
-            for call in plan["calls"]:
-                report = reports.get(call["tool_call_id"])
-                if report is not None:
-                    call["suspension"] = suspension_record(
-                        call, report["payload"], agent_path=path, thread_id=thread_id,
-                        ai_message_id=plan["ai_message_id"],
-                    )
-                    call["once"] = report["once"]
-            update["reports"] = {}
-            changed = True
-
-        answered = answered_ids(messages, plan["ai_message_id"]) | {
-            m.tool_call_id for m in new_messages if isinstance(m, ToolMessage)
-        }
-        if not _ready(plan, answered) and waiting_records(plan, answered) and not changed:
-            value = interrupt(interrupt_value(plan, answered, agent_path=path))
-            try:
-                outcome = apply_resume(plan, value, answered, tools, extract)
-            except GraphkitError as exc:
-                refused = copy.deepcopy(plan)
-                refused["error"] = str(exc)
-                return Command(update={"turn": refused}, goto="approval_gate")
-            plan = _absorb(outcome, ai, new_messages)
-            journal.applied(outcome.audits)
-            changed = True
-        command = _route(plan, answered, update, new_messages, changed, path, options, tools)
-        if changed:
-            done = answered | {m.tool_call_id for m in new_messages if isinstance(m, ToolMessage)}
-            journal.sync(previous, plan, done)
-        return command
-
-    return approval_gate
-
-
-def _store() -> BaseStore | None:
-    try:
-        return get_store()
-    except RuntimeError:  # called outside a runnable context
-        return None
-
-
-def _schema(tool: BaseTool) -> dict[str, Any] | None:
-    """The JSON schema of the arguments the model sees, for checking edits without the tool."""
-    schema = tool.tool_call_schema
-    if isinstance(schema, dict):
-        return schema
-    make = getattr(schema, "model_json_schema", None)
-    try:
-        return dict(make()) if make is not None else None
-    except Exception:  # an exotic schema: the inbox then skips its own check
-        return None
-
-
-def _absorb(outcome: ResumeOutcome, ai: AIMessage, new_messages: list[BaseMessage]) -> TurnPlan:
-    if outcome.edited:
-        new_messages.append(_edited_ai(ai, outcome.edited))
-    _emit(outcome.events)
-    return outcome.plan
-
-
-def _ready(plan: TurnPlan, answered: set[str]) -> list[CallPlan]:
-    if plan["held"]:
-        return []
-    return [
-        c
-        for c in plan["calls"]
-        if c["tool_call_id"] not in answered
-        and c["suspension"] is None
-        and c["answer"] is None
-        and (c["approval"] is None or c["approval"]["status"] == "approved")
-    ]
-
-
-def _answers(plan: TurnPlan, answered: set[str]) -> list[ToolMessage]:
-    """Error ToolMessages for calls that will not run, once decisions are no longer held."""
-    if plan["held"]:
-        return []
-    return [
-        ToolMessage(c["answer"], tool_call_id=c["tool_call_id"], name=c["tool_name"],
-                    status="error")
-        for c in plan["calls"]
-        if c["answer"] and c["tool_call_id"] not in answered
-    ]
-
-
-def _route(
-    plan: TurnPlan,
-    answered: set[str],
-    update: dict[str, Any],
-    new_messages: list[BaseMessage],
-    changed: bool,
-    path: list[str],
-    options: RunOptions,
-    tools: Mapping[str, BaseTool],
-) -> Command[GateTarget]:
-    if changed:
-        update["turn"] = plan
-    answers = _answers(plan, answered)
-    new_messages.extend(answers)
-    answered = answered | {m.tool_call_id for m in answers}
-    ready = _ready(plan, answered)
-    goto: GateTarget | list[Send]
-    if ready:
-        parallel = [c for c in ready if not c["sequential"]]
-        batch = parallel or ready[:1]
-        goto = [_task(c, path, options, _then(plan, answered, batch, tools)) for c in batch]
-    elif waiting_records(plan, answered):
-        goto = "approval_gate"  # persist the plan, then pause on the next pass
-    else:
-        queued = queued_messages(plan)
-        if queued:
-            new_messages.extend(queued)
-            update["turn"] = {**plan, "queued": []}
-        goto = "model"
-    if new_messages:
-        update["messages"] = new_messages
-    return Command(update=update, goto=goto)
-
-
-def _then(plan: TurnPlan, answered: set[str], batch: list[CallPlan],
-          tools: Mapping[str, BaseTool]) -> str:
-    """Send results straight to the model when this batch settles the turn, sparing the gate a
-    superstep; back to the gate when anything else waits, or a call of the batch could pause
-    (a suspension's report, or a subagent's decision, must come back through the gate)."""
-    in_batch = {c["tool_call_id"] for c in batch}
-    rest = [c for c in plan["calls"]
-            if c["tool_call_id"] not in answered and c["tool_call_id"] not in in_batch]
-    if rest or plan.get("queued") or plan["held"]:
-        return "approval_gate"
-    for call in batch:
-        tool = tools.get(call["tool_name"])
-        if call["node"] != "tools":  # a delegation can pause, and the plan change meanwhile
-            return "approval_gate"
-        if isinstance(tool, GraphkitTool) and tool.context_param is not None:
-            return "approval_gate"
-    return "model"
+_NO_ROW = _NoRow()
 
 
 def _prepare(
-    tools: Mapping[str, BaseTool], task: ToolTask, config: RunnableConfig
+    tools: Mapping[str, BaseTool], task: ToolTask, config: RunnableConfig, ledger: Ledger,
+    admitted: _Admitted,
 ) -> tuple[BaseTool, dict[str, Any], RunnableConfig]:
     tool = tools[task["tool_name"]]
     settings = tool if isinstance(tool, GraphkitTool) else None
+    key = task["key"]
     ctx = ToolContext(
         tool_call_id=task["tool_call_id"],
-        thread_id=_thread_id(config),
+        thread_id=thread_id_of(config),
         agent_path=task["agent_path"],
-        resume_values=task["resume_values"],
-        once_results=task["once"],
+        resume_values=admitted.resume_values,
+        once_results=admitted.once,
         suspend_schema=settings.suspend_schema if settings else None,
         resume_schema=settings.resume_schema if settings else None,
+        keep_once=lambda results: ledger.save_once(key, results),
     )
-    call = {
-        "name": task["tool_name"],
-        "args": task["args"],
-        "id": task["tool_call_id"],
-        "type": "tool_call",
-    }
+    call = {"name": task["tool_name"], "args": task["args"], "id": task["tool_call_id"],
+            "type": "tool_call"}
+    metadata = task.get("metadata")
     tool_config: RunnableConfig = {
         **config,
-        "metadata": {**(config.get("metadata") or {}), **task["metadata"]},
+        "metadata": {**(config.get("metadata") or {}),
+                     **(metadata if isinstance(metadata, dict) else {})},
         "configurable": {
             **(config.get("configurable") or {}),
             CONTEXT_KEY: ctx,
             PATH_KEY: task["agent_path"],
-            "graphkit_options": task["options"],
+            "graphkit_options": task.get("options") or {},
         },
     }
     return tool, call, tool_config
-
-
-ToolTarget = Literal["approval_gate", "model"]
 
 
 def _result(task: ToolTask, output: Any) -> Command[ToolTarget]:
@@ -441,32 +292,64 @@ def _result(task: ToolTask, output: Any) -> Command[ToolTarget]:
 
 
 def _suspended(task: ToolTask, signal: ToolSuspended) -> Command[ToolTarget]:
-    report = {task["tool_call_id"]: {"payload": signal.payload, "once": signal.once}}
+    report = {task["tool_call_id"]: {"payload": signal.payload, "key": task["key"]}}
     return Command(update={"reports": report}, goto="approval_gate")
 
 
+def _refused(message: ToolMessage) -> Command[ToolTarget]:
+    return Command(update={"messages": [message]}, goto="approval_gate")
+
+
 def make_tools_nodes(
-    tools: Mapping[str, BaseTool],
+    tools: Mapping[str, BaseTool], ledger: Ledger,
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """The `tools` node (sync and async): runs the one tool call it was sent."""
+    """The `tools` node (sync and async): runs the one tool call it was sent, if allowed."""
+
+    def finish(task: ToolTask, owner: str, output: Any) -> Command[ToolTarget]:
+        command = _result(task, output)
+        (message,) = command.update["messages"]  # type: ignore[index]
+        ledger.finish(task["key"], owner, {"content": message.content, "status": message.status})
+        return command
+
+    def admit(task: ToolTask, config: RunnableConfig) -> _Admitted | ToolMessage:
+        if task.get("tool_name") not in tools:
+            return _admit(ledger, {**task, "key": None}, config)  # type: ignore[typeddict-item]
+        return _admit(ledger, task, config)
 
     def run_tool(task: ToolTask, config: RunnableConfig) -> Command[ToolTarget]:
-        tool, call, tool_config = _prepare(tools, task, config)
+        admitted = admit(task, config)
+        if isinstance(admitted, ToolMessage):
+            return _refused(admitted)
+        tool, call, tool_config = _prepare(tools, task, config, ledger, admitted)
         try:
             output = tool.invoke(call, tool_config)
         except ToolSuspended as signal:
+            ledger.release(task["key"], admitted.owner)
             return _suspended(task, signal)
-        return _result(task, output)
+        except BaseException:
+            ledger.release(task["key"], admitted.owner)
+            raise
+        return finish(task, admitted.owner, output)
 
     async def arun_tool(task: ToolTask, config: RunnableConfig) -> Command[ToolTarget]:
-        tool, call, tool_config = _prepare(tools, task, config)
+        admitted = await asyncio.to_thread(admit, task, config)
+        if isinstance(admitted, ToolMessage):
+            return _refused(admitted)
+        tool, call, tool_config = _prepare(tools, task, config, ledger, admitted)
         try:
             if _is_sync(tool):
                 output = await run_in_executor(_SYNC_TOOL_POOL, tool.invoke, call, tool_config)
             else:
                 output = await tool.ainvoke(call, tool_config)
         except ToolSuspended as signal:
+            await asyncio.to_thread(ledger.release, task["key"], admitted.owner)
             return _suspended(task, signal)
-        return _result(task, output)
+        except BaseException:
+            await asyncio.to_thread(ledger.release, task["key"], admitted.owner)
+            raise
+        return await asyncio.to_thread(finish, task, admitted.owner, output)
 
     return run_tool, arun_tool
+
+
+__all__ += ["DONE"]

@@ -43,8 +43,10 @@ class CallPlan(TypedDict):
 
     tool_call_id: str
     tool_name: str
+    key: str
+    """The call's own id in the ledger (fresh per planned call, never a model's id)."""
     args: dict[str, Any]
-    """The arguments the call runs with (edited ones once a reviewer edits)."""
+    """The validated arguments the call runs with (edited ones once a reviewer edits)."""
     sequential: bool
     """Predicate-bearing tools run one at a time, never beside another call."""
     approval: ApprovalRecord | None
@@ -52,16 +54,18 @@ class CallPlan(TypedDict):
     suspension: ApprovalRecord | None
     """Set while the tool is suspended, waiting for resume data."""
     resume_values: list[Any]
-    """Resume data given so far; the n-th `ctx.suspend` returns the n-th value."""
+    """Resume data given so far, for display: the tools node reads it from the ledger."""
     once: dict[str, Any]
-    """Results of `ctx.once(...)`, kept across re-runs of a suspended tool."""
+    """Unused: `ctx.once` results live in the ledger, beside the call's execution claim."""
     metadata: dict[str, Any]
     """Tracing metadata for the tool's callback run (`approval.required` / `.conditional`)."""
     node: str
     """The node that runs the call: `tools`, or a subagent's delegation node."""
     answer: str | None
-    """Set when the call will not run (rejected, superseded, cancelled): what the model is told.
-    Written as an error ToolMessage once the run continues (not while decisions are held)."""
+    """Set when the call will not run (rejected, superseded, cancelled, answered by a
+    reviewer): what the model is told."""
+    answer_status: NotRequired[str]
+    """`error` (the default) or `success` (a reviewer's `respond`)."""
 
 
 class TurnPlan(TypedDict):
@@ -70,7 +74,7 @@ class TurnPlan(TypedDict):
     ai_message_id: str
     calls: list[CallPlan]
     held: bool
-    """Decisions were recorded without continuing (`resolve_tool_approval`): wait for resume."""
+    """Always False: decisions recorded without continuing wait in the ledger."""
     error: NotRequired[str | None]
     """Why the last resume value was refused; shown in the next interrupt."""
     queued: NotRequired[list[dict[str, Any]]]
@@ -81,7 +85,7 @@ class SuspensionReport(TypedDict):
     """What the tools node reports when a tool calls `ctx.suspend(...)`."""
 
     payload: dict[str, Any]
-    once: dict[str, Any]
+    key: NotRequired[str]
 
 
 class ToolTask(TypedDict):
@@ -89,9 +93,9 @@ class ToolTask(TypedDict):
 
     tool_call_id: str
     tool_name: str
+    key: str
+    """The planned call's ledger key: the tools node runs nothing the ledger does not allow."""
     args: dict[str, Any]
-    resume_values: list[Any]
-    once: dict[str, Any]
     metadata: dict[str, Any]
     agent_path: list[str]
     options: RunOptions

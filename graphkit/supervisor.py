@@ -9,6 +9,7 @@ resumes it from where it paused when the decision comes back down.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,7 +19,8 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 from pydantic import BaseModel, Field
 
-from graphkit.nodes import PATH_KEY
+from graphkit._context import PATH_KEY
+from graphkit.ledger import Ledger
 from graphkit.state import ToolTask
 from graphkit.tools import DelegationTool
 
@@ -53,15 +55,20 @@ def _final_text(messages: Sequence[BaseMessage], name: str) -> str:
 
 
 def make_delegate_nodes(
-    key: str, subgraph: CompiledStateGraph[Any, Any, Any, Any]
+    key: str, subgraph: CompiledStateGraph[Any, Any, Any, Any], ledger: Ledger
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """The node (sync and async) that runs one delegation to `subgraph` and returns its answer.
+
+    A delegation is not an action: the subagent's own gate guards its tools. Its answer is
+    recorded in the ledger as the call's outcome, like a tool's result.
     """
 
     def prepare(task: ToolTask, config: RunnableConfig) -> tuple[dict[str, Any], RunnableConfig]:
+        options = task.get("options") or {}
         sub_input = {
             "messages": [HumanMessage(str(task["args"].get("task", "")))],
-            "options": task["options"],
+            "options": {k: v for k, v in options.items()
+                        if k in ("run_id", "require_tool_approval", "max_steps")},
         }
         sub_config: RunnableConfig = {
             **config,
@@ -73,6 +80,8 @@ def make_delegate_nodes(
     def answer(task: ToolTask, output: dict[str, Any]) -> Command[Any]:
         text = _final_text(output.get("messages") or [], key)
         message = ToolMessage(text, tool_call_id=task["tool_call_id"], name=key)
+        if isinstance(task.get("key"), str):
+            ledger.settle({task["key"]: {"content": message.content, "status": message.status}})
         return Command(update={"messages": [message]},
                        goto="model" if task.get("then") == "model" else "approval_gate")
 
@@ -82,6 +91,7 @@ def make_delegate_nodes(
 
     async def adelegate(task: ToolTask, config: RunnableConfig) -> Command[Any]:
         sub_input, sub_config = prepare(task, config)
-        return answer(task, await subgraph.ainvoke(sub_input, sub_config))
+        output = await subgraph.ainvoke(sub_input, sub_config)
+        return await asyncio.to_thread(answer, task, output)
 
     return delegate, adelegate

@@ -75,6 +75,7 @@ class ToolContext:
         once_results: dict[str, Any] | None = None,
         suspend_schema: type[BaseModel] | None = None,
         resume_schema: type[BaseModel] | None = None,
+        keep_once: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.tool_call_id = tool_call_id
         """The id of the tool call being executed."""
@@ -87,6 +88,7 @@ class ToolContext:
         self._resume_values = [self._coerce_resume(v) for v in (resume_values or [])]
         self._suspends = 0
         self._once = dict(once_results or {})
+        self._keep_once = keep_once
 
     @property
     def resume_data(self) -> Any:
@@ -109,10 +111,13 @@ class ToolContext:
     def once(self, key: str, fn: Callable[[], Any]) -> Any:
         """Run `fn` at most once per tool call, even when the tool re-runs after a suspension.
 
-        The result is kept in the run's checkpoint, so it must be serialisable (JSON-like).
+        The result is kept in the ledger beside the call's execution claim (where no client can
+        wipe it) as soon as `fn` returns, so it must be serialisable (JSON-like).
         """
         if key not in self._once:
             self._once[key] = fn()
+            if self._keep_once is not None:
+                self._keep_once(dict(self._once))
         return self._once[key]
 
     def _validate_payload(self, payload: Mapping[str, Any] | BaseModel | None) -> dict[str, Any]:

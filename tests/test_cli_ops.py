@@ -45,7 +45,7 @@ def test_operator_flow_pause_decide_from_cli_resume_elsewhere(sqlite_url: str) -
     assert code == 0
     assert ledger.ran == []
 
-    final = agent_with(script, checkpointer=sqlite_url, ledger=ledger)[0].resume(
+    final = agent_with(script, checkpointer=sqlite_url, ledger=ledger, name="billing")[0].resume(
         run_id=result.run_id)
     assert final.text == "done" and ledger.ran == [("pay", {**PAY, "amount": 39})]
 

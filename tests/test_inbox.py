@@ -130,7 +130,7 @@ def test_approvers_policy_in_the_inbox(durable_url: str) -> None:
     assert inbox.get(pending.id).status == "pending"
     assert inbox.approve(pending.id, decided_by="cfo").status == "approved"
     refused = [e for e in inbox.audit(id=pending.id) if e["event"] == "refused"]
-    assert refused and refused[0]["by"] == "intern"
+    assert refused and refused[0]["decided_by"] == "intern"
 
 
 def test_decision_bound_to_the_reviewed_digest(durable_url: str) -> None:
@@ -224,7 +224,7 @@ def test_audit_log_records_every_kind_of_decision(durable_url: str) -> None:
     assert ("edited", "c1") in kinds and ("rejected", "c2") in kinds
     assert ("superseded", "c3") in kinds
     edited = next(e for e in log if e["event"] == "edited")
-    assert edited["by"] == "al" and edited["comment"] == "rounded"
+    assert edited["decided_by"] == "al" and edited["comment"] == "rounded"
     assert edited["args_before"]["amount"] == 40 and edited["args_after"]["amount"] == 41
     assert all(e["at"] for e in log)
     assert ledger.ran == [("pay", {**PAY, "amount": 41})]

@@ -7,56 +7,18 @@ decisions, as Studio and Agent Chat UI do.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.langgraph_server import langgraph_dev
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port()
-    log = tmp_path_factory.mktemp("langgraph-dev") / "server.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GRAPHKIT_"))}
-    env.update(LANGSMITH_TRACING="false", LANGGRAPH_CLI_NO_ANALYTICS="1")
-    command = [str(Path(sys.executable).parent / "langgraph"), "dev", "--port", str(port),
-               "--host", "127.0.0.1", "--no-browser", "--no-reload", "--allow-blocking"]
-    with log.open("w") as out:
-        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/ok", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"langgraph dev did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.3)
+    with langgraph_dev(tmp_path_factory.mktemp("langgraph-dev")) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def run(client: Any, thread_id: str, graph: str, **kwargs: Any) -> dict[str, Any]:

@@ -1,0 +1,51 @@
+"""Small readers of a node's config and state that every node needs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, AnyMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.config import get_store, get_stream_writer
+from langgraph.store.base import BaseStore
+
+__all__ = ["EVENT_KEY", "PATH_KEY", "agent_path_of", "emit", "last_ai", "store", "thread_id_of"]
+
+PATH_KEY = "graphkit_agent_path"
+"""Key of `config["configurable"]` holding the agent path of an enclosing supervisor."""
+EVENT_KEY = "graphkit_event"
+"""Key marking graphkit's custom stream events (telemetry) among other custom events."""
+
+
+def agent_path_of(config: RunnableConfig, name: str) -> list[str]:
+    parent = (config.get("configurable") or {}).get(PATH_KEY) or []
+    if not isinstance(parent, list) or not all(isinstance(p, str) for p in parent):
+        parent = []
+    return [*parent, name]
+
+
+def thread_id_of(config: RunnableConfig) -> str:
+    return str((config.get("configurable") or {}).get("thread_id") or "")
+
+
+def last_ai(messages: Sequence[AnyMessage]) -> AIMessage | None:
+    for message in reversed(messages):
+        if isinstance(message, AIMessage):
+            return message
+    return None
+
+
+def store() -> BaseStore | None:
+    try:
+        return get_store()
+    except RuntimeError:  # called outside a runnable context
+        return None
+
+
+def emit(events: list[dict[str, Any]]) -> None:
+    if not events:
+        return
+    write = get_stream_writer()
+    for event in events:
+        write({EVENT_KEY: "tool-approval", **event})

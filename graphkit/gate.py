@@ -1,0 +1,550 @@
+"""The `approval_gate` node: the one place that pauses, takes decisions and dispatches calls.
+
+Whatever resumes the graph (the Agent API, the inbox and a worker, the CLI, a raw
+`Command(resume=...)`, the LangGraph server, Studio, Agent Chat UI) meets the same code: a
+raw decision in the resume value is taken through `graphkit.review` with the identity of the
+run's authenticated user, and every decision the ledger holds is verified against this agent's
+own policy and tools before it changes the plan. The plan in the graph's state only steers;
+the tools node runs nothing the ledger does not allow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, messages_from_dict
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.types import Command, Send, interrupt
+
+from graphkit._context import agent_path_of, emit, last_ai, store, thread_id_of
+from graphkit.approvals import (
+    Extractor,
+    answered_ids,
+    interrupt_value,
+    plan_turn,
+    queued_messages,
+    suspension_record,
+    telemetry,
+    waiting_records,
+)
+from graphkit.errors import (
+    AmbiguousApprovalError,
+    ApprovalNotFoundError,
+    ApproverNotAllowedError,
+    GraphkitError,
+)
+from graphkit.journal import GateJournal
+from graphkit.ledger import ApprovalRow, Ledger
+from graphkit.review import (
+    Choice,
+    Taken,
+    audit_row,
+    expire,
+    identity_of,
+    parse_choice,
+    refuse,
+    take,
+    verify,
+)
+from graphkit.settings import GateSettings
+from graphkit.state import AgentState, CallPlan, RunOptions, ToolTask, TurnPlan
+from graphkit.tools import GraphkitTool
+from graphkit.types import ApprovalRecord
+
+__all__ = ["GateContext", "Planner", "make_gate_node"]
+
+GateTarget = Literal["model", "tools", "approval_gate"]
+
+REJECTED = "Tool call {name!r} was rejected by {who}{why}. It did not run."
+EXPIRED = "Tool call {name!r} was not run: its approval expired ({why})."
+SUPERSEDED = "Tool call {name!r} was not run: superseded by a new user message."
+CANCELLED = "Tool call {name!r} was cancelled by {who}{why} while it waited for input."
+DECISION_COUNT = (
+    "Number of human decisions ({given}) does not match number of pending tool calls "
+    "({expected}); name each call with tool_call_id, or decide all of {ids}."
+)
+FORGED_DECIDER = (
+    "the resume payload says decided_by={claimed!r}, but the authenticated user is "
+    "{identity!r}; the decider comes from authentication, never from the payload"
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateContext:
+    """Where one pass of a node runs: its agent path, thread and run, journal and ledger."""
+
+    path: list[str]
+    thread_id: str
+    run_id: str | None
+    journal: GateJournal
+    ledger: Ledger
+
+
+class Planner:
+    """The gate's reading of a model turn, done once per turn: which calls run, which wait.
+
+    The model node calls it on the turn it just produced, so the plan (and every predicate's
+    verdict) is checkpointed with the AI message itself and recorded in the ledger; the gate
+    calls it for a turn that reached the state another way (a client's update).
+    """
+
+    def __init__(self, tools: Mapping[str, BaseTool], name: str, settings: GateSettings,
+                 ledger: Ledger) -> None:
+        self.tools = tools
+        self.name = name
+        self.settings = settings
+        self.ledger = ledger
+        self.schemas = {tool_name: _schema(tool) for tool_name, tool in tools.items()}
+
+    def context(self, state: AgentState, config: RunnableConfig) -> GateContext:
+        options: RunOptions = state.get("options") or {}
+        run_id = options.get("run_id")
+        # The node's namespace ends with its own task; the agent's scope is what precedes it.
+        task_ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
+        thread_id = thread_id_of(config)
+        journal = GateJournal(store(), thread_id=thread_id,
+                              run_id=run_id if isinstance(run_id, str) else None,
+                              schemas=self.schemas, scope=task_ns.rpartition("|")[0])
+        return GateContext(path=agent_path_of(config, self.name), thread_id=thread_id,
+                           run_id=journal.run_id, journal=journal, ledger=self.ledger)
+
+    def plan(self, ai: AIMessage, state: AgentState,
+             ctx: GateContext) -> tuple[TurnPlan, list[ToolMessage]]:
+        names = [c["name"] for c in ai.tool_calls if c["name"] in self.tools]
+        grants = self.ledger.live_grants(ctx.thread_id, ctx.path, names) if names else {}
+        planned = plan_turn(ai, self.tools, self.settings, state.get("options") or {},
+                            agent_path=ctx.path, thread_id=ctx.thread_id, run_id=ctx.run_id,
+                            grants=grants)
+        self.ledger.register(calls=planned.calls, approvals=planned.approvals,
+                             audits=planned.audits)
+        emit([telemetry(c["approval"], "pending") for c in planned.plan["calls"]
+              if c["approval"] is not None and c["approval"]["status"] == "pending"])
+        return planned.plan, planned.errors
+
+
+def _schema(tool: BaseTool) -> dict[str, Any] | None:
+    """The JSON schema of the arguments the model sees, for checking edits without the tool."""
+    schema = tool.tool_call_schema
+    if isinstance(schema, dict):
+        return schema
+    make = getattr(schema, "model_json_schema", None)
+    try:
+        return dict(make()) if make is not None else None
+    except Exception:  # an exotic schema: the inbox then skips its own check
+        return None
+
+
+def _edited_ai(ai: AIMessage, edited: Mapping[str, dict[str, Any]]) -> AIMessage:
+    """The AI message as it will run, so the history shows the edited call, not the original."""
+    calls = [
+        {**call, "args": edited[call_id]}
+        if (call_id := call.get("id")) is not None and call_id in edited else call
+        for call in ai.tool_calls
+    ]
+    return ai.model_copy(update={"tool_calls": calls})
+
+
+def _who_why(decided_by: Any, comment: Any) -> tuple[str, str]:
+    return (repr(decided_by) if decided_by else "a reviewer", f": {comment}" if comment else "")
+
+
+class _Pass:
+    """One pass of the gate over a plan it owns (a copy of the state's)."""
+
+    def __init__(self, planner: Planner, ctx: GateContext, plan: TurnPlan,
+                 config: RunnableConfig, extract: Extractor | None) -> None:
+        self.planner = planner
+        self.ctx = ctx
+        self.plan = plan
+        self.config = config
+        self.extract = extract
+        self.edited: dict[str, dict[str, Any]] = {}
+        self.events: list[dict[str, Any]] = []
+        self.taken: dict[str, Taken] = {}
+        """Decisions taken in this pass (already checked: not verified twice)."""
+
+    def _call_of(self, record_id: str) -> tuple[CallPlan, ApprovalRecord] | None:
+        for call in self.plan["calls"]:
+            for record in (call["approval"], call["suspension"]):
+                if record is not None and record["id"] == record_id:
+                    return call, record
+        return None
+
+    # ---------------------------------------------------------------- raw resume values
+
+    def resume(self, value: Any, answered: set[str]) -> None:
+        """Handle what the interrupt was resumed with; raise on anything refused."""
+        if not isinstance(value, Mapping):
+            msg = f"resume value must be an object with 'decisions', got {type(value).__name__}"
+            raise GraphkitError(msg)
+        if "supersede" in value:
+            self.supersede(value, answered)
+        elif "decisions" in value:
+            self.decide(value["decisions"], answered)
+        # Anything else only asks the gate to apply what the ledger holds (the Agent API and
+        # workers claim decisions there first).
+
+    def decide(self, raw: Any, answered: set[str]) -> None:
+        if not isinstance(raw, list):
+            msg = f"'decisions' must be a list, got {type(raw).__name__}"
+            raise GraphkitError(msg)
+        waiting = [r for r in waiting_records(self.plan, answered) if r["status"] == "pending"]
+        parsed = [parse_choice(d, i) for i, d in enumerate(raw)]
+        identity = identity_of(self.config)
+        named = [p for p in parsed if p[1] is not None or p[2] is not None]
+        if parsed and not named:
+            undecided = [r for r in waiting if r["kind"] == "approval"]
+            if len(parsed) != len(undecided):
+                ids = [r["tool_call_id"] for r in undecided]
+                msg = DECISION_COUNT.format(given=len(parsed), expected=len(undecided), ids=ids)
+                raise AmbiguousApprovalError(msg, pending_ids=ids)
+            targets = undecided
+        else:
+            targets = [self._target(waiting, call_id, approval_id)
+                       for _, call_id, approval_id, _ in parsed]
+        if len({r["id"] for r in targets}) != len(targets):
+            msg = "two decisions for the same pending call; give one decision per call"
+            raise GraphkitError(msg)
+        for record, (_, _, _, claimed) in zip(targets, parsed, strict=True):
+            if claimed is not None and claimed != identity:
+                exc = ApproverNotAllowedError(FORGED_DECIDER.format(claimed=claimed,
+                                                                    identity=identity))
+                refuse(self.ctx.ledger, record, exc, decided_by=identity,
+                       thread_id=self.ctx.thread_id, run_id=self.ctx.run_id)
+                raise exc
+        for record, (choice, _, _, _) in zip(targets, parsed, strict=True):
+            self.taken[record["id"]] = self._take(record, choice, identity)
+
+    def _take(self, record: ApprovalRecord, choice: Choice, decided_by: str | None) -> Taken:
+        settings = self.planner.settings
+        return take(self.ctx.ledger, record, choice, decided_by=decided_by,
+                    approvers=settings.approvers, tool=self.planner.tools.get(record["tool_name"]),
+                    thread_id=self.ctx.thread_id, run_id=self.ctx.run_id, source="resume",
+                    grant_ttl=settings.grant_ttl)
+
+    @staticmethod
+    def _target(waiting: Sequence[ApprovalRecord], call_id: str | None,
+                approval_id: str | None) -> ApprovalRecord:
+        found = [r for r in waiting
+                 if (approval_id is not None and r["id"] == approval_id)
+                 or (approval_id is None and r["tool_call_id"] == call_id)]
+        if len(found) == 1:
+            return found[0]
+        ids = [r["tool_call_id"] for r in waiting]
+        if found:
+            msg = (f"tool_call_id {call_id!r} matches {len(found)} pending calls; name one by "
+                   f"approval id, one of {[r['id'] for r in found]}")
+            raise AmbiguousApprovalError(msg, pending_ids=[r["id"] for r in found])
+        given = f"id {approval_id!r}" if approval_id is not None else f"tool_call_id {call_id!r}"
+        msg = f"no pending approval with {given}; pending tool_call_ids: {ids}"
+        raise ApprovalNotFoundError(msg)
+
+    def supersede(self, value: Mapping[str, Any], answered: set[str]) -> None:
+        """A new user message: what waits is declined as superseded, except suspensions whose
+        resume data auto-resume can read from the message. A message never approves."""
+        said_now = value.get("supersede")
+        if not (isinstance(said_now, list) and all(isinstance(m, Mapping) for m in said_now)):
+            msg = "'supersede' must be a list of serialised messages"
+            raise GraphkitError(msg)
+        queued = [*(self.plan.get("queued") or []),
+                  *(said_now if value.get("queue", True) else [])]
+        try:
+            said = list(messages_from_dict([*(self.plan.get("queued") or []), *said_now]))
+        except (KeyError, TypeError, ValueError) as exc:
+            msg = f"'supersede' must hold serialised messages (messages_to_dict): {exc!r}"
+            raise GraphkitError(msg) from exc
+        auto = (self.planner.settings.auto_resume_suspended_tools
+                or bool(value.get("auto_resume"))) and self.extract is not None
+        for call in self.plan["calls"]:
+            if call["tool_call_id"] in answered or call["answer"] is not None:
+                continue
+            suspension = call["suspension"]
+            tool = self.planner.tools.get(call["tool_name"])
+            schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None
+            if suspension is not None and auto and schema is not None and self.extract:
+                data = self.extract(call, said)
+                if data is not None:
+                    # Unreadable, or decided elsewhere: it stays suspended and asks again.
+                    with contextlib.suppress(GraphkitError):
+                        self.taken[suspension["id"]] = take(
+                            self.ctx.ledger, suspension, Choice(type="resume", data=data),
+                            decided_by=None, approvers=None, tool=tool,
+                            thread_id=self.ctx.thread_id, run_id=self.ctx.run_id,
+                            source="auto_resume")
+                continue
+            self._supersede(call)
+        self.plan["queued"] = queued
+
+    def _supersede(self, call: CallPlan) -> None:
+        decision = {"type": "reject", "event": "superseded", "status": "rejected",
+                    "decided_by": None, "comment": "superseded by a new user message"}
+        for record in (call["approval"], call["suspension"]):
+            if record is None or record["status"] != "pending":
+                continue
+            self.ctx.ledger.close(record["id"], decision=decision, audits=[audit_row(
+                "superseded", record, thread_id=self.ctx.thread_id, run_id=self.ctx.run_id,
+                comment=decision["comment"])])
+            record["status"] = "rejected"
+            record["comment"] = decision["comment"]
+            record["decided_at"] = _now()
+            if record["kind"] == "approval":
+                self.events.append(telemetry(record, "rejected"))
+        call["suspension"] = None
+        call["answer"] = SUPERSEDED.format(name=call["tool_name"])
+
+    # ---------------------------------------------------------------- the ledger's decisions
+
+    def apply_ledger(self, answered: set[str]) -> bool:
+        """Apply every decision the ledger holds for what waits (and expire what is overdue);
+        True when the plan changed."""
+        waiting = [r for r in waiting_records(self.plan, answered) if r["status"] == "pending"]
+        if not waiting:
+            return False
+        ledger = self.ctx.ledger
+        expiring = [r for r in waiting if r.get("expires_at")]
+        for approval_id in ledger.overdue(r["id"] for r in expiring):
+            record = next(r for r in expiring if r["id"] == approval_id)
+            expire(ledger, record, thread_id=self.ctx.thread_id, run_id=self.ctx.run_id)
+        rows = ledger.approvals(r["id"] for r in waiting)
+        changed = False
+        for record in waiting:
+            row = rows.get(record["id"])
+            if row is None or not row.decided:
+                continue
+            taken = self.taken.get(record["id"]) or self._verified(row, record)
+            if taken is not None:
+                self._apply(record, taken)
+                changed = True
+        return changed
+
+    def _verified(self, row: ApprovalRow, record: ApprovalRecord) -> Taken | None:
+        """A decision claimed elsewhere, checked again here; reopened when it fails."""
+        approvers = self.planner.settings.approvers if record["kind"] == "approval" else None
+        try:
+            return verify(row, record, approvers=approvers,
+                          tool=self.planner.tools.get(record["tool_name"]))
+        except GraphkitError as exc:
+            decision = row.decision or {}
+            self.ctx.ledger.reopen(record["id"], decision=decision, audits=[audit_row(
+                "refused", record, thread_id=self.ctx.thread_id, run_id=self.ctx.run_id,
+                decided_by=decision.get("decided_by"),
+                detail=f"{type(exc).__name__}: {exc} (the decision was withdrawn; the call "
+                       "waits for a decision again)")])
+            self.plan["error"] = str(exc)
+            return None
+
+    def _apply(self, record: ApprovalRecord, taken: Taken) -> None:
+        found = self._call_of(record["id"])
+        if found is None:  # pragma: no cover - waiting records come from the plan
+            return
+        call, record = found
+        decision = taken.decision
+        by, comment = decision.get("decided_by"), decision.get("comment")
+        record["status"] = taken.status
+        record["decided_by"] = by
+        record["comment"] = comment
+        record["decided_at"] = decision.get("decided_at") or _now()
+        name = call["tool_name"]
+        if record["kind"] == "suspension":
+            call["suspension"] = None
+            if taken.event == "resumed":
+                call["resume_values"].append(decision.get("data"))
+            else:
+                who, why = _who_why(by, comment)
+                call["answer"] = (SUPERSEDED.format(name=name) if taken.event == "superseded"
+                                  else CANCELLED.format(name=name, who=who, why=why))
+            return
+        self.events.append(telemetry(record, taken.status))
+        if taken.status == "approved":
+            if taken.event == "edited" and taken.run_args is not None:
+                record["approved_args"] = dict(taken.run_args)
+                call["args"] = dict(taken.run_args)
+                self.edited[call["tool_call_id"]] = dict(taken.run_args)
+            return
+        match taken.event:
+            case "responded":
+                call["answer"] = str(decision.get("message") or comment or "")
+                call["answer_status"] = "success"
+            case "expired":
+                call["answer"] = EXPIRED.format(name=name, why=comment)
+            case "superseded":
+                call["answer"] = SUPERSEDED.format(name=name)
+            case _:
+                who, why = _who_why(by, comment)
+                call["answer"] = REJECTED.format(name=name, who=who, why=why)
+
+
+def _now() -> str:
+    from graphkit.journal import now_iso
+
+    return now_iso()
+
+
+def _undecided(plan: TurnPlan, answered: set[str]) -> bool:
+    return any(r["status"] == "pending" for r in waiting_records(plan, answered))
+
+
+def make_gate_node(planner: Planner, extract: Extractor | None = None) -> Callable[..., Any]:
+    """The `approval_gate` node: dispatches the turn's calls, pauses for humans, takes and
+    applies their decisions."""
+    tools = planner.tools
+
+    def approval_gate(state: AgentState, config: RunnableConfig) -> Command[GateTarget]:
+        messages = list(state.get("messages") or [])
+        ai = last_ai(messages)
+        if ai is None or not ai.tool_calls:
+            return Command(goto="model")
+        ctx = planner.context(state, config)
+        update: dict[str, Any] = {}
+        new_messages: list[BaseMessage] = []
+        previous = state.get("turn")
+        changed = False
+        if previous is None or previous["ai_message_id"] != ai.id:
+            plan, errors = planner.plan(ai, state, ctx)
+            new_messages.extend(errors)
+            changed = True
+        else:
+            plan = copy.deepcopy(previous)
+        reports = state.get("reports") or {}
+        if reports:
+            _suspended(plan, reports, ctx)
+            update["reports"] = {}
+            changed = True
+        answered = answered_ids(messages, plan["ai_message_id"]) | {
+            m.tool_call_id for m in new_messages if isinstance(m, ToolMessage)}
+        step = _Pass(planner, ctx, plan, config, extract)
+        if not changed and not _ready(plan, answered) and _undecided(plan, answered):
+            value = interrupt(interrupt_value(plan, answered, agent_path=ctx.path))
+            plan["error"] = None
+            try:
+                step.resume(value, answered)
+            except GraphkitError as exc:
+                plan["error"] = str(exc)
+            changed = True
+        changed = step.apply_ledger(answered) or changed
+        if step.edited:
+            new_messages.append(_edited_ai(ai, step.edited))
+        emit(step.events)
+        command = _route(plan, answered, update, new_messages, changed, ctx, state, tools)
+        if changed:
+            done = answered | {m.tool_call_id for m in new_messages if isinstance(m, ToolMessage)}
+            ctx.journal.sync(previous, plan, done)
+        return command
+
+    return approval_gate
+
+
+def _suspended(plan: TurnPlan, reports: Mapping[str, Any], ctx: GateContext) -> None:
+    """Turn the tools node's suspension reports into pending requests, in plan and ledger."""
+    rows: list[ApprovalRow] = []
+    for call in plan["calls"]:
+        report = reports.get(call["tool_call_id"])
+        if report is None or not isinstance(report, Mapping):
+            continue
+        record = suspension_record(call, dict(report.get("payload") or {}), agent_path=ctx.path)
+        call["suspension"] = record
+        rows.append(ApprovalRow(approval_id=record["id"], thread_id=ctx.thread_id,
+                                kind="suspension", call_key=call["key"], agent_path=ctx.path,
+                                tool_name=call["tool_name"], args_digest=record["args_digest"]))
+    ctx.ledger.register(approvals=rows)
+
+
+def _ready(plan: TurnPlan, answered: set[str]) -> list[CallPlan]:
+    return [
+        c
+        for c in plan["calls"]
+        if c["tool_call_id"] not in answered
+        and c["suspension"] is None
+        and c["answer"] is None
+        and (c["approval"] is None or c["approval"]["status"] == "approved")
+    ]
+
+
+def _answers(plan: TurnPlan, answered: set[str], ledger: Ledger) -> list[ToolMessage]:
+    """ToolMessages for calls that will not run; the ledger records them as their outcome."""
+    messages = [
+        ToolMessage(c["answer"], tool_call_id=c["tool_call_id"], name=c["tool_name"],
+                    status="success" if c.get("answer_status") == "success" else "error")
+        for c in plan["calls"]
+        if c["answer"] is not None and c["tool_call_id"] not in answered
+    ]
+    if messages:
+        keys = {c["tool_call_id"]: c["key"] for c in plan["calls"]}
+        ledger.settle({keys[m.tool_call_id]: {"content": m.content, "status": m.status}
+                       for m in messages})
+    return messages
+
+
+def _task(call: CallPlan, agent_path: list[str], options: RunOptions, then: str) -> Send:
+    return Send(
+        call["node"],
+        ToolTask(
+            tool_call_id=call["tool_call_id"],
+            tool_name=call["tool_name"],
+            key=call["key"],
+            args=call["args"],
+            metadata=dict(call["metadata"]),
+            agent_path=agent_path,
+            options=options,
+            then=then,
+        ),
+    )
+
+
+def _route(
+    plan: TurnPlan,
+    answered: set[str],
+    update: dict[str, Any],
+    new_messages: list[BaseMessage],
+    changed: bool,
+    ctx: GateContext,
+    state: AgentState,
+    tools: Mapping[str, BaseTool],
+) -> Command[GateTarget]:
+    if changed:
+        update["turn"] = plan
+    answers = _answers(plan, answered, ctx.ledger)
+    new_messages.extend(answers)
+    answered = answered | {m.tool_call_id for m in answers}
+    ready = _ready(plan, answered)
+    goto: GateTarget | list[Send]
+    options: RunOptions = state.get("options") or {}
+    if ready:
+        parallel = [c for c in ready if not c["sequential"]]
+        batch = parallel or ready[:1]
+        goto = [_task(c, ctx.path, options, _then(plan, answered, batch, tools)) for c in batch]
+    elif waiting_records(plan, answered):
+        goto = "approval_gate"  # persist the plan, then pause on the next pass
+    else:
+        queued = queued_messages(plan)
+        if queued:
+            new_messages.extend(queued)
+            update["turn"] = {**plan, "queued": []}
+        goto = "model"
+    if new_messages:
+        update["messages"] = new_messages
+    return Command(update=update, goto=goto)
+
+
+def _then(plan: TurnPlan, answered: set[str], batch: list[CallPlan],
+          tools: Mapping[str, BaseTool]) -> str:
+    """Send results straight to the model when this batch settles the turn, sparing the gate a
+    superstep; back to the gate when anything else waits, or a call of the batch could pause
+    (a suspension's report, or a subagent's decision, must come back through the gate)."""
+    in_batch = {c["tool_call_id"] for c in batch}
+    rest = [c for c in plan["calls"]
+            if c["tool_call_id"] not in answered and c["tool_call_id"] not in in_batch]
+    if rest or plan.get("queued"):
+        return "approval_gate"
+    for call in batch:
+        tool = tools.get(call["tool_name"])
+        if call["node"] != "tools":  # a delegation can pause, and the plan change meanwhile
+            return "approval_gate"
+        if isinstance(tool, GraphkitTool) and tool.context_param is not None:
+            return "approval_gate"
+    return "model"

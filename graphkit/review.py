@@ -1,0 +1,422 @@
+"""Taking a human decision, the one way every door takes it: check, claim, audit.
+
+The Agent API, the inbox, the CLI and the approval gate itself (for a raw
+`Command(resume=...)` from the LangGraph server, Studio or Agent Chat UI) all call `take`.
+It checks who decides (the approvers policy, called with the arguments that will run), the
+digest of what was reviewed, edited arguments (by the tool's own model where the tool is at
+hand), and size bounds; then claims the approval in the ledger, where only a pending,
+unexpired approval for exactly those arguments can be claimed, once, together with its audit
+entry. A refusal is audited and changes nothing else.
+
+The gate applies a claimed decision only after `verify` has checked it again against the
+agent's own policy and the tool's own model: a decision claimed through a door that could not
+check everything (the inbox of another process, a CLI) is reopened when it fails, never
+stranded.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal, assert_never
+
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+
+from graphkit._limits import MAX_TEXT, check_text
+from graphkit.approvals import validate_args, validate_resume
+from graphkit.errors import (
+    ApprovalAlreadyResolvedError,
+    ApprovalNotFoundError,
+    ApproverNotAllowedError,
+    ArgsDigestMismatchError,
+    GraphkitError,
+    InvalidApprovedArgsError,
+)
+from graphkit.ledger import ApprovalRow, AuditRow, GrantRow, Ledger
+from graphkit.settings import DEFAULT_GRANT_TTL, Approvers
+from graphkit.types import ApprovalRecord, PendingApproval, args_digest
+
+__all__ = [
+    "Approvers",
+    "Choice",
+    "Remember",
+    "Taken",
+    "audit_row",
+    "identity_of",
+    "parse_choice",
+    "resolved_message",
+    "shown",
+    "take",
+    "verify",
+]
+
+Remember = Literal["once", "thread"]
+ChoiceType = Literal["approve", "edit", "reject", "respond", "resume"]
+AUTH_USER_KEY = "langgraph_auth_user"
+"""Where the LangGraph server puts the authenticated user of a run, in `configurable`."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Choice:
+    """What a reviewer chose: LangChain's HITL decisions plus `resume` for a suspended tool.
+
+    A closed set: `parse_choice` refuses anything else, and every match over `type` ends in
+    `assert_never`.
+    """
+
+    type: ChoiceType
+    args: dict[str, Any] | None = None
+    """The edited arguments (`edit` only)."""
+    message: str | None = None
+    """The reviewer's words: a rejection's reason, or a `respond`'s answer to the model."""
+    data: Any = None
+    """Resume data (`resume` only)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Taken:
+    """A decision that passed every check, as the ledger records it."""
+
+    status: Literal["approved", "rejected"]
+    event: str
+    decision: dict[str, Any]
+    run_args: dict[str, Any] | None
+    """The arguments the call runs with (None when it will not run)."""
+
+
+def identity_of(config: RunnableConfig) -> str | None:
+    """The authenticated user of a LangGraph server run, if any (never from a payload)."""
+    user = (config.get("configurable") or {}).get(AUTH_USER_KEY)
+    if user is None:
+        return None
+    identity = user.get("identity") if isinstance(user, Mapping) else getattr(
+        user, "identity", None)
+    return str(identity) if identity else None
+
+
+def _text(value: Any, key: str, index: int) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    msg = f"decision #{index}: {key!r} must be a string, got {type(value).__name__}"
+    raise GraphkitError(msg)
+
+
+def parse_choice(raw: Any, index: int = 0) -> tuple[Choice, str | None, str | None, str | None]:
+    """A raw decision from a resume payload: (choice, tool_call_id, approval id, claimed
+    decider). Raises `GraphkitError` on anything outside the closed set."""
+    if not isinstance(raw, Mapping):
+        msg = f"decision #{index} must be an object, got {type(raw).__name__}"
+        raise GraphkitError(msg)
+    kind = raw.get("type")
+    call_id = _text(raw.get("tool_call_id"), "tool_call_id", index)
+    approval_id = _text(raw.get("id"), "id", index)
+    claimed = _text(raw.get("decided_by"), "decided_by", index)
+    message = _text(raw.get("message"), "message", index) or _text(
+        raw.get("comment"), "comment", index)
+    if kind == "approve":
+        choice = Choice(type="approve", message=message)
+    elif kind == "edit":
+        action = raw.get("edited_action")
+        if action is not None and not isinstance(action, Mapping):
+            msg = f"decision #{index}: 'edited_action' must be an object, got {action!r}"
+            raise GraphkitError(msg)
+        args = raw.get("args", (action or {}).get("args"))
+        if not isinstance(args, Mapping):
+            msg = (f"decision #{index}: an edit needs the edited arguments as an object "
+                   "(edited_action.args or args)")
+            raise InvalidApprovedArgsError(msg)
+        choice = Choice(type="edit", args=dict(args), message=message)
+    elif kind == "reject":
+        choice = Choice(type="reject", message=message)
+    elif kind == "respond":
+        if not message:
+            msg = f"decision #{index}: a respond decision needs the answer in 'message'"
+            raise GraphkitError(msg)
+        choice = Choice(type="respond", message=message)
+    elif kind == "resume":
+        choice = Choice(type="resume", data=raw.get("data"))
+    else:
+        msg = (f"decision #{index}: unknown decision type {kind!r}; expected one of "
+               "['approve', 'edit', 'reject', 'respond', 'resume']")
+        raise GraphkitError(msg)
+    return choice, call_id, approval_id, claimed
+
+
+def resolved_message(record: Mapping[str, Any], decision: Mapping[str, Any] | None = None
+                     ) -> str:
+    status = (decision or {}).get("status") or record.get("status")
+    if (decision or {}).get("event") == "expired":
+        status = "expired"
+    by = (decision or {}).get("decided_by") or record.get("decided_by")
+    comment = (decision or {}).get("comment") or record.get("comment")
+    why = f" ({comment})" if comment else ""
+    return (
+        f"approval {record['id']!r} for tool call {record['tool_call_id']!r} "
+        f"({record['tool_name']}) was already {status} by {by or 'nobody in particular'}{why}; "
+        "a decision is final"
+    )
+
+
+def audit_row(event: str, record: Mapping[str, Any] | None, *, thread_id: str,
+              run_id: str | None, decided_by: str | None = None, comment: str | None = None,
+              args_before: Any = None, args_after: Any = None, detail: str | None = None,
+              dedupe: str | None = None, at: str | None = None) -> AuditRow:
+    """One audit entry, in the shape of the contract."""
+    from graphkit.journal import now_iso
+
+    record = record or {}
+    entry = {
+        "event": event, "at": at or now_iso(), "thread_id": thread_id, "run_id": run_id,
+        "approval_id": record.get("id"), "tool_name": record.get("tool_name"),
+        "tool_call_id": record.get("tool_call_id"), "agent_path": record.get("agent_path"),
+        "decided_by": decided_by, "comment": comment, "args_before": args_before,
+        "args_after": args_after, "detail": detail,
+    }
+    return AuditRow(thread_id=thread_id, approval_id=record.get("id"), entry=entry,
+                    dedupe=dedupe)
+
+
+def _policy(approvers: Approvers | None, decided_by: str | None, record: ApprovalRecord,
+            run_args: Mapping[str, Any] | None, choice: Choice) -> None:
+    """Raise `ApproverNotAllowedError` unless the policy allows this decider, for the
+    arguments that will run; with a policy, a decision without identity is refused."""
+    if approvers is None:
+        return
+    shown = {**record, "args": dict(run_args) if run_args is not None else record["args"]}
+    pending = PendingApproval.from_record({**shown, "metadata": {
+        **record["metadata"], "decision": choice.type}})
+    reason = "the approvers policy refused"
+    if decided_by is None:
+        allowed, reason = False, "no authenticated identity (the agent has an approvers policy)"
+    else:
+        try:
+            allowed = bool(approvers(decided_by, pending))
+        except Exception as exc:  # a policy that cannot decide has allowed nothing
+            allowed, reason = False, f"the approvers policy raised {exc!r}"
+    if allowed:
+        return
+    msg = (f"{decided_by!r} may not {choice.type} approval {record['id']!r} "
+           f"({record['tool_name']} in {'/'.join(record['agent_path'])}): {reason}")
+    raise ApproverNotAllowedError(msg)
+
+
+ArgsCheck = Callable[[Mapping[str, Any]], dict[str, Any]]
+
+
+def _checker(tool: BaseTool | None) -> ArgsCheck | None:
+    if tool is None:
+        return None
+    return lambda args: validate_args(tool, args)
+
+
+def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
+          comment: str | None, approvers: Approvers | None, tool: BaseTool | None,
+          check_args: ArgsCheck | None = None) -> Taken:
+    """Every check that needs no database; the decision as the ledger will record it."""
+    check_text(comment, what="comment", error=GraphkitError, limit=MAX_TEXT)
+    check_text(decided_by, what="decided_by", error=GraphkitError, limit=1_000)
+    check_text(choice.message, what="message", error=GraphkitError, limit=MAX_TEXT)
+    check_args = check_args or _checker(tool)
+    suspension = record["kind"] == "suspension"
+    run_args: dict[str, Any] | None = None
+    data: Any = None
+    status: Literal["approved", "rejected"]
+    match choice.type:
+        case "approve":
+            if suspension:
+                msg = (f"tool call {record['tool_call_id']!r} is a suspended tool waiting for "
+                       "input; resume it with resume data, or decline it")
+                raise GraphkitError(msg)
+            run_args = dict(record["args"])
+            status, event = "approved", "approved"
+        case "edit":
+            if suspension:
+                msg = f"tool call {record['tool_call_id']!r} is suspended; it cannot be edited"
+                raise GraphkitError(msg)
+            if check_args is None:
+                msg = f"tool {record['tool_name']!r} is not available to check edited arguments"
+                raise InvalidApprovedArgsError(msg)
+            if not isinstance(choice.args, Mapping):
+                msg = (f"edited args must be a mapping of argument names, got "
+                       f"{type(choice.args).__name__}")
+                raise InvalidApprovedArgsError(msg)
+            run_args = check_args(choice.args)
+            status, event = "approved", "edited"
+        case "reject":
+            status, event = "rejected", "cancelled" if suspension else "rejected"
+        case "respond":
+            if suspension:
+                msg = f"tool call {record['tool_call_id']!r} is suspended; resume or decline it"
+                raise GraphkitError(msg)
+            status, event = "rejected", "responded"
+        case "resume":
+            if not suspension:
+                msg = (f"tool call {record['tool_call_id']!r} ({record['tool_name']}) waits "
+                       "for approval, not resume data; use approve_tool_call or "
+                       "decline_tool_call")
+                raise GraphkitError(msg)
+            data = validate_resume(tool, choice.data)
+            status, event = "approved", "resumed"
+        case _:
+            assert_never(choice.type)
+    if not suspension:
+        _policy(approvers, decided_by, record, run_args, choice)
+    decision: dict[str, Any] = {
+        "type": choice.type, "event": event, "status": status, "decided_by": decided_by,
+        "comment": comment or choice.message,
+    }
+    if choice.type == "edit":
+        decision["args"] = run_args
+    if choice.type == "respond":
+        decision["message"] = choice.message
+    if choice.type == "resume":
+        decision["data"] = data
+    if run_args is not None:
+        decision["run_digest"] = args_digest(run_args)
+    return Taken(status=status, event=event, decision=decision, run_args=run_args)
+
+
+def _explain_lost(ledger: Ledger, record: ApprovalRecord, reviewed: str, *, thread_id: str,
+                  run_id: str | None) -> GraphkitError:
+    """Why a claim did not win: unknown, decided, other arguments, or expired (then expire
+    it now)."""
+    row = ledger.approval(record["id"])
+    if row is None or row.thread_id != thread_id:
+        return ApprovalNotFoundError(f"no approval with id {record['id']!r} in this storage")
+    if row.decided:
+        return ApprovalAlreadyResolvedError(resolved_message(record, row.decision))
+    if row.args_digest != reviewed:
+        return ArgsDigestMismatchError(
+            f"approval {record['id']!r} holds arguments with digest {row.args_digest!r}, not "
+            f"the reviewed {reviewed!r}; review the current arguments and decide again")
+    expire(ledger, record, thread_id=thread_id, run_id=run_id)
+    return ApprovalAlreadyResolvedError(
+        f"approval {record['id']!r} ({record['tool_name']}) expired before it was decided; "
+        "an expired approval is declined, never approved")
+
+
+def expire(ledger: Ledger, record: ApprovalRecord, *, thread_id: str,
+           run_id: str | None) -> bool:
+    """Decline an approval whose time is up (by the database's clock); never approve one."""
+    comment = f"expired: not decided by {record.get('expires_at')}"
+    decision = {"type": "reject", "event": "expired", "status": "rejected",
+                "decided_by": None, "comment": comment}
+    return ledger.expire(record["id"], decision=decision, audits=[audit_row(
+        "expired", record, thread_id=thread_id, run_id=run_id, comment=comment,
+        detail="expired")])
+
+
+def refuse(ledger: Ledger, record: Mapping[str, Any] | None, exc: Exception, *,
+           decided_by: str | None, thread_id: str, run_id: str | None) -> None:
+    """Audit a refused decision; nothing else changes."""
+    ledger.audit([audit_row("refused", record, thread_id=thread_id, run_id=run_id,
+                            decided_by=decided_by, detail=f"{type(exc).__name__}: {exc}")])
+
+
+def take(
+    ledger: Ledger,
+    record: ApprovalRecord,
+    choice: Choice,
+    *,
+    decided_by: str | None,
+    comment: str | None = None,
+    approvers: Approvers | None,
+    tool: BaseTool | None,
+    thread_id: str,
+    run_id: str | None,
+    reviewed_digest: str | None = None,
+    remember: Remember = "once",
+    grant_ttl: timedelta | None = DEFAULT_GRANT_TTL,
+    check_args: ArgsCheck | None = None,
+    source: str = "api",
+) -> Taken:
+    """Check and claim one decision, with its audit entry (and a grant); audit a refusal."""
+    try:
+        if remember not in ("once", "thread"):
+            msg = f"remember must be 'once' or 'thread', got {remember!r}"
+            raise GraphkitError(msg)
+        if reviewed_digest is not None and reviewed_digest != record["args_digest"]:
+            msg = (f"approval {record['id']!r} now holds arguments with digest "
+                   f"{record['args_digest']!r}, not the reviewed {reviewed_digest!r}; review "
+                   "the current arguments and decide again")
+            raise ArgsDigestMismatchError(msg)
+        taken = check(record, choice, decided_by=decided_by, comment=comment,
+                      approvers=approvers, tool=tool, check_args=check_args)
+        decision = {**taken.decision, "source": source, "decided_at": _now_iso()}
+        taken = Taken(status=taken.status, event=taken.event, decision=decision,
+                      run_args=taken.run_args)
+        grant = None
+        audits = [audit_row(
+            taken.event, record, thread_id=thread_id, run_id=run_id, decided_by=decided_by,
+            comment=decision["comment"], args_before=record["args"],
+            args_after=taken.run_args if choice.type == "edit" else None)]
+        if remember == "thread" and taken.status == "approved" and choice.type != "resume":
+            grant = GrantRow(
+                grant_id=f"grant_{uuid.uuid4().hex[:20]}", thread_id=thread_id,
+                agent_path=record["agent_path"], tool_name=record["tool_name"],
+                grantor=decided_by, approval_id=record["id"],
+                ttl=grant_ttl.total_seconds() if grant_ttl is not None else None)
+            audits.append(audit_row(
+                "granted", record, thread_id=thread_id, run_id=run_id, decided_by=decided_by,
+                detail=f"{grant.grant_id}: later {record['tool_name']} calls in this thread "
+                       "that the grantor may approve need no approval"))
+        if not ledger.decide(record["id"], args_digest=record["args_digest"],
+                             status=taken.status, decision=decision, audits=audits,
+                             grant=grant):
+            raise _explain_lost(ledger, record, record["args_digest"], thread_id=thread_id,
+                                run_id=run_id)
+        return taken
+    except GraphkitError as exc:
+        refuse(ledger, record, exc, decided_by=decided_by, thread_id=thread_id, run_id=run_id)
+        raise
+
+
+def verify(row: ApprovalRow, record: ApprovalRecord, *, approvers: Approvers | None,
+           tool: BaseTool | None) -> Taken:
+    """Check a decision the ledger holds against this agent's own policy and tool before the
+    gate applies it (it may have come through a door that could not check everything)."""
+    decision = row.decision or {}
+    if row.args_digest != record["args_digest"] or row.approval_id != record["id"]:
+        msg = (f"the decision recorded for approval {row.approval_id!r} was made on other "
+               "arguments than the call now waiting")
+        raise ArgsDigestMismatchError(msg)
+    if decision.get("event") in ("expired", "superseded"):
+        return Taken(status="rejected", event=str(decision["event"]), decision=decision,
+                     run_args=None)
+    kind = decision.get("type")
+    choice = Choice(type=kind, args=decision.get("args"), message=decision.get("message"),
+                    data=decision.get("data")) if kind in (
+        "approve", "edit", "reject", "respond", "resume") else None
+    if choice is None:
+        msg = f"the decision recorded for approval {row.approval_id!r} has no known type"
+        raise GraphkitError(msg)
+    taken = check(record, choice, decided_by=decision.get("decided_by"),
+                  comment=decision.get("comment"), approvers=approvers, tool=tool)
+    return Taken(status=taken.status, event=taken.event, decision={**decision, **{
+        k: v for k, v in taken.decision.items() if k in ("args", "data", "run_digest")}},
+        run_args=taken.run_args)
+
+
+def shown(record: ApprovalRecord, row: ApprovalRow | None) -> ApprovalRecord:
+    """The record as a reviewer should see it, with a decision the ledger holds and the graph
+    has not applied yet."""
+    if row is None or not row.decided or record["status"] != "pending":
+        return record
+    decision = row.decision or {}
+    return {**record, "status": row.status,  # type: ignore[typeddict-item]
+            "decided_by": decision.get("decided_by"), "comment": decision.get("comment"),
+            "decided_at": decision.get("decided_at"), "approved_args": decision.get("args")}
+
+
+def _now_iso() -> str:
+    from graphkit.journal import now_iso
+
+    return now_iso()
+
+
+def pending_rows(records: Sequence[ApprovalRecord], ledger: Ledger) -> dict[str, ApprovalRow]:
+    """The ledger's rows for these records."""
+    return ledger.approvals(r["id"] for r in records)

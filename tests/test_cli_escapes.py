@@ -1,0 +1,195 @@
+"""The CLI never prints a control or format character it was handed by a model, a tool, a
+reviewer or a client: escape sequences, carriage returns and bidi overrides show as escapes."""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+
+import pytest
+from langchain_core.messages import AIMessage
+
+from graphkit import Agent, Inbox, create_tool
+from graphkit._text import printable
+from graphkit.cli import main, run_demo
+from graphkit.testing import ScriptedChatModel
+
+EVIL = "\x1b[2J\x1b]0;pwned\x07\r\u202e\x9b\x7f\u2066\u2028\u200b\n| approved: yes |"
+SHOWN = r"\x1b[2J\x1b]0;pwned\x07\r\u202e\x9b\x7f\u2066\u2028\u200b\n| approved: yes |"
+"""How `printable` shows EVIL."""
+
+
+def raw_controls(text: str) -> list[str]:
+    """Control, format, surrogate, unassigned and line-separator characters, except newlines."""
+    return [
+        ch for ch in text
+        if ch != "\n" and (unicodedata.category(ch)[0] == "C" or unicodedata.category(ch) in
+                           ("Zl", "Zp"))
+    ]
+
+
+def cli(*argv: str) -> tuple[int, str]:
+    lines: list[str] = []
+    code = main(list(argv), out=lines.append)
+    return code, "\n".join(lines)
+
+
+def evil_agent(url: str, name: str = "billing") -> Agent:
+    """An agent whose tool, model, prompt and defaults all carry EVIL."""
+
+    def pay(amount: int, note: str) -> str:
+        """Send a payment."""
+        return f"paid {amount} for {note}"
+
+    tool = create_tool(pay, name="pay" + EVIL, needs_approval=True,
+                       approval_prompt="Pay {{amount}} for {{note}}?",
+                       approval_defaults={"channel": EVIL})
+    model = ScriptedChatModel([
+        AIMessage("", tool_calls=[{"name": "pay" + EVIL, "args": {"amount": 1, "note": EVIL},
+                                   "id": "c1" + EVIL}]),
+        "done " + EVIL,
+    ])
+    return Agent(model=model, tools=[tool], name=name + EVIL, checkpointer=url)
+
+
+@pytest.fixture
+def paused(sqlite_url: str) -> str:
+    """The id of a pending approval whose every field holds EVIL."""
+    result = evil_agent(sqlite_url).generate("pay" + EVIL)
+    assert result.finish_reason == "suspended"
+    return result.pending_approvals[0].id
+
+
+def test_printable() -> None:
+    assert printable(EVIL) == SHOWN
+    assert printable("plain ASCII, é, 日本語, \U0001f600, a\u00a0b, \\x1b") == (
+        "plain ASCII, é, 日本語, \U0001f600, a\u00a0b, \\x1b")
+    assert printable("\x00\t\x85\ufeff\U000e0001\ud800\U0010ffff") == (
+        r"\x00\t\x85\ufeff\U000e0001\ud800\U0010ffff")
+    assert printable(SHOWN) == SHOWN  # escaping twice changes nothing
+    for code in [*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066,
+                                                                                   0x206A)]:
+        assert not raw_controls(printable(chr(code)))
+
+
+def test_review_card_shows_every_field_escaped(sqlite_url: str, paused: str) -> None:
+    code, card = cli("show", paused, "--db", sqlite_url)
+    assert code == 0
+    assert not raw_controls(card)
+    lines = card.split("\n")
+    assert len(lines) == 9 and all(line[0] in "+|" for line in lines)  # no injected lines
+    tool, args, prompt, defaults, agent, call_id = lines[2:8]
+    assert tool.startswith(f"| tool:     pay{SHOWN}")
+    assert args.startswith(r'| args:     {"amount": 1, "note": "\u001b[2J')
+    assert prompt.startswith(f"| prompt:   Pay 1 for {SHOWN}?")
+    assert defaults.startswith(r'| defaults: {"channel": "\u001b[2J')
+    assert agent.startswith(f"| agent:    billing{SHOWN}")
+    assert call_id.startswith(f"| call id:  c1{SHOWN}")
+
+
+def test_inbox_table_escapes_and_keeps_one_line_per_approval(sqlite_url: str,
+                                                             paused: str) -> None:
+    code, table = cli("inbox", "--db", sqlite_url)
+    assert code == 0 and not raw_controls(table)
+    head, row = table.split("\n")
+    assert head.startswith("ID")
+    assert paused in row and f"billing{SHOWN}" in row and f"pay{SHOWN}" in row
+    assert r"\u001b" in row  # the ARGS column is JSON, clipped after escaping
+
+
+def test_json_output_is_ascii_and_round_trips(sqlite_url: str, paused: str) -> None:
+    for argv in (["inbox", "--json"], ["show", paused, "--json"], ["audit", "--json"]):
+        code, text = cli(*argv, "--db", sqlite_url)
+        assert code == 0 and text.isascii() and not raw_controls(text)
+    rows = json.loads(cli("inbox", "--json", "--db", sqlite_url)[1])
+    assert rows[0]["tool_name"] == "pay" + EVIL and rows[0]["args"]["note"] == EVIL
+
+
+def test_decisions_and_audit_lines_escape_reviewer_text(sqlite_url: str, paused: str) -> None:
+    code, said = cli("approve", paused, "--db", sqlite_url, "--by", "alice" + EVIL,
+                     "--comment", "fine" + EVIL)
+    assert code == 0 and not raw_controls(said) and "\n" not in said
+    assert said.startswith(f"approved {paused} (pay{SHOWN}); resume run ")
+    assert Inbox(sqlite_url).get(paused).comment == "fine" + EVIL  # stored as sent
+
+    code, log = cli("audit", "--db", sqlite_url, "--id", paused)
+    assert code == 0 and not raw_controls(log)
+    approved = [line for line in log.split("\n") if " approved " in line]
+    assert len(approved) == 1
+    assert f"by=alice{SHOWN} fine{SHOWN}" in approved[0]
+
+
+def test_decline_output_is_escaped(sqlite_url: str, paused: str) -> None:
+    code, said = cli("decline", paused, "--db", sqlite_url, "--by", "bob" + EVIL)
+    assert code == 0 and not raw_controls(said) and f"(pay{SHOWN})" in said
+
+
+def test_error_lines_are_escaped_and_stay_one_line(sqlite_url: str, paused: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli("approve", paused, "--db", sqlite_url, "--by", "alice" + EVIL,
+               "--comment", "fine" + EVIL)[0] == 0
+    # the refusal quotes the tool name, the decider and their comment as stored
+    code, _ = cli("decline", paused, "--db", sqlite_url, "--by", "mallory")
+    err = capsys.readouterr().err
+    assert code == 1 and not raw_controls(err)
+    assert err.startswith("graphkit: error: ") and len(err.strip().split("\n")) == 1
+    assert f"(pay{SHOWN}) was already approved by alice{SHOWN} (fine{SHOWN})" in err
+
+    # ... and so does the audit entry of the refused attempt
+    code, log = cli("audit", "--db", sqlite_url, "--id", paused)
+    refused = [line for line in log.split("\n") if " refused " in line]
+    assert code == 0 and len(refused) == 1 and not raw_controls(log)
+    assert "by=mallory  ApprovalAlreadyResolvedError: " in refused[0]
+    assert f"(pay{SHOWN}) was already approved by alice{SHOWN}" in refused[0]
+
+    code, _ = cli("show", "apr_" + EVIL, "--db", sqlite_url)
+    err = capsys.readouterr().err
+    assert code == 1 and not raw_controls(err) and f"apr_{SHOWN}" in err
+
+    code, _ = cli("inbox", "--db", "bogus" + EVIL + "://x")  # not a GraphkitError
+    err = capsys.readouterr().err
+    assert code == 1 and not raw_controls(err) and len(err.strip().split("\n")) == 1
+
+
+def test_argparse_usage_errors_are_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["inbox", "--db", "sqlite://", "stray" + EVIL])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and not raw_controls(err)
+    assert f"graphkit: error: unrecognized arguments: stray{SHOWN}" in err
+
+
+def test_demo_output_and_prompts_are_escaped(sqlite_url: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import graphkit.examples
+
+    monkeypatch.setattr(graphkit.examples, "deploy_agent",
+                        lambda checkpointer: evil_agent(checkpointer, name="release"))
+    lines: list[str] = []
+    asked: list[str] = []
+    answers = iter(["e", "{not json" + EVIL])
+
+    def read(prompt: str) -> str:
+        asked.append(prompt)
+        return next(answers)
+
+    result = run_demo(yes=False, db=sqlite_url, out=lines.append, read=read)
+    assert result.finish_reason == "stop"
+    shown = "\n".join(lines)
+    assert not raw_controls(shown) and not raw_controls("".join(asked))
+    assert f"| tool:     pay{SHOWN}" in shown
+    assert f"rejected c1{SHOWN}" in shown
+    assert f"agent> done {SHOWN}" in shown
+
+
+def test_demo_approved_tool_output_is_escaped(sqlite_url: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import graphkit.examples
+
+    monkeypatch.setattr(graphkit.examples, "deploy_agent",
+                        lambda checkpointer: evil_agent(checkpointer, name="release"))
+    lines: list[str] = []
+    run_demo(yes=True, db=sqlite_url, out=lines.append)
+    shown = "\n".join(lines)
+    assert not raw_controls(shown)
+    assert f"  tool pay{SHOWN}> paid 1 for {SHOWN}" in shown

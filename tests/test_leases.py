@@ -1,0 +1,474 @@
+"""Lease owners name a process durably, and a lease is taken from its holder before expiry
+only when that holder provably no longer runs.
+
+A hostname and a pid are not enough: a worker in another container with the same hostname
+(another PID namespace) looks dead from here, and running its approved deploy again is the one
+thing leases exist to prevent. The real-process tests below kill a holder in our namespace
+(taken at once) and run one in a fresh PID namespace with our hostname (left to its expiry).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from graphkit import _owner
+from graphkit._owner import Owner, holder_is_dead, new_owner, parse_owner
+from graphkit.ledger import LEASE_SECONDS, Ledger, RunBusyError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+HOLDER = """\
+import sys, time
+import graphkit.ledger as ledger
+
+if len(sys.argv) > 3:
+    ledger.LEASE_SECONDS = float(sys.argv[3])
+with ledger.Ledger.sqlite(sys.argv[1]).lease(sys.argv[2]) as owner:
+    print(owner, flush=True)
+    time.sleep(120)
+"""
+
+NAMESPACE_INIT = """\
+# PID 1 of a fresh PID namespace: make the holder's pid one that does not exist outside.
+import os, sys
+
+with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+    f.write(sys.argv[1])
+child = os.fork()
+if child == 0:
+    os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
+os.waitpid(child, 0)
+"""
+
+
+@pytest.fixture(autouse=True)
+def _fresh_identity() -> Iterator[None]:
+    """Tests that point `_owner` at another /proc must not leave their identity cached."""
+    _owner._forget()
+    yield
+    _owner._forget()
+
+
+def _me() -> Owner:
+    parsed = parse_owner(new_owner())
+    assert parsed is not None
+    return parsed
+
+
+def _reaped_pid() -> int:
+    """The pid of a process that has exited and been reaped (so no process has it now)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _lease_row(db: Path, thread_id: str) -> tuple[str, float]:
+    conn = sqlite3.connect(db)
+    try:
+        row = conn.execute("SELECT owner, expires_at FROM graphkit_leases WHERE thread_id = ?",
+                           (thread_id,)).fetchone()
+    finally:
+        conn.close()
+    assert row is not None
+    return str(row[0]), float(row[1])
+
+
+def _put_lease(db: Path, thread_id: str, owner: str, expires_in: float) -> Ledger:
+    ledger = Ledger.sqlite(str(db))
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("INSERT INTO graphkit_leases (thread_id, owner, expires_at) VALUES (?, ?, ?)",
+                     (thread_id, owner, time.time() + expires_in))
+    conn.close()
+    return ledger
+
+
+# ---------------------------------------------------------------------------- the token
+
+
+def test_owner_token_names_this_process() -> None:
+    token = new_owner()
+    assert token.isprintable() and not any(c.isspace() for c in token)
+    me = parse_owner(token)
+    assert me is not None
+    assert me.pid == os.getpid()
+    assert me.boot_id == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    ns = os.stat("/proc/self/ns/pid")
+    assert me.pid_ns == f"{ns.st_dev}.{ns.st_ino}"
+    stat = Path(f"/proc/{os.getpid()}/stat").read_text()
+    assert me.start == int(stat[stat.rindex(")") + 2 :].split()[19])
+    assert me.host == socket.gethostname()
+    assert me.token() == token
+
+    other = parse_owner(new_owner())
+    assert other is not None and other.nonce != me.nonce  # one token per lease
+    assert dataclasses.replace(other, nonce=me.nonce) == me
+
+
+def _stat_line(comm: str, state: str, start: int) -> str:
+    """A /proc/<pid>/stat line: pid, (comm), state, fields 4 to 21, starttime (22), more."""
+    return f"42 ({comm}) {state} " + " ".join(str(n) for n in range(4, 22)) + f" {start} 9 9\n"
+
+
+@pytest.mark.parametrize(
+    ("comm", "state", "start"),
+    [("python", "S", 987), ("a) (b) c)", "R", 12345), ("sp ace ( x", "Z", 55), ("", "S", 1),
+     (") 1 2 3 4 5 6 7 8 9 10 (", "D", 77)],
+)
+def test_stat_line_parsing_survives_odd_command_names(comm: str, state: str, start: int) -> None:
+    fields = _owner._stat_fields(_stat_line(comm, state, start))
+    assert fields is not None
+    assert fields[0] == state
+    assert int(fields[19]) == start
+
+
+@pytest.mark.parametrize("line", ["", "42 python S 1", "42 ) S 1 2", "garbage"])
+def test_stat_line_parsing_rejects_garbage(line: str) -> None:
+    fields = _owner._stat_fields(line)
+    assert fields is None or len(fields) < 20
+
+
+def test_a_forked_child_gets_its_own_identity() -> None:
+    me = _me()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        try:
+            os.write(write, new_owner().encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        token = f.read()
+    os.waitpid(pid, 0)
+    child = parse_owner(token)
+    assert child is not None
+    assert child.pid == pid != me.pid
+    assert child.start is not None and me.start is not None and child.start >= me.start
+    assert (child.boot_id, child.pid_ns) == (me.boot_id, me.pid_ns)
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "",
+        "gk1",
+        "x" * 500,
+        "gk1:::::::",
+        "gk2:45ffcb14-a593-4157-bde9-2baf88b962f9:4.1:4.2:123:456:abc:host",
+        "gk1:45ffcb14-a593-4157-bde9-2baf88b962f9:4.1:4.2:0:456:abc:host",
+        "gk1:45ffcb14-a593-4157-bde9-2baf88b962f9:4.1:4.2:-5:456:abc:host",
+        "gk1:45ffcb14-a593-4157-bde9-2baf88b962f9:4.1:4.2:99999999999:456:abc:host",
+        "gk1:45ffcb14-a593-4157-bde9-2baf88b962f9:4.1:4.2:12a:456:abc:host",
+        "gk1:45ffcb14-a593-4157-bde9-2baf88b962f9:4.1:4.2:123:4x6:abc:host",
+        "gk1:45ffcb14-a593-4157-bde9-2baf88b962f9:4.1:4.2:123:456::host",
+        "myhost:123:0123456789abcdef0123456789abcdef",  # written by earlier versions
+    ],
+)
+def test_unparseable_tokens_are_never_dead(token: str) -> None:
+    assert parse_owner(token) is None
+    assert holder_is_dead(token) is False
+
+
+def test_host_may_contain_separators() -> None:
+    owner = dataclasses.replace(_me(), host="a:b:c")
+    assert parse_owner(owner.token()) == owner
+
+
+# ---------------------------------------------------------------------------- the rules
+
+
+def test_same_namespace_and_no_such_pid_is_dead() -> None:
+    dead = dataclasses.replace(_me(), pid=_reaped_pid())
+    assert holder_is_dead(dead.token()) is True
+
+
+def test_same_pid_started_at_another_time_is_dead() -> None:
+    me = _me()
+    assert me.start is not None
+    assert holder_is_dead(dataclasses.replace(me, start=me.start + 1).token()) is True
+    assert holder_is_dead(dataclasses.replace(me, start=me.start - 1).token()) is True
+
+
+def test_this_process_is_alive() -> None:
+    assert holder_is_dead(new_owner()) is False
+
+
+def test_other_pid_namespace_is_alive_even_when_the_pid_is_free_here() -> None:
+    dead_here = dataclasses.replace(_me(), pid=_reaped_pid())
+    assert holder_is_dead(dataclasses.replace(dead_here, pid_ns="4.1234").token()) is False
+    assert holder_is_dead(dataclasses.replace(_me(), pid_ns="4.1234", start=1).token()) is False
+
+
+def test_other_boot_is_alive() -> None:
+    dead_here = dataclasses.replace(_me(), pid=_reaped_pid())
+    token = dataclasses.replace(dead_here, boot_id=str(uuid.uuid4())).token()
+    assert holder_is_dead(token) is False
+
+
+def test_other_time_namespace_or_host_is_alive() -> None:
+    dead_here = dataclasses.replace(_me(), pid=_reaped_pid())
+    assert holder_is_dead(dataclasses.replace(dead_here, time_ns="4.1").token()) is False
+    assert holder_is_dead(dataclasses.replace(dead_here, host="elsewhere").token()) is False
+
+
+def test_parts_the_holder_could_not_read_are_never_dead() -> None:
+    dead_here = dataclasses.replace(_me(), pid=_reaped_pid())
+    for blind in (dataclasses.replace(dead_here, boot_id=None),
+                  dataclasses.replace(dead_here, pid_ns=None),
+                  dataclasses.replace(dead_here, start=None)):
+        token = blind.token()
+        assert f":{_owner._UNKNOWN}:" in token
+        assert holder_is_dead(token) is False, token
+
+
+def test_old_format_tokens_are_alive_even_for_a_free_pid_on_this_host() -> None:
+    token = f"{socket.gethostname()}:{_reaped_pid()}:{uuid.uuid4().hex}"
+    assert holder_is_dead(token) is False
+
+
+def test_without_proc_nothing_is_dead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dead = dataclasses.replace(_me(), pid=_reaped_pid()).token()
+    monkeypatch.setattr(_owner, "_PROC", str(tmp_path))
+    _owner._forget()
+    blind = parse_owner(new_owner())
+    assert blind is not None
+    assert (blind.boot_id, blind.pid_ns, blind.time_ns, blind.start) == (None,) * 4
+    assert holder_is_dead(dead) is False
+    assert holder_is_dead(new_owner()) is False
+
+
+def test_permission_errors_do_not_prove_death(monkeypatch: pytest.MonkeyPatch) -> None:
+    me = _me()
+    assert me.start is not None
+
+    def eperm(pid: int, sig: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "kill", eperm)
+    assert holder_is_dead(me.token()) is False
+    # Another user's process under a pid our holder had: the start time still tells.
+    assert holder_is_dead(dataclasses.replace(me, start=me.start + 1).token()) is True
+
+    monkeypatch.setattr(_owner, "_start_ticks", lambda pid: None)  # /proc/<pid> unreadable
+    assert holder_is_dead(dataclasses.replace(me, start=me.start + 1).token()) is False
+
+
+def test_a_proc_of_another_namespace_is_not_trusted_for_start_times(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With /proc mounted from another PID namespace, /proc/<pid> is someone else's pid."""
+    me = _me()
+    assert me.start is not None
+    dead = dataclasses.replace(me, pid=_reaped_pid()).token()
+    reused = dataclasses.replace(me, start=me.start + 1).token()
+    fake = tmp_path / "proc"
+    fake.mkdir()
+    (fake / "sys").symlink_to("/proc/sys")
+    (fake / "99999").symlink_to("/proc/self")
+    (fake / "self").symlink_to("99999")  # /proc/self is not our pid: not our namespace's /proc
+    monkeypatch.setattr(_owner, "_PROC", str(fake))
+    _owner._forget()
+    assert _me().pid_ns == me.pid_ns and _me().start == me.start  # it still reads "self"
+    assert holder_is_dead(reused) is False
+    assert holder_is_dead(dead) is True  # kill(2) works in our namespace whatever /proc is
+
+
+def test_a_live_process_with_an_odd_name_is_alive_until_killed(tmp_path: Path) -> None:
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "Path('/proc/self/comm').write_text('a) 1 2 (b')\n"
+        "from graphkit._owner import new_owner\n"
+        "print(new_owner(), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=_env(),
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        token = proc.stdout.readline().strip()
+        assert Path(f"/proc/{proc.pid}/comm").read_text().strip() == "a) 1 2 (b"
+        held = parse_owner(token)
+        assert held is not None and held.pid == proc.pid and held.start is not None
+        assert _owner._start_ticks(str(proc.pid)) == held.start
+        assert holder_is_dead(token) is False
+    finally:
+        proc.kill()
+        proc.wait()
+    assert holder_is_dead(token) is True
+
+
+# ---------------------------------------------------------------------------- the ledger
+
+
+def test_ledger_takes_a_dead_holders_lease_at_once(tmp_path: Path) -> None:
+    dead = dataclasses.replace(_me(), pid=_reaped_pid()).token()
+    ledger = _put_lease(tmp_path / "l.db", "t1", dead, expires_in=600)
+    started = time.monotonic()
+    with ledger.lease("t1", wait=5.0) as owner:
+        assert time.monotonic() - started < 2.0
+        assert _lease_row(tmp_path / "l.db", "t1")[0] == owner
+
+
+@pytest.mark.parametrize("kind", ["old format", "other namespace", "other boot"])
+def test_ledger_leaves_unprovable_holders_to_expiry(tmp_path: Path, kind: str) -> None:
+    pid = _reaped_pid()
+    dead_here = dataclasses.replace(_me(), pid=pid)
+    token = {
+        "old format": f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex}",
+        "other namespace": dataclasses.replace(dead_here, pid_ns="4.1234").token(),
+        "other boot": dataclasses.replace(dead_here, boot_id=str(uuid.uuid4())).token(),
+    }[kind]
+    ledger = _put_lease(tmp_path / "l.db", "t1", token, expires_in=600)
+    with pytest.raises(RunBusyError), ledger.lease("t1", wait=0.3):
+        pass
+    assert _lease_row(tmp_path / "l.db", "t1")[0] == token
+
+
+# ---------------------------------------------------------------------------- real processes
+
+
+def _start_holder(command: list[str]) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    owner = proc.stdout.readline().strip()
+    if not owner:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"the holder did not take its lease: {err}")
+    return proc, owner
+
+
+def test_a_sigkilled_holder_in_our_namespace_loses_its_lease_at_once(tmp_path: Path) -> None:
+    db = tmp_path / "leases.db"
+    holder = tmp_path / "holder.py"
+    holder.write_text(HOLDER)
+    ledger = Ledger.sqlite(str(db))
+    proc, owner = _start_holder([sys.executable, str(holder), str(db), "deploy"])
+    try:
+        held = parse_owner(owner)
+        assert held is not None and held.pid == proc.pid
+        with pytest.raises(RunBusyError), ledger.lease("deploy", wait=0.5):
+            pass  # alive: not ours to take
+        assert holder_is_dead(owner) is False
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+    assert _lease_row(db, "deploy")[0] == owner
+    expires_at = _lease_row(db, "deploy")[1]
+
+    killed = time.monotonic()
+    with ledger.lease("deploy", wait=LEASE_SECONDS) as mine:
+        assert time.monotonic() - killed < 3.0  # well under LEASE_SECONDS
+        assert time.time() < expires_at  # taken from the dead, not after expiry
+        assert _lease_row(db, "deploy")[0] == mine
+
+
+def _unshare_or_skip() -> str:
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("util-linux `unshare` is not installed")
+    probe = subprocess.run([unshare, "--pid", "--fork", "--mount-proc", "--kill-child", "true"],
+                           capture_output=True, text=True, timeout=30)
+    if probe.returncode != 0:
+        pytest.skip(f"the kernel refused a new PID namespace: {probe.stderr.strip()}")
+    return unshare
+
+
+def _free_pid() -> int:
+    """A pid no process of ours has, so the holder's pid means nothing here."""
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    rng = random.Random()
+    while True:
+        pid = rng.randrange(max(300, pid_max // 2), pid_max - 10)
+        try:
+            os.kill(pid + 1, 0)
+        except ProcessLookupError:
+            return pid
+        except PermissionError:
+            continue
+
+
+def _pid_outside(pid_ns: str, pid: int) -> int:
+    """The pid, as we see it, of the process that is `pid` inside namespace `pid_ns`."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ns = os.stat(entry / "ns" / "pid")
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        if f"{ns.st_dev}.{ns.st_ino}" != pid_ns:
+            continue
+        nspid = next(line for line in status.splitlines() if line.startswith("NSpid:"))
+        if int(nspid.split()[-1]) == pid:
+            return int(entry.name)
+    raise AssertionError(f"no process {pid} in namespace {pid_ns}")
+
+
+def test_a_holder_in_another_pid_namespace_keeps_its_lease_until_expiry(tmp_path: Path) -> None:
+    """Same host, same hostname, another PID namespace: the holder's pid is free here and that
+    proves nothing. Killed, its lease is free only once it expires."""
+    unshare = _unshare_or_skip()
+    db = tmp_path / "leases.db"
+    (tmp_path / "holder.py").write_text(HOLDER)
+    (tmp_path / "init.py").write_text(NAMESPACE_INIT)
+    last_pid = _free_pid()
+    lease_seconds = 2.0
+    command = [unshare, "--pid", "--fork", "--mount-proc", "--kill-child", sys.executable,
+               str(tmp_path / "init.py"), str(last_pid), str(tmp_path / "holder.py"), str(db),
+               "deploy", str(lease_seconds)]
+    ledger = Ledger.sqlite(str(db))
+    me = _me()
+    proc, owner = _start_holder(command)
+    try:
+        with pytest.raises(RunBusyError), ledger.lease("deploy", wait=1.0):
+            pass  # the old hostname-and-pid check would have taken it here
+        assert _lease_row(db, "deploy")[0] == owner
+
+        held = parse_owner(owner)
+        assert held is not None
+        assert held.pid == last_pid + 1  # a pid no process has here
+        with pytest.raises(ProcessLookupError):
+            os.kill(held.pid, 0)
+        assert held.pid_ns != me.pid_ns  # really another namespace...
+        assert (held.boot_id, held.host) == (me.boot_id, me.host)  # ...on this very host
+        assert holder_is_dead(owner) is False
+
+        outside = _pid_outside(held.pid_ns or "", held.pid)
+        os.kill(outside, signal.SIGKILL)
+        proc.wait(timeout=10)  # PID 1 reaped it and left
+        with pytest.raises(ProcessLookupError):
+            os.kill(outside, 0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+    owner_then, expires_at = _lease_row(db, "deploy")
+    assert owner_then == owner
+    assert holder_is_dead(owner) is False  # dead, but not provably so from here
+    with ledger.lease("deploy", wait=lease_seconds + 5) as mine:
+        assert time.time() >= expires_at  # waited for the expiry, did not steal
+        assert _lease_row(db, "deploy")[0] == mine

@@ -1,0 +1,231 @@
+"""graphkit.server_auth under the real `langgraph dev`, driven with langgraph_sdk.
+
+The server runs a temp langgraph.json whose auth is graphs/auth.py with two tokens. It checks
+who gets in (401s), which writes around the approval gate are refused (graphkit's store
+namespace, update_state, `command` goto/update) and, with tests/server_graphs.py, which
+identity reaches graph nodes: the run's token's, for a start and for a resume by another
+reviewer, whatever the client puts in config, context or an assistant's config.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.langgraph_server import ROOT, langgraph_dev
+
+TOKENS = {"tok-rm": "release-manager", "tok-dev": "developer"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    config = {
+        "dependencies": [str(ROOT)],
+        "graphs": {
+            "deploy": f"{ROOT / 'graphs' / 'deploy.py'}:graph",
+            "identity": f"{ROOT / 'tests' / 'server_graphs.py'}:graph",
+        },
+        "auth": {"path": f"{ROOT / 'graphs' / 'auth.py'}:auth"},
+        "env": {},
+    }
+    workdir = tmp_path_factory.mktemp("langgraph-dev-auth")
+    with langgraph_dev(workdir, config, env={"GRAPHKIT_TOKENS": json.dumps(TOKENS)}) as url:
+        yield url
+
+
+def client(url: str, token: str | None = None, **headers: str) -> Any:
+    from langgraph_sdk import get_sync_client
+
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    return get_sync_client(url=url, headers=headers)
+
+
+def refusal(call: Callable[[], object]) -> httpx.Response:
+    """The response a client call failed with (the SDK raises httpx.HTTPStatusError)."""
+    with pytest.raises(httpx.HTTPStatusError) as failure:
+        call()
+    return failure.value.response
+
+
+def status_of(call: Callable[[], object]) -> int:
+    return refusal(call).status_code
+
+
+def seen(values: dict[str, Any], node: str) -> dict[str, Any]:
+    (record,) = [r for r in values["seen"] if r["node"] == node]
+    return record
+
+
+def paused_thread(c: Any, graph: str, **input: Any) -> str:
+    """A new thread with a run of `graph` paused at its approval interrupt."""
+    thread_id: str = c.threads.create()["thread_id"]
+    c.runs.wait(thread_id, graph, input=input)
+    assert c.threads.get_state(thread_id)["next"] == ["approval_gate"]
+    return thread_id
+
+
+def test_tokens_decide_who_gets_in(server: str) -> None:
+    assert httpx.get(f"{server}/ok").status_code == 200
+    assert status_of(lambda: client(server).threads.create()) == 401
+    assert status_of(lambda: client(server).assistants.search()) == 401
+    assert status_of(lambda: client(server, "tok-nope").threads.create()) == 401
+    assert status_of(lambda: client(server, Authorization="Bearer").threads.create()) == 401
+    basic = client(server, Authorization="Basic dG9rLXJtOg==")
+    assert status_of(lambda: basic.threads.create()) == 401
+    padded = client(server, Authorization="Bearer tok-rm tok-rm")
+    assert status_of(lambda: padded.store.put_item(("other",), "k", {})) == 401
+    # `langgraph dev` admits `x-auth-scheme: langsmith` as its Studio user without calling
+    # authenticate; with tokens configured graphkit's handlers refuse that user.
+    studio = client(server, **{"x-auth-scheme": "langsmith"})
+    refused = refusal(lambda: studio.threads.create())
+    assert refused.status_code == 401 and "Studio access is disabled" in refused.text
+    assert status_of(lambda: studio.store.put_item(("other",), "k", {})) == 401
+
+    assert client(server, "tok-rm").threads.create()["thread_id"]
+    assert client(server, "tok-dev").assistants.search(limit=5)
+
+
+def test_graphkit_store_namespace_is_closed_to_clients(server: str) -> None:
+    rm = client(server, "tok-rm")
+    refused = refusal(lambda: rm.store.put_item(("graphkit", "grants", "t"), "k",
+                                                {"decision": "approve"}))
+    assert refused.status_code == 403 and "read-only to clients" in refused.text
+    assert status_of(lambda: rm.store.get_item(("graphkit", "grants", "t"), "k")) == 403
+    assert status_of(lambda: rm.store.delete_item(("graphkit", "grants", "t"), "k")) == 403
+    assert status_of(lambda: rm.store.search_items(("graphkit",))) == 403
+    assert status_of(lambda: rm.store.list_namespaces(prefix=["graphkit"])) == 403
+    # Unscoped searches and listings would cover ("graphkit", ...) too.
+    assert status_of(lambda: rm.store.search_items(())) == 403
+    assert status_of(lambda: rm.store.list_namespaces()) == 403
+
+    rm.store.put_item(("other",), "k", {"v": 1})
+    assert rm.store.get_item(("other",), "k")["value"] == {"v": 1}
+    assert [i["key"] for i in rm.store.search_items(("other",))["items"]] == ["k"]
+    assert ["other"] in rm.store.list_namespaces(prefix=["other"])["namespaces"]
+    rm.store.delete_item(("other",), "k")
+
+
+def test_thread_state_writes_are_refused(server: str) -> None:
+    dev = client(server, "tok-dev")
+    thread_id = paused_thread(dev, "identity")
+    refused = refusal(lambda: dev.threads.update_state(
+        thread_id, {"decision": {"type": "approve"}}, as_node="approval_gate"))
+    assert refused.status_code == 403 and "state writes are disabled" in refused.text
+    assert status_of(lambda: dev.threads.update_state(thread_id, {"tools_ran": True})) == 403
+    assert dev.threads.get_state(thread_id)["next"] == ["approval_gate"]
+
+    # Seeding a new thread's state goes through the same hook; the server then answers 201
+    # with the refusal as detail and the thread has no state.
+    response = httpx.post(f"{server}/threads", headers={"Authorization": "Bearer tok-dev"},
+                          json={"metadata": {"graph_id": "identity"}, "supersteps": [
+                              {"updates": [{"values": {"tools_ran": True},
+                                            "as_node": "approval_gate"}]}]})
+    assert "state writes are disabled" in response.json()["detail"]
+
+    # Metadata patches share the server's hook ("threads", "update") and stay allowed.
+    patched = dev.threads.update(thread_id, metadata={"ticket": "OPS-1"})
+    assert patched["metadata"]["ticket"] == "OPS-1"
+
+
+def test_goto_and_update_commands_are_refused_resume_is_not(server: str) -> None:
+    dev, rm = client(server, "tok-dev"), client(server, "tok-rm")
+    thread_id = dev.threads.create()["thread_id"]
+    dev.runs.wait(thread_id, "deploy",
+                  input={"messages": [{"role": "user", "content": "Roll out build 3.0.0"}]})
+    goto = {"goto": {"node": "tools", "input": {"messages": []}}}
+    for command in (goto, {"goto": "tools"}, {"update": {"messages": []}},
+                    {"resume": {"decisions": [{"type": "approve"}]}, "update": {"x": 1}}):
+        refused = refusal(lambda c=command: rm.runs.wait(thread_id, "deploy", command=c))
+        assert refused.status_code == 403 and "only resume is allowed" in refused.text
+        assert status_of(lambda c=command: rm.runs.create(thread_id, "deploy", command=c)) == 403
+    values = rm.runs.wait(thread_id, "deploy",
+                          command={"resume": {"decisions": [{"type": "approve"}]}})
+    tool_results = [m for m in values["messages"] if m["type"] == "tool"]
+    assert "rolled out 3.0.0 to production" in tool_results[-1]["content"]
+
+
+def test_nodes_see_the_identity_of_the_token_that_sent_the_run(server: str) -> None:
+    dev, rm = client(server, "tok-dev"), client(server, "tok-rm")
+    thread_id = paused_thread(dev, "identity")
+    started = dev.threads.get_state(thread_id)["values"]
+    assert seen(started, "model") == {
+        "node": "model", "type": "ProxyUser", "identity": "developer",
+        "has_identity_attr": True, "is_dict": False, "user_id": "developer"}
+
+    values = rm.runs.wait(thread_id, "identity", command={"resume": {"type": "approve"}})
+    assert values["decision"] == {"type": "approve"}
+    assert seen(values, "model")["identity"] == "developer"
+    assert seen(values, "approval_gate")["identity"] == "release-manager"
+    assert seen(values, "tools")["identity"] == "release-manager"
+
+
+def test_clients_cannot_choose_the_identity_nodes_see(server: str) -> None:
+    rm = client(server, "tok-rm")
+    forged = {"identity": "mallory", "display_name": "mallory", "permissions": ["admin"]}
+    spoofs: list[dict[str, Any]] = [
+        {"config": {"configurable": {"langgraph_auth_user": forged,
+                                     "langgraph_auth_user_id": "mallory"}}},
+        {"context": {"langgraph_auth_user": forged, "langgraph_auth_user_id": "mallory"}},
+        {"checkpoint": {"langgraph_auth_user": forged}},
+    ]
+    for spoof in spoofs:
+        thread_id = rm.threads.create()["thread_id"]
+        rm.runs.wait(thread_id, "identity", input={}, **spoof)
+        values = rm.runs.wait(thread_id, "identity", command={"resume": "ok"}, **spoof)
+        for node in ("model", "approval_gate"):
+            assert seen(values, node)["identity"] == "release-manager", (spoof, values)
+            assert seen(values, node)["user_id"] == "release-manager", (spoof, values)
+
+    assistant = rm.assistants.create(
+        "identity", config={"configurable": {"langgraph_auth_user": forged}})
+    thread_id = rm.threads.create()["thread_id"]
+    rm.runs.wait(thread_id, assistant["assistant_id"], input={})
+    values = client(server, "tok-dev").runs.wait(thread_id, assistant["assistant_id"],
+                                                 command={"resume": "ok"})
+    assert seen(values, "model")["identity"] == "release-manager"
+    assert seen(values, "approval_gate")["identity"] == "developer"
+
+
+def authenticate(auth: Any, authorization: str | None) -> dict[str, Any]:
+    import asyncio
+
+    user: dict[str, Any] = asyncio.run(auth._authenticate_handler(authorization=authorization))
+    return user
+
+
+def test_token_map_forms_and_anonymous_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    from langgraph_sdk import Auth
+
+    from graphkit.server_auth import make_auth, parse_tokens
+
+    assert parse_tokens('{"tok-rm": "release-manager"}') == {"tok-rm": "release-manager"}
+    assert parse_tokens(" a=alice, b = bob ,") == {"a": "alice", "b": "bob"}
+    assert parse_tokens("  ") == {}
+    for bad in ('["a"]', '{"a": ""}', '{"a": 1}', "a", "=alice"):
+        with pytest.raises(ValueError):
+            parse_tokens(bad)
+
+    monkeypatch.setenv("GRAPHKIT_TOKENS", "tok-rm=release-manager")
+    from_env = make_auth()
+    assert authenticate(from_env, "Bearer tok-rm")["identity"] == "release-manager"
+    assert authenticate(from_env, "bearer tok-rm")["identity"] == "release-manager"
+    for header in (None, "", "Bearer tok-r", "Bearer tok-rmx", "tok-rm", "Basic tok-rm"):
+        with pytest.raises(Auth.exceptions.HTTPException) as failure:
+            authenticate(from_env, header)
+        assert failure.value.status_code == 401
+
+    monkeypatch.delenv("GRAPHKIT_TOKENS")
+    open_door = make_auth()  # no tokens at all: local Studio keeps working
+    assert authenticate(open_door, None)["identity"] == "anonymous"
+    with pytest.raises(Auth.exceptions.HTTPException):
+        authenticate(open_door, "Bearer anything")
+    mixed = make_auth({"t": "ann"}, allow_anonymous=True)
+    assert authenticate(mixed, None)["identity"] == "anonymous"
+    assert authenticate(mixed, "Bearer t")["identity"] == "ann"
+    with pytest.raises(Auth.exceptions.HTTPException):
+        authenticate(make_auth({}, allow_anonymous=False), None)
