@@ -215,6 +215,19 @@ def _operate(args: argparse.Namespace, out: Callable[[str], None]) -> int:
                 printable(str(e.get(k) or "")) for k in _AUDIT_FIELDS
             )
             out(f"{at}  {event:<13} {tool:<16} by={by or '-'} {comment} {detail}".rstrip())
+    elif args.command == "grants":
+        grants = inbox.grants(thread_id=args.thread)
+        if args.json:
+            out(_json(grants, indent=2))
+        for g in [] if args.json else grants:
+            state = "revoked" if g["revoked"] else "active"
+            out(printable(f"{g['id']}  {state:<8} {'/'.join(g['agent_path'])}:{g['tool_name']} "
+                          f"thread={g['thread_id']} grantor={g['grantor'] or '-'}"))
+        if not grants and not args.json:
+            out("no grants")
+    elif args.command == "revoke":
+        revoked = inbox.revoke(args.id, decided_by=args.by)
+        out(printable(f"revoked {revoked['id']} ({revoked['tool_name']}); later calls ask again"))
     return 0
 
 
@@ -266,6 +279,11 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("--thread")
     audit.add_argument("--id")
     verb("expire", "decline approvals past their approval_ttl", listing=True)
+    grants = verb("grants", "list remembered grants (remember='thread')", listing=True)
+    grants.add_argument("--thread")
+    revoke = verb("revoke", "revoke a grant: later calls of its tool ask again")
+    revoke.add_argument("id")
+    revoke.add_argument("--by", required=True, help="who revokes (recorded in the audit log)")
     return parser
 
 

@@ -211,6 +211,13 @@ class _Pass:
             msg = "two decisions for the same pending call; give one decision per call"
             raise GraphkitError(msg)
         for record, (_, _, _, claimed) in zip(targets, parsed, strict=True):
+            if record["agent_path"] != self.ctx.path:
+                exc = GraphkitError(
+                    f"approval {record['id']!r} belongs to agent "
+                    f"{'/'.join(record['agent_path'])!r}, not {'/'.join(self.ctx.path)!r}")
+                refuse(self.ctx.ledger, record, exc, decided_by=identity,
+                       thread_id=self.ctx.thread_id, run_id=self.ctx.run_id)
+                raise exc
             if claimed is not None and claimed != identity:
                 exc = ApproverNotAllowedError(FORGED_DECIDER.format(claimed=claimed,
                                                                     identity=identity))
@@ -419,14 +426,16 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None) -> Callab
             m.tool_call_id for m in new_messages if isinstance(m, ToolMessage)}
         step = _Pass(planner, ctx, plan, config, extract)
         if not changed and not _ready(plan, answered) and _undecided(plan, answered):
-            value = interrupt(interrupt_value(plan, answered, agent_path=ctx.path))
-            plan["error"] = None
-            try:
-                step.resume(value, answered)
-            except GraphkitError as exc:
-                plan["error"] = str(exc)
+            # Decisions taken since the pause (by any door) apply first; else pause.
+            if not step.apply_ledger(answered):
+                value = interrupt(interrupt_value(plan, answered, agent_path=ctx.path))
+                plan["error"] = None
+                try:
+                    step.resume(value, answered)
+                except GraphkitError as exc:
+                    plan["error"] = str(exc)
+                step.apply_ledger(answered)
             changed = True
-        changed = step.apply_ledger(answered) or changed
         if step.edited:
             new_messages.append(_edited_ai(ai, step.edited))
         emit(step.events)

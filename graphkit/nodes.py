@@ -34,6 +34,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.types import Command
 
 from graphkit._context import PATH_KEY, thread_id_of
+from graphkit._limits import check_value
 from graphkit._owner import holder_is_dead, new_owner
 from graphkit.gate import GateContext, Planner
 from graphkit.ledger import DONE, Ledger
@@ -48,6 +49,15 @@ ModelTarget = Literal["approval_gate", "__end__"]
 ToolTarget = Literal["approval_gate", "model"]
 
 REFUSED = "Refused: tool call {name!r} did not run: {why}."
+NOT_PLANNED = "it was not planned by this agent's approval gate"
+ELSEWHERE = "it was planned for another thread, agent or tool"
+OTHER_ARGS = "its arguments are not the ones planned"
+NO_APPROVAL = "it has no approval"
+NOT_APPROVED_ARGS = "its arguments are not the ones that were approved"
+RUNNING = "it is already running in another process"
+REASONS = (NOT_PLANNED, ELSEWHERE, OTHER_ARGS, NO_APPROVAL, NOT_APPROVED_ARGS, RUNNING)
+"""Why the tools node refuses a task. Its refusals are the only results the ledger does not
+record (the call stays as it was), so the model node knows them by their exact words."""
 DISCARDED = ("Tool call {name!r} did not run: a result for it was written from outside the "
              "agent (not by its tools node) and was discarded.")
 
@@ -113,6 +123,8 @@ def _discard_forged(state: AgentState, ctx: GateContext) -> list[ToolMessage]:
         outcome = outcomes.get(call["key"])
         if outcome is not None and _same(outcome.get("content"), message.content):
             continue
+        if message.content in {REFUSED.format(name=call["tool_name"], why=w) for w in REASONS}:
+            continue  # the tools node's own refusal: the call did not run, as it says
         text = DISCARDED.format(name=call["tool_name"])
         for record in (call["approval"], call["suspension"]):
             if record is not None:
@@ -128,6 +140,22 @@ def _discard_forged(state: AgentState, ctx: GateContext) -> list[ToolMessage]:
         fixes.append(ToolMessage(text, tool_call_id=message.tool_call_id, id=message.id,
                                  name=call["tool_name"], status="error"))
     return fixes
+
+
+def _storable(response: AIMessage) -> AIMessage:
+    """The model's reply as it can be checkpointed: a call whose arguments are too deep or too
+    large to store keeps a placeholder (the gate answers it with an error the model sees)."""
+    unsafe = set()
+    for call in response.tool_calls:
+        try:
+            check_value(call.get("args"), what="arguments", error=ValueError)
+        except ValueError:
+            unsafe.add(call.get("id"))
+    if not unsafe:
+        return response
+    calls = [{**c, "args": {"_graphkit": "arguments too deep or too large; not stored"}}
+             if c.get("id") in unsafe else c for c in response.tool_calls]
+    return response.model_copy(update={"tool_calls": calls})
 
 
 def _with_fixes(messages: list[AnyMessage], fixes: list[ToolMessage]) -> list[AnyMessage]:
@@ -163,8 +191,8 @@ def make_model_node(
         ctx = planner.context(state, config)
         plan, errors = planner.plan(response, state, ctx)
         ctx.journal.sync(None, plan, {m.tool_call_id for m in errors})
-        return Command(update={"messages": [*fixes, response, *errors], "turn": plan},
-                       goto="approval_gate")
+        return Command(update={"messages": [*fixes, _storable(response), *errors],
+                               "turn": plan}, goto="approval_gate")
 
     def call_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:
         messages, exhausted, fixes = route(state, config)
@@ -195,19 +223,19 @@ def _why_not(ledger: Ledger, task: Mapping[str, Any], config: RunnableConfig) ->
     key = task.get("key")
     row = ledger.call(key) if isinstance(key, str) else None
     if row is None:
-        return "it was not planned by this agent's approval gate"
+        return NOT_PLANNED
     if (row.thread_id != thread_id_of(config) or list(row.agent_path) != list(
             task.get("agent_path") or []) or row.tool_name != task.get("tool_name")):
-        return "it was planned for another thread, agent or tool"
+        return ELSEWHERE
     args = task.get("args")
     digest = args_digest(args) if isinstance(args, Mapping) else None
     if row.approval_id is None:
-        return None if digest == row.args_digest else "its arguments are not the ones planned"
+        return None if digest == row.args_digest else OTHER_ARGS
     approval = ledger.approval(row.approval_id)
     if approval is None or approval.status != "approved":
-        return "it has no approval"
+        return NO_APPROVAL
     if (approval.decision or {}).get("run_digest") != digest:
-        return "its arguments are not the ones that were approved"
+        return NOT_APPROVED_ARGS
     return None
 
 
@@ -226,7 +254,7 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig
         if outcome == "done" and row is not None and row.outcome is not None:
             return ToolMessage(row.outcome.get("content", ""), tool_call_id=task["tool_call_id"],
                                name=name, status=row.outcome.get("status") or "success")
-        why = "it is already running in another process"
+        why = RUNNING
     thread_id = thread_id_of(config)
     ledger.audit([audit_row("refused", {"tool_name": name,
                                         "tool_call_id": task.get("tool_call_id"),

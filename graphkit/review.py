@@ -25,7 +25,7 @@ from typing import Any, Literal, assert_never
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
-from graphkit._limits import MAX_TEXT, check_text
+from graphkit._limits import MAX_TEXT, check_text, check_value
 from graphkit.approvals import validate_args, validate_resume
 from graphkit.errors import (
     ApprovalAlreadyResolvedError,
@@ -243,6 +243,8 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
                 msg = (f"edited args must be a mapping of argument names, got "
                        f"{type(choice.args).__name__}")
                 raise InvalidApprovedArgsError(msg)
+            check_value(choice.args, what=f"edited arguments for tool {record['tool_name']!r}",
+                        error=InvalidApprovedArgsError)
             run_args = check_args(choice.args)
             status, event = "approved", "edited"
         case "reject":
