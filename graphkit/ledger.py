@@ -50,6 +50,7 @@ _SCHEMA = (
         executed TEXT,
         outcome TEXT,
         once_results TEXT,
+        claim_expires DOUBLE PRECISION,
         created_at DOUBLE PRECISION NOT NULL
     )""",
     """CREATE TABLE IF NOT EXISTS graphkit_approvals (
@@ -494,11 +495,16 @@ class Ledger:
         return {str(r[0]): _loads(r[2]) if r[1] == DONE else None for r in rows}
 
     def start(self, call_key: str, owner: str, *, holder_dead: Any) -> tuple[Start, CallRow | None]:
-        """Claim the one execution of a call. `done` returns the recorded outcome; `busy`: a
-        live process runs it now; a holder that provably died is taken over."""
+        """Claim the one execution of a call, as a lease on it. `done` returns the recorded
+        outcome; `busy`: a live process runs it now. A holder that provably died is taken over
+        at once, one whose claim was not renewed (another machine died) once it expires."""
+        now = self._sql.now
         if self._sql.execute(
-                "UPDATE graphkit_calls SET executed = ? WHERE call_key = ? AND executed IS NULL",
-                (owner, call_key)) == 1:
+                f"UPDATE graphkit_calls SET executed = ?, claim_expires = {now} + ? "
+                "WHERE call_key = ? AND (executed IS NULL OR (executed <> ? "
+                f"AND claim_expires < {now}))",
+                (owner, LEASE_SECONDS, call_key, DONE)) == 1:
+            _KEEPER.hold(self, ("call", call_key), owner)
             return "won", None
         row = self.call(call_key)
         if row is None:
@@ -506,12 +512,20 @@ class Ledger:
         if row.executed == DONE:
             return "done", row
         if row.executed and holder_dead(row.executed) and self._sql.execute(
-                "UPDATE graphkit_calls SET executed = ? WHERE call_key = ? AND executed = ?",
-                (owner, call_key, row.executed)) == 1:
+                f"UPDATE graphkit_calls SET executed = ?, claim_expires = {now} + ? "
+                "WHERE call_key = ? AND executed = ?",
+                (owner, LEASE_SECONDS, call_key, row.executed)) == 1:
+            _KEEPER.hold(self, ("call", call_key), owner)
             return "won", row
         return "busy", row
 
+    def _renew_call(self, call_key: str, owner: str) -> None:
+        self._sql.execute(
+            f"UPDATE graphkit_calls SET claim_expires = {self._sql.now} + ? "
+            "WHERE call_key = ? AND executed = ?", (LEASE_SECONDS, call_key, owner))
+
     def finish(self, call_key: str, owner: str, outcome: Mapping[str, Any]) -> None:
+        _KEEPER.drop(("call", call_key), owner)
         self._sql.execute(
             "UPDATE graphkit_calls SET executed = ?, outcome = ? "
             "WHERE call_key = ? AND executed = ?",
@@ -519,6 +533,7 @@ class Ledger:
 
     def release(self, call_key: str, owner: str) -> None:
         """The call stopped without a result (it suspended, or raised): it may run again."""
+        _KEEPER.drop(("call", call_key), owner)
         self._sql.execute(
             "UPDATE graphkit_calls SET executed = NULL WHERE call_key = ? AND executed = ?",
             (call_key, owner))
@@ -631,44 +646,48 @@ class Ledger:
                 raise RunBusyError(msg)
             time.sleep(pause)
             pause = min(pause * 2, 0.1)
-        _KEEPER.hold(self, thread_id, owner)
+        _KEEPER.hold(self, ("thread", thread_id), owner)
         try:
             yield owner
         finally:
-            _KEEPER.drop(thread_id, owner)
+            _KEEPER.drop(("thread", thread_id), owner)
             self._release(thread_id, owner)
 
 
 
 class _LeaseKeeper:
-    """One daemon thread per process renews every lease this process holds, so a lease costs
-    no thread of its own and still outlives a slow run (but not a dead process)."""
+    """One daemon thread per process renews every lease this process holds (on a thread, or
+    on a call's execution), so a lease costs no thread of its own and still outlives a slow
+    run (but not a dead process)."""
 
     def __init__(self) -> None:
-        self._held: dict[tuple[str, str], Ledger] = {}
+        self._held: dict[tuple[tuple[str, str], str], Ledger] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def hold(self, ledger: Ledger, thread_id: str, owner: str) -> None:
+    def hold(self, ledger: Ledger, what: tuple[str, str], owner: str) -> None:
         with self._lock:
-            self._held[(thread_id, owner)] = ledger
+            self._held[(what, owner)] = ledger
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="graphkit-leases",
                                                 daemon=True)
                 self._thread.start()
 
-    def drop(self, thread_id: str, owner: str) -> None:
+    def drop(self, what: tuple[str, str], owner: str) -> None:
         with self._lock:
-            self._held.pop((thread_id, owner), None)
+            self._held.pop((what, owner), None)
 
     def _run(self) -> None:
         while True:
             time.sleep(LEASE_SECONDS / 3)
             with self._lock:
                 held = list(self._held.items())
-            for (thread_id, owner), ledger in held:
+            for ((kind, key), owner), ledger in held:
                 with contextlib.suppress(Exception):  # retried on the next round
-                    ledger._renew(thread_id, owner)
+                    if kind == "thread":
+                        ledger._renew(key, owner)
+                    else:
+                        ledger._renew_call(key, owner)
 
 
 _KEEPER = _LeaseKeeper()

@@ -472,3 +472,22 @@ def test_a_holder_in_another_pid_namespace_keeps_its_lease_until_expiry(tmp_path
     with ledger.lease("deploy", wait=lease_seconds + 5) as mine:
         assert time.time() >= expires_at  # waited for the expiry, did not steal
         assert _lease_row(db, "deploy")[0] == mine
+
+
+def test_an_execution_claim_is_a_lease_on_the_call(tmp_path: Path) -> None:
+    """A call claimed by a live process elsewhere is busy; once that claim is not renewed
+    (its machine died) it can be taken over, and a finished call only returns its result."""
+    from graphkit.ledger import CallRow
+
+    ledger = Ledger.sqlite(str(tmp_path / "calls.db"))
+    ledger.register(calls=[CallRow(call_key="k1", thread_id="t", agent_path=["a"],
+                                   tool_name="pay", args_digest="d", approval_id=None)])
+    remote = "gk1:other-boot:1.2:3.4:77:99:nonce:elsewhere"
+    assert ledger.start("k1", remote, holder_dead=lambda owner: False)[0] == "won"
+    assert ledger.start("k1", "me", holder_dead=lambda owner: False)[0] == "busy"
+    ledger._sql.execute("UPDATE graphkit_calls SET claim_expires = 0 WHERE call_key = 'k1'")
+    assert ledger.start("k1", "me", holder_dead=lambda owner: False)[0] == "won"
+    ledger.finish("k1", "me", {"content": "paid", "status": "success"})
+    outcome, row = ledger.start("k1", "again", holder_dead=lambda owner: True)
+    assert outcome == "done" and row is not None and row.outcome == {"content": "paid",
+                                                                     "status": "success"}
