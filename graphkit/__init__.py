@@ -5,6 +5,7 @@ Tools ask before they run (`needs_approval`), or pause themselves for input
 from any process.
 """
 
+from graphkit._runs import AgentStream, AsyncAgentStream
 from graphkit.agent import Agent
 from graphkit.errors import (
     AmbiguousApprovalError,
@@ -19,7 +20,6 @@ from graphkit.errors import (
     SuspendPayloadError,
 )
 from graphkit.inbox import Inbox
-from graphkit.runs import AgentStream, AsyncAgentStream
 from graphkit.tools import GraphkitTool, ToolContext, create_tool
 from graphkit.types import GenerateResult, PendingApproval, RunState, StreamChunk
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from graphkit.storage import Storage
+    from graphkit._storage import Storage
 
 MISSING = (
     "checkpointer {url!r} needs PostgreSQL support: pip install 'graphkit[postgres]' "
@@ -24,8 +24,8 @@ def open_postgres(url: str) -> Storage:
     except ImportError as exc:
         raise ImportError(MISSING.format(url=url)) from exc
 
-    from graphkit.ledger import Ledger
-    from graphkit.storage import Storage, ThreadedAsyncSaver
+    from graphkit._ledger import Ledger
+    from graphkit._storage import Storage, ThreadedAsyncSaver
 
     class ThreadedPostgresSaver(ThreadedAsyncSaver, PostgresSaver):
         """LangGraph's `PostgresSaver`, usable from async runs too."""

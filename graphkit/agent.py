@@ -2,7 +2,7 @@
 
 The agent's settings (approvers, expiry, request-level approval) are compiled into its graph;
 the `approval_gate` node enforces them. Every deciding method here finds the run, takes the
-decision through `graphkit.review` (a refused one raises a typed error and changes nothing),
+decision through `graphkit._review` (a refused one raises a typed error and changes nothing),
 and asks the gate to apply it; the gate checks it again before anything runs.
 """
 
@@ -24,7 +24,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import StateSnapshot
 
-from graphkit.control import (
+from graphkit._control import (
     Request,
     apply_command,
     continue_command,
@@ -33,20 +33,20 @@ from graphkit.control import (
     start_payload,
     waiting,
 )
+from graphkit._events import finish_reason
+from graphkit._graph import build_graph
+from graphkit._ledger import Ledger
+from graphkit._review import Choice, Remember
+from graphkit._runs import AgentStream, AsyncAgentStream, Invocation, StateHook, pending_of
+from graphkit._settings import DEFAULT_GRANT_TTL, Approvers, GateSettings
+from graphkit._state import DEFAULT_MAX_STEPS, RunOptions
+from graphkit._storage import open_storage
 from graphkit.errors import (
     SNAPSHOT_NOT_FOUND,
     ApprovalNotFoundError,
     GraphkitError,
     SnapshotNotFoundError,
 )
-from graphkit.events import finish_reason
-from graphkit.graph import build_graph
-from graphkit.ledger import Ledger
-from graphkit.review import Choice, Remember
-from graphkit.runs import AgentStream, AsyncAgentStream, Invocation, StateHook, pending_of
-from graphkit.settings import DEFAULT_GRANT_TTL, Approvers, GateSettings
-from graphkit.state import DEFAULT_MAX_STEPS, RunOptions
-from graphkit.storage import open_storage
 from graphkit.tools import create_tool
 from graphkit.types import GenerateResult, PendingApproval
 

@@ -2,7 +2,7 @@
 without the agent's process.
 
 The inbox reads the index the approval gate keeps in LangGraph's store (no checkpoint is read
-to list), and takes decisions through `graphkit.review` into the ledger, where exactly one
+to list), and takes decisions through `graphkit._review` into the ledger, where exactly one
 decision per approval wins. The next `agent.resume(run_id=...)` (or a worker polling `ready()`)
 lets the gate apply them, after it has checked them again against the agent's own policy and
 tools: a decision the agent refuses is withdrawn and the call waits again, never stranded.
@@ -16,16 +16,16 @@ from typing import Any
 
 import jsonschema
 
+from graphkit._journal import APPROVALS, SCAN_LIMIT, SCHEMAS, now_iso, schema_key
+from graphkit._review import Choice, audit_row, expire, refuse, resolved_message, shown, take
+from graphkit._settings import Approvers
+from graphkit._storage import Storage, open_storage
 from graphkit.errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
     GraphkitError,
     InvalidApprovedArgsError,
 )
-from graphkit.journal import APPROVALS, SCAN_LIMIT, SCHEMAS, now_iso, schema_key
-from graphkit.review import Choice, audit_row, expire, refuse, resolved_message, shown, take
-from graphkit.settings import Approvers
-from graphkit.storage import Storage, open_storage
 from graphkit.types import ApprovalRecord, PendingApproval
 
 __all__ = ["Inbox"]

@@ -19,13 +19,18 @@ __all__ = [
     "ApprovalKind",
     "ApprovalRecord",
     "ApprovalStatus",
+    "ApproveDecision",
     "ChunkType",
     "Decision",
     "DecisionType",
+    "EditDecision",
     "FinishReason",
     "GateResume",
     "GenerateResult",
     "PendingApproval",
+    "RejectDecision",
+    "RespondDecision",
+    "ResumeDecision",
     "RunState",
     "StreamChunk",
     "Verdict",
@@ -36,7 +41,7 @@ ApprovalKind = Literal["approval", "suspension"]
 ApprovalStatus = Literal["pending", "approved", "rejected"]
 Verdict = Literal["required", "conditional"]
 """`required`: the tool (or the request) always asks. `conditional`: a predicate asked."""
-DecisionType = Literal["approve", "edit", "reject", "resume"]
+DecisionType = Literal["approve", "edit", "reject", "respond", "resume"]
 """LangChain's HITL decisions, plus `resume` (with `data`) for a suspended tool."""
 FinishReason = Literal["stop", "suspended", "checkpoint", "max_steps"]
 ChunkType = Literal[
@@ -78,35 +83,73 @@ class ApprovalRecord(TypedDict):
     expires_at: NotRequired[str | None]
 
 
-class Decision(TypedDict, total=False):
-    """One reviewer decision, as sent to the graph on resume.
+class ApproveDecision(TypedDict):
+    """Run the call as the reviewer saw it."""
 
-    The shape is LangChain's HITL decision (`approve`, `edit` with `edited_action`, `reject`
-    with `message`), widened with who decided and which call it is for. Without `tool_call_id`
-    (or `id`) decisions are matched to the pending calls by position, as LangChain does.
-    """
+    type: Literal["approve"]
+    tool_call_id: NotRequired[str]
+    """Which pending call; without it, decisions go to the pending calls in order."""
+    id: NotRequired[str]
+    """The approval id, where a model reused a tool_call_id."""
+    message: NotRequired[str]
+    decided_by: NotRequired[str]
+    """Only checked: it must be the authenticated user, never trusted for identity."""
 
-    type: DecisionType
-    tool_call_id: str
-    id: str
-    edited_action: dict[str, Any]
-    args: dict[str, Any]
+
+class EditDecision(TypedDict):
+    """Run the call with other arguments, validated by the tool's own model."""
+
+    type: Literal["edit"]
+    edited_action: NotRequired[dict[str, Any]]
+    """LangChain's shape: `{"name": ..., "args": {...}}`."""
+    args: NotRequired[dict[str, Any]]
+    tool_call_id: NotRequired[str]
+    id: NotRequired[str]
+    message: NotRequired[str]
+    decided_by: NotRequired[str]
+
+
+class RejectDecision(TypedDict):
+    """Do not run the call; the model is told who declined it and why."""
+
+    type: Literal["reject"]
+    message: NotRequired[str]
+    tool_call_id: NotRequired[str]
+    id: NotRequired[str]
+    decided_by: NotRequired[str]
+
+
+class RespondDecision(TypedDict):
+    """Do not run the call; `message` is the result the model sees."""
+
+    type: Literal["respond"]
     message: str
+    tool_call_id: NotRequired[str]
+    id: NotRequired[str]
+    decided_by: NotRequired[str]
+
+
+class ResumeDecision(TypedDict):
+    """Resume a suspended tool with `data` (validated by its `resume_schema`)."""
+
+    type: Literal["resume"]
     data: Any
-    """Resume data, for a `resume` decision."""
-    decided_by: str | None
-    comment: str | None
-    audited: bool
-    """Set by graphkit's API, which wrote the audit entry itself; a raw resume is audited by
-    the gate."""
+    tool_call_id: NotRequired[str]
+    id: NotRequired[str]
+
+
+Decision = ApproveDecision | EditDecision | RejectDecision | RespondDecision | ResumeDecision
+"""A reviewer's decision as a resume payload carries it: LangChain's HITL decisions plus
+`resume`. The gate parses it into `graphkit._review.Choice` and refuses anything else."""
 
 
 class GateResume(TypedDict, total=False):
     """The value the approval gate accepts when its interrupt is resumed."""
 
     decisions: list[Decision]
-    record_only: bool
-    """Record the decisions and stay paused (`resolve_tool_approval`); `resume` continues."""
+    """Decisions to take now, as the run's authenticated user. Without `decisions` (and
+    without `supersede`) the gate applies what the ledger holds (the Agent API and the inbox
+    take decisions there first)."""
     supersede: list[dict[str, Any]]
     """A new user message (as message dicts): decline what is pending and go on with it."""
     auto_resume: bool
@@ -114,7 +157,6 @@ class GateResume(TypedDict, total=False):
     queue: bool
     """With `supersede`: append the message to this agent's history (False for a subagent,
     whose supervisor receives the message). Defaults to True."""
-    decided_by: NotRequired[str | None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -35,7 +35,7 @@ def test_sigkilled_worker_loses_nothing_and_runs_approved_calls_once(tmp_path: P
     while True:
         proc = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True)
         try:
-            proc.wait(timeout=rng.uniform(1.2, 2.6) if kills < (25 if LONG else 8) else 240)
+            proc.wait(timeout=rng.uniform(0.8, 2.0) if kills < (25 if LONG else 8) else 240)
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGKILL)
             proc.wait()

@@ -287,7 +287,7 @@ async def test_inbox_async_twins(sqlite_url: str) -> None:
 def test_entries_of_a_turn_that_never_reached_a_checkpoint_are_closed(sqlite_url: str) -> None:
     """A process that died after the gate indexed a turn but before its checkpoint leaves
     entries no run waits on; the thread's next turn closes them."""
-    from graphkit.journal import APPROVALS
+    from graphkit._journal import APPROVALS
 
     agent, _ = agent_with([turn(call("lookup", {"key": "a"}, "l1")), "ok",
                            turn(call("pay", PAY, "c9")), "ok"], checkpointer=sqlite_url)

@@ -26,14 +26,14 @@ from pathlib import Path
 import pytest
 
 from graphkit import _owner
+from graphkit._ledger import LEASE_SECONDS, Ledger, RunBusyError
 from graphkit._owner import Owner, holder_is_dead, new_owner, parse_owner
-from graphkit.ledger import LEASE_SECONDS, Ledger, RunBusyError
 
 ROOT = Path(__file__).resolve().parent.parent
 
 HOLDER = """\
 import sys, time
-import graphkit.ledger as ledger
+import graphkit._ledger as ledger
 
 if len(sys.argv) > 3:
     ledger.LEASE_SECONDS = float(sys.argv[3])
@@ -477,7 +477,7 @@ def test_a_holder_in_another_pid_namespace_keeps_its_lease_until_expiry(tmp_path
 def test_an_execution_claim_is_a_lease_on_the_call(tmp_path: Path) -> None:
     """A call claimed by a live process elsewhere is busy; once that claim is not renewed
     (its machine died) it can be taken over, and a finished call only returns its result."""
-    from graphkit.ledger import CallRow
+    from graphkit._ledger import CallRow
 
     ledger = Ledger.sqlite(str(tmp_path / "calls.db"))
     ledger.register(calls=[CallRow(call_key="k1", thread_id="t", agent_path=["a"],

@@ -2,7 +2,7 @@
 
 Whatever resumes the graph (the Agent API, the inbox and a worker, the CLI, a raw
 `Command(resume=...)`, the LangGraph server, Studio, Agent Chat UI) meets the same code: a
-raw decision in the resume value is taken through `graphkit.review` with the identity of the
+raw decision in the resume value is taken through `graphkit._review` with the identity of the
 run's authenticated user, and every decision the ledger holds is verified against this agent's
 own policy and tools before it changes the plan. The plan in the graph's state only steers;
 the tools node runs nothing the ledger does not allow.
@@ -21,8 +21,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.types import Command, Send, interrupt
 
-from graphkit._context import agent_path_of, emit, last_ai, store, thread_id_of
-from graphkit.approvals import (
+from graphkit._approvals import (
     Extractor,
     answered_ids,
     interrupt_value,
@@ -32,15 +31,10 @@ from graphkit.approvals import (
     telemetry,
     waiting_records,
 )
-from graphkit.errors import (
-    AmbiguousApprovalError,
-    ApprovalNotFoundError,
-    ApproverNotAllowedError,
-    GraphkitError,
-)
-from graphkit.journal import GateJournal
-from graphkit.ledger import ApprovalRow, Ledger
-from graphkit.review import (
+from graphkit._context import agent_path_of, emit, last_ai, store, thread_id_of
+from graphkit._journal import GateJournal
+from graphkit._ledger import ApprovalRow, Ledger
+from graphkit._review import (
     Choice,
     Taken,
     audit_row,
@@ -51,8 +45,14 @@ from graphkit.review import (
     take,
     verify,
 )
-from graphkit.settings import GateSettings
-from graphkit.state import AgentState, CallPlan, RunOptions, ToolTask, TurnPlan
+from graphkit._settings import GateSettings
+from graphkit._state import AgentState, CallPlan, RunOptions, ToolTask, TurnPlan
+from graphkit.errors import (
+    AmbiguousApprovalError,
+    ApprovalNotFoundError,
+    ApproverNotAllowedError,
+    GraphkitError,
+)
 from graphkit.tools import GraphkitTool
 from graphkit.types import ApprovalRecord
 
@@ -387,7 +387,7 @@ class _Pass:
 
 
 def _now() -> str:
-    from graphkit.journal import now_iso
+    from graphkit._journal import now_iso
 
     return now_iso()
 

@@ -20,8 +20,8 @@ from langgraph.types import Command
 from pydantic import BaseModel, Field
 
 from graphkit._context import PATH_KEY
-from graphkit.ledger import Ledger
-from graphkit.state import ToolTask
+from graphkit._ledger import Ledger
+from graphkit._state import ToolTask
 from graphkit.tools import DelegationTool
 
 __all__ = ["DelegationTool", "delegation_tool", "make_delegate_nodes"]

@@ -15,8 +15,8 @@ from langchain_core.messages import (
 )
 from langgraph.types import Interrupt
 
+from graphkit._approvals import INTERRUPT_MARKER, answered_ids, waiting_records
 from graphkit._context import EVENT_KEY
-from graphkit.approvals import INTERRUPT_MARKER, answered_ids, waiting_records
 from graphkit.types import ApprovalRecord, FinishReason, PendingApproval, StreamChunk
 
 __all__ = [

@@ -12,13 +12,13 @@ from langchain_core.tools import BaseTool
 from langgraph.graph import START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from graphkit.autoresume import make_extractor
-from graphkit.gate import Planner, make_gate_node
-from graphkit.ledger import Ledger
-from graphkit.nodes import make_model_node, make_tools_nodes
-from graphkit.settings import GateSettings
-from graphkit.state import AgentState, InputState, ToolTask
-from graphkit.supervisor import delegation_tool, make_delegate_nodes
+from graphkit._autoresume import make_extractor
+from graphkit._gate import Planner, make_gate_node
+from graphkit._ledger import Ledger
+from graphkit._nodes import make_model_node, make_tools_nodes
+from graphkit._settings import GateSettings
+from graphkit._state import AgentState, InputState, ToolTask
+from graphkit._supervisor import delegation_tool, make_delegate_nodes
 
 __all__ = ["RESERVED_NODES", "Subagent", "build_graph"]
 

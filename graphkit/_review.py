@@ -25,8 +25,10 @@ from typing import Any, Literal, assert_never
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
+from graphkit._approvals import validate_args, validate_resume
+from graphkit._ledger import ApprovalRow, AuditRow, GrantRow, Ledger
 from graphkit._limits import MAX_TEXT, check_text, check_value
-from graphkit.approvals import validate_args, validate_resume
+from graphkit._settings import DEFAULT_GRANT_TTL, Approvers
 from graphkit.errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
@@ -35,9 +37,7 @@ from graphkit.errors import (
     GraphkitError,
     InvalidApprovedArgsError,
 )
-from graphkit.ledger import ApprovalRow, AuditRow, GrantRow, Ledger
-from graphkit.settings import DEFAULT_GRANT_TTL, Approvers
-from graphkit.types import ApprovalRecord, PendingApproval, args_digest
+from graphkit.types import ApprovalRecord, DecisionType, PendingApproval, args_digest
 
 __all__ = [
     "Approvers",
@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 Remember = Literal["once", "thread"]
-ChoiceType = Literal["approve", "edit", "reject", "respond", "resume"]
+ChoiceType = DecisionType
 AUTH_USER_KEY = "langgraph_auth_user"
 """Where the LangGraph server puts the authenticated user of a run, in `configurable`."""
 
@@ -165,7 +165,7 @@ def audit_row(event: str, record: Mapping[str, Any] | None, *, thread_id: str,
               args_before: Any = None, args_after: Any = None, detail: str | None = None,
               dedupe: str | None = None, at: str | None = None) -> AuditRow:
     """One audit entry, in the shape of the contract."""
-    from graphkit.journal import now_iso
+    from graphkit._journal import now_iso
 
     record = record or {}
     entry = {
@@ -414,7 +414,7 @@ def shown(record: ApprovalRecord, row: ApprovalRow | None) -> ApprovalRecord:
 
 
 def _now_iso() -> str:
-    from graphkit.journal import now_iso
+    from graphkit._journal import now_iso
 
     return now_iso()
 

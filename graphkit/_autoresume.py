@@ -17,8 +17,8 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.tools import BaseTool
 from pydantic import BaseModel, ValidationError
 
-from graphkit.approvals import Extractor
-from graphkit.state import CallPlan
+from graphkit._approvals import Extractor
+from graphkit._state import CallPlan
 from graphkit.tools import GraphkitTool
 
 __all__ = ["make_extractor"]

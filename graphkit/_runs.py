@@ -15,7 +15,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Interrupt, StreamMode
 
-from graphkit.events import (
+from graphkit._events import (
     ChunkTranslator,
     Observed,
     RunView,

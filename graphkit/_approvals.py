@@ -3,7 +3,7 @@
 `plan_turn` reads a model turn once (validating arguments, calling predicates and prompt
 functions exactly once per call, giving every call and approval a fresh id) and says what the
 ledger must record; `interrupt_value` is the interrupt payload (graphkit's records beside
-LangChain's HITL request). Deciding is `graphkit.review`'s; applying decisions, the gate's.
+LangChain's HITL request). Deciding is `graphkit._review`'s; applying decisions, the gate's.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from langchain_core.tools import BaseTool
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from pydantic import BaseModel, ValidationError
 
+from graphkit._ledger import ApprovalRow, AuditRow, CallRow, GrantRow
 from graphkit._limits import check_value
+from graphkit._settings import GateSettings
+from graphkit._state import CallPlan, RunOptions, TurnPlan
 from graphkit.errors import GraphkitError, InvalidApprovedArgsError, ResumeDataError
-from graphkit.ledger import ApprovalRow, AuditRow, CallRow, GrantRow
-from graphkit.settings import GateSettings
-from graphkit.state import CallPlan, RunOptions, TurnPlan
 from graphkit.tools import DelegationTool, GraphkitTool, render_prompt
 from graphkit.types import ApprovalKind, ApprovalRecord, Verdict, args_digest
 
@@ -50,16 +50,9 @@ INTERRUPT_MARKER = "graphkit"
 
 NOT_A_TOOL = "{name!r} is not a valid tool, try one of {available}."
 INVALID_ARGS = "Error: invalid arguments for tool {name!r}: {errors}. The call did not run."
-REJECTED = "Tool call {name!r} was rejected by {who}{why}. It did not run."
-SUPERSEDED = "Tool call {name!r} was not run: superseded by a new user message."
-CANCELLED = "Tool call {name!r} was cancelled by {who}{why} while it waited for input."
 DUPLICATE_ID = (
     "Error: tool call id {id!r} of {name!r} is not unique in this turn; every call needs its "
     "own id. None of the calls with that id ran."
-)
-DECISION_COUNT = (
-    "Number of human decisions ({given}) does not match number of pending tool calls "
-    "({expected}); name each call with tool_call_id, or decide all of {ids}."
 )
 
 
@@ -189,12 +182,12 @@ def plan_turn(
     a call that would ask runs instead, as an approval by the grantor, if the agent's
     approvers policy lets the grantor approve this very call (a predicate is consulted first).
     """
-    from graphkit.review import Choice, audit_row, check
+    from graphkit._review import Choice, audit_row, check
 
     required = settings.require_tool_approval or bool(options.get("require_tool_approval"))
     moment = datetime.now(UTC)
     created = _iso(moment)
-    planned = Planned(TurnPlan(ai_message_id=ai.id or "", calls=[], held=False, error=None), [])
+    planned = Planned(TurnPlan(ai_message_id=ai.id or "", calls=[], error=None), [])
     ids = [call.get("id") or "" for call in ai.tool_calls]
     for call in ai.tool_calls:
         call_id = call.get("id") or ""
@@ -331,15 +324,15 @@ def answered_ids(messages: Sequence[BaseMessage], ai_message_id: str) -> set[str
 
 
 def waiting_records(plan: TurnPlan, answered: set[str]) -> list[ApprovalRecord]:
-    """Approvals and suspensions of the turn that hold the run: undecided, or decided but held."""
+    """Approvals and suspensions of the turn that hold the run (undecided, or a suspension)."""
     records: list[ApprovalRecord] = []
     for call in plan["calls"]:
-        if call["tool_call_id"] in answered or (call["answer"] and not plan["held"]):
+        if call["tool_call_id"] in answered or call["answer"]:
             continue
         if call["suspension"] is not None:
             records.append(call["suspension"])
         elif call["approval"] is not None and (
-            call["approval"]["status"] == "pending" or plan["held"]
+            call["approval"]["status"] == "pending"
         ):
             records.append(call["approval"])
     return records
@@ -399,10 +392,6 @@ def telemetry(record: ApprovalRecord, status: str) -> dict[str, Any]:
         "comment": record["comment"],
         "agent_path": record["agent_path"],
     }
-
-
-def _who_why(decided_by: str | None, comment: str | None) -> tuple[str, str]:
-    return (repr(decided_by) if decided_by else "a reviewer", f": {comment}" if comment else "")
 
 
 Extractor = Callable[[CallPlan, list[BaseMessage]], Any]

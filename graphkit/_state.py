@@ -73,8 +73,6 @@ class TurnPlan(TypedDict):
 
     ai_message_id: str
     calls: list[CallPlan]
-    held: bool
-    """Always False: decisions recorded without continuing wait in the ledger."""
     error: NotRequired[str | None]
     """Why the last resume value was refused; shown in the next interrupt."""
     queued: NotRequired[list[dict[str, Any]]]

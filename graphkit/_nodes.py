@@ -1,4 +1,4 @@
-"""The agent graph's `model` and `tools` nodes (the `approval_gate` is `graphkit.gate`).
+"""The agent graph's `model` and `tools` nodes (the `approval_gate` is `graphkit._gate`).
 
 Each tool call is its own `Send` task. LangGraph then keeps a finished call's writes when a
 sibling pauses, gives each paused task its own interrupt id, and runs independent calls of a
@@ -34,12 +34,12 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.types import Command
 
 from graphkit._context import PATH_KEY, thread_id_of
+from graphkit._gate import GateContext, Planner
+from graphkit._ledger import DONE, Ledger
 from graphkit._limits import check_value
 from graphkit._owner import holder_is_dead, new_owner
-from graphkit.gate import GateContext, Planner
-from graphkit.ledger import DONE, Ledger
-from graphkit.review import audit_row
-from graphkit.state import AgentState, ToolTask
+from graphkit._review import audit_row
+from graphkit._state import AgentState, ToolTask
 from graphkit.tools import CONTEXT_KEY, GraphkitTool, ToolContext, ToolSuspended
 from graphkit.types import args_digest
 

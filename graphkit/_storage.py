@@ -29,7 +29,7 @@ from langgraph.store.base import BaseStore, Op, Result
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.sqlite import SqliteStore
 
-from graphkit.ledger import Ledger
+from graphkit._ledger import Ledger
 
 __all__ = ["Storage", "open_storage"]
 

@@ -2,7 +2,7 @@
 `Command` that lets the gate apply it.
 
 The API finds what waits (graphkit's interrupt payloads, at any depth), picks the approval a
-request means, and takes the decision through `graphkit.review` (checked, claimed in the
+request means, and takes the decision through `graphkit._review` (checked, claimed in the
 ledger, audited) before anything resumes. The resume value it then sends carries no decision
 at all: it asks each gate to apply what the ledger holds, which the gate verifies again.
 """
@@ -18,6 +18,12 @@ from langchain_core.messages import BaseMessage, messages_to_dict
 from langchain_core.tools import BaseTool
 from langgraph.types import Command, StateSnapshot
 
+from graphkit._events import pending_from_interrupts
+from graphkit._journal import APPROVALS, SCAN_LIMIT
+from graphkit._ledger import ApprovalRow, Ledger
+from graphkit._review import Choice, Remember, expire, refuse, resolved_message, shown, take
+from graphkit._settings import Approvers
+from graphkit._state import RunOptions
 from graphkit.errors import (
     AmbiguousApprovalError,
     ApprovalAlreadyResolvedError,
@@ -25,12 +31,6 @@ from graphkit.errors import (
     ApprovalsPendingError,
     GraphkitError,
 )
-from graphkit.events import pending_from_interrupts
-from graphkit.journal import APPROVALS, SCAN_LIMIT
-from graphkit.ledger import ApprovalRow, Ledger
-from graphkit.review import Choice, Remember, expire, refuse, resolved_message, shown, take
-from graphkit.settings import Approvers
-from graphkit.state import RunOptions
 from graphkit.types import ApprovalRecord, GateResume, PendingApproval
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 The index lets an operator list waiting approvals across every thread without reading a single
 checkpoint; the approval gate writes it as it plans and pauses. It is only an index: every
-decision taken from it is checked against the ledger (`graphkit.ledger`), which holds the
+decision taken from it is checked against the ledger (`graphkit._ledger`), which holds the
 approvals, decisions, grants and the audit log where a LangGraph server's clients cannot
 write.
 """
@@ -16,8 +16,8 @@ from typing import Any
 
 from langgraph.store.base import BaseStore
 
-from graphkit.approvals import waiting_records
-from graphkit.state import TurnPlan
+from graphkit._approvals import waiting_records
+from graphkit._state import TurnPlan
 from graphkit.types import ApprovalRecord
 
 __all__ = ["APPROVALS", "SCHEMAS", "GateJournal", "index_entry", "now_iso", "schema_key"]
