@@ -422,16 +422,7 @@ class Ledger:
     def expire(self, approval_id: str, *, decision: Mapping[str, Any],
                audits: Sequence[AuditRow]) -> bool:
         """Decline a pending approval whose time is up (by the database's clock)."""
-        now = self._sql.now
-        with self._sql.transaction() as tx:
-            done = tx.execute(
-                f"UPDATE graphkit_approvals SET status = 'rejected', decision = ?, "
-                f"decided_at = {now} WHERE approval_id = ? AND status = 'pending' "
-                f"AND expires_at IS NOT NULL AND expires_at <= {now}",
-                (_dumps(dict(decision)), approval_id))
-            if done == 1:
-                self._audit(tx, audits)
-        return done == 1
+        return self.close(approval_id, decision=decision, audits=audits, overdue=True)
 
     def overdue(self, approval_ids: Iterable[str]) -> list[str]:
         """Pending approvals among these whose time is up."""
@@ -446,12 +437,15 @@ class Ledger:
         return [str(r[0]) for r in rows]
 
     def close(self, approval_id: str, *, decision: Mapping[str, Any],
-              audits: Sequence[AuditRow]) -> bool:
-        """Decline a pending approval for a reason of the system's (superseded, cancelled)."""
+              audits: Sequence[AuditRow], overdue: bool = False) -> bool:
+        """Decline a pending approval for a reason of the system's (superseded, cancelled;
+        expired, with `overdue`, only if its time is up)."""
+        now = self._sql.now
+        due = f" AND expires_at IS NOT NULL AND expires_at <= {now}" if overdue else ""
         with self._sql.transaction() as tx:
             done = tx.execute(
                 f"UPDATE graphkit_approvals SET status = 'rejected', decision = ?, "
-                f"decided_at = {self._sql.now} WHERE approval_id = ? AND status = 'pending'",
+                f"decided_at = {now} WHERE approval_id = ? AND status = 'pending'{due}",
                 (_dumps(dict(decision)), approval_id))
             if done == 1:
                 self._audit(tx, audits)

@@ -77,3 +77,12 @@ def langgraph_dev(workdir: Path, config: Mapping[str, Any] | None = None,
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def interrupt_of(client: Any, thread_id: str) -> dict[str, Any]:
+    """The value of the one interrupt a thread waits on."""
+    state = client.threads.get_state(thread_id)
+    interrupts = state["interrupts"] or [i for t in state["tasks"] for i in t["interrupts"]]
+    assert len(interrupts) == 1, state
+    value: dict[str, Any] = interrupts[0]["value"]
+    return value

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.langgraph_server import ROOT, langgraph_dev
+from tests.langgraph_server import ROOT, interrupt_of, langgraph_dev
 
 TOKENS = {"tok-rm": "release-manager", "tok-dev": "developer"}
 
@@ -46,14 +46,6 @@ def client(url: str, token: str | None = None) -> Any:
 
 def rollouts(runs: Path) -> list[str]:
     return runs.read_text().split()
-
-
-def interrupt_of(c: Any, thread_id: str) -> dict[str, Any]:
-    state = c.threads.get_state(thread_id)
-    interrupts = state["interrupts"] or [i for t in state["tasks"] for i in t["interrupts"]]
-    assert len(interrupts) == 1, state
-    value: dict[str, Any] = interrupts[0]["value"]
-    return value
 
 
 def paused(c: Any, version: str) -> str:

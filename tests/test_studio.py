@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.langgraph_server import langgraph_dev
+from tests.langgraph_server import interrupt_of, langgraph_dev
 
 
 @pytest.fixture(scope="module")
@@ -24,14 +24,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def run(client: Any, thread_id: str, graph: str, **kwargs: Any) -> dict[str, Any]:
     result: dict[str, Any] = client.runs.wait(thread_id, graph, **kwargs)
     return result
-
-
-def interrupt_of(client: Any, thread_id: str) -> dict[str, Any]:
-    state = client.threads.get_state(thread_id)
-    interrupts = state["interrupts"] or [i for t in state["tasks"] for i in t["interrupts"]]
-    assert len(interrupts) == 1, state
-    value: dict[str, Any] = interrupts[0]["value"]
-    return value
 
 
 def tool_results(values: dict[str, Any]) -> list[dict[str, Any]]:
