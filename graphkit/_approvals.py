@@ -224,6 +224,7 @@ def plan_turn(
                 verdict=verdict, agent_path=agent_path,
                 expires_at=_iso(moment + timedelta(seconds=ttl)) if ttl is not None else None,
             )
+            approval["call_key"] = key
             metadata["approval.verdict"] = verdict
             row = ApprovalRow(approval_id=approval["id"], thread_id=thread_id, kind="approval",
                               call_key=key, agent_path=agent_path, tool_name=name,
@@ -286,12 +287,14 @@ def suspension_record(
     call: CallPlan, payload: dict[str, Any], *, agent_path: Sequence[str],
 ) -> ApprovalRecord:
     """The pending entry of a tool that suspended itself."""
-    return _pending_record(
+    record = _pending_record(
         id=new_id("sus"), created_at=_now(), kind="suspension", tool_name=call["tool_name"],
         tool_call_id=call["tool_call_id"], args=call["args"],
         metadata={"suspend_payload": payload, "prompt": payload.get("message"), "defaults": None},
         verdict="required", agent_path=agent_path, expires_at=None,
     )
+    record["call_key"] = call["key"]
+    return record
 
 
 def _pending_record(

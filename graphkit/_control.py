@@ -181,7 +181,7 @@ def decide(
     record = item.record
     path, name = record["agent_path"], record["tool_name"]
     take(req.ledger, record, choice, decided_by=decided_by, comment=comment,
-         approvers=req.find_policy(path) if record["kind"] == "approval" else None,
+         approvers=req.find_policy(path),
          tool=req.find_tool(path, name), thread_id=req.thread_id, run_id=req.run_id,
          reviewed_digest=args_digest, remember=remember, grant_ttl=req.grant_ttl)
     return record

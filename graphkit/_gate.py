@@ -34,10 +34,12 @@ from graphkit._approvals import (
 from graphkit._context import agent_path_of, emit, last_ai, store, thread_id_of
 from graphkit._journal import GateJournal
 from graphkit._ledger import ApprovalRow, Ledger
+from graphkit._limits import check_value
 from graphkit._review import (
     Choice,
     Taken,
     audit_row,
+    ensure,
     expire,
     identity_of,
     parse_choice,
@@ -94,9 +96,12 @@ class Planner:
     """
 
     def __init__(self, tools: Mapping[str, BaseTool], name: str, settings: GateSettings,
-                 ledger: Ledger) -> None:
+                 ledger: Ledger, *, nested: bool = False) -> None:
         self.tools = tools
         self.name = name
+        self.nested = nested
+        """A subagent's graph: its supervisor's delegation node gives it its agent path. A
+        top-level graph ignores any path in its config (a server client could set one)."""
         self.settings = settings
         self.ledger = ledger
         self.schemas = {tool_name: _schema(tool) for tool_name, tool in tools.items()}
@@ -110,7 +115,8 @@ class Planner:
         journal = GateJournal(store(), thread_id=thread_id,
                               run_id=run_id if isinstance(run_id, str) else None,
                               schemas=self.schemas, scope=task_ns.rpartition("|")[0])
-        return GateContext(path=agent_path_of(config, self.name), thread_id=thread_id,
+        path = agent_path_of(config, self.name) if self.nested else [self.name]
+        return GateContext(path=path, thread_id=thread_id,
                            run_id=journal.run_id, journal=journal, ledger=self.ledger)
 
     def plan(self, ai: AIMessage, state: AgentState,
@@ -232,7 +238,7 @@ class _Pass:
         return take(self.ctx.ledger, record, choice, decided_by=decided_by,
                     approvers=settings.approvers, tool=self.planner.tools.get(record["tool_name"]),
                     thread_id=self.ctx.thread_id, run_id=self.ctx.run_id, source="resume",
-                    grant_ttl=settings.grant_ttl)
+                    grant_ttl=settings.grant_ttl, identity_required=True)
 
     @staticmethod
     def _target(waiting: Sequence[ApprovalRecord], call_id: str | None,
@@ -258,6 +264,7 @@ class _Pass:
         if not (isinstance(said_now, list) and all(isinstance(m, Mapping) for m in said_now)):
             msg = "'supersede' must be a list of serialised messages"
             raise GraphkitError(msg)
+        check_value(said_now, what="the superseding message", error=GraphkitError)
         queued = [*(self.plan.get("queued") or []),
                   *(said_now if value.get("queue", True) else [])]
         try:
@@ -280,7 +287,8 @@ class _Pass:
                     with contextlib.suppress(GraphkitError):
                         self.taken[suspension["id"]] = take(
                             self.ctx.ledger, suspension, Choice(type="resume", data=data),
-                            decided_by=None, approvers=None, tool=tool,
+                            decided_by=identity_of(self.config),
+                            approvers=self.planner.settings.approvers, tool=tool,
                             thread_id=self.ctx.thread_id, run_id=self.ctx.run_id,
                             source="auto_resume")
                 continue
@@ -321,7 +329,10 @@ class _Pass:
         changed = False
         for record in waiting:
             row = rows.get(record["id"])
-            if row is None or not row.decided:
+            if row is None:
+                ensure(ledger, record, thread_id=self.ctx.thread_id)
+                continue
+            if not row.decided or row.thread_id != self.ctx.thread_id:
                 continue
             taken = self.taken.get(record["id"]) or self._verified(row, record)
             if taken is not None:
@@ -331,9 +342,8 @@ class _Pass:
 
     def _verified(self, row: ApprovalRow, record: ApprovalRecord) -> Taken | None:
         """A decision claimed elsewhere, checked again here; reopened when it fails."""
-        approvers = self.planner.settings.approvers if record["kind"] == "approval" else None
         try:
-            return verify(row, record, approvers=approvers,
+            return verify(row, record, approvers=self.planner.settings.approvers,
                           tool=self.planner.tools.get(record["tool_name"]))
         except GraphkitError as exc:
             decision = row.decision or {}

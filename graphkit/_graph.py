@@ -48,6 +48,7 @@ def build_graph(
     subagents: Mapping[str, Subagent] | None = None,
     settings: GateSettings,
     ledger: Ledger,
+    nested: bool = False,
 ) -> StateGraph[AgentState, None, InputState, AgentState]:
     """The uncompiled graph; the agent compiles it with its checkpointer and store.
 
@@ -62,7 +63,7 @@ def build_graph(
         raise ValueError(msg)
     all_tools = [*tools, *(delegation_tool(key, d) for key, (_, d) in subagents.items())]
     by_name: Mapping[str, BaseTool] = {tool.name: tool for tool in all_tools}
-    planner = Planner(by_name, name, settings, ledger)
+    planner = Planner(by_name, name, settings, ledger, nested=nested)
     call_model, acall_model = make_model_node(model, all_tools, instructions, planner)
     run_tool, arun_tool = make_tools_nodes(by_name, ledger)
 

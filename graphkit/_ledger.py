@@ -395,7 +395,7 @@ class Ledger:
     def approval(self, approval_id: str) -> ApprovalRow | None:
         return self.approvals([approval_id]).get(approval_id)
 
-    def decide(self, approval_id: str, *, args_digest: str, status: str,
+    def decide(self, approval_id: str, *, thread_id: str, args_digest: str, status: str,
                decision: Mapping[str, Any], audits: Sequence[AuditRow],
                grant: GrantRow | None = None) -> bool:
         """Claim a pending, unexpired approval for exactly these arguments; True if this call
@@ -404,9 +404,9 @@ class Ledger:
         with self._sql.transaction() as tx:
             won = tx.execute(
                 f"UPDATE graphkit_approvals SET status = ?, decision = ?, decided_at = {now} "
-                "WHERE approval_id = ? AND status = 'pending' AND args_digest = ? "
-                f"AND (expires_at IS NULL OR expires_at > {now})",
-                (status, _dumps(dict(decision)), approval_id, args_digest))
+                "WHERE approval_id = ? AND thread_id = ? AND status = 'pending' "
+                f"AND args_digest = ? AND (expires_at IS NULL OR expires_at > {now})",
+                (status, _dumps(dict(decision)), approval_id, thread_id, args_digest))
             if won != 1:
                 return False
             self._audit(tx, audits)

@@ -31,6 +31,7 @@ from langchain_core.messages import (
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
 from graphkit._context import PATH_KEY, thread_id_of
@@ -58,6 +59,12 @@ RUNNING = "it is already running in another process"
 REASONS = (NOT_PLANNED, ELSEWHERE, OTHER_ARGS, NO_APPROVAL, NOT_APPROVED_ARGS, RUNNING)
 """Why the tools node refuses a task. Its refusals are the only results the ledger does not
 record (the call stays as it was), so the model node knows them by their exact words."""
+FAILED = ("Tool call {name!r} failed ({error}); an approved call is attempted once, so it "
+          "will not run again unless the model calls it anew.")
+INTERRUPTED = ("Tool call {name!r} was interrupted while it ran (the run was cancelled); its "
+               "outcome is unknown, and it will not run again unless the model calls it anew.")
+ORPHAN = ("A tool result written from outside the agent, for no call of the current turn, "
+          "was discarded: nothing ran.")
 DISCARDED = ("Tool call {name!r} did not run: a result for it was written from outside the "
              "agent (not by its tools node) and was discarded.")
 
@@ -95,20 +102,39 @@ def _same(a: Any, b: Any) -> bool:
                                                                       default=str)
 
 
+def _orphans(messages: Sequence[AnyMessage]) -> list[ToolMessage]:
+    """Tool results after the last model reply that answer none of its calls: written by a
+    client (after a turn that is over), never by graphkit."""
+    last = next((i for i in range(len(messages) - 1, -1, -1)
+                 if isinstance(messages[i], AIMessage)), None)
+    if last is None:
+        return [m for m in messages if isinstance(m, ToolMessage)]
+    asked = {c.get("id") for c in getattr(messages[last], "tool_calls", None) or []}
+    return [m for m in messages[last + 1:]
+            if isinstance(m, ToolMessage) and m.tool_call_id not in asked]
+
+
 def _discard_forged(state: AgentState, ctx: GateContext) -> list[ToolMessage]:
-    """Results of the last turn's calls that the ledger did not record, replaced in place.
+    """Tool results the ledger did not record, replaced in place by a notice.
 
     A client can append a ToolMessage for a call that never ran (Agent Chat UI does, when its
-    user types instead of deciding): the model must not be told that it ran. What waited for
-    that call is declined as superseded.
+    user types instead of deciding), or for a call of a turn that is over: the model must not
+    be told that it ran. What waited for such a call is declined as superseded.
     """
+    messages = list(state.get("messages") or [])
+    fixes = [ToolMessage(ORPHAN, tool_call_id=m.tool_call_id, id=m.id, name=m.name,
+                         status="error") for m in _orphans(messages)]
+    if fixes:
+        ctx.ledger.audit([audit_row(
+            "refused", {"tool_name": m.name, "tool_call_id": m.tool_call_id},
+            thread_id=ctx.thread_id, run_id=ctx.run_id, detail=ORPHAN) for m in fixes])
     plan = state.get("turn")
     if not plan:
-        return []
+        return fixes
     calls = {c["tool_call_id"]: c for c in plan["calls"]}
     answers: list[tuple[ToolMessage, Any]] = []
     seen = False
-    for message in state.get("messages") or []:
+    for message in messages:
         if not seen:
             seen = message.id == plan["ai_message_id"]
         elif isinstance(message, ToolMessage) and message.tool_call_id in calls:
@@ -116,9 +142,8 @@ def _discard_forged(state: AgentState, ctx: GateContext) -> list[ToolMessage]:
         elif isinstance(message, AIMessage):
             break
     if not answers:
-        return []
+        return fixes
     outcomes = ctx.ledger.outcomes(call["key"] for _, call in answers)
-    fixes: list[ToolMessage] = []
     for message, call in answers:
         outcome = outcomes.get(call["key"])
         if outcome is not None and _same(outcome.get("content"), message.content):
@@ -308,6 +333,11 @@ def _prepare(
     return tool, call, tool_config
 
 
+def _brief(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 300 else text[:299] + "…"
+
+
 def _result(task: ToolTask, output: Any) -> Command[ToolTarget]:
     if isinstance(output, ToolMessage):
         message = output
@@ -344,38 +374,61 @@ def make_tools_nodes(
             return _admit(ledger, {**task, "key": None}, config)  # type: ignore[typeddict-item]
         return _admit(ledger, task, config)
 
+    def stopped(task: ToolTask, owner: str, text: str, exc: BaseException | None = None
+                ) -> None:
+        """The call stopped without a result: record why, so it never runs again unasked."""
+        content = text.format(name=task["tool_name"], error=_brief(exc) if exc else "")
+        ledger.finish(task["key"], owner, {"content": content, "status": "error"})
+
+    def execute(tool: BaseTool, call: dict[str, Any], tool_config: RunnableConfig,
+                task: ToolTask, owner: str) -> Command[ToolTarget]:
+        """Run a sync tool and record its outcome, whatever becomes of whoever awaits it (a
+        cancelled async run leaves the tool running in its thread; it still records)."""
+        try:
+            output = tool.invoke(call, tool_config)
+        except ToolSuspended as signal:
+            ledger.release(task["key"], owner)
+            return _suspended(task, signal)
+        except GraphBubbleUp:  # a tool's own interrupt(): it runs again on resume
+            ledger.release(task["key"], owner)
+            raise
+        except BaseException as exc:
+            stopped(task, owner, FAILED, exc)
+            raise
+        return finish(task, owner, output)
+
     def run_tool(task: ToolTask, config: RunnableConfig) -> Command[ToolTarget]:
         admitted = admit(task, config)
         if isinstance(admitted, ToolMessage):
             return _refused(admitted)
         tool, call, tool_config = _prepare(tools, task, config, ledger, admitted)
-        try:
-            output = tool.invoke(call, tool_config)
-        except ToolSuspended as signal:
-            ledger.release(task["key"], admitted.owner)
-            return _suspended(task, signal)
-        except BaseException:
-            ledger.release(task["key"], admitted.owner)
-            raise
-        return finish(task, admitted.owner, output)
+        return execute(tool, call, tool_config, task, admitted.owner)
 
     async def arun_tool(task: ToolTask, config: RunnableConfig) -> Command[ToolTarget]:
         admitted = await asyncio.to_thread(admit, task, config)
         if isinstance(admitted, ToolMessage):
             return _refused(admitted)
         tool, call, tool_config = _prepare(tools, task, config, ledger, admitted)
+        owner = admitted.owner
+        if _is_sync(tool):
+            command: Command[ToolTarget] = await run_in_executor(
+                _SYNC_TOOL_POOL, execute, tool, call, tool_config, task, owner)
+            return command
         try:
-            if _is_sync(tool):
-                output = await run_in_executor(_SYNC_TOOL_POOL, tool.invoke, call, tool_config)
-            else:
-                output = await tool.ainvoke(call, tool_config)
+            output = await tool.ainvoke(call, tool_config)
         except ToolSuspended as signal:
-            await asyncio.to_thread(ledger.release, task["key"], admitted.owner)
+            await asyncio.to_thread(ledger.release, task["key"], owner)
             return _suspended(task, signal)
-        except BaseException:
-            await asyncio.to_thread(ledger.release, task["key"], admitted.owner)
+        except GraphBubbleUp:
+            await asyncio.to_thread(ledger.release, task["key"], owner)
             raise
-        return await asyncio.to_thread(finish, task, admitted.owner, output)
+        except asyncio.CancelledError:
+            stopped(task, owner, INTERRUPTED)  # no await: the task is being cancelled
+            raise
+        except BaseException as exc:
+            await asyncio.to_thread(stopped, task, owner, FAILED, exc)
+            raise
+        return await asyncio.to_thread(finish, task, owner, output)
 
     return run_tool, arun_tool
 

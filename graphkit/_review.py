@@ -19,14 +19,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, assert_never
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
 from graphkit._approvals import validate_args, validate_resume
-from graphkit._ledger import ApprovalRow, AuditRow, GrantRow, Ledger
+from graphkit._ledger import ApprovalRow, AuditRow, CallRow, GrantRow, Ledger
 from graphkit._limits import MAX_TEXT, check_text, check_value
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers
 from graphkit.errors import (
@@ -45,6 +45,7 @@ __all__ = [
     "Remember",
     "Taken",
     "audit_row",
+    "ensure",
     "identity_of",
     "parse_choice",
     "resolved_message",
@@ -214,8 +215,13 @@ def _checker(tool: BaseTool | None) -> ArgsCheck | None:
 
 def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
           comment: str | None, approvers: Approvers | None, tool: BaseTool | None,
-          check_args: ArgsCheck | None = None) -> Taken:
-    """Every check that needs no database; the decision as the ledger will record it."""
+          check_args: ArgsCheck | None = None, identity_required: bool = False) -> Taken:
+    """Every check that needs no database; the decision as the ledger will record it.
+
+    The policy decides approvals always (without an identity it refuses), and a suspension's
+    answer whenever the decider is known or must be (`identity_required`: a client's resume);
+    the trusted in-process API may answer a suspension without naming anyone.
+    """
     check_text(comment, what="comment", error=GraphkitError, limit=MAX_TEXT)
     check_text(decided_by, what="decided_by", error=GraphkitError, limit=1_000)
     check_text(choice.message, what="message", error=GraphkitError, limit=MAX_TEXT)
@@ -264,7 +270,7 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
             status, event = "approved", "resumed"
         case _:
             assert_never(choice.type)
-    if not suspension:
+    if not suspension or decided_by is not None or identity_required:
         _policy(approvers, decided_by, record, run_args, choice)
     decision: dict[str, Any] = {
         "type": choice.type, "event": event, "status": status, "decided_by": decided_by,
@@ -334,6 +340,7 @@ def take(
     grant_ttl: timedelta | None = DEFAULT_GRANT_TTL,
     check_args: ArgsCheck | None = None,
     source: str = "api",
+    identity_required: bool = False,
 ) -> Taken:
     """Check and claim one decision, with its audit entry (and a grant); audit a refusal."""
     try:
@@ -345,9 +352,12 @@ def take(
                    f"{record['args_digest']!r}, not the reviewed {reviewed_digest!r}; review "
                    "the current arguments and decide again")
             raise ArgsDigestMismatchError(msg)
+        ensure(ledger, record, thread_id=thread_id)
         taken = check(record, choice, decided_by=decided_by, comment=comment,
-                      approvers=approvers, tool=tool, check_args=check_args)
-        decision = {**taken.decision, "source": source, "decided_at": _now_iso()}
+                      approvers=approvers, tool=tool, check_args=check_args,
+                      identity_required=identity_required)
+        decision = {**taken.decision, "source": source, "decided_at": _now_iso(),
+                    "identity_required": identity_required}
         taken = Taken(status=taken.status, event=taken.event, decision=decision,
                       run_args=taken.run_args)
         grant = None
@@ -365,9 +375,9 @@ def take(
                 "granted", record, thread_id=thread_id, run_id=run_id, decided_by=decided_by,
                 detail=f"{grant.grant_id}: later {record['tool_name']} calls in this thread "
                        "that the grantor may approve need no approval"))
-        if not ledger.decide(record["id"], args_digest=record["args_digest"],
-                             status=taken.status, decision=decision, audits=audits,
-                             grant=grant):
+        if not ledger.decide(record["id"], thread_id=thread_id,
+                             args_digest=record["args_digest"], status=taken.status,
+                             decision=decision, audits=audits, grant=grant):
             raise _explain_lost(ledger, record, record["args_digest"], thread_id=thread_id,
                                 run_id=run_id)
         return taken
@@ -396,10 +406,37 @@ def verify(row: ApprovalRow, record: ApprovalRecord, *, approvers: Approvers | N
         msg = f"the decision recorded for approval {row.approval_id!r} has no known type"
         raise GraphkitError(msg)
     taken = check(record, choice, decided_by=decision.get("decided_by"),
-                  comment=decision.get("comment"), approvers=approvers, tool=tool)
+                  comment=decision.get("comment"), approvers=approvers, tool=tool,
+                  identity_required=bool(decision.get("identity_required")))
     return Taken(status=taken.status, event=taken.event, decision={**decision, **{
         k: v for k, v in taken.decision.items() if k in ("args", "data", "run_digest")}},
         run_args=taken.run_args)
+
+
+def ensure(ledger: Ledger, record: ApprovalRecord, *, thread_id: str) -> None:
+    """Record again a pending approval the ledger does not know (it lived in the memory of a
+    process that ended: a restarted LangGraph server, a checkpointer instance), from the paused
+    run, still pending: it can then be decided; nothing is approved by this. Only a gated call
+    is recorded with it, never a call that would need no approval."""
+    if record.get("status") != "pending" or ledger.approval(record["id"]) is not None:
+        return
+    if args_digest(record["args"]) != record["args_digest"]:
+        return  # the paused state was tampered with: leave it undecidable
+    key = record.get("call_key")
+    calls = [CallRow(call_key=key, thread_id=thread_id, agent_path=record["agent_path"],
+                     tool_name=record["tool_name"], args_digest=record["args_digest"],
+                     approval_id=record["id"])] if key and record["kind"] == "approval" else []
+    ledger.register(calls=calls, approvals=[ApprovalRow(
+        approval_id=record["id"], thread_id=thread_id, kind=record["kind"], call_key=key,
+        agent_path=record["agent_path"], tool_name=record["tool_name"],
+        args_digest=record["args_digest"], ttl=_remaining(record.get("expires_at")))])
+
+
+def _remaining(expires_at: str | None) -> float | None:
+    if not expires_at:
+        return None
+    moment = datetime.fromisoformat(str(expires_at).replace("Z", "+00:00"))
+    return (moment - datetime.now(UTC)).total_seconds()
 
 
 def shown(record: ApprovalRecord, row: ApprovalRow | None) -> ApprovalRecord:

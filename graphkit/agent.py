@@ -160,20 +160,20 @@ class Agent:
             name=name,
         )
 
-    def _builder(self, ledger: Ledger) -> Any:
+    def _builder(self, ledger: Ledger, *, nested: bool = False) -> Any:
         return build_graph(
             name=self.name, model=self.model, tools=self.tools, instructions=self.instructions,
             subagents={key: (sub.subgraph(ledger), sub.description)
                        for key, sub in self.agents.items()},
-            settings=self.settings, ledger=ledger,
+            settings=self.settings, ledger=ledger, nested=nested,
         )
 
     def subgraph(self, ledger: Ledger) -> CompiledStateGraph[Any, Any, Any, Any]:
         """This agent's graph for use inside a supervisor: it checkpoints in the supervisor's
         storage, under the supervisor's thread, and records in the supervisor's ledger, with
         its own settings and policy."""
-        compiled: CompiledStateGraph[Any, Any, Any, Any] = self._builder(ledger).compile(
-            name=self.name)
+        compiled: CompiledStateGraph[Any, Any, Any, Any] = self._builder(
+            ledger, nested=True).compile(name=self.name)
         return compiled
 
     # ------------------------------------------------------------------ runs and threads

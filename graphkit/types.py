@@ -81,6 +81,8 @@ class ApprovalRecord(TypedDict):
     approved_args: dict[str, Any] | None
     args_digest: str
     expires_at: NotRequired[str | None]
+    call_key: NotRequired[str]
+    """The planned call's key in the ledger (for recording it again after a restart)."""
 
 
 class ApproveDecision(TypedDict):
