@@ -464,6 +464,24 @@ class Ledger:
 
     # ------------------------------------------------------------------ executions
 
+    def admission(self, call_key: str) -> tuple[CallRow | None, ApprovalRow | None]:
+        """A planned call and its approval (if it needs one), in one read."""
+        rows = self._sql.query(
+            "SELECT c.call_key, c.thread_id, c.agent_path, c.tool_name, c.args_digest, "
+            "c.approval_id, c.executed, c.outcome, c.once_results, "
+            + ", ".join(f"a.{col.strip()} AS a_{col.strip()}"
+                        for col in _APPROVAL_COLUMNS.split(",")) +
+            " FROM graphkit_calls c LEFT JOIN graphkit_approvals a "
+            "ON a.approval_id = c.approval_id WHERE c.call_key = ?", (call_key,))
+        if not rows:
+            return None, None
+        r = rows[0]
+        call = CallRow(call_key=str(r[0]), thread_id=str(r[1]),
+                       agent_path=[p for p in str(r[2]).split("/") if p], tool_name=str(r[3]),
+                       args_digest=str(r[4]), approval_id=r[5], executed=r[6],
+                       outcome=_loads(r[7]), once_results=_loads(r[8]))
+        return call, _approval(r[9:]) if r[9] is not None else None
+
     def call(self, call_key: str) -> CallRow | None:
         rows = self._sql.query(
             "SELECT call_key, thread_id, agent_path, tool_name, args_digest, approval_id, "

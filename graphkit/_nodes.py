@@ -36,7 +36,7 @@ from langgraph.types import Command
 
 from graphkit._context import PATH_KEY, thread_id_of
 from graphkit._gate import GateContext, Planner
-from graphkit._ledger import DONE, Ledger
+from graphkit._ledger import DONE, ApprovalRow, CallRow, Ledger
 from graphkit._limits import check_value
 from graphkit._owner import holder_is_dead, new_owner
 from graphkit._review import audit_row
@@ -243,10 +243,9 @@ class _Admitted:
     once: dict[str, Any]
 
 
-def _why_not(ledger: Ledger, task: Mapping[str, Any], config: RunnableConfig) -> str | None:
+def _why_not(row: CallRow | None, approval: ApprovalRow | None, task: Mapping[str, Any],
+             config: RunnableConfig) -> str | None:
     """Why the ledger does not allow this task to run, or None when it does."""
-    key = task.get("key")
-    row = ledger.call(key) if isinstance(key, str) else None
     if row is None:
         return NOT_PLANNED
     if (row.thread_id != thread_id_of(config) or list(row.agent_path) != list(
@@ -256,7 +255,6 @@ def _why_not(ledger: Ledger, task: Mapping[str, Any], config: RunnableConfig) ->
     digest = args_digest(args) if isinstance(args, Mapping) else None
     if row.approval_id is None:
         return None if digest == row.args_digest else OTHER_ARGS
-    approval = ledger.approval(row.approval_id)
     if approval is None or approval.status != "approved":
         return NO_APPROVAL
     if (approval.decision or {}).get("run_digest") != digest:
@@ -264,21 +262,26 @@ def _why_not(ledger: Ledger, task: Mapping[str, Any], config: RunnableConfig) ->
     return None
 
 
-def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig
+def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: bool
            ) -> _Admitted | ToolMessage:
-    """Verify a task against the ledger and claim its one execution."""
+    """Verify a task against the ledger and claim its one execution (with what a tool that
+    takes a `ToolContext` needs: its resume data and once-results)."""
     name = str(task.get("tool_name"))
-    why = _why_not(ledger, task, config)
+    key = task.get("key")
+    row, approval = ledger.admission(key) if isinstance(key, str) else (None, None)
+    why = _why_not(row, approval, task, config)
     owner = new_owner()
-    if why is None:
-        outcome, row = ledger.start(task["key"], owner, holder_dead=holder_is_dead)
+    if why is None and row is not None:
+        outcome, held = ledger.start(row.call_key, owner, holder_dead=holder_is_dead)
         if outcome == "won":
-            return _Admitted(owner, ledger.resume_values(task["key"]),
-                             dict((row.once_results if row else None) or
-                                  (ledger.call(task["key"]) or _NO_ROW).once_results or {}))
-        if outcome == "done" and row is not None and row.outcome is not None:
-            return ToolMessage(row.outcome.get("content", ""), tool_call_id=task["tool_call_id"],
-                               name=name, status=row.outcome.get("status") or "success")
+            if not context:
+                return _Admitted(owner, [], {})
+            return _Admitted(owner, ledger.resume_values(row.call_key),
+                             dict(row.once_results or {}))
+        if outcome == "done" and held is not None and held.outcome is not None:
+            return ToolMessage(held.outcome.get("content", ""),
+                               tool_call_id=task["tool_call_id"], name=name,
+                               status=held.outcome.get("status") or "success")
         why = RUNNING
     thread_id = thread_id_of(config)
     ledger.audit([audit_row("refused", {"tool_name": name,
@@ -290,13 +293,6 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig
     return ToolMessage(REFUSED.format(name=name, why=why),
                        tool_call_id=str(task.get("tool_call_id") or ""), name=name,
                        status="error")
-
-
-class _NoRow:
-    once_results: dict[str, Any] | None = None
-
-
-_NO_ROW = _NoRow()
 
 
 def _prepare(
@@ -370,9 +366,12 @@ def make_tools_nodes(
         return command
 
     def admit(task: ToolTask, config: RunnableConfig) -> _Admitted | ToolMessage:
-        if task.get("tool_name") not in tools:
-            return _admit(ledger, {**task, "key": None}, config)  # type: ignore[typeddict-item]
-        return _admit(ledger, task, config)
+        tool = tools.get(str(task.get("tool_name")))
+        if tool is None:
+            return _admit(ledger, {**task, "key": None}, config,  # type: ignore[typeddict-item]
+                          context=False)
+        context = isinstance(tool, GraphkitTool) and tool.context_param is not None
+        return _admit(ledger, task, config, context=context)
 
     def stopped(task: ToolTask, owner: str, text: str, exc: BaseException | None = None
                 ) -> None:

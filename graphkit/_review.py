@@ -352,7 +352,6 @@ def take(
                    f"{record['args_digest']!r}, not the reviewed {reviewed_digest!r}; review "
                    "the current arguments and decide again")
             raise ArgsDigestMismatchError(msg)
-        ensure(ledger, record, thread_id=thread_id)
         taken = check(record, choice, decided_by=decided_by, comment=comment,
                       approvers=approvers, tool=tool, check_args=check_args,
                       identity_required=identity_required)
@@ -375,9 +374,13 @@ def take(
                 "granted", record, thread_id=thread_id, run_id=run_id, decided_by=decided_by,
                 detail=f"{grant.grant_id}: later {record['tool_name']} calls in this thread "
                        "that the grantor may approve need no approval"))
-        if not ledger.decide(record["id"], thread_id=thread_id,
-                             args_digest=record["args_digest"], status=taken.status,
-                             decision=decision, audits=audits, grant=grant):
+        def claim() -> bool:
+            return ledger.decide(record["id"], thread_id=thread_id,
+                                 args_digest=record["args_digest"], status=taken.status,
+                                 decision=decision, audits=audits, grant=grant)
+
+        # A row the ledger lost (it lived in another process's memory) is recorded again.
+        if not claim() and not (ensure(ledger, record, thread_id=thread_id) and claim()):
             raise _explain_lost(ledger, record, record["args_digest"], thread_id=thread_id,
                                 run_id=run_id)
         return taken
@@ -413,15 +416,15 @@ def verify(row: ApprovalRow, record: ApprovalRecord, *, approvers: Approvers | N
         run_args=taken.run_args)
 
 
-def ensure(ledger: Ledger, record: ApprovalRecord, *, thread_id: str) -> None:
+def ensure(ledger: Ledger, record: ApprovalRecord, *, thread_id: str) -> bool:
     """Record again a pending approval the ledger does not know (it lived in the memory of a
     process that ended: a restarted LangGraph server, a checkpointer instance), from the paused
     run, still pending: it can then be decided; nothing is approved by this. Only a gated call
     is recorded with it, never a call that would need no approval."""
     if record.get("status") != "pending" or ledger.approval(record["id"]) is not None:
-        return
+        return False
     if args_digest(record["args"]) != record["args_digest"]:
-        return  # the paused state was tampered with: leave it undecidable
+        return False  # the paused state was tampered with: leave it undecidable
     key = record.get("call_key")
     calls = [CallRow(call_key=key, thread_id=thread_id, agent_path=record["agent_path"],
                      tool_name=record["tool_name"], args_digest=record["args_digest"],
@@ -430,6 +433,7 @@ def ensure(ledger: Ledger, record: ApprovalRecord, *, thread_id: str) -> None:
         approval_id=record["id"], thread_id=thread_id, kind=record["kind"], call_key=key,
         agent_path=record["agent_path"], tool_name=record["tool_name"],
         args_digest=record["args_digest"], ttl=_remaining(record.get("expires_at")))])
+    return True
 
 
 def _remaining(expires_at: str | None) -> float | None:
