@@ -228,7 +228,7 @@ def plan_turn(
             metadata["approval.verdict"] = verdict
             row = ApprovalRow(approval_id=approval["id"], thread_id=thread_id, kind="approval",
                               call_key=key, agent_path=agent_path, tool_name=name,
-                              args_digest=approval["args_digest"], ttl=ttl)
+                              args_digest=approval["args_digest"], ttl=ttl, run_id=run_id)
             grant = (grants or {}).get(name)
             taken = None
             if grant is not None:

@@ -469,7 +469,8 @@ def _suspended(plan: TurnPlan, reports: Mapping[str, Any], ctx: GateContext) -> 
         call["suspension"] = record
         rows.append(ApprovalRow(approval_id=record["id"], thread_id=ctx.thread_id,
                                 kind="suspension", call_key=call["key"], agent_path=ctx.path,
-                                tool_name=call["tool_name"], args_digest=record["args_digest"]))
+                                tool_name=call["tool_name"], args_digest=record["args_digest"],
+                                run_id=ctx.run_id))
     ctx.ledger.register(approvals=rows)
 
 

@@ -64,9 +64,18 @@ _SCHEMA = (
         expires_at DOUBLE PRECISION,
         status TEXT NOT NULL,
         decision TEXT,
-        decided_at DOUBLE PRECISION
+        decided_at DOUBLE PRECISION,
+        run_id TEXT
     )""",
     "CREATE INDEX IF NOT EXISTS graphkit_approvals_thread ON graphkit_approvals (thread_id)",
+    "CREATE INDEX IF NOT EXISTS graphkit_approvals_run ON graphkit_approvals (run_id, status)",
+    """CREATE TABLE IF NOT EXISTS graphkit_ready (
+        run_id TEXT PRIMARY KEY,
+        thread_id TEXT NOT NULL,
+        ready_at DOUBLE PRECISION NOT NULL,
+        claimed_by TEXT,
+        claimed_until DOUBLE PRECISION
+    )""",
     """CREATE TABLE IF NOT EXISTS graphkit_audit (
         seq {serial} PRIMARY KEY,
         thread_id TEXT NOT NULL,
@@ -112,6 +121,8 @@ class _Sql(_Tx, Protocol):
     now: str
     """An SQL expression: the database's clock, in seconds since the epoch."""
     serial: str
+    skip_locked: str
+    notify: str | None
 
     def transaction(self) -> contextlib.AbstractContextManager[_Tx]: ...
 
@@ -130,6 +141,8 @@ class _SqliteTx:
 class _Sqlite:
     now = "((julianday('now') - 2440587.5) * 86400.0)"
     serial = "INTEGER"  # an INTEGER PRIMARY KEY is SQLite's rowid: increasing
+    skip_locked = ""  # one writer at a time: the UPDATE is atomic as it is
+    notify: str | None = None
 
     def __init__(self, path: str) -> None:
         self.conn = sqlite3.connect(path, check_same_thread=False, timeout=30.0,
@@ -179,6 +192,9 @@ class _PostgresTx:
 class _Postgres:
     now = "EXTRACT(EPOCH FROM clock_timestamp())::DOUBLE PRECISION"
     serial = "BIGSERIAL"
+    skip_locked = " FOR UPDATE SKIP LOCKED"
+    notify: str | None = "SELECT pg_notify('graphkit_ready', '')"
+    """Workers LISTEN on this channel; a notification is sent when the transaction commits."""
 
     def __init__(self, pool: Any) -> None:
         self.pool = pool
@@ -242,6 +258,8 @@ class ApprovalRow:
     status: str = "pending"
     decision: dict[str, Any] | None = None
     expires_at: float | None = None
+    run_id: str | None = None
+    """The run that waits on it: once a run has nothing pending, workers may resume it."""
 
     @property
     def decided(self) -> bool:
@@ -342,11 +360,12 @@ class Ledger:
             for row in approvals:
                 expires = f"{now} + ?" if row.ttl is not None else "?"
                 tx.execute(
-                    f"INSERT INTO graphkit_approvals ({_APPROVAL_COLUMNS}) VALUES "
-                    f"(?, ?, ?, ?, ?, ?, ?, {expires}, ?, ?) ON CONFLICT (approval_id) DO NOTHING",
+                    f"INSERT INTO graphkit_approvals ({_APPROVAL_COLUMNS}, run_id) VALUES "
+                    f"(?, ?, ?, ?, ?, ?, ?, {expires}, ?, ?, ?) "
+                    "ON CONFLICT (approval_id) DO NOTHING",
                     (row.approval_id, row.thread_id, row.kind, row.call_key,
                      _path(row.agent_path), row.tool_name, row.args_digest, row.ttl,
-                     row.status, _dumps(row.decision) if row.decision else None))
+                     row.status, _dumps(row.decision) if row.decision else None, row.run_id))
             self._audit(tx, audits)
 
     @staticmethod
@@ -397,9 +416,11 @@ class Ledger:
 
     def decide(self, approval_id: str, *, thread_id: str, args_digest: str, status: str,
                decision: Mapping[str, Any], audits: Sequence[AuditRow],
-               grant: GrantRow | None = None) -> bool:
+               grant: GrantRow | None = None, enqueue: bool = False) -> bool:
         """Claim a pending, unexpired approval for exactly these arguments; True if this call
-        won. The claim, its audit entry (and a grant) commit together or not at all."""
+        won. The claim, its audit entry (and a grant) commit together or not at all; with
+        `enqueue`, a run left with nothing pending is handed to the workers in the same
+        transaction."""
         now = self._sql.now
         with self._sql.transaction() as tx:
             won = tx.execute(
@@ -410,6 +431,8 @@ class Ledger:
             if won != 1:
                 return False
             self._audit(tx, audits)
+            if enqueue:
+                self._enqueue(tx, approval_id)
             if grant is not None:
                 expires = f"{now} + ?" if grant.ttl is not None else "?"
                 tx.execute(
@@ -420,9 +443,10 @@ class Ledger:
         return True
 
     def expire(self, approval_id: str, *, decision: Mapping[str, Any],
-               audits: Sequence[AuditRow]) -> bool:
+               audits: Sequence[AuditRow], enqueue: bool = False) -> bool:
         """Decline a pending approval whose time is up (by the database's clock)."""
-        return self.close(approval_id, decision=decision, audits=audits, overdue=True)
+        return self.close(approval_id, decision=decision, audits=audits, overdue=True,
+                          enqueue=enqueue)
 
     def overdue(self, approval_ids: Iterable[str]) -> list[str]:
         """Pending approvals among these whose time is up."""
@@ -437,7 +461,7 @@ class Ledger:
         return [str(r[0]) for r in rows]
 
     def close(self, approval_id: str, *, decision: Mapping[str, Any],
-              audits: Sequence[AuditRow], overdue: bool = False) -> bool:
+              audits: Sequence[AuditRow], overdue: bool = False, enqueue: bool = False) -> bool:
         """Decline a pending approval for a reason of the system's (superseded, cancelled;
         expired, with `overdue`, only if its time is up)."""
         now = self._sql.now
@@ -449,7 +473,54 @@ class Ledger:
                 (_dumps(dict(decision)), approval_id))
             if done == 1:
                 self._audit(tx, audits)
+                if enqueue:
+                    self._enqueue(tx, approval_id)
         return done == 1
+
+    # ------------------------------------------------------------------ the workers' queue
+
+    def _enqueue(self, tx: _Tx, approval_id: str) -> None:
+        """Hand the approval's run to the workers if nothing of it is pending any more (a
+        readiness that arrives while a worker resumes the run re-arms it)."""
+        now = self._sql.now
+        queued = tx.execute(
+            "INSERT INTO graphkit_ready (run_id, thread_id, ready_at) "
+            f"SELECT a.run_id, a.thread_id, {now} FROM graphkit_approvals a "
+            "WHERE a.approval_id = ? AND a.run_id IS NOT NULL AND NOT EXISTS ("
+            "SELECT 1 FROM graphkit_approvals p WHERE p.run_id = a.run_id "
+            "AND p.status = 'pending') "
+            "ON CONFLICT (run_id) DO UPDATE SET ready_at = excluded.ready_at, "
+            "claimed_by = NULL, claimed_until = NULL", (approval_id,))
+        if queued and self._sql.notify:
+            tx.execute(self._sql.notify)
+
+    def next_ready(self, owner: str) -> tuple[str, float] | None:
+        """Claim the oldest run the workers may resume (and whose claim is not held), with
+        the database's own locking; the claim is renewed while held."""
+        now = self._sql.now
+        rows = self._sql.query(
+            f"UPDATE graphkit_ready SET claimed_by = ?, claimed_until = {now} + ? "
+            "WHERE run_id = (SELECT run_id FROM graphkit_ready WHERE claimed_until IS NULL "
+            f"OR claimed_until < {now} ORDER BY ready_at LIMIT 1{self._sql.skip_locked}) "
+            "RETURNING run_id, ready_at", (owner, LEASE_SECONDS))
+        if not rows:
+            return None
+        run_id, ready_at = str(rows[0][0]), float(rows[0][1])
+        _KEEPER.hold(self, ("ready", run_id), owner)
+        return run_id, ready_at
+
+    def done_ready(self, run_id: str, owner: str, ready_at: float) -> None:
+        """The run was resumed: forget it, unless it became ready again meanwhile."""
+        _KEEPER.drop(("ready", run_id), owner)
+        self._sql.execute("DELETE FROM graphkit_ready WHERE run_id = ? AND claimed_by = ? "
+                          "AND ready_at = ?", (run_id, owner, ready_at))
+        self._sql.execute("UPDATE graphkit_ready SET claimed_by = NULL, claimed_until = NULL "
+                          "WHERE run_id = ? AND claimed_by = ?", (run_id, owner))
+
+    def _renew_ready(self, run_id: str, owner: str) -> None:
+        self._sql.execute(
+            f"UPDATE graphkit_ready SET claimed_until = {self._sql.now} + ? "
+            "WHERE run_id = ? AND claimed_by = ?", (LEASE_SECONDS, run_id, owner))
 
     def reopen(self, approval_id: str, *, decision: Mapping[str, Any],
                audits: Sequence[AuditRow]) -> bool:
@@ -698,6 +769,8 @@ class _LeaseKeeper:
                 with contextlib.suppress(Exception):  # retried on the next round
                     if kind == "thread":
                         ledger._renew(key, owner)
+                    elif kind == "ready":
+                        ledger._renew_ready(key, owner)
                     else:
                         ledger._renew_call(key, owner)
 

@@ -39,4 +39,4 @@ def open_postgres(url: str) -> Storage:
     store = PostgresStore(pool)
     store.setup()
     safe = url.split("@")[-1]
-    return Storage(saver, store, f"postgresql {safe}", Ledger.postgres(pool))
+    return Storage(saver, store, f"postgresql {safe}", Ledger.postgres(pool), url)

@@ -307,12 +307,12 @@ def _explain_lost(ledger: Ledger, record: ApprovalRecord, reviewed: str, *, thre
 
 
 def expire(ledger: Ledger, record: ApprovalRecord, *, thread_id: str,
-           run_id: str | None) -> bool:
+           run_id: str | None, enqueue: bool = False) -> bool:
     """Decline an approval whose time is up (by the database's clock); never approve one."""
     comment = f"expired: not decided by {record.get('expires_at')}"
     decision = {"type": "reject", "event": "expired", "status": "rejected",
                 "decided_by": None, "comment": comment}
-    return ledger.expire(record["id"], decision=decision, audits=[audit_row(
+    return ledger.expire(record["id"], decision=decision, enqueue=enqueue, audits=[audit_row(
         "expired", record, thread_id=thread_id, run_id=run_id, comment=comment,
         detail="expired")])
 
@@ -377,10 +377,12 @@ def take(
         def claim() -> bool:
             return ledger.decide(record["id"], thread_id=thread_id,
                                  args_digest=record["args_digest"], status=taken.status,
-                                 decision=decision, audits=audits, grant=grant)
+                                 decision=decision, audits=audits, grant=grant,
+                                 enqueue=source == "inbox")
 
         # A row the ledger lost (it lived in another process's memory) is recorded again.
-        if not claim() and not (ensure(ledger, record, thread_id=thread_id) and claim()):
+        if not claim() and not (ensure(ledger, record, thread_id=thread_id, run_id=run_id)
+                                and claim()):
             raise _explain_lost(ledger, record, record["args_digest"], thread_id=thread_id,
                                 run_id=run_id)
         return taken
@@ -416,7 +418,8 @@ def verify(row: ApprovalRow, record: ApprovalRecord, *, approvers: Approvers | N
         run_args=taken.run_args)
 
 
-def ensure(ledger: Ledger, record: ApprovalRecord, *, thread_id: str) -> bool:
+def ensure(ledger: Ledger, record: ApprovalRecord, *, thread_id: str,
+           run_id: str | None = None) -> bool:
     """Record again a pending approval the ledger does not know (it lived in the memory of a
     process that ended: a restarted LangGraph server, a checkpointer instance), from the paused
     run, still pending: it can then be decided; nothing is approved by this. Only a gated call
@@ -432,7 +435,8 @@ def ensure(ledger: Ledger, record: ApprovalRecord, *, thread_id: str) -> bool:
     ledger.register(calls=calls, approvals=[ApprovalRow(
         approval_id=record["id"], thread_id=thread_id, kind=record["kind"], call_key=key,
         agent_path=record["agent_path"], tool_name=record["tool_name"],
-        args_digest=record["args_digest"], ttl=_remaining(record.get("expires_at")))])
+        args_digest=record["args_digest"], ttl=_remaining(record.get("expires_at")),
+        run_id=run_id)])
     return True
 
 

@@ -102,6 +102,8 @@ class Storage:
     """Human-readable, for error messages ("sqlite file /tmp/x.db")."""
     ledger: Ledger
     """Exactly-once decisions and thread leases, in the same database."""
+    url: str = "memory"
+    """The URL it was opened from (`memory` for memory or an instance)."""
 
 
 def _sqlite_path(url: str) -> str:
@@ -146,7 +148,7 @@ def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:
         saver.setup()
         store = ThreadedSqliteStore(_connect(path, autocommit=True))
         store.setup()
-        return Storage(saver, store, f"sqlite file {path}", Ledger.sqlite(path))
+        return Storage(saver, store, f"sqlite file {path}", Ledger.sqlite(path), spec)
     if spec.startswith(("postgresql://", "postgres://")):
         from graphkit._postgres import open_postgres
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -179,6 +181,53 @@ def _json_args(raw: str | None) -> dict[str, Any] | None:
     return value
 
 
+def _load_agent(spec: str, url: str) -> Any:
+    """`module:attr`, an Agent or a callable that takes the storage URL and returns one."""
+    import importlib
+
+    from graphkit.agent import Agent
+
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        msg = f"--agent must be module:attr, got {spec!r}"
+        raise GraphkitError(msg)
+    os.environ.setdefault("GRAPHKIT_DB", url)
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        msg = f"cannot load --agent {spec!r}: {exc}"
+        raise GraphkitError(msg) from exc
+    agent = target if isinstance(target, Agent) else target(url) if callable(target) else None
+    if not isinstance(agent, Agent):
+        msg = f"--agent {spec!r} is neither an Agent nor a callable returning one"
+        raise GraphkitError(msg)
+    if agent._storage.url != url:
+        msg = (f"--agent {spec!r} keeps its runs in {agent._storage.description}, not in "
+               f"{url!r}; give it checkpointer={url!r} (or make it read $GRAPHKIT_DB)")
+        raise GraphkitError(msg)
+    return agent
+
+
+def _work(args: argparse.Namespace, out: Callable[[str], None]) -> int:
+    from graphkit._worker import Worker
+
+    url = args.db or os.environ.get("GRAPHKIT_DB")
+    if not url:
+        msg = "no storage given: pass --db URL or set GRAPHKIT_DB (e.g. sqlite:///runs.db)"
+        raise GraphkitError(msg)
+    worker = Worker(_load_agent(args.agent, url), concurrency=args.concurrency)
+    out(printable(f"worker: resuming ready runs of {worker.agent.name!r} from {url.split('@')[-1]}"
+                  f" with {args.concurrency} thread(s); Ctrl-C stops"))
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    try:
+        worker.run()
+    except KeyboardInterrupt:
+        worker.stop()
+    out(f"worker: stopped after resuming {worker.resumed} run(s)")
+    return 0
+
+
 def _operate(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     inbox = _inbox(args)
     if args.command == "inbox":
@@ -281,6 +330,10 @@ def _parser() -> argparse.ArgumentParser:
     verb("expire", "decline approvals past their approval_ttl", listing=True)
     grants = verb("grants", "list remembered grants (remember='thread')", listing=True)
     grants.add_argument("--thread")
+    work = verb("worker", "resume runs whose calls were decided elsewhere, until Ctrl-C")
+    work.add_argument("--agent", required=True, help="module:attr of the Agent (or a factory "
+                      "taking the storage URL)")
+    work.add_argument("--concurrency", type=int, default=1, help="runs resumed at once")
     revoke = verb("revoke", "revoke a grant: later calls of its tool ask again")
     revoke.add_argument("id")
     revoke.add_argument("--by", required=True, help="who revokes (recorded in the audit log)")
@@ -295,6 +348,8 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
         if args.command == "demo":
             run_demo(yes=args.yes, db=args.db, out=out)
             return 0
+        if args.command == "worker":
+            return _work(args, out)
         return _operate(args, out)
     except GraphkitError as exc:
         _fail(str(exc))

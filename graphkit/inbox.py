@@ -163,7 +163,7 @@ class Inbox:
         choice = (Choice(type="reject") if not approve else Choice(type="approve")
                   if args is None else Choice(type="edit", args=args))
         if ledger.overdue([approval_id]):
-            expire(ledger, record, thread_id=thread_id, run_id=run_id)
+            expire(ledger, record, thread_id=thread_id, run_id=run_id, enqueue=True)
         take(ledger, record, choice, decided_by=decided_by, comment=comment,
              approvers=self.approvers, tool=None, thread_id=thread_id, run_id=run_id,
              reviewed_digest=args_digest, check_args=lambda edited: self._check_args(
@@ -233,6 +233,7 @@ class Inbox:
         for approval_id in self._storage.ledger.overdue(entries):
             entry = entries[approval_id]
             if expire(self._storage.ledger, entry,  # type: ignore[arg-type]
-                      thread_id=str(entry["thread_id"]), run_id=entry.get("run_id")):
+                      thread_id=str(entry["thread_id"]), run_id=entry.get("run_id"),
+                      enqueue=True):
                 expired.append(self.get(approval_id))
         return expired

@@ -1,0 +1,126 @@
+"""Workers: resume runs whose waiting calls were all decided elsewhere (the inbox, the CLI, a
+web page), on any number of machines that share the database.
+
+A decision that leaves its run with nothing pending puts the run in the ledger's ready queue,
+in the same transaction that claims it. Workers claim runs from that queue with the
+database's own locking (`FOR UPDATE SKIP LOCKED` on PostgreSQL; SQLite has one writer at a
+time), as a lease that lapses if the worker dies, and on PostgreSQL learn of new work from
+`LISTEN/NOTIFY` instead of polling. Resuming goes through `agent.resume`, so the thread's lease
+and the gate's checks apply as for any other door.
+
+Why not procrastinate or pgqueuer: the queue entry must be written in the very transaction
+that claims the decision (a job library would add a second transaction and its own schema),
+the queue must also work on SQLite, and what is queued is already idempotent (the thread lease
+and the execution claims make a second resume harmless); what is left is one table and two
+statements.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from graphkit._owner import new_owner
+from graphkit.errors import ApprovalsPendingError, GraphkitError
+
+if TYPE_CHECKING:
+    from graphkit.agent import Agent
+
+__all__ = ["Worker"]
+
+logger = logging.getLogger("graphkit")
+
+POLL_SECONDS = 0.05
+"""How often an idle worker looks for work where the database cannot notify it (SQLite)."""
+LISTEN_SECONDS = 1.0
+"""How long a PostgreSQL worker waits for a notification before it looks anyway."""
+
+
+class Worker:
+    """Resume ready runs of one agent with `concurrency` threads until `stop()`.
+
+    Args:
+        agent: The agent whose runs to resume; its storage is the queue's database.
+        concurrency: How many runs this process resumes at once.
+        on_resumed: Called with each run id after its resume returned (for tests and metrics).
+    """
+
+    def __init__(self, agent: Agent, *, concurrency: int = 1,
+                 on_resumed: Callable[[str], Any] | None = None) -> None:
+        if concurrency < 1:
+            msg = f"concurrency must be at least 1, got {concurrency}"
+            raise ValueError(msg)
+        self.agent = agent
+        self.concurrency = concurrency
+        self.on_resumed = on_resumed
+        self._ledger = agent._storage.ledger
+        self._stop = threading.Event()
+        self._wake = threading.Condition()
+        self._listen_url = agent._storage.url if agent._storage.url.startswith(
+            ("postgresql://", "postgres://")) else None
+        self.resumed = 0
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._wake:
+            self._wake.notify_all()
+
+    def run(self) -> None:
+        """Work until `stop()` (or Ctrl-C)."""
+        threads = [threading.Thread(target=self._loop, name=f"graphkit-worker-{i}", daemon=True)
+                   for i in range(self.concurrency)]
+        if self._listen_url:
+            threads.append(threading.Thread(target=self._listen, name="graphkit-listen",
+                                            daemon=True))
+        for thread in threads:
+            thread.start()
+        try:
+            while not self._stop.wait(0.2):
+                pass
+        finally:
+            self.stop()
+            for thread in threads:
+                thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        owner = new_owner()
+        while not self._stop.is_set():
+            claimed = self._ledger.next_ready(owner)
+            if claimed is None:
+                with self._wake:
+                    self._wake.wait(LISTEN_SECONDS if self._listen_url else POLL_SECONDS)
+                continue
+            run_id, ready_at = claimed
+            try:
+                self.agent.resume(run_id=run_id)
+                self.resumed += 1
+                if self.on_resumed is not None:
+                    self.on_resumed(run_id)
+            except ApprovalsPendingError:
+                pass  # something of it waits again: the next decision queues it anew
+            except GraphkitError as exc:
+                logger.warning("worker: run %s was not resumed: %s", run_id, exc)
+            except Exception:  # one failing run must not stop the worker
+                logger.exception("worker: resuming run %s failed", run_id)
+            finally:
+                self._ledger.done_ready(run_id, owner, ready_at)
+
+    def _listen(self) -> None:
+        """Wake the workers when PostgreSQL says a run became ready."""
+        import psycopg
+
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(str(self._listen_url), autocommit=True) as conn:
+                    conn.execute("LISTEN graphkit_ready")
+                    while not self._stop.is_set():
+                        for _ in conn.notifies(timeout=LISTEN_SECONDS, stop_after=1):
+                            with self._wake:
+                                self._wake.notify_all()
+            except Exception:  # reconnect; the workers keep polling meanwhile
+                logger.warning("worker: LISTEN connection lost; reconnecting", exc_info=True)
+                with contextlib.suppress(Exception):
+                    self._stop.wait(1.0)

@@ -1,0 +1,123 @@
+"""`graphkit worker`: runs decided in the inbox are resumed by workers, each exactly once.
+
+Real worker processes (the CLI) on PostgreSQL and SQLite share the ready queue; a worker that
+dies holding a run lets another take it once its claim lapses.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from graphkit import Inbox
+from graphkit._worker import Worker
+from tests.worker_agent import effects, make
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def ran(path: Path) -> list[tuple[str, int]]:
+    return [(r[0], r[1]) for r in effects(str(path)).execute("SELECT tool_call_id, pid FROM ran")]
+
+
+def wait_for(condition: object, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_worker_resumes_what_the_inbox_decided(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "effects.db"
+    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(path))
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = make(url)
+    runs = [agent.generate("move 1") for _ in range(5)]
+    worker = Worker(make(url), concurrency=2)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        inbox = Inbox(url)
+        pending = inbox.pending()
+        assert len(pending) == 5 and ran(path) == []
+        for item in pending[:4]:
+            inbox.approve(item.id, decided_by="ops")
+        wait_for(lambda: len(ran(path)) == 4)
+        inbox.decline(pending[4].id, decided_by="ops")
+        wait_for(lambda: worker.resumed == 5)
+        time.sleep(0.3)
+        assert sorted(c for c, _ in ran(path)) == sorted(p.tool_call_id for p in pending[:4])
+        assert all(agent.snapshot(run_id=r.run_id)["status"] == "stop" for r in runs)
+    finally:
+        worker.stop()
+        thread.join(timeout=10)
+
+
+def test_worker_processes_share_the_queue_and_each_run_runs_once(
+        durable_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "effects.db"
+    env = {**os.environ, "GRAPHKIT_TEST_EFFECTS": str(path), "PYTHONPATH": str(ROOT)}
+    os.environ["GRAPHKIT_TEST_EFFECTS"] = str(path)
+    try:
+        agent = make(durable_url)
+        for _ in range(30):
+            agent.generate("move 1")
+    finally:
+        del os.environ["GRAPHKIT_TEST_EFFECTS"]
+    command = [sys.executable, "-m", "graphkit.cli", "worker", "--db", durable_url, "--agent",
+               "tests.worker_agent:make", "--concurrency", "2"]
+    procs = [subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        inbox = Inbox(durable_url)
+        pending = inbox.pending()
+        assert len(pending) == 30
+        for item in pending:
+            inbox.approve(item.id, decided_by="ops")
+        wait_for(lambda: len(ran(path)) == 30)
+        time.sleep(0.5)
+        calls = [c for c, _ in ran(path)]
+        assert sorted(calls) == sorted(p.tool_call_id for p in pending)  # each exactly once
+        assert inbox.ready() == []
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        outs = [proc.communicate(timeout=30) for proc in procs]
+    for proc, (out, err) in zip(procs, outs, strict=True):
+        assert proc.returncode == 0, err
+        assert "stopped after resuming" in out
+
+
+def test_a_dead_workers_claim_lapses_and_another_takes_the_run(tmp_path: Path) -> None:
+    from graphkit._ledger import ApprovalRow, Ledger
+
+    ledger = Ledger.sqlite(str(tmp_path / "q.db"))
+    ledger.register(approvals=[ApprovalRow(approval_id="a1", thread_id="t", kind="approval",
+                                           call_key="k", agent_path=["bank"], tool_name="x",
+                                           args_digest="d", run_id="r1")])
+    assert ledger.decide("a1", thread_id="t", args_digest="d", status="approved",
+                         decision={"type": "approve"}, audits=[], enqueue=True)
+    first = ledger.next_ready("dead-worker")
+    assert first is not None and first[0] == "r1"
+    assert ledger.next_ready("other") is None  # held
+    ledger._sql.execute("UPDATE graphkit_ready SET claimed_until = 0")  # it died: no renewal
+    second = ledger.next_ready("other")
+    assert second is not None and second[0] == "r1"
+    ledger.done_ready("r1", "other", second[1])
+    assert ledger.next_ready("third") is None
+
+
+def test_the_worker_cli_refuses_an_agent_on_other_storage(tmp_path: Path) -> None:
+    from graphkit.cli import main
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    assert main(["worker", "--db", url, "--agent", "graphkit.examples:deploy_agent"]) == 1
+    assert main(["worker", "--db", url, "--agent", "nope"]) == 1

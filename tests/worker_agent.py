@@ -1,0 +1,42 @@
+"""An agent for the worker tests: `graphkit worker --agent tests.worker_agent:make`.
+
+Its `transfer` tool records each real execution (tool_call_id, when, which process) in the
+SQLite file named by $GRAPHKIT_TEST_EFFECTS.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from graphkit import Agent, ToolContext, create_tool
+from graphkit.testing import ScriptedChatModel
+
+
+def effects(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE IF NOT EXISTS ran (tool_call_id TEXT, at REAL, pid INTEGER)")
+    return conn
+
+
+def make(url: str) -> Agent:
+    conn = effects(os.environ["GRAPHKIT_TEST_EFFECTS"])
+
+    @create_tool(needs_approval=True)
+    def transfer(amount: int, ctx: ToolContext) -> str:
+        """Move money."""
+        conn.execute("INSERT INTO ran VALUES (?, ?, ?)",
+                     (ctx.tool_call_id, time.time(), os.getpid()))
+        return "moved"
+
+    def reply(messages: list[BaseMessage]) -> AIMessage:
+        if isinstance(messages[-1], ToolMessage):
+            return AIMessage("done")
+        return AIMessage("", tool_calls=[{"name": "transfer", "args": {"amount": 1},
+                                          "id": f"call-{time.time_ns()}"}])
+
+    return Agent(name="bank", model=ScriptedChatModel(reply), tools=[transfer], checkpointer=url)
