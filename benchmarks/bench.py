@@ -280,7 +280,8 @@ def report(results: dict[str, Any]) -> None:
               f"(whole run {row['whole_run_ms']:6.1f} ms; target <= {row['target_ms']} ms)")
     for row in results.get("many_threads", []):
         print(f"\nmany threads on {row['storage']}: {row['threads']} paused runs, "
-              f"{row['workers']} workers: {row['throughput_per_s']:.1f} round trips/s, "
+              f"decisions {row['decisions']}, {row['workers']} worker processes x "
+              f"{row['worker_threads']} threads: {row['throughput_per_s']:.1f} round trips/s, "
               f"decision->tool latency median {row['latency_median_ms']:.0f} ms, "
               f"p90 {row['latency_p90_ms']:.0f} ms")
 

@@ -1,15 +1,16 @@
-"""Many paused threads resumed by 4 worker processes pulling from the inbox.
+"""Many paused threads resumed by 4 `graphkit worker` processes as decisions arrive.
 
-The main process pauses N runs (one approval each), starts 4 workers, then approves every
-approval through `Inbox.approve`, noting when. Workers poll `inbox.ready()` and resume the runs
-that hash to them; the tool notes when it runs. Reported: round trips per second, and the
-latency from `inbox.approve` to the tool running.
+The main process pauses N runs (one approval each), starts 4 worker processes (the CLI, 2
+threads each), then approves every approval through `Inbox.approve`, noting when: all at once
+(a burst), or at a steady rate (decisions/s). The tool notes when it runs. Reported: round
+trips per second, and the latency from `inbox.approve` to the tool running.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
+import os
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -24,13 +25,22 @@ from graphkit import Agent, Inbox, ToolContext, create_tool
 from graphkit.testing import ScriptedChatModel
 
 WORKERS = 4
+CONCURRENCY = 2
+STEADY_RATE = 50.0
 ROOT = Path(__file__).resolve().parent.parent
+EFFECTS_ENV = "GRAPHKIT_BENCH_EFFECTS"
 
 
-def agent(url: str, effects: str) -> Agent:
-    conn = sqlite3.connect(effects, timeout=60, isolation_level=None, check_same_thread=False)
+def _effects(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("CREATE TABLE IF NOT EXISTS ran (tool_call_id TEXT PRIMARY KEY, at REAL)")
+    return conn
+
+
+def make(url: str) -> Agent:
+    """The benchmark's agent (`graphkit worker --agent benchmarks.many_threads:make`)."""
+    conn = _effects(os.environ[EFFECTS_ENV])
 
     @create_tool(needs_approval=True)
     def transfer(amount: int, ctx: ToolContext) -> str:
@@ -48,22 +58,10 @@ def agent(url: str, effects: str) -> Agent:
     return Agent(name="bank", model=ScriptedChatModel(reply), tools=[transfer], checkpointer=url)
 
 
-def worker(url: str, effects: str, index: int, total: int) -> None:
-    bot = agent(url, effects)
-    inbox = Inbox(url)
-    conn = sqlite3.connect(effects, timeout=60)
-    while conn.execute("SELECT COUNT(*) FROM ran").fetchone()[0] < total:
-        mine = [r for r in inbox.ready()
-                if int(hashlib.md5(r.encode()).hexdigest(), 16) % WORKERS == index]
-        for run_id in mine:
-            bot.resume(run_id=run_id)
-        if not mine:
-            time.sleep(0.02)
-
-
-def run(url: str, directory: Path, threads: int) -> dict[str, Any]:
+def run(url: str, directory: Path, threads: int, *, rate: float | None) -> dict[str, Any]:
     effects = str(directory / f"effects-{time.time_ns()}.db")
-    bot = agent(url, effects)
+    os.environ[EFFECTS_ENV] = effects
+    bot = make(url)
     started = time.perf_counter()
     for _ in range(threads):
         assert bot.generate("move 1").finish_reason == "suspended"
@@ -71,17 +69,30 @@ def run(url: str, directory: Path, threads: int) -> dict[str, Any]:
     inbox = Inbox(url)
     pending = inbox.pending()
     assert len(pending) == threads
-    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.many_threads", url, effects,
-                               str(i), str(threads)], cwd=ROOT) for i in range(WORKERS)]
-    time.sleep(2.0)  # let the workers import and start polling
+    command = [sys.executable, "-m", "graphkit.cli", "worker", "--db", url, "--agent",
+               "benchmarks.many_threads:make", "--concurrency", str(CONCURRENCY)]
+    procs = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+             for _ in range(WORKERS)]
+    time.sleep(3.0)  # let the workers import and start listening
     approved_at: dict[str, float] = {}
     first = time.time()
-    for item in pending:
+    for index, item in enumerate(pending):
+        if rate is not None:  # a steady stream of decisions, as reviewers make them
+            delay = first + index / rate - time.time()
+            if delay > 0:
+                time.sleep(delay)
         inbox.approve(item.id, decided_by="bench")
         approved_at[item.tool_call_id] = time.time()
+    conn = _effects(effects)
+    deadline = time.time() + 1800
+    while conn.execute("SELECT COUNT(*) FROM ran").fetchone()[0] < threads:
+        assert time.time() < deadline, "the workers did not keep up"
+        time.sleep(0.05)
     for proc in procs:
-        proc.wait(timeout=1800)
-    conn = sqlite3.connect(effects)
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        proc.wait(timeout=60)
     ran = dict(conn.execute("SELECT tool_call_id, at FROM ran").fetchall())
     assert set(ran) == set(approved_at), "every approved call ran exactly once"
     latencies = sorted((ran[k] - approved_at[k]) * 1000 for k in ran)
@@ -89,6 +100,8 @@ def run(url: str, directory: Path, threads: int) -> dict[str, Any]:
     return {
         "threads": threads,
         "workers": WORKERS,
+        "worker_threads": CONCURRENCY,
+        "decisions": "burst" if rate is None else f"{rate:g}/s",
         "pause_s": pause_s,
         "throughput_per_s": threads / span,
         "latency_median_ms": statistics.median(latencies),
@@ -100,23 +113,24 @@ def many_threads(directory: Path, *, quick: bool = False) -> list[dict[str, Any]
     from tests.postgres_server import PostgresServer
 
     threads = 100 if quick else 1000
-    rows = [{"storage": "sqlite", **run(f"sqlite:///{directory / 'many.db'}", directory,
-                                         threads)}]
+    rows: list[dict[str, Any]] = []
+    for rate in (None, STEADY_RATE):
+        name = f"many-{'burst' if rate is None else 'steady'}.db"
+        rows.append({"storage": "sqlite",
+                     **run(f"sqlite:///{directory / name}", directory, threads, rate=rate)})
     server = PostgresServer()
     server.start()
     try:
-        url = server.create_database("many_threads")
-        rows.append({"storage": "postgresql", **run(url, directory, threads)})
+        for rate in (None, STEADY_RATE):
+            url = server.create_database(f"many_{'burst' if rate is None else 'steady'}")
+            rows.append({"storage": "postgresql", **run(url, directory, threads, rate=rate)})
     finally:
         server.stop()
     return rows
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5:
-        worker(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
-    else:
-        import tempfile
+    import tempfile
 
-        with tempfile.TemporaryDirectory() as tmp:
-            print(json.dumps(many_threads(Path(tmp), quick="--quick" in sys.argv), indent=2))
+    with tempfile.TemporaryDirectory() as tmp:
+        print(json.dumps(many_threads(Path(tmp), quick="--quick" in sys.argv), indent=2))
