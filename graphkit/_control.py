@@ -233,16 +233,18 @@ def start_payload(snapshot: StateSnapshot, messages: list[BaseMessage],
 
 
 def policy_finder(root: Any) -> PolicyFinder:
-    """The approvers policy of the agent at `agent_path` (a subagent has its own)."""
+    """The approvers policy of the agent at `agent_path`: its own, else its nearest
+    supervisor's."""
 
     def find(agent_path: Sequence[str]) -> Approvers | None:
         agent = root
+        approvers: Approvers | None = agent.approvers
         for key in list(agent_path)[1:]:
             agents: Mapping[str, Any] = agent.agents
             agent = next((a for k, a in agents.items() if a.name == key or k == key), None)
             if agent is None:
-                return None
-        approvers: Approvers | None = agent.approvers
+                return approvers
+            approvers = agent.approvers or approvers  # a subagent without one inherits
         return approvers
 
     return find

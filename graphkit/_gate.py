@@ -25,6 +25,7 @@ from graphkit._approvals import (
     Extractor,
     answered_ids,
     interrupt_value,
+    new_id,
     plan_turn,
     queued_messages,
     suspension_record,
@@ -126,8 +127,14 @@ class Planner:
         planned = plan_turn(ai, self.tools, self.settings, state.get("options") or {},
                             agent_path=ctx.path, thread_id=ctx.thread_id, run_id=ctx.run_id,
                             grants=grants)
-        self.ledger.register(calls=planned.calls, approvals=planned.approvals,
-                             audits=planned.audits)
+        revoked = self.ledger.register(calls=planned.calls, approvals=planned.approvals,
+                                       audits=planned.audits)
+        for call in planned.plan["calls"]:
+            record = call["approval"]
+            if record is not None and record["id"] in revoked:  # the grant died meanwhile
+                record["status"] = "pending"
+                record["decided_by"] = record["comment"] = record["decided_at"] = None
+                call["metadata"].pop("approval.granted", None)
         emit([telemetry(c["approval"], "pending") for c in planned.plan["calls"]
               if c["approval"] is not None and c["approval"]["status"] == "pending"])
         return planned.plan, planned.errors
@@ -330,15 +337,30 @@ class _Pass:
         for record in waiting:
             row = rows.get(record["id"])
             if row is None:
-                ensure(ledger, record, thread_id=self.ctx.thread_id)
+                ensure(ledger, record, thread_id=self.ctx.thread_id, run_id=self.ctx.run_id)
                 continue
-            if not row.decided or row.thread_id != self.ctx.thread_id:
+            if row.thread_id != self.ctx.thread_id:
+                changed = self._rekey(record) or changed
+                continue
+            if not row.decided:
                 continue
             taken = self.taken.get(record["id"]) or self._verified(row, record)
             if taken is not None:
                 self._apply(record, taken)
                 changed = True
         return changed
+
+    def _rekey(self, record: ApprovalRecord) -> bool:
+        """A copied thread (the server's thread copy) holds another thread's approval: ask
+        anew here, under fresh ids, pending; the original thread keeps its own."""
+        found = self._call_of(record["id"])
+        if found is None or record["kind"] != "approval":
+            return False
+        call, record = found
+        record["id"] = new_id("apr")
+        call["key"] = record["call_key"] = new_id("call")
+        return ensure(self.ctx.ledger, record, thread_id=self.ctx.thread_id,
+                      run_id=self.ctx.run_id)
 
     def _verified(self, row: ApprovalRow, record: ApprovalRecord) -> Taken | None:
         """A decision claimed elsewhere, checked again here; reopened when it fails."""

@@ -344,11 +344,17 @@ class Ledger:
     # ------------------------------------------------------------------ planning
 
     def register(self, *, calls: Sequence[CallRow] = (), approvals: Sequence[ApprovalRow] = (),
-                 audits: Sequence[AuditRow] = ()) -> None:
-        """Record what a gate planned, in one transaction (a re-run writes nothing twice)."""
+                 audits: Sequence[AuditRow] = ()) -> set[str]:
+        """Record what a gate planned, in one transaction (a re-run writes nothing twice).
+
+        An approval given by a grant is recorded as approved only if the grant is still live
+        in this very transaction (not revoked, not expired); else it is recorded pending, its
+        `auto_approved` audit is left out, and its id is returned.
+        """
         if not (calls or approvals or audits):
-            return
+            return set()
         now = self._sql.now
+        fell_back: set[str] = set()
         with self._sql.transaction() as tx:
             for call in calls:
                 tx.execute(
@@ -358,15 +364,36 @@ class Ledger:
                     (call.call_key, call.thread_id, _path(call.agent_path), call.tool_name,
                      call.args_digest, call.approval_id))
             for row in approvals:
-                expires = f"{now} + ?" if row.ttl is not None else "?"
-                tx.execute(
-                    f"INSERT INTO graphkit_approvals ({_APPROVAL_COLUMNS}, run_id) VALUES "
-                    f"(?, ?, ?, ?, ?, ?, ?, {expires}, ?, ?, ?) "
-                    "ON CONFLICT (approval_id) DO NOTHING",
-                    (row.approval_id, row.thread_id, row.kind, row.call_key,
-                     _path(row.agent_path), row.tool_name, row.args_digest, row.ttl,
-                     row.status, _dumps(row.decision) if row.decision else None, row.run_id))
-            self._audit(tx, audits)
+                grant_id = (row.decision or {}).get("grant_id")
+                if grant_id and not self._insert_approval(tx, row, live_grant=grant_id):
+                    fell_back.add(row.approval_id)
+                    row = ApprovalRow(**{**{f: getattr(row, f) for f in
+                                            row.__dataclass_fields__},
+                                         "status": "pending", "decision": None})
+                    grant_id = None
+                if not grant_id:
+                    self._insert_approval(tx, row)
+            self._audit(tx, [a for a in audits if not (a.approval_id in fell_back and
+                                                        a.entry.get("event") == "auto_approved")])
+        return fell_back
+
+    def _insert_approval(self, tx: _Tx, row: ApprovalRow, *, live_grant: str | None = None
+                         ) -> bool:
+        now = self._sql.now
+        expires = f"{now} + ?" if row.ttl is not None else "?"
+        params: tuple[Any, ...] = (
+            row.approval_id, row.thread_id, row.kind, row.call_key, _path(row.agent_path),
+            row.tool_name, row.args_digest, row.ttl, row.status,
+            _dumps(row.decision) if row.decision else None, row.run_id)
+        guard = ""
+        if live_grant is not None:
+            guard = (" WHERE EXISTS (SELECT 1 FROM graphkit_grants WHERE grant_id = ? AND "
+                     f"revoked IS NULL AND (expires_at IS NULL OR expires_at > {now}))")
+            params = (*params, live_grant)
+        return tx.execute(
+            f"INSERT INTO graphkit_approvals ({_APPROVAL_COLUMNS}, run_id) "
+            f"SELECT ?, ?, ?, ?, ?, ?, ?, {expires}, ?, ?, ?{guard or ' WHERE TRUE'} "
+            "ON CONFLICT (approval_id) DO NOTHING", params) == 1
 
     @staticmethod
     def _audit(tx: _Tx, rows: Iterable[AuditRow]) -> None:

@@ -82,6 +82,8 @@ def check_value(value: object, *, what: str, error: type[Exception]) -> None:
                 for key in node:
                     if size > MAX_BYTES:
                         break
+                    if not isinstance(key, str):
+                        raise error(f"{what}: object keys must be text, got {type(key).__name__}")
                     size += _scalar_size(key, what=what, error=error)
                 stack.append(iter(node.values()))
             else:

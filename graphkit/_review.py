@@ -75,6 +75,8 @@ class Choice:
     """The reviewer's words: a rejection's reason, or a `respond`'s answer to the model."""
     data: Any = None
     """Resume data (`resume` only)."""
+    digest: str | None = None
+    """The `args_digest` the reviewer saw; the decision applies only to those arguments."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,7 +109,8 @@ def _text(value: Any, key: str, index: int) -> str | None:
 
 def parse_choice(raw: Any, index: int = 0) -> tuple[Choice, str | None, str | None, str | None]:
     """A raw decision from a resume payload: (choice, tool_call_id, approval id, claimed
-    decider). Raises `GraphkitError` on anything outside the closed set."""
+    decider). Raises `GraphkitError` on anything outside the closed set. A reviewed
+    `args_digest` in the payload travels in `Choice.digest`."""
     if not isinstance(raw, Mapping):
         msg = f"decision #{index} must be an object, got {type(raw).__name__}"
         raise GraphkitError(msg)
@@ -117,8 +120,9 @@ def parse_choice(raw: Any, index: int = 0) -> tuple[Choice, str | None, str | No
     claimed = _text(raw.get("decided_by"), "decided_by", index)
     message = _text(raw.get("message"), "message", index) or _text(
         raw.get("comment"), "comment", index)
+    digest = _text(raw.get("args_digest"), "args_digest", index)
     if kind == "approve":
-        choice = Choice(type="approve", message=message)
+        choice = Choice(type="approve", message=message, digest=digest)
     elif kind == "edit":
         action = raw.get("edited_action")
         if action is not None and not isinstance(action, Mapping):
@@ -129,14 +133,14 @@ def parse_choice(raw: Any, index: int = 0) -> tuple[Choice, str | None, str | No
             msg = (f"decision #{index}: an edit needs the edited arguments as an object "
                    "(edited_action.args or args)")
             raise InvalidApprovedArgsError(msg)
-        choice = Choice(type="edit", args=dict(args), message=message)
+        choice = Choice(type="edit", args=dict(args), message=message, digest=digest)
     elif kind == "reject":
-        choice = Choice(type="reject", message=message)
+        choice = Choice(type="reject", message=message, digest=digest)
     elif kind == "respond":
         if not message:
             msg = f"decision #{index}: a respond decision needs the answer in 'message'"
             raise GraphkitError(msg)
-        choice = Choice(type="respond", message=message)
+        choice = Choice(type="respond", message=message, digest=digest)
     elif kind == "resume":
         choice = Choice(type="resume", data=raw.get("data"))
     else:
@@ -347,6 +351,7 @@ def take(
         if remember not in ("once", "thread"):
             msg = f"remember must be 'once' or 'thread', got {remember!r}"
             raise GraphkitError(msg)
+        reviewed_digest = reviewed_digest if reviewed_digest is not None else choice.digest
         if reviewed_digest is not None and reviewed_digest != record["args_digest"]:
             msg = (f"approval {record['id']!r} now holds arguments with digest "
                    f"{record['args_digest']!r}, not the reviewed {reviewed_digest!r}; review "
@@ -413,6 +418,10 @@ def verify(row: ApprovalRow, record: ApprovalRecord, *, approvers: Approvers | N
     taken = check(record, choice, decided_by=decision.get("decided_by"),
                   comment=decision.get("comment"), approvers=approvers, tool=tool,
                   identity_required=bool(decision.get("identity_required")))
+    if taken.run_args is not None and decision.get("run_digest") != args_digest(taken.run_args):
+        msg = (f"the tool's own model reads the approved arguments as {taken.run_args!r}, not "
+               f"as they were approved ({decision.get('args')!r}); approve exactly those")
+        raise InvalidApprovedArgsError(msg)
     return Taken(status=taken.status, event=taken.event, decision={**decision, **{
         k: v for k, v in taken.decision.items() if k in ("args", "data", "run_digest")}},
         run_args=taken.run_args)

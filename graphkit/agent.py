@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -160,20 +161,25 @@ class Agent:
             name=name,
         )
 
-    def _builder(self, ledger: Ledger, *, nested: bool = False) -> Any:
+    def _builder(self, ledger: Ledger, *, nested: bool = False,
+                 approvers: Approvers | None = None) -> Any:
+        settings = self.settings
+        if settings.approvers is None and approvers is not None:
+            settings = dataclasses.replace(settings, approvers=approvers)
         return build_graph(
             name=self.name, model=self.model, tools=self.tools, instructions=self.instructions,
-            subagents={key: (sub.subgraph(ledger), sub.description)
+            subagents={key: (sub.subgraph(ledger, approvers=settings.approvers), sub.description)
                        for key, sub in self.agents.items()},
-            settings=self.settings, ledger=ledger, nested=nested,
+            settings=settings, ledger=ledger, nested=nested,
         )
 
-    def subgraph(self, ledger: Ledger) -> CompiledStateGraph[Any, Any, Any, Any]:
+    def subgraph(self, ledger: Ledger, *, approvers: Approvers | None = None
+                 ) -> CompiledStateGraph[Any, Any, Any, Any]:
         """This agent's graph for use inside a supervisor: it checkpoints in the supervisor's
         storage, under the supervisor's thread, and records in the supervisor's ledger, with
-        its own settings and policy."""
+        its own settings and policy (its supervisor's `approvers` when it has none)."""
         compiled: CompiledStateGraph[Any, Any, Any, Any] = self._builder(
-            ledger, nested=True).compile(name=self.name)
+            ledger, nested=True, approvers=approvers).compile(name=self.name)
         return compiled
 
     # ------------------------------------------------------------------ runs and threads

@@ -172,8 +172,8 @@ def _json_args(raw: str | None) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        msg = f"--args is not valid JSON: {exc}"
+    except (json.JSONDecodeError, RecursionError) as exc:
+        msg = f"--args is not valid JSON (or is nested too deeply): {type(exc).__name__}"
         raise GraphkitError(msg) from exc
     if not isinstance(value, dict):
         msg = f"--args must be a JSON object, got {type(value).__name__}"

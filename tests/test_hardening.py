@@ -19,7 +19,13 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from pydantic import BaseModel
 
-from graphkit import Agent, ToolContext, create_tool
+from graphkit import (
+    Agent,
+    ApproverNotAllowedError,
+    InvalidApprovedArgsError,
+    ToolContext,
+    create_tool,
+)
 from graphkit._ledger import ApprovalRow, Ledger
 from graphkit.testing import ScriptedChatModel
 from tests.helpers import agent_with, call, turn
@@ -170,3 +176,104 @@ def test_an_approval_is_taken_only_in_its_own_thread(tmp_path: Any) -> None:
                              decision=decision, audits=[])
     assert ledger.decide("apr_1", thread_id="original", args_digest="d", status="approved",
                          decision=decision, audits=[])
+
+
+def test_a_raw_decision_bound_to_a_digest_never_lands_on_another_call() -> None:
+    agent, ran = agent_with([turn(call("pay", PAY, "c1")),
+                             turn(call("pay", {"amount": 9999, "payee": {"name": "mallory"}},
+                                       "c2")), "done"])
+    result = agent.generate("pay")
+    digest = result.pending_approvals[0].args_digest
+    payload = {"decisions": [{"type": "approve", "args_digest": digest}]}
+    agent.graph.invoke(Command(resume=payload), config(result.thread_id))
+    agent.graph.invoke(Command(resume=payload), config(result.thread_id))  # sent again
+    assert ran.ran == [("pay", PAY)]
+    wrong = {"decisions": [{"type": "approve", "args_digest": "sha256:other"}]}
+    state = agent.graph.invoke(Command(resume=wrong), config(result.thread_id))
+    assert ran.ran == [("pay", PAY)] and "__interrupt__" in state
+
+
+def test_a_grant_revoked_while_the_turn_is_planned_approves_nothing(tmp_path: Any) -> None:
+    from graphkit import Inbox
+
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+
+    def revoke_first(args: dict[str, Any]) -> bool:
+        for grant in Inbox(url).grants():
+            if not grant["revoked"]:
+                Inbox(url).revoke(grant["id"], decided_by="alice")
+        return True
+
+    ran: list[tuple[str, Any]] = []
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        ran.append(("pay", amount))
+        return "paid"
+
+    @create_tool(needs_approval=revoke_first)
+    def audit(note: str) -> str:
+        """Audit."""
+        return note
+
+    agent = Agent(name="a", tools=[pay, audit], checkpointer=url, model=ScriptedChatModel([
+        turn(call("pay", {"amount": 1}, "c1")), "one",
+        turn(call("audit", {"note": "x"}, "c2"), call("pay", {"amount": 9999}, "c3")), "two"]))
+    first = agent.generate("pay")
+    agent.approve_tool_call_generate(run_id=first.run_id, decided_by="alice", remember="thread")
+    second = agent.generate("again", thread_id=first.thread_id)
+    assert ran == [("pay", 1)]
+    assert {p.tool_call_id for p in second.pending_approvals if p.status == "pending"} == {
+        "c2", "c3"}
+
+
+def test_an_inbox_edit_the_tool_reads_differently_is_withdrawn_with_the_reason(
+        tmp_path: Any) -> None:
+    from graphkit import Inbox
+    from graphkit.cli import main
+
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done"], checkpointer=url)
+    result = agent.generate("pay")
+    (pending,) = Inbox(url).pending()
+    edited = '{"amount": 5.0, "payee": {"name": "bob"}}'
+    assert main(["approve", pending.id, "--db", url, "--by", "ops", "--args", edited]) == 0
+    after = agent.resume(run_id=result.run_id)
+    assert ran.ran == [] and after.pending_approvals[0].status == "pending"
+    refusal = Inbox(url).audit(id=pending.id)[-1]
+    assert refusal["event"] == "refused" and "approve exactly those" in refusal["detail"]
+    Inbox(url).approve(pending.id, decided_by="ops", args={"amount": 5, "payee": {"name": "bob"}})
+    assert agent.resume(run_id=result.run_id).text == "done"
+    assert ran.ran == [("pay", {"amount": 5, "payee": {"name": "bob"}})]
+
+
+def test_a_subagent_without_a_policy_inherits_its_supervisors() -> None:
+    purged: list[int] = []
+
+    @create_tool(needs_approval=True)
+    def purge(days: int) -> str:
+        """Purge logs."""
+        purged.append(days)
+        return "purged"
+
+    inner = Agent(name="ops", description="Ops.", tools=[purge],
+                  model=ScriptedChatModel([turn(call("purge", {"days": 9}, "p1")), "ok"]))
+    boss = Agent(name="boss", agents={"ops": inner}, approvers=lambda by, p: by == "rm",
+                 model=ScriptedChatModel([turn(call("ops", {"task": "purge"}, "d1")), "ok"]))
+    result = boss.generate("purge")
+    boss.graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}),
+                      config(result.thread_id, "developer"))
+    assert purged == []
+    with pytest.raises(ApproverNotAllowedError, match="may not approve"):
+        boss.approve_tool_call(run_id=result.run_id, decided_by="developer")
+    assert boss.approve_tool_call_generate(run_id=result.run_id, decided_by="rm").text == "ok"
+    assert purged == [9]
+
+
+def test_arguments_with_keys_that_are_not_text_get_a_typed_error() -> None:
+    agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done"])
+    result = agent.generate("pay")
+    with pytest.raises(InvalidApprovedArgsError, match="keys must be text"):
+        agent.approve_tool_call(run_id=result.run_id, args={**PAY, 1: 2})
+    assert ran.ran == []

@@ -109,3 +109,22 @@ def test_a_client_written_tool_result_does_not_stand_through_the_server(
     tool = [m for m in values["messages"] if m["type"] == "tool"]
     assert len(tool) == 1 and "did not run" in tool[0]["content"]
     assert rollouts(runs) == before
+
+
+def test_a_copied_thread_asks_anew_and_never_decides_the_original(
+        served: tuple[str, Path]) -> None:
+    url, runs = served
+    rm = client(url, "tok-rm")
+    before = rollouts(runs)
+    original = paused(rm, "3.4.0")
+    copy = rm.threads.copy(original)["thread_id"]
+    approve = {"resume": {"decisions": [{"type": "approve"}]}}
+    rm.runs.wait(copy, "guarded", command=approve)  # the original's approval: asked anew here
+    assert rollouts(runs) == before
+    fresh = interrupt_of(rm, copy)["approvals"][0]["id"]
+    assert fresh != interrupt_of(rm, original)["approvals"][0]["id"]
+    rm.runs.wait(copy, "guarded", command=approve)
+    assert rollouts(runs) == [*before, "3.4.0"]
+    assert interrupt_of(rm, original)["approvals"][0]["status"] == "pending"
+    rm.runs.wait(original, "guarded", command=approve)
+    assert rollouts(runs) == [*before, "3.4.0", "3.4.0"]
