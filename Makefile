@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: demo test bench lint typecheck install install-dev postgres-bin clean
+.PHONY: demo test bench lint typecheck install install-dev postgres-bin browser-bin clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,8 +33,14 @@ postgres-bin:
 	  echo "installing Debian's postgresql (server binaries for the tests)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
 
+## The web inbox's tests drive Debian's Chromium with Playwright (its own download is not used).
+browser-bin:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium (the browser the web inbox tests drive)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
 ## Install the dev extra and run the whole suite: lint, types, tests.
-test: install-dev postgres-bin lint typecheck
+test: install-dev postgres-bin browser-bin lint typecheck
 	$(BIN)/python -m pytest
 
 ## graphkit against LangChain's HITL middleware and a minimal graph; writes benchmarks/results.json

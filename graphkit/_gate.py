@@ -105,7 +105,8 @@ class Planner:
         top-level graph ignores any path in its config (a server client could set one)."""
         self.settings = settings
         self.ledger = ledger
-        self.schemas = {tool_name: _schema(tool) for tool_name, tool in tools.items()}
+        self.schemas = {tool_name: {"schema": _schema(tool), "resume_schema": _resume(tool)}
+                        for tool_name, tool in tools.items()}
 
     def context(self, state: AgentState, config: RunnableConfig) -> GateContext:
         options: RunOptions = state.get("options") or {}
@@ -150,6 +151,12 @@ def _schema(tool: BaseTool) -> dict[str, Any] | None:
         return dict(make()) if make is not None else None
     except Exception:  # an exotic schema: the inbox then skips its own check
         return None
+
+
+def _resume(tool: BaseTool) -> dict[str, Any] | None:
+    """The JSON schema of a suspending tool's resume data, for the web inbox's form."""
+    schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None
+    return schema.model_json_schema() if schema is not None else None
 
 
 def _edited_ai(ai: AIMessage, edited: Mapping[str, dict[str, Any]]) -> AIMessage:

@@ -65,7 +65,7 @@ class GateJournal:
     """
 
     def __init__(self, store: BaseStore | None, *, thread_id: str, run_id: str | None,
-                 schemas: dict[str, dict[str, Any] | None], scope: str = "") -> None:
+                 schemas: dict[str, dict[str, Any]], scope: str = "") -> None:
         self.store = store
         self.thread_id = thread_id
         self.run_id = run_id
@@ -108,7 +108,7 @@ class GateJournal:
         key = schema_key(record["agent_path"], record["tool_name"])
         written = _SCHEMAS_WRITTEN.setdefault(self.store, set())
         if key not in written:
-            self.store.put(SCHEMAS, key, {"schema": self.schemas.get(record["tool_name"])},
+            self.store.put(SCHEMAS, key, self.schemas.get(record["tool_name"]) or {},
                            index=False)
             written.add(key)
 

@@ -71,6 +71,7 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS graphkit_approvals_run ON graphkit_approvals (run_id, status)",
     """CREATE TABLE IF NOT EXISTS graphkit_ready (
         run_id TEXT PRIMARY KEY,
+        agent TEXT NOT NULL,
         thread_id TEXT NOT NULL,
         ready_at DOUBLE PRECISION NOT NULL,
         claimed_by TEXT,
@@ -122,6 +123,8 @@ class _Sql(_Tx, Protocol):
     """An SQL expression: the database's clock, in seconds since the epoch."""
     serial: str
     skip_locked: str
+    first_segment: str
+    """An SQL expression (with `{c}` for a column): the first segment of an agent path."""
     notify: str | None
 
     def transaction(self) -> contextlib.AbstractContextManager[_Tx]: ...
@@ -142,6 +145,7 @@ class _Sqlite:
     now = "((julianday('now') - 2440587.5) * 86400.0)"
     serial = "INTEGER"  # an INTEGER PRIMARY KEY is SQLite's rowid: increasing
     skip_locked = ""  # one writer at a time: the UPDATE is atomic as it is
+    first_segment = "substr({c}, 1, instr({c} || '/', '/') - 1)"
     notify: str | None = None
 
     def __init__(self, path: str) -> None:
@@ -193,6 +197,7 @@ class _Postgres:
     now = "EXTRACT(EPOCH FROM clock_timestamp())::DOUBLE PRECISION"
     serial = "BIGSERIAL"
     skip_locked = " FOR UPDATE SKIP LOCKED"
+    first_segment = "split_part({c}, '/', 1)"
     notify: str | None = "SELECT pg_notify('graphkit_ready', '')"
     """Workers LISTEN on this channel; a notification is sent when the transaction commits."""
 
@@ -510,9 +515,10 @@ class Ledger:
         """Hand the approval's run to the workers if nothing of it is pending any more (a
         readiness that arrives while a worker resumes the run re-arms it)."""
         now = self._sql.now
+        agent = self._sql.first_segment.format(c="a.agent_path")
         queued = tx.execute(
-            "INSERT INTO graphkit_ready (run_id, thread_id, ready_at) "
-            f"SELECT a.run_id, a.thread_id, {now} FROM graphkit_approvals a "
+            "INSERT INTO graphkit_ready (run_id, agent, thread_id, ready_at) "
+            f"SELECT a.run_id, {agent}, a.thread_id, {now} FROM graphkit_approvals a "
             "WHERE a.approval_id = ? AND a.run_id IS NOT NULL AND NOT EXISTS ("
             "SELECT 1 FROM graphkit_approvals p WHERE p.run_id = a.run_id "
             "AND p.status = 'pending') "
@@ -521,15 +527,16 @@ class Ledger:
         if queued and self._sql.notify:
             tx.execute(self._sql.notify)
 
-    def next_ready(self, owner: str) -> tuple[str, float] | None:
-        """Claim the oldest run the workers may resume (and whose claim is not held), with
-        the database's own locking; the claim is renewed while held."""
+    def next_ready(self, owner: str, agent: str) -> tuple[str, float] | None:
+        """Claim the oldest run of `agent` the workers may resume (and whose claim is not
+        held), with the database's own locking; the claim is renewed while held."""
         now = self._sql.now
         rows = self._sql.query(
             f"UPDATE graphkit_ready SET claimed_by = ?, claimed_until = {now} + ? "
-            "WHERE run_id = (SELECT run_id FROM graphkit_ready WHERE claimed_until IS NULL "
-            f"OR claimed_until < {now} ORDER BY ready_at LIMIT 1{self._sql.skip_locked}) "
-            "RETURNING run_id, ready_at", (owner, LEASE_SECONDS))
+            "WHERE run_id = (SELECT run_id FROM graphkit_ready WHERE agent = ? AND "
+            f"(claimed_until IS NULL OR claimed_until < {now}) ORDER BY ready_at LIMIT 1"
+            f"{self._sql.skip_locked}) RETURNING run_id, ready_at",
+            (owner, LEASE_SECONDS, agent))
         if not rows:
             return None
         run_id, ready_at = str(rows[0][0]), float(rows[0][1])

@@ -88,7 +88,7 @@ class Worker:
     def _loop(self) -> None:
         owner = new_owner()
         while not self._stop.is_set():
-            claimed = self._ledger.next_ready(owner)
+            claimed = self._ledger.next_ready(owner, self.agent.name)
             if claimed is None:
                 with self._wake:
                     self._wake.wait(LISTEN_SECONDS if self._listen_url else POLL_SECONDS)

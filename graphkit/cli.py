@@ -228,6 +228,37 @@ def _work(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace, out: Callable[[str], None]) -> int:
+    try:
+        import uvicorn
+
+        from graphkit.web import create_app
+    except ImportError as exc:
+        msg = f"graphkit serve needs the web extra: pip install 'graphkit[web]' ({exc})"
+        raise GraphkitError(msg) from exc
+    url = args.db or os.environ.get("GRAPHKIT_DB")
+    if not url:
+        msg = "no storage given: pass --db URL or set GRAPHKIT_DB (e.g. sqlite:///runs.db)"
+        raise GraphkitError(msg)
+    authenticate = _load(args.auth) if args.auth else None
+    app = create_app(url, authenticate=authenticate)
+    out(printable(f"graphkit inbox on http://{args.host}:{args.port}/ for "
+                  f"{url.split('@')[-1]}; Ctrl-C stops"))
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def _load(spec: str) -> Any:
+    import importlib
+
+    module_name, _, attr = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        msg = f"cannot load {spec!r}: {exc}"
+        raise GraphkitError(msg) from exc
+
+
 def _operate(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     inbox = _inbox(args)
     if args.command == "inbox":
@@ -330,6 +361,11 @@ def _parser() -> argparse.ArgumentParser:
     verb("expire", "decline approvals past their approval_ttl", listing=True)
     grants = verb("grants", "list remembered grants (remember='thread')", listing=True)
     grants.add_argument("--thread")
+    serve = verb("serve", "the reviewers' web inbox")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8765)
+    serve.add_argument("--auth", help="module:attr of an authenticator: a token->identity "
+                       "mapping or a callable(request) -> identity (default: $GRAPHKIT_TOKENS)")
     work = verb("worker", "resume runs whose calls were decided elsewhere, until Ctrl-C")
     work.add_argument("--agent", required=True, help="module:attr of the Agent (or a factory "
                       "taking the storage URL)")
@@ -350,6 +386,8 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
             return 0
         if args.command == "worker":
             return _work(args, out)
+        if args.command == "serve":
+            return _serve(args, out)
         return _operate(args, out)
     except GraphkitError as exc:
         _fail(str(exc))

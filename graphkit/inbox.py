@@ -12,13 +12,24 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
+from graphkit._control import policy_finder
 from graphkit._journal import APPROVALS, SCAN_LIMIT, SCHEMAS, now_iso, schema_key
-from graphkit._review import Choice, audit_row, expire, refuse, resolved_message, shown, take
-from graphkit._settings import Approvers
+from graphkit._review import (
+    Choice,
+    Remember,
+    audit_row,
+    expire,
+    refuse,
+    resolved_message,
+    shown,
+    take,
+)
+from graphkit._settings import DEFAULT_GRANT_TTL, Approvers
 from graphkit._storage import Storage, open_storage
 from graphkit.errors import (
     ApprovalAlreadyResolvedError,
@@ -27,6 +38,9 @@ from graphkit.errors import (
     InvalidApprovedArgsError,
 )
 from graphkit.types import ApprovalRecord, PendingApproval
+
+if TYPE_CHECKING:
+    from graphkit.agent import Agent
 
 __all__ = ["Inbox"]
 
@@ -43,9 +57,34 @@ class Inbox:
         approvers: A policy `(decided_by, pending) -> bool` consulted before every decision.
     """
 
-    def __init__(self, url: str | Storage, *, approvers: Approvers | None = None) -> None:
+    def __init__(self, url: str | Storage, *, approvers: Approvers | None = None,
+                 agents: Sequence[Agent] = ()) -> None:
         self._storage = url if isinstance(url, Storage) else open_storage(url)
         self.approvers = approvers
+        self.agents = {agent.name: agent for agent in agents}
+        """Agents whose tools and policies this inbox may use: an edit is then validated by
+        the tool's own model, and the agent's policy refuses a reviewer here and now (the gate
+        checks again either way)."""
+
+    def _agent_for(self, record: ApprovalRecord) -> Agent | None:
+        path = record.get("agent_path") or []
+        return self.agents.get(path[0]) if path else None
+
+    def schema(self, id: str) -> dict[str, Any]:
+        """The JSON schemas of an approval's tool: `schema` (arguments) and `resume_schema`."""
+        entry = self._entry(id)
+        item = self._storage.store.get(
+            SCHEMAS, schema_key(entry.get("agent_path") or [], entry["tool_name"]))
+        return dict(item.value) if item is not None else {}
+
+    def messages(self, id: str) -> list[Any]:
+        """The run's messages, when the inbox knows the agent that owns the approval."""
+        entry = self._entry(id)
+        agent = self._agent_for(entry)  # type: ignore[arg-type]
+        if agent is None:
+            return []
+        state = agent.graph.get_state({"configurable": {"thread_id": entry["thread_id"]}})
+        return list(state.values.get("messages") or [])
 
     # ------------------------------------------------------------------ reading
 
@@ -135,19 +174,28 @@ class Inbox:
         comment: str | None = None,
         args: dict[str, Any] | None = None,
         args_digest: str | None = None,
+        remember: Remember = "once",
     ) -> PendingApproval:
-        """Approve (with edited `args` if given); the run continues on its next resume."""
+        """Approve (with edited `args` if given); the run continues on its next resume.
+        `remember="thread"` also approves later calls of this tool in the thread that this
+        reviewer may approve."""
         return self._decide(id, approve=True, decided_by=decided_by, comment=comment, args=args,
-                            args_digest=args_digest)
+                            args_digest=args_digest, remember=remember)
 
     def decline(self, id: str, *, decided_by: str, comment: str | None = None
                 ) -> PendingApproval:
         """Decline: the call never runs; the model is told when the run resumes."""
         return self._decide(id, approve=False, decided_by=decided_by, comment=comment)
 
-    def _decide(self, approval_id: str, *, approve: bool, decided_by: str,
-                comment: str | None, args: dict[str, Any] | None = None,
-                args_digest: str | None = None) -> PendingApproval:
+    def resume(self, id: str, data: Any, *, decided_by: str) -> PendingApproval:
+        """Give a suspended tool its resume data; the run continues on its next resume."""
+        return self._decide(id, choice=Choice(type="resume", data=data), decided_by=decided_by,
+                            comment=None)
+
+    def _decide(self, approval_id: str, *, choice: Choice | None = None,
+                approve: bool = False, decided_by: str, comment: str | None,
+                args: dict[str, Any] | None = None, args_digest: str | None = None,
+                remember: Remember = "once") -> PendingApproval:
         entry = self._entry(approval_id)
         record: ApprovalRecord = entry  # type: ignore[assignment]
         thread_id, run_id = str(entry["thread_id"]), entry.get("run_id")
@@ -160,14 +208,21 @@ class Inbox:
         if approve and args is not None and not isinstance(args, dict):
             msg = f"edited args must be a JSON object, got {type(args).__name__}"
             raise InvalidApprovedArgsError(msg)
-        choice = (Choice(type="reject") if not approve else Choice(type="approve")
-                  if args is None else Choice(type="edit", args=args))
+        if choice is None:
+            choice = (Choice(type="reject") if not approve else Choice(type="approve")
+                      if args is None else Choice(type="edit", args=args))
         if ledger.overdue([approval_id]):
             expire(ledger, record, thread_id=thread_id, run_id=run_id, enqueue=True)
+        agent = self._agent_for(record)
+        tool = agent._find_tool(record["agent_path"], record["tool_name"]) if agent else None
+        approvers = self.approvers or (policy_finder(agent)(record["agent_path"])
+                                       if agent else None)
         take(ledger, record, choice, decided_by=decided_by, comment=comment,
-             approvers=self.approvers, tool=None, thread_id=thread_id, run_id=run_id,
-             reviewed_digest=args_digest, check_args=lambda edited: self._check_args(
-                 entry, edited), source="inbox")
+             approvers=approvers, tool=tool, thread_id=thread_id, run_id=run_id,
+             reviewed_digest=args_digest, remember=remember,
+             grant_ttl=agent.grant_ttl if agent else DEFAULT_GRANT_TTL,
+             check_args=None if tool else lambda edited: self._check_args(entry, edited),
+             source="inbox")
         return self.get(approval_id)
 
     def _check_args(self, entry: dict[str, Any], args: Any) -> dict[str, Any]:

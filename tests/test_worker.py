@@ -105,14 +105,15 @@ def test_a_dead_workers_claim_lapses_and_another_takes_the_run(tmp_path: Path) -
                                            args_digest="d", run_id="r1")])
     assert ledger.decide("a1", thread_id="t", args_digest="d", status="approved",
                          decision={"type": "approve"}, audits=[], enqueue=True)
-    first = ledger.next_ready("dead-worker")
+    assert ledger.next_ready("another-agents-worker", "shop") is None
+    first = ledger.next_ready("dead-worker", "bank")
     assert first is not None and first[0] == "r1"
-    assert ledger.next_ready("other") is None  # held
+    assert ledger.next_ready("other", "bank") is None  # held
     ledger._sql.execute("UPDATE graphkit_ready SET claimed_until = 0")  # it died: no renewal
-    second = ledger.next_ready("other")
+    second = ledger.next_ready("other", "bank")
     assert second is not None and second[0] == "r1"
     ledger.done_ready("r1", "other", second[1])
-    assert ledger.next_ready("third") is None
+    assert ledger.next_ready("third", "bank") is None
 
 
 def test_the_worker_cli_refuses_an_agent_on_other_storage(tmp_path: Path) -> None:

@@ -1,0 +1,336 @@
+"""The reviewers' web inbox: `graphkit serve --db URL`, or `graphkit.web:app` in langgraph.json.
+
+Server-rendered pages (Starlette), a little JavaScript, every asset in the package. No page
+and no decision without an authenticated reviewer; every state-changing request is a POST
+with a CSRF token; decisions go through `graphkit.Inbox`, the one decision path, so the
+approvers policy, digests, expiry and the ledger's exactly-once claim apply as at every other
+door. The pending list updates live through server-sent events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import (
+    HTMLResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from graphkit._storage import Storage, open_storage
+from graphkit.errors import GraphkitError
+from graphkit.inbox import Inbox
+from graphkit.server_auth import parse_tokens
+from graphkit.types import PendingApproval
+from graphkit.web import _render as render
+from graphkit.web._auth import SESSION_COOKIE, Authenticator, Sessions, token_authenticator
+
+if TYPE_CHECKING:
+    from graphkit.agent import Agent
+
+__all__ = ["app", "create_app"]
+
+STATIC = Path(__file__).with_name("static")
+LIVE_SECONDS = 0.5
+"""How often the live list looks for changes."""
+
+
+class _Web:
+    """The app's state: the inbox, who is looking, and how sessions are signed."""
+
+    def __init__(self, inbox: Inbox, authenticate: Authenticator | None,
+                 tokens: Mapping[str, str], sessions: Sessions) -> None:
+        self.inbox = inbox
+        self.authenticate = authenticate
+        self.check_token = token_authenticator(tokens) if tokens else None
+        self.sessions = sessions
+
+    def reviewer(self, request: Request) -> tuple[str, str] | None:
+        """(identity, session) of the signed-in reviewer, or None."""
+        cookie = request.cookies.get(SESSION_COOKIE)
+        identity = self.sessions.identity(cookie)
+        if identity is not None and cookie is not None:
+            return identity, cookie
+        if self.authenticate is not None:
+            found = self.authenticate(request)
+            if found:
+                return found, f"callable|{found}"
+        return None
+
+
+def _base(request: Request) -> str:
+    return (request.scope.get("root_path") or "") + "/"
+
+
+async def _form(request: Request) -> dict[str, str]:
+    body = (await request.body()).decode("utf-8", errors="replace")
+    return {k: v[-1] for k, v in parse_qs(body, keep_blank_values=True).items()}
+
+
+def create_app(url_or_storage: str | Storage | None = None, *,
+               authenticate: Authenticator | Mapping[str, str] | None = None,
+               agents: Sequence[Agent] = (), secret: str | None = None) -> Starlette:
+    """The web inbox for the runs kept in `url_or_storage` (default: `$GRAPHKIT_DB`).
+
+    Args:
+        authenticate: A mapping of sign-in tokens to reviewer identities (default: the
+            `GRAPHKIT_TOKENS` environment variable), or a callable that reads a request and
+            returns the reviewer's identity (a company's own login), or None.
+        agents: Agents whose runs these are: edits are then validated by the tool's own model
+            and the agent's policy answers at once; the run's recent messages are shown.
+        secret: Signs session cookies (default `GRAPHKIT_SECRET`, else random per process).
+    """
+    target = url_or_storage or os.environ.get("GRAPHKIT_DB")
+    if not target:
+        msg = "no storage given: pass a URL or set GRAPHKIT_DB (e.g. sqlite:///runs.db)"
+        raise GraphkitError(msg)
+    storage = target if isinstance(target, Storage) else open_storage(target)
+    tokens = (dict(authenticate) if isinstance(authenticate, Mapping)
+              else parse_tokens(os.environ.get("GRAPHKIT_TOKENS", "")) if authenticate is None
+              else {})
+    web = _Web(Inbox(storage, agents=agents), authenticate if callable(authenticate) else None,
+               tokens, Sessions(secret))
+    return Starlette(routes=_routes(web))
+
+
+def _routes(web: _Web) -> list[Any]:
+    def html(request: Request, title: str, body: str, *, live: bool = False,
+             status: int = 200) -> HTMLResponse:
+        who = web.reviewer(request)
+        csrf = web.sessions.csrf(who[1]) if who else None
+        return HTMLResponse(render.page(title, body, identity=who[0] if who else None,
+                                        csrf=csrf, live=live, base=_base(request)),
+                            status_code=status)
+
+    def guarded(handler: Callable[..., Any], *, post: bool = False) -> Callable[..., Any]:
+        """No page without a reviewer; no POST without the session's CSRF token."""
+
+        async def endpoint(request: Request) -> Response:
+            who = web.reviewer(request)
+            if who is None:
+                if post or request.url.path.endswith("/events"):
+                    return PlainTextResponse("sign in first", status_code=401)
+                return RedirectResponse(_base(request) + "login", status_code=303)
+            form: dict[str, str] = {}
+            if post:
+                form = await _form(request)
+                if not web.sessions.check_csrf(who[1], form.get("csrf")):
+                    return PlainTextResponse("missing or wrong CSRF token", status_code=403)
+            result: Response = await handler(request, who[0], who[1], form)
+            return result
+
+        return endpoint
+
+    async def login_page(request: Request) -> Response:
+        error = request.query_params.get("error")
+        note = "<p class='error'>That token is not known.</p>" if error else ""
+        body = ("<h1>Sign in</h1>" + note + "<form method='post' action='login'>"
+                "<label>Reviewer token<input type='password' name='token' autofocus></label>"
+                "<button>Sign in</button></form>")
+        return html(request, "Sign in", body)
+
+    async def login(request: Request) -> Response:
+        form = await _form(request)
+        identity = web.check_token(form.get("token", "")) if web.check_token else None
+        if identity is None:
+            return RedirectResponse(_base(request) + "login?error=1", status_code=303)
+        response = RedirectResponse(_base(request), status_code=303)
+        response.set_cookie(SESSION_COOKIE, web.sessions.issue(identity), httponly=True,
+                            samesite="strict", path=_base(request))
+        return response
+
+    async def logout(request: Request, who: str, session: str, form: dict[str, str]
+                     ) -> Response:
+        response = RedirectResponse(_base(request) + "login", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path=_base(request))
+        return response
+
+    def listing(request: Request) -> tuple[list[PendingApproval], list[PendingApproval]]:
+        everything = web.inbox.pending()
+        agent = request.query_params.get("agent") or None
+        tool = request.query_params.get("tool") or None
+        chosen = [p for p in everything if (agent is None or p.agent_path[:1] == [agent])
+                  and (tool is None or p.tool_name == tool)]
+        return everything, chosen
+
+    async def index(request: Request, who: str, session: str, form: dict[str, str]
+                    ) -> Response:
+        everything, chosen = await asyncio.to_thread(listing, request)
+        if request.query_params.get("fragment"):
+            return HTMLResponse(render.pending_rows(chosen))
+        body = render.pending_table(chosen, (p.agent_path[0] for p in everything if
+                                             p.agent_path), (p.tool_name for p in everything),
+                                    dict(request.query_params))
+        return html(request, "Pending", body, live=True)
+
+    async def events(request: Request, who: str, session: str, form: dict[str, str]
+                     ) -> Response:
+        async def stream() -> AsyncIterator[str]:
+            seen: list[str] | None = None
+            while not await request.is_disconnected():
+                now = sorted(p.id for p in await asyncio.to_thread(web.inbox.pending))
+                if now != seen:
+                    seen = now
+                    yield f"event: pending\ndata: {json.dumps(now)}\n\n"
+                await asyncio.sleep(LIVE_SECONDS)
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store"})
+
+    def decide_form(item: PendingApproval, csrf: str) -> str:
+        if item.status != "pending":
+            return "<p class='decided'>This request was decided; nothing is left to do.</p>"
+        schemas = web.inbox.schema(item.id)
+        hidden = (f"<input type='hidden' name='csrf' value='{render._e(csrf)}'>"
+                  f"<input type='hidden' name='digest' value='{render._e(item.args_digest)}'>")
+        if item.kind == "suspension":
+            return (f"<form method='post' action='approvals/{render._e(item.id)}/resume' "
+                    "class='decide'><h3>Answer</h3>" + hidden
+                    + render.fields(schemas.get("resume_schema"), {}, "data")
+                    + "<button name='do' value='resume'>Resume</button></form>"
+                    + _decline_form(item, hidden))
+        return (f"<form method='post' action='approvals/{render._e(item.id)}/approve' "
+                "class='decide'><h3>Approve</h3>" + hidden
+                + render.fields(schemas.get("schema"), item.args, "arg")
+                + "<label>Comment<input name='comment'></label>"
+                "<label><input type='checkbox' name='remember' value='thread'> Approve later "
+                "calls of this tool in this thread too (that I may approve)</label>"
+                "<button name='do' value='approve'>Approve</button></form>"
+                + _decline_form(item, hidden))
+
+    async def approval(request: Request, who: str, session: str, form: dict[str, str]
+                       ) -> Response:
+        approval_id = request.path_params["id"]
+        try:
+            item = await asyncio.to_thread(web.inbox.get, approval_id)
+            messages = await asyncio.to_thread(web.inbox.messages, approval_id)
+        except GraphkitError as exc:
+            return html(request, "Not found", f"<p class='error'>{render._e(str(exc))}</p>",
+                        status=404)
+        recent = [{"type": m.type, "content": m.content} for m in messages]
+        refusal = request.query_params.get("refused")
+        note = f"<p class='error refused'>{render._e(refusal)}</p>" if refusal else ""
+        body = (f"<h1>{render._e(item.tool_name)}</h1>{note}"
+                + render.card(item, messages=recent)
+                + decide_form(item, web.sessions.csrf(session))
+                + f"<p><a href='approvals/{render._e(item.id)}/audit'>Audit trail</a> · "
+                f"<a href='threads/{render._e(item.thread_id or '')}/audit'>thread</a></p>")
+        return html(request, item.tool_name, body)
+
+    async def act(request: Request, who: str, session: str, form: dict[str, str]) -> Response:
+        approval_id = request.path_params["id"]
+        action = request.path_params["action"]
+        where = _base(request) + f"approvals/{approval_id}"
+        try:
+            if action == "decline":
+                await asyncio.to_thread(web.inbox.decline, approval_id, decided_by=who,
+                                        comment=form.get("comment") or None)
+            elif action == "approve":
+                item = await asyncio.to_thread(web.inbox.get, approval_id)
+                schema = web.inbox.schema(approval_id).get("schema")
+                args = render.parse_fields(schema, form, "arg")
+                await asyncio.to_thread(
+                    web.inbox.approve, approval_id, decided_by=who,
+                    comment=form.get("comment") or None,
+                    args=None if args == item.args else args,
+                    args_digest=form.get("digest") or None,
+                    remember="thread" if form.get("remember") == "thread" else "once")
+            elif action == "resume":
+                schema = web.inbox.schema(approval_id).get("resume_schema")
+                data = render.parse_fields(schema, form, "data")
+                await asyncio.to_thread(web.inbox.resume, approval_id, data, decided_by=who)
+            else:
+                return PlainTextResponse("unknown action", status_code=404)
+        except (GraphkitError, ValueError) as exc:
+            from urllib.parse import quote
+
+            return RedirectResponse(f"{where}?refused={quote(str(exc)[:600])}",
+                                    status_code=303)
+        return RedirectResponse(where, status_code=303)
+
+    async def audit_of(request: Request, who: str, session: str, form: dict[str, str]
+                       ) -> Response:
+        if "id" in request.path_params:
+            entries = await asyncio.to_thread(web.inbox.audit, id=request.path_params["id"])
+            title = f"Audit of {request.path_params['id']}"
+        else:
+            entries = await asyncio.to_thread(web.inbox.audit,
+                                              thread_id=request.path_params["thread"])
+            title = f"Audit of thread {request.path_params['thread']}"
+        return html(request, title, f"<h1>{render._e(title)}</h1>" + render.audit_table(entries))
+
+    async def grants(request: Request, who: str, session: str, form: dict[str, str]
+                     ) -> Response:
+        csrf = render._e(web.sessions.csrf(session))
+        rows = "".join(
+            f"<tr><td><code>{render._e(g['id'])}</code></td>"
+            f"<td>{render._e('/'.join(g['agent_path']))}:{render._e(g['tool_name'])}</td>"
+            f"<td>{render._e(g['thread_id'])}</td><td>{render._e(g['grantor'] or '')}</td>"
+            f"<td>{'revoked' if g['revoked'] else 'active'}</td><td>"
+            + ("" if g["revoked"] else
+               f"<form method='post' action='grants/{render._e(g['id'])}/revoke'>"
+               f"<input type='hidden' name='csrf' value='{csrf}'><button>Revoke</button></form>")
+            + "</td></tr>" for g in await asyncio.to_thread(web.inbox.grants))
+        body = ("<h1>Grants</h1><table class='grants'><thead><tr><th>Id</th><th>Tool</th>"
+                "<th>Thread</th><th>Grantor</th><th>State</th><th></th></tr></thead>"
+                f"<tbody>{rows or '<tr><td colspan=6>No grants.</td></tr>'}</tbody></table>")
+        return html(request, "Grants", body)
+
+    async def revoke(request: Request, who: str, session: str, form: dict[str, str]
+                     ) -> Response:
+        try:
+            await asyncio.to_thread(web.inbox.revoke, request.path_params["id"], decided_by=who)
+        except GraphkitError as exc:
+            return PlainTextResponse(str(exc), status_code=409)
+        return RedirectResponse(_base(request) + "grants", status_code=303)
+
+    return [
+        Route("/login", login_page, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", guarded(logout, post=True), methods=["POST"]),
+        Route("/", guarded(index), methods=["GET"]),
+        Route("/events", guarded(events), methods=["GET"]),
+        Route("/approvals/{id}", guarded(approval), methods=["GET"]),
+        Route("/approvals/{id}/audit", guarded(audit_of), methods=["GET"]),
+        Route("/approvals/{id}/{action}", guarded(act, post=True), methods=["POST"]),
+        Route("/threads/{thread}/audit", guarded(audit_of), methods=["GET"]),
+        Route("/grants", guarded(grants), methods=["GET"]),
+        Route("/grants/{id}/revoke", guarded(revoke, post=True), methods=["POST"]),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+
+
+def _decline_form(item: PendingApproval, hidden: str) -> str:
+    return (f"<form method='post' action='approvals/{render._e(item.id)}/decline' "
+            "class='decide decline'><h3>Decline</h3>" + hidden
+            + "<label>Comment<input name='comment'></label>"
+            "<button name='do' value='decline'>Decline</button></form>")
+
+
+class _LazyApp:
+    """`graphkit.web:app` for langgraph.json's `"http": {"app": ...}`: built on first use,
+    from `GRAPHKIT_DB` (or the LangGraph server's own database, `DATABASE_URI`)."""
+
+    def __init__(self) -> None:
+        self._app: Starlette | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self._app is None:
+            url = os.environ.get("GRAPHKIT_DB") or os.environ.get("DATABASE_URI")
+            self._app = create_app(url)
+        await self._app(scope, receive, send)
+
+
+app = _LazyApp()

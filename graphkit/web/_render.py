@@ -1,0 +1,213 @@
+"""HTML for the web inbox: the review card, the pending list, audit trails, forms from JSON
+schemas. Every piece of text that a model, a tool, a client or a reviewer wrote is escaped;
+no card carries script of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from html import escape
+from typing import Any
+
+from graphkit.types import PendingApproval
+
+__all__ = ["audit_table", "card", "fields", "page", "parse_fields", "pending_rows"]
+
+
+def _e(value: Any) -> str:
+    return escape(value if isinstance(value, str) else json.dumps(value, default=str),
+                  quote=True)
+
+
+def _json(value: Any) -> str:
+    return escape(json.dumps(value, indent=2, ensure_ascii=True, default=str), quote=True)
+
+
+def _when(iso: str | None) -> datetime | None:
+    if not iso:
+        return None
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _span(seconds: float) -> str:
+    seconds = abs(int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def age(item: PendingApproval) -> str:
+    created = _when(item.created_at)
+    return _span((datetime.now(UTC) - created).total_seconds()) if created else "?"
+
+
+def time_left(item: PendingApproval) -> str:
+    expires = _when(item.expires_at)
+    if expires is None:
+        return "no expiry"
+    left = (expires - datetime.now(UTC)).total_seconds()
+    return f"{_span(left)} left" if left > 0 else "expired"
+
+
+def page(title: str, body: str, *, identity: str | None = None, csrf: str | None = None,
+         live: bool = False, base: str = "/") -> str:
+    """A whole page. `live` subscribes it to server-sent updates of the pending list."""
+    who = (f'<form method="post" action="logout" class="who">{_e(identity)} '
+           f'<input type="hidden" name="csrf" value="{_e(csrf or "")}">'
+           '<button>Sign out</button></form>') if identity else ""
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<base href='{_e(base)}'><title>{_e(title)} · graphkit</title>"
+        "<link rel='stylesheet' href='static/app.css'>"
+        "<script src='static/app.js' defer></script></head>"
+        f"<body data-live='{'1' if live else ''}'>"
+        f"<header><a href='./' class='brand'>graphkit inbox</a>"
+        f"<nav><a href='./'>Pending</a> <a href='grants'>Grants</a></nav>{who}</header>"
+        f"<main>{body}</main></body></html>"
+    )
+
+
+def pending_rows(items: Sequence[PendingApproval]) -> str:
+    """The rows of the pending list, newest first."""
+    if not items:
+        return "<tr class='empty'><td colspan='7'>Nothing waits for a decision.</td></tr>"
+    rows = []
+    for item in sorted(items, key=lambda p: p.created_at, reverse=True):
+        kind = "input" if item.kind == "suspension" else "approval"
+        rows.append(
+            f"<tr data-id='{_e(item.id)}'>"
+            f"<td><a href='approvals/{_e(item.id)}'>{_e(item.tool_name)}</a></td>"
+            f"<td>{_e(item.prompt or '')}</td>"
+            f"<td>{_e(' › '.join(item.agent_path))}</td>"
+            f"<td>{kind}</td><td>{age(item)}</td><td>{time_left(item)}</td>"
+            f"<td><code>{_e(item.id)}</code></td></tr>")
+    return "".join(rows)
+
+
+def pending_table(items: Sequence[PendingApproval], agents: Iterable[str],
+                  tools: Iterable[str], chosen: Mapping[str, str]) -> str:
+    def options(name: str, values: Iterable[str]) -> str:
+        opts = "".join(
+            f"<option value='{_e(v)}'{' selected' if chosen.get(name) == v else ''}>{_e(v)}"
+            "</option>" for v in sorted(set(values)))
+        return f"<select name='{name}'><option value=''>all {name}s</option>{opts}</select>"
+
+    return (
+        "<h1>Waiting for a decision</h1>"
+        "<form method='get' class='filters'>" + options("agent", agents)
+        + options("tool", tools) + "<button>Filter</button></form>"
+        "<table class='pending'><thead><tr><th>Tool</th><th>Prompt</th><th>Agent</th>"
+        "<th>Kind</th><th>Age</th><th>Expiry</th><th>Id</th></tr></thead>"
+        f"<tbody id='pending'>{pending_rows(items)}</tbody></table>"
+    )
+
+
+def card(item: PendingApproval, *, messages: Sequence[Mapping[str, Any]] = ()) -> str:
+    """The review card: what would run, why it asks, where it comes from, what is known."""
+    rows = [
+        ("Tool", f"<code>{_e(item.tool_name)}</code>"),
+        ("Prompt", _e(item.prompt or "")),
+        ("Agent", _e(" › ".join(item.agent_path))),
+        ("Arguments", f"<pre>{_json(item.args)}</pre>"),
+        ("Defaults", f"<pre>{_json(item.metadata.get('defaults'))}</pre>"),
+        ("Digest", f"<code>{_e(item.args_digest)}</code>"),
+        ("Status", f"<span class='status {_e(item.status)}'>{_e(item.status)}</span>"),
+        ("Created", f"{_e(item.created_at)} ({age(item)} ago)"),
+        ("Expiry", time_left(item)),
+    ]
+    if item.kind == "suspension":
+        rows.insert(1, ("Asks for", f"<pre>{_json(item.metadata.get('suspend_payload'))}</pre>"))
+    if item.status != "pending":
+        rows.append(("Decided by", f"{_e(item.decided_by or 'nobody in particular')}"
+                     f"{' — ' + _e(item.comment) if item.comment else ''}"))
+    if item.approved_args is not None:
+        rows.append(("Approved args", f"<pre>{_json(item.approved_args)}</pre>"))
+    body = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
+    recent = ""
+    if messages:
+        lines = "".join(
+            f"<li><b>{_e(m.get('type', '?'))}</b> {_e(str(m.get('content', ''))[:400])}</li>"
+            for m in messages[-8:])
+        recent = f"<h3>Recent messages</h3><ol class='messages'>{lines}</ol>"
+    return f"<section class='card' data-id='{_e(item.id)}'><table>{body}</table>{recent}</section>"
+
+
+def fields(schema: Mapping[str, Any] | None, values: Mapping[str, Any], prefix: str) -> str:
+    """Form inputs for an object schema's properties, filled with `values`; anything nested is
+    a JSON text area."""
+    props = (schema or {}).get("properties") or {}
+    if not props:
+        return (f"<label>Arguments (JSON)<textarea name='{prefix}__json' rows='6'>"
+                f"{_json(dict(values))}</textarea></label>")
+    out = []
+    required = set((schema or {}).get("required") or [])
+    for name, spec in props.items():
+        kind = spec.get("type") if isinstance(spec, Mapping) else None
+        value = values.get(name, spec.get("default") if isinstance(spec, Mapping) else None)
+        label = f"{_e(name)}{' *' if name in required else ''}"
+        field = f"{prefix}.{_e(name)}"
+        if kind == "boolean":
+            checked = " checked" if value else ""
+            out.append(f"<label><input type='checkbox' name='{field}' value='true'{checked}> "
+                       f"{label}</label>")
+        elif kind in ("integer", "number", "string"):
+            typ = "number" if kind != "string" else "text"
+            step = " step='any'" if kind == "number" else ""
+            shown = "" if value is None else _e(str(value))
+            out.append(f"<label>{label}<input type='{typ}'{step} name='{field}' "
+                       f"value='{shown}' data-kind='{kind}'></label>")
+        else:
+            out.append(f"<label>{label} (JSON)<textarea name='{field}' rows='3' "
+                       f"data-kind='json'>{_json(value)}</textarea></label>")
+    return "".join(out)
+
+
+def parse_fields(schema: Mapping[str, Any] | None, form: Mapping[str, str],
+                 prefix: str) -> dict[str, Any]:
+    """Read the inputs `fields` made back into JSON values (the tool's own model validates)."""
+    props = (schema or {}).get("properties") or {}
+    if not props:
+        raw = form.get(f"{prefix}__json", "{}")
+        value = json.loads(raw or "{}")
+        if not isinstance(value, dict):
+            raise ValueError("the arguments must be a JSON object")
+        return value
+    out: dict[str, Any] = {}
+    for name, spec in props.items():
+        kind = spec.get("type") if isinstance(spec, Mapping) else None
+        key = f"{prefix}.{name}"
+        if kind == "boolean":
+            out[name] = form.get(key) == "true"
+            continue
+        if key not in form:
+            continue
+        raw = form[key]
+        if kind == "integer":
+            out[name] = int(raw) if raw.strip() else None
+        elif kind == "number":
+            out[name] = float(raw) if raw.strip() else None
+        elif kind == "string":
+            out[name] = raw
+        else:
+            out[name] = json.loads(raw) if raw.strip() else None
+        if out[name] is None:
+            del out[name]
+    return out
+
+
+def audit_table(entries: Sequence[Mapping[str, Any]]) -> str:
+    if not entries:
+        return "<p>No audit entries.</p>"
+    head = ("When", "Event", "Tool", "By", "Comment", "Detail")
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{_e(str(e.get(k) or ''))}</td>" for k in (
+            "at", "event", "tool_name", "decided_by", "comment", "detail")) + "</tr>"
+        for e in entries)
+    return (f"<table class='audit'><thead><tr>{''.join(f'<th>{h}</th>' for h in head)}"
+            f"</tr></thead><tbody>{rows}</tbody></table>")

@@ -1,0 +1,247 @@
+"""The reviewers' web inbox in a real browser: Debian's Chromium driven by Playwright.
+
+A reviewer signs in, sees approvals from two agents, edits and approves one, declines another
+with a comment, answers a suspended tool; workers resume the runs, which finish with the
+decided arguments; a second browser sees decided requests leave its list live; an expired
+request cannot be approved; an anonymous visitor, a reviewer the policy refuses and a request
+without the CSRF token are refused. Screenshots go to docs/screenshots/ (the README shows them).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from graphkit import Agent, Inbox, ToolContext, create_tool
+from graphkit._worker import Worker
+from graphkit.testing import ScriptedChatModel
+from tests.helpers import call, turn
+
+ROOT = Path(__file__).resolve().parent.parent
+SHOTS = ROOT / "docs" / "screenshots"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+TOKENS = {"tok-alice": "alice", "tok-bob": "bob", "tok-intern": "intern"}
+
+
+class Region(BaseModel):
+    region: str
+
+
+def _agents(url: str, ran: list[tuple[str, Any]]) -> tuple[Agent, Agent]:
+    @create_tool(needs_approval=True, approval_prompt="Pay {{amount}} to {{payee}}?")
+    def pay(amount: int, payee: str) -> str:
+        """Send a payment."""
+        ran.append(("pay", {"amount": amount, "payee": payee}))
+        return f"paid {amount} to {payee}"
+
+    @create_tool(needs_approval=True, approval_prompt="Deploy {{version}}?",
+                 approval_ttl=timedelta(hours=1))
+    def deploy(version: str) -> str:
+        """Deploy a build."""
+        ran.append(("deploy", {"version": version}))
+        return f"deployed {version}"
+
+    @create_tool(needs_approval=True, approval_ttl=timedelta(milliseconds=300))
+    def restart(service: str) -> str:
+        """Restart a service."""
+        ran.append(("restart", {"service": service}))
+        return "restarted"
+
+    @create_tool(resume_schema=Region)
+    def provision(size: str, ctx: ToolContext) -> str:
+        """Provision a machine; asks where."""
+        answer = ctx.suspend({"message": "Which region?"})
+        ran.append(("provision", {"size": size, "region": answer.region}))
+        return f"provisioned {size} in {answer.region}"
+
+    def script(*turns: Any) -> ScriptedChatModel:
+        return ScriptedChatModel(list(turns))
+
+    def finance(decided_by: str | None, pending: Any) -> bool:
+        return decided_by in ("alice", "bob")
+
+    billing = Agent(name="billing", tools=[pay], checkpointer=url, approvers=finance,
+                    model=script(turn(call("pay", {"amount": 40, "payee": "ACME"}, "p1")),
+                                 "payment done"))
+    ops = Agent(name="ops", tools=[deploy, restart, provision], checkpointer=url,
+                approvers=finance,
+                model=script(turn(call("deploy", {"version": "2.0.0"}, "d1"),
+                                  call("restart", {"service": "api"}, "r1"),
+                                  call("provision", {"size": "large"}, "v1")),
+                             "ops done"))
+    return billing, ops
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    import uvicorn
+
+    from graphkit.web import create_app
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    ran: list[tuple[str, Any]] = []
+    billing, ops = _agents(url, ran)
+    runs = {"billing": billing.generate("pay ACME"), "ops": ops.generate("ship it")}
+    app = create_app(url, authenticate=TOKENS, agents=[billing, ops], secret="test-secret")
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    threading.Thread(target=server.run, daemon=True).start()
+    workers = [Worker(agent) for agent in (billing, ops)]
+    for worker in workers:
+        threading.Thread(target=worker.run, daemon=True).start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    try:
+        yield {"base": f"http://127.0.0.1:{port}/", "url": url, "ran": ran, "runs": runs,
+               "agents": (billing, ops)}
+    finally:
+        for worker in workers:
+            worker.stop()
+        server.should_exit = True
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                     args=["--no-sandbox", "--disable-gpu"])
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def sign_in(browser: Any, base: str, token: str) -> Any:
+    page = browser.new_context(viewport={"width": 1200, "height": 800}).new_page()
+    page.goto(base)
+    assert page.url.endswith("/login")
+    page.fill("input[name=token]", token)
+    page.click("button:has-text('Sign in')")
+    page.wait_for_selector("#pending")
+    return page
+
+
+def row(page: Any, tool: str) -> Any:
+    return page.locator("#pending tr", has_text=tool)
+
+
+def wait_until(condition: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_reviewer_decides_in_the_browser_and_the_runs_finish(site: dict[str, Any],
+                                                                browser: Any) -> None:
+    base, ran = site["base"], site["ran"]
+    SHOTS.mkdir(parents=True, exist_ok=True)
+
+    anonymous = browser.new_context().new_page()
+    anonymous.goto(base)
+    assert anonymous.url.endswith("/login")
+    assert anonymous.request.post(base + "approvals/x/approve", form={"csrf": "x"}).status == 401
+
+    alice = sign_in(browser, base, "tok-alice")
+    bob = sign_in(browser, base, "tok-bob")
+    for tool in ("pay", "deploy", "restart", "provision"):
+        assert row(alice, tool).count() == 1
+    assert "billing" in alice.inner_text("#pending") and "ops" in alice.inner_text("#pending")
+    alice.screenshot(path=str(SHOTS / "inbox.png"))
+
+    # edit and approve the payment; bob's open list loses it live
+    row(alice, "pay").locator("a").click()
+    alice.wait_for_selector(".card")
+    assert "Pay 40 to ACME?" in alice.inner_text(".card")
+    alice.fill("input[name='arg.amount']", "35")
+    alice.fill("form[action$='/approve'] input[name=comment]", "rounded down")
+    alice.screenshot(path=str(SHOTS / "review-card.png"))
+    alice.click("form[action$='/approve'] button")
+    alice.wait_for_selector(".status.approved")
+    row(bob, "pay").wait_for(state="detached", timeout=10_000)
+    wait_until(lambda: ("pay", {"amount": 35, "payee": "ACME"}) in ran)
+
+    # decline the deployment with a comment
+    alice.goto(base)
+    row(alice, "deploy").locator("a").click()
+    alice.fill("form[action$='/decline'] input[name=comment]", "freeze until Monday")
+    alice.click("form[action$='/decline'] button")
+    alice.wait_for_selector(".status.rejected")
+    row(bob, "deploy").wait_for(state="detached", timeout=10_000)
+
+    # the restart expired before anyone decided: it cannot be approved
+    time.sleep(0.4)
+    alice.goto(base)
+    alice.goto(base + "approvals/" + next(p.id for p in Inbox(site["url"]).pending(
+        tool_name="restart")))
+    alice.click("form[action$='/approve'] button")
+    alice.wait_for_selector(".error.refused")
+    assert "expired" in alice.inner_text(".error.refused")
+
+    # answer the suspended tool
+    wait_until(lambda: bool(Inbox(site["url"]).pending(tool_name="provision")))
+    alice.goto(base)
+    row(alice, "provision").locator("a").click()
+    alice.fill("input[name='data.region']", "eu-west")
+    alice.screenshot(path=str(SHOTS / "suspension-card.png"))
+    alice.click("form[action$='/resume'] button")
+    wait_until(lambda: any(name == "provision" for name, _ in ran))
+
+    billing, ops = site["agents"]
+    wait_until(lambda: billing.snapshot(run_id=site["runs"]["billing"].run_id)["status"]
+               == "stop")
+    wait_until(lambda: ops.snapshot(run_id=site["runs"]["ops"].run_id)["status"] == "stop")
+    assert ("deploy", {"version": "2.0.0"}) not in ran
+    assert ("restart", {"service": "api"}) not in ran
+    assert ("provision", {"size": "large", "region": "eu-west"}) in ran
+    audit = Inbox(site["url"]).audit()
+    assert any(e["event"] == "edited" and e["decided_by"] == "alice" for e in audit)
+    assert any(e["event"] == "rejected" and e["comment"] == "freeze until Monday"
+               for e in audit)
+    alice.goto(base + f"threads/{site['runs']['ops'].thread_id}/audit")
+    alice.screenshot(path=str(SHOTS / "audit.png"))
+
+
+def test_refusals_in_the_browser(site: dict[str, Any], browser: Any) -> None:
+    base = site["base"]
+    intern = sign_in(browser, base, "tok-intern")
+    row(intern, "pay").locator("a").click()
+    intern.click("form[action$='/approve'] button")
+    intern.wait_for_selector(".error.refused")
+    assert "'intern' may not approve" in intern.inner_text(".error.refused")
+    assert site["ran"] == []
+
+    alice = sign_in(browser, base, "tok-alice")
+    pending = Inbox(site["url"]).pending(tool_name="pay")[0]
+    forged = alice.request.post(base + f"approvals/{pending.id}/approve",
+                                form={"csrf": "not-the-token"})
+    assert forged.status == 403
+    gone = alice.request.get(base + f"approvals/{pending.id}/approve")
+    assert gone.status == 405  # nothing is decided by GET
+    assert Inbox(site["url"]).get(pending.id).status == "pending"
+
+    wrong = browser.new_context().new_page()
+    wrong.goto(base + "login")
+    wrong.fill("input[name=token]", "tok-nobody")
+    wrong.click("button:has-text('Sign in')")
+    wrong.wait_for_selector(".error")
+    assert wrong.url.endswith("login?error=1")
