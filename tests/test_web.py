@@ -9,6 +9,7 @@ without the CSRF token are refused. Screenshots go to docs/screenshots/ (the REA
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import threading
@@ -28,6 +29,8 @@ from tests.helpers import call, turn
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "docs" / "screenshots"
+"""Where the README's screenshots come from: `GRAPHKIT_SCREENSHOTS=1 make test` refreshes them
+(otherwise a test run writes its screenshots to a temporary folder)."""
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 TOKENS = {"tok-alice": "alice", "tok-bob": "bob", "tok-intern": "intern"}
 
@@ -151,10 +154,11 @@ def wait_until(condition: Any, timeout: float = 20.0) -> None:
         time.sleep(0.05)
 
 
-def test_a_reviewer_decides_in_the_browser_and_the_runs_finish(site: dict[str, Any],
-                                                                browser: Any) -> None:
+def test_a_reviewer_decides_in_the_browser_and_the_runs_finish(
+        site: dict[str, Any], browser: Any, tmp_path: Path) -> None:
     base, ran = site["base"], site["ran"]
-    SHOTS.mkdir(parents=True, exist_ok=True)
+    shots = SHOTS if os.environ.get("GRAPHKIT_SCREENSHOTS") else tmp_path
+    shots.mkdir(parents=True, exist_ok=True)
 
     anonymous = browser.new_context().new_page()
     anonymous.goto(base)
@@ -166,7 +170,7 @@ def test_a_reviewer_decides_in_the_browser_and_the_runs_finish(site: dict[str, A
     for tool in ("pay", "deploy", "restart", "provision"):
         assert row(alice, tool).count() == 1
     assert "billing" in alice.inner_text("#pending") and "ops" in alice.inner_text("#pending")
-    alice.screenshot(path=str(SHOTS / "inbox.png"))
+    alice.screenshot(path=str(shots / "inbox.png"))
 
     # edit and approve the payment; bob's open list loses it live
     row(alice, "pay").locator("a").click()
@@ -174,7 +178,7 @@ def test_a_reviewer_decides_in_the_browser_and_the_runs_finish(site: dict[str, A
     assert "Pay 40 to ACME?" in alice.inner_text(".card")
     alice.fill("input[name='arg.amount']", "35")
     alice.fill("form[action$='/approve'] input[name=comment]", "rounded down")
-    alice.screenshot(path=str(SHOTS / "review-card.png"))
+    alice.screenshot(path=str(shots / "review-card.png"))
     alice.click("form[action$='/approve'] button")
     alice.wait_for_selector(".status.approved")
     row(bob, "pay").wait_for(state="detached", timeout=10_000)
@@ -202,7 +206,7 @@ def test_a_reviewer_decides_in_the_browser_and_the_runs_finish(site: dict[str, A
     alice.goto(base)
     row(alice, "provision").locator("a").click()
     alice.fill("input[name='data.region']", "eu-west")
-    alice.screenshot(path=str(SHOTS / "suspension-card.png"))
+    alice.screenshot(path=str(shots / "suspension-card.png"))
     alice.click("form[action$='/resume'] button")
     wait_until(lambda: any(name == "provision" for name, _ in ran))
 
@@ -218,7 +222,7 @@ def test_a_reviewer_decides_in_the_browser_and_the_runs_finish(site: dict[str, A
     assert any(e["event"] == "rejected" and e["comment"] == "freeze until Monday"
                for e in audit)
     alice.goto(base + f"threads/{site['runs']['ops'].thread_id}/audit")
-    alice.screenshot(path=str(SHOTS / "audit.png"))
+    alice.screenshot(path=str(shots / "audit.png"))
 
 
 def test_refusals_in_the_browser(site: dict[str, Any], browser: Any) -> None:
