@@ -187,6 +187,11 @@ class AgentStream:
             if chunk.type == "text-delta":
                 yield chunk.payload["text"]
 
+    def _repr_html_(self) -> str:
+        if self._run is None or self._run.result is None:
+            return "<p>An agent stream that has not finished: iterate it, or call result().</p>"
+        return self._run.result._repr_html_()
+
     def result(self) -> GenerateResult:
         if self._chunks is None:  # nobody is watching the chunks: stream only what it needs
             self._modes = RESULT_MODES
@@ -270,6 +275,11 @@ class AsyncAgentStream:
         async for chunk in self:
             if chunk.type == "text-delta":
                 yield chunk.payload["text"]
+
+    def _repr_html_(self) -> str:
+        if self._run is None or self._run.result is None:
+            return "<p>An agent stream that has not finished: iterate it, or await result().</p>"
+        return self._run.result._repr_html_()
 
     async def result(self) -> GenerateResult:
         if self._chunks is None:

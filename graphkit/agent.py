@@ -644,6 +644,20 @@ class Agent:
         """Async twin of `snapshot`."""
         return await asyncio.to_thread(self.snapshot, run_id=run_id)
 
+    def review(self, result_or_run_id: GenerateResult | str, *, decided_by: str) -> Any:
+        """Review cards with Approve / Edit / Decline (and a suspension's resume form) for a
+        notebook (ipywidgets, `pip install 'graphkit[notebook]'`). A click decides through
+        this agent's API as `decided_by`; the continued run shows below the cards."""
+        from graphkit._notebook import review
+
+        return review(self, result_or_run_id, decided_by=decided_by)
+
+    def draw(self) -> Any:
+        """The graph, subagents expanded, as Mermaid text that JupyterLab draws offline."""
+        from graphkit._notebook import draw
+
+        return draw(self)
+
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, tools={[t.name for t in self.tools]})"
 

@@ -37,7 +37,7 @@ from graphkit.errors import (
     GraphkitError,
     InvalidApprovedArgsError,
 )
-from graphkit.types import ApprovalRecord, PendingApproval
+from graphkit.types import ApprovalRecord, AuditTrail, PendingApproval, PendingList
 
 if TYPE_CHECKING:
     from graphkit.agent import Agent
@@ -108,7 +108,7 @@ class Inbox:
         undecided = sorted((e for e in entries if (row := rows.get(e["id"])) is None
                             or not row.decided),
                            key=lambda e: (e["created_at"], e.get("position", 0), e["id"]))
-        return [_pending(e) for e in undecided[:limit]]
+        return PendingList(_pending(e) for e in undecided[:limit])
 
     def _entry(self, approval_id: str) -> dict[str, Any]:
         item = self._storage.store.get(APPROVALS, approval_id)
@@ -137,7 +137,7 @@ class Inbox:
     def audit(self, *, thread_id: str | None = None, id: str | None = None
               ) -> list[dict[str, Any]]:
         """The audit log, oldest first: for a thread, for one approval, or all of it."""
-        return self._storage.ledger.read_audit(thread_id=thread_id, approval_id=id)
+        return AuditTrail(self._storage.ledger.read_audit(thread_id=thread_id, approval_id=id))
 
     def grants(self, thread_id: str | None = None) -> list[dict[str, Any]]:
         """Remembered grants (`remember="thread"`), oldest first, revoked ones included."""

@@ -20,6 +20,7 @@ __all__ = [
     "ApprovalRecord",
     "ApprovalStatus",
     "ApproveDecision",
+    "AuditTrail",
     "ChunkType",
     "Decision",
     "DecisionType",
@@ -28,6 +29,7 @@ __all__ = [
     "GateResume",
     "GenerateResult",
     "PendingApproval",
+    "PendingList",
     "RejectDecision",
     "RespondDecision",
     "ResumeDecision",
@@ -208,6 +210,16 @@ class PendingApproval:
         value = self.metadata.get("prompt")
         return value if isinstance(value, str) else None
 
+    def _repr_html_(self) -> str:
+        from graphkit import _html
+
+        return _html.card(self)
+
+    def _repr_markdown_(self) -> str:
+        from graphkit import _html
+
+        return _html.card_markdown(self)
+
 
 @dataclass(frozen=True, slots=True)
 class StreamChunk:
@@ -231,6 +243,34 @@ class GenerateResult:
     the tool's payload plus `tool_call_id`, `tool_name`. The first of `pending_approvals`."""
     pending_approvals: list[PendingApproval] = field(default_factory=list)
     messages: list[BaseMessage] = field(default_factory=list)
+
+    def _repr_html_(self) -> str:
+        from graphkit import _html
+
+        return _html.result(self)
+
+    def _repr_markdown_(self) -> str:
+        from graphkit import _html
+
+        return _html.result_markdown(self)
+
+
+class PendingList(list[PendingApproval]):
+    """The inbox's listing: a plain list that Jupyter shows as a table."""
+
+    def _repr_html_(self) -> str:
+        from graphkit import _html
+
+        return _html.listing(self)
+
+
+class AuditTrail(list[dict[str, Any]]):
+    """Audit entries, oldest first: a plain list that Jupyter shows as a table."""
+
+    def _repr_html_(self) -> str:
+        from graphkit import _html
+
+        return _html.audit_table(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -29,12 +29,12 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from graphkit import _html as render
 from graphkit._storage import Storage, open_storage
 from graphkit.errors import GraphkitError
 from graphkit.inbox import Inbox
 from graphkit.server_auth import parse_tokens
 from graphkit.types import PendingApproval
-from graphkit.web import _render as render
 from graphkit.web._auth import SESSION_COOKIE, Authenticator, Sessions, token_authenticator
 
 if TYPE_CHECKING:

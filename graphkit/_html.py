@@ -211,3 +211,64 @@ def audit_table(entries: Sequence[Mapping[str, Any]]) -> str:
         for e in entries)
     return (f"<table class='audit'><thead><tr>{''.join(f'<th>{h}</th>' for h in head)}"
             f"</tr></thead><tbody>{rows}</tbody></table>")
+
+
+def _message(message: Any) -> str:
+    kind = getattr(message, "type", "?")
+    text = str(getattr(message, "text", "") or getattr(message, "content", "") or "")
+    calls = getattr(message, "tool_calls", None) or []
+    extra = "".join(f"<div class='call'>→ <code>{_e(c.get('name'))}</code> "
+                    f"<code>{_e(json.dumps(c.get('args'), default=str))}</code></div>"
+                    for c in calls)
+    status = getattr(message, "status", None)
+    mark = f" <span class='status {_e(status)}'>{_e(status)}</span>" if kind == "tool" else ""
+    return (f"<li><b>{_e(kind)}</b>{mark} {_e(text[:2000])}{extra}</li>")
+
+
+def result(res: Any) -> str:
+    """A run's result: why it stopped, its answer, what waits, and its messages."""
+    pending = [card(p) for p in res.pending_approvals if p.status == "pending"]
+    waiting = ("<h4>Waiting for a decision</h4>" + "".join(pending)) if pending else ""
+    messages = "".join(_message(m) for m in res.messages)
+    return (
+        f"<div class='graphkit-result'><p><b>finish_reason</b>: {_e(res.finish_reason)} · "
+        f"<b>run</b> <code>{_e(res.run_id)}</code></p>"
+        + (f"<blockquote>{_e(res.text)}</blockquote>" if res.text else "")
+        + waiting + f"<details><summary>{len(res.messages)} messages</summary><ol>{messages}"
+        "</ol></details></div>"
+    )
+
+
+def listing(items: Sequence[PendingApproval]) -> str:
+    """The inbox's pending list, as a table (no links: there is no server behind it)."""
+    rows = "".join(
+        f"<tr><td><code>{_e(p.tool_name)}</code></td><td>{_e(p.prompt or '')}</td>"
+        f"<td>{_e(' › '.join(p.agent_path))}</td><td>{_e(p.kind)}</td><td>{age(p)}</td>"
+        f"<td>{time_left(p)}</td><td><code>{_e(p.id)}</code></td></tr>" for p in items)
+    return ("<table class='pending'><thead><tr><th>Tool</th><th>Prompt</th><th>Agent</th>"
+            "<th>Kind</th><th>Age</th><th>Expiry</th><th>Id</th></tr></thead>"
+            f"<tbody>{rows or '<tr><td colspan=7>Nothing waits.</td></tr>'}</tbody></table>")
+
+
+def _md(value: Any) -> str:
+    """Text for Markdown: no markup, no raw HTML, one line."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return escape(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+
+
+def card_markdown(item: PendingApproval) -> str:
+    lines = [f"**{_md(item.kind)}** `{_md(item.tool_name)}` — {_md(item.prompt or '')}",
+             f"- agent: {_md(' › '.join(item.agent_path))}",
+             f"- args: `{_md(item.args)}`",
+             f"- status: {_md(item.status)}"
+             + (f" by {_md(item.decided_by)}" if item.decided_by else ""),
+             f"- expiry: {time_left(item)}", f"- id: `{_md(item.id)}`"]
+    return "\n".join(lines)
+
+
+def result_markdown(res: Any) -> str:
+    parts = [f"**finish_reason**: {_md(res.finish_reason)}"]
+    if res.text:
+        parts.append(f"> {_md(res.text)}")
+    parts += [card_markdown(p) for p in res.pending_approvals if p.status == "pending"]
+    return "\n\n".join(parts)

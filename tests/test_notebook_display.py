@@ -1,0 +1,105 @@
+"""Notebook display: cards, results, listings and audits render as escaped HTML; the review
+widgets decide through the Agent API (a click approves, an edit validates, a refused reviewer
+sees why); the graph is drawn offline as Mermaid."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphkit import Agent, Inbox, create_tool
+from graphkit.testing import ScriptedChatModel
+from tests.helpers import agent_with, call, turn
+
+EVIL = "<script>alert('x')</script><img src=x onerror=alert(1)>"
+PAY = {"amount": 40, "payee": {"name": "ACME"}}
+
+
+def test_cards_and_results_render_escaped_html(sqlite_url: str) -> None:
+    agent, _ = agent_with([turn(call("pay", {"amount": 40, "payee": {"name": EVIL}}, "c1")),
+                           "done"], checkpointer=sqlite_url)
+    result = agent.generate(f"pay {EVIL}")
+    html = result._repr_html_()
+    assert "Pay 40 to" in html and "<script" not in html and "<img" not in html
+    assert "&lt;script&gt;" in html and "suspended" in html
+    card = result.pending_approvals[0]._repr_html_()
+    assert "<script" not in card and "&lt;img" in card and card.count("<table>") == 1
+    markdown = result._repr_markdown_()
+    assert "<script" not in markdown and "suspended" in markdown
+    listing = Inbox(sqlite_url).pending()
+    assert "<script" not in listing._repr_html_() and "pay" in listing._repr_html_()
+    stream = agent.decline_tool_call(run_id=result.run_id, decided_by=EVIL, comment=EVIL)
+    assert "not finished" in stream._repr_html_()
+    stream.result()
+    assert "<script" not in stream._repr_html_() and "done" in stream._repr_html_()
+    audit = Inbox(sqlite_url).audit(thread_id=result.thread_id)._repr_html_()
+    assert "<script" not in audit and "rejected" in audit
+
+
+def test_a_click_approves_and_the_continued_run_is_shown() -> None:
+    agent, ran = agent_with([turn(call("pay", PAY, "c1")), "paid it"])
+    result = agent.generate("pay")
+    view = agent.review(result, decided_by="alice")
+    (card,) = view.cards
+    card.approve.click()
+    assert ran.ran == [("pay", PAY)]
+    assert "paid it" in view.output.value and card.approve.disabled
+    assert view.results[-1].finish_reason == "stop"
+
+
+def test_an_edit_is_validated_by_the_tool_and_a_refusal_is_shown() -> None:
+    agent, ran = agent_with([turn(call("pay", PAY, "c1")), "paid it"],
+                            approvers=lambda by, p: by == "cfo")
+    result = agent.generate("pay")
+    intern = agent.review(result, decided_by="intern").cards[0]
+    intern.approve.click()
+    assert "Refused" in intern.message.value and "may not approve" in intern.message.value
+    assert ran.ran == []
+    cfo = agent.review(result, decided_by="cfo").cards[0]
+    cfo.fields["payee"].value = '"not an object"'
+    cfo.edit.click()
+    assert "Refused" in cfo.message.value and "InvalidApprovedArgsError" in cfo.message.value
+    cfo.fields["payee"].value = '{"name": "ACME Ltd"}'
+    cfo.fields["amount"].value = 35
+    cfo.edit.click()
+    assert ran.ran == [("pay", {"amount": 35, "payee": {"name": "ACME Ltd"}})]
+
+
+def test_a_suspension_is_answered_from_its_form() -> None:
+    from pydantic import BaseModel
+
+    from graphkit import ToolContext
+
+    class City(BaseModel):
+        city: str
+
+    @create_tool(resume_schema=City)
+    def weather(ctx: ToolContext) -> str:
+        """Weather somewhere."""
+        answer = ctx.suspend({"message": "Which city?"})
+        return f"sunny in {answer.city}"
+
+    agent = Agent(name="w", tools=[weather],
+                  model=ScriptedChatModel([turn(call("weather", {}, "w1")), "ok"]))
+    result = agent.generate("weather?")
+    (card,) = agent.review(result, decided_by="me").cards
+    assert card.approve.disabled and not card.resume.disabled
+    card.fields["city"].value = "Lisbon"
+    card.resume.click()
+    last_tool = [m for m in agent.snapshot(run_id=result.run_id)["messages"]
+                 if m["type"] == "tool"][-1]
+    assert last_tool["data"]["content"] == "sunny in Lisbon"
+
+
+def test_the_graph_is_drawn_offline_with_subagents_expanded() -> None:
+    @create_tool(needs_approval=True)
+    def purge(days: int) -> str:
+        """Purge."""
+        return "ok"
+
+    inner = Agent(name="ops", description="Ops.", tools=[purge], model=ScriptedChatModel([]))
+    boss = Agent(name="boss", agents={"ops": inner}, model=ScriptedChatModel([]))
+    drawing: Any = boss.draw()
+    text = str(drawing)
+    for node in ("model", "approval_gate", "tools", "ops"):
+        assert node in text
+    assert drawing._repr_markdown_().startswith("```mermaid")
