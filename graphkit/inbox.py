@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import jsonschema
 
 from graphkit._journal import APPROVALS, SCAN_LIMIT, SCHEMAS, now_iso, schema_key
+from graphkit._notify import Dispatcher, Webhook, start_notifications
 from graphkit._review import Choice, audit_row, expire, refuse, resolved_message, shown, take
 from graphkit._settings import Approvers
 from graphkit._storage import Storage, open_storage
@@ -41,11 +43,17 @@ class Inbox:
     Args:
         url: The storage URL the agents use (`sqlite:///...` or `postgresql://...`).
         approvers: A policy `(decided_by, pending) -> bool` consulted before every decision.
+        notify: `Webhook`s told of every approval requested, decided and expired in this
+            storage; delivered from this process (`inbox.dispatcher`).
     """
 
-    def __init__(self, url: str | Storage, *, approvers: Approvers | None = None) -> None:
+    def __init__(self, url: str | Storage, *, approvers: Approvers | None = None,
+                 notify: Sequence[Webhook] = ()) -> None:
         self._storage = url if isinstance(url, Storage) else open_storage(url)
         self.approvers = approvers
+        self.notify = tuple(notify)
+        self.dispatcher: Dispatcher | None = (
+            start_notifications(self._storage.ledger, self.notify) if self.notify else None)
 
     # ------------------------------------------------------------------ reading
 

@@ -11,7 +11,8 @@ PUBLIC = [
     "ApprovalNotFoundError", "ApprovalsPendingError", "ApproverNotAllowedError",
     "AsyncAgentStream", "GenerateResult", "GraphkitError", "GraphkitTool", "Inbox",
     "InvalidApprovedArgsError", "PendingApproval", "ResumeDataError", "RunState",
-    "SnapshotNotFoundError", "StreamChunk", "SuspendPayloadError", "ToolContext", "create_tool",
+    "SnapshotNotFoundError", "StreamChunk", "SuspendPayloadError", "ToolContext", "Webhook",
+    "create_tool", "verify_signature",
 ]
 
 
