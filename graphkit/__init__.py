@@ -5,6 +5,7 @@ Tools ask before they run (`needs_approval`), or pause themselves for input
 from any process.
 """
 
+from graphkit._notify import Webhook, verify_signature
 from graphkit._runs import AgentStream, AsyncAgentStream
 from graphkit.agent import Agent
 from graphkit.errors import (
@@ -44,5 +45,7 @@ __all__ = [
     "StreamChunk",
     "SuspendPayloadError",
     "ToolContext",
+    "Webhook",
     "create_tool",
+    "verify_signature",
 ]

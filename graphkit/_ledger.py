@@ -16,19 +16,22 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from graphkit._owner import holder_is_dead, new_owner
 
 __all__ = [
     "LEASE_SECONDS",
+    "NOTIFY_EVENTS",
     "ApprovalRow",
     "AuditRow",
     "CallRow",
     "GrantRow",
     "Ledger",
+    "OutboxEvent",
     "RunBusyError",
 ]
 
@@ -103,6 +106,31 @@ _SCHEMA = (
         owner TEXT NOT NULL,
         expires_at DOUBLE PRECISION NOT NULL
     )""",
+    # Notifications: `notify` turns the outbox on; `notify.cursor.<target>`, per webhook.
+    """CREATE TABLE IF NOT EXISTS graphkit_meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS graphkit_outbox (
+        event_id TEXT PRIMARY KEY,
+        type TEXT NOT NULL,
+        thread_id TEXT NOT NULL,
+        approval_id TEXT,
+        created_at DOUBLE PRECISION NOT NULL,
+        payload TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS graphkit_outbox_created ON graphkit_outbox (created_at)",
+    """CREATE TABLE IF NOT EXISTS graphkit_deliveries (
+        event_id TEXT NOT NULL,
+        target TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_at DOUBLE PRECISION,
+        delivered_at DOUBLE PRECISION,
+        last_error TEXT,
+        claimed_by TEXT,
+        PRIMARY KEY (event_id, target)
+    )""",
+    "CREATE INDEX IF NOT EXISTS graphkit_deliveries_due ON graphkit_deliveries (target, next_at)",
 )
 
 
@@ -400,13 +428,14 @@ class Ledger:
             f"SELECT ?, ?, ?, ?, ?, ?, ?, {expires}, ?, ?, ?{guard or ' WHERE TRUE'} "
             "ON CONFLICT (approval_id) DO NOTHING", params) == 1
 
-    @staticmethod
-    def _audit(tx: _Tx, rows: Iterable[AuditRow]) -> None:
+    def _audit(self, tx: _Tx, rows: Iterable[AuditRow]) -> None:
         for row in rows:
-            tx.execute(
+            written = tx.execute(
                 "INSERT INTO graphkit_audit (thread_id, approval_id, dedupe, entry) "
                 "VALUES (?, ?, ?, ?) ON CONFLICT (dedupe) DO NOTHING",
                 (row.thread_id, row.approval_id, row.dedupe, _dumps(row.entry)))
+            if written == 1 and row.entry.get("event") in NOTIFY_EVENTS:
+                self._outbox(tx, row)
 
     def audit(self, rows: Sequence[AuditRow]) -> None:
         if rows:
@@ -770,6 +799,169 @@ class Ledger:
             _KEEPER.drop(("thread", thread_id), owner)
             self._release(thread_id, owner)
 
+    # ------------------------------------------------------------------ notifications
+
+    _notify_cache: tuple[float, int, bool, str | None] | None = None
+    """(when read, epoch, outbox on, review URL): the `notify` row, re-read every few seconds."""
+    _notify_epoch: ClassVar[int] = 0
+    """Bumped when a ledger of this process turns notifications on: every cache re-reads."""
+    _outbox_listeners: ClassVar[list[Callable[[], None]]] = []
+    """Dispatchers of this process, woken when an outbox row is written (a hint: they poll)."""
+
+    def _notifying(self, tx: _Tx) -> tuple[bool, str | None]:
+        """Whether some process notifies (so events go to the outbox), cached per ledger: no
+        process notifying costs one small read every `NOTIFY_RECHECK` seconds."""
+        cache = self._notify_cache
+        moment = time.monotonic()
+        if (cache is None or moment - cache[0] > NOTIFY_RECHECK
+                or cache[1] != Ledger._notify_epoch):
+            rows = tx.query("SELECT value FROM graphkit_meta WHERE key = 'notify'")
+            value = _loads(rows[0][0]) if rows else None
+            link = value.get("review_url") if isinstance(value, dict) else None
+            cache = (moment, Ledger._notify_epoch, bool(rows),
+                     str(link) if isinstance(link, str) and link else None)
+            self._notify_cache = cache
+        return cache[2], cache[3]
+
+    def _outbox(self, tx: _Tx, row: AuditRow) -> None:
+        """The notification of an audit entry, in the transaction that writes the entry."""
+        on, review_url = self._notifying(tx)
+        if not on:
+            return
+        payload: dict[str, Any] = {"approval": row.entry}
+        if review_url and row.approval_id:
+            payload["link"] = f"{review_url.rstrip('/')}/approvals/{row.approval_id}"
+        tx.execute(
+            "INSERT INTO graphkit_outbox (event_id, type, thread_id, approval_id, created_at, "
+            f"payload) VALUES (?, ?, ?, ?, {self._sql.now}, ?)",
+            (str(uuid.uuid4()), NOTIFY_EVENTS[str(row.entry["event"])], row.thread_id,
+             row.approval_id, _dumps(payload)))
+        for listener in list(Ledger._outbox_listeners):
+            with contextlib.suppress(Exception):
+                listener()
+
+    def enable_notify(self, targets: Iterable[str], *, review_url: str | None = None) -> None:
+        """Turn the outbox on for every process that shares this database (each sees it within
+        `NOTIFY_RECHECK` seconds; this process at once), and register webhook targets: a
+        target is sent the events recorded from its first registration on."""
+        since = self.now()
+        with self._sql.transaction() as tx:
+            value = _dumps({"review_url": review_url})
+            tx.execute("INSERT INTO graphkit_meta (key, value) VALUES ('notify', ?) "
+                       + ("ON CONFLICT (key) DO UPDATE SET value = excluded.value" if review_url
+                          else "ON CONFLICT (key) DO NOTHING"), (value,))
+            for target in targets:
+                tx.execute("INSERT INTO graphkit_meta (key, value) VALUES (?, ?) "
+                           "ON CONFLICT (key) DO NOTHING",
+                           (f"notify.cursor.{target}", _dumps({"since": since})))
+        Ledger._notify_epoch += 1
+
+    def notify_cursor(self, target: str) -> float | None:
+        """Events recorded before this moment have their delivery to `target` opened."""
+        rows = self._sql.query("SELECT value FROM graphkit_meta WHERE key = ?",
+                               (f"notify.cursor.{target}",))
+        value = _loads(rows[0][0]) if rows else None
+        return float(value["since"]) if isinstance(value, dict) and "since" in value else None
+
+    def save_notify_cursor(self, target: str, since: float) -> None:
+        self._sql.execute("UPDATE graphkit_meta SET value = ? WHERE key = ?",
+                          (_dumps({"since": since}), f"notify.cursor.{target}"))
+
+    def open_deliveries(self, target: str, since: float) -> float:
+        """Open a delivery to `target` for each event recorded since `since` that has none;
+        returns the database's clock when it looked."""
+        new = ("FROM graphkit_outbox o WHERE o.created_at >= ? AND NOT EXISTS (SELECT 1 FROM "
+               "graphkit_deliveries d WHERE d.event_id = o.event_id AND d.target = ?)")
+        # Read first: an idle round takes no write lock.
+        moment, found = self._sql.query(
+            f"SELECT {self._sql.now}, EXISTS (SELECT 1 {new})", (since, target))[0]
+        if found:
+            self._sql.execute(
+                "INSERT INTO graphkit_deliveries (event_id, target, attempts, next_at) "
+                f"SELECT o.event_id, ?, 0, o.created_at {new} "
+                "ON CONFLICT (event_id, target) DO NOTHING", (target, since, target))
+        return float(moment)
+
+    def claim_deliveries(self, target: str, owner: str, *, max_attempts: int, lease: float,
+                         limit: int) -> list[OutboxEvent]:
+        """Claim due, undelivered deliveries to `target` (oldest first), counting the attempt:
+        the claim is a lease (`next_at` moves past it), so a claimer that dies is retried."""
+        now = self._sql.now
+        due = ("FROM graphkit_deliveries WHERE target = ? AND delivered_at IS NULL "
+               f"AND next_at IS NOT NULL AND next_at <= {now} AND attempts < ?")
+        if not self._sql.query(f"SELECT 1 {due} LIMIT 1", (target, max_attempts)):
+            return []  # an idle round takes no write lock
+        rows = self._sql.query(
+            f"UPDATE graphkit_deliveries SET attempts = attempts + 1, next_at = {now} + ?, "
+            "claimed_by = ? WHERE target = ? AND event_id IN (SELECT event_id "
+            f"{due} ORDER BY next_at LIMIT ?{self._sql.skip_locked}) "
+            "RETURNING event_id, attempts",
+            (lease, owner, target, target, max_attempts, limit))
+        if not rows:
+            return []
+        attempts = {str(r[0]): int(r[1]) for r in rows}
+        marks = ", ".join("?" for _ in attempts)
+        events = self._sql.query(
+            "SELECT event_id, type, created_at, payload FROM graphkit_outbox "
+            f"WHERE event_id IN ({marks}) ORDER BY created_at", tuple(attempts))
+        return [OutboxEvent(event_id=str(r[0]), type=str(r[1]), created_at=float(r[2]),
+                            payload=_loads(r[3]) or {}, attempts=attempts[str(r[0])])
+                for r in events]
+
+    def delivered(self, event_id: str, target: str) -> None:
+        self._sql.execute(
+            f"UPDATE graphkit_deliveries SET delivered_at = {self._sql.now}, last_error = NULL, "
+            "claimed_by = NULL WHERE event_id = ? AND target = ? AND delivered_at IS NULL",
+            (event_id, target))
+
+    def delivery_failed(self, event_id: str, target: str, owner: str, *, error: str,
+                        retry_in: float | None) -> None:
+        """Record a failed attempt; retry in `retry_in` seconds, or never (None)."""
+        next_at = f"{self._sql.now} + ?" if retry_in is not None else "?"
+        self._sql.execute(
+            f"UPDATE graphkit_deliveries SET next_at = {next_at}, last_error = ?, "
+            "claimed_by = NULL WHERE event_id = ? AND target = ? AND claimed_by = ? "
+            "AND delivered_at IS NULL", (retry_in, error, event_id, target, owner))
+
+    def next_delivery(self, targets: Mapping[str, int]) -> float | None:
+        """Seconds until the next delivery to one of `targets` (target -> max attempts) is due
+        (0 or less: due now); None when none is left to attempt."""
+        waits = []
+        for target, max_attempts in targets.items():
+            rows = self._sql.query(
+                f"SELECT MIN(next_at) - {self._sql.now} FROM graphkit_deliveries "
+                "WHERE target = ? AND delivered_at IS NULL AND next_at IS NOT NULL "
+                "AND attempts < ?", (target, max_attempts))
+            if rows and rows[0][0] is not None:
+                waits.append(float(rows[0][0]))
+        return min(waits) if waits else None
+
+    def deliveries(self, event_id: str | None = None) -> list[dict[str, Any]]:
+        """Delivery state, oldest event first (for operators and tests)."""
+        clause, params = ("WHERE d.event_id = ? ", (event_id,)) if event_id else ("", ())
+        rows = self._sql.query(
+            "SELECT d.event_id, o.type, d.target, d.attempts, d.next_at, d.delivered_at, "
+            "d.last_error FROM graphkit_deliveries d JOIN graphkit_outbox o "
+            f"ON o.event_id = d.event_id {clause}ORDER BY o.created_at, d.target", params)
+        keys = ("event_id", "type", "target", "attempts", "next_at", "delivered_at",
+                "last_error")
+        return [dict(zip(keys, r, strict=True)) for r in rows]
+
+    def prune_outbox(self, older_than: float) -> int:
+        """Forget events recorded more than `older_than` seconds ago that have no delivery
+        left to attempt."""
+        cutoff = f"{self._sql.now} - ?"
+        pending = ("SELECT 1 FROM graphkit_deliveries d WHERE d.event_id = o.event_id "
+                   "AND d.delivered_at IS NULL AND d.next_at IS NOT NULL")
+        with self._sql.transaction() as tx:
+            tx.execute(
+                "DELETE FROM graphkit_deliveries WHERE event_id IN (SELECT o.event_id FROM "
+                f"graphkit_outbox o WHERE o.created_at < {cutoff} AND NOT EXISTS ({pending}))",
+                (older_than,))
+            return tx.execute(
+                f"DELETE FROM graphkit_outbox AS o WHERE o.created_at < {cutoff} "
+                f"AND NOT EXISTS ({pending})", (older_than,))
+
 
 
 class _LeaseKeeper:
@@ -810,3 +1002,27 @@ class _LeaseKeeper:
 
 
 _KEEPER = _LeaseKeeper()
+
+
+NOTIFY_RECHECK = 5.0
+"""Seconds a ledger trusts its cached `notify` row before it reads it again."""
+NOTIFY_EVENTS = {
+    "requested": "approval.requested",
+    **dict.fromkeys(("approved", "edited", "rejected", "responded", "auto_approved", "resumed",
+                     "cancelled", "superseded"), "approval.decided"),
+    "expired": "approval.expired",
+}
+"""The audit events that are notified, and the type of their notification."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutboxEvent:
+    """A notification claimed for delivery to one target."""
+
+    event_id: str
+    type: str
+    created_at: float
+    payload: dict[str, Any]
+    """The audit entry (`approval`) and the review card's `link` if one is configured."""
+    attempts: int
+    """Attempts so far, this one included."""

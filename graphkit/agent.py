@@ -37,6 +37,7 @@ from graphkit._control import (
 from graphkit._events import finish_reason
 from graphkit._graph import build_graph
 from graphkit._ledger import Ledger
+from graphkit._notify import Dispatcher, Webhook, start_notifications
 from graphkit._review import Choice, Remember
 from graphkit._runs import AgentStream, AsyncAgentStream, Invocation, StateHook, pending_of
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers, GateSettings
@@ -117,6 +118,9 @@ class Agent:
         approval_ttl: An approval undecided for this long is declined as expired (a tool's own
             `approval_ttl` wins).
         grant_ttl: How long a `remember="thread"` grant approves later calls.
+        notify: `Webhook`s told of every approval requested, decided and expired, in this
+            agent's storage, by whichever process records it; delivered from this process
+            (`agent.dispatcher`) at least once, signed, retried.
     """
 
     def __init__(
@@ -134,6 +138,7 @@ class Agent:
         approvers: Approvers | None = None,
         approval_ttl: timedelta | None = None,
         grant_ttl: timedelta | None = DEFAULT_GRANT_TTL,
+        notify: Sequence[Webhook] = (),
     ) -> None:
         self.name = name
         self.description = description
@@ -151,6 +156,9 @@ class Agent:
             auto_resume_suspended_tools=auto_resume_suspended_tools,
             approvers=approvers, approval_ttl=approval_ttl, grant_ttl=grant_ttl)
         self._storage = open_storage(checkpointer)
+        self.notify = tuple(notify)
+        self.dispatcher: Dispatcher | None = (
+            start_notifications(self._storage.ledger, self.notify) if self.notify else None)
         # Under the LangGraph API server (`langgraph dev`, Studio, the platform) persistence is
         # the server's: it refuses graphs compiled with their own checkpointer or store.
         served = bool(os.environ.get(SERVER_ENV)) and checkpointer in (None, "memory")

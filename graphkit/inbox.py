@@ -19,6 +19,7 @@ import jsonschema
 
 from graphkit._control import policy_finder
 from graphkit._journal import APPROVALS, SCAN_LIMIT, SCHEMAS, now_iso, schema_key
+from graphkit._notify import Dispatcher, Webhook, start_notifications
 from graphkit._review import (
     Choice,
     Remember,
@@ -55,12 +56,17 @@ class Inbox:
     Args:
         url: The storage URL the agents use (`sqlite:///...` or `postgresql://...`).
         approvers: A policy `(decided_by, pending) -> bool` consulted before every decision.
+        notify: `Webhook`s told of every approval requested, decided and expired in this
+            storage; delivered from this process (`inbox.dispatcher`).
     """
 
     def __init__(self, url: str | Storage, *, approvers: Approvers | None = None,
-                 agents: Sequence[Agent] = ()) -> None:
+                 agents: Sequence[Agent] = (), notify: Sequence[Webhook] = ()) -> None:
         self._storage = url if isinstance(url, Storage) else open_storage(url)
         self.approvers = approvers
+        self.notify = tuple(notify)
+        self.dispatcher: Dispatcher | None = (
+            start_notifications(self._storage.ledger, self.notify) if self.notify else None)
         self.agents = {agent.name: agent for agent in agents}
         """Agents whose tools and policies this inbox may use: an edit is then validated by
         the tool's own model, and the agent's policy refuses a reviewer here and now (the gate

@@ -24,7 +24,7 @@ def test_public_api_is_pinned() -> None:
         "AsyncAgentStream", "GenerateResult", "GraphkitError", "GraphkitTool",
         "Inbox", "InvalidApprovedArgsError", "PendingApproval", "ResumeDataError", "RunState",
         "SnapshotNotFoundError", "StreamChunk", "SuspendPayloadError", "ToolContext",
-        "create_tool",
+        "Webhook", "create_tool", "verify_signature",
     }
 
 

@@ -1,0 +1,441 @@
+"""Webhook notifications of approvals: requested, decided, expired.
+
+The ledger writes each notified audit entry to its outbox in the transaction that writes the
+entry (whenever some process sharing the database notifies: the `notify` row of
+`graphkit_meta`), so a crash or a restart loses none. A `Dispatcher`, one daemon thread per
+process and ledger, delivers them: it opens a delivery per event and webhook, claims due
+deliveries with a lease (so two processes rarely send the same event at once), POSTs each one
+signed, and retries with exponential backoff. Delivery is at least once: an event keeps its
+`id` across retries and processes, and receivers drop the ids they have seen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import httpx
+
+from graphkit._ledger import Ledger, OutboxEvent
+from graphkit._owner import new_owner
+
+__all__ = [
+    "SIGNATURE_HEADER",
+    "Dispatcher",
+    "Webhook",
+    "render",
+    "sign",
+    "start_notifications",
+    "verify_signature",
+]
+
+log = logging.getLogger("graphkit.notify")
+
+SIGNATURE_HEADER = "X-Graphkit-Signature"
+"""`t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>" with the webhook's secret>`."""
+EVENT_HEADER = "X-Graphkit-Event"
+EVENT_ID_HEADER = "X-Graphkit-Event-Id"
+POLL_SECONDS = 1.0
+"""How often an idle dispatcher looks for due deliveries (writes in this process wake it)."""
+BATCH = 10
+"""Deliveries claimed at once per webhook; the claim's lease covers sending all of them."""
+LEASE_SECONDS = 30.0
+MARGIN_SECONDS = 60.0
+"""Events are opened for delivery again this far back: a transaction that recorded an event
+before the dispatcher looked may commit after it looked."""
+CURSOR_SAVE_SECONDS = 60.0
+RETENTION_SECONDS = 7 * 24 * 3600.0
+"""Events older than this with nothing left to attempt are pruned from the outbox."""
+PRUNE_EVERY_SECONDS = 3600.0
+MAX_ERROR = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    """Where to POST approval events.
+
+    Args:
+        url: An `http://` or `https://` URL.
+        secret: Signs every request (`X-Graphkit-Signature`); check it with
+            `graphkit.verify_signature`. Optional only for receivers that cannot check a
+            signature (a Slack incoming webhook, whose URL is its secret).
+        format: `"json"` (`{"id", "type", "created_at", "approval": {...}}`) or `"slack"`
+            (`{"text", "blocks"}` for a Slack incoming webhook).
+        timeout: Seconds per request.
+        max_attempts: Attempts per event before it is given up (recorded in the ledger).
+        review_url: Base URL of your review UI: events link to `<review_url>/approvals/<id>`.
+        backoff: Seconds before the first retry; each retry waits twice as long, up to
+            `max_backoff`.
+    """
+
+    url: str
+    _: KW_ONLY
+    secret: str | None = field(default=None, repr=False)
+    format: Literal["json", "slack"] = "json"
+    timeout: float = 10.0
+    max_attempts: int = 10
+    review_url: str | None = None
+    backoff: float = 1.0
+    max_backoff: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
+            msg = f"webhook url must start with http:// or https://, got {self.url!r}"
+            raise ValueError(msg)
+        if self.secret is not None and (not isinstance(self.secret, str) or not self.secret):
+            msg = "webhook secret must be a non-empty string (or None for no signature)"
+            raise ValueError(msg)
+        if self.format not in ("json", "slack"):
+            msg = f"webhook format must be 'json' or 'slack', got {self.format!r}"
+            raise ValueError(msg)
+        if not self.timeout > 0 or not self.backoff > 0 or self.max_backoff < self.backoff:
+            msg = "webhook timeout and backoff must be positive, and max_backoff >= backoff"
+            raise ValueError(msg)
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or (
+                self.max_attempts < 1):
+            msg = f"webhook max_attempts must be a positive integer, got {self.max_attempts!r}"
+            raise ValueError(msg)
+
+    @property
+    def target(self) -> str:
+        """Its name in the ledger: the same URL and format are the same target in every
+        process (the secret may rotate; it is never stored)."""
+        digest = hashlib.sha256(f"{self.format}\n{self.url}".encode()).hexdigest()
+        return f"wh_{digest[:24]}"
+
+    def retry_in(self, attempts: int) -> float | None:
+        """Seconds before the next attempt after `attempts` failed ones; None: give up."""
+        if attempts >= self.max_attempts:
+            return None
+        return float(min(self.backoff * 2 ** max(attempts - 1, 0), self.max_backoff))
+
+
+# ---------------------------------------------------------------------- signatures
+
+
+def sign(body: bytes, secret: str, timestamp: int | None = None) -> str:
+    """The `X-Graphkit-Signature` value for `body`."""
+    t = int(time.time()) if timestamp is None else int(timestamp)
+    mac = hmac.new(secret.encode(), f"{t}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={t},v1={mac}"
+
+
+def verify_signature(header: str | None, body: bytes | str, secret: str, *,
+                     tolerance: float = 300) -> bool:
+    """Whether `header` (`X-Graphkit-Signature`) signs exactly `body` (the raw request body)
+    with `secret`, at most `tolerance` seconds from now (an older one may be a replay)."""
+    if not header or not secret or not isinstance(header, str):
+        return False
+    raw = body.encode() if isinstance(body, str) else bytes(body)
+    timestamp: int | None = None
+    macs: list[str] = []
+    for part in header.split(","):
+        key, _, value = part.strip().partition("=")
+        if key == "t" and value.isascii() and value.isdigit() and len(value) < 16:
+            timestamp = int(value)
+        elif key == "v1" and value:
+            macs.append(value)
+    if timestamp is None or not macs or abs(time.time() - timestamp) > tolerance:
+        return False
+    expected = sign(raw, secret, timestamp).partition(",v1=")[2].encode()
+    return any(hmac.compare_digest(expected, mac.encode()) for mac in macs)
+
+
+# ---------------------------------------------------------------------- bodies
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
+def _link(webhook: Webhook, event: OutboxEvent) -> str | None:
+    approval_id = (event.payload.get("approval") or {}).get("approval_id")
+    if webhook.review_url and approval_id:
+        return f"{webhook.review_url.rstrip('/')}/approvals/{approval_id}"
+    link = event.payload.get("link")
+    return str(link) if link else None
+
+
+def _json_body(webhook: Webhook, event: OutboxEvent) -> dict[str, Any]:
+    body: dict[str, Any] = {"id": event.event_id, "type": event.type,
+                            "created_at": _iso(event.created_at),
+                            "approval": event.payload.get("approval") or {}}
+    link = _link(webhook, event)
+    if link:
+        body["link"] = link
+    return body
+
+
+_VERBS = {
+    "approved": "approved", "edited": "approved with edited arguments", "rejected": "declined",
+    "responded": "answered without running", "auto_approved": "approved by a remembered grant",
+    "resumed": "answered", "cancelled": "cancelled", "superseded": "superseded",
+}
+
+
+def _escape(text: Any, limit: int = 1_500) -> str:
+    """Slack mrkdwn text: `&`, `<` and `>` escaped (no links or mentions smuggled in)."""
+    value = str(text)
+    if len(value) > limit:
+        value = value[: limit - 1] + "…"
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _slack_body(webhook: Webhook, event: OutboxEvent) -> dict[str, Any]:
+    entry: Mapping[str, Any] = event.payload.get("approval") or {}
+    tool = _escape(entry.get("tool_name") or "a tool", 200)
+    path = _escape("/".join(entry.get("agent_path") or []) or "?", 200)
+    decider = entry.get("decided_by")
+    what = str(entry.get("event") or "")
+    if event.type == "approval.requested":
+        title = "Approval requested"
+        summary = f"`{tool}` in {path} waits for a decision"
+    elif event.type == "approval.expired":
+        title = "Approval expired"
+        summary = f"`{tool}` in {path} was not decided in time: declined"
+    else:
+        title = "Approval decided"
+        by = f" by {_escape(decider, 200)}" if decider else ""
+        summary = f"`{tool}` in {path} {_VERBS.get(what, _escape(what, 50))}{by}"
+    link = _link(webhook, event)
+    fields = [{"type": "mrkdwn", "text": f"*Tool*\n`{tool}`"},
+              {"type": "mrkdwn", "text": f"*Agent*\n{path}"}]
+    if event.type != "approval.requested":
+        fields.append({"type": "mrkdwn",
+                       "text": f"*Decided by*\n{_escape(decider, 200) if decider else '-'}"})
+    if entry.get("thread_id"):
+        fields.append({"type": "mrkdwn", "text": f"*Thread*\n`{_escape(entry['thread_id'])}`"})
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"*{title}*\n{summary}"}},
+        {"type": "section", "fields": fields},
+    ]
+    args = entry.get("args_after") if entry.get("args_after") is not None else entry.get(
+        "args_before")
+    if args is not None:
+        shown = _escape(json.dumps(args, default=str, sort_keys=True, indent=1), 2_000)
+        blocks.append({"type": "section",
+                       "text": {"type": "mrkdwn", "text": f"*Arguments*\n```{shown}```"}})
+    if entry.get("comment"):
+        blocks.append({"type": "section", "text": {
+            "type": "mrkdwn", "text": f"*Comment*\n{_escape(entry['comment'], 2_000)}"}})
+    if link:
+        blocks.append({"type": "section", "text": {
+            "type": "mrkdwn", "text": f"<{link}|Open the review card>"}})
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": (
+        f"approval `{_escape(entry.get('approval_id') or '-', 100)}` · event "
+        f"`{event.event_id}` · {event.type}")}]})
+    text = f"{title}: {summary}" + (f" <{link}|review>" if link else "")
+    return {"text": text, "blocks": blocks}
+
+
+def render(webhook: Webhook, event: OutboxEvent) -> bytes:
+    """The request body of `event` for `webhook`, as sent (and signed)."""
+    body = _slack_body(webhook, event) if webhook.format == "slack" else _json_body(
+        webhook, event)
+    return json.dumps(body, default=str, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# ---------------------------------------------------------------------- delivery
+
+
+class Dispatcher:
+    """Delivers the outbox of one ledger to this process's webhooks, in a daemon thread.
+
+    `flush(timeout=...)` delivers synchronously (for tests and scripts); `stop()` ends the
+    thread (events recorded meanwhile wait in the outbox for the next dispatcher).
+    """
+
+    def __init__(self, ledger: Ledger, *, poll: float = POLL_SECONDS) -> None:
+        self.ledger = ledger
+        self.poll = poll
+        self.owner = new_owner()
+        self._webhooks: dict[str, Webhook] = {}
+        self._cursors: dict[str, float] = {}
+        self._saved: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._round = threading.Lock()
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._client = httpx.Client(follow_redirects=False)
+        self._pruned = 0.0
+
+    @property
+    def webhooks(self) -> list[Webhook]:
+        with self._lock:
+            return list(self._webhooks.values())
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def add(self, webhooks: Iterable[Webhook]) -> None:
+        """Deliver to these webhooks too (a webhook with the same URL and format replaces the
+        one it had: a rotated secret)."""
+        with self._lock:
+            for webhook in webhooks:
+                self._webhooks[webhook.target] = webhook
+
+    def start(self) -> None:
+        with self._lock:
+            if self._stopped.is_set():
+                msg = "this dispatcher was stopped; start_notifications makes a new one"
+                raise RuntimeError(msg)
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._thread = threading.Thread(target=self._run, name="graphkit-notify",
+                                            daemon=True)
+            if self.wake not in Ledger._outbox_listeners:
+                Ledger._outbox_listeners.append(self.wake)
+            self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the thread after the request it is sending; undelivered events stay in the
+        outbox. A stopped dispatcher does not start again."""
+        self._stopped.set()
+        self._wake.set()
+        with _REGISTRY_LOCK:
+            if _DISPATCHERS.get(_key(self.ledger)) is self:
+                del _DISPATCHERS[_key(self.ledger)]
+        with self._lock:
+            thread = self._thread
+        if self.wake in Ledger._outbox_listeners:
+            Ledger._outbox_listeners.remove(self.wake)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        with self._round:
+            self._client.close()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Deliver every due event now, waiting for retries that fall due within `timeout`
+        seconds. True when nothing is left to attempt (delivered, or given up)."""
+        if self._stopped.is_set():
+            msg = "this dispatcher was stopped"
+            raise RuntimeError(msg)
+        deadline = time.monotonic() + timeout
+        while True:
+            self.run_once()
+            webhooks = self.webhooks
+            wait = self.ledger.next_delivery({w.target: w.max_attempts for w in webhooks})
+            if wait is None:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(max(wait, 0.01), remaining, 0.5))
+
+    def run_once(self) -> int:
+        """One round: open deliveries for new events, then claim and send the due ones.
+        Returns the number of requests sent."""
+        sent = 0
+        with self._round:
+            if self._client.is_closed:
+                return 0
+            for webhook in self.webhooks:
+                self._open(webhook.target)
+                while True:
+                    batch = self.ledger.claim_deliveries(
+                        webhook.target, self.owner, max_attempts=webhook.max_attempts,
+                        lease=LEASE_SECONDS + BATCH * webhook.timeout, limit=BATCH)
+                    for event in batch:
+                        self._send(webhook, event)
+                        sent += 1
+                    if len(batch) < BATCH or self._stopped.is_set():
+                        break
+            if time.monotonic() - self._pruned > PRUNE_EVERY_SECONDS:
+                self._pruned = time.monotonic()
+                self.ledger.prune_outbox(RETENTION_SECONDS)
+        return sent
+
+    def _open(self, target: str) -> None:
+        cursor = self._cursors.get(target)
+        if cursor is None:
+            cursor = self.ledger.notify_cursor(target)
+            if cursor is None:  # registered by another ledger object: from now on
+                self.ledger.enable_notify([target])
+                cursor = self.ledger.notify_cursor(target) or self.ledger.now()
+            self._saved[target] = cursor
+        looked = self.ledger.open_deliveries(target, cursor)
+        cursor = max(cursor, looked - MARGIN_SECONDS)
+        self._cursors[target] = cursor
+        if cursor - self._saved.get(target, cursor) >= CURSOR_SAVE_SECONDS:
+            self.ledger.save_notify_cursor(target, cursor)
+            self._saved[target] = cursor
+
+    def _send(self, webhook: Webhook, event: OutboxEvent) -> None:
+        error: str | None = None
+        try:
+            body = render(webhook, event)
+            headers = {"Content-Type": "application/json", "User-Agent": "graphkit-webhook",
+                       EVENT_HEADER: event.type, EVENT_ID_HEADER: event.event_id}
+            if webhook.secret:
+                headers[SIGNATURE_HEADER] = sign(body, webhook.secret)
+            response = self._client.post(webhook.url, content=body, headers=headers,
+                                         timeout=webhook.timeout)
+            if not 200 <= response.status_code < 300:
+                error = f"HTTP {response.status_code}: {response.text[:200]}"
+        except Exception as exc:  # a connection error, a timeout, or a body that cannot be made
+            error = f"{type(exc).__name__}: {exc}"
+        if error is None:
+            self.ledger.delivered(event.event_id, webhook.target)
+            return
+        retry_in = webhook.retry_in(event.attempts)
+        log.warning("webhook %s: event %s (%s) attempt %d failed: %s%s", webhook.target,
+                    event.event_id, event.type, event.attempts, error,
+                    "" if retry_in is not None else "; giving up")
+        self.ledger.delivery_failed(event.event_id, webhook.target, self.owner,
+                                    error=error[:MAX_ERROR], retry_in=retry_in)
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                self.run_once()
+            except Exception:  # the database was away: try again on the next round
+                log.exception("graphkit notifications: a delivery round failed")
+            if self._wake.wait(self.poll) and not self._stopped.is_set():
+                self._wake.clear()
+                self._stopped.wait(0.02)  # let the transaction that woke us commit
+
+
+_DISPATCHERS: dict[tuple[int, int], Dispatcher] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def _key(ledger: Ledger) -> tuple[int, int]:
+    return os.getpid(), id(ledger)
+
+
+def start_notifications(ledger: Ledger, webhooks: Sequence[Webhook]) -> Dispatcher:
+    """Turn the outbox on in `ledger`'s database, register `webhooks`, and start (or extend)
+    this process's dispatcher for `ledger`."""
+    hooks = list(webhooks)
+    for webhook in hooks:
+        if not isinstance(webhook, Webhook):
+            msg = f"notify= takes graphkit.Webhook objects, got {type(webhook).__name__}"
+            raise TypeError(msg)
+    targets = [w.target for w in hooks]
+    if len(set(targets)) != len(targets):
+        msg = "notify= names the same webhook (URL and format) twice"
+        raise ValueError(msg)
+    review_url = next((w.review_url for w in hooks if w.review_url), None)
+    ledger.enable_notify(targets, review_url=review_url)
+    with _REGISTRY_LOCK:
+        dispatcher = _DISPATCHERS.get(_key(ledger))
+        if dispatcher is None:
+            dispatcher = _DISPATCHERS[_key(ledger)] = Dispatcher(ledger)
+    dispatcher.add(hooks)
+    dispatcher.start()
+    return dispatcher

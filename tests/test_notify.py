@@ -1,0 +1,387 @@
+"""Webhook notifications: approval.requested, approval.decided and approval.expired reach a
+local receiver, signed, at least once with a stable id, across retries and a killed process.
+No network but loopback."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from graphkit import Agent, Inbox, Webhook, verify_signature
+from graphkit._ledger import AuditRow, Ledger
+from graphkit._notify import _DISPATCHERS, SIGNATURE_HEADER, Dispatcher, sign
+from tests.helpers import agent_with, call, turn
+from tests.test_storage import ROOT
+
+SECRET = "whsec_test_4d2f"
+PAY = {"amount": 40, "payee": {"name": "ACME"}}
+
+
+def pay(n: int = 1) -> list[Any]:
+    script: list[Any] = []
+    for i in range(n):
+        script += [turn(call("pay", {**PAY, "amount": i + 1}, f"c{i}")), "done"]
+    return script
+
+
+class Receiver:
+    """A webhook endpoint on 127.0.0.1 that checks signatures and fails the first
+    `fail_first` requests with HTTP 500."""
+
+    def __init__(self, secret: str | None = SECRET, *, port: int = 0, fail_first: int = 0
+                 ) -> None:
+        self.secret = secret
+        self.fail_first = fail_first
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                header = self.headers.get(SIGNATURE_HEADER)
+                verified = receiver.secret is None or verify_signature(
+                    header, body, receiver.secret)
+                with receiver.lock:
+                    failing = receiver.fail_first > 0
+                    receiver.fail_first -= int(failing)
+                    status = 500 if failing else 200 if verified else 401
+                    receiver.requests.append({
+                        "status": status, "verified": verified, "signature": header,
+                        "raw": body, "body": json.loads(body),
+                        "event_id": self.headers.get("X-Graphkit-Event-Id")})
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hooks/graphkit"
+
+    def delivered(self) -> list[dict[str, Any]]:
+        """Bodies of the requests answered 2xx, in arrival order."""
+        with self.lock:
+            return [r["body"] for r in self.requests if r["status"] == 200]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = Receiver()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(autouse=True)
+def _stop_dispatchers() -> Iterator[None]:
+    yield
+    for dispatcher in list(_DISPATCHERS.values()):
+        dispatcher.stop()
+
+
+def _dispatcher(owner: Agent | Inbox) -> Dispatcher:
+    assert owner.dispatcher is not None
+    return owner.dispatcher
+
+
+def _types(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(e["type"], e["approval"]["event"]) for e in events]
+
+
+def test_requested_decided_and_expired_arrive_signed(durable_url: str,
+                                                     receiver: Receiver) -> None:
+    hook = Webhook(receiver.url, secret=SECRET)
+    agent, tools = agent_with(pay(2), checkpointer=durable_url, name="billing", notify=[hook])
+    dispatcher = _dispatcher(agent)
+    paused = agent.generate("pay")
+    (pending,) = paused.pending_approvals
+    assert dispatcher.flush(timeout=20)
+    (requested,) = receiver.delivered()
+    assert requested["type"] == "approval.requested"
+    assert requested["approval"]["approval_id"] == pending.id
+    assert requested["approval"]["tool_name"] == "pay"
+    assert requested["approval"]["agent_path"] == ["billing"]
+    assert requested["approval"]["args_before"] == {**PAY, "amount": 1}
+    assert set(requested) == {"id", "type", "created_at", "approval"}
+    assert requested["created_at"].endswith("Z")
+
+    # Signed: the header checks out, and only for exactly this body, recently.
+    sent = receiver.requests[0]
+    assert sent["verified"] and sent["event_id"] == requested["id"]
+    assert verify_signature(sent["signature"], sent["raw"], SECRET)
+    assert verify_signature(sent["signature"], sent["raw"].decode(), SECRET)
+    assert not verify_signature(sent["signature"], sent["raw"].replace(b"pay", b"pax"), SECRET)
+    assert not verify_signature(sent["signature"], sent["raw"], "another secret")
+    stale = sign(sent["raw"], SECRET, int(time.time()) - 301)
+    assert not verify_signature(stale, sent["raw"], SECRET)
+    assert verify_signature(stale, sent["raw"], SECRET, tolerance=600)
+
+    # Decided in the inbox (a process without notify= of its own): approval.decided.
+    Inbox(durable_url).approve(pending.id, decided_by="alice", comment="ok")
+    assert dispatcher.flush(timeout=20)
+    decided = receiver.delivered()[-1]
+    assert decided["type"] == "approval.decided" and decided["id"] != requested["id"]
+    assert decided["approval"]["event"] == "approved"
+    assert decided["approval"]["decided_by"] == "alice"
+    assert decided["approval"]["comment"] == "ok"
+    assert agent.resume(run_id=paused.run_id).finish_reason == "stop"
+    assert tools.ran == [("pay", {**PAY, "amount": 1})]
+
+    # Undecided in time: approval.expired.
+    late, _ = agent_with(pay(1), checkpointer=durable_url, name="billing",
+                         approval_ttl=timedelta(milliseconds=50))
+    waiting = late.generate("pay later").pending_approvals[0]
+    time.sleep(0.1)
+    assert [p.id for p in Inbox(durable_url).expire()] == [waiting.id]
+    assert dispatcher.flush(timeout=20)
+    events = receiver.delivered()
+    assert _types(events) == [("approval.requested", "requested"),
+                              ("approval.decided", "approved"),
+                              ("approval.requested", "requested"),
+                              ("approval.expired", "expired")]
+    assert events[-1]["approval"]["approval_id"] == waiting.id
+    assert len({e["id"] for e in events}) == 4
+    assert all(r["verified"] for r in receiver.requests)
+    assert {d["attempts"] for d in agent._storage.ledger.deliveries()} == {1}
+
+
+def test_a_failing_receiver_gets_the_event_again_with_the_same_id(sqlite_url: str) -> None:
+    receiver = Receiver(fail_first=2)
+    try:
+        agent, _ = agent_with(pay(), checkpointer=sqlite_url,
+                              notify=[Webhook(receiver.url, secret=SECRET, backoff=0.1)])
+        agent.generate("pay")
+        assert _dispatcher(agent).flush(timeout=20)
+        assert [r["status"] for r in receiver.requests] == [500, 500, 200]
+        ids = {r["body"]["id"] for r in receiver.requests} | {
+            r["event_id"] for r in receiver.requests}
+        assert len(ids) == 1
+        (delivery,) = agent._storage.ledger.deliveries()
+        assert delivery["attempts"] == 3 and delivery["delivered_at"] is not None
+        assert delivery["event_id"] in ids
+    finally:
+        receiver.close()
+
+
+def test_retries_back_off_and_give_up_after_max_attempts(sqlite_url: str) -> None:
+    hook = Webhook("http://127.0.0.1:9/x", secret=SECRET, max_attempts=5)
+    assert [hook.retry_in(n) for n in range(1, 6)] == [1.0, 2.0, 4.0, 8.0, None]
+    assert Webhook("http://h/", backoff=100, max_backoff=250).retry_in(3) == 250
+    receiver = Receiver(fail_first=10)
+    try:
+        agent, _ = agent_with(pay(), checkpointer=sqlite_url, notify=[
+            Webhook(receiver.url, secret=SECRET, backoff=0.05, max_attempts=2)])
+        agent.generate("pay")
+        assert _dispatcher(agent).flush(timeout=20)  # nothing left to attempt
+        (delivery,) = agent._storage.ledger.deliveries()
+        assert delivery["attempts"] == 2 and delivery["delivered_at"] is None
+        assert delivery["next_at"] is None and delivery["last_error"].startswith("HTTP 500")
+        assert len(receiver.requests) == 2
+    finally:
+        receiver.close()
+
+
+def test_connection_refused_is_retried(sqlite_url: str) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/hook"
+    agent, _ = agent_with(pay(), checkpointer=sqlite_url,
+                          notify=[Webhook(url, secret=SECRET, backoff=0.2)])
+    agent.generate("pay")
+    assert _dispatcher(agent).flush(timeout=0) is False
+    (delivery,) = agent._storage.ledger.deliveries()
+    assert delivery["attempts"] >= 1 and "ConnectError" in delivery["last_error"]
+    receiver = Receiver(port=port)
+    try:
+        assert _dispatcher(agent).flush(timeout=20)
+        (event,) = receiver.delivered()
+        assert event["id"] == delivery["event_id"]
+    finally:
+        receiver.close()
+
+
+def test_events_recorded_while_stopped_are_delivered_by_the_next_dispatcher(
+        sqlite_url: str, receiver: Receiver) -> None:
+    hook = Webhook(receiver.url, secret=SECRET)
+    agent, _ = agent_with(pay(), checkpointer=sqlite_url, notify=[hook])
+    _dispatcher(agent).stop()
+    paused = agent.generate("pay")
+    Inbox(sqlite_url).decline(paused.pending_approvals[0].id, decided_by="bob")
+    time.sleep(0.2)
+    assert receiver.requests == []
+    inbox = Inbox(sqlite_url, notify=[hook])
+    assert _dispatcher(inbox).flush(timeout=20)
+    events = receiver.delivered()
+    assert _types(events) == [("approval.requested", "requested"),
+                              ("approval.decided", "rejected")]
+    assert events[1]["approval"]["decided_by"] == "bob"
+
+
+def test_a_killed_process_loses_no_event(sqlite_url: str, tmp_path: Path) -> None:
+    """Events recorded by a process whose receiver was down, killed before delivering them
+    (one tried once, one never), arrive from a new process, each with its recorded id."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/hooks/graphkit"
+    done = subprocess.run([sys.executable, "-m", "tests.notify_agent", sqlite_url, url, SECRET],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == -9, done.stderr
+    first, second = json.loads(done.stdout.strip().splitlines()[-1])
+
+    ledger = Ledger.sqlite(sqlite_url.removeprefix("sqlite:///"))
+    recorded = ledger._sql.query("SELECT event_id, approval_id FROM graphkit_outbox "
+                                 "ORDER BY created_at")
+    assert [r[1] for r in recorded] == [first, second]
+    assert [d["attempts"] for d in ledger.deliveries()] == [1]  # the second never tried
+
+    receiver = Receiver(port=port)
+    try:
+        inbox = Inbox(sqlite_url, notify=[Webhook(url, secret=SECRET, backoff=0.2)])
+        assert _dispatcher(inbox).flush(timeout=20)
+        events = receiver.delivered()
+        # A retry waits its backoff: the event never tried may arrive first.
+        assert sorted((e["id"], e["approval"]["approval_id"]) for e in events) == sorted(
+            (str(r[0]), r[1]) for r in recorded)
+        assert all(r["verified"] for r in receiver.requests)
+    finally:
+        receiver.close()
+
+
+def test_every_process_writes_events_once_one_notifies(sqlite_url: str,
+                                                       receiver: Receiver) -> None:
+    """An agent without notify= records events once an Inbox in another ledger notifies;
+    a re-run audit write (same dedupe key) records no second event."""
+    quiet, _ = agent_with(pay(6), checkpointer=sqlite_url)
+    quiet.generate("pay")  # no process notifies yet: no event
+    ledger = quiet._storage.ledger
+    assert ledger._sql.query("SELECT COUNT(*) FROM graphkit_outbox") == [(0,)]
+
+    inbox = Inbox(sqlite_url, notify=[Webhook(receiver.url, secret=SECRET)])
+    for _ in range(5):
+        quiet.generate("pay")
+    assert _dispatcher(inbox).flush(timeout=20)
+    ids = [e["id"] for e in receiver.delivered()]
+    assert len(ids) == 5 and len(set(ids)) == 5
+
+    row = AuditRow(thread_id="t", approval_id="apr_x", dedupe="apr_x:requested",
+                   entry={"event": "requested", "approval_id": "apr_x"})
+    ledger.audit([row])
+    ledger.audit([row])
+    ledger.audit([AuditRow(thread_id="t", approval_id="apr_x",
+                           entry={"event": "refused", "approval_id": "apr_x"})])
+    assert ledger._sql.query(
+        "SELECT COUNT(*) FROM graphkit_outbox WHERE approval_id = 'apr_x'") == [(1,)]
+
+
+def test_two_dispatchers_on_one_database_do_not_send_twice(sqlite_url: str,
+                                                           receiver: Receiver) -> None:
+    hook = Webhook(receiver.url, secret=SECRET)
+    first, second = (Inbox(sqlite_url, notify=[hook]) for _ in range(2))
+    for d in (first, second):
+        _dispatcher(d).stop()
+    agent, _ = agent_with(pay(12), checkpointer=sqlite_url)
+    for _ in range(12):
+        agent.generate("pay")
+    dispatchers = [Dispatcher(Inbox(sqlite_url)._storage.ledger) for _ in range(2)]
+    for d in dispatchers:
+        d.add([hook])
+    threads = [threading.Thread(target=d.flush, kwargs={"timeout": 20}) for d in dispatchers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ids = [e["id"] for e in receiver.delivered()]
+    assert len(ids) == 12 and len(set(ids)) == 12
+    for d in dispatchers:
+        d.stop()
+
+
+def test_slack_format(sqlite_url: str) -> None:
+    receiver = Receiver(secret=None)
+    try:
+        hook = Webhook(receiver.url, format="slack", review_url="https://review.example/")
+        agent, _ = agent_with(pay(), checkpointer=sqlite_url, name="billing", notify=[hook])
+        paused = agent.generate("pay")
+        approval_id = paused.pending_approvals[0].id
+        Inbox(sqlite_url).approve(approval_id, decided_by="alice <@U123>", comment="ship it")
+        assert _dispatcher(agent).flush(timeout=20)
+        requested, decided = receiver.delivered()
+        assert receiver.requests[0]["signature"] is None  # no secret: nothing to sign with
+        link = f"https://review.example/approvals/{approval_id}"
+        for body in (requested, decided):
+            assert set(body) == {"text", "blocks"} and isinstance(body["text"], str)
+            assert all(isinstance(b, dict) and b["type"] in ("section", "context")
+                       for b in body["blocks"])
+            shown = json.dumps(body)
+            assert "pay" in shown and "billing" in shown and f"<{link}|" in shown
+        assert requested["text"].startswith("Approval requested")
+        assert decided["text"].startswith("Approval decided")
+        decided_blocks = json.dumps(decided["blocks"])
+        assert "alice &lt;@U123&gt;" in decided_blocks and "<@U123>" not in decided_blocks
+        assert "ship it" in decided_blocks
+    finally:
+        receiver.close()
+
+
+def test_verify_signature_rejects_what_it_should() -> None:
+    body = b'{"id":"e1"}'
+    header = sign(body, SECRET)
+    assert verify_signature(header, body, SECRET)
+    assert not verify_signature(header, body + b" ", SECRET)
+    assert not verify_signature(None, body, SECRET)
+    assert not verify_signature("", body, SECRET)
+    assert not verify_signature("garbage", body, SECRET)
+    assert not verify_signature(header.split(",")[1], body, SECRET)  # no timestamp
+    assert not verify_signature(header, body, "")
+    assert not verify_signature(sign(body, SECRET, int(time.time()) + 3600), body, SECRET)
+    t = header.split(",")[0]
+    assert not verify_signature(f"{t},v1=00", body, SECRET)
+    assert verify_signature(f"{t},v1=00,{header.split(',')[1]}", body, SECRET)  # rotation
+
+
+def test_webhook_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="http"):
+        Webhook("ftp://x")
+    with pytest.raises(ValueError, match="format"):
+        Webhook("https://x", format="xml")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="secret"):
+        Webhook("https://x", secret="")
+    with pytest.raises(ValueError, match="max_attempts"):
+        Webhook("https://x", max_attempts=0)
+    assert SECRET not in repr(Webhook("https://x", secret=SECRET))
+    assert Webhook("https://x", secret="a").target == Webhook("https://x", secret="b").target
+    assert Webhook("https://x").target != Webhook("https://x", format="slack").target
+    with pytest.raises(ValueError, match="twice"):
+        Agent(name="a", model=_model(),
+              notify=[Webhook("https://x"), Webhook("https://x", secret="s")])
+
+
+def _model() -> Any:
+    from graphkit.testing import ScriptedChatModel
+
+    return ScriptedChatModel(["hi"])
