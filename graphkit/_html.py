@@ -128,7 +128,8 @@ def card(item: PendingApproval, *, messages: Sequence[Mapping[str, Any]] = ()) -
                      f"{' — ' + _e(item.comment) if item.comment else ''}"))
     if item.approved_args is not None:
         rows.append(("Approved args", f"<pre>{_json(item.approved_args)}</pre>"))
-    body = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
+    left = "style='text-align:left;vertical-align:top'"  # notebooks right-align tables
+    body = "".join(f"<tr><th {left}>{k}</th><td {left}>{v}</td></tr>" for k, v in rows)
     recent = ""
     if messages:
         lines = "".join(
