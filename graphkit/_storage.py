@@ -31,7 +31,7 @@ from langgraph.store.sqlite import SqliteStore
 
 from graphkit._ledger import Ledger
 
-__all__ = ["Storage", "open_storage"]
+__all__ = ["Storage", "open_storage", "served_storage"]
 
 UNKNOWN_URL = (
     "unsupported checkpointer {value!r}; expected 'memory', 'sqlite:///path/to/file.db', "
@@ -130,6 +130,20 @@ def _connect(path: str, *, autocommit: bool = False) -> sqlite3.Connection:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
     return conn
+
+
+_SERVED: Storage | None = None
+
+
+def served_storage() -> Storage:
+    """The one storage of the agents a LangGraph server serves in this process: the server
+    keeps checkpoints and the store; the ledger is shared, so the web inbox mounted in the
+    same server (`graphkit.web:app`) decides in it."""
+    global _SERVED
+    if _SERVED is None:
+        _SERVED = Storage(InMemorySaver(), InMemoryStore(), "the LangGraph server of this process",
+                          Ledger.sqlite(), "langgraph-server")
+    return _SERVED
 
 
 def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:

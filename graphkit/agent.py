@@ -42,7 +42,7 @@ from graphkit._review import Choice, Remember
 from graphkit._runs import AgentStream, AsyncAgentStream, Invocation, StateHook, pending_of
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers, GateSettings
 from graphkit._state import DEFAULT_MAX_STEPS, RunOptions
-from graphkit._storage import open_storage
+from graphkit._storage import open_storage, served_storage
 from graphkit.errors import (
     SNAPSHOT_NOT_FOUND,
     ApprovalNotFoundError,
@@ -155,13 +155,14 @@ class Agent:
             require_tool_approval=require_tool_approval,
             auto_resume_suspended_tools=auto_resume_suspended_tools,
             approvers=approvers, approval_ttl=approval_ttl, grant_ttl=grant_ttl)
-        self._storage = open_storage(checkpointer)
+        # Under the LangGraph API server (`langgraph dev`, Studio, the platform) persistence is
+        # the server's: it refuses graphs compiled with their own checkpointer or store. The
+        # agents it serves share one ledger in this process, which its mounted web inbox reads.
+        served = bool(os.environ.get(SERVER_ENV)) and checkpointer in (None, "memory")
+        self._storage = served_storage() if served else open_storage(checkpointer)
         self.notify = tuple(notify)
         self.dispatcher: Dispatcher | None = (
             start_notifications(self._storage.ledger, self.notify) if self.notify else None)
-        # Under the LangGraph API server (`langgraph dev`, Studio, the platform) persistence is
-        # the server's: it refuses graphs compiled with their own checkpointer or store.
-        served = bool(os.environ.get(SERVER_ENV)) and checkpointer in (None, "memory")
         self.builder = self._builder(self._storage.ledger)
         self.graph: CompiledStateGraph[Any, Any, Any, Any] = self.builder.compile(
             checkpointer=None if served else self._storage.checkpointer,

@@ -89,7 +89,10 @@ class Inbox:
         agent = self._agent_for(entry)  # type: ignore[arg-type]
         if agent is None:
             return []
-        state = agent.graph.get_state({"configurable": {"thread_id": entry["thread_id"]}})
+        try:
+            state = agent.graph.get_state({"configurable": {"thread_id": entry["thread_id"]}})
+        except ValueError:  # a graph the LangGraph server persists: its state is the server's
+            return []
         return list(state.values.get("messages") or [])
 
     # ------------------------------------------------------------------ reading

@@ -2,4 +2,5 @@
 
 from graphkit.examples import bash_agent
 
-graph = bash_agent().graph
+agent = bash_agent()
+graph = agent.graph

@@ -2,4 +2,5 @@
 
 from graphkit.examples import deploy_agent
 
-graph = deploy_agent().graph
+agent = deploy_agent()
+graph = agent.graph

@@ -2,4 +2,5 @@
 
 from graphkit.examples import supervisor_agent
 
-graph = supervisor_agent().graph
+agent = supervisor_agent()
+graph = agent.graph

@@ -2,4 +2,5 @@
 
 from graphkit.examples import weather_agent
 
-graph = weather_agent().graph
+agent = weather_agent()
+graph = agent.graph

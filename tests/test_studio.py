@@ -17,7 +17,8 @@ from tests.langgraph_server import interrupt_of, langgraph_dev
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with langgraph_dev(tmp_path_factory.mktemp("langgraph-dev")) as url:
+    env = {"GRAPHKIT_TOKENS": '{"tok-rm": "release-manager"}'}
+    with langgraph_dev(tmp_path_factory.mktemp("langgraph-dev"), env=env) as url:
         yield url
 
 
@@ -77,3 +78,34 @@ def test_supervisor_approval_two_levels_down_through_the_server(server: str) -> 
     values = run(client, thread["thread_id"], "supervisor", command={"resume": {"decisions": [
         {"type": "edit", "edited_action": {"name": "purge_logs", "args": {"days": 120}}}]}})
     assert "purged logs older than 120 days" in values["messages"][-1]["content"]
+
+
+def test_the_web_inbox_mounted_in_the_server_decides_its_runs(server: str) -> None:
+    """langgraph.json mounts graphkit's web inbox at /inbox: it lists what the served graphs
+    wait on, a signed-in reviewer decides there, and the run goes on when resumed."""
+    import re
+
+    import httpx
+    from langgraph_sdk import get_sync_client
+
+    client = get_sync_client(url=server)
+    thread = client.threads.create()
+    run(client, thread["thread_id"], "deploy",
+        input={"messages": [{"role": "user", "content": "Roll out build 7.7.7"}]})
+    approval_id = interrupt_of(client, thread["thread_id"])["approvals"][0]["id"]
+
+    web = httpx.Client(base_url=f"{server}/inbox", follow_redirects=False, timeout=30)
+    assert web.get("/").status_code == 303  # no page without a reviewer
+    signed = web.post("/login", data={"token": "tok-rm"})
+    assert signed.status_code == 303
+    listing = web.get("/").text
+    assert approval_id in listing and "Send build 7.7.7 to prod?" in listing
+    card = web.get(f"/approvals/{approval_id}").text
+    csrf = re.search(r"name='csrf' value='([0-9a-f]+)'", card)
+    assert csrf is not None, card[:3000]
+    decided = web.post(f"/approvals/{approval_id}/approve",
+                       data={"csrf": csrf.group(1), "comment": "from the mounted inbox",
+                             "arg.version": "7.7.7"})
+    assert decided.status_code == 303 and "refused" not in decided.headers["location"]
+    values = run(client, thread["thread_id"], "deploy", command={"resume": {}})
+    assert "rolled out 7.7.7 to production" in tool_results(values)[-1]["content"]

@@ -40,7 +40,7 @@ from graphkit.web._auth import SESSION_COOKIE, Authenticator, Sessions, token_au
 if TYPE_CHECKING:
     from graphkit.agent import Agent
 
-__all__ = ["app", "create_app"]
+__all__ = ["app", "create_app", "server_app"]
 
 STATIC = Path(__file__).with_name("static")
 LIVE_SECONDS = 0.5
@@ -189,10 +189,9 @@ def _routes(web: _Web) -> list[Any]:
         return StreamingResponse(stream(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store"})
 
-    def decide_form(item: PendingApproval, csrf: str) -> str:
+    def decide_form(item: PendingApproval, csrf: str, schemas: Mapping[str, Any]) -> str:
         if item.status != "pending":
             return "<p class='decided'>This request was decided; nothing is left to do.</p>"
-        schemas = web.inbox.schema(item.id)
         hidden = (f"<input type='hidden' name='csrf' value='{render._e(csrf)}'>"
                   f"<input type='hidden' name='digest' value='{render._e(item.args_digest)}'>")
         if item.kind == "suspension":
@@ -216,6 +215,7 @@ def _routes(web: _Web) -> list[Any]:
         try:
             item = await asyncio.to_thread(web.inbox.get, approval_id)
             messages = await asyncio.to_thread(web.inbox.messages, approval_id)
+            schemas = await asyncio.to_thread(web.inbox.schema, approval_id)
         except GraphkitError as exc:
             return html(request, "Not found", f"<p class='error'>{render._e(str(exc))}</p>",
                         status=404)
@@ -224,7 +224,7 @@ def _routes(web: _Web) -> list[Any]:
         note = f"<p class='error refused'>{render._e(refusal)}</p>" if refusal else ""
         body = (f"<h1>{render._e(item.tool_name)}</h1>{note}"
                 + render.card(item, messages=recent)
-                + decide_form(item, web.sessions.csrf(session))
+                + decide_form(item, web.sessions.csrf(session), schemas)
                 + f"<p><a href='approvals/{render._e(item.id)}/audit'>Audit trail</a> · "
                 f"<a href='threads/{render._e(item.thread_id or '')}/audit'>thread</a></p>")
         return html(request, item.tool_name, body)
@@ -239,7 +239,7 @@ def _routes(web: _Web) -> list[Any]:
                                         comment=form.get("comment") or None)
             elif action == "approve":
                 item = await asyncio.to_thread(web.inbox.get, approval_id)
-                schema = web.inbox.schema(approval_id).get("schema")
+                schema = (await asyncio.to_thread(web.inbox.schema, approval_id)).get("schema")
                 args = render.parse_fields(schema, form, "arg")
                 await asyncio.to_thread(
                     web.inbox.approve, approval_id, decided_by=who,
@@ -248,7 +248,8 @@ def _routes(web: _Web) -> list[Any]:
                     args_digest=form.get("digest") or None,
                     remember="thread" if form.get("remember") == "thread" else "once")
             elif action == "resume":
-                schema = web.inbox.schema(approval_id).get("resume_schema")
+                schema = (await asyncio.to_thread(web.inbox.schema, approval_id)).get(
+                    "resume_schema")
                 data = render.parse_fields(schema, form, "data")
                 await asyncio.to_thread(web.inbox.resume, approval_id, data, decided_by=who)
             else:
@@ -320,17 +321,50 @@ def _decline_form(item: PendingApproval, hidden: str) -> str:
 
 
 class _LazyApp:
-    """`graphkit.web:app` for langgraph.json's `"http": {"app": ...}`: built on first use,
-    from `GRAPHKIT_DB` (or the LangGraph server's own database, `DATABASE_URI`)."""
+    """An app built on its first request: `graphkit.web:app` for langgraph.json's
+    `"http": {"app": ...}`.
 
-    def __init__(self) -> None:
+    With `GRAPHKIT_DB` set it serves that database. Inside the LangGraph server it serves the
+    runs of the agents that server serves: the server's own store (where the approval gate
+    indexes what waits) and the ledger those agents share in the process. Its pages live
+    under `prefix`, beside the server's API.
+    """
+
+    def __init__(self, *, agents: Sequence[Agent] = (), authenticate: Any = None,
+                 prefix: str = "/inbox") -> None:
+        self.agents = agents
+        self.authenticate = authenticate
+        self.prefix = prefix
         self._app: Starlette | None = None
+
+    async def _build(self) -> Starlette:
+        url = os.environ.get("GRAPHKIT_DB")
+        if url:
+            inner = create_app(url, authenticate=self.authenticate, agents=self.agents)
+        else:
+            from langgraph_api.store import get_store
+
+            from graphkit._storage import served_storage
+
+            served = served_storage()
+            storage = Storage(served.checkpointer, await get_store(),
+                              "the LangGraph server of this process", served.ledger,
+                              served.url)
+            inner = create_app(storage, authenticate=self.authenticate, agents=self.agents)
+        return inner
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if self._app is None:
-            url = os.environ.get("GRAPHKIT_DB") or os.environ.get("DATABASE_URI")
-            self._app = create_app(url)
+            self._app = await self._build()
         await self._app(scope, receive, send)
 
 
-app = _LazyApp()
+def server_app(*, agents: Sequence[Agent] = (), authenticate: Any = None,
+               prefix: str = "/inbox") -> Starlette:
+    """The web inbox to mount in a LangGraph server (`"http": {"app": "module:app"}`), under
+    `prefix`; give it the served agents so edits are checked by their tools' own models."""
+    lazy = _LazyApp(agents=agents, authenticate=authenticate, prefix=prefix)
+    return Starlette(routes=[Mount(prefix, app=lazy)])
+
+
+app = server_app()
