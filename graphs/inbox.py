@@ -5,11 +5,10 @@ share) and checks edits with their tools' own models. Reviewers sign in with a t
 GRAPHKIT_TOKENS (`'{"tok-1": "release-manager"}'`).
 """
 
+from graphkit.web import server_app
 from graphs.bash import agent as bash
 from graphs.deploy import agent as deploy
 from graphs.supervisor import agent as supervisor
 from graphs.weather import agent as weather
-
-from graphkit.web import server_app
 
 app = server_app(agents=[deploy, bash, weather, supervisor])
