@@ -249,3 +249,29 @@ def test_refusals_in_the_browser(site: dict[str, Any], browser: Any) -> None:
     wrong.click("button:has-text('Sign in')")
     wrong.wait_for_selector(".error")
     assert wrong.url.endswith("login?error=1")
+
+
+def test_the_web_inbox_on_postgresql(postgres_url: str) -> None:
+    """The same pages and decisions on PostgreSQL storage (no browser needed here)."""
+    import re
+
+    from starlette.testclient import TestClient
+
+    from graphkit.web import create_app
+
+    ran: list[tuple[str, Any]] = []
+    billing, _ = _agents(postgres_url, ran)
+    result = billing.generate("pay ACME")
+    client = TestClient(create_app(postgres_url, authenticate=TOKENS, secret="s"))
+    assert client.get("/", follow_redirects=False).status_code == 303
+    client.post("/login", data={"token": "tok-alice"})
+    (pending,) = Inbox(postgres_url).pending()
+    assert pending.id in client.get("/").text
+    card = client.get(f"/approvals/{pending.id}").text
+    csrf = re.search(r"name='csrf' value='([0-9a-f]+)'", card)
+    assert csrf is not None
+    client.post(f"/approvals/{pending.id}/approve",
+                data={"csrf": csrf.group(1), "arg.amount": "30", "arg.payee": "ACME"})
+    assert Inbox(postgres_url).get(pending.id).approved_args == {"amount": 30, "payee": "ACME"}
+    assert billing.resume(run_id=result.run_id).text == "payment done"
+    assert ran == [("pay", {"amount": 30, "payee": "ACME"})]
