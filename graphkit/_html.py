@@ -157,6 +157,10 @@ def fields(schema: Mapping[str, Any] | None, values: Mapping[str, Any], prefix: 
             checked = " checked" if value else ""
             out.append(f"<label><input type='checkbox' name='{field}' value='true'{checked}> "
                        f"{label}</label>")
+        elif kind == "string" and isinstance(value, str) and ("\n" in value or "\r" in value):
+            # an input would drop the line breaks: a text area keeps what the card shows
+            out.append(f"<label>{label}<textarea name='{field}' rows='3' data-kind='string'>"
+                       f"{_e(value)}</textarea></label>")
         elif kind in ("integer", "number", "string"):
             typ = "number" if kind != "string" else "text"
             step = " step='any'" if kind == "number" else ""
@@ -194,7 +198,7 @@ def parse_fields(schema: Mapping[str, Any] | None, form: Mapping[str, str],
         elif kind == "number":
             out[name] = float(raw) if raw.strip() else None
         elif kind == "string":
-            out[name] = raw
+            out[name] = raw.replace("\r\n", "\n")  # browsers send a text area's breaks as CRLF
         else:
             out[name] = json.loads(raw) if raw.strip() else None
         if out[name] is None:
@@ -251,19 +255,30 @@ def listing(items: Sequence[PendingApproval]) -> str:
             f"<tbody>{rows or '<tr><td colspan=7>Nothing waits.</td></tr>'}</tbody></table>")
 
 
+_MD_SPECIAL = "\\`*_{}[]()#+-.!|<>&~"
+
+
 def _md(value: Any) -> str:
-    """Text for Markdown: no markup, no raw HTML, one line."""
+    """Text for Markdown: every markup character escaped (no links, images or raw HTML), one
+    line."""
     text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return escape(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")
+    text = " ".join(text.splitlines())
+    return "".join(f"\\{c}" if c in _MD_SPECIAL else c for c in text)
+
+
+def _md_code(value: Any) -> str:
+    """Text inside a Markdown code span: shown literally, so only backticks need care."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return " ".join(text.splitlines()).replace("`", "'")
 
 
 def card_markdown(item: PendingApproval) -> str:
-    lines = [f"**{_md(item.kind)}** `{_md(item.tool_name)}` — {_md(item.prompt or '')}",
+    lines = [f"**{_md(item.kind)}** `{_md_code(item.tool_name)}` — {_md(item.prompt or '')}",
              f"- agent: {_md(' › '.join(item.agent_path))}",
-             f"- args: `{_md(item.args)}`",
+             f"- args: `{_md_code(item.args)}`",
              f"- status: {_md(item.status)}"
              + (f" by {_md(item.decided_by)}" if item.decided_by else ""),
-             f"- expiry: {time_left(item)}", f"- id: `{_md(item.id)}`"]
+             f"- expiry: {time_left(item)}", f"- id: `{_md_code(item.id)}`"]
     return "\n".join(lines)
 
 

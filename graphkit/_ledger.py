@@ -78,7 +78,12 @@ _SCHEMA = (
         thread_id TEXT NOT NULL,
         ready_at DOUBLE PRECISION NOT NULL,
         claimed_by TEXT,
-        claimed_until DOUBLE PRECISION
+        claimed_until DOUBLE PRECISION,
+        attempts INTEGER NOT NULL DEFAULT 0
+    )""",
+    """CREATE TABLE IF NOT EXISTS graphkit_ended_sessions (
+        nonce TEXT PRIMARY KEY,
+        expires_at DOUBLE PRECISION NOT NULL
     )""",
     """CREATE TABLE IF NOT EXISTS graphkit_audit (
         seq {serial} PRIMARY KEY,
@@ -579,6 +584,33 @@ class Ledger:
                           "AND ready_at = ?", (run_id, owner, ready_at))
         self._sql.execute("UPDATE graphkit_ready SET claimed_by = NULL, claimed_until = NULL "
                           "WHERE run_id = ? AND claimed_by = ?", (run_id, owner))
+
+    def retry_ready(self, run_id: str, owner: str) -> None:
+        """The resume failed: hand the run back to the queue, to be tried again after a
+        growing pause (a transient failure must not strand it)."""
+        _KEEPER.drop(("ready", run_id), owner)
+        self._sql.execute(
+            "UPDATE graphkit_ready SET claimed_by = NULL, attempts = attempts + 1, "
+            f"claimed_until = {self._sql.now} + ? WHERE run_id = ? AND claimed_by = ?",
+            (min(300.0, 2.0 ** self._attempts(run_id)), run_id, owner))
+
+    def _attempts(self, run_id: str) -> int:
+        rows = self._sql.query("SELECT attempts FROM graphkit_ready WHERE run_id = ?",
+                               (run_id,))
+        return int(rows[0][0]) if rows else 0
+
+    # ------------------------------------------------------------------ web sessions
+
+    def end_session(self, nonce: str, expires_at: float) -> None:
+        """Remember a signed-out session until it would have expired anyway."""
+        self._sql.execute("INSERT INTO graphkit_ended_sessions (nonce, expires_at) "
+                          "VALUES (?, ?) ON CONFLICT (nonce) DO NOTHING", (nonce, expires_at))
+        self._sql.execute(f"DELETE FROM graphkit_ended_sessions WHERE expires_at < "
+                          f"{self._sql.now}")
+
+    def session_ended(self, nonce: str) -> bool:
+        return bool(self._sql.query(
+            "SELECT 1 FROM graphkit_ended_sessions WHERE nonce = ?", (nonce,)))
 
     def _renew_ready(self, run_id: str, owner: str) -> None:
         self._sql.execute(

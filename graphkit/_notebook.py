@@ -107,7 +107,7 @@ def review(agent: Agent, target: GenerateResult | str, *, decided_by: str) -> Re
     def after(decide: Callable[[], GenerateResult], card: ReviewCard) -> None:
         try:
             continued = decide()
-        except GraphkitError as exc:
+        except (GraphkitError, ValueError, RecursionError) as exc:
             card.message.value = (f"<p class='error'>Refused: "
                                   f"{_html._e(type(exc).__name__)}: {_html._e(str(exc))}</p>")
             return
@@ -158,7 +158,7 @@ def review(agent: Agent, target: GenerateResult | str, *, decided_by: str) -> Re
                     ) -> None:
             try:
                 edited = read()
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 card.message.value = f"<p class='error'>Not JSON: {_html._e(str(exc))}</p>"
                 return
             after(lambda: agent.approve_tool_call_generate(
@@ -173,7 +173,8 @@ def review(agent: Agent, target: GenerateResult | str, *, decided_by: str) -> Re
         def on_resume(_: Any, card: ReviewCard = card, read: Callable[[], Any] = values_of
                       ) -> None:
             after(lambda: agent.resume_generate(read(), run_id=run_id,
-                                                tool_call_id=card.pending.tool_call_id), card)
+                                                tool_call_id=card.pending.tool_call_id,
+                                                decided_by=decided_by), card)
 
         card.approve.on_click(on_approve)
         card.edit.on_click(on_edit)

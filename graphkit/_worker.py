@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from graphkit._owner import new_owner
-from graphkit.errors import ApprovalsPendingError, GraphkitError
+from graphkit.errors import ApprovalsPendingError
 
 if TYPE_CHECKING:
     from graphkit.agent import Agent
@@ -96,17 +96,18 @@ class Worker:
             run_id, ready_at = claimed
             try:
                 self.agent.resume(run_id=run_id)
+            except ApprovalsPendingError:
+                # Something of it waits again: the next decision queues it anew.
+                self._ledger.done_ready(run_id, owner, ready_at)
+            except Exception as exc:  # one failing run must not stop the worker, nor be lost
+                logger.warning("worker: resuming run %s failed (%s: %s); it will be tried "
+                               "again", run_id, type(exc).__name__, exc)
+                self._ledger.retry_ready(run_id, owner)
+            else:
+                self._ledger.done_ready(run_id, owner, ready_at)
                 self.resumed += 1
                 if self.on_resumed is not None:
                     self.on_resumed(run_id)
-            except ApprovalsPendingError:
-                pass  # something of it waits again: the next decision queues it anew
-            except GraphkitError as exc:
-                logger.warning("worker: run %s was not resumed: %s", run_id, exc)
-            except Exception:  # one failing run must not stop the worker
-                logger.exception("worker: resuming run %s failed", run_id)
-            finally:
-                self._ledger.done_ready(run_id, owner, ready_at)
 
     def _listen(self) -> None:
         """Wake the workers when PostgreSQL says a run became ready."""

@@ -140,6 +140,10 @@ class Agent:
         grant_ttl: timedelta | None = DEFAULT_GRANT_TTL,
         notify: Sequence[Webhook] = (),
     ) -> None:
+        if not name or "/" in name or not name.isprintable():
+            msg = (f"agent name {name!r} must be non-empty printable text without '/' (agent "
+                   "paths are joined with '/')")
+            raise ValueError(msg)
         self.name = name
         self.description = description
         self.instructions = instructions
@@ -530,33 +534,40 @@ class Agent:
         return await self.adecline_tool_call(**kwargs).result()
 
     def resume_stream(
-        self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None
+        self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None,
+        decided_by: str | None = None,
     ) -> AgentStream:
-        """Resume a suspended tool with `resume_data` (validated by its `resume_schema`)."""
+        """Resume a suspended tool with `resume_data` (validated by its `resume_schema`).
+        With `decided_by`, the agent's approvers policy decides whether that person may."""
         return self._advance(run_id, _apply, claim=_claim(
             Choice(type="resume", data=resume_data), tool_call_id=tool_call_id,
-            decided_by=None, comment=None))
+            decided_by=decided_by, comment=None))
 
     def resume_generate(
-        self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None
+        self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None,
+        decided_by: str | None = None,
     ) -> GenerateResult:
         """`resume_stream`, run to the end (or the next pause)."""
-        return self.resume_stream(resume_data, run_id=run_id, tool_call_id=tool_call_id).result()
+        return self.resume_stream(resume_data, run_id=run_id, tool_call_id=tool_call_id,
+                                  decided_by=decided_by).result()
 
     def aresume_stream(
-        self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None
+        self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None,
+        decided_by: str | None = None,
     ) -> AsyncAgentStream:
         """Async twin of `resume_stream`."""
         return self._aadvance(run_id, _apply, claim=_claim(
             Choice(type="resume", data=resume_data), tool_call_id=tool_call_id,
-            decided_by=None, comment=None))
+            decided_by=decided_by, comment=None))
 
     async def aresume_generate(
-        self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None
+        self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None,
+        decided_by: str | None = None,
     ) -> GenerateResult:
         """Async twin of `resume_generate`."""
         return await self.aresume_stream(
-            resume_data, run_id=run_id, tool_call_id=tool_call_id).result()
+            resume_data, run_id=run_id, tool_call_id=tool_call_id,
+            decided_by=decided_by).result()
 
     def resolve_tool_approval(
         self,

@@ -96,7 +96,9 @@ def test_the_web_inbox_mounted_in_the_server_decides_its_runs(server: str) -> No
 
     web = httpx.Client(base_url=f"{server}/inbox", follow_redirects=False, timeout=30)
     assert web.get("/").status_code == 303  # no page without a reviewer
-    signed = web.post("/login", data={"token": "tok-rm"})
+    login = re.search(r"name='login' value='([0-9a-f]+)'", web.get("/login").text)
+    assert login is not None
+    signed = web.post("/login", data={"token": "tok-rm", "login": login.group(1)})
     assert signed.status_code == 303
     listing = web.get("/").text
     assert approval_id in listing and "Send build 7.7.7 to prod?" in listing
@@ -104,8 +106,7 @@ def test_the_web_inbox_mounted_in_the_server_decides_its_runs(server: str) -> No
     csrf = re.search(r"name='csrf' value='([0-9a-f]+)'", card)
     assert csrf is not None, card[:3000]
     decided = web.post(f"/approvals/{approval_id}/approve",
-                       data={"csrf": csrf.group(1), "comment": "from the mounted inbox",
-                             "arg.version": "7.7.7"})
+                       data={"csrf": csrf.group(1), "comment": "from the mounted inbox"})
     assert decided.status_code == 303 and "refused" not in decided.headers["location"]
     values = run(client, thread["thread_id"], "deploy", command={"resume": {}})
     assert "rolled out 7.7.7 to production" in tool_results(values)[-1]["content"]

@@ -176,10 +176,10 @@ def test_a_reviewer_decides_in_the_browser_and_the_runs_finish(
     row(alice, "pay").locator("a").click()
     alice.wait_for_selector(".card")
     assert "Pay 40 to ACME?" in alice.inner_text(".card")
-    alice.fill("input[name='arg.amount']", "35")
-    alice.fill("form[action$='/approve'] input[name=comment]", "rounded down")
+    alice.fill("form[action$='/edit'] input[name='arg.amount']", "35")
+    alice.fill("form[action$='/edit'] input[name=comment]", "rounded down")
     alice.screenshot(path=str(shots / "review-card.png"))
-    alice.click("form[action$='/approve'] button")
+    alice.click("form[action$='/edit'] button")
     alice.wait_for_selector(".status.approved")
     row(bob, "pay").wait_for(state="detached", timeout=10_000)
     wait_until(lambda: ("pay", {"amount": 35, "payee": "ACME"}) in ran)
@@ -264,13 +264,15 @@ def test_the_web_inbox_on_postgresql(postgres_url: str) -> None:
     result = billing.generate("pay ACME")
     client = TestClient(create_app(postgres_url, authenticate=TOKENS, secret="s"))
     assert client.get("/", follow_redirects=False).status_code == 303
-    client.post("/login", data={"token": "tok-alice"})
+    login = re.search(r"name='login' value='([0-9a-f]+)'", client.get("/login").text)
+    assert login is not None
+    client.post("/login", data={"token": "tok-alice", "login": login.group(1)})
     (pending,) = Inbox(postgres_url).pending()
     assert pending.id in client.get("/").text
     card = client.get(f"/approvals/{pending.id}").text
     csrf = re.search(r"name='csrf' value='([0-9a-f]+)'", card)
     assert csrf is not None
-    client.post(f"/approvals/{pending.id}/approve",
+    client.post(f"/approvals/{pending.id}/edit",
                 data={"csrf": csrf.group(1), "arg.amount": "30", "arg.payee": "ACME"})
     assert Inbox(postgres_url).get(pending.id).approved_args == {"amount": 30, "payee": "ACME"}
     assert billing.resume(run_id=result.run_id).text == "payment done"

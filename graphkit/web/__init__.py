@@ -10,14 +10,17 @@ door. The pending list updates live through server-sent events.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import os
+import secrets
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
@@ -35,7 +38,13 @@ from graphkit.errors import GraphkitError
 from graphkit.inbox import Inbox
 from graphkit.server_auth import parse_tokens
 from graphkit.types import PendingApproval
-from graphkit.web._auth import SESSION_COOKIE, Authenticator, Sessions, token_authenticator
+from graphkit.web._auth import (
+    LOGIN_COOKIE,
+    SESSION_COOKIE,
+    Authenticator,
+    Sessions,
+    token_authenticator,
+)
 
 if TYPE_CHECKING:
     from graphkit.agent import Agent
@@ -43,6 +52,17 @@ if TYPE_CHECKING:
 __all__ = ["app", "create_app", "server_app"]
 
 STATIC = Path(__file__).with_name("static")
+SECURITY_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self'; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'self'"),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+"""No page of the inbox may be framed (a click on a hidden card must not decide anything),
+and nothing but the package's own assets runs on it."""
 LIVE_SECONDS = 0.5
 """How often the live list looks for changes."""
 
@@ -101,8 +121,25 @@ def create_app(url_or_storage: str | Storage | None = None, *,
               else parse_tokens(os.environ.get("GRAPHKIT_TOKENS", "")) if authenticate is None
               else {})
     web = _Web(Inbox(storage, agents=agents), authenticate if callable(authenticate) else None,
-               tokens, Sessions(secret))
-    return Starlette(routes=_routes(web))
+               tokens, Sessions(secret, ended=storage.ledger.session_ended))
+    return Starlette(routes=_routes(web), middleware=[Middleware(_Secured)])
+
+
+class _Secured:
+    """Adds `SECURITY_HEADERS` to every response."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def secured(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers") or [])
+                headers += [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, secured if scope["type"] == "http" else send)
 
 
 def _routes(web: _Web) -> list[Any]:
@@ -136,23 +173,36 @@ def _routes(web: _Web) -> list[Any]:
     async def login_page(request: Request) -> Response:
         error = request.query_params.get("error")
         note = "<p class='error'>That token is not known.</p>" if error else ""
+        nonce = secrets.token_hex(16)
         body = ("<h1>Sign in</h1>" + note + "<form method='post' action='login'>"
+                f"<input type='hidden' name='login' value='{nonce}'>"
                 "<label>Reviewer token<input type='password' name='token' autofocus></label>"
                 "<button>Sign in</button></form>")
-        return html(request, "Sign in", body)
+        response = html(request, "Sign in", body)
+        response.set_cookie(LOGIN_COOKIE, nonce, httponly=True, samesite="strict",
+                            path=_base(request))
+        return response
 
     async def login(request: Request) -> Response:
         form = await _form(request)
+        expected = request.cookies.get(LOGIN_COOKIE) or ""
+        if not expected or not hmac.compare_digest(expected, form.get("login", "")):
+            return PlainTextResponse("sign in from the sign-in page", status_code=403)
         identity = web.check_token(form.get("token", "")) if web.check_token else None
         if identity is None:
             return RedirectResponse(_base(request) + "login?error=1", status_code=303)
         response = RedirectResponse(_base(request), status_code=303)
         response.set_cookie(SESSION_COOKIE, web.sessions.issue(identity), httponly=True,
                             samesite="strict", path=_base(request))
+        response.delete_cookie(LOGIN_COOKIE, path=_base(request))
         return response
 
     async def logout(request: Request, who: str, session: str, form: dict[str, str]
                      ) -> Response:
+        parsed = web.sessions.parse(request.cookies.get(SESSION_COOKIE))
+        if parsed is not None:  # ended for good, not only forgotten by this browser
+            await asyncio.to_thread(web.inbox._storage.ledger.end_session, parsed[1],
+                                    float(parsed[2]))
         response = RedirectResponse(_base(request) + "login", status_code=303)
         response.delete_cookie(SESSION_COOKIE, path=_base(request))
         return response
@@ -201,12 +251,16 @@ def _routes(web: _Web) -> list[Any]:
                     + "<button name='do' value='resume'>Resume</button></form>"
                     + _decline_form(item, hidden))
         return (f"<form method='post' action='approvals/{render._e(item.id)}/approve' "
-                "class='decide'><h3>Approve</h3>" + hidden
-                + render.fields(schemas.get("schema"), item.args, "arg")
+                "class='decide'><h3>Approve as shown</h3>" + hidden
                 + "<label>Comment<input name='comment'></label>"
                 "<label><input type='checkbox' name='remember' value='thread'> Approve later "
                 "calls of this tool in this thread too (that I may approve)</label>"
                 "<button name='do' value='approve'>Approve</button></form>"
+                f"<form method='post' action='approvals/{render._e(item.id)}/edit' "
+                "class='decide edit'><h3>Approve with other arguments</h3>" + hidden
+                + render.fields(schemas.get("schema"), item.args, "arg")
+                + "<label>Comment<input name='comment'></label>"
+                "<button name='do' value='edit'>Approve these arguments</button></form>"
                 + _decline_form(item, hidden))
 
     async def approval(request: Request, who: str, session: str, form: dict[str, str]
@@ -220,8 +274,10 @@ def _routes(web: _Web) -> list[Any]:
             return html(request, "Not found", f"<p class='error'>{render._e(str(exc))}</p>",
                         status=404)
         recent = [{"type": m.type, "content": m.content} for m in messages]
-        refusal = request.query_params.get("refused")
-        note = f"<p class='error refused'>{render._e(refusal)}</p>" if refusal else ""
+        refusal = request.query_params.get("refused") or ""
+        seal = web.sessions.sign("notice", f"{session}|{approval_id}|{refusal}")
+        genuine = refusal and hmac.compare_digest(seal, request.query_params.get("seal", ""))
+        note = f"<p class='error refused'>{render._e(refusal)}</p>" if genuine else ""
         body = (f"<h1>{render._e(item.tool_name)}</h1>{note}"
                 + render.card(item, messages=recent)
                 + decide_form(item, web.sessions.csrf(session), schemas)
@@ -237,16 +293,19 @@ def _routes(web: _Web) -> list[Any]:
             if action == "decline":
                 await asyncio.to_thread(web.inbox.decline, approval_id, decided_by=who,
                                         comment=form.get("comment") or None)
-            elif action == "approve":
-                item = await asyncio.to_thread(web.inbox.get, approval_id)
+            elif action == "approve":  # exactly what the card showed, bound by its digest
+                await asyncio.to_thread(
+                    web.inbox.approve, approval_id, decided_by=who,
+                    comment=form.get("comment") or None,
+                    args_digest=form.get("digest") or None,
+                    remember="thread" if form.get("remember") == "thread" else "once")
+            elif action == "edit":
                 schema = (await asyncio.to_thread(web.inbox.schema, approval_id)).get("schema")
                 args = render.parse_fields(schema, form, "arg")
                 await asyncio.to_thread(
                     web.inbox.approve, approval_id, decided_by=who,
-                    comment=form.get("comment") or None,
-                    args=None if args == item.args else args,
-                    args_digest=form.get("digest") or None,
-                    remember="thread" if form.get("remember") == "thread" else "once")
+                    comment=form.get("comment") or None, args=args,
+                    args_digest=form.get("digest") or None)
             elif action == "resume":
                 schema = (await asyncio.to_thread(web.inbox.schema, approval_id)).get(
                     "resume_schema")
@@ -254,10 +313,10 @@ def _routes(web: _Web) -> list[Any]:
                 await asyncio.to_thread(web.inbox.resume, approval_id, data, decided_by=who)
             else:
                 return PlainTextResponse("unknown action", status_code=404)
-        except (GraphkitError, ValueError) as exc:
-            from urllib.parse import quote
-
-            return RedirectResponse(f"{where}?refused={quote(str(exc)[:600])}",
+        except (GraphkitError, ValueError, RecursionError) as exc:
+            text = f"{type(exc).__name__}: {exc}"[:600]
+            seal = web.sessions.sign("notice", f"{session}|{approval_id}|{text}")
+            return RedirectResponse(f"{where}?{urlencode({'refused': text, 'seal': seal})}",
                                     status_code=303)
         return RedirectResponse(where, status_code=303)
 

@@ -1,26 +1,32 @@
-"""Who is looking at the web inbox: an authenticator, a signed session cookie, CSRF tokens.
+"""Who is looking at the web inbox: an authenticator, signed session cookies, CSRF tokens.
 
 The default authenticator is the bearer-token mapping of `graphkit.server_auth`
 (`GRAPHKIT_TOKENS`): a reviewer signs in with their token once and gets a session cookie.
 A company's own login plugs in as a callable that reads the request (a reverse proxy's
 header, say) and returns the reviewer's identity, or None.
+
+Every signature is bound to its purpose (a session, a CSRF token, a sign-in form, a notice),
+so no token made for one purpose passes for another; a session is ended server-side on
+sign-out (the ledger remembers ended sessions until they would have expired anyway).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import os
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from starlette.requests import Request
 
-__all__ = ["SESSION_COOKIE", "Authenticator", "Sessions", "token_authenticator"]
+__all__ = ["LOGIN_COOKIE", "SESSION_COOKIE", "Authenticator", "Sessions", "token_authenticator"]
 
 SESSION_COOKIE = "graphkit_session"
+LOGIN_COOKIE = "graphkit_login"
+"""A random value the sign-in form must echo: a cross-site form cannot sign a victim in."""
 SESSION_SECONDS = 8 * 3600
 
 Authenticator = Callable[[Request], str | None]
@@ -42,35 +48,55 @@ def token_authenticator(tokens: Mapping[str, str]) -> Callable[[str], str | None
     return check
 
 
-class Sessions:
-    """Signed, expiring session cookies and the CSRF token bound to each session."""
+def _b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
-    def __init__(self, secret: str | None = None) -> None:
+
+def _unb64(text: str) -> str | None:
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+class Sessions:
+    """Signed, expiring session cookies and the tokens bound to each session."""
+
+    def __init__(self, secret: str | None = None,
+                 ended: Callable[[str], bool] | None = None) -> None:
         key = secret or os.environ.get("GRAPHKIT_SECRET") or secrets.token_hex(32)
         self._key = key.encode()
+        self._ended = ended or (lambda nonce: False)
 
-    def _sign(self, text: str) -> str:
-        return hmac.new(self._key, text.encode(), hashlib.sha256).hexdigest()
+    def sign(self, purpose: str, text: str) -> str:
+        message = f"graphkit-web|{purpose}|{text}".encode()
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
 
     def issue(self, identity: str) -> str:
-        expires = int(time.time()) + SESSION_SECONDS
-        nonce = secrets.token_hex(8)
-        body = f"{identity}|{expires}|{nonce}"
-        return f"{body}|{self._sign(body)}"
+        body = f"v1.{_b64(identity)}.{int(time.time()) + SESSION_SECONDS}.{secrets.token_hex(16)}"
+        return f"{body}.{self.sign('session', body)}"
+
+    def parse(self, cookie: str | None) -> tuple[str, str, int] | None:
+        """(identity, nonce, expires) of a valid session cookie."""
+        parts = (cookie or "").split(".")
+        if len(parts) != 5 or parts[0] != "v1":
+            return None
+        body = ".".join(parts[:4])
+        if not hmac.compare_digest(parts[4], self.sign("session", body)):
+            return None
+        identity, expires, nonce = _unb64(parts[1]), parts[2], parts[3]
+        if identity is None or not expires.isdigit() or int(expires) < time.time():
+            return None
+        if self._ended(nonce):
+            return None
+        return identity, nonce, int(expires)
 
     def identity(self, cookie: str | None) -> str | None:
-        if not cookie or cookie.count("|") < 3:
-            return None
-        body, _, signature = cookie.rpartition("|")
-        if not hmac.compare_digest(signature, self._sign(body)):
-            return None
-        identity, expires, _ = body.rsplit("|", 2)
-        if not expires.isdigit() or int(expires) < time.time():
-            return None
-        return identity
+        parsed = self.parse(cookie)
+        return parsed[0] if parsed else None
 
     def csrf(self, session: str) -> str:
-        return self._sign(f"csrf|{session}")
+        return self.sign("csrf", session)
 
-    def check_csrf(self, session: str, token: Any) -> bool:
+    def check_csrf(self, session: str, token: object) -> bool:
         return isinstance(token, str) and hmac.compare_digest(token, self.csrf(session))
