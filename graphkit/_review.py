@@ -17,7 +17,7 @@ stranded.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, assert_never
@@ -471,8 +471,3 @@ def _now_iso() -> str:
     from graphkit._journal import now_iso
 
     return now_iso()
-
-
-def pending_rows(records: Sequence[ApprovalRecord], ledger: Ledger) -> dict[str, ApprovalRow]:
-    """The ledger's rows for these records."""
-    return ledger.approvals(r["id"] for r in records)
