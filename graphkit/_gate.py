@@ -19,6 +19,7 @@ from typing import Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, messages_from_dict
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
+from langgraph.store.base import BaseStore
 from langgraph.types import Command, Send, interrupt
 
 from graphkit._approvals import (
@@ -97,9 +98,13 @@ class Planner:
     """
 
     def __init__(self, tools: Mapping[str, BaseTool], name: str, settings: GateSettings,
-                 ledger: Ledger, *, nested: bool = False) -> None:
+                 ledger: Ledger, *, nested: bool = False,
+                 index_store: BaseStore | None = None) -> None:
         self.tools = tools
         self.name = name
+        self.index_store = index_store
+        """Where the inbox index goes when not the graph's own store (agents a LangGraph server
+        serves keep it beside their ledger, where `Inbox` and the CLI read it)."""
         self.nested = nested
         """A subagent's graph: its supervisor's delegation node gives it its agent path. A
         top-level graph ignores any path in its config (a server client could set one)."""
@@ -114,7 +119,7 @@ class Planner:
         # The node's namespace ends with its own task; the agent's scope is what precedes it.
         task_ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
         thread_id = thread_id_of(config)
-        journal = GateJournal(store(), thread_id=thread_id,
+        journal = GateJournal(self.index_store or store(), thread_id=thread_id,
                               run_id=run_id if isinstance(run_id, str) else None,
                               schemas=self.schemas, scope=task_ns.rpartition("|")[0])
         path = agent_path_of(config, self.name) if self.nested else [self.name]

@@ -9,6 +9,7 @@ saver serialises access with its own lock), so one graph works from threads and 
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
@@ -137,12 +138,16 @@ _SERVED: Storage | None = None
 
 def served_storage() -> Storage:
     """The one storage of the agents a LangGraph server serves in this process: the server
-    keeps checkpoints and the store; the ledger is shared, so the web inbox mounted in the
-    same server (`graphkit.web:app`) decides in it."""
+    keeps their checkpoints; their ledger and inbox index are shared here, so the web inbox
+    mounted in the same server (`graphkit.web:app`) decides in them. With `GRAPHKIT_DB` set
+    (`postgresql://...` or `sqlite:///...`) they live in that database, where `Inbox`, the CLI
+    and every process of the deployment share them; else in this process's memory."""
     global _SERVED
     if _SERVED is None:
-        _SERVED = Storage(InMemorySaver(), InMemoryStore(), "the LangGraph server of this process",
-                          Ledger.sqlite(), "langgraph-server")
+        url = os.environ.get("GRAPHKIT_DB")
+        _SERVED = open_storage(url) if url else Storage(
+            InMemorySaver(), InMemoryStore(), "the LangGraph server of this process",
+            Ledger.sqlite(), "langgraph-server")
     return _SERVED
 
 

@@ -128,3 +128,32 @@ def test_a_copied_thread_asks_anew_and_never_decides_the_original(
     assert interrupt_of(rm, original)["approvals"][0]["status"] == "pending"
     rm.runs.wait(original, "guarded", command=approve)
     assert rollouts(runs) == [*before, "3.4.0", "3.4.0"]
+
+
+def test_a_deployment_on_postgresql_is_decided_from_the_inbox_and_cli(
+        tmp_path_factory: pytest.TempPathFactory, postgres_server: Any) -> None:
+    """With GRAPHKIT_DB naming the deployment's database, the served agents keep their ledger
+    and inbox index there: `Inbox` and `graphkit approve` in another process decide, and the
+    server's run goes on when resumed."""
+    from graphkit import Inbox
+    from graphkit.cli import main
+
+    url = postgres_server.create_database("served_deployment")
+    workdir = tmp_path_factory.mktemp("langgraph-dev-pg")
+    runs = workdir / "runs.log"
+    runs.write_text("")
+    config = {"dependencies": [str(ROOT)],
+              "graphs": {"deploy": f"{ROOT / 'graphs' / 'deploy.py'}:graph"}, "env": {}}
+    with langgraph_dev(workdir, config, env={"GRAPHKIT_DB": url}) as server_url:
+        c = client(server_url)
+        thread_id = c.threads.create()["thread_id"]
+        c.runs.wait(thread_id, "deploy", input={"messages": [
+            {"role": "user", "content": "Roll out build 5.5.5"}]})
+        (pending,) = Inbox(url).pending()
+        assert pending.args == {"version": "5.5.5"} and pending.agent_path == ["release"]
+        assert main(["approve", pending.id, "--db", url, "--by", "ops"]) == 0
+        values = c.runs.wait(thread_id, "deploy", command={"resume": {}})
+        tool = [m for m in values["messages"] if m["type"] == "tool"]
+        assert "rolled out 5.5.5 to production" in tool[-1]["content"]
+        events = [e["event"] for e in Inbox(url).audit(id=pending.id)]
+        assert events[:2] == ["requested", "approved"]

@@ -34,6 +34,7 @@ from starlette.staticfiles import StaticFiles
 
 from graphkit import _html as render
 from graphkit._storage import Storage, open_storage
+from graphkit.agent import SERVER_ENV
 from graphkit.errors import GraphkitError
 from graphkit.inbox import Inbox
 from graphkit.server_auth import parse_tokens
@@ -383,10 +384,10 @@ class _LazyApp:
     """An app built on its first request: `graphkit.web:app` for langgraph.json's
     `"http": {"app": ...}`.
 
-    With `GRAPHKIT_DB` set it serves that database. Inside the LangGraph server it serves the
-    runs of the agents that server serves: the server's own store (where the approval gate
-    indexes what waits) and the ledger those agents share in the process. Its pages live
-    under `prefix`, beside the server's API.
+    Inside the LangGraph server it serves the runs of the agents that server serves (their
+    shared ledger and inbox index: `GRAPHKIT_DB` if set, else the server process's memory);
+    elsewhere the database `GRAPHKIT_DB` names. Its pages live under `prefix`, beside the
+    server's API.
     """
 
     def __init__(self, *, agents: Sequence[Agent] = (), authenticate: Any = None,
@@ -397,20 +398,12 @@ class _LazyApp:
         self._app: Starlette | None = None
 
     async def _build(self) -> Starlette:
+        from graphkit._storage import served_storage
+
         url = os.environ.get("GRAPHKIT_DB")
-        if url:
-            inner = create_app(url, authenticate=self.authenticate, agents=self.agents)
-        else:
-            from langgraph_api.store import get_store
-
-            from graphkit._storage import served_storage
-
-            served = served_storage()
-            storage = Storage(served.checkpointer, await get_store(),
-                              "the LangGraph server of this process", served.ledger,
-                              served.url)
-            inner = create_app(storage, authenticate=self.authenticate, agents=self.agents)
-        return inner
+        served = bool(os.environ.get(SERVER_ENV))
+        target: str | Storage = served_storage() if served or not url else url
+        return create_app(target, authenticate=self.authenticate, agents=self.agents)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if self._app is None:
