@@ -46,6 +46,7 @@ from graphkit._review import (
     identity_of,
     parse_choice,
     refuse,
+    supersede,
     take,
     verify,
 )
@@ -236,16 +237,15 @@ class _Pass:
             msg = "two decisions for the same pending call; give one decision per call"
             raise GraphkitError(msg)
         for record, (_, _, _, claimed) in zip(targets, parsed, strict=True):
+            exc: GraphkitError | None = None
             if record["agent_path"] != self.ctx.path:
                 exc = GraphkitError(
                     f"approval {record['id']!r} belongs to agent "
                     f"{'/'.join(record['agent_path'])!r}, not {'/'.join(self.ctx.path)!r}")
-                refuse(self.ctx.ledger, record, exc, decided_by=identity,
-                       thread_id=self.ctx.thread_id, run_id=self.ctx.run_id)
-                raise exc
-            if claimed is not None and claimed != identity:
+            elif claimed is not None and claimed != identity:
                 exc = ApproverNotAllowedError(FORGED_DECIDER.format(claimed=claimed,
                                                                     identity=identity))
+            if exc is not None:
                 refuse(self.ctx.ledger, record, exc, decided_by=identity,
                        thread_id=self.ctx.thread_id, run_id=self.ctx.run_id)
                 raise exc
@@ -315,16 +315,14 @@ class _Pass:
         self.plan["queued"] = queued
 
     def _supersede(self, call: CallPlan) -> None:
-        decision = {"type": "reject", "event": "superseded", "status": "rejected",
-                    "decided_by": None, "comment": "superseded by a new user message"}
+        comment = "superseded by a new user message"
         for record in (call["approval"], call["suspension"]):
             if record is None or record["status"] != "pending":
                 continue
-            self.ctx.ledger.close(record["id"], decision=decision, audits=[audit_row(
-                "superseded", record, thread_id=self.ctx.thread_id, run_id=self.ctx.run_id,
-                comment=decision["comment"])])
+            supersede(self.ctx.ledger, record, comment=comment, thread_id=self.ctx.thread_id,
+                      run_id=self.ctx.run_id)
             record["status"] = "rejected"
-            record["comment"] = decision["comment"]
+            record["comment"] = comment
             record["decided_at"] = _now()
             if record["kind"] == "approval":
                 self.events.append(telemetry(record, "rejected"))

@@ -39,7 +39,7 @@ from graphkit._gate import GateContext, Planner
 from graphkit._ledger import DONE, ApprovalRow, CallRow, Ledger
 from graphkit._limits import check_value
 from graphkit._owner import holder_is_dead, new_owner
-from graphkit._review import audit_row
+from graphkit._review import audit_row, supersede
 from graphkit._state import AgentState, ToolTask
 from graphkit.tools import CONTEXT_KEY, GraphkitTool, ToolContext, ToolSuspended
 from graphkit.types import args_digest
@@ -153,11 +153,8 @@ def _discard_forged(state: AgentState, ctx: GateContext) -> list[ToolMessage]:
         text = DISCARDED.format(name=call["tool_name"])
         for record in (call["approval"], call["suspension"]):
             if record is not None:
-                ctx.ledger.close(record["id"], decision={
-                    "type": "reject", "event": "superseded", "status": "rejected",
-                    "decided_by": None, "comment": "a client wrote a result for the call"},
-                    audits=[audit_row("superseded", record, thread_id=ctx.thread_id,
-                                      run_id=ctx.run_id, detail=text)])
+                supersede(ctx.ledger, record, comment="a client wrote a result for the call",
+                          thread_id=ctx.thread_id, run_id=ctx.run_id, detail=text)
         ctx.ledger.audit([audit_row(
             "refused", {"tool_name": call["tool_name"], "tool_call_id": call["tool_call_id"]},
             thread_id=ctx.thread_id, run_id=ctx.run_id, detail=text)])

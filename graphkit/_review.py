@@ -50,6 +50,7 @@ __all__ = [
     "parse_choice",
     "resolved_message",
     "shown",
+    "supersede",
     "take",
     "verify",
 ]
@@ -319,6 +320,17 @@ def expire(ledger: Ledger, record: ApprovalRecord, *, thread_id: str,
     return ledger.expire(record["id"], decision=decision, enqueue=enqueue, audits=[audit_row(
         "expired", record, thread_id=thread_id, run_id=run_id, comment=comment,
         detail="expired")])
+
+
+def supersede(ledger: Ledger, record: Mapping[str, Any], *, comment: str, thread_id: str,
+              run_id: str | None, detail: str | None = None) -> bool:
+    """Decline a pending approval or suspension for the system's reason (a new message, a
+    result a client wrote); audited as superseded."""
+    decision = {"type": "reject", "event": "superseded", "status": "rejected",
+                "decided_by": None, "comment": comment}
+    return ledger.close(record["id"], decision=decision, audits=[audit_row(
+        "superseded", record, thread_id=thread_id, run_id=run_id, comment=comment,
+        detail=detail)])
 
 
 def refuse(ledger: Ledger, record: Mapping[str, Any] | None, exc: Exception, *,
