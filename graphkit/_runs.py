@@ -134,6 +134,13 @@ class _Run:
         return chunks
 
 
+def _finished_html(run: _Run | None, how: str) -> str:
+    """A finished stream shows as its result; an unfinished one says how to finish it."""
+    if run is None or run.result is None:
+        return f"<p>An agent stream that has not finished: iterate it, or {how}.</p>"
+    return run.result._repr_html_()
+
+
 class AgentStream:
     """A run in progress. Iterate it (or `full_stream`) for chunks, `text_stream` for text.
 
@@ -188,9 +195,7 @@ class AgentStream:
                 yield chunk.payload["text"]
 
     def _repr_html_(self) -> str:
-        if self._run is None or self._run.result is None:
-            return "<p>An agent stream that has not finished: iterate it, or call result().</p>"
-        return self._run.result._repr_html_()
+        return _finished_html(self._run, "call result()")
 
     def result(self) -> GenerateResult:
         if self._chunks is None:  # nobody is watching the chunks: stream only what it needs
@@ -277,9 +282,7 @@ class AsyncAgentStream:
                 yield chunk.payload["text"]
 
     def _repr_html_(self) -> str:
-        if self._run is None or self._run.result is None:
-            return "<p>An agent stream that has not finished: iterate it, or await result().</p>"
-        return self._run.result._repr_html_()
+        return _finished_html(self._run, "await result()")
 
     async def result(self) -> GenerateResult:
         if self._chunks is None:
