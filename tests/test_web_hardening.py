@@ -93,6 +93,20 @@ def test_no_cross_site_sign_in_and_sign_out_ends_the_session(sqlite_url: str) ->
     client = TestClient(create_app(sqlite_url, authenticate=TOKENS, secret="s"))
     assert client.post("/login", data={"token": "tok-mallory"},
                        follow_redirects=False).status_code == 403
+    # a sibling origin (another port) planting its own nonce cookie is refused too
+    client.cookies.set("graphkit_login", "abad1dea")
+    planted = client.post("/login", data={"token": "tok-mallory", "login": "abad1dea"},
+                          headers={"origin": "http://testserver:9999"},
+                          follow_redirects=False)
+    assert planted.status_code == 403
+    unsealed = client.post("/login", data={"token": "tok-mallory", "login": "abad1dea"},
+                           follow_redirects=False)
+    assert unsealed.status_code == 403
+    other = signed_in(sqlite_url)
+    token = re.search(r'name="csrf" value="([0-9a-f]+)"', other.get("/").text)
+    assert token is not None
+    assert other.post("/logout", data={"csrf": token.group(1)},
+                      headers={"origin": "http://evil.example"}).status_code == 403
     alice = signed_in(sqlite_url)
     cookie = alice.cookies.get("graphkit_session")
     assert alice.get("/", follow_redirects=False).status_code == 200

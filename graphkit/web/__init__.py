@@ -17,7 +17,7 @@ import secrets
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -95,6 +95,18 @@ def _base(request: Request) -> str:
     return (request.scope.get("root_path") or "") + "/"
 
 
+def _same_origin(request: Request) -> bool:
+    """A browser's POST names the page it came from: it must be this site, port included (a
+    sibling port or subdomain is same-site to cookies, but not the same origin). Clients that
+    send neither header are not browsers a page could have steered."""
+    claimed = request.headers.get("origin") or request.headers.get("referer")
+    if not claimed or claimed == "null":
+        return not claimed
+    parts = urlsplit(claimed)
+    host = request.headers.get("host", "")
+    return parts.scheme in ("http", "https") and parts.netloc == host
+
+
 async def _form(request: Request) -> dict[str, str]:
     body = (await request.body()).decode("utf-8", errors="replace")
     return {k: v[-1] for k, v in parse_qs(body, keep_blank_values=True).items()}
@@ -163,6 +175,8 @@ def _routes(web: _Web) -> list[Any]:
                 return RedirectResponse(_base(request) + "login", status_code=303)
             form: dict[str, str] = {}
             if post:
+                if not _same_origin(request):
+                    return PlainTextResponse("cross-origin request refused", status_code=403)
                 form = await _form(request)
                 if not web.sessions.check_csrf(who[1], form.get("csrf")):
                     return PlainTextResponse("missing or wrong CSRF token", status_code=403)
@@ -180,14 +194,18 @@ def _routes(web: _Web) -> list[Any]:
                 "<label>Reviewer token<input type='password' name='token' autofocus></label>"
                 "<button>Sign in</button></form>")
         response = html(request, "Sign in", body)
-        response.set_cookie(LOGIN_COOKIE, nonce, httponly=True, samesite="strict",
-                            path=_base(request))
+        response.set_cookie(LOGIN_COOKIE, f"{nonce}.{web.sessions.sign('login', nonce)}",
+                            httponly=True, samesite="strict", path=_base(request),
+                            max_age=600)
         return response
 
     async def login(request: Request) -> Response:
+        if not _same_origin(request):
+            return PlainTextResponse("cross-origin sign-in refused", status_code=403)
         form = await _form(request)
-        expected = request.cookies.get(LOGIN_COOKIE) or ""
-        if not expected or not hmac.compare_digest(expected, form.get("login", "")):
+        nonce, _, seal = (request.cookies.get(LOGIN_COOKIE) or "").partition(".")
+        if not (nonce and hmac.compare_digest(seal, web.sessions.sign("login", nonce))
+                and hmac.compare_digest(nonce, form.get("login", ""))):
             return PlainTextResponse("sign in from the sign-in page", status_code=403)
         identity = web.check_token(form.get("token", "")) if web.check_token else None
         if identity is None:
