@@ -292,7 +292,9 @@ def _routes(web: _Web) -> list[Any]:
         except GraphkitError as exc:
             return html(request, "Not found", f"<p class='error'>{render._e(str(exc))}</p>",
                         status=404)
-        recent = [{"type": m.type, "content": m.content} for m in messages]
+        recent = [{"type": m.type, "content": m.content or "; ".join(
+            f"calls {c['name']}({json.dumps(c.get('args'), default=str)})"
+            for c in getattr(m, "tool_calls", None) or [])} for m in messages]
         refusal = request.query_params.get("refused") or ""
         seal = web.sessions.sign("notice", f"{session}|{approval_id}|{refusal}")
         genuine = refusal and hmac.compare_digest(seal, request.query_params.get("seal", ""))
