@@ -35,6 +35,7 @@ __all__ = [
     "answered_ids",
     "interrupt_value",
     "new_id",
+    "now_iso",
     "plan_turn",
     "suspension_record",
     "telemetry",
@@ -60,7 +61,8 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _now() -> str:
+def now_iso() -> str:
+    """Now, as every timestamp graphkit writes: ISO 8601, milliseconds, UTC with Z."""
     return _iso(datetime.now(UTC))
 
 
@@ -288,7 +290,7 @@ def suspension_record(
 ) -> ApprovalRecord:
     """The pending entry of a tool that suspended itself."""
     record = _pending_record(
-        id=new_id("sus"), created_at=_now(), kind="suspension", tool_name=call["tool_name"],
+        id=new_id("sus"), created_at=now_iso(), kind="suspension", tool_name=call["tool_name"],
         tool_call_id=call["tool_call_id"], args=call["args"],
         metadata={"suspend_payload": payload, "prompt": payload.get("message"), "defaults": None},
         verdict="required", agent_path=agent_path, expires_at=None,

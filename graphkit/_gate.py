@@ -27,6 +27,7 @@ from graphkit._approvals import (
     answered_ids,
     interrupt_value,
     new_id,
+    now_iso,
     plan_turn,
     queued_messages,
     suspension_record,
@@ -323,7 +324,7 @@ class _Pass:
                       run_id=self.ctx.run_id)
             record["status"] = "rejected"
             record["comment"] = comment
-            record["decided_at"] = _now()
+            record["decided_at"] = now_iso()
             if record["kind"] == "approval":
                 self.events.append(telemetry(record, "rejected"))
         call["suspension"] = None
@@ -397,7 +398,7 @@ class _Pass:
         record["status"] = taken.status
         record["decided_by"] = by
         record["comment"] = comment
-        record["decided_at"] = decision.get("decided_at") or _now()
+        record["decided_at"] = decision.get("decided_at") or now_iso()
         name = call["tool_name"]
         if record["kind"] == "suspension":
             call["suspension"] = None
@@ -426,12 +427,6 @@ class _Pass:
             case _:
                 who, why = _who_why(by, comment)
                 call["answer"] = REJECTED.format(name=name, who=who, why=why)
-
-
-def _now() -> str:
-    from graphkit._journal import now_iso
-
-    return now_iso()
 
 
 def _undecided(plan: TurnPlan, answered: set[str]) -> bool:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from langgraph.store.base import BaseStore
 
-from graphkit._approvals import waiting_records
+from graphkit._approvals import now_iso, waiting_records
 from graphkit._state import TurnPlan
 from graphkit.types import ApprovalRecord
 
@@ -28,10 +27,6 @@ SCHEMAS = ("graphkit", "schemas")
 SCAN_LIMIT = 1_000_000
 """Store searches are paged; graphkit asks for everything that matches."""
 
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def index_entry(

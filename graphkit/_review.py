@@ -25,7 +25,7 @@ from typing import Any, Literal, assert_never
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
-from graphkit._approvals import validate_args, validate_resume
+from graphkit._approvals import now_iso, validate_args, validate_resume
 from graphkit._ledger import ApprovalRow, AuditRow, CallRow, GrantRow, Ledger
 from graphkit._limits import MAX_TEXT, check_text, check_value
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers
@@ -171,8 +171,6 @@ def audit_row(event: str, record: Mapping[str, Any] | None, *, thread_id: str,
               args_before: Any = None, args_after: Any = None, detail: str | None = None,
               dedupe: str | None = None, at: str | None = None) -> AuditRow:
     """One audit entry, in the shape of the contract."""
-    from graphkit._journal import now_iso
-
     record = record or {}
     entry = {
         "event": event, "at": at or now_iso(), "thread_id": thread_id, "run_id": run_id,
@@ -372,7 +370,7 @@ def take(
         taken = check(record, choice, decided_by=decided_by, comment=comment,
                       approvers=approvers, tool=tool, check_args=check_args,
                       identity_required=identity_required)
-        decision = {**taken.decision, "source": source, "decided_at": _now_iso(),
+        decision = {**taken.decision, "source": source, "decided_at": now_iso(),
                     "identity_required": identity_required}
         taken = Taken(status=taken.status, event=taken.event, decision=decision,
                       run_args=taken.run_args)
@@ -478,8 +476,3 @@ def shown(record: ApprovalRecord, row: ApprovalRow | None) -> ApprovalRecord:
             "decided_by": decision.get("decided_by"), "comment": decision.get("comment"),
             "decided_at": decision.get("decided_at"), "approved_args": decision.get("args")}
 
-
-def _now_iso() -> str:
-    from graphkit._journal import now_iso
-
-    return now_iso()
