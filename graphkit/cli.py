@@ -183,20 +183,10 @@ def _json_args(raw: str | None) -> dict[str, Any] | None:
 
 def _load_agent(spec: str, url: str) -> Any:
     """`module:attr`, an Agent or a callable that takes the storage URL and returns one."""
-    import importlib
-
     from graphkit.agent import Agent
 
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        msg = f"--agent must be module:attr, got {spec!r}"
-        raise GraphkitError(msg)
     os.environ.setdefault("GRAPHKIT_DB", url)
-    try:
-        target = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        msg = f"cannot load --agent {spec!r}: {exc}"
-        raise GraphkitError(msg) from exc
+    target = _load(spec)
     agent = target if isinstance(target, Agent) else target(url) if callable(target) else None
     if not isinstance(agent, Agent):
         msg = f"--agent {spec!r} is neither an Agent nor a callable returning one"
@@ -249,9 +239,13 @@ def _serve(args: argparse.Namespace, out: Callable[[str], None]) -> int:
 
 
 def _load(spec: str) -> Any:
+    """The object `module:attr` names."""
     import importlib
 
     module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        msg = f"expected module:attr, got {spec!r}"
+        raise GraphkitError(msg)
     try:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError, ValueError) as exc:
