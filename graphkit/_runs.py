@@ -13,7 +13,7 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Interrupt, StreamMode
+from langgraph.types import Durability, Interrupt, StreamMode
 
 from graphkit._events import (
     ChunkTranslator,
@@ -33,6 +33,9 @@ __all__ = ["AgentStream", "AsyncAgentStream", "Invocation"]
 STREAM_MODES: list[StreamMode] = ["updates", "messages", "custom", "values"]
 RESULT_MODES: list[StreamMode] = ["updates", "values"]
 """All a result needs: no token streaming (the model then answers in one call), no telemetry."""
+DURABILITY: Durability = "sync"
+"""Each step's checkpoint is written before the next step starts: a crash loses no step, and
+no checkpoint write hops to a background thread."""
 StateHook = Callable[[RunState], Any]
 
 
@@ -76,8 +79,10 @@ class _Run:
             "start", {"run_id": self.invocation.run_id, "thread_id": self.invocation.thread_id}
         )
 
-    def feed(self, part: tuple[tuple[str, ...], str, Any]) -> tuple[list[StreamChunk], bool]:
+    def feed(self, part: tuple[Any, ...]) -> tuple[list[StreamChunk], bool]:
         """Chunks for one stream part, and whether the state hook asked to stop here."""
+        if len(part) == 2:  # streamed without subgraphs: every part is the root's
+            part = ((), *part)
         namespace, mode, data = part
         if mode == "values":
             if not namespace:
@@ -164,7 +169,8 @@ class AgentStream:
         try:
             yield run.start()
             parts: Any = self._graph.stream(inv.input, inv.config, stream_mode=self._modes,
-                                            subgraphs=True)
+                                            durability=DURABILITY,
+                                            subgraphs=self._modes is STREAM_MODES)
             try:
                 for part in parts:
                     chunks, stop = run.feed(part)
@@ -249,7 +255,8 @@ class AsyncAgentStream:
         try:
             yield run.start()
             parts: Any = self._graph.astream(inv.input, inv.config, stream_mode=self._modes,
-                                             subgraphs=True)
+                                             durability=DURABILITY,
+                                             subgraphs=self._modes is STREAM_MODES)
             try:
                 async for part in parts:
                     chunks, stop = run.feed(part)
