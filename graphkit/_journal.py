@@ -9,6 +9,7 @@ write.
 
 from __future__ import annotations
 
+import json
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -19,9 +20,13 @@ from graphkit._approvals import now_iso, waiting_records
 from graphkit._state import TurnPlan
 from graphkit.types import ApprovalRecord
 
-__all__ = ["APPROVALS", "SCHEMAS", "GateJournal", "index_entry", "now_iso", "schema_key"]
+__all__ = ["APPROVALS", "SCHEMAS", "WAITING", "GateJournal", "index_entry", "now_iso", "schema_key"]
 
 APPROVALS = ("graphkit", "approvals")
+WAITING = ("graphkit", "waiting")
+"""Per thread and agent scope, the ids of the index entries marked waiting (a superset while a
+pass writes them): a new turn closes what it no longer waits on by key, not by scanning an
+index that grows with every approval ever asked."""
 SCHEMAS = ("graphkit", "schemas")
 """The argument schema of each agent's tools, once, for checking edits in the inbox."""
 SCAN_LIMIT = 1_000_000
@@ -74,8 +79,11 @@ class GateJournal:
         if self.store is None:
             return
         waiting = {r["id"] for r in waiting_records(new, answered) if r["status"] == "pending"}
-        if old is None or old["ai_message_id"] != new["ai_message_id"]:
-            self._close_strays(waiting)
+        key = json.dumps([self.thread_id, self.scope])
+        item = self.store.get(WAITING, key)
+        marked = set(item.value.get("ids") or ()) if item is not None else set()
+        if waiting - marked:  # recorded before the entries, so a crash leaves no stray unlisted
+            self.store.put(WAITING, key, {"ids": sorted(marked | waiting)}, index=False)
         current: dict[str, ApprovalRecord] = {}
         position: dict[str, int] = {}
         for index, call in enumerate(new["calls"]):
@@ -95,6 +103,9 @@ class GateJournal:
             entry["position"] = position.get(record["id"], 0)
             entry["scope"] = self.scope
             self.store.put(APPROVALS, record["id"], entry, index=False)
+        self._close_strays(marked - waiting - current.keys())
+        if marked - waiting:
+            self.store.put(WAITING, key, {"ids": sorted(waiting)}, index=False)
 
     def _schema(self, record: ApprovalRecord) -> None:
         """Keep the tool's argument schema once per agent and tool (not in every entry), and
@@ -107,14 +118,13 @@ class GateJournal:
                            index=False)
             written.add(key)
 
-    def _close_strays(self, keep: set[str]) -> None:
-        """A new turn: entries of this agent and thread still marked waiting belong to a turn
-        that never reached a checkpoint (a process died after writing them) or is over."""
+    def _close_strays(self, stray: set[str]) -> None:
+        """Entries this agent and thread marked waiting that the plan no longer holds: a turn
+        that is over, or one that never reached a checkpoint (a process died after writing
+        them)."""
         assert self.store is not None
-        stray = self.store.search(APPROVALS, filter={"thread_id": self.thread_id,
-                                                     "scope": self.scope, "state": "waiting"},
-                                  limit=SCAN_LIMIT)
-        for item in stray:
-            if item.key not in keep:
-                self.store.put(APPROVALS, item.key, {**item.value, "state": "closed"},
+        for approval_id in sorted(stray):
+            item = self.store.get(APPROVALS, approval_id)
+            if item is not None and item.value.get("state") == "waiting":
+                self.store.put(APPROVALS, approval_id, {**item.value, "state": "closed"},
                                index=False)

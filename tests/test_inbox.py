@@ -285,22 +285,32 @@ async def test_inbox_async_twins(sqlite_url: str) -> None:
 
 
 def test_entries_of_a_turn_that_never_reached_a_checkpoint_are_closed(sqlite_url: str) -> None:
-    """A process that died after the gate indexed a turn but before its checkpoint leaves
-    entries no run waits on; the thread's next turn closes them."""
-    from graphkit._journal import APPROVALS
+    """A process that died after the model's turn was indexed but before its checkpoint leaves
+    an entry no run waits on; the thread's next turn closes it (by key: the index, which
+    grows with every approval ever asked, is not scanned for it)."""
+    agent, ledger = agent_with([turn(call("pay", PAY, "c1")), "ok"], checkpointer=sqlite_url)
+    saver = agent.graph.checkpointer
+    assert saver is not None and not isinstance(saver, bool)
+    real_put = saver.put
+    armed = [True]
 
-    agent, _ = agent_with([turn(call("lookup", {"key": "a"}, "l1")), "ok",
-                           turn(call("pay", PAY, "c9")), "ok"], checkpointer=sqlite_url)
-    first = agent.generate("look")
-    store = agent._storage.store
-    ghost = {"id": "apr_ghost", "thread_id": first.thread_id, "scope": "", "state": "waiting",
-             "status": "pending", "kind": "approval", "tool_name": "pay", "tool_call_id": "x",
-             "args": {}, "metadata": {}, "verdict": "required", "agent_path": ["assistant"],
-             "created_at": "2026-01-01T00:00:00.000Z", "args_digest": "", "run_id": None}
-    store.put(APPROVALS, "apr_ghost", ghost, index=False)
-    assert [p.id for p in Inbox(sqlite_url).pending()] == ["apr_ghost"]
-    agent.generate("pay", thread_id=first.thread_id)
-    assert [p.tool_call_id for p in Inbox(sqlite_url).pending()] == ["c9"]
+    def dies_after_the_model(config: Any, checkpoint: Any, metadata: Any, versions: Any
+                             ) -> Any:
+        if armed[0] and metadata.get("step") == 1:  # after the model: indexed, not saved
+            armed[0] = False
+            raise RuntimeError("the process died here")
+        return real_put(config, checkpoint, metadata, versions)
+
+    saver.put = dies_after_the_model  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="died"):
+        agent.generate("pay", thread_id="t1")
+    (lost,) = Inbox(sqlite_url).pending()
+    again = agent.generate("pay", thread_id="t1")
+    assert again.finish_reason == "suspended"
+    (asked,) = again.pending_approvals
+    assert [p.id for p in Inbox(sqlite_url).pending()] == [asked.id] != [lost.id]
+    assert Inbox(sqlite_url).get(lost.id).status == "pending"  # closed, not decided
+    assert ledger.ran == []
 
 
 def test_inbox_decides_an_approval_deep_in_a_subagent(sqlite_url: str) -> None:
@@ -318,3 +328,4 @@ def test_inbox_decides_an_approval_deep_in_a_subagent(sqlite_url: str) -> None:
     final = sup.resume(run_id=result.run_id)
     assert final.text == "Here is user 12345." and users.looked_up == ["54321"]
     assert inbox.pending() == []
+
