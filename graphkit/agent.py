@@ -282,15 +282,19 @@ class Agent:
         build: Build,
         on_state_change: StateHook | None = None,
         fresh: bool = False,
+        known: StateSnapshot | None = None,
     ) -> Callable[[], Invocation]:
-        """What a stream does first: take the thread's lease, re-read the state, decide."""
+        """What a stream does first: take the thread's lease, re-read the state, decide.
+
+        `known` is a state read just before (to claim a decision): it is used again when the
+        thread's latest checkpoint is still the one it was read from."""
 
         def prepare() -> Invocation:
             lease = contextlib.ExitStack()
             lease.enter_context(self._storage.ledger.lease(thread_id))
             try:
                 # A thread made just now has no state to read.
-                snapshot = _EMPTY if fresh else self.graph.get_state(config)
+                snapshot = _EMPTY if fresh else self._current(config, known)
                 payload = build(snapshot, self._request(run_id, thread_id))
             except BaseException:
                 lease.close()
@@ -299,16 +303,27 @@ class Agent:
 
         return prepare
 
+    def _current(self, config: RunnableConfig, known: StateSnapshot | None) -> StateSnapshot:
+        saver = self.graph.checkpointer
+        if known is not None and isinstance(saver, BaseCheckpointSaver):
+            latest = saver.get_tuple(config)
+            if latest is not None and _checkpoint_id(latest.config) == _checkpoint_id(
+                    known.config):
+                return known
+        return self.graph.get_state(config)
+
     def _advance(self, run_id: str, build: Build, on_state_change: StateHook | None = None,
                  *, claim: Claim | None = None) -> AgentStream:
         thread_id = self._thread_of(run_id)
         config = self._config(thread_id, run_id)
+        known = None
         if claim is not None:
             # The decision is taken now (a refused one raises here); the stream then asks the
             # gate to apply it.
-            claim(self.graph.get_state(config), self._request(run_id, thread_id))
+            known = self.graph.get_state(config)
+            claim(known, self._request(run_id, thread_id))
         prepare = self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
-                                on_state_change=on_state_change)
+                                on_state_change=on_state_change, known=known)
         return AgentStream(self.graph, prepare, run_id, thread_id)
 
     def _aadvance(self, run_id: str, build: Build, on_state_change: StateHook | None = None,
@@ -316,10 +331,12 @@ class Agent:
         def prepare() -> Invocation:
             thread_id = self._thread_of(run_id)
             config = self._config(thread_id, run_id)
+            known = None
             if claim is not None:
-                claim(self.graph.get_state(config), self._request(run_id, thread_id))
+                known = self.graph.get_state(config)
+                claim(known, self._request(run_id, thread_id))
             return self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
-                                 on_state_change=on_state_change)()
+                                 on_state_change=on_state_change, known=known)()
 
         return AsyncAgentStream(self.graph, prepare, run_id, "")
 
@@ -684,6 +701,10 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, tools={[t.name for t in self.tools]})"
+
+
+def _checkpoint_id(config: RunnableConfig | None) -> Any:
+    return ((config or {}).get("configurable") or {}).get("checkpoint_id")
 
 
 def _approval(args: Mapping[str, Any] | None) -> Choice:
