@@ -8,6 +8,7 @@ never decides whether it may run.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import re
@@ -21,6 +22,8 @@ from langchain_core.callbacks import (
 )
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import StructuredTool, create_schema_from_function
+from langchain_core.tools.base import _get_runnable_config_param
+from langchain_core.utils._signature import _signature_parameters
 from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel, ValidationError
 
@@ -177,7 +180,10 @@ class GraphkitTool(StructuredTool):
             # An async-only tool called from a sync run: give it a loop of its own.
             coroutine = self.coroutine
             return asyncio.run(_call_async(coroutine, *args, **kwargs))
-        return super()._run(*args, config=config, run_manager=run_manager, **kwargs)
+        if self.func is None:
+            return super()._run(*args, config=config, run_manager=run_manager, **kwargs)
+        _inject(self.func, kwargs, config, run_manager)
+        return self.func(*args, **kwargs)
 
     async def _arun(
         self,
@@ -187,7 +193,27 @@ class GraphkitTool(StructuredTool):
         **kwargs: Any,
     ) -> Any:
         self._with_context(config, kwargs)
-        return await super()._arun(*args, config=config, run_manager=run_manager, **kwargs)
+        if self.coroutine is None:
+            return await super()._arun(*args, config=config, run_manager=run_manager, **kwargs)
+        _inject(self.coroutine, kwargs, config, run_manager)
+        return await self.coroutine(*args, **kwargs)
+
+
+@functools.lru_cache(maxsize=1024)
+def _injected(fn: Callable[..., Any]) -> tuple[bool, str | None]:
+    """Whether `fn` takes `callbacks`, and its `RunnableConfig` parameter: what
+    `StructuredTool` works out from the signature on every call, here once per function."""
+    return bool(_signature_parameters(fn).get("callbacks")), _get_runnable_config_param(fn)
+
+
+def _inject(fn: Callable[..., Any], kwargs: dict[str, Any], config: RunnableConfig,
+            run_manager: CallbackManagerForToolRun | AsyncCallbackManagerForToolRun | None,
+            ) -> None:
+    callbacks, config_param = _injected(fn)
+    if run_manager is not None and callbacks:
+        kwargs["callbacks"] = run_manager.get_child()
+    if config_param:
+        kwargs[config_param] = config
 
 
 async def _call_async(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
