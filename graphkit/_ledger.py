@@ -158,6 +158,8 @@ class _Sql(_Tx, Protocol):
     skip_locked: str
     first_segment: str
     """An SQL expression (with `{c}` for a column): the first segment of an agent path."""
+    json_field: str
+    """An SQL expression (`{c}` a column of JSON text, `{k}` a key): that key's text."""
     notify: str | None
 
     def transaction(self) -> contextlib.AbstractContextManager[_Tx]: ...
@@ -179,6 +181,7 @@ class _Sqlite:
     serial = "INTEGER"  # an INTEGER PRIMARY KEY is SQLite's rowid: increasing
     skip_locked = ""  # one writer at a time: the UPDATE is atomic as it is
     first_segment = "substr({c}, 1, instr({c} || '/', '/') - 1)"
+    json_field = "json_extract({c}, '$.{k}')"
     notify: str | None = None
 
     def __init__(self, path: str) -> None:
@@ -231,6 +234,7 @@ class _Postgres:
     serial = "BIGSERIAL"
     skip_locked = " FOR UPDATE SKIP LOCKED"
     first_segment = "split_part({c}, '/', 1)"
+    json_field = "(({c})::json ->> '{k}')"
     notify: str | None = "SELECT pg_notify('graphkit_ready', '')"
     """Workers LISTEN on this channel; a notification is sent when the transaction commits."""
 
@@ -370,6 +374,11 @@ class Ledger:
     @classmethod
     def sqlite(cls, path: str = ":memory:") -> Ledger:
         return cls(_Sqlite(path))
+
+    @property
+    def lock(self) -> Any:
+        """The in-process lock around this ledger's SQLite connection (None on PostgreSQL)."""
+        return getattr(self._sql, "lock", None)
 
     @classmethod
     def postgres(cls, pool: Any) -> Ledger:
@@ -671,6 +680,27 @@ class Ledger:
             f"SELECT call_key, executed, outcome FROM graphkit_calls WHERE call_key IN ({marks})",
             tuple(keys))
         return {str(r[0]): _loads(r[2]) if r[1] == DONE else None for r in rows}
+
+    def start_admitted(self, call_key: str, owner: str, *, thread_id: str,
+                       agent_path: Sequence[str], tool_name: str, args_digest: str) -> bool:
+        """Claim a call's first execution in one statement, when the ledger admits it as is:
+        planned in this thread, agent and tool, for exactly these arguments, and approved
+        for them if it needs approval. False sends the caller to the step-by-step path
+        (`admission`, `start`), which says why not, or takes over a dead holder's claim."""
+        now = self._sql.now
+        run_digest = self._sql.json_field.format(c="a.decision", k="run_digest")
+        if self._sql.execute(
+                f"UPDATE graphkit_calls SET executed = ?, claim_expires = {now} + ? "
+                "WHERE call_key = ? AND executed IS NULL AND thread_id = ? AND agent_path = ? "
+                "AND tool_name = ? AND ((approval_id IS NULL AND args_digest = ?) OR EXISTS ("
+                "SELECT 1 FROM graphkit_approvals a WHERE a.approval_id = "
+                "graphkit_calls.approval_id AND a.status = 'approved' "
+                f"AND {run_digest} = ?))",
+                (owner, LEASE_SECONDS, call_key, thread_id, _path(agent_path), tool_name,
+                 args_digest, args_digest)) != 1:
+            return False
+        _KEEPER.hold(self, ("call", call_key), owner)
+        return True
 
     def start(self, call_key: str, owner: str, *, holder_dead: Any) -> tuple[Start, CallRow | None]:
         """Claim the one execution of a call, as a lease on it. `done` returns the recorded

@@ -259,15 +259,27 @@ def _why_not(row: CallRow | None, approval: ApprovalRow | None, task: Mapping[st
     return None
 
 
+def _plain(task: Mapping[str, Any]) -> bool:
+    """A task whose fields the one-statement claim compares exactly as `_why_not` does."""
+    path = task.get("agent_path")
+    return (isinstance(task.get("key"), str) and isinstance(task.get("tool_name"), str)
+            and isinstance(task.get("args"), Mapping) and isinstance(path, list)
+            and all(isinstance(p, str) and p and "/" not in p for p in path))
+
+
 def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: bool
            ) -> _Admitted | ToolMessage:
     """Verify a task against the ledger and claim its one execution (with what a tool that
     takes a `ToolContext` needs: its resume data and once-results)."""
     name = str(task.get("tool_name"))
     key = task.get("key")
+    owner = new_owner()
+    if not context and _plain(task) and ledger.start_admitted(
+            str(key), owner, thread_id=thread_id_of(config), agent_path=task["agent_path"],
+            tool_name=name, args_digest=args_digest(task["args"])):
+        return _Admitted(owner, [], {})
     row, approval = ledger.admission(key) if isinstance(key, str) else (None, None)
     why = _why_not(row, approval, task, config)
-    owner = new_owner()
     if why is None and row is not None:
         outcome, held = ledger.start(row.call_key, owner, holder_dead=holder_is_dead)
         if outcome == "won":

@@ -167,7 +167,12 @@ def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:
         saver.setup()
         store = ThreadedSqliteStore(_connect(path, autocommit=True))
         store.setup()
-        return Storage(saver, store, f"sqlite file {path}", Ledger.sqlite(path), spec)
+        ledger = Ledger.sqlite(path)
+        # SQLite takes one writer per file; the three connections of this process take turns
+        # on one lock instead of meeting on the file's lock, where a loser sleeps (1, 2, 5,
+        # 10 ms... SQLite's busy backoff) long after the winner is done.
+        saver.lock = store.lock = ledger.lock  # type: ignore[misc]
+        return Storage(saver, store, f"sqlite file {path}", ledger, spec)
     if spec.startswith(("postgresql://", "postgres://")):
         from graphkit._postgres import open_postgres
 

@@ -114,3 +114,40 @@ async def test_async_runs_on_sqlite(sqlite_url: str) -> None:
     assert result.finish_reason == "suspended"
     assert (await agent.aapprove_tool_call_generate(run_id=result.run_id)).text == "ok"
     assert ledger.names() == ["pay"]
+
+
+def test_the_one_statement_claim_admits_exactly_what_the_ledger_allows(durable_url: str
+                                                                       ) -> None:
+    """The tools node's fast path claims a call in one UPDATE: only for the thread, agent,
+    tool and arguments planned, and for a gated call only once approved for those
+    arguments; anything else falls back to the step-by-step checks, which say why."""
+    from graphkit._ledger import ApprovalRow, CallRow
+    from graphkit._storage import open_storage
+
+    ledger = open_storage(durable_url).ledger
+    ledger.register(
+        calls=[CallRow(call_key="free", thread_id="t", agent_path=["a", "b"], tool_name="pay",
+                       args_digest="d1", approval_id=None),
+               CallRow(call_key="gated", thread_id="t", agent_path=["a"], tool_name="pay",
+                       args_digest="d1", approval_id="apr1")],
+        approvals=[ApprovalRow(approval_id="apr1", thread_id="t", kind="approval",
+                               call_key="gated", agent_path=["a"], tool_name="pay",
+                               args_digest="d1")])
+
+    def claim(key: str, owner: str, **change: Any) -> bool:
+        fields: dict[str, Any] = {"thread_id": "t", "agent_path": ["a", "b"] if key == "free"
+                                  else ["a"], "tool_name": "pay", "args_digest": "d1"}
+        return ledger.start_admitted(key, owner, **{**fields, **change})
+
+    assert not claim("free", "x", thread_id="other")
+    assert not claim("free", "x", agent_path=["a"])
+    assert not claim("free", "x", tool_name="refund")
+    assert not claim("free", "x", args_digest="d2")
+    assert not claim("nowhere", "x")
+    assert claim("free", "me") and not claim("free", "again")  # once
+    assert not claim("gated", "x")  # pending
+    decision = {"decided_by": "alice", "run_digest": "d2"}
+    assert ledger.decide("apr1", thread_id="t", args_digest="d1", status="approved",
+                         decision=decision, audits=[])
+    assert not claim("gated", "x")  # approved for other (edited) arguments
+    assert claim("gated", "me", args_digest="d2")
