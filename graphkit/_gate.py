@@ -121,10 +121,11 @@ class Planner:
         # The node's namespace ends with its own task; the agent's scope is what precedes it.
         task_ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
         thread_id = thread_id_of(config)
+        path = agent_path_of(config, self.name) if self.nested else [self.name]
         journal = GateJournal(self.index_store or store(), thread_id=thread_id,
                               run_id=run_id if isinstance(run_id, str) else None,
-                              schemas=self.schemas, scope=task_ns.rpartition("|")[0])
-        path = agent_path_of(config, self.name) if self.nested else [self.name]
+                              schemas=self.schemas, scope=task_ns.rpartition("|")[0],
+                              ledger=self.ledger, agent_path=path)
         return GateContext(path=path, thread_id=thread_id,
                            run_id=journal.run_id, journal=journal, ledger=self.ledger)
 

@@ -9,7 +9,6 @@ write.
 
 from __future__ import annotations
 
-import json
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -17,18 +16,17 @@ from typing import Any
 from langgraph.store.base import BaseStore
 
 from graphkit._approvals import now_iso, waiting_records
+from graphkit._ledger import Ledger
+from graphkit._review import supersede
 from graphkit._state import TurnPlan
 from graphkit.types import ApprovalRecord
 
-__all__ = ["APPROVALS", "SCHEMAS", "WAITING", "GateJournal", "index_entry", "now_iso", "schema_key"]
+__all__ = ["APPROVALS", "SCHEMAS", "GateJournal", "index_entry", "now_iso", "schema_key"]
 
 APPROVALS = ("graphkit", "approvals")
-WAITING = ("graphkit", "waiting")
-"""Per thread and agent scope, the ids of the index entries marked waiting (a superset while a
-pass writes them): a new turn closes what it no longer waits on by key, not by scanning an
-index that grows with every approval ever asked."""
 SCHEMAS = ("graphkit", "schemas")
 """The argument schema of each agent's tools, once, for checking edits in the inbox."""
+STRAY = "its turn never reached a checkpoint (the process planning it stopped)"
 SCAN_LIMIT = 1_000_000
 """Store searches are paged; graphkit asks for everything that matches."""
 
@@ -65,8 +63,11 @@ class GateJournal:
     """
 
     def __init__(self, store: BaseStore | None, *, thread_id: str, run_id: str | None,
-                 schemas: dict[str, dict[str, Any]], scope: str = "") -> None:
+                 schemas: dict[str, dict[str, Any]], scope: str = "",
+                 ledger: Ledger | None = None, agent_path: Sequence[str] = ()) -> None:
         self.store = store
+        self.ledger = ledger
+        self.agent_path = list(agent_path)
         self.thread_id = thread_id
         self.run_id = run_id
         self.schemas = schemas
@@ -79,11 +80,6 @@ class GateJournal:
         if self.store is None:
             return
         waiting = {r["id"] for r in waiting_records(new, answered) if r["status"] == "pending"}
-        key = json.dumps([self.thread_id, self.scope])
-        item = self.store.get(WAITING, key)
-        marked = set(item.value.get("ids") or ()) if item is not None else set()
-        if waiting - marked:  # recorded before the entries, so a crash leaves no stray unlisted
-            self.store.put(WAITING, key, {"ids": sorted(marked | waiting)}, index=False)
         current: dict[str, ApprovalRecord] = {}
         position: dict[str, int] = {}
         for index, call in enumerate(new["calls"]):
@@ -103,9 +99,8 @@ class GateJournal:
             entry["position"] = position.get(record["id"], 0)
             entry["scope"] = self.scope
             self.store.put(APPROVALS, record["id"], entry, index=False)
-        self._close_strays(marked - waiting - current.keys())
-        if marked - waiting:
-            self.store.put(WAITING, key, {"ids": sorted(waiting)}, index=False)
+        if old is None or old["ai_message_id"] != new["ai_message_id"]:
+            self._close_strays(waiting | current.keys())
 
     def _schema(self, record: ApprovalRecord) -> None:
         """Keep the tool's argument schema once per agent and tool (not in every entry), and
@@ -118,13 +113,22 @@ class GateJournal:
                            index=False)
             written.add(key)
 
-    def _close_strays(self, stray: set[str]) -> None:
-        """Entries this agent and thread marked waiting that the plan no longer holds: a turn
-        that is over, or one that never reached a checkpoint (a process died after writing
-        them)."""
+    def _close_strays(self, keep: set[str]) -> None:
+        """A new turn: what this agent still has pending in the ledger, beyond this turn,
+        belongs to a turn that never reached a checkpoint (a process died after planning
+        it). Its index entry is closed and the approval declined; found by the ledger's
+        index on the thread, not by scanning an inbox index that grows with every approval
+        ever asked."""
         assert self.store is not None
-        for approval_id in sorted(stray):
+        if self.ledger is None or not self.agent_path:
+            return
+        for approval_id in self.ledger.pending_ids(self.thread_id, self.agent_path) - keep:
             item = self.store.get(APPROVALS, approval_id)
+            if item is not None and item.value.get("scope", "") != self.scope:
+                continue  # another delegation of the same agent, waiting in parallel
             if item is not None and item.value.get("state") == "waiting":
                 self.store.put(APPROVALS, approval_id, {**item.value, "state": "closed"},
                                index=False)
+            record = item.value if item is not None else {"id": approval_id}
+            supersede(self.ledger, record, comment=STRAY, thread_id=self.thread_id,
+                      run_id=self.run_id)

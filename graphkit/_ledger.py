@@ -535,6 +535,12 @@ class Ledger:
             tuple(ids))
         return [str(r[0]) for r in rows]
 
+    def pending_ids(self, thread_id: str, agent_path: Sequence[str]) -> set[str]:
+        """The approvals and suspensions of one agent in one thread that wait on a decision."""
+        return {str(r[0]) for r in self._sql.query(
+            "SELECT approval_id FROM graphkit_approvals WHERE thread_id = ? AND agent_path = ? "
+            "AND status = 'pending'", (thread_id, _path(agent_path)))}
+
     def close(self, approval_id: str, *, decision: Mapping[str, Any],
               audits: Sequence[AuditRow], overdue: bool = False, enqueue: bool = False) -> bool:
         """Decline a pending approval for a reason of the system's (superseded, cancelled;
