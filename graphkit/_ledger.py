@@ -576,7 +576,7 @@ class Ledger:
         if queued and self._sql.notify:
             tx.execute(self._sql.notify)
 
-    def next_ready(self, owner: str, agent: str) -> tuple[str, float] | None:
+    def next_ready(self, owner: str, agent: str) -> tuple[str, float, str] | None:
         """Claim the oldest run of `agent` the workers may resume (and whose claim is not
         held), with the database's own locking; the claim is renewed while held."""
         now = self._sql.now
@@ -584,13 +584,13 @@ class Ledger:
             f"UPDATE graphkit_ready SET claimed_by = ?, claimed_until = {now} + ? "
             "WHERE run_id = (SELECT run_id FROM graphkit_ready WHERE agent = ? AND "
             f"(claimed_until IS NULL OR claimed_until < {now}) ORDER BY ready_at LIMIT 1"
-            f"{self._sql.skip_locked}) RETURNING run_id, ready_at",
+            f"{self._sql.skip_locked}) RETURNING run_id, ready_at, thread_id",
             (owner, LEASE_SECONDS, agent))
         if not rows:
             return None
-        run_id, ready_at = str(rows[0][0]), float(rows[0][1])
+        run_id, ready_at, thread_id = str(rows[0][0]), float(rows[0][1]), str(rows[0][2])
         _KEEPER.hold(self, ("ready", run_id), owner)
-        return run_id, ready_at
+        return run_id, ready_at, thread_id
 
     def done_ready(self, run_id: str, owner: str, ready_at: float) -> None:
         """The run was resumed: forget it, unless it became ready again meanwhile."""
@@ -688,25 +688,28 @@ class Ledger:
         return {str(r[0]): _loads(r[2]) if r[1] == DONE else None for r in rows}
 
     def start_admitted(self, call_key: str, owner: str, *, thread_id: str,
-                       agent_path: Sequence[str], tool_name: str, args_digest: str) -> bool:
+                       agent_path: Sequence[str], tool_name: str, args_digest: str
+                       ) -> dict[str, Any] | None:
         """Claim a call's first execution in one statement, when the ledger admits it as is:
         planned in this thread, agent and tool, for exactly these arguments, and approved
         for them if it needs approval. False sends the caller to the step-by-step path
-        (`admission`, `start`), which says why not, or takes over a dead holder's claim."""
+        (`admission`, `start`), which says why not, or takes over a dead holder's claim.
+        Returns the call's `ctx.once` results when it is claimed, else None."""
         now = self._sql.now
         run_digest = self._sql.json_field.format(c="a.decision", k="run_digest")
-        if self._sql.execute(
+        rows = self._sql.query(
                 f"UPDATE graphkit_calls SET executed = ?, claim_expires = {now} + ? "
                 "WHERE call_key = ? AND executed IS NULL AND thread_id = ? AND agent_path = ? "
                 "AND tool_name = ? AND ((approval_id IS NULL AND args_digest = ?) OR EXISTS ("
                 "SELECT 1 FROM graphkit_approvals a WHERE a.approval_id = "
                 "graphkit_calls.approval_id AND a.status = 'approved' "
-                f"AND {run_digest} = ?))",
+                f"AND {run_digest} = ?)) RETURNING once_results",
                 (owner, LEASE_SECONDS, call_key, thread_id, _path(agent_path), tool_name,
-                 args_digest, args_digest)) != 1:
-            return False
+                 args_digest, args_digest))
+        if len(rows) != 1:
+            return None
         _KEEPER.hold(self, ("call", call_key), owner)
-        return True
+        return dict(_loads(rows[0][0]) or {})
 
     def start(self, call_key: str, owner: str, *, holder_dead: Any) -> tuple[Start, CallRow | None]:
         """Claim the one execution of a call, as a lease on it. `done` returns the recorded

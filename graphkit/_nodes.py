@@ -274,10 +274,11 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
     name = str(task.get("tool_name"))
     key = task.get("key")
     owner = new_owner()
-    if not context and _plain(task) and ledger.start_admitted(
-            str(key), owner, thread_id=thread_id_of(config), agent_path=task["agent_path"],
-            tool_name=name, args_digest=args_digest(task["args"])):
-        return _Admitted(owner, [], {})
+    once = ledger.start_admitted(
+        str(key), owner, thread_id=thread_id_of(config), agent_path=task["agent_path"],
+        tool_name=name, args_digest=args_digest(task["args"])) if _plain(task) else None
+    if once is not None:
+        return _Admitted(owner, ledger.resume_values(str(key)) if context else [], once)
     row, approval = ledger.admission(key) if isinstance(key, str) else (None, None)
     why = _why_not(row, approval, task, config)
     if why is None and row is not None:

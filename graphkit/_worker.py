@@ -93,9 +93,9 @@ class Worker:
                 with self._wake:
                     self._wake.wait(LISTEN_SECONDS if self._listen_url else POLL_SECONDS)
                 continue
-            run_id, ready_at = claimed
+            run_id, ready_at, thread_id = claimed
             try:
-                self.agent.resume(run_id=run_id)
+                self.agent._resume_ready(run_id, thread_id)
             except ApprovalsPendingError:
                 # Something of it waits again: the next decision queues it anew.
                 self._ledger.done_ready(run_id, owner, ready_at)
@@ -119,8 +119,8 @@ class Worker:
                     conn.execute("LISTEN graphkit_ready")
                     while not self._stop.is_set():
                         for _ in conn.notifies(timeout=LISTEN_SECONDS, stop_after=1):
-                            with self._wake:
-                                self._wake.notify_all()
+                            with self._wake:  # one run became ready: one idle thread claims
+                                self._wake.notify()  # it (a busy one claims again when done)
             except Exception:  # reconnect; the workers keep polling meanwhile
                 logger.warning("worker: LISTEN connection lost; reconnecting", exc_info=True)
                 with contextlib.suppress(Exception):

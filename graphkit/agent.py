@@ -225,7 +225,7 @@ class Agent:
         )
 
     def _thread_of(self, run_id: str) -> str:
-        item = self._storage.store.get(RUNS_NAMESPACE, run_id)
+        item = self._storage.store.get(RUNS_NAMESPACE, run_id, refresh_ttl=False)
         if item is not None:
             owner = item.value.get("agent")
             if owner != self.name:
@@ -313,8 +313,8 @@ class Agent:
         return self.graph.get_state(config)
 
     def _advance(self, run_id: str, build: Build, on_state_change: StateHook | None = None,
-                 *, claim: Claim | None = None) -> AgentStream:
-        thread_id = self._thread_of(run_id)
+                 *, claim: Claim | None = None, thread_id: str | None = None) -> AgentStream:
+        thread_id = thread_id or self._thread_of(run_id)
         config = self._config(thread_id, run_id)
         known = None
         if claim is not None:
@@ -637,6 +637,11 @@ class Agent:
         """Continue a run once all its calls are decided (here, or in the inbox), or after
         `on_state_change` stopped it."""
         return self._advance(run_id, continue_command, on_state_change).result()
+
+    def _resume_ready(self, run_id: str, thread_id: str) -> GenerateResult:
+        """`resume` for a worker, which claimed the run (and its thread, from the ledger)
+        from the ready queue."""
+        return self._advance(run_id, continue_command, thread_id=thread_id).result()
 
     async def aresume(
         self, *, run_id: str, on_state_change: StateHook | None = None

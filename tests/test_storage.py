@@ -137,7 +137,7 @@ def test_the_one_statement_claim_admits_exactly_what_the_ledger_allows(durable_u
     def claim(key: str, owner: str, **change: Any) -> bool:
         fields: dict[str, Any] = {"thread_id": "t", "agent_path": ["a", "b"] if key == "free"
                                   else ["a"], "tool_name": "pay", "args_digest": "d1"}
-        return ledger.start_admitted(key, owner, **{**fields, **change})
+        return ledger.start_admitted(key, owner, **{**fields, **change}) is not None
 
     assert not claim("free", "x", thread_id="other")
     assert not claim("free", "x", agent_path=["a"])
