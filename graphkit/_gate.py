@@ -11,7 +11,6 @@ the tools node runs nothing the ledger does not allow.
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -430,6 +429,32 @@ class _Pass:
                 call["answer"] = REJECTED.format(name=name, who=who, why=why)
 
 
+def _copy_record(record: ApprovalRecord | None) -> ApprovalRecord | None:
+    if record is None:
+        return None
+    copied: dict[str, Any] = {**record}
+    for field in ("args", "metadata", "approved_args"):
+        if isinstance(copied.get(field), dict):
+            copied[field] = dict(copied[field])
+    return copied  # type: ignore[return-value]
+
+
+def _copy_plan(plan: TurnPlan) -> TurnPlan:
+    """The state's plan, copied as deep as a pass of the gate writes (records, calls, their
+    lists and dicts): `copy.deepcopy` of every argument value cost more than the pass."""
+    calls: list[CallPlan] = [
+        {**call, "args": dict(call.get("args") or {}),
+         "approval": _copy_record(call.get("approval")),
+         "suspension": _copy_record(call.get("suspension")),
+         "resume_values": list(call.get("resume_values") or []),
+         "once": dict(call.get("once") or {}), "metadata": dict(call.get("metadata") or {})}
+        for call in plan["calls"]]
+    copied: TurnPlan = {**plan, "calls": calls}
+    if "queued" in plan:
+        copied["queued"] = list(plan.get("queued") or [])
+    return copied
+
+
 def _undecided(plan: TurnPlan, answered: set[str]) -> bool:
     return any(r["status"] == "pending" for r in waiting_records(plan, answered))
 
@@ -454,7 +479,7 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None) -> Callab
             new_messages.extend(errors)
             changed = True
         else:
-            plan = copy.deepcopy(previous)
+            plan = _copy_plan(previous)
         reports = state.get("reports") or {}
         if reports:
             _suspended(plan, reports, ctx)
