@@ -1,20 +1,85 @@
-"""Profile one contestant's approval round trip: where graphkit spends its time.
+"""Profile the approval round trip: where graphkit spends its time, and against what.
 
     python -m benchmarks.profile [--storage memory|sqlite] [--rounds N] [--top N]
+    python -m benchmarks.profile --compare [--storage memory|sqlite] [--rounds N]
 
-Prints cProfile's cumulative and internal-time tables for N round trips of graphkit (after a
-warm-up), the figures `make bench` compares against LangChain and a minimal graph.
+The first form prints cProfile's cumulative and internal-time tables for N graphkit round
+trips (after a warm-up). `--compare` profiles graphkit, LangChain's middleware and the minimal
+graph alike and prints each one's internal time per round trip by where the code lives
+(LangGraph, LangChain, graphkit's modules, SQLite, threads), which shows what graphkit adds to
+the least a LangGraph approval needs.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import cProfile
 import pstats
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from benchmarks import contestants as c
+
+
+def _profile(run: Callable[[], Any], rounds: int) -> cProfile.Profile:
+    for _ in range(20):
+        run()
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(rounds):
+        run()
+    profile.disable()
+    return profile
+
+
+def _where(file: str, function: str) -> str:
+    if "/graphkit/" in file:
+        return "graphkit/" + file.rsplit("/graphkit/", 1)[1]
+    for package in ("langgraph", "langchain_core", "langchain", "pydantic", "psycopg"):
+        if f"/{package}/" in file:
+            return package
+    if file == "~":
+        if "sqlite3" in function:
+            return "sqlite3"
+        if "lock" in function or "thread" in function:
+            return "threads (waiting, starting)"
+        return "builtins"
+    if "/threading.py" in file or "/concurrent/" in file or "/queue.py" in file:
+        return "threads (waiting, starting)"
+    return "stdlib/other"
+
+
+def by_place(profile: cProfile.Profile, rounds: int) -> dict[str, float]:
+    """Internal time per round trip (ms) by where the code lives."""
+    stats: Any = pstats.Stats(profile)
+    places: collections.Counter[str] = collections.Counter()
+    for (file, _line, function), (_cc, _nc, tottime, _ct, _callers) in stats.stats.items():
+        places[_where(file, function)] += tottime * 1000 / rounds
+    return dict(places)
+
+
+def compare(storage: c.Storage, rounds: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        runs = {
+            "graphkit": c.graphkit_round(c.graphkit_agent(storage, directory)),
+            "langchain": c.langchain_round(c.langchain_agent(storage, directory)),
+            "minimal": c.minimal_round(c.minimal_graph(storage, directory)),
+        }
+        tables = {name: by_place(_profile(run, rounds), rounds) for name, run in runs.items()}
+    places = sorted({p for t in tables.values() for p in t},
+                    key=lambda p: -tables["graphkit"].get(p, 0.0))
+    print(f"internal time per approval round trip under cProfile, ms ({storage}, {rounds} "
+          "rounds)")
+    print(f"{'where':<34} {'graphkit':>9} {'langchain':>9} {'minimal':>9}")
+    for place in places:
+        row = [tables[n].get(place, 0.0) for n in runs]
+        if max(row) >= 0.005:
+            print(f"{place:<34} " + " ".join(f"{v:9.3f}" for v in row))
+    print(f"{'total':<34} " + " ".join(f"{sum(tables[n].values()):9.3f}" for n in runs))
 
 
 def main() -> None:
@@ -22,17 +87,15 @@ def main() -> None:
     parser.add_argument("--storage", choices=["memory", "sqlite"], default="memory")
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--top", type=int, default=35)
+    parser.add_argument("--compare", action="store_true",
+                        help="graphkit, LangChain and the minimal graph, by where time goes")
     args = parser.parse_args()
+    if args.compare:
+        compare(args.storage, args.rounds)
+        return
     with tempfile.TemporaryDirectory() as tmp:
-        agent = c.graphkit_agent(args.storage, Path(tmp))
-        run = c.graphkit_round(agent)
-        for _ in range(10):
-            run()
-        profile = cProfile.Profile()
-        profile.enable()
-        for _ in range(args.rounds):
-            run()
-        profile.disable()
+        profile = _profile(c.graphkit_round(c.graphkit_agent(args.storage, Path(tmp))),
+                           args.rounds)
     stats = pstats.Stats(profile)
     stats.sort_stats("cumulative").print_stats(args.top)
     stats.sort_stats("tottime").print_stats(args.top)

@@ -216,6 +216,12 @@ def _inject(fn: Callable[..., Any], kwargs: dict[str, Any], config: RunnableConf
         kwargs[config_param] = config
 
 
+# LangChain reads `_run`'s type hints on every call to find its config parameter; as strings
+# (this module's `from __future__ import annotations`) they would be compiled every time.
+for _method in (GraphkitTool._run, GraphkitTool._arun):
+    _method.__annotations__ = get_type_hints(_method)
+
+
 async def _call_async(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return await fn(*args, **kwargs)
 
