@@ -595,8 +595,9 @@ class Ledger:
     def done_ready(self, run_id: str, owner: str, ready_at: float) -> None:
         """The run was resumed: forget it, unless it became ready again meanwhile."""
         _KEEPER.drop(("ready", run_id), owner)
-        self._sql.execute("DELETE FROM graphkit_ready WHERE run_id = ? AND claimed_by = ? "
-                          "AND ready_at = ?", (run_id, owner, ready_at))
+        if self._sql.execute("DELETE FROM graphkit_ready WHERE run_id = ? AND claimed_by = ? "
+                             "AND ready_at = ?", (run_id, owner, ready_at)) == 1:
+            return
         self._sql.execute("UPDATE graphkit_ready SET claimed_by = NULL, claimed_until = NULL "
                           "WHERE run_id = ? AND claimed_by = ?", (run_id, owner))
 
