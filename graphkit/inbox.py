@@ -120,7 +120,7 @@ class Inbox:
         return PendingList(_pending(e) for e in undecided[:limit])
 
     def _entry(self, approval_id: str) -> dict[str, Any]:
-        item = self._storage.store.get(APPROVALS, approval_id)
+        item = self._storage.store.get(APPROVALS, approval_id, refresh_ttl=False)
         if item is None:
             msg = f"no approval with id {approval_id!r} in {self._storage.description}"
             raise ApprovalNotFoundError(msg)
@@ -220,7 +220,7 @@ class Inbox:
         if choice is None:
             choice = (Choice(type="reject") if not approve else Choice(type="approve")
                       if args is None else Choice(type="edit", args=args))
-        if ledger.overdue([approval_id]):
+        if entry.get("expires_at") and ledger.overdue([approval_id]):
             expire(ledger, record, thread_id=thread_id, run_id=run_id, enqueue=True)
         agent = self._agent_for(record)
         tool = agent._find_tool(record["agent_path"], record["tool_name"]) if agent else None
@@ -232,7 +232,7 @@ class Inbox:
              grant_ttl=agent.grant_ttl if agent else DEFAULT_GRANT_TTL,
              check_args=None if tool else lambda edited: self._check_args(entry, edited),
              source="inbox")
-        return self.get(approval_id)
+        return _pending({**entry, **shown(record, ledger.approval(approval_id))})
 
     def _check_args(self, entry: dict[str, Any], args: Any) -> dict[str, Any]:
         if not isinstance(args, dict):
