@@ -124,11 +124,13 @@ class GateJournal:
             return
         for approval_id in self.ledger.pending_ids(self.thread_id, self.agent_path) - keep:
             item = self.store.get(APPROVALS, approval_id)
-            if item is not None and item.value.get("scope", "") != self.scope:
-                continue  # another delegation of the same agent, waiting in parallel
-            if item is not None and item.value.get("state") == "waiting":
+            if item is None or item.value.get("scope", "") != self.scope:
+                # Not indexed (yet): a parallel delegation of the same agent may be between
+                # recording it and indexing it; or another delegation's, waiting in parallel.
+                # Either way no reviewer sees it from here, and the gate never applies it.
+                continue
+            if item.value.get("state") == "waiting":
                 self.store.put(APPROVALS, approval_id, {**item.value, "state": "closed"},
                                index=False)
-            record = item.value if item is not None else {"id": approval_id}
-            supersede(self.ledger, record, comment=STRAY, thread_id=self.thread_id,
+            supersede(self.ledger, item.value, comment=STRAY, thread_id=self.thread_id,
                       run_id=self.run_id)
