@@ -164,6 +164,11 @@ class _Sql(_Tx, Protocol):
 
     def transaction(self) -> contextlib.AbstractContextManager[_Tx]: ...
 
+    def execute_apart(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        """`execute` for the lease keeper, never behind a lock another component may hold
+        while it waits on its caller (a checkpoint list being read lazily)."""
+        ...
+
 
 class _SqliteTx:
     def __init__(self, conn: sqlite3.Connection) -> None:
@@ -190,8 +195,22 @@ class _Sqlite:
         if path != ":memory:":
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.lock = threading.Lock()
+        self.path = path
+        self.lock = threading.RLock()
+        """Reentrant: it may be shared with the saver and store of the same file, whose list
+        cursors hold it while the thread that iterates them reads the ledger."""
         self._tx = _SqliteTx(self.conn)
+        self._apart: sqlite3.Connection | None = None
+        self._apart_lock = threading.Lock()
+
+    def execute_apart(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        if self.path == ":memory:":  # a private database: nobody else holds its lock
+            return self.execute(sql, params)
+        with self._apart_lock:
+            if self._apart is None:
+                self._apart = sqlite3.connect(self.path, check_same_thread=False,
+                                              timeout=30.0, isolation_level=None)
+            return self._apart.execute(sql, params).rowcount
 
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
         with self.lock:
@@ -244,6 +263,8 @@ class _Postgres:
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
         with self.pool.connection() as conn:
             return _PostgresTx(conn).execute(sql, params)
+
+    execute_apart = execute
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self.pool.connection() as conn:
@@ -629,7 +650,7 @@ class Ledger:
             "SELECT 1 FROM graphkit_ended_sessions WHERE nonce = ?", (nonce,)))
 
     def _renew_ready(self, run_id: str, owner: str) -> None:
-        self._sql.execute(
+        self._sql.execute_apart(
             f"UPDATE graphkit_ready SET claimed_until = {self._sql.now} + ? "
             "WHERE run_id = ? AND claimed_by = ?", (LEASE_SECONDS, run_id, owner))
 
@@ -738,7 +759,7 @@ class Ledger:
         return "busy", row
 
     def _renew_call(self, call_key: str, owner: str) -> None:
-        self._sql.execute(
+        self._sql.execute_apart(
             f"UPDATE graphkit_calls SET claim_expires = {self._sql.now} + ? "
             "WHERE call_key = ? AND executed = ?", (LEASE_SECONDS, call_key, owner))
 
@@ -844,7 +865,7 @@ class Ledger:
 
     def _renew(self, thread_id: str, owner: str) -> None:
         """Extend a lease this owner still holds; never bring back one it released."""
-        self._sql.execute("UPDATE graphkit_leases SET expires_at = ? "
+        self._sql.execute_apart("UPDATE graphkit_leases SET expires_at = ? "
                           "WHERE thread_id = ? AND owner = ?",
                           (time.time() + LEASE_SECONDS, thread_id, owner))
 

@@ -169,8 +169,10 @@ def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:
         store.setup()
         ledger = Ledger.sqlite(path)
         # SQLite takes one writer per file; the three connections of this process take turns
-        # on one lock instead of meeting on the file's lock, where a loser sleeps (1, 2, 5,
-        # 10 ms... SQLite's busy backoff) long after the winner is done.
+        # on one (reentrant) lock instead of meeting on the file's lock, where a loser sleeps
+        # (1, 2, 5, 10 ms... SQLite's busy backoff) long after the winner is done. Lease
+        # renewals keep a connection of their own: a lazily read checkpoint list holds this
+        # lock, and must not starve them.
         saver.lock = store.lock = ledger.lock  # type: ignore[misc]
         return Storage(saver, store, f"sqlite file {path}", ledger, spec)
     if spec.startswith(("postgresql://", "postgres://")):
