@@ -59,7 +59,7 @@ from graphkit.errors import (
     GraphkitError,
 )
 from graphkit.tools import GraphkitTool
-from graphkit.types import ApprovalRecord
+from graphkit.types import ApprovalRecord, args_digest
 
 __all__ = ["GateContext", "Planner", "make_gate_node"]
 
@@ -194,6 +194,9 @@ class _Pass:
         self.events: list[dict[str, Any]] = []
         self.taken: dict[str, Taken] = {}
         """Decisions taken in this pass (already checked: not verified twice)."""
+        self.cleared: dict[str, str] = {}
+        """Approvals (and resumed suspensions) this pass verified and lets run."""
+        self._written: set[str] = set()
 
     def _call_of(self, record_id: str) -> tuple[CallPlan, ApprovalRecord] | None:
         for call in self.plan["calls"]:
@@ -359,6 +362,9 @@ class _Pass:
             if taken is not None:
                 self._apply(record, taken)
                 changed = True
+        # Before any Send leaves this pass: the tools node runs only what a gate cleared.
+        ledger.clear({k: v for k, v in self.cleared.items() if k not in self._written})
+        self._written.update(self.cleared)
         return changed
 
     def _rekey(self, record: ApprovalRecord) -> bool:
@@ -404,6 +410,7 @@ class _Pass:
             call["suspension"] = None
             if taken.event == "resumed":
                 call["resume_values"].append(decision.get("data"))
+                self.cleared[record["id"]] = record["args_digest"]
             else:
                 who, why = _who_why(by, comment)
                 call["answer"] = (SUPERSEDED.format(name=name) if taken.event == "superseded"
@@ -415,6 +422,8 @@ class _Pass:
                 record["approved_args"] = dict(taken.run_args)
                 call["args"] = dict(taken.run_args)
                 self.edited[call["tool_call_id"]] = dict(taken.run_args)
+            self.cleared[record["id"]] = str(decision.get("run_digest")
+                                             or args_digest(call["args"]))
             return
         match taken.event:
             case "responded":

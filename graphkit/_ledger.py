@@ -71,6 +71,13 @@ _SCHEMA = (
         run_id TEXT
     )""",
     "CREATE INDEX IF NOT EXISTS graphkit_approvals_thread ON graphkit_approvals (thread_id)",
+    # What an approval gate verified and let run: only these approvals admit a call to the
+    # tools node (a decision claimed through another door waits for the gate's check).
+    """CREATE TABLE IF NOT EXISTS graphkit_cleared (
+        approval_id TEXT PRIMARY KEY,
+        run_digest TEXT NOT NULL,
+        cleared_at DOUBLE PRECISION NOT NULL
+    )""",
     "CREATE INDEX IF NOT EXISTS graphkit_approvals_run ON graphkit_approvals (run_id, status)",
     """CREATE TABLE IF NOT EXISTS graphkit_ready (
         run_id TEXT PRIMARY KEY,
@@ -158,8 +165,6 @@ class _Sql(_Tx, Protocol):
     skip_locked: str
     first_segment: str
     """An SQL expression (with `{c}` for a column): the first segment of an agent path."""
-    json_field: str
-    """An SQL expression (`{c}` a column of JSON text, `{k}` a key): that key's text."""
     notify: str | None
 
     def transaction(self) -> contextlib.AbstractContextManager[_Tx]: ...
@@ -186,7 +191,6 @@ class _Sqlite:
     serial = "INTEGER"  # an INTEGER PRIMARY KEY is SQLite's rowid: increasing
     skip_locked = ""  # one writer at a time: the UPDATE is atomic as it is
     first_segment = "substr({c}, 1, instr({c} || '/', '/') - 1)"
-    json_field = "json_extract({c}, '$.{k}')"
     notify: str | None = None
 
     def __init__(self, path: str) -> None:
@@ -253,7 +257,6 @@ class _Postgres:
     serial = "BIGSERIAL"
     skip_locked = " FOR UPDATE SKIP LOCKED"
     first_segment = "split_part({c}, '/', 1)"
-    json_field = "(({c})::json ->> '{k}')"
     notify: str | None = "SELECT pg_notify('graphkit_ready', '')"
     """Workers LISTEN on this channel; a notification is sent when the transaction commits."""
 
@@ -303,6 +306,8 @@ class CallRow:
     executed: str | None = None
     outcome: dict[str, Any] | None = None
     once_results: dict[str, Any] | None = None
+    cleared: str | None = None
+    """The digest of the arguments an approval gate verified and let run (gated calls)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -433,7 +438,10 @@ class Ledger:
                      call.args_digest, call.approval_id))
             for row in approvals:
                 grant_id = (row.decision or {}).get("grant_id")
-                if grant_id and not self._insert_approval(tx, row, live_grant=grant_id):
+                if grant_id and self._insert_approval(tx, row, live_grant=grant_id):
+                    # the planner checked the grantor's policy for this very call
+                    self._clear(tx, {row.approval_id: str((row.decision or {})["run_digest"])})
+                elif grant_id:
                     fell_back.add(row.approval_id)
                     row = ApprovalRow(**{**{f: getattr(row, f) for f in
                                             row.__dataclass_fields__},
@@ -444,6 +452,19 @@ class Ledger:
             self._audit(tx, [a for a in audits if not (a.approval_id in fell_back and
                                                         a.entry.get("event") == "auto_approved")])
         return fell_back
+
+    def clear(self, cleared: Mapping[str, str]) -> None:
+        """Record that the gate verified these approvals (id -> digest of the arguments that
+        will run) and lets their calls run."""
+        if cleared:
+            with self._sql.transaction() as tx:
+                self._clear(tx, cleared)
+
+    def _clear(self, tx: _Tx, cleared: Mapping[str, str]) -> None:
+        for approval_id, digest in cleared.items():
+            tx.execute("INSERT INTO graphkit_cleared (approval_id, run_digest, cleared_at) "
+                       f"VALUES (?, ?, {self._sql.now}) ON CONFLICT (approval_id) DO NOTHING",
+                       (approval_id, digest))
 
     def _insert_approval(self, tx: _Tx, row: ApprovalRow, *, live_grant: str | None = None
                          ) -> bool:
@@ -671,19 +692,20 @@ class Ledger:
         """A planned call and its approval (if it needs one), in one read."""
         rows = self._sql.query(
             "SELECT c.call_key, c.thread_id, c.agent_path, c.tool_name, c.args_digest, "
-            "c.approval_id, c.executed, c.outcome, c.once_results, "
+            "c.approval_id, c.executed, c.outcome, c.once_results, cl.run_digest, "
             + ", ".join(f"a.{col.strip()} AS a_{col.strip()}"
                         for col in _APPROVAL_COLUMNS.split(",")) +
             " FROM graphkit_calls c LEFT JOIN graphkit_approvals a "
-            "ON a.approval_id = c.approval_id WHERE c.call_key = ?", (call_key,))
+            "ON a.approval_id = c.approval_id LEFT JOIN graphkit_cleared cl "
+            "ON cl.approval_id = c.approval_id WHERE c.call_key = ?", (call_key,))
         if not rows:
             return None, None
         r = rows[0]
         call = CallRow(call_key=str(r[0]), thread_id=str(r[1]),
                        agent_path=[p for p in str(r[2]).split("/") if p], tool_name=str(r[3]),
                        args_digest=str(r[4]), approval_id=r[5], executed=r[6],
-                       outcome=_loads(r[7]), once_results=_loads(r[8]))
-        return call, _approval(r[9:]) if r[9] is not None else None
+                       outcome=_loads(r[7]), once_results=_loads(r[8]), cleared=r[9])
+        return call, _approval(r[10:]) if r[10] is not None else None
 
     def call(self, call_key: str) -> CallRow | None:
         rows = self._sql.query(
@@ -716,16 +738,17 @@ class Ledger:
         planned in this thread, agent and tool, for exactly these arguments, and approved
         for them if it needs approval. False sends the caller to the step-by-step path
         (`admission`, `start`), which says why not, or takes over a dead holder's claim.
+        An approval admits only once a gate verified it (`clear`), whoever claimed it.
         Returns the call's `ctx.once` results when it is claimed, else None."""
         now = self._sql.now
-        run_digest = self._sql.json_field.format(c="a.decision", k="run_digest")
         rows = self._sql.query(
                 f"UPDATE graphkit_calls SET executed = ?, claim_expires = {now} + ? "
                 "WHERE call_key = ? AND executed IS NULL AND thread_id = ? AND agent_path = ? "
                 "AND tool_name = ? AND ((approval_id IS NULL AND args_digest = ?) OR EXISTS ("
-                "SELECT 1 FROM graphkit_approvals a WHERE a.approval_id = "
+                "SELECT 1 FROM graphkit_approvals a JOIN graphkit_cleared cl "
+                "ON cl.approval_id = a.approval_id WHERE a.approval_id = "
                 "graphkit_calls.approval_id AND a.status = 'approved' "
-                f"AND {run_digest} = ?)) RETURNING once_results",
+                "AND cl.run_digest = ?)) RETURNING once_results",
                 (owner, LEASE_SECONDS, call_key, thread_id, _path(agent_path), tool_name,
                  args_digest, args_digest))
         if len(rows) != 1:
@@ -791,8 +814,9 @@ class Ledger:
     def resume_values(self, call_key: str) -> list[Any]:
         """Resume data given to a suspended call so far, oldest first."""
         rows = self._sql.query(
-            "SELECT decision FROM graphkit_approvals WHERE call_key = ? AND kind = 'suspension' "
-            "AND status = 'approved' ORDER BY decided_at", (call_key,))
+            "SELECT a.decision FROM graphkit_approvals a JOIN graphkit_cleared cl "
+            "ON cl.approval_id = a.approval_id WHERE a.call_key = ? AND a.kind = 'suspension' "
+            "AND a.status = 'approved' ORDER BY a.decided_at", (call_key,))
         return [(_loads(r[0]) or {}).get("data") for r in rows]
 
     def save_once(self, call_key: str, results: Mapping[str, Any]) -> None:

@@ -252,19 +252,32 @@ def _why_not(row: CallRow | None, approval: ApprovalRow | None, task: Mapping[st
     digest = args_digest(args) if isinstance(args, Mapping) else None
     if row.approval_id is None:
         return None if digest == row.args_digest else OTHER_ARGS
-    if approval is None or approval.status != "approved":
-        return NO_APPROVAL
-    if (approval.decision or {}).get("run_digest") != digest:
+    if approval is None or approval.status != "approved" or row.cleared is None:
+        return NO_APPROVAL  # (a decision the gate has not verified yet is not one)
+    if row.cleared != digest:
         return NOT_APPROVED_ARGS
     return None
+
+
+def _comparable(text: Any) -> bool:
+    """Text every database can compare: a string without NUL (PostgreSQL refuses it) that
+    encodes as UTF-8 (SQLite refuses lone surrogates). A forged task's odd key or path is
+    refused by the checks, not turned into a database error."""
+    if not isinstance(text, str) or "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _plain(task: Mapping[str, Any]) -> bool:
     """A task whose fields the one-statement claim compares exactly as `_why_not` does."""
     path = task.get("agent_path")
-    return (isinstance(task.get("key"), str) and isinstance(task.get("tool_name"), str)
+    return (_comparable(task.get("key")) and _comparable(task.get("tool_name"))
             and isinstance(task.get("args"), Mapping) and isinstance(path, list)
-            and all(isinstance(p, str) and p and "/" not in p for p in path))
+            and all(_comparable(p) and p and "/" not in p for p in path))
 
 
 def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: bool
@@ -279,7 +292,7 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
         tool_name=name, args_digest=args_digest(task["args"])) if _plain(task) else None
     if once is not None:
         return _Admitted(owner, ledger.resume_values(str(key)) if context else [], once)
-    row, approval = ledger.admission(key) if isinstance(key, str) else (None, None)
+    row, approval = ledger.admission(key) if _comparable(key) else (None, None)
     why = _why_not(row, approval, task, config)
     if why is None and row is not None:
         outcome, held = ledger.start(row.call_key, owner, holder_dead=holder_is_dead)

@@ -91,7 +91,7 @@ def test_reading_the_store_while_listing_checkpoints_does_not_deadlock(sqlite_ur
     seen: list[Any] = []
 
     def inspect() -> None:
-        for tuple_ in saver.list(config(result.thread_id)):
+        for _checkpoint in saver.list(config(result.thread_id)):
             seen.append(store.get(("graphkit", "runs"), result.run_id))
             seen.append(agent._storage.ledger.read_audit(thread_id=result.thread_id))
 

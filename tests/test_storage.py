@@ -119,8 +119,9 @@ async def test_async_runs_on_sqlite(sqlite_url: str) -> None:
 def test_the_one_statement_claim_admits_exactly_what_the_ledger_allows(durable_url: str
                                                                        ) -> None:
     """The tools node's fast path claims a call in one UPDATE: only for the thread, agent,
-    tool and arguments planned, and for a gated call only once approved for those
-    arguments; anything else falls back to the step-by-step checks, which say why."""
+    tool and arguments planned, and for a gated call only once approved and cleared by a gate
+    for those arguments; anything else falls back to the step-by-step checks, which say
+    why."""
     from graphkit._ledger import ApprovalRow, CallRow
     from graphkit._storage import open_storage
 
@@ -149,5 +150,7 @@ def test_the_one_statement_claim_admits_exactly_what_the_ledger_allows(durable_u
     decision = {"decided_by": "alice", "run_digest": "d2"}
     assert ledger.decide("apr1", thread_id="t", args_digest="d1", status="approved",
                          decision=decision, audits=[])
-    assert not claim("gated", "x")  # approved for other (edited) arguments
+    assert not claim("gated", "x", args_digest="d2")  # claimed, not yet verified by a gate
+    ledger.clear({"apr1": "d2"})
+    assert not claim("gated", "x")  # cleared for other (edited) arguments
     assert claim("gated", "me", args_digest="d2")

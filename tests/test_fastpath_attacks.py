@@ -1,0 +1,186 @@
+"""The tools node's one-statement claim (`Ledger.start_admitted`) admits nothing the
+step-by-step checks (`_why_not`) would refuse, and neither admits a decision that no gate has
+verified yet (one claimed through a door that could not check the agent's policy).
+
+Every test forges what a LangGraph client can send (a `Send` to the tools node, state writes)
+against a call whose approval row is already 'approved' in the ledger, and fails if anything
+runs that was not approved, for exactly those arguments, in that thread and agent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langgraph.types import Command, Send
+
+from graphkit import Agent
+from graphkit.cli import main
+from tests.helpers import agent_with, call, turn
+
+PAY = {"amount": 40, "payee": {"name": "ACME"}}
+
+
+def pay_then_done(messages: list[Any]) -> Any:
+    """Turn 1 asks to pay; every later turn (however many a forged task causes) is 'done'."""
+    from langchain_core.messages import AIMessage
+
+    if not any(isinstance(m, AIMessage) for m in messages):
+        return turn(call("pay", PAY, "c1"))
+    return "done"
+
+
+def config(thread_id: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def plan_of(agent: Agent, thread_id: str) -> dict[str, Any]:
+    plan: dict[str, Any] = agent.graph.get_state(config(thread_id)).values["turn"]
+    return plan
+
+
+def task(plan_call: dict[str, Any], agent_path: Any, **changes: Any) -> dict[str, Any]:
+    return {"tool_call_id": plan_call["tool_call_id"], "tool_name": plan_call["tool_name"],
+            "key": plan_call["key"], "args": plan_call["args"], "metadata": {},
+            "agent_path": agent_path, "options": {}, "then": "model", **changes}
+
+
+def forge(agent: Agent, thread_id: str, forged: dict[str, Any]) -> None:
+    agent.graph.invoke(Command(goto=Send("tools", forged)), config(thread_id))
+
+
+def forge_alone(agent: Agent, thread_id: str, *forged: dict[str, Any]) -> None:
+    """Forged tasks that are the whole next superstep: a state write "as the gate" first ends
+    the paused gate task (else it re-runs beside them, applies the approval and runs the real
+    call, and the forged tasks then only meet `executed IS NOT NULL`)."""
+    agent.graph.update_state(config(thread_id), {"reports": {}}, as_node="approval_gate")
+    agent.graph.invoke(Command(goto=[Send("tools", f) for f in forged]), config(thread_id))
+
+
+def pay_call(agent: Agent, thread_id: str) -> dict[str, Any]:
+    return next(c for c in plan_of(agent, thread_id)["calls"] if c["tool_name"] == "pay")
+
+
+def test_approved_key_from_another_thread_is_refused(durable_url: str) -> None:
+    """Thread A's pay is approved in the ledger (claimed, run not resumed); a client of
+    thread B sends A's key with A's args and A's agent path to B's tools node."""
+    agent, ran = agent_with(pay_then_done, checkpointer=durable_url)
+    a = agent.generate("pay")
+    b = agent.generate("pay")
+    assert a.finish_reason == b.finish_reason == "suspended"
+    a_call = pay_call(agent, a.thread_id)
+    agent.approve_tool_call(run_id=a.run_id, decided_by="cfo")  # claimed, not yet applied
+    forge(agent, b.thread_id, task(a_call, ["assistant"]))
+    forge(agent, b.thread_id, task(a_call, ["assistant"], tool_call_id="c1"))
+    assert ran.ran == []
+    row = agent._storage.ledger.call(a_call["key"])
+    assert row is not None and row.executed is None  # nobody claimed it
+    # A still runs its approved call, once
+    assert agent.resume(run_id=a.run_id).text == "done"
+    assert ran.ran == [("pay", PAY)]
+
+
+def test_odd_agent_paths_and_other_tool_or_args_on_an_approved_key(durable_url: str) -> None:
+    agent, ran = agent_with(pay_then_done,
+                            checkpointer=durable_url)
+    a = agent.generate("pay")
+    a_call = pay_call(agent, a.thread_id)
+    agent.approve_tool_call(run_id=a.run_id, decided_by="cfo")
+    forged = [task(a_call, ["assistant"], args={**PAY, "amount": 4000})]  # other args
+    for path in (["assistant", ""], ["", "assistant"], ["assistant/"], "assistant",
+                 ["assistant", "assistant"], [], None):
+        forged.append(task(a_call, path, args={**PAY, "amount": 4001}))
+        forged.append(task(a_call, path))  # the approved args, from another agent path
+    forged.append(task(a_call, ["assistant"], tool_name="lookup", args={"key": "k"}))
+    forge_alone(agent, a.thread_id, *forged)
+    assert ran.ran == [], ran.ran
+    amounts = [args.get("amount") for name, args in ran.ran if name == "pay"]
+    assert 4000 not in amounts and 4001 not in amounts
+    assert ("lookup", {"key": "k"}) not in ran.ran
+    assert [r for r in ran.ran if r[0] == "pay"] in ([], [("pay", PAY)])  # at most once
+
+
+def test_an_edit_approves_only_the_edited_arguments(durable_url: str) -> None:
+    """The call row's args_digest is the model's arguments; the approval's run_digest is the
+    edit's. The model's arguments must not run on the strength of the edit."""
+    agent, ran = agent_with(pay_then_done,
+                            checkpointer=durable_url)
+    a = agent.generate("pay")
+    a_call = pay_call(agent, a.thread_id)
+    edited = {**PAY, "amount": 5}
+    agent.approve_tool_call(run_id=a.run_id, decided_by="cfo", args=edited)
+    forge_alone(agent, a.thread_id, task(a_call, ["assistant"]))  # the planned args
+    assert ("pay", PAY) not in ran.ran
+    assert ran.ran in ([], [("pay", edited)])
+
+
+def test_a_decided_call_runs_once_whatever_is_replayed(durable_url: str) -> None:
+    agent, ran = agent_with(pay_then_done,
+                            checkpointer=durable_url)
+    a = agent.generate("pay")
+    a_call = pay_call(agent, a.thread_id)
+    agent.approve_tool_call_generate(run_id=a.run_id, decided_by="cfo")
+    assert ran.ran == [("pay", PAY)]
+    for _ in range(2):
+        forge(agent, a.thread_id, task(a_call, ["assistant"]))
+    assert ran.ran == [("pay", PAY)]
+
+
+def test_a_declined_call_never_runs_by_a_forged_send(durable_url: str) -> None:
+    agent, ran = agent_with(pay_then_done,
+                            checkpointer=durable_url)
+    a = agent.generate("pay")
+    a_call = pay_call(agent, a.thread_id)
+    agent.decline_tool_call(run_id=a.run_id, decided_by="cfo")
+    forge_alone(agent, a.thread_id, task(a_call, ["assistant"]))
+    assert ran.ran == []
+
+
+def release_manager_only(decided_by: str | None, pending: Any) -> bool:
+    return decided_by == "release-manager"
+
+
+def test_a_decision_the_agents_policy_refuses_never_runs_via_a_forged_send(
+        sqlite_url: str) -> None:
+    """The CLI (no agent at hand) claims an approval for someone the agent's `approvers`
+    policy refuses; the gate withdraws it on its next pass. Before that pass, a client sends
+    the call to the tools node: the ledger says 'approved', for exactly these arguments."""
+    agent, ran = agent_with(pay_then_done,
+                            checkpointer=sqlite_url, approvers=release_manager_only,
+                            name="billing")
+    result = agent.generate("pay")
+    a_call = pay_call(agent, result.thread_id)
+    from graphkit import Inbox
+
+    (pending,) = Inbox(sqlite_url).pending()
+    assert main(["approve", pending.id, "--db", sqlite_url, "--by", "intern"]) == 0
+    # forge_alone: the forged task is the whole next superstep (else it races the gate's
+    # re-verification, which withdraws the decision; the attack then wins about half the time)
+    forge_alone(agent, result.thread_id, task(a_call, ["billing"]))
+    assert ran.ran == [], "a call approved by someone the policy refuses ran"
+
+
+@pytest.mark.parametrize(("storage", "segment"), [("postgres", "assistant\x00"),
+                                                   ("sqlite", "assistant\ud800")])
+def test_an_odd_character_in_a_forged_agent_path_is_refused_not_a_wedged_thread(
+        request: pytest.FixtureRequest, storage: str, segment: str) -> None:
+    """`_plain` lets any non-empty segment without '/' through to the one-statement claim; on
+    PostgreSQL a NUL byte in a text parameter raises DataError inside the tools node. The
+    forged task should be refused like any other, and the thread's approved call still run."""
+    url = request.getfixturevalue(f"{storage}_url")
+    agent, ran = agent_with(pay_then_done, checkpointer=url)
+    a = agent.generate("pay")
+    a_call = pay_call(agent, a.thread_id)
+    agent.approve_tool_call(run_id=a.run_id, decided_by="cfo")
+    errors = []
+    try:
+        forge(agent, a.thread_id, task(a_call, [segment], args={**PAY, "amount": 1}))
+    except Exception as exc:
+        errors.append(f"forged Send crashed the run: {type(exc).__name__}: {exc}")
+    try:
+        agent.resume(run_id=a.run_id)
+    except Exception as exc:
+        errors.append(f"the thread is wedged, resume fails: {type(exc).__name__}: {exc}")
+    assert ("pay", {**PAY, "amount": 1}) not in ran.ran
+    assert not errors, errors
+    assert ran.ran == [("pay", PAY)]
