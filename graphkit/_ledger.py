@@ -457,14 +457,14 @@ class Ledger:
         """Record that the gate verified these approvals (id -> digest of the arguments that
         will run) and lets their calls run."""
         if cleared:
-            with self._sql.transaction() as tx:
-                self._clear(tx, cleared)
+            self._clear(self._sql, cleared)
 
     def _clear(self, tx: _Tx, cleared: Mapping[str, str]) -> None:
-        for approval_id, digest in cleared.items():
-            tx.execute("INSERT INTO graphkit_cleared (approval_id, run_digest, cleared_at) "
-                       f"VALUES (?, ?, {self._sql.now}) ON CONFLICT (approval_id) DO NOTHING",
-                       (approval_id, digest))
+        """One statement (atomic without a transaction of its own)."""
+        rows = ", ".join(f"(?, ?, {self._sql.now})" for _ in cleared)
+        tx.execute("INSERT INTO graphkit_cleared (approval_id, run_digest, cleared_at) "
+                   f"VALUES {rows} ON CONFLICT (approval_id) DO NOTHING",
+                   tuple(v for item in cleared.items() for v in item))
 
     def _insert_approval(self, tx: _Tx, row: ApprovalRow, *, live_grant: str | None = None
                          ) -> bool:
