@@ -197,6 +197,7 @@ class _Sqlite:
         self.conn = sqlite3.connect(path, check_same_thread=False, timeout=30.0,
                                     isolation_level=None)
         if path != ":memory:":
+            self.conn.execute("PRAGMA page_size=8192")  # as graphkit._storage (a new file)
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")
         self.path = path
