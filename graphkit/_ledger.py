@@ -464,7 +464,8 @@ class Ledger:
         """One statement (atomic without a transaction of its own)."""
         rows = ", ".join(f"(?, ?, {self._sql.now})" for _ in cleared)
         tx.execute("INSERT INTO graphkit_cleared (approval_id, run_digest, cleared_at) "
-                   f"VALUES {rows} ON CONFLICT (approval_id) DO NOTHING",
+                   f"VALUES {rows} ON CONFLICT (approval_id) DO UPDATE SET "
+                   "run_digest = excluded.run_digest, cleared_at = excluded.cleared_at",
                    tuple(v for item in cleared.items() for v in item))
 
     def _insert_approval(self, tx: _Tx, row: ApprovalRow, *, live_grant: str | None = None
@@ -534,18 +535,29 @@ class Ledger:
 
     def decide(self, approval_id: str, *, thread_id: str, args_digest: str, status: str,
                decision: Mapping[str, Any], audits: Sequence[AuditRow],
-               grant: GrantRow | None = None, enqueue: bool = False) -> bool:
+               grant: GrantRow | None = None, enqueue: bool = False,
+               call: Mapping[str, Any] | None = None) -> bool:
         """Claim a pending, unexpired approval for exactly these arguments; True if this call
         won. The claim, its audit entry (and a grant) commit together or not at all; with
         `enqueue`, a run left with nothing pending is handed to the workers in the same
-        transaction."""
+        transaction. `call` (the record the decision was checked on: its kind, tool, agent
+        path and call key) must be the ledger's own, so that a policy never judges a copy a
+        client rewrote."""
         now = self._sql.now
+        bound = ""
+        params: tuple[str, ...] = ()
+        if call is not None:
+            bound = (" AND kind = ? AND tool_name = ? AND agent_path = ? "
+                     "AND COALESCE(call_key, '') = ?")
+            params = (str(call.get("kind")), str(call.get("tool_name")),
+                      _path([str(p) for p in call.get("agent_path") or ()]),
+                      str(call.get("call_key") or ""))
         with self._sql.transaction() as tx:
             won = tx.execute(
                 f"UPDATE graphkit_approvals SET status = ?, decision = ?, decided_at = {now} "
                 "WHERE approval_id = ? AND thread_id = ? AND status = 'pending' "
-                f"AND args_digest = ? AND (expires_at IS NULL OR expires_at > {now})",
-                (status, _dumps(dict(decision)), approval_id, thread_id, args_digest))
+                f"AND args_digest = ? AND (expires_at IS NULL OR expires_at > {now}){bound}",
+                (status, _dumps(dict(decision)), approval_id, thread_id, args_digest, *params))
             if won != 1:
                 return False
             self._audit(tx, audits)
@@ -561,10 +573,11 @@ class Ledger:
         return True
 
     def expire(self, approval_id: str, *, decision: Mapping[str, Any],
-               audits: Sequence[AuditRow], enqueue: bool = False) -> bool:
+               audits: Sequence[AuditRow], enqueue: bool = False,
+               thread_id: str | None = None) -> bool:
         """Decline a pending approval whose time is up (by the database's clock)."""
         return self.close(approval_id, decision=decision, audits=audits, overdue=True,
-                          enqueue=enqueue)
+                          enqueue=enqueue, thread_id=thread_id)
 
     def overdue(self, approval_ids: Iterable[str]) -> list[str]:
         """Pending approvals among these whose time is up."""
@@ -585,16 +598,22 @@ class Ledger:
             "AND status = 'pending'", (thread_id, _path(agent_path)))}
 
     def close(self, approval_id: str, *, decision: Mapping[str, Any],
-              audits: Sequence[AuditRow], overdue: bool = False, enqueue: bool = False) -> bool:
+              audits: Sequence[AuditRow], overdue: bool = False, enqueue: bool = False,
+              thread_id: str | None = None) -> bool:
         """Decline a pending approval for a reason of the system's (superseded, cancelled;
-        expired, with `overdue`, only if its time is up)."""
+        expired, with `overdue`, only if its time is up); with `thread_id`, only that thread's
+        (a copied thread's state names the original's approvals)."""
         now = self._sql.now
         due = f" AND expires_at IS NOT NULL AND expires_at <= {now}" if overdue else ""
+        params: tuple[str, ...] = ()
+        if thread_id is not None:
+            due += " AND thread_id = ?"
+            params = (thread_id,)
         with self._sql.transaction() as tx:
             done = tx.execute(
                 f"UPDATE graphkit_approvals SET status = 'rejected', decision = ?, "
                 f"decided_at = {now} WHERE approval_id = ? AND status = 'pending'{due}",
-                (_dumps(dict(decision)), approval_id))
+                (_dumps(dict(decision)), approval_id, *params))
             if done == 1:
                 self._audit(tx, audits)
                 if enqueue:
@@ -678,12 +697,14 @@ class Ledger:
 
     def reopen(self, approval_id: str, *, decision: Mapping[str, Any],
                audits: Sequence[AuditRow]) -> bool:
-        """Undo a claimed decision the gate refused, so the approval is pending again."""
+        """Undo a claimed decision the gate refused, so the approval is pending again (and
+        whatever a gate had cleared for it no longer admits its call)."""
         with self._sql.transaction() as tx:
             done = tx.execute(
                 "UPDATE graphkit_approvals SET status = 'pending', decision = NULL, "
                 "decided_at = NULL WHERE approval_id = ? AND decision = ?",
                 (approval_id, _dumps(dict(decision))))
+            tx.execute("DELETE FROM graphkit_cleared WHERE approval_id = ?", (approval_id,))
             self._audit(tx, audits)
         return done == 1
 
@@ -812,12 +833,13 @@ class Ledger:
                     "WHERE call_key = ? AND executed IS NULL",
                     (DONE, _dumps(dict(outcome)), key))
 
-    def resume_values(self, call_key: str) -> list[Any]:
-        """Resume data given to a suspended call so far, oldest first."""
+    def resume_values(self, call_key: str, thread_id: str) -> list[Any]:
+        """Resume data a gate cleared for a suspended call of this thread, oldest first."""
         rows = self._sql.query(
             "SELECT a.decision FROM graphkit_approvals a JOIN graphkit_cleared cl "
-            "ON cl.approval_id = a.approval_id WHERE a.call_key = ? AND a.kind = 'suspension' "
-            "AND a.status = 'approved' ORDER BY a.decided_at", (call_key,))
+            "ON cl.approval_id = a.approval_id WHERE a.call_key = ? AND a.thread_id = ? "
+            "AND a.kind = 'suspension' AND a.status = 'approved' ORDER BY a.decided_at",
+            (call_key, thread_id))
         return [(_loads(r[0]) or {}).get("data") for r in rows]
 
     def save_once(self, call_key: str, results: Mapping[str, Any]) -> None:

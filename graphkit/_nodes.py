@@ -291,7 +291,8 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
         str(key), owner, thread_id=thread_id_of(config), agent_path=task["agent_path"],
         tool_name=name, args_digest=args_digest(task["args"])) if _plain(task) else None
     if once is not None:
-        return _Admitted(owner, ledger.resume_values(str(key)) if context else [], once)
+        return _Admitted(owner, ledger.resume_values(str(key), thread_id_of(config))
+                         if context else [], once)
     row, approval = ledger.admission(key) if _comparable(key) else (None, None)
     why = _why_not(row, approval, task, config)
     if why is None and row is not None:
@@ -299,7 +300,7 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
         if outcome == "won":
             if not context:
                 return _Admitted(owner, [], {})
-            return _Admitted(owner, ledger.resume_values(row.call_key),
+            return _Admitted(owner, ledger.resume_values(row.call_key, row.thread_id),
                              dict(row.once_results or {}))
         if outcome == "done" and held is not None and held.outcome is not None:
             return ToolMessage(held.outcome.get("content", ""),

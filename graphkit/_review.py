@@ -297,6 +297,10 @@ def _explain_lost(ledger: Ledger, record: ApprovalRecord, reviewed: str, *, thre
     row = ledger.approval(record["id"])
     if row is None or row.thread_id != thread_id:
         return ApprovalNotFoundError(f"no approval with id {record['id']!r} in this storage")
+    if not same_call(row, record):
+        return ArgsDigestMismatchError(
+            f"approval {record['id']!r} in the ledger is for another call than the one shown "
+            "(its tool, kind or agent differ); nothing was decided")
     if row.decided:
         return ApprovalAlreadyResolvedError(resolved_message(record, row.decision))
     if row.args_digest != reviewed:
@@ -309,6 +313,14 @@ def _explain_lost(ledger: Ledger, record: ApprovalRecord, reviewed: str, *, thre
         "an expired approval is declined, never approved")
 
 
+def same_call(row: ApprovalRow, record: Mapping[str, Any]) -> bool:
+    """Whether a record (a run's state, an inbox entry: copies a client may have written)
+    describes the call the ledger's row was recorded for."""
+    return (row.kind == record.get("kind") and row.tool_name == record.get("tool_name")
+            and list(row.agent_path) == [str(p) for p in record.get("agent_path") or ()]
+            and (row.call_key or "") == (record.get("call_key") or ""))
+
+
 def expire(ledger: Ledger, record: ApprovalRecord, *, thread_id: str,
            run_id: str | None, enqueue: bool = False) -> bool:
     """Decline an approval whose time is up (by the database's clock); never approve one."""
@@ -317,7 +329,7 @@ def expire(ledger: Ledger, record: ApprovalRecord, *, thread_id: str,
                 "decided_by": None, "comment": comment}
     return ledger.expire(record["id"], decision=decision, enqueue=enqueue, audits=[audit_row(
         "expired", record, thread_id=thread_id, run_id=run_id, comment=comment,
-        detail="expired")])
+        detail="expired")], thread_id=thread_id)
 
 
 def supersede(ledger: Ledger, record: Mapping[str, Any], *, comment: str, thread_id: str,
@@ -328,7 +340,7 @@ def supersede(ledger: Ledger, record: Mapping[str, Any], *, comment: str, thread
                 "decided_by": None, "comment": comment}
     return ledger.close(record["id"], decision=decision, audits=[audit_row(
         "superseded", record, thread_id=thread_id, run_id=run_id, comment=comment,
-        detail=detail)])
+        detail=detail)], thread_id=thread_id)
 
 
 def refuse(ledger: Ledger, record: Mapping[str, Any] | None, exc: Exception, *,
@@ -393,7 +405,7 @@ def take(
             return ledger.decide(record["id"], thread_id=thread_id,
                                  args_digest=record["args_digest"], status=taken.status,
                                  decision=decision, audits=audits, grant=grant,
-                                 enqueue=source == "inbox")
+                                 enqueue=source == "inbox", call=record)
 
         # A row the ledger lost (it lived in another process's memory) is recorded again.
         if not claim() and not (ensure(ledger, record, thread_id=thread_id, run_id=run_id)
@@ -411,9 +423,10 @@ def verify(row: ApprovalRow, record: ApprovalRecord, *, approvers: Approvers | N
     """Check a decision the ledger holds against this agent's own policy and tool before the
     gate applies it (it may have come through a door that could not check everything)."""
     decision = row.decision or {}
-    if row.args_digest != record["args_digest"] or row.approval_id != record["id"]:
-        msg = (f"the decision recorded for approval {row.approval_id!r} was made on other "
-               "arguments than the call now waiting")
+    if (row.args_digest != record["args_digest"] or row.approval_id != record["id"]
+            or not same_call(row, record)):
+        msg = (f"the decision recorded for approval {row.approval_id!r} was made on another "
+               "call or other arguments than the call now waiting")
         raise ArgsDigestMismatchError(msg)
     if decision.get("event") in ("expired", "superseded"):
         return Taken(status="rejected", event=str(decision["event"]), decision=decision,
