@@ -187,9 +187,10 @@ def decide(
     return record
 
 
-def apply_command(items: list[Waiting]) -> Command[Any] | None:
-    """Ask every gate that waits to apply what the ledger holds for it."""
-    interrupts = dict.fromkeys(i.interrupt_id for i in items)
+def apply_command(snapshot: StateSnapshot) -> Command[Any] | None:
+    """Ask every gate that waits to apply what the ledger holds for it (each gate reads the
+    ledger itself: only the interrupts matter here)."""
+    interrupts = dict.fromkeys(i for i, _ in pending_from_interrupts(snapshot.interrupts))
     if not interrupts:
         return None
     return Command(resume={interrupt_id: GateResume() for interrupt_id in interrupts})
@@ -203,7 +204,7 @@ def continue_command(snapshot: StateSnapshot, req: Request) -> Any:
         msg = (f"run {req.run_id!r} still has undecided tool calls {undecided}; decide them "
                "(resolve_tool_approval / approve_tool_call / resume_stream / the inbox) first")
         raise ApprovalsPendingError(msg)
-    return apply_command(items)  # None: continue a run stopped by on_state_change
+    return apply_command(snapshot)  # None: continue a run stopped by on_state_change
 
 
 def start_payload(snapshot: StateSnapshot, messages: list[BaseMessage],

@@ -732,4 +732,4 @@ def _claim(choice: Choice, *, tool_call_id: str | None = None, approval_id: str 
 
 def _apply(snapshot: StateSnapshot, req: Request) -> Any:
     """The resume that lets each waiting gate apply what the ledger holds."""
-    return apply_command(waiting(snapshot, req.ledger))
+    return apply_command(snapshot)
