@@ -37,6 +37,7 @@ from graphkit._context import agent_path_of, emit, last_ai, store, thread_id_of
 from graphkit._journal import GateJournal
 from graphkit._ledger import ApprovalRow, Ledger
 from graphkit._limits import check_value
+from graphkit._offload import offload
 from graphkit._review import (
     Choice,
     Taken,
@@ -113,6 +114,18 @@ class Planner:
         self.ledger = ledger
         self.schemas = {tool_name: {"schema": _schema(tool), "resume_schema": _resume(tool)}
                         for tool_name, tool in tools.items()}
+
+    @property
+    def inline(self) -> bool:
+        """Whether an async run may plan and decide on the event loop: the ledger is in
+        this process's memory and nothing that runs can wait (no approval predicate, prompt
+        function or approvers policy of the application's, no model reading a suspended
+        tool's data from a message)."""
+        return self.ledger.in_memory and self.settings.approvers is None and not any(
+            isinstance(t, GraphkitTool) and (callable(t.needs_approval)
+                                             or callable(t.approval_prompt)
+                                             or t.resume_schema is not None)
+            for t in self.tools.values())
 
     def context(self, state: AgentState, config: RunnableConfig) -> GateContext:
         options: RunOptions = state.get("options") or {}
@@ -468,10 +481,12 @@ def _undecided(plan: TurnPlan, answered: set[str]) -> bool:
     return any(r["status"] == "pending" for r in waiting_records(plan, answered))
 
 
-def make_gate_node(planner: Planner, extract: Extractor | None = None) -> Callable[..., Any]:
-    """The `approval_gate` node: dispatches the turn's calls, pauses for humans, takes and
-    applies their decisions."""
+def make_gate_node(planner: Planner, extract: Extractor | None = None
+                   ) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The `approval_gate` node (sync and async): dispatches the turn's calls, pauses for
+    humans, takes and applies their decisions."""
     tools = planner.tools
+    inline = planner.inline
 
     def approval_gate(state: AgentState, config: RunnableConfig) -> Command[GateTarget]:
         messages = list(state.get("messages") or [])
@@ -517,7 +532,11 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None) -> Callab
             ctx.journal.sync(previous, plan, done)
         return command
 
-    return approval_gate
+    async def aapproval_gate(state: AgentState, config: RunnableConfig
+                             ) -> Command[GateTarget]:
+        return await offload(inline, approval_gate, state, config)
+
+    return approval_gate, aapproval_gate
 
 
 def _suspended(plan: TurnPlan, reports: Mapping[str, Any], ctx: GateContext) -> None:

@@ -78,7 +78,7 @@ def build_graph(
     )
     builder.add_node(
         "approval_gate",
-        make_gate_node(planner, make_extractor(model, by_name)),
+        _node(*make_gate_node(planner, make_extractor(model, by_name)), "approval_gate"),
         destinations=("tools", "model", "approval_gate", *subagents),
     )
     builder.add_node(

@@ -403,6 +403,11 @@ class Ledger:
         return cls(_Sqlite(path))
 
     @property
+    def in_memory(self) -> bool:
+        """A private in-memory database: its statements never wait on I/O."""
+        return isinstance(self._sql, _Sqlite) and self._sql.path == ":memory:"
+
+    @property
     def lock(self) -> Any:
         """The in-process lock around this ledger's SQLite connection (None on PostgreSQL)."""
         return getattr(self._sql, "lock", None)

@@ -38,6 +38,7 @@ from graphkit._context import PATH_KEY, thread_id_of
 from graphkit._gate import GateContext, Planner
 from graphkit._ledger import DONE, ApprovalRow, CallRow, Ledger
 from graphkit._limits import check_value
+from graphkit._offload import offload
 from graphkit._owner import holder_is_dead, new_owner
 from graphkit._review import audit_row, supersede
 from graphkit._state import AgentState, ToolTask
@@ -191,6 +192,7 @@ def make_model_node(
     """The `model` node (sync and async): one model turn, or the end of the run."""
     bound = model.bind_tools(list(tools)) if tools else model
     system = [SystemMessage(instructions)] if instructions else []
+    inline = planner.ledger.in_memory
 
     def route(state: AgentState, config: RunnableConfig
               ) -> tuple[list[BaseMessage], bool, list[ToolMessage]]:
@@ -224,11 +226,11 @@ def make_model_node(
 
     async def acall_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:
         # Reading and writing the ledger and store is synchronous: keep it off the event loop.
-        messages, exhausted, fixes = await asyncio.to_thread(route, state, config)
+        messages, exhausted, fixes = await offload(inline, route, state, config)
         if exhausted:
             return Command(update={"messages": fixes} if fixes else None, goto="__end__")
         response = await bound.ainvoke(messages, config)
-        return await asyncio.to_thread(finish, response, state, config, fixes)
+        return await offload(planner.inline, finish, response, state, config, fixes)
 
     return call_model, acall_model
 
@@ -382,6 +384,7 @@ def make_tools_nodes(
     tools: Mapping[str, BaseTool], ledger: Ledger,
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """The `tools` node (sync and async): runs the one tool call it was sent, if allowed."""
+    inline = ledger.in_memory
 
     def finish(task: ToolTask, owner: str, output: Any) -> Command[ToolTarget]:
         command = _result(task, output)
@@ -428,7 +431,7 @@ def make_tools_nodes(
         return execute(tool, call, tool_config, task, admitted.owner)
 
     async def arun_tool(task: ToolTask, config: RunnableConfig) -> Command[ToolTarget]:
-        admitted = await asyncio.to_thread(admit, task, config)
+        admitted = await offload(inline, admit, task, config)
         if isinstance(admitted, ToolMessage):
             return _refused(admitted)
         tool, call, tool_config = _prepare(tools, task, config, ledger, admitted)
@@ -440,18 +443,18 @@ def make_tools_nodes(
         try:
             output = await tool.ainvoke(call, tool_config)
         except ToolSuspended as signal:
-            await asyncio.to_thread(ledger.release, task["key"], owner)
+            await offload(inline, ledger.release, task["key"], owner)
             return _suspended(task, signal)
         except GraphBubbleUp:
-            await asyncio.to_thread(ledger.release, task["key"], owner)
+            await offload(inline, ledger.release, task["key"], owner)
             raise
         except asyncio.CancelledError:
             stopped(task, owner, INTERRUPTED)  # no await: the task is being cancelled
             raise
         except BaseException as exc:
-            await asyncio.to_thread(stopped, task, owner, FAILED, exc)
+            await offload(inline, stopped, task, owner, FAILED, exc)
             raise
-        return await asyncio.to_thread(finish, task, owner, output)
+        return await offload(inline, finish, task, owner, output)
 
     return run_tool, arun_tool
 

@@ -6,7 +6,6 @@ drains it. Both share one `_Run`, so streaming and `generate` cannot drift apart
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +25,7 @@ from graphkit._events import (
     run_text,
     suspend_payload,
 )
+from graphkit._offload import offload
 from graphkit.types import GenerateResult, PendingApproval, RunState, StreamChunk
 
 __all__ = ["AgentStream", "AsyncAgentStream", "Invocation"]
@@ -226,9 +226,16 @@ class AsyncAgentStream:
         prepare: Callable[[], Invocation],
         run_id: str,
         thread_id: str,
+        *,
+        inline: bool = False,
+        inline_prepare: bool = False,
     ) -> None:
         self._graph = graph
         self._prepare = prepare
+        self._inline = inline
+        """The thread's lease lives in this process's memory: release it without a thread."""
+        self._inline_prepare = inline_prepare
+        """So does all `prepare` reads, and it runs no user code (no policy): no thread."""
         self._run: _Run | None = None
         self._chunks: AsyncIterator[StreamChunk] | None = None
         self._modes = STREAM_MODES
@@ -237,7 +244,7 @@ class AsyncAgentStream:
 
     async def _ready(self) -> _Run:
         if self._run is None:
-            invocation: Invocation = await asyncio.to_thread(self._prepare)
+            invocation: Invocation = await offload(self._inline_prepare, self._prepare)
             self._run = _Run(invocation)
             self.thread_id = invocation.thread_id
         return self._run
@@ -269,7 +276,7 @@ class AsyncAgentStream:
             final = run.finish(run.observed() or await self._graph.aget_state(inv.config))
         finally:
             if inv.release is not None:
-                await asyncio.to_thread(inv.release)
+                await offload(self._inline, inv.release)
         for chunk in final:
             yield chunk
 
