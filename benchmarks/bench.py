@@ -189,11 +189,9 @@ def parallel_tools(directory: Path, runs: int = 15) -> list[Row]:
     """N tools sleeping 50 ms each, in one model turn, sync and async, on SQLite: the tools'
     phase (first tool start to last tool end) and the whole run (two model turns and every
     checkpoint), for an agent that serves many runs (as in an application; the first runs,
-    which warm it up, are not counted)."""
+    which warm it up, are not counted); beside LangChain's `create_agent` on the same tools,
+    model and storage, interleaved."""
     from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-
-    from graphkit import Agent, create_tool
-    from graphkit.testing import ScriptedChatModel
 
     rows: list[Row] = []
     spans: list[tuple[float, float]] = []  # (start, end) of each tool call of the last run
@@ -219,27 +217,80 @@ def parallel_tools(directory: Path, runs: int = 15) -> list[Row]:
                     await asyncio.sleep(0.05)
                     spans.append((start, time.perf_counter()))
                     return str(i)
-            agent = Agent(name="p", model=ScriptedChatModel(reply),
-                          tools=[create_tool(nap, name="nap")],
-                          checkpointer=f"sqlite:///{directory / f'parallel-{n}-{flavour}.db'}")
             loop = asyncio.new_event_loop()
-            wholes, phases = [], []
-            for _ in range(runs + 3):
-                spans.clear()
-                start = time.perf_counter()
-                if flavour == "sync":
-                    agent.generate("go")
-                else:
-                    loop.run_until_complete(agent.agenerate("go"))
-                wholes.append(time.perf_counter() - start)
-                phases.append(max(e for _, e in spans) - min(s for s, _ in spans))
+            contestants = loop.run_until_complete(
+                _parallel_contestants(directory / f"parallel-{n}-{flavour}", nap, reply,
+                                      flavour))
+            wholes: dict[str, list[float]] = {name: [] for name in contestants}
+            phases: dict[str, list[float]] = {name: [] for name in contestants}
+            for index in range(runs + 3):
+                for name, run in contestants.items():
+                    spans.clear()
+                    start = time.perf_counter()
+                    if flavour == "sync":
+                        run()
+                    else:
+                        loop.run_until_complete(run())
+                    if index >= 3:
+                        wholes[name].append(time.perf_counter() - start)
+                        phases[name].append(max(e for _, e in spans) - min(s for s, _ in spans))
+            loop.run_until_complete(_close_all())
             loop.close()
-            whole = _stats(wholes[3:])
-            rows.append({"tools": n, "flavour": flavour,
-                         "tools_phase_ms": statistics.median(phases[3:]) * 1000,
-                         "whole_run_ms": whole["median_ms"], "whole_run_p90_ms": whole["p90_ms"],
-                         "target_ms": 60 if n == 8 else 80})
+            row: Row = {"tools": n, "flavour": flavour, "target_ms": 60 if n == 8 else 80}
+            for name in contestants:
+                whole = _stats(wholes[name])
+                prefix = "" if name == "graphkit" else "langchain_"
+                row.update({f"{prefix}tools_phase_ms": statistics.median(phases[name]) * 1000,
+                            f"{prefix}whole_run_ms": whole["median_ms"],
+                            f"{prefix}whole_run_p90_ms": whole["p90_ms"]})
+            rows.append(row)
     return rows
+
+
+_OPEN: list[Any] = []
+
+
+async def _close_all() -> None:
+    while _OPEN:
+        await _OPEN.pop().close()
+
+
+async def _parallel_contestants(directory: Path, nap: Any, reply: Any, flavour: str
+                                ) -> dict[str, Callable[[], Any]]:
+    """graphkit and LangChain's `create_agent` on one tool, model and SQLite file each."""
+    import aiosqlite
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    from graphkit import Agent, create_tool
+    from graphkit.testing import ScriptedChatModel
+
+    directory.mkdir()
+    agent = Agent(name="p", model=ScriptedChatModel(reply), tools=[create_tool(nap, name="nap")],
+                  checkpointer=f"sqlite:///{directory / 'graphkit.db'}")
+    if flavour == "sync":
+        saver: Any = c.saver("sqlite", directory, "langchain")
+    else:
+        conn = await aiosqlite.connect(directory / "langchain.db")
+        _OPEN.append(conn)
+        saver = AsyncSqliteSaver(conn)
+    graph = create_agent(ScriptedChatModel(reply), tools=[tool("nap")(nap)], checkpointer=saver)
+
+    def config() -> dict[str, Any]:
+        return {"configurable": {"thread_id": os.urandom(8).hex()}}
+
+    if flavour == "sync":
+        return {"graphkit": lambda: agent.generate("go"),
+                "langchain": lambda: graph.invoke({"messages": [("user", "go")]}, config())}
+
+    async def gk() -> Any:
+        return await agent.agenerate("go")
+
+    async def lc() -> Any:
+        return await graph.ainvoke({"messages": [("user", "go")]}, config())
+
+    return {"graphkit": gk, "langchain": lc}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,7 +339,10 @@ def report(results: dict[str, Any]) -> None:
     for row in results["parallel_tools"]:
         print(f"  {row['tools']:>3} x {row['flavour']:<5}: {row['tools_phase_ms']:6.1f} ms "
               f"(whole run median {row['whole_run_ms']:6.1f} ms, p90 "
-              f"{row['whole_run_p90_ms']:6.1f} ms; target <= {row['target_ms']} ms)")
+              f"{row['whole_run_p90_ms']:6.1f} ms; target <= {row['target_ms']} ms) | "
+              f"langchain {row['langchain_tools_phase_ms']:6.1f} ms (whole run median "
+              f"{row['langchain_whole_run_ms']:6.1f} ms, p90 "
+              f"{row['langchain_whole_run_p90_ms']:6.1f} ms)")
     for row in results.get("many_threads", []):
         print(f"\nmany threads on {row['storage']}: {row['threads']} paused runs, "
               f"decisions {row['decisions']}, {row['workers']} worker processes x "
