@@ -132,5 +132,5 @@ class GateJournal:
             if item.value.get("state") == "waiting":
                 self.store.put(APPROVALS, approval_id, {**item.value, "state": "closed"},
                                index=False)
-            supersede(self.ledger, item.value, comment=STRAY, thread_id=self.thread_id,
-                      run_id=self.run_id)
+            supersede(self.ledger, {**item.value, "id": approval_id}, comment=STRAY,
+                      thread_id=self.thread_id, run_id=self.run_id)

@@ -6,6 +6,7 @@ drains it. Both share one `_Run`, so streaming and `generate` cannot drift apart
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -228,14 +229,11 @@ class AsyncAgentStream:
         thread_id: str,
         *,
         inline: bool = False,
-        inline_prepare: bool = False,
     ) -> None:
         self._graph = graph
         self._prepare = prepare
         self._inline = inline
         """The thread's lease lives in this process's memory: release it without a thread."""
-        self._inline_prepare = inline_prepare
-        """So does all `prepare` reads, and it runs no user code (no policy): no thread."""
         self._run: _Run | None = None
         self._chunks: AsyncIterator[StreamChunk] | None = None
         self._modes = STREAM_MODES
@@ -244,7 +242,8 @@ class AsyncAgentStream:
 
     async def _ready(self) -> _Run:
         if self._run is None:
-            invocation: Invocation = await offload(self._inline_prepare, self._prepare)
+            # in a thread: it may wait for the thread's lease, or run an approvers policy
+            invocation: Invocation = await asyncio.to_thread(self._prepare)
             self._run = _Run(invocation)
             self.thread_id = invocation.thread_id
         return self._run

@@ -22,9 +22,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, convert_to_messag
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.store.memory import InMemoryStore
 from langgraph.types import StateSnapshot
 
 from graphkit._control import (
@@ -305,12 +303,6 @@ class Agent:
 
         return prepare
 
-    def _in_memory(self) -> bool:
-        """Checkpoints, store and ledger all live in this process's memory (no I/O)."""
-        return (self._storage.ledger.in_memory
-                and isinstance(self._storage.checkpointer, InMemorySaver)
-                and isinstance(self._storage.store, InMemoryStore))
-
     def _current(self, config: RunnableConfig, known: StateSnapshot | None) -> StateSnapshot:
         saver = self.graph.checkpointer
         if known is not None and isinstance(saver, BaseCheckpointSaver):
@@ -415,8 +407,7 @@ class Agent:
                                  on_state_change=on_state_change, fresh=fresh)()
 
         return AsyncAgentStream(self.graph, prepare, run_id, thread_id,
-                                inline=self._storage.ledger.in_memory,
-                                inline_prepare=self._in_memory())
+                                inline=self._storage.ledger.in_memory)
 
     async def agenerate(
         self,
