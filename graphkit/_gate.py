@@ -127,13 +127,17 @@ class Planner:
                                              or t.resume_schema is not None)
             for t in self.tools.values())
 
+    def path_of(self, config: RunnableConfig) -> list[str]:
+        """This agent's path in the delegation chain."""
+        return agent_path_of(config, self.name) if self.nested else [self.name]
+
     def context(self, state: AgentState, config: RunnableConfig) -> GateContext:
         options: RunOptions = state.get("options") or {}
         run_id = options.get("run_id")
         # The node's namespace ends with its own task; the agent's scope is what precedes it.
         task_ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
         thread_id = thread_id_of(config)
-        path = agent_path_of(config, self.name) if self.nested else [self.name]
+        path = self.path_of(config)
         journal = GateJournal(self.index_store or store(), thread_id=thread_id,
                               run_id=run_id if isinstance(run_id, str) else None,
                               schemas=self.schemas, scope=task_ns.rpartition("|")[0],
@@ -477,6 +481,23 @@ def _copy_plan(plan: TurnPlan) -> TurnPlan:
     return copied
 
 
+def _forged_answers(plan: TurnPlan, answered: set[str], ctx: GateContext) -> bool:
+    """A pass answers a call and says so in the same step; an answer the state's plan holds
+    for a call nobody was told of was written by a client: dropped (the ledger decides)."""
+    forged = [c for c in plan["calls"]
+              if c["answer"] is not None and c["tool_call_id"] not in answered]
+    for call in forged:
+        call["answer"] = None
+        call.pop("answer_status", None)
+    if forged:
+        ctx.ledger.audit([audit_row(
+            "refused", {"tool_name": c["tool_name"], "tool_call_id": c["tool_call_id"],
+                        "agent_path": ctx.path}, thread_id=ctx.thread_id, run_id=ctx.run_id,
+            detail="approval gate: an answer in the run's state that no gate gave "
+                   "(written by a client) was dropped") for c in forged])
+    return bool(forged)
+
+
 def _undecided(plan: TurnPlan, answered: set[str]) -> bool:
     return any(r["status"] == "pending" for r in waiting_records(plan, answered))
 
@@ -511,6 +532,8 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
             changed = True
         answered = answered_ids(messages, plan["ai_message_id"]) | {
             m.tool_call_id for m in new_messages if isinstance(m, ToolMessage)}
+        if not changed and _forged_answers(plan, answered, ctx):
+            changed = True
         step = _Pass(planner, ctx, plan, config, extract)
         if not changed and not _ready(plan, answered) and _undecided(plan, answered):
             # Decisions taken since the pause (by any door) apply first; else pause.
@@ -566,7 +589,8 @@ def _ready(plan: TurnPlan, answered: set[str]) -> list[CallPlan]:
     ]
 
 
-def _answers(plan: TurnPlan, answered: set[str], ledger: Ledger) -> list[ToolMessage]:
+def _answers(plan: TurnPlan, answered: set[str], ledger: Ledger, thread_id: str
+             ) -> list[ToolMessage]:
     """ToolMessages for calls that will not run; the ledger records them as their outcome."""
     messages = [
         ToolMessage(c["answer"], tool_call_id=c["tool_call_id"], name=c["tool_name"],
@@ -577,7 +601,7 @@ def _answers(plan: TurnPlan, answered: set[str], ledger: Ledger) -> list[ToolMes
     if messages:
         keys = {c["tool_call_id"]: c["key"] for c in plan["calls"]}
         ledger.settle({keys[m.tool_call_id]: {"content": m.content, "status": m.status}
-                       for m in messages})
+                       for m in messages}, thread_id=thread_id)
     return messages
 
 
@@ -609,7 +633,7 @@ def _route(
 ) -> Command[GateTarget]:
     if changed:
         update["turn"] = plan
-    answers = _answers(plan, answered, ctx.ledger)
+    answers = _answers(plan, answered, ctx.ledger, ctx.thread_id)
     new_messages.extend(answers)
     answered = answered | {m.tool_call_id for m in answers}
     ready = _ready(plan, answered)

@@ -68,7 +68,7 @@ def build_graph(
     planner = Planner(by_name, name, settings, ledger, nested=nested,
                       index_store=index_store)
     call_model, acall_model = make_model_node(model, all_tools, instructions, planner)
-    run_tool, arun_tool = make_tools_nodes(by_name, ledger)
+    run_tool, arun_tool = make_tools_nodes(by_name, ledger, planner.path_of)
 
     builder = StateGraph(AgentState, input_schema=InputState)
     builder.add_node(

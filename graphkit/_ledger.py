@@ -827,16 +827,17 @@ class Ledger:
             "UPDATE graphkit_calls SET executed = NULL WHERE call_key = ? AND executed = ?",
             (call_key, owner))
 
-    def settle(self, outcomes: Mapping[str, Mapping[str, Any]]) -> None:
-        """Record the answer of calls that will never run (declined, superseded)."""
+    def settle(self, outcomes: Mapping[str, Mapping[str, Any]], *, thread_id: str) -> None:
+        """Record the answer of calls of this thread that will never run (declined,
+        superseded); a key from another thread (a client can read keys) settles nothing."""
         if not outcomes:
             return
         with self._sql.transaction() as tx:
             for key, outcome in outcomes.items():
                 tx.execute(
                     "UPDATE graphkit_calls SET executed = ?, outcome = ? "
-                    "WHERE call_key = ? AND executed IS NULL",
-                    (DONE, _dumps(dict(outcome)), key))
+                    "WHERE call_key = ? AND thread_id = ? AND executed IS NULL",
+                    (DONE, _dumps(dict(outcome)), key, thread_id))
 
     def resume_values(self, call_key: str, thread_id: str) -> list[Any]:
         """Resume data a gate cleared for a suspended call of this thread, oldest first."""

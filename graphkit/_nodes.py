@@ -159,7 +159,8 @@ def _discard_forged(state: AgentState, ctx: GateContext) -> list[ToolMessage]:
         ctx.ledger.audit([audit_row(
             "refused", {"tool_name": call["tool_name"], "tool_call_id": call["tool_call_id"]},
             thread_id=ctx.thread_id, run_id=ctx.run_id, detail=text)])
-        ctx.ledger.settle({call["key"]: {"content": text, "status": "error"}})
+        ctx.ledger.settle({call["key"]: {"content": text, "status": "error"}},
+                          thread_id=ctx.thread_id)
         fixes.append(ToolMessage(text, tool_call_id=message.tool_call_id, id=message.id,
                                  name=call["tool_name"], status="error"))
     return fixes
@@ -382,6 +383,7 @@ def _refused(message: ToolMessage) -> Command[ToolTarget]:
 
 def make_tools_nodes(
     tools: Mapping[str, BaseTool], ledger: Ledger,
+    path_of: Callable[[RunnableConfig], list[str]] | None = None,
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """The `tools` node (sync and async): runs the one tool call it was sent, if allowed."""
     inline = ledger.in_memory
@@ -394,6 +396,8 @@ def make_tools_nodes(
 
     def admit(task: ToolTask, config: RunnableConfig) -> _Admitted | ToolMessage:
         tool = tools.get(str(task.get("tool_name")))
+        if path_of is not None and task.get("agent_path") != path_of(config):
+            tool = None  # another agent's call (a subagent's, say): never this agent's tool
         if tool is None:
             return _admit(ledger, {**task, "key": None}, config,  # type: ignore[typeddict-item]
                           context=False)

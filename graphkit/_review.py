@@ -225,6 +225,13 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
     answer whenever the decider is known or must be (`identity_required`: a client's resume);
     the trusted in-process API may answer a suspension without naming anyone.
     """
+    if not isinstance(record.get("args"), Mapping) or args_digest(
+            record["args"]) != record.get("args_digest"):
+        # the record is a copy (a run's state, an inbox entry) a client may have rewritten:
+        # what is judged and run must be what its digest, bound to the ledger's, says
+        msg = (f"the arguments of approval {record.get('id')!r} are not the ones it was "
+               "recorded with; nothing was decided")
+        raise ArgsDigestMismatchError(msg)
     check_text(comment, what="comment", error=GraphkitError, limit=MAX_TEXT)
     check_text(decided_by, what="decided_by", error=GraphkitError, limit=1_000)
     check_text(choice.message, what="message", error=GraphkitError, limit=MAX_TEXT)

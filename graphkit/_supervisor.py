@@ -19,7 +19,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 from pydantic import BaseModel, Field
 
-from graphkit._context import PATH_KEY
+from graphkit._context import PATH_KEY, thread_id_of
 from graphkit._ledger import Ledger
 from graphkit._state import ToolTask
 from graphkit.tools import DelegationTool
@@ -77,21 +77,22 @@ def make_delegate_nodes(
         }
         return sub_input, sub_config
 
-    def answer(task: ToolTask, output: dict[str, Any]) -> Command[Any]:
+    def answer(task: ToolTask, output: dict[str, Any], config: RunnableConfig) -> Command[Any]:
         text = _final_text(output.get("messages") or [], key)
         message = ToolMessage(text, tool_call_id=task["tool_call_id"], name=key)
         if isinstance(task.get("key"), str):
-            ledger.settle({task["key"]: {"content": message.content, "status": message.status}})
+            ledger.settle({task["key"]: {"content": message.content, "status": message.status}},
+                          thread_id=thread_id_of(config))
         return Command(update={"messages": [message]},
                        goto="model" if task.get("then") == "model" else "approval_gate")
 
     def delegate(task: ToolTask, config: RunnableConfig) -> Command[Any]:
         sub_input, sub_config = prepare(task, config)
-        return answer(task, subgraph.invoke(sub_input, sub_config))
+        return answer(task, subgraph.invoke(sub_input, sub_config), config)
 
     async def adelegate(task: ToolTask, config: RunnableConfig) -> Command[Any]:
         sub_input, sub_config = prepare(task, config)
         output = await subgraph.ainvoke(sub_input, sub_config)
-        return await asyncio.to_thread(answer, task, output)
+        return await asyncio.to_thread(answer, task, output, config)
 
     return delegate, adelegate
