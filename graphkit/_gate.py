@@ -330,7 +330,11 @@ class _Pass:
                             decided_by=identity_of(self.config),
                             approvers=self.planner.settings.approvers, tool=tool,
                             thread_id=self.ctx.thread_id, run_id=self.ctx.run_id,
-                            source="auto_resume")
+                            source="auto_resume",
+                            # the resume value asked for it, not the agent: a client's choice,
+                            # judged like a client's answer (with who it is)
+                            identity_required=not self.planner.settings
+                            .auto_resume_suspended_tools)
                 continue
             self._supersede(call)
         self.plan["queued"] = queued

@@ -17,7 +17,6 @@ from langgraph.store.base import BaseStore
 
 from graphkit._approvals import now_iso, waiting_records
 from graphkit._ledger import Ledger
-from graphkit._review import supersede
 from graphkit._state import TurnPlan
 from graphkit.types import ApprovalRecord
 
@@ -26,7 +25,6 @@ __all__ = ["APPROVALS", "SCHEMAS", "GateJournal", "index_entry", "now_iso", "sch
 APPROVALS = ("graphkit", "approvals")
 SCHEMAS = ("graphkit", "schemas")
 """The argument schema of each agent's tools, once, for checking edits in the inbox."""
-STRAY = "its turn never reached a checkpoint (the process planning it stopped)"
 SCAN_LIMIT = 1_000_000
 """Store searches are paged; graphkit asks for everything that matches."""
 
@@ -116,9 +114,9 @@ class GateJournal:
     def _close_strays(self, keep: set[str]) -> None:
         """A new turn: what this agent still has pending in the ledger, beyond this turn,
         belongs to a turn that never reached a checkpoint (a process died after planning
-        it). Its index entry is closed and the approval declined; found by the ledger's
-        index on the thread, not by scanning an inbox index that grows with every approval
-        ever asked."""
+        it), or one a client replaced. Its inbox entry is closed (no run waits on it); found
+        by the ledger's index on the thread, not by scanning an inbox index that grows with
+        every approval ever asked."""
         assert self.store is not None
         if self.ledger is None or not self.agent_path:
             return
@@ -130,7 +128,8 @@ class GateJournal:
                 # Either way no reviewer sees it from here, and the gate never applies it.
                 continue
             if item.value.get("state") == "waiting":
+                # Closed in the index only: a pending approval stays pending until someone
+                # decides it, it expires, or a user message supersedes it (a client can write
+                # a model turn, and must not decline anything by it).
                 self.store.put(APPROVALS, approval_id, {**item.value, "state": "closed"},
                                index=False)
-            supersede(self.ledger, {**item.value, "id": approval_id}, comment=STRAY,
-                      thread_id=self.thread_id, run_id=self.run_id)

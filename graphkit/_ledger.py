@@ -703,13 +703,18 @@ class Ledger:
     def reopen(self, approval_id: str, *, decision: Mapping[str, Any],
                audits: Sequence[AuditRow]) -> bool:
         """Undo a claimed decision the gate refused, so the approval is pending again (and
-        whatever a gate had cleared for it no longer admits its call)."""
+        whatever a gate had cleared for it no longer admits its call, and a grant it made
+        approves nothing more)."""
         with self._sql.transaction() as tx:
             done = tx.execute(
                 "UPDATE graphkit_approvals SET status = 'pending', decision = NULL, "
                 "decided_at = NULL WHERE approval_id = ? AND decision = ?",
                 (approval_id, _dumps(dict(decision))))
             tx.execute("DELETE FROM graphkit_cleared WHERE approval_id = ?", (approval_id,))
+            tx.execute("UPDATE graphkit_grants SET revoked = ? WHERE approval_id = ? "
+                       "AND revoked IS NULL",
+                       (_dumps({"by": None, "reason": "its decision was withdrawn"}),
+                        approval_id))
             self._audit(tx, audits)
         return done == 1
 

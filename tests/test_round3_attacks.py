@@ -1,0 +1,719 @@
+"""Review, round 3: what the earlier rounds (fastpath, cleared, strays, client
+writes, enforcement) did not try.
+
+Each attack FAILS its test when it gets through: something runs that was not approved (by
+someone the policy admits, for exactly those arguments, in that thread and agent), an approved
+call is reported as run without running, or a pending approval is decided by nobody allowed.
+Tests named `test_legit_*` fail when a legitimate flow breaks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage, messages_to_dict
+from langgraph.types import Command, Send
+from pydantic import BaseModel
+
+from graphkit import Agent, Inbox, ToolContext, create_tool
+from graphkit.testing import ScriptedChatModel
+from tests.helpers import agent_with, call, turn
+
+PAY = {"amount": 40, "payee": {"name": "ACME"}}
+
+
+def pay_then_done(messages: list[Any]) -> Any:
+    if not any(isinstance(m, AIMessage) for m in messages):
+        return turn(call("pay", PAY, "c1"))
+    return "done"
+
+
+def config(thread_id: str, identity: str | None = None) -> dict[str, Any]:
+    configurable: dict[str, Any] = {"thread_id": thread_id}
+    if identity is not None:
+        configurable["langgraph_auth_user"] = {"identity": identity}
+    return {"configurable": configurable}
+
+
+def plan_of(agent: Agent, thread_id: str) -> dict[str, Any]:
+    return copy.deepcopy(agent.graph.get_state(config(thread_id)).values["turn"])
+
+
+def pay_call(plan: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in plan["calls"] if c["tool_name"] == "pay")
+
+
+def task(plan_call: dict[str, Any], agent_path: Any, **changes: Any) -> dict[str, Any]:
+    return {"tool_call_id": plan_call["tool_call_id"], "tool_name": plan_call["tool_name"],
+            "key": plan_call["key"], "args": plan_call["args"], "metadata": {},
+            "agent_path": agent_path, "options": {}, "then": "model", **changes}
+
+
+def cfo_only(decided_by: str | None, pending: Any) -> bool:
+    return decided_by == "cfo"
+
+
+def tool_messages(agent: Agent, thread_id: str) -> list[ToolMessage]:
+    values = agent.graph.get_state(config(thread_id)).values
+    return [m for m in values.get("messages") or [] if isinstance(m, ToolMessage)]
+
+
+def status(agent: Agent, approval_id: str) -> str | None:
+    row = agent._storage.ledger.approval(approval_id)
+    return row.status if row else None
+
+
+# ====================================================================== R3-1: the plan's
+# `answer` is client-writable state; the gate turns it into a ToolMessage AND records it in the
+# ledger as the call's outcome (`_answers` -> `Ledger.settle`), so `_discard_forged` then
+# vouches for it. `settle` is keyed by call_key alone (no thread), so this reaches other threads.
+
+
+def test_a_client_written_plan_answer_stands_for_a_call_that_never_ran(sqlite_url: str) -> None:
+    """Like Agent Chat UI's forged ToolMessage (which the model node discards), but written into
+    the plan's `answer`: the gate drops an answer no gate gave; the call still waits."""
+    agent, ran = agent_with(pay_then_done, checkpointer=sqlite_url, approvers=cfo_only,
+                            name="billing")
+    result = agent.generate("pay")
+    thread = result.thread_id
+    approval_id = result.pending_approvals[0].id
+    plan = plan_of(agent, thread)
+    pay_call(plan)["answer"] = "paid 40 to ACME"
+    pay_call(plan)["answer_status"] = "success"
+    agent.graph.update_state(config(thread), {"turn": plan}, as_node="approval_gate")
+    agent.graph.invoke(Command(goto="approval_gate"), config(thread))
+    told = [m for m in tool_messages(agent, thread) if m.tool_call_id == "c1"]
+    problems = []
+    if any("paid 40 to ACME" in str(m.content) and m.status == "success" for m in told):
+        problems.append(f"the model was told the payment ran: {told}")
+    if told:
+        problems.append(f"the model was told of a call nobody decided: {told}")
+    if status(agent, approval_id) != "pending":
+        problems.append("the forged answer decided the approval")
+    assert ran.ran == []
+    assert not problems, problems
+    assert agent.pending_approvals(run_id=result.run_id)[0].status == "pending"  # still asks
+
+
+def test_a_plan_answer_in_thread_b_settles_thread_a_s_pending_call(sqlite_url: str) -> None:
+    """Thread B's client writes B's plan with an answered call whose key is A's pending payment
+    (read from the inbox index: every entry holds `call_key`). B's gate settles A's call in the
+    ledger; A's CFO approves; A's tools node finds the call 'done' and hands A's model B's text.
+    The approved payment never runs, and A is told it did."""
+    agent, ran = agent_with(pay_then_done, checkpointer=sqlite_url, approvers=cfo_only,
+                            name="billing")
+    a = agent.generate("pay")
+    b = agent.generate("pay")
+    a_entry = next(p for p in Inbox(sqlite_url).pending() if p.thread_id == a.thread_id)
+    a_key = agent._storage.ledger.approval(a_entry.id).call_key
+    plan = plan_of(agent, b.thread_id)
+    forged = copy.deepcopy(pay_call(plan))
+    forged.update(tool_call_id="zz", key=a_key, approval=None, answer="paid 40 to ACME",
+                  answer_status="success")
+    pay_call(plan)["answer"] = "B's own call: never mind"  # else B's gate pauses on it first
+    plan["calls"].append(forged)
+    agent.graph.update_state(config(b.thread_id), {"turn": plan}, as_node="approval_gate")
+    with contextlib.suppress(Exception):
+        agent.graph.invoke(Command(goto="approval_gate"), config(b.thread_id))
+    out = agent.approve_tool_call_generate(run_id=a.run_id, decided_by="cfo")
+    a_told = [m.content for m in out.messages if isinstance(m, ToolMessage)]
+    assert ran.ran == [("pay", PAY)], (
+        f"A's approved payment did not run (ran={ran.ran}); A's model was told {a_told}")
+
+
+# ====================================================================== R3-2: a forged Send to
+# a delegation node settles whatever `key` it carries (`make_delegate_nodes.answer`)
+
+
+def ops_agent(purged: list[int], **kwargs: Any) -> Agent:
+    @create_tool(needs_approval=True)
+    def purge(days: int) -> str:
+        """Purge logs older than `days` days."""
+        purged.append(days)
+        return f"purged {days}"
+
+    def reply(messages: list[Any]) -> Any:
+        if not any(isinstance(m, AIMessage) for m in messages):
+            if "purge" not in str(messages[-1].content):
+                return "paid 40 to ACME"  # whatever the task asks it to say
+            return turn(call("purge", {"days": 7}, "p7"))
+        results = [m for m in messages if isinstance(m, ToolMessage)]
+        return f"ops finished: {results[-1].content if results else 'nothing'}"
+
+    return Agent(name="ops", description="Ops.", tools=[purge], model=ScriptedChatModel(reply),
+                 **kwargs)
+
+
+def test_a_forged_delegation_settles_another_threads_approved_call(sqlite_url: str) -> None:
+    """The supervisor has its own gated `pay`. Thread A waits on the CFO for it. Thread B's
+    client sends a delegation task to `ops` carrying A's call key; the delegation's answer is
+    recorded as that key's outcome. The CFO approves A's payment: it must run."""
+    ran: list[Any] = []
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int, payee: dict[str, Any]) -> str:
+        """Send a payment."""
+        ran.append(amount)
+        return f"paid {amount}"
+
+    purged: list[int] = []
+    boss = Agent(name="boss", checkpointer=sqlite_url, tools=[pay], approvers=cfo_only,
+                 agents={"ops": ops_agent(purged, approvers=lambda who, p: True)},
+                 model=ScriptedChatModel(pay_then_done))
+    a = boss.generate("pay")
+    b = boss.generate("pay")
+    a_key = boss._storage.ledger.approval(a.pending_approvals[0].id).call_key
+    cfg = config(b.thread_id)
+    boss.graph.update_state(cfg, {"reports": {}}, as_node="approval_gate")
+    forged = {"tool_call_id": "zz", "tool_name": "ops", "key": a_key,
+              "args": {"task": "say hi"}, "metadata": {}, "agent_path": ["boss"],
+              "options": {}, "then": "model"}
+    with contextlib.suppress(Exception):
+        boss.graph.invoke(Command(goto=[Send("ops", forged)]), cfg)
+    row = boss._storage.ledger.call(a_key)
+    out = boss.approve_tool_call_generate(run_id=a.run_id, decided_by="cfo")
+    a_told = [m.content for m in out.messages if isinstance(m, ToolMessage)]
+    assert ran == [40], (f"A's approved payment never ran (ledger row of A's call after B's "
+                         f"forged delegation: executed={row and row.executed}, "
+                         f"outcome={row and row.outcome}); A's model was told {a_told}")
+
+
+# ====================================================================== R3-3: the tools node
+# admits a task by the task's own agent_path: a subagent's verified approval runs the
+# supervisor's tool of the same name
+
+
+def test_a_subagents_cleared_call_runs_the_supervisors_tool_of_the_same_name(
+        sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ops.purge` (7-day log purge) is approved by the DBA under ops's policy; the boss has
+    its own `purge` (the whole database), which only the CFO may approve. The ops gate clears
+    the approval and the process dies before ops's tools node runs it (here: its index write
+    raises). A client of the thread sends ops's call to the SUPERVISOR's tools node, with
+    ops's agent path: the boss's `purge` runs on the DBA's approval."""
+    from graphkit._journal import GateJournal
+
+    boss_ran: list[int] = []
+
+    @create_tool(needs_approval=True)
+    def purge(days: int) -> str:
+        """Purge the whole database (boss's own tool)."""
+        boss_ran.append(days)
+        return "database purged"
+
+    ops_ran: list[int] = []
+    ops = ops_agent(ops_ran, approvers=lambda who, p: who == "dba")
+    boss = Agent(name="boss", checkpointer=sqlite_url, tools=[purge], agents={"ops": ops},
+                 approvers=cfo_only,
+                 model=ScriptedChatModel(lambda m: "ok" if isinstance(m[-1], ToolMessage)
+                                         else turn(call("ops", {"task": "purge"}, "d1"))))
+    result = boss.generate("go")
+    (pending,) = Inbox(sqlite_url).pending()
+    assert pending.agent_path == ["boss", "ops"]
+    Inbox(sqlite_url).approve(pending.id, decided_by="dba")
+    real = GateJournal.sync
+
+    def crash(self: Any, *args: Any, **kwargs: Any) -> None:
+        if self.agent_path == ["boss", "ops"]:
+            raise RuntimeError("process died after ops's gate cleared, before its tools ran")
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(GateJournal, "sync", crash)
+    with pytest.raises(RuntimeError, match="process died"):
+        boss.resume(run_id=result.run_id)
+    monkeypatch.setattr(GateJournal, "sync", real)
+    row = boss._storage.ledger.approval(pending.id)
+    assert row is not None and row.call_key
+    ops_call = {"tool_call_id": "p7", "tool_name": "purge", "key": row.call_key,
+                "args": {"days": 7}, "metadata": {}, "agent_path": ["boss", "ops"],
+                "options": {}, "then": "model"}
+    cfg = config(result.thread_id)
+    boss.graph.update_state(cfg, {"reports": {}}, as_node="approval_gate")
+    with contextlib.suppress(Exception):
+        boss.graph.invoke(Command(goto=[Send("tools", ops_call)]), cfg)
+    assert boss_ran == [], ("the supervisor's own `purge` ran on a subagent's approval by "
+                            f"someone its policy refuses: boss_ran={boss_ran}")
+
+
+# ====================================================================== R3-4: auto-resume via a
+# raw `supersede` resume answers a suspended tool for an anonymous client, past the policy
+
+
+class City(BaseModel):
+    city: str
+
+
+def ship_agent(seen: list[Any], **kwargs: Any) -> Agent:
+    @create_tool(resume_schema=City)
+    def ship(order: str, ctx: ToolContext) -> str:
+        """Ship an order; asks where to."""
+        seen.append(ctx.resume_data)
+        if ctx.resume_data is None:
+            return str(ctx.suspend({"message": "ship where?"}))
+        return f"shipped {order} to {ctx.resume_data}"
+
+    def reply(messages: list[Any]) -> Any:
+        if not any(isinstance(m, AIMessage) for m in messages):
+            return turn(call("ship", {"order": "o-1"}, "s1"))
+        return "done"
+
+    model = ScriptedChatModel(reply, structured=lambda schema, msgs: {"city": "Moscow"})
+    return Agent(name="shop", tools=[ship], model=model, **kwargs)
+
+
+def test_raw_resume_decision_for_a_suspension_without_identity_is_refused_control() -> None:
+    seen: list[Any] = []
+    agent = ship_agent(seen, approvers=cfo_only)
+    r = agent.generate("ship it")
+    assert r.finish_reason == "suspended"
+    agent.graph.invoke(Command(resume={"decisions": [
+        {"type": "resume", "data": {"city": "Moscow"}, "tool_call_id": "s1"}]}),
+        config(r.thread_id))
+    assert all(s is None for s in seen), seen
+
+
+def test_raw_supersede_with_auto_resume_answers_a_suspension_past_the_policy() -> None:
+    """The agent has auto-resume OFF and a policy (only the CFO answers). An unauthenticated
+    LangGraph client resumes the interrupt with `{"supersede": [...], "auto_resume": true}`:
+    the gate takes a 'resume' decision with no identity and no identity_required, which the
+    policy never sees; the tool gets the client's data."""
+    seen: list[Any] = []
+    agent = ship_agent(seen, approvers=cfo_only)
+    r = agent.generate("ship it")
+    said = messages_to_dict([HumanMessage("ship it to Moscow please")])
+    with contextlib.suppress(Exception):
+        agent.graph.invoke(Command(resume={"supersede": said, "auto_resume": True}),
+                           config(r.thread_id))
+    assert all(s is None for s in seen), (
+        f"an anonymous raw client answered a policy-guarded suspension: {seen}")
+
+
+def test_raw_supersede_with_auto_resume_by_a_refused_identity() -> None:
+    seen: list[Any] = []
+    agent = ship_agent(seen, approvers=cfo_only)
+    r = agent.generate("ship it")
+    said = messages_to_dict([HumanMessage("ship it to Moscow please")])
+    with contextlib.suppress(Exception):
+        agent.graph.invoke(Command(resume={"supersede": said, "auto_resume": True}),
+                           config(r.thread_id, "intern"))
+    assert all(s is None for s in seen), seen
+
+
+# ====================================================================== R3-5: async runs on the
+# in-memory default storage take the thread's lease ON the event loop (`inline_prepare`), and
+# `Ledger.lease` waits with time.sleep: a second run of the same thread freezes the loop
+
+
+async def test_legit_two_async_runs_of_one_thread_in_memory(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import time
+
+    from graphkit._ledger import Ledger, RunBusyError
+
+    # the real wait is 120 s; 3 s shows the same thing
+    monkeypatch.setitem(Ledger.lease.__wrapped__.__kwdefaults__, "wait", 3.0)
+
+    @create_tool
+    async def lookup(key: str) -> str:
+        """Look a value up (slowly)."""
+        await asyncio.sleep(0.3)
+        return f"value of {key}"
+
+    def reply(messages: list[Any]) -> Any:
+        if isinstance(messages[-1], HumanMessage):
+            return turn(call("lookup", {"key": "k"}, f"l{len(messages)}"))
+        return "done"
+
+    agent = Agent(name="a", tools=[lookup], model=ScriptedChatModel(reply))
+    first = await agent.agenerate("hi")
+    stalls: list[float] = []
+
+    async def heartbeat() -> None:
+        last = time.monotonic()
+        for _ in range(60):
+            await asyncio.sleep(0.05)
+            now = time.monotonic()
+            stalls.append(now - last - 0.05)
+            last = now
+
+    beat = asyncio.create_task(heartbeat())
+    results = await asyncio.gather(
+        agent.agenerate("one", thread_id=first.thread_id),
+        agent.agenerate("two", thread_id=first.thread_id), return_exceptions=True)
+    beat.cancel()
+    busy = [r for r in results if isinstance(r, RunBusyError)]
+    problems = []
+    if busy:
+        problems.append(f"a run of the same thread failed waiting for the lease: {busy}")
+    if stalls and max(stalls) > 1.0:
+        problems.append(f"the event loop froze for {max(stalls):.1f} s")
+    assert not problems, problems
+
+
+# ====================================================================== R3-6: arguments are
+# validated into the tool's model, dumped, and validated AGAIN when the tool runs
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    'open (review round 3; also before this session): an argument '
+    "with a pydantic alias is stored under its field name, and the tools node's validation then "
+    'refuses the approved call'))
+def test_legit_an_aliased_argument_runs(sqlite_url: str) -> None:
+    """`from` is a Python keyword, so schemas spell it `from_` with an alias (LangChain
+    tools do this). The model calls with `from`; graphkit's dump uses the field name."""
+    from pydantic import ConfigDict, Field
+
+    class Transfer(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        from_: str = Field(alias="from")
+        to: str
+
+    sent: list[Any] = []
+
+    def transfer(**kwargs: Any) -> str:
+        sent.append(kwargs)
+        return "sent"
+
+    tool = create_tool(transfer, name="transfer", description="Move money.",
+                       args_schema=Transfer, needs_approval=True)
+    agent = Agent(name="bank", tools=[tool], checkpointer=sqlite_url, model=ScriptedChatModel([
+        turn(call("transfer", {"from": "savings", "to": "checking"}, "t1")), "done"]))
+    r = agent.generate("move it")
+    problems = []
+    if r.finish_reason != "suspended":
+        problems.append(f"the call never reached a reviewer: {r.messages[-2:]}")
+    else:
+        out = agent.approve_tool_call_generate(run_id=r.run_id)
+        if not sent:
+            problems.append("the approved call failed: "
+                            f"{[m.content for m in out.messages if isinstance(m, ToolMessage)]}")
+    assert not problems, problems
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    'open (review round 3; also before this session): arguments are '
+    'validated at planning and again by tool.invoke, so a non-idempotent validator changes '
+    'what runs'))
+def test_the_arguments_approved_are_the_arguments_the_tool_gets(sqlite_url: str) -> None:
+    """A schema whose validator normalises (dollars -> cents). The reviewer is shown, and
+    approves, the validated `amount_cents=4000`; the tool's own parse runs the validator once
+    more on the approved arguments."""
+    from pydantic import field_validator
+
+    class Payment(BaseModel):
+        amount_cents: int
+
+        @field_validator("amount_cents")
+        @classmethod
+        def dollars_to_cents(cls, v: int) -> int:
+            return v * 100
+
+    got: list[int] = []
+
+    def wire(amount_cents: int) -> str:
+        got.append(amount_cents)
+        return f"wired {amount_cents} cents"
+
+    tool = create_tool(wire, name="wire", description="Wire money.", args_schema=Payment,
+                       needs_approval=True)
+    agent = Agent(name="bank", tools=[tool], checkpointer=sqlite_url, model=ScriptedChatModel([
+        turn(call("wire", {"amount_cents": 40}, "w1")), "done"]))
+    r = agent.generate("wire 40 dollars")
+    shown = r.pending_approvals[0].args
+    agent.approve_tool_call_generate(run_id=r.run_id)
+    assert got == [shown["amount_cents"]], (
+        f"the reviewer approved {shown}; the tool was called with amount_cents={got}")
+
+
+# ====================================================================== R3-7: grants
+
+
+def test_a_grant_claimed_by_a_refused_reviewer_approves_nothing_later(sqlite_url: str) -> None:
+    def reply(messages: list[Any]) -> Any:
+        if isinstance(messages[-1], ToolMessage):
+            return "done"
+        n = sum(isinstance(m, AIMessage) for m in messages)
+        return turn(call("pay", {**PAY, "amount": 40 + n}, f"c{n}"))
+
+    agent, ran = agent_with(reply, checkpointer=sqlite_url, approvers=cfo_only, name="billing")
+    first = agent.generate("pay")
+    Inbox(sqlite_url).approve(first.pending_approvals[0].id, decided_by="intern",
+                              remember="thread")
+    agent.resume(run_id=first.run_id)  # the gate withdraws the intern's decision
+    assert ran.ran == []
+    agent.decline_tool_call_generate(run_id=first.run_id, decided_by="cfo")
+    second = agent.generate("again", thread_id=first.thread_id)
+    assert ran.ran == [], f"the intern's grant approved a later payment: {ran.ran}"
+    assert second.finish_reason == "suspended"
+
+
+def small_payments_for_interns(decided_by: str | None, pending: Any) -> bool:
+    """The CFO decides any payment; an intern only payments up to 100."""
+    return decided_by == "cfo" or (decided_by == "intern" and pending.args["amount"] <= 100)
+
+
+def test_a_withdrawn_decision_leaves_its_grant_live(sqlite_url: str) -> None:
+    """The intern tries to approve a 500 payment "for the rest of the thread" through the
+    inbox (which cannot check the agent's policy). The gate withdraws the decision (500 is
+    over the intern's limit) and the CFO declines the payment, but the grant the refused
+    decision created stays live: every later payment up to 100 in the thread now runs with
+    nobody having approved anything."""
+    def reply(messages: list[Any]) -> Any:
+        if isinstance(messages[-1], ToolMessage):
+            return "done"
+        n = sum(isinstance(m, AIMessage) for m in messages)
+        return turn(call("pay", {**PAY, "amount": 500 if n == 0 else 40}, f"c{n}"))
+
+    agent, ran = agent_with(reply, checkpointer=sqlite_url, approvers=small_payments_for_interns,
+                            name="billing")
+    first = agent.generate("pay 500")
+    Inbox(sqlite_url).approve(first.pending_approvals[0].id, decided_by="intern",
+                              remember="thread")
+    agent.resume(run_id=first.run_id)  # withdrawn: pending again
+    agent.decline_tool_call_generate(run_id=first.run_id, decided_by="cfo")
+    assert ran.ran == []
+    second = agent.generate("pay 40", thread_id=first.thread_id)
+    live = [g for g in Inbox(sqlite_url).grants(first.thread_id) if not g["revoked"]]
+    assert not ran.ran and second.finish_reason == "suspended", (
+        f"a payment ran on the grant of a withdrawn decision: ran={ran.ran}, live={live}")
+
+
+# ====================================================================== R3-8: the inbox index's
+# `scope` and `id` are store data (client-writable on a LangGraph server); `_close_strays`
+# declines `item.value["id"]`, not the approval it looked up
+
+
+def test_a_forged_ai_turn_declines_a_pending_approval_without_a_user_message(
+        sqlite_url: str) -> None:
+    """The promise: a pending approval stays pending until decided, expired or superseded by a
+    new user message. A client writes a new model turn (no user message) via update_state."""
+    agent, _ran = agent_with(pay_then_done, checkpointer=sqlite_url, approvers=cfo_only,
+                            name="billing")
+    r = agent.generate("pay")
+    approval_id = r.pending_approvals[0].id
+    cfg = config(r.thread_id)
+    agent.graph.update_state(cfg, {"messages": [AIMessage("", id="forged-ai", tool_calls=[
+        call("lookup", {"key": "k"}, "x1")])]}, as_node="model")
+    with contextlib.suppress(Exception):
+        agent.graph.invoke(Command(goto="approval_gate"), cfg)
+    assert status(agent, approval_id) == "pending", (
+        f"declined by a client's AI turn: {agent._storage.ledger.approval(approval_id)}")
+
+
+def test_a_rewritten_index_entry_lets_a_new_turn_decline_a_subagents_approval(
+        sqlite_url: str) -> None:
+    """The supervisor's thread waits on ops's purge (agent path boss/ops). A client makes the
+    supervisor plan a turn with a gated call of its own (pending, path boss), rewrites that
+    entry of the inbox index to carry ops's approval id, and writes one more model turn: the
+    supervisor's gate closes the 'stray' - by the id in the store value."""
+    from graphkit._journal import APPROVALS
+
+    purged: list[int] = []
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        return "paid"
+
+    boss = Agent(name="boss", checkpointer=sqlite_url, tools=[pay],
+                 agents={"ops": ops_agent(purged)},
+                 model=ScriptedChatModel(lambda m: "ok" if isinstance(m[-1], ToolMessage)
+                                         else turn(call("ops", {"task": "purge"}, "d1"))))
+    r = boss.generate("go")
+    (ops_pending,) = Inbox(sqlite_url).pending()
+    assert ops_pending.agent_path == ["boss", "ops"]
+    cfg = config(r.thread_id)
+    store = boss._storage.store
+    # 1. a supervisor turn with a pending call of its own
+    boss.graph.update_state(cfg, {"messages": [AIMessage("", id="forged-1", tool_calls=[
+        call("pay", {"amount": 1}, "y1")])]}, as_node="model")
+    with contextlib.suppress(Exception):
+        boss.graph.invoke(Command(goto="approval_gate"), cfg)
+    mine = [i for i in store.search(APPROVALS, limit=1000)
+            if i.value.get("agent_path") == ["boss"] and i.value.get("state") == "waiting"]
+    if not mine:
+        pytest.skip("the supervisor's forged turn planned nothing")
+    item = mine[0]
+    store.put(APPROVALS, item.key, {**item.value, "id": ops_pending.id}, index=False)
+    # 2. one more model turn
+    boss.graph.update_state(cfg, {"messages": [AIMessage("", id="forged-2", tool_calls=[
+        call("pay", {"amount": 2}, "y2")])]}, as_node="model")
+    with contextlib.suppress(Exception):
+        boss.graph.invoke(Command(goto="approval_gate"), cfg)
+    assert status(boss, ops_pending.id) == "pending", (
+        f"ops's approval was declined: {boss._storage.ledger.approval(ops_pending.id)}")
+
+
+# ====================================================================== R3-9: a run stopped by
+# on_state_change after the gate applied an approval, continued by a new user message
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    'open (review round 3; also before this session): a run stopped '
+    'by on_state_change after the gate applied an approval drops that call when a new '
+    'message arrives'))
+def test_legit_an_approved_call_survives_a_stop_and_a_new_message(sqlite_url: str) -> None:
+    """The CFO approves; the run is resumed with an `on_state_change` hook that stops it right
+    after the gate (the approved payment is the next task). The user then sends a message. The
+    approved payment must run once (or the model be told it did not): here it is dropped, and
+    the model is called with a tool call that has no result (OpenAI and Anthropic refuse such a
+    conversation with a 400)."""
+    def reply(messages: list[Any]) -> Any:
+        if not any(isinstance(m, AIMessage) for m in messages):
+            return turn(call("pay", PAY, "c1"))
+        return "done"
+
+    agent, ran = agent_with(reply, checkpointer=sqlite_url, approvers=cfo_only, name="billing")
+    r = agent.generate("pay")
+    agent.resolve_tool_approval(run_id=r.run_id, id=r.pending_approvals[0].id, approved=True,
+                                decided_by="cfo")
+    stopped = agent.resume(run_id=r.run_id,
+                           on_state_change=lambda s: s.node == "approval_gate")
+    assert ran.ran == [] and stopped.finish_reason != "suspended"
+    after = agent.generate("also, what's the weather?", thread_id=r.thread_id)
+    answered = {m.tool_call_id for m in after.messages if isinstance(m, ToolMessage)}
+    dangling = [c["id"] for m in after.messages if isinstance(m, AIMessage)
+                for c in m.tool_calls if c["id"] not in answered]
+    assert ran.ran == [("pay", PAY)] or not dangling, (
+        f"approved payment dropped (ran={ran.ran}); tool calls left without a result: "
+        f"{dangling}")
+
+
+# ====================================================================== R3-10: a ledger that
+# forgot (in memory, beside a checkpointer that did not) re-registers a paused approval from
+# the paused state (`ensure`): a call that already ran is asked, and run, again
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    'open (review round 3; also before this session): a checkpointer '
+    'instance with the default in-memory ledger loses the execution record on restart, and '
+    'time travel to an old checkpoint runs the call again (a SQLite or PostgreSQL URL keeps '
+    'the ledger)'))
+def test_a_call_that_ran_runs_again_after_a_restart_via_an_old_checkpoint() -> None:
+    """A checkpointer instance keeps its checkpoints; graphkit's ledger beside it lives in the
+    process (as under `langgraph dev` without GRAPHKIT_DB). After a restart, a client resumes
+    the paused checkpoint of a payment that already ran (Studio's time travel)."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    saver = InMemorySaver()
+    agent, ran = agent_with(pay_then_done, checkpointer=saver, approvers=cfo_only,
+                            name="billing")
+    r = agent.generate("pay")
+    paused = agent.graph.get_state(config(r.thread_id)).config
+    agent.approve_tool_call_generate(run_id=r.run_id, decided_by="cfo")
+    assert ran.ran == [("pay", PAY)]
+    # same process, same ledger: replaying the old pause never runs it twice (control)
+    with contextlib.suppress(Exception):
+        agent.graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}),
+                           {"configurable": {**paused["configurable"],
+                                             "langgraph_auth_user": {"identity": "cfo"}}})
+    assert ran.ran == [("pay", PAY)], f"ran twice without a restart: {ran.ran}"
+    # the process restarts: the same checkpoints, a fresh ledger
+    restarted, _ = agent_with(pay_then_done, ran, checkpointer=saver, approvers=cfo_only,
+                              name="billing")
+    with contextlib.suppress(Exception):
+        restarted.graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}),
+                               {"configurable": {**paused["configurable"],
+                                                 "langgraph_auth_user": {"identity": "cfo"}}})
+    assert ran.ran == [("pay", PAY)], f"the payment ran again: {ran.ran}"
+
+
+# ====================================================================== R3-11: the reviewed
+# `args_digest` is compared with the record's `args_digest` FIELD, never with the digest of the
+# record's `args`; both are client-writable state, and the run digest comes from the `args`
+
+BIG = {**PAY, "amount": 40_000}
+
+
+def rewrite_args_keep_digest(agent: Agent, thread: str) -> None:
+    """A client rewrites the waiting record's and the call's arguments, leaving the record's
+    `args_digest` as it was, and lets the gate pause on it again."""
+    plan = plan_of(agent, thread)
+    pay_call(plan)["args"] = dict(BIG)
+    pay_call(plan)["approval"]["args"] = dict(BIG)
+    agent.graph.update_state(config(thread), {"turn": plan, "reports": {"none": {}}},
+                             as_node="approval_gate")
+    agent.graph.invoke(Command(goto="approval_gate"), config(thread))
+
+
+@pytest.mark.parametrize("door", ["api", "raw", "inbox"])
+def test_a_pinned_args_digest_does_not_pin_the_arguments(sqlite_url: str, door: str) -> None:
+    """The CFO reviews the payment of 40 (digest D) and approves *only if the call still has the
+    arguments reviewed* (args_digest=D). Meanwhile a client rewrote the arguments to 40 000."""
+    agent, ran = agent_with(pay_then_done, checkpointer=sqlite_url, approvers=cfo_only,
+                            name="billing")
+    r = agent.generate("pay")
+    (reviewed,) = Inbox(sqlite_url).pending()
+    assert reviewed.args == PAY
+    rewrite_args_keep_digest(agent, r.thread_id)
+    with contextlib.suppress(Exception):
+        if door == "api":
+            agent.approve_tool_call_generate(run_id=r.run_id, decided_by="cfo",
+                                             args_digest=reviewed.args_digest)
+        elif door == "raw":
+            agent.graph.invoke(Command(resume={"decisions": [
+                {"type": "approve", "args_digest": reviewed.args_digest}]}),
+                config(r.thread_id, "cfo"))
+        else:
+            Inbox(sqlite_url).approve(reviewed.id, decided_by="cfo",
+                                      args_digest=reviewed.args_digest)
+            agent.resume(run_id=r.run_id)
+    assert ("pay", BIG) not in ran.ran, (
+        f"the CFO approved digest {reviewed.args_digest} (amount 40); what ran: {ran.ran}")
+
+
+# ====================================================================== R3-12: a subagent's
+# approval decided by a raw resume mapped to its interrupt id
+
+
+def test_raw_resume_of_a_subagents_interrupt_by_someone_only_the_supervisor_admits(
+        sqlite_url: str) -> None:
+    purged: list[int] = []
+    ops = ops_agent(purged, approvers=lambda who, p: who == "dba")
+    boss = Agent(name="boss", checkpointer=sqlite_url, agents={"ops": ops},
+                 approvers=lambda who, p: who in ("dba", "boss"),
+                 model=ScriptedChatModel(lambda m: "ok" if isinstance(m[-1], ToolMessage)
+                                         else turn(call("ops", {"task": "purge"}, "d1"))))
+    r = boss.generate("go")
+    cfg = config(r.thread_id, "boss")
+    (intr,) = boss.graph.get_state(config(r.thread_id), subgraphs=True).interrupts
+    with contextlib.suppress(Exception):
+        boss.graph.invoke(Command(resume={intr.id: {"decisions": [
+            {"type": "approve", "tool_call_id": "p7"}]}}), cfg)
+    with contextlib.suppress(Exception):  # and naming the approval by id, unmapped
+        boss.graph.invoke(Command(resume={"decisions": [
+            {"type": "approve", "id": r.pending_approvals[0].id}]}), cfg)
+    assert purged == [], purged
+    boss.graph.invoke(Command(resume={intr.id: {"decisions": [
+        {"type": "approve", "tool_call_id": "p7"}]}}), config(r.thread_id, "dba"))
+    assert purged == [7]
+
+
+# ====================================================================== R3-13: async runs on the
+# in-memory default storage (ledger work and the gate on the event loop)
+
+
+async def test_async_in_memory_concurrent_decisions_run_each_call_once() -> None:
+    import asyncio
+
+    agent, ran = agent_with(pay_then_done, name="billing")  # memory: Planner.inline
+    assert agent._storage.ledger.in_memory and agent.builder is not None
+    runs = [await agent.agenerate("pay") for _ in range(4)]
+    results = await asyncio.gather(*(
+        agent.aapprove_tool_call(run_id=r.run_id, decided_by="cfo").result()
+        for r in runs for _ in range(2)), return_exceptions=True)
+    errors = [type(e).__name__ for e in results if isinstance(e, BaseException)]
+    assert ran.ran == [("pay", PAY)] * 4, (ran.ran, errors)
+    assert set(errors) <= {"ApprovalAlreadyResolvedError", "ApprovalNotFoundError"}, errors
+    # and the client-side attacks meet the same checks on this path
+    r = await agent.agenerate("pay")
+    plan = plan_of(agent, r.thread_id)
+    cfg = config(r.thread_id)
+    await agent.graph.aupdate_state(cfg, {"reports": {}}, as_node="approval_gate")
+    with contextlib.suppress(Exception):
+        await agent.graph.ainvoke(Command(goto=[Send("tools", task(pay_call(plan),
+                                                                   ["billing"]))]), cfg)
+    assert ran.ran == [("pay", PAY)] * 4
