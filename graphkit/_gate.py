@@ -62,7 +62,7 @@ from graphkit.errors import (
 from graphkit.tools import GraphkitTool
 from graphkit.types import ApprovalRecord, args_digest
 
-__all__ = ["GateContext", "Planner", "make_gate_node"]
+__all__ = ["GateContext", "Planner", "dispatch_now", "make_gate_node"]
 
 GateTarget = Literal["model", "tools", "approval_gate"]
 
@@ -623,6 +623,24 @@ def _task(call: CallPlan, agent_path: list[str], options: RunOptions, then: str)
             then=then,
         ),
     )
+
+
+def dispatch_now(plan: TurnPlan, answered: set[str], path: list[str], state: AgentState,
+                 tools: Mapping[str, BaseTool]) -> list[Send] | None:
+    """The Sends for a just-planned turn whose calls may all run now (none waits on a human,
+    none is answered already), sparing it a pass of the gate and a checkpoint; None when the
+    gate has something to do. The tools node checks every call against the ledger either
+    way."""
+    if waiting_records(plan, answered) or any(
+            c["answer"] is not None for c in plan["calls"] if c["tool_call_id"] not in answered):
+        return None
+    ready = _ready(plan, answered)
+    if not ready:
+        return None
+    parallel = [c for c in ready if not c["sequential"]]
+    batch = parallel or ready[:1]
+    options: RunOptions = state.get("options") or {}
+    return [_task(c, path, options, _then(plan, answered, batch, tools)) for c in batch]
 
 
 def _route(

@@ -74,7 +74,7 @@ def build_graph(
     builder.add_node(
         "model",
         _node(call_model, acall_model, "model"),
-        destinations=("approval_gate", "__end__"),
+        destinations=("approval_gate", "tools", *subagents, "__end__"),
     )
     builder.add_node(
         "approval_gate",

@@ -35,7 +35,7 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
 from graphkit._context import PATH_KEY, thread_id_of
-from graphkit._gate import GateContext, Planner
+from graphkit._gate import GateContext, Planner, dispatch_now
 from graphkit._ledger import DONE, ApprovalRow, CallRow, Ledger
 from graphkit._limits import check_value
 from graphkit._offload import offload
@@ -215,9 +215,11 @@ def make_model_node(
             return Command(update=update, goto="__end__")
         ctx = planner.context(state, config)
         plan, errors = planner.plan(response, state, ctx)
-        ctx.journal.sync(None, plan, {m.tool_call_id for m in errors})
+        answered = {m.tool_call_id for m in errors}
+        ctx.journal.sync(None, plan, answered)
+        sends = dispatch_now(plan, answered, ctx.path, state, planner.tools)
         return Command(update={"messages": [*fixes, _storable(response), *errors],
-                               "turn": plan}, goto="approval_gate")
+                               "turn": plan}, goto=sends or "approval_gate")
 
     def call_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:
         messages, exhausted, fixes = route(state, config)

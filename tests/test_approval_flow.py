@@ -167,3 +167,33 @@ def test_max_steps_stops_a_looping_model() -> None:
     result = agent.generate("go", max_steps=3)
     assert result.finish_reason == "max_steps"
     assert len(ledger.ran) == 3
+
+
+def test_a_turn_whose_calls_all_may_run_goes_straight_to_the_tools() -> None:
+    """No call waits on a human: the model's node sends the calls itself (one superstep and
+    one checkpoint fewer); the tools node still checks each against the ledger. A turn with
+    a gated call passes through the approval gate."""
+    from graphkit import Agent, create_tool
+    from graphkit.testing import ScriptedChatModel
+
+    @create_tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return key.upper()
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        return f"paid {amount}"
+
+    agent = Agent(name="a", tools=[lookup, pay], model=ScriptedChatModel([
+        turn(call("lookup", {"key": "a"}, "l1"), call("lookup", {"key": "b"}, "l2")), "found",
+        turn(call("pay", {"amount": 5}, "p1")), "paid"]))
+    config: dict[str, dict[str, str]] = {"configurable": {"thread_id": "t"}}
+
+    def nodes(payload: dict[str, object]) -> list[str]:
+        return [next(iter(update)) for update in agent.graph.stream(
+            payload, config, stream_mode="updates")]
+
+    assert nodes({"messages": [("user", "look")]}) == ["model", "tools", "tools", "model"]
+    assert nodes({"messages": [("user", "pay")]}) == ["model", "__interrupt__"]  # the gate
