@@ -1,5 +1,6 @@
-"""Builds an agent's LangGraph graph: `model` -> `approval_gate` -> `tools` -> `approval_gate`,
-plus one node per subagent that the gate sends delegations to."""
+"""Builds an agent's LangGraph graph: `model` -> `approval_gate` -> `tools` -> `approval_gate`
+(or `model` -> `tools` when no call of the turn waits on a human), plus one node per subagent
+that delegations are sent to."""
 
 from __future__ import annotations
 
