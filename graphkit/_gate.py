@@ -536,7 +536,8 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
             changed = True
         answered = answered_ids(messages, plan["ai_message_id"]) | {
             m.tool_call_id for m in new_messages if isinstance(m, ToolMessage)}
-        if not changed and _forged_answers(plan, answered, ctx):
+        if previous is not None and previous["ai_message_id"] == ai.id and _forged_answers(
+                plan, answered, ctx):  # the plan came from the state: a client can write it
             changed = True
         step = _Pass(planner, ctx, plan, config, extract)
         if not changed and not _ready(plan, answered) and _undecided(plan, answered):

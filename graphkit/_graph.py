@@ -90,7 +90,7 @@ def build_graph(
     )
     builder.add_edge(START, "model")
     for key, (subgraph, _) in subagents.items():
-        delegate, adelegate = make_delegate_nodes(key, subgraph, ledger)
+        delegate, adelegate = make_delegate_nodes(key, subgraph, ledger, planner.path_of)
         builder.add_node(key, _node(delegate, adelegate, key), input_schema=ToolTask,
                          destinations=("approval_gate", "model"))
     return builder

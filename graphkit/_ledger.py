@@ -844,6 +844,20 @@ class Ledger:
                     "WHERE call_key = ? AND thread_id = ? AND executed IS NULL",
                     (DONE, _dumps(dict(outcome)), key, thread_id))
 
+    def settle_call(self, call_key: str, outcome: Mapping[str, Any], *, thread_id: str,
+                    agent_path: Sequence[str], tool_name: str, args_digest: str) -> bool:
+        """Record the answer of one call, only if the ledger planned exactly that call (this
+        thread, agent, tool and arguments) and it has none yet: a delegation's answer cannot
+        stand for another call whose key a client named."""
+        return self._sql.execute(
+            "UPDATE graphkit_calls SET executed = ?, outcome = ? WHERE call_key = ? "
+            "AND thread_id = ? AND agent_path = ? AND tool_name = ? AND executed IS NULL "
+            "AND ((approval_id IS NULL AND args_digest = ?) OR EXISTS (SELECT 1 FROM "
+            "graphkit_cleared cl WHERE cl.approval_id = graphkit_calls.approval_id "
+            "AND cl.run_digest = ?))",
+            (DONE, _dumps(dict(outcome)), call_key, thread_id, _path(agent_path), tool_name,
+             args_digest, args_digest)) == 1
+
     def resume_values(self, call_key: str, thread_id: str) -> list[Any]:
         """Resume data a gate cleared for a suspended call of this thread, oldest first."""
         rows = self._sql.query(

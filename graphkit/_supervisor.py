@@ -10,7 +10,7 @@ resumes it from where it paused when the decision comes back down.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -23,6 +23,7 @@ from graphkit._context import PATH_KEY, thread_id_of
 from graphkit._ledger import Ledger
 from graphkit._state import ToolTask
 from graphkit.tools import DelegationTool
+from graphkit.types import args_digest
 
 __all__ = ["DelegationTool", "delegation_tool", "make_delegate_nodes"]
 
@@ -55,7 +56,8 @@ def _final_text(messages: Sequence[BaseMessage], name: str) -> str:
 
 
 def make_delegate_nodes(
-    key: str, subgraph: CompiledStateGraph[Any, Any, Any, Any], ledger: Ledger
+    key: str, subgraph: CompiledStateGraph[Any, Any, Any, Any], ledger: Ledger,
+    path_of: Callable[[RunnableConfig], list[str]],
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """The node (sync and async) that runs one delegation to `subgraph` and returns its answer.
 
@@ -80,9 +82,13 @@ def make_delegate_nodes(
     def answer(task: ToolTask, output: dict[str, Any], config: RunnableConfig) -> Command[Any]:
         text = _final_text(output.get("messages") or [], key)
         message = ToolMessage(text, tool_call_id=task["tool_call_id"], name=key)
-        if isinstance(task.get("key"), str):
-            ledger.settle({task["key"]: {"content": message.content, "status": message.status}},
-                          thread_id=thread_id_of(config))
+        args = task.get("args")
+        if isinstance(task.get("key"), str) and isinstance(args, Mapping):
+            # Only the delegation call planned under this key takes the answer as its outcome.
+            ledger.settle_call(task["key"], {"content": message.content,
+                                             "status": message.status},
+                               thread_id=thread_id_of(config), agent_path=path_of(config),
+                               tool_name=key, args_digest=args_digest(args))
         return Command(update={"messages": [message]},
                        goto="model" if task.get("then") == "model" else "approval_gate")
 
