@@ -19,36 +19,8 @@ from langgraph.types import Command, Send
 from graphkit import Agent, Inbox, ToolContext, create_tool
 from graphkit.cli import main
 from graphkit.testing import ScriptedChatModel
+from tests.forgery import PAY, cfo_only, config, pay_call, pay_then_done, plan_of, task
 from tests.helpers import agent_with, call, turn
-
-PAY = {"amount": 40, "payee": {"name": "ACME"}}
-
-
-def pay_then_done(messages: list[Any]) -> Any:
-    if not any(isinstance(m, AIMessage) for m in messages):
-        return turn(call("pay", PAY, "c1"))
-    return "done"
-
-
-def config(thread_id: str, identity: str | None = None) -> dict[str, Any]:
-    configurable: dict[str, Any] = {"thread_id": thread_id}
-    if identity is not None:
-        configurable["langgraph_auth_user"] = {"identity": identity}
-    return {"configurable": configurable}
-
-
-def plan_of(agent: Agent, thread_id: str) -> dict[str, Any]:
-    return copy.deepcopy(agent.graph.get_state(config(thread_id)).values["turn"])
-
-
-def pay_call(plan: dict[str, Any]) -> dict[str, Any]:
-    return next(c for c in plan["calls"] if c["tool_name"] == "pay")
-
-
-def task(plan_call: dict[str, Any], agent_path: Any, **changes: Any) -> dict[str, Any]:
-    return {"tool_call_id": plan_call["tool_call_id"], "tool_name": plan_call["tool_name"],
-            "key": plan_call["key"], "args": plan_call["args"], "metadata": {},
-            "agent_path": agent_path, "options": {}, "then": "model", **changes}
 
 
 def forge_alone(agent: Agent, thread_id: str, *forged: dict[str, Any]) -> None:
@@ -246,8 +218,6 @@ def checkout_agent(seen: list[Any], url: str, **kwargs: Any) -> Agent:
                  checkpointer=url, **kwargs)
 
 
-def cfo_only(decided_by: str | None, pending: Any) -> bool:
-    return decided_by == "cfo"
 
 
 def test_a_suspension_answered_by_a_refused_reviewer_never_reaches_the_tool(
