@@ -108,10 +108,13 @@ def validate_args(tool: BaseTool, args: Mapping[str, Any]) -> dict[str, Any]:
             f"{exc.errors(include_url=False, include_context=False)}"
         )
         raise InvalidApprovedArgsError(msg) from exc
-    dumped: dict[str, Any] = parsed.model_dump(mode="json")
+    # By alias: the names the model (and the tool's own validation) use, not Python's
+    # (`from_` is `from`).
+    dumped: dict[str, Any] = parsed.model_dump(mode="json", by_alias=True)
     storable(dumped, f"arguments for tool {tool.name!r}", InvalidApprovedArgsError)
     # Keep only what was given or has a default, without the injected context.
-    return {k: v for k, v in dumped.items() if k in schema.model_fields}
+    names = {field.alias or name for name, field in schema.model_fields.items()}
+    return {k: v for k, v in dumped.items() if k in names}
 
 
 def _prompt(tool: BaseTool, args: dict[str, Any]) -> str:

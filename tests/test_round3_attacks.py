@@ -325,10 +325,6 @@ async def test_legit_two_async_runs_of_one_thread_in_memory(
 # validated into the tool's model, dumped, and validated AGAIN when the tool runs
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'open (review round 3; also before this session): an argument '
-    "with a pydantic alias is stored under its field name, and the tools node's validation then "
-    'refuses the approved call'))
 def test_legit_an_aliased_argument_runs(sqlite_url: str) -> None:
     """`from` is a Python keyword, so schemas spell it `from_` with an alias (LangChain
     tools do this). The model calls with `from`; graphkit's dump uses the field name."""
