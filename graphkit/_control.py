@@ -14,14 +14,25 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
-from langchain_core.messages import BaseMessage, messages_to_dict
+from langchain_core.messages import BaseMessage, ToolMessage, messages_to_dict
 from langchain_core.tools import BaseTool
 from langgraph.types import Command, StateSnapshot
 
+from graphkit._approvals import answered_ids
 from graphkit._events import pending_from_interrupts
+from graphkit._gate import SUPERSEDED
 from graphkit._journal import APPROVALS, SCAN_LIMIT
 from graphkit._ledger import ApprovalRow, Ledger
-from graphkit._review import Choice, Remember, expire, refuse, resolved_message, shown, take
+from graphkit._review import (
+    Choice,
+    Remember,
+    expire,
+    refuse,
+    resolved_message,
+    shown,
+    supersede,
+    take,
+)
 from graphkit._settings import Approvers
 from graphkit._state import RunOptions
 from graphkit.errors import (
@@ -207,13 +218,40 @@ def continue_command(snapshot: StateSnapshot, req: Request) -> Any:
     return apply_command(snapshot)  # None: continue a run stopped by on_state_change
 
 
+def _abandoned(snapshot: StateSnapshot, req: Request) -> list[ToolMessage]:
+    """A run stopped mid-turn (`on_state_change`, a crash) with calls of the model's last turn
+    unanswered: a new message supersedes them. They are declined and recorded as not run,
+    and the model is told so, right after its turn (providers refuse a tool call left
+    without a result)."""
+    plan = snapshot.values.get("turn")
+    if not plan:
+        return []
+    answered = answered_ids(list(snapshot.values.get("messages") or []), plan["ai_message_id"])
+    answers: list[ToolMessage] = []
+    for call in plan["calls"]:
+        if call["tool_call_id"] in answered:
+            continue
+        text = SUPERSEDED.format(name=call["tool_name"])
+        for record in (call["approval"], call["suspension"]):
+            if record is not None and record.get("status") != "rejected":
+                supersede(req.ledger, record, comment="superseded by a new user message",
+                          thread_id=req.thread_id, run_id=req.run_id)
+        req.ledger.settle({call["key"]: {"content": text, "status": "error"}},
+                          thread_id=req.thread_id)
+        answers.append(ToolMessage(text, tool_call_id=call["tool_call_id"],
+                                   name=call["tool_name"], status="error"))
+    return answers
+
+
 def start_payload(snapshot: StateSnapshot, messages: list[BaseMessage],
-                  options: RunOptions) -> Any:
+                  options: RunOptions, req: Request | None = None) -> Any:
     """The graph input for a new user message, superseding whatever waits."""
     found = pending_from_interrupts(snapshot.interrupts)
     if not messages and not snapshot.values:
         msg = "nothing to run: pass a message to start a new thread"
         raise GraphkitError(msg)
+    if not found and messages and req is not None:
+        messages = [*_abandoned(snapshot, req), *messages]
     if not (found and messages):
         return {"messages": messages, "options": options} if messages else None
     # A message never approves anything, whatever it says: what waits is declined as

@@ -449,7 +449,7 @@ class Agent:
             self._remember(run_id, thread_id)
 
         def build(snapshot: StateSnapshot, req: Request) -> Any:
-            return start_payload(snapshot, messages, options)
+            return start_payload(snapshot, messages, options, req)
 
 
         return run_id, thread_id, config, build, fresh

@@ -310,7 +310,9 @@ def test_entries_of_a_turn_that_never_reached_a_checkpoint_are_closed(sqlite_url
     assert again.finish_reason == "suspended"
     (asked,) = again.pending_approvals
     assert [p.id for p in Inbox(sqlite_url).pending()] == [asked.id] != [lost.id]
-    assert Inbox(sqlite_url).get(lost.id).status == "pending"  # closed, nobody decided it
+    # the user's new message superseded the call of the turn that was cut short
+    assert Inbox(sqlite_url).get(lost.id).status == "rejected"
+    assert [e["event"] for e in Inbox(sqlite_url).audit(id=lost.id)][-1] == "superseded"
     with pytest.raises(ApprovalAlreadyResolvedError):
         Inbox(sqlite_url).approve(lost.id, decided_by="cfo")  # no run waits on it
     assert ledger.ran == []

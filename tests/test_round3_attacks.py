@@ -515,16 +515,11 @@ def test_a_rewritten_index_entry_lets_a_new_turn_decline_a_subagents_approval(
 # on_state_change after the gate applied an approval, continued by a new user message
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'open (review round 3; also before this session): a run stopped '
-    'by on_state_change after the gate applied an approval drops that call when a new '
-    'message arrives'))
 def test_legit_an_approved_call_survives_a_stop_and_a_new_message(sqlite_url: str) -> None:
     """The CFO approves; the run is resumed with an `on_state_change` hook that stops it right
     after the gate (the approved payment is the next task). The user then sends a message. The
-    approved payment must run once (or the model be told it did not): here it is dropped, and
-    the model is called with a tool call that has no result (OpenAI and Anthropic refuse such a
-    conversation with a 400)."""
+    approved payment must run once or the model be told it did not; never a tool call left
+    without a result (OpenAI and Anthropic refuse such a conversation with a 400)."""
     def reply(messages: list[Any]) -> Any:
         if not any(isinstance(m, AIMessage) for m in messages):
             return turn(call("pay", PAY, "c1"))
@@ -544,6 +539,14 @@ def test_legit_an_approved_call_survives_a_stop_and_a_new_message(sqlite_url: st
     assert ran.ran == [("pay", PAY)] or not dangling, (
         f"approved payment dropped (ran={ran.ran}); tool calls left without a result: "
         f"{dangling}")
+    # graphkit's answer: the new message supersedes the stopped turn; the model is told, right
+    # after its turn, that the payment was not run, and the approval is closed
+    (told,) = [m for m in after.messages if isinstance(m, ToolMessage) and m.tool_call_id == "c1"]
+    assert ran.ran == [] and "superseded by a new user message" in told.text
+    position = {id(m): i for i, m in enumerate(after.messages)}
+    asked = next(m for m in after.messages if isinstance(m, AIMessage) and m.tool_calls)
+    assert position[id(told)] == position[id(asked)] + 1
+    assert agent.pending_approvals(run_id=after.run_id) == []
 
 
 # ====================================================================== R3-10: a ledger that
