@@ -636,8 +636,12 @@ def dispatch_now(plan: TurnPlan, answered: set[str], path: list[str], state: Age
             c["answer"] is not None for c in plan["calls"] if c["tool_call_id"] not in answered):
         return None
     ready = _ready(plan, answered)
-    if not ready:
-        return None
+    return _sends(plan, answered, ready, path, state, tools) if ready else None
+
+
+def _sends(plan: TurnPlan, answered: set[str], ready: list[CallPlan], path: list[str],
+           state: AgentState, tools: Mapping[str, BaseTool]) -> list[Send]:
+    """One batch of ready calls: all that may run in parallel, else the first in order."""
     parallel = [c for c in ready if not c["sequential"]]
     batch = parallel or ready[:1]
     options: RunOptions = state.get("options") or {}
@@ -661,11 +665,8 @@ def _route(
     answered = answered | {m.tool_call_id for m in answers}
     ready = _ready(plan, answered)
     goto: GateTarget | list[Send]
-    options: RunOptions = state.get("options") or {}
     if ready:
-        parallel = [c for c in ready if not c["sequential"]]
-        batch = parallel or ready[:1]
-        goto = [_task(c, ctx.path, options, _then(plan, answered, batch, tools)) for c in batch]
+        goto = _sends(plan, answered, ready, ctx.path, state, tools)
     elif waiting_records(plan, answered):
         goto = "approval_gate"  # persist the plan, then pause on the next pass
     else:

@@ -146,6 +146,21 @@ _SCHEMA = (
 )
 
 
+_ADMITTED = (
+    "thread_id = ? AND agent_path = ? AND tool_name = ? AND ((approval_id IS NULL AND "
+    "args_digest = ?) OR EXISTS (SELECT 1 FROM graphkit_approvals a JOIN graphkit_cleared cl "
+    "ON cl.approval_id = a.approval_id WHERE a.approval_id = graphkit_calls.approval_id "
+    "AND a.status = 'approved' AND cl.run_digest = ?))")
+"""A `graphkit_calls` row planned for this thread, agent and tool that may run with the
+arguments of this digest: it needs no approval and was planned with them, or a gate verified
+its approval for them. Parameters: thread id, agent path, tool name, digest, digest."""
+
+PAGE_SIZE = 8192
+"""Bytes per page of a SQLite file graphkit creates: a checkpoint row of about 2.5 KB left 40%
+of each 4 KiB page empty (about 8% of the file), and 16 KiB pages cost one page per table and
+index."""
+
+
 class RunBusyError(TimeoutError):
     """Another process kept advancing this thread for longer than we were willing to wait."""
 
@@ -197,7 +212,7 @@ class _Sqlite:
         self.conn = sqlite3.connect(path, check_same_thread=False, timeout=30.0,
                                     isolation_level=None)
         if path != ":memory:":
-            self.conn.execute("PRAGMA page_size=8192")  # as graphkit._storage (a new file)
+            self.conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file only
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")
         self.path = path
@@ -768,21 +783,16 @@ class Ledger:
                        ) -> dict[str, Any] | None:
         """Claim a call's first execution in one statement, when the ledger admits it as is:
         planned in this thread, agent and tool, for exactly these arguments, and approved
-        for them if it needs approval. False sends the caller to the step-by-step path
-        (`admission`, `start`), which says why not, or takes over a dead holder's claim.
-        An approval admits only once a gate verified it (`clear`), whoever claimed it.
-        Returns the call's `ctx.once` results when it is claimed, else None."""
+        for them if it needs approval (an approval admits only once a gate verified it,
+        `clear`, whoever claimed it). Returns the call's `ctx.once` results when it is
+        claimed; None sends the caller to the step-by-step path (`admission`, `start`),
+        which says why not, or takes over a dead holder's claim."""
         now = self._sql.now
         rows = self._sql.query(
-                f"UPDATE graphkit_calls SET executed = ?, claim_expires = {now} + ? "
-                "WHERE call_key = ? AND executed IS NULL AND thread_id = ? AND agent_path = ? "
-                "AND tool_name = ? AND ((approval_id IS NULL AND args_digest = ?) OR EXISTS ("
-                "SELECT 1 FROM graphkit_approvals a JOIN graphkit_cleared cl "
-                "ON cl.approval_id = a.approval_id WHERE a.approval_id = "
-                "graphkit_calls.approval_id AND a.status = 'approved' "
-                "AND cl.run_digest = ?)) RETURNING once_results",
-                (owner, LEASE_SECONDS, call_key, thread_id, _path(agent_path), tool_name,
-                 args_digest, args_digest))
+            f"UPDATE graphkit_calls SET executed = ?, claim_expires = {now} + ? "
+            f"WHERE call_key = ? AND executed IS NULL AND {_ADMITTED} RETURNING once_results",
+            (owner, LEASE_SECONDS, call_key, thread_id, _path(agent_path), tool_name,
+             args_digest, args_digest))
         if len(rows) != 1:
             return None
         _KEEPER.hold(self, ("call", call_key), owner)
@@ -851,10 +861,7 @@ class Ledger:
         stand for another call whose key a client named."""
         return self._sql.execute(
             "UPDATE graphkit_calls SET executed = ?, outcome = ? WHERE call_key = ? "
-            "AND thread_id = ? AND agent_path = ? AND tool_name = ? AND executed IS NULL "
-            "AND ((approval_id IS NULL AND args_digest = ?) OR EXISTS (SELECT 1 FROM "
-            "graphkit_cleared cl WHERE cl.approval_id = graphkit_calls.approval_id "
-            "AND cl.run_digest = ?))",
+            f"AND executed IS NULL AND {_ADMITTED}",
             (DONE, _dumps(dict(outcome)), call_key, thread_id, _path(agent_path), tool_name,
              args_digest, args_digest)) == 1
 
@@ -938,8 +945,8 @@ class Ledger:
     def _renew(self, thread_id: str, owner: str) -> None:
         """Extend a lease this owner still holds; never bring back one it released."""
         self._sql.execute_apart("UPDATE graphkit_leases SET expires_at = ? "
-                          "WHERE thread_id = ? AND owner = ?",
-                          (time.time() + LEASE_SECONDS, thread_id, owner))
+                                "WHERE thread_id = ? AND owner = ?",
+                                (time.time() + LEASE_SECONDS, thread_id, owner))
 
     def _release(self, thread_id: str, owner: str) -> None:
         self._sql.execute("DELETE FROM graphkit_leases WHERE thread_id = ? AND owner = ?",

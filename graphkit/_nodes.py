@@ -292,12 +292,13 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
     name = str(task.get("tool_name"))
     key = task.get("key")
     owner = new_owner()
+    thread_id = thread_id_of(config)
     once = ledger.start_admitted(
-        str(key), owner, thread_id=thread_id_of(config), agent_path=task["agent_path"],
+        str(key), owner, thread_id=thread_id, agent_path=task["agent_path"],
         tool_name=name, args_digest=args_digest(task["args"])) if _plain(task) else None
     if once is not None:
-        return _Admitted(owner, ledger.resume_values(str(key), thread_id_of(config))
-                         if context else [], once)
+        return _Admitted(owner, ledger.resume_values(str(key), thread_id) if context else [],
+                         once)
     row, approval = ledger.admission(key) if _comparable(key) else (None, None)
     why = _why_not(row, approval, task, config)
     if why is None and row is not None:
@@ -312,7 +313,6 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
                                tool_call_id=task["tool_call_id"], name=name,
                                status=held.outcome.get("status") or "success")
         why = RUNNING
-    thread_id = thread_id_of(config)
     ledger.audit([audit_row("refused", {"tool_name": name,
                                         "tool_call_id": task.get("tool_call_id"),
                                         "agent_path": task.get("agent_path")},

@@ -30,7 +30,7 @@ from langgraph.store.base import BaseStore, Op, Result
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.sqlite import SqliteStore
 
-from graphkit._ledger import Ledger
+from graphkit._ledger import PAGE_SIZE, Ledger
 
 __all__ = ["Storage", "open_storage", "served_storage"]
 
@@ -117,10 +117,6 @@ def _sqlite_path(url: str) -> str:
     return path
 
 
-PAGE_SIZE = 8192
-"""Bytes per page of a SQLite file graphkit creates."""
-
-
 def _connect(path: str, *, autocommit: bool = False) -> sqlite3.Connection:
     if path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -130,10 +126,7 @@ def _connect(path: str, *, autocommit: bool = False) -> sqlite3.Connection:
         isolation_level=None if autocommit else "DEFERRED",  # the store runs its own BEGIN/COMMIT
     )
     if path != ":memory:":
-        # 8 KiB pages (a new file only): a checkpoint row of about 2.5 KB left 40% of each
-        # 4 KiB page empty; here about 8% of the file, against 16 KiB pages' fixed cost of
-        # one page per table and index.
-        conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
+        conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file only
         # WAL with synchronous=NORMAL: every commit is atomic and survives a killed process;
         # only an OS crash or power loss can drop the last commits (SQLite's advice for WAL).
         conn.execute("PRAGMA journal_mode=WAL")
