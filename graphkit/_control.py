@@ -16,12 +16,13 @@ from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage, ToolMessage, messages_to_dict
 from langchain_core.tools import BaseTool
-from langgraph.types import Command, StateSnapshot
+from langgraph.types import Command
 
 from graphkit._approvals import answered_ids
 from graphkit._events import pending_from_interrupts
 from graphkit._gate import SUPERSEDED
 from graphkit._journal import APPROVALS, SCAN_LIMIT
+from graphkit._latest import Paused
 from graphkit._ledger import ApprovalRow, Ledger
 from graphkit._review import (
     Choice,
@@ -76,7 +77,7 @@ class Waiting:
         return PendingApproval.from_record(self.shown)
 
 
-def waiting(snapshot: StateSnapshot, ledger: Ledger) -> list[Waiting]:
+def waiting(snapshot: Paused, ledger: Ledger) -> list[Waiting]:
     found = pending_from_interrupts(snapshot.interrupts)
     rows = ledger.approvals(r["id"] for _, r in found if r["status"] == "pending")
     return [Waiting(i, r, rows.get(r["id"])) for i, r in found]
@@ -95,7 +96,7 @@ class Request:
     grant_ttl: timedelta | None
 
 
-def _raise_decided(snapshot: StateSnapshot, req: Request, tool_call_id: str | None,
+def _raise_decided(snapshot: Paused, req: Request, tool_call_id: str | None,
                    approval_id: str | None) -> None:
     """A call decided earlier: say so, rather than 'not found'. The current turn's plan knows;
     for an earlier turn, the inbox index of this thread does."""
@@ -113,7 +114,7 @@ def _raise_decided(snapshot: StateSnapshot, req: Request, tool_call_id: str | No
             raise ApprovalAlreadyResolvedError(resolved_message(record))
 
 
-def _select(items: list[Waiting], snapshot: StateSnapshot, req: Request, *,
+def _select(items: list[Waiting], snapshot: Paused, req: Request, *,
             tool_call_id: str | None, approval_id: str | None,
             kind: Literal["approval", "suspension"] | None) -> Waiting:
     if tool_call_id is not None or approval_id is not None:
@@ -152,7 +153,7 @@ def _select(items: list[Waiting], snapshot: StateSnapshot, req: Request, *,
     raise AmbiguousApprovalError(msg, pending_ids=ids)
 
 
-def _expire(items: list[Waiting], snapshot: StateSnapshot, req: Request) -> list[Waiting]:
+def _expire(items: list[Waiting], snapshot: Paused, req: Request) -> list[Waiting]:
     """Touching a run declines what waited past its expiry (an expiry is a fact, not a
     choice)."""
     due = req.ledger.overdue(i.record["id"] for i in items
@@ -164,7 +165,7 @@ def _expire(items: list[Waiting], snapshot: StateSnapshot, req: Request) -> list
 
 
 def decide(
-    snapshot: StateSnapshot,
+    snapshot: Paused,
     req: Request,
     choice: Choice,
     *,
@@ -198,7 +199,7 @@ def decide(
     return record
 
 
-def apply_command(snapshot: StateSnapshot) -> Command[Any] | None:
+def apply_command(snapshot: Paused) -> Command[Any] | None:
     """Ask every gate that waits to apply what the ledger holds for it (each gate reads the
     ledger itself: only the interrupts matter here)."""
     interrupts = dict.fromkeys(i for i, _ in pending_from_interrupts(snapshot.interrupts))
@@ -207,7 +208,7 @@ def apply_command(snapshot: StateSnapshot) -> Command[Any] | None:
     return Command(resume={interrupt_id: GateResume() for interrupt_id in interrupts})
 
 
-def continue_command(snapshot: StateSnapshot, req: Request) -> Any:
+def continue_command(snapshot: Paused, req: Request) -> Any:
     """Continue once every waiting call is decided (here, or in the inbox)."""
     items = _expire(waiting(snapshot, req.ledger), snapshot, req)
     undecided = [i.record["tool_call_id"] for i in items if i.shown["status"] == "pending"]
@@ -218,7 +219,7 @@ def continue_command(snapshot: StateSnapshot, req: Request) -> Any:
     return apply_command(snapshot)  # None: continue a run stopped by on_state_change
 
 
-def _abandoned(snapshot: StateSnapshot, req: Request) -> list[ToolMessage]:
+def _abandoned(snapshot: Paused, req: Request) -> list[ToolMessage]:
     """A run stopped mid-turn (`on_state_change`, a crash) with calls of the model's last turn
     unanswered: a new message supersedes them. They are declined and recorded as not run,
     and the model is told so, right after its turn (providers refuse a tool call left
@@ -243,7 +244,7 @@ def _abandoned(snapshot: StateSnapshot, req: Request) -> list[ToolMessage]:
     return answers
 
 
-def start_payload(snapshot: StateSnapshot, messages: list[BaseMessage],
+def start_payload(snapshot: Paused, messages: list[BaseMessage],
                   options: RunOptions, req: Request | None = None) -> Any:
     """The graph input for a new user message, superseding whatever waits."""
     found = pending_from_interrupts(snapshot.interrupts)

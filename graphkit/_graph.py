@@ -19,7 +19,7 @@ from graphkit._gate import Planner, make_gate_node
 from graphkit._ledger import Ledger
 from graphkit._nodes import make_model_node, make_tools_nodes
 from graphkit._settings import GateSettings
-from graphkit._state import AgentState, InputState, ToolTask
+from graphkit._state import AgentState, InputState
 from graphkit._supervisor import delegation_tool, make_delegate_nodes
 
 __all__ = ["RESERVED_NODES", "Subagent", "build_graph"]
@@ -82,15 +82,17 @@ def build_graph(
         _node(*make_gate_node(planner, make_extractor(model, by_name)), "approval_gate"),
         destinations=("tools", "model", "approval_gate", *subagents),
     )
+    # The tools and delegation nodes are reached by `Send` only, whose payload (a `ToolTask`)
+    # reaches them as is: declaring it as their input schema would add its seven keys to the
+    # graph as channels that every step of every run carries.
     builder.add_node(
         "tools",
         _node(run_tool, arun_tool, "tools"),
-        input_schema=ToolTask,
         destinations=("approval_gate", "model"),
     )
     builder.add_edge(START, "model")
     for key, (subgraph, _) in subagents.items():
         delegate, adelegate = make_delegate_nodes(key, subgraph, ledger, planner.path_of)
-        builder.add_node(key, _node(delegate, adelegate, key), input_schema=ToolTask,
+        builder.add_node(key, _node(delegate, adelegate, key),
                          destinations=("approval_gate", "model"))
     return builder

@@ -28,7 +28,7 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import RunnableBinding, RunnableConfig
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.errors import GraphBubbleUp
@@ -187,11 +187,30 @@ def _with_fixes(messages: list[AnyMessage], fixes: list[ToolMessage]) -> list[An
     return [by_id.get(m.id, m) for m in messages]
 
 
+def _model_calls(model: BaseChatModel, tools: Sequence[BaseTool]
+                 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """`invoke` and `ainvoke` of the model with the tools bound. A plain `RunnableBinding`
+    is called through: it would only re-merge an empty config into each turn's (the same
+    call, the same traced run)."""
+    bound = model.bind_tools(list(tools)) if tools else model
+    if type(bound) is RunnableBinding and not bound.config and not bound.config_factories:
+        target, kwargs = bound.bound, dict(bound.kwargs)
+
+        def invoke(messages: list[BaseMessage], config: RunnableConfig) -> Any:
+            return target.invoke(messages, config, **kwargs)
+
+        async def ainvoke(messages: list[BaseMessage], config: RunnableConfig) -> Any:
+            return await target.ainvoke(messages, config, **kwargs)
+
+        return invoke, ainvoke
+    return bound.invoke, bound.ainvoke
+
+
 def make_model_node(
     model: BaseChatModel, tools: Sequence[BaseTool], instructions: str, planner: Planner
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """The `model` node (sync and async): one model turn, or the end of the run."""
-    bound = model.bind_tools(list(tools)) if tools else model
+    invoke, ainvoke = _model_calls(model, tools)
     system = [SystemMessage(instructions)] if instructions else []
     inline = planner.ledger.in_memory
 
@@ -225,14 +244,14 @@ def make_model_node(
         messages, exhausted, fixes = route(state, config)
         if exhausted:
             return Command(update={"messages": fixes} if fixes else None, goto="__end__")
-        return finish(bound.invoke(messages, config), state, config, fixes)
+        return finish(invoke(messages, config), state, config, fixes)
 
     async def acall_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:
         # Reading and writing the ledger and store is synchronous: keep it off the event loop.
         messages, exhausted, fixes = await offload(inline, route, state, config)
         if exhausted:
             return Command(update={"messages": fixes} if fixes else None, goto="__end__")
-        response = await bound.ainvoke(messages, config)
+        response = await ainvoke(messages, config)
         return await offload(planner.inline, finish, response, state, config, fixes)
 
     return call_model, acall_model

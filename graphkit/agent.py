@@ -36,6 +36,7 @@ from graphkit._control import (
 )
 from graphkit._events import finish_reason
 from graphkit._graph import build_graph
+from graphkit._latest import Paused, latest
 from graphkit._ledger import Ledger
 from graphkit._notify import Dispatcher, Webhook, start_notifications
 from graphkit._review import Choice, Remember
@@ -54,9 +55,9 @@ from graphkit.types import GenerateResult, PendingApproval
 
 __all__ = ["Agent"]
 
-Build = Callable[[StateSnapshot, Request], Any]
+Build = Callable[[Paused, Request], Any]
 """Turns the paused state into the graph's input (or resume Command), raising if refused."""
-Claim = Callable[[StateSnapshot, Request], object]
+Claim = Callable[[Paused, Request], object]
 """Takes a decision in the ledger before the run is resumed."""
 _EMPTY = StateSnapshot({}, (), {}, None, None, None, (), ())
 """The state of a thread that does not exist yet."""
@@ -282,19 +283,16 @@ class Agent:
         build: Build,
         on_state_change: StateHook | None = None,
         fresh: bool = False,
-        known: StateSnapshot | None = None,
     ) -> Callable[[], Invocation]:
-        """What a stream does first: take the thread's lease, re-read the state, decide.
-
-        `known` is a state read just before (to claim a decision): it is used again when the
-        thread's latest checkpoint is still the one it was read from."""
+        """What a stream does first: take the thread's lease, read the latest checkpoint (what
+        it waits on), build the input; the same read serves the graph, which needs no other."""
 
         def prepare() -> Invocation:
             lease = contextlib.ExitStack()
             lease.enter_context(self._storage.ledger.lease(thread_id))
             try:
                 # A thread made just now has no state to read.
-                snapshot = _EMPTY if fresh else self._current(config, known)
+                snapshot = _EMPTY if fresh else latest(self.graph, config)
                 payload = build(snapshot, self._request(run_id, thread_id))
             except BaseException:
                 lease.close()
@@ -303,27 +301,16 @@ class Agent:
 
         return prepare
 
-    def _current(self, config: RunnableConfig, known: StateSnapshot | None) -> StateSnapshot:
-        saver = self.graph.checkpointer
-        if known is not None and isinstance(saver, BaseCheckpointSaver):
-            latest = saver.get_tuple(config)
-            if latest is not None and _checkpoint_id(latest.config) == _checkpoint_id(
-                    known.config):
-                return known
-        return self.graph.get_state(config)
-
     def _advance(self, run_id: str, build: Build, on_state_change: StateHook | None = None,
                  *, claim: Claim | None = None, thread_id: str | None = None) -> AgentStream:
         thread_id = thread_id or self._thread_of(run_id)
         config = self._config(thread_id, run_id)
-        known = None
         if claim is not None:
             # The decision is taken now (a refused one raises here); the stream then asks the
             # gate to apply it.
-            known = self.graph.get_state(config)
-            claim(known, self._request(run_id, thread_id))
+            claim(latest(self.graph, config), self._request(run_id, thread_id))
         prepare = self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
-                                on_state_change=on_state_change, known=known)
+                                on_state_change=on_state_change)
         return AgentStream(self.graph, prepare, run_id, thread_id)
 
     def _aadvance(self, run_id: str, build: Build, on_state_change: StateHook | None = None,
@@ -331,12 +318,10 @@ class Agent:
         def prepare() -> Invocation:
             thread_id = self._thread_of(run_id)
             config = self._config(thread_id, run_id)
-            known = None
             if claim is not None:
-                known = self.graph.get_state(config)
-                claim(known, self._request(run_id, thread_id))
+                claim(latest(self.graph, config), self._request(run_id, thread_id))
             return self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
-                                 on_state_change=on_state_change, known=known)()
+                                 on_state_change=on_state_change)()
 
         return AsyncAgentStream(self.graph, prepare, run_id, "",
                                 inline=self._storage.ledger.in_memory)
@@ -448,7 +433,7 @@ class Agent:
         if remember:
             self._remember(run_id, thread_id)
 
-        def build(snapshot: StateSnapshot, req: Request) -> Any:
+        def build(snapshot: Paused, req: Request) -> Any:
             return start_payload(snapshot, messages, options, req)
 
 
@@ -607,7 +592,7 @@ class Agent:
         config = self._config(thread_id, run_id)
         choice = _approval(approved_args) if approved else Choice(type="reject")
         _claim(choice, approval_id=id, decided_by=decided_by, comment=comment)(
-            self.graph.get_state(config), self._request(run_id, thread_id))
+            latest(self.graph, config), self._request(run_id, thread_id))
         return self._recorded(self.pending_approvals(run_id=run_id), id)
 
     async def aresolve_tool_approval(
@@ -710,10 +695,6 @@ class Agent:
         return f"Agent(name={self.name!r}, tools={[t.name for t in self.tools]})"
 
 
-def _checkpoint_id(config: RunnableConfig | None) -> Any:
-    return ((config or {}).get("configurable") or {}).get("checkpoint_id")
-
-
 def _approval(args: Mapping[str, Any] | None) -> Choice:
     if args is None:
         return Choice(type="approve")
@@ -724,7 +705,7 @@ def _approval(args: Mapping[str, Any] | None) -> Choice:
 def _claim(choice: Choice, *, tool_call_id: str | None = None, approval_id: str | None = None,
            decided_by: str | None, comment: str | None, args_digest: str | None = None,
            remember: Remember = "once") -> Claim:
-    def claim(snapshot: StateSnapshot, req: Request) -> object:
+    def claim(snapshot: Paused, req: Request) -> object:
         return decide(snapshot, req, choice, tool_call_id=tool_call_id, approval_id=approval_id,
                       decided_by=decided_by, comment=comment, args_digest=args_digest,
                       remember=remember)
@@ -732,6 +713,6 @@ def _claim(choice: Choice, *, tool_call_id: str | None = None, approval_id: str 
     return claim
 
 
-def _apply(snapshot: StateSnapshot, req: Request) -> Any:
+def _apply(snapshot: Paused, req: Request) -> Any:
     """The resume that lets each waiting gate apply what the ledger holds."""
     return apply_command(snapshot)

@@ -1,0 +1,74 @@
+"""A thread's latest checkpoint as the Agent API reads it to decide and to resume.
+
+Deciding and resuming need what the thread waits on: the interrupts, which LangGraph keeps in
+the checkpoint's pending writes. `get_state` also restores every channel and prepares the next
+tasks, which the resumed run then does again; here the values are restored only when a
+request needs them (a new message on a thread, an error that explains itself).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any, Protocol
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.pregel import Pregel
+from langgraph.types import Interrupt
+
+try:
+    from langgraph.pregel._task_status import read_task_statuses
+except ImportError:  # pragma: no cover - a LangGraph before it: its full snapshot is read
+    read_task_statuses = None  # type: ignore[assignment]
+
+__all__ = ["Latest", "Paused", "latest"]
+
+
+class Paused(Protocol):
+    """What deciding and resuming read of a thread's state (a `StateSnapshot` is one)."""
+
+    @property
+    def interrupts(self) -> tuple[Interrupt, ...]: ...
+
+    @property
+    def values(self) -> dict[str, Any] | Any: ...
+
+    @property
+    def config(self) -> RunnableConfig: ...
+
+
+class Latest:
+    """The latest checkpoint of a thread: its open interrupts, its values on demand."""
+
+    __slots__ = ("__dict__", "_graph", "_query", "config", "interrupts")
+
+    def __init__(self, graph: Pregel[Any, Any], query: RunnableConfig,
+                 saved: CheckpointTuple | None) -> None:
+        self._graph = graph
+        self._query = query
+        self.config: RunnableConfig = saved.config if saved is not None else query
+        self.interrupts: tuple[Interrupt, ...] = _open_interrupts(saved)
+
+    @cached_property
+    def values(self) -> dict[str, Any] | Any:
+        # As `get_state` shows them (with the writes of tasks that finished in the paused
+        # step); under the thread's lease the latest checkpoint is still this one.
+        return self._graph.get_state(self._query).values
+
+
+def _open_interrupts(saved: CheckpointTuple | None) -> tuple[Interrupt, ...]:
+    """The interrupts still waiting for an answer, as `get_state` lists them for the latest
+    checkpoint (LangGraph's own reading of the step's writes)."""
+    if saved is None or not saved.pending_writes:
+        return ()
+    statuses = read_task_statuses(saved.pending_writes)
+    return tuple(i for status in statuses.values() for i in status.pending_interrupts)
+
+
+def latest(graph: Pregel[Any, Any], config: RunnableConfig) -> Paused:
+    """The thread's latest checkpoint, read once; LangGraph's own snapshot for a graph that
+    has no checkpointer of its own (it then reads the one its caller configured)."""
+    saver = graph.checkpointer
+    if not isinstance(saver, BaseCheckpointSaver) or read_task_statuses is None:
+        return graph.get_state(config)
+    return Latest(graph, config, saver.get_tuple(config))
