@@ -55,7 +55,7 @@ _SCHEMA = (
         once_results TEXT,
         claim_expires DOUBLE PRECISION,
         created_at DOUBLE PRECISION NOT NULL
-    )""",
+    ){keyed}""",
     """CREATE TABLE IF NOT EXISTS graphkit_approvals (
         approval_id TEXT PRIMARY KEY,
         thread_id TEXT NOT NULL,
@@ -69,7 +69,7 @@ _SCHEMA = (
         decision TEXT,
         decided_at DOUBLE PRECISION,
         run_id TEXT
-    )""",
+    ){keyed}""",
     "CREATE INDEX IF NOT EXISTS graphkit_approvals_thread ON graphkit_approvals (thread_id)",
     # What an approval gate verified and let run: only these approvals admit a call to the
     # tools node (a decision claimed through another door waits for the gate's check).
@@ -77,7 +77,7 @@ _SCHEMA = (
         approval_id TEXT PRIMARY KEY,
         run_digest TEXT NOT NULL,
         cleared_at DOUBLE PRECISION NOT NULL
-    )""",
+    ){keyed}""",
     "CREATE INDEX IF NOT EXISTS graphkit_approvals_run ON graphkit_approvals (run_id, status)",
     """CREATE TABLE IF NOT EXISTS graphkit_ready (
         run_id TEXT PRIMARY KEY,
@@ -117,7 +117,7 @@ _SCHEMA = (
         thread_id TEXT PRIMARY KEY,
         owner TEXT NOT NULL,
         expires_at DOUBLE PRECISION NOT NULL
-    )""",
+    ){keyed}""",
     # Notifications: `notify` turns the outbox on; `notify.cursor.<target>`, per webhook.
     """CREATE TABLE IF NOT EXISTS graphkit_meta (
         key TEXT PRIMARY KEY,
@@ -178,6 +178,7 @@ class _Sql(_Tx, Protocol):
     """An SQL expression: the database's clock, in seconds since the epoch."""
     serial: str
     skip_locked: str
+    keyed: str
     first_segment: str
     """An SQL expression (with `{c}` for a column): the first segment of an agent path."""
     notify: str | None
@@ -204,6 +205,9 @@ class _SqliteTx:
 class _Sqlite:
     now = "((julianday('now') - 2440587.5) * 86400.0)"
     serial = "INTEGER"  # an INTEGER PRIMARY KEY is SQLite's rowid: increasing
+    keyed = " WITHOUT ROWID"
+    """Tables looked up by their text key are that key's b-tree alone: a write changes one
+    page, not a table page and its key index's page (each page is a WAL frame to write)."""
     skip_locked = ""  # one writer at a time: the UPDATE is atomic as it is
     first_segment = "substr({c}, 1, instr({c} || '/', '/') - 1)"
     notify: str | None = None
@@ -271,6 +275,7 @@ class _PostgresTx:
 class _Postgres:
     now = "EXTRACT(EPOCH FROM clock_timestamp())::DOUBLE PRECISION"
     serial = "BIGSERIAL"
+    keyed = ""
     skip_locked = " FOR UPDATE SKIP LOCKED"
     first_segment = "split_part({c}, '/', 1)"
     notify: str | None = "SELECT pg_notify('graphkit_ready', '')"
@@ -411,7 +416,7 @@ class Ledger:
     def __init__(self, sql: _Sql) -> None:
         self._sql = sql
         for statement in _SCHEMA:
-            sql.execute(statement.format(serial=sql.serial))
+            sql.execute(statement.format(serial=sql.serial, keyed=sql.keyed))
 
     @classmethod
     def sqlite(cls, path: str = ":memory:") -> Ledger:
