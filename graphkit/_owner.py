@@ -47,10 +47,10 @@ class Owner:
         """The one-line form `parse_owner` reads back."""
         parts = (_VERSION, self.boot_id, self.pid_ns, self.time_ns, self.pid, self.start,
                  self.nonce, _printable(self.host))
-        return ":".join(_UNKNOWN if p is None else str(p) for p in parts)
+        return ":".join(map(_field, parts))
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Self:
     """This process's identity: everything in a token but the nonce."""
 
@@ -60,6 +60,8 @@ class _Self:
     pid: int
     start: int | None
     host: str
+    prefix: tuple[str, str] | None = None
+    """A token's text before and after the nonce, made once."""
 
 
 _cached: _Self | None = None
@@ -135,6 +137,10 @@ def _self() -> _Self:
     return _cached
 
 
+def _field(part: object) -> str:
+    return _UNKNOWN if part is None else str(part)
+
+
 def _printable(host: str) -> str:
     return "".join(c if c.isprintable() and not c.isspace() else "?" for c in host) or "?"
 
@@ -142,8 +148,10 @@ def _printable(host: str) -> str:
 def new_owner() -> str:
     """A fresh token for one lease held by this process (the nonce tells leases apart)."""
     me = _self()
-    return Owner(boot_id=me.boot_id, pid_ns=me.pid_ns, time_ns=me.time_ns, pid=me.pid,
-                 start=me.start, nonce=uuid.uuid4().hex, host=me.host).token()
+    if me.prefix is None:
+        head = (_VERSION, me.boot_id, me.pid_ns, me.time_ns, me.pid, me.start)
+        me.prefix = (":".join(map(_field, head)) + ":", ":" + _printable(me.host))
+    return uuid.uuid4().hex.join(me.prefix)
 
 
 def parse_owner(token: str) -> Owner | None:

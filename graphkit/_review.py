@@ -225,8 +225,8 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
     answer whenever the decider is known or must be (`identity_required`: a client's resume);
     the trusted in-process API may answer a suspension without naming anyone.
     """
-    if not isinstance(record.get("args"), Mapping) or args_digest(
-            record["args"]) != record.get("args_digest"):
+    recorded = record.get("args_digest")
+    if not isinstance(record.get("args"), Mapping) or args_digest(record["args"]) != recorded:
         # the record is a copy (a run's state, an inbox entry) a client may have rewritten:
         # what is judged and run must be what its digest, bound to the ledger's, says
         msg = (f"the arguments of approval {record.get('id')!r} are not the ones it was "
@@ -292,8 +292,8 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
         decision["message"] = choice.message
     if choice.type == "resume":
         decision["data"] = data
-    if run_args is not None:
-        decision["run_digest"] = args_digest(run_args)
+    if run_args is not None:  # an approval as is runs what the digest above was checked for
+        decision["run_digest"] = recorded if choice.type == "approve" else args_digest(run_args)
     return Taken(status=status, event=event, decision=decision, run_args=run_args)
 
 
