@@ -193,7 +193,9 @@ def _model_calls(model: BaseChatModel, tools: Sequence[BaseTool]
     is called through: it would only re-merge an empty config into each turn's (the same
     call, the same traced run)."""
     bound = model.bind_tools(list(tools)) if tools else model
-    if type(bound) is RunnableBinding and not bound.config and not bound.config_factories:
+    if (isinstance(bound, RunnableBinding) and type(bound).invoke is RunnableBinding.invoke
+            and type(bound).ainvoke is RunnableBinding.ainvoke
+            and not bound.config and not bound.config_factories):
         target, kwargs = bound.bound, dict(bound.kwargs)
 
         def invoke(messages: list[BaseMessage], config: RunnableConfig) -> Any:
