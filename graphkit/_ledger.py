@@ -964,7 +964,7 @@ class Ledger:
         deadline = time.monotonic() + wait
         pause = 0.005
         while not self._take(thread_id, owner):
-            if time.monotonic() > deadline:
+            if time.monotonic() >= deadline:
                 msg = f"thread {thread_id!r} is being advanced by another process"
                 raise RunBusyError(msg)
             time.sleep(pause)

@@ -7,6 +7,7 @@ drains it. Both share one `_Run`, so streaming and `generate` cannot drift apart
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ from graphkit._events import (
     run_text,
     suspend_payload,
 )
+from graphkit._ledger import RunBusyError
 from graphkit._offload import offload
 from graphkit.types import GenerateResult, PendingApproval, RunState, StreamChunk
 
@@ -38,6 +40,9 @@ DURABILITY: Durability = "sync"
 """Each step's checkpoint is written before the next step starts: a crash loses no step, and
 no checkpoint write hops to a background thread."""
 StateHook = Callable[[RunState], Any]
+Prepare = Callable[[bool], "Invocation"]
+"""What a stream does first (take the thread's lease, read its state, build the input). With
+`False` it does not wait for a lease another run holds: it raises `RunBusyError` at once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +160,7 @@ class AgentStream:
     """
 
     def __init__(self, graph: CompiledStateGraph[Any, Any, Any, Any],
-                 prepare: Callable[[], Invocation], run_id: str, thread_id: str) -> None:
+                 prepare: Prepare, run_id: str, thread_id: str) -> None:
         self._graph = graph
         self._prepare = prepare
         self._run: _Run | None = None
@@ -165,7 +170,7 @@ class AgentStream:
         self.thread_id = thread_id
 
     def _generate(self) -> Generator[StreamChunk, None, None]:
-        inv = self._prepare()
+        inv = self._prepare(True)
         run = self._run = _Run(inv)
         try:
             yield run.start()
@@ -224,16 +229,19 @@ class AsyncAgentStream:
     def __init__(
         self,
         graph: CompiledStateGraph[Any, Any, Any, Any],
-        prepare: Callable[[], Invocation],
+        prepare: Prepare,
         run_id: str,
         thread_id: str,
         *,
         inline: bool = False,
+        on_loop: bool = False,
     ) -> None:
         self._graph = graph
         self._prepare = prepare
         self._inline = inline
         """The thread's lease lives in this process's memory: release it without a thread."""
+        self._on_loop = on_loop
+        """Preparing waits on nothing but the thread's lease, and runs no application code."""
         self._run: _Run | None = None
         self._chunks: AsyncIterator[StreamChunk] | None = None
         self._modes = STREAM_MODES
@@ -242,8 +250,13 @@ class AsyncAgentStream:
 
     async def _ready(self) -> _Run:
         if self._run is None:
-            # in a thread: it may wait for the thread's lease, or run an approvers policy
-            invocation: Invocation = await asyncio.to_thread(self._prepare)
+            invocation: Invocation | None = None
+            if self._on_loop:
+                with contextlib.suppress(RunBusyError):  # held by another run: wait, below
+                    invocation = self._prepare(False)
+            if invocation is None:
+                # in a thread: it may wait for the thread's lease, or run an approvers policy
+                invocation = await asyncio.to_thread(self._prepare, True)
             self._run = _Run(invocation)
             self.thread_id = invocation.thread_id
         return self._run

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -22,7 +23,9 @@ from langchain_core.messages import BaseMessage, HumanMessage, convert_to_messag
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.store.memory import InMemoryStore
 from langgraph.types import StateSnapshot
 
 from graphkit._control import (
@@ -37,10 +40,17 @@ from graphkit._control import (
 from graphkit._events import finish_reason
 from graphkit._graph import build_graph
 from graphkit._latest import Paused, latest
-from graphkit._ledger import Ledger
+from graphkit._ledger import WAIT_SECONDS, Ledger
 from graphkit._notify import Dispatcher, Webhook, start_notifications
 from graphkit._review import Choice, Remember
-from graphkit._runs import AgentStream, AsyncAgentStream, Invocation, StateHook, pending_of
+from graphkit._runs import (
+    AgentStream,
+    AsyncAgentStream,
+    Invocation,
+    Prepare,
+    StateHook,
+    pending_of,
+)
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers, GateSettings
 from graphkit._state import DEFAULT_MAX_STEPS, RunOptions
 from graphkit._storage import open_storage, served_storage
@@ -283,13 +293,14 @@ class Agent:
         build: Build,
         on_state_change: StateHook | None = None,
         fresh: bool = False,
-    ) -> Callable[[], Invocation]:
+    ) -> Prepare:
         """What a stream does first: take the thread's lease, read the latest checkpoint (what
         it waits on), build the input; the same read serves the graph, which needs no other."""
 
-        def prepare() -> Invocation:
+        def prepare(wait: bool = True) -> Invocation:
             lease = contextlib.ExitStack()
-            lease.enter_context(self._storage.ledger.lease(thread_id))
+            lease.enter_context(self._storage.ledger.lease(
+                thread_id, wait=WAIT_SECONDS if wait else 0.0))
             try:
                 # A thread made just now has no state to read.
                 snapshot = _EMPTY if fresh else latest(self.graph, config)
@@ -314,17 +325,41 @@ class Agent:
         return AgentStream(self.graph, prepare, run_id, thread_id)
 
     def _aadvance(self, run_id: str, build: Build, on_state_change: StateHook | None = None,
-                  *, claim: Claim | None = None) -> AsyncAgentStream:
-        def prepare() -> Invocation:
-            thread_id = self._thread_of(run_id)
-            config = self._config(thread_id, run_id)
-            if claim is not None:
-                claim(latest(self.graph, config), self._request(run_id, thread_id))
-            return self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
-                                 on_state_change=on_state_change)()
+                  *, claim: Claim | None = None, validates: bool = False) -> AsyncAgentStream:
+        """`_advance` for async runs. `validates`: the decision runs a tool's validators (edited
+        arguments, resume data), which never run on the event loop."""
+        claimed: list[Prepare] = []
+
+        def prepare(wait: bool = True) -> Invocation:
+            if not claimed:  # once: a retry that waits for the lease does not decide again
+                thread_id = self._thread_of(run_id)
+                config = self._config(thread_id, run_id)
+                if claim is not None:
+                    claim(latest(self.graph, config), self._request(run_id, thread_id))
+                claimed.append(self._prepare(run_id=run_id, thread_id=thread_id, config=config,
+                                             build=build, on_state_change=on_state_change))
+            return claimed[0](wait)
 
         return AsyncAgentStream(self.graph, prepare, run_id, "",
-                                inline=self._storage.ledger.in_memory)
+                                inline=self._storage.ledger.in_memory,
+                                on_loop=self._loop_safe and not validates)
+
+    @functools.cached_property
+    def _loop_safe(self) -> bool:
+        """Whether an async run may prepare on the event loop: its storage is this process's
+        memory (nothing waits on I/O) and no approvers policy (application code) decides. A
+        thread held by another run still makes it wait, in a thread."""
+        storage = self._storage
+        if not (storage.ledger.in_memory and isinstance(storage.checkpointer, InMemorySaver)
+                and isinstance(storage.store, InMemoryStore)):
+            return False
+        agents: list[Agent] = [self]
+        while agents:
+            agent = agents.pop()
+            if agent.approvers is not None:
+                return False
+            agents.extend(agent.agents.values())
+        return True
 
     # ------------------------------------------------------------------ generate / stream
 
@@ -386,13 +421,15 @@ class Agent:
             message, thread_id, require_tool_approval, auto_resume_suspended_tools, max_steps,
             checkpoint_reason, remember=False)
 
-        def prepare() -> Invocation:
+        start = self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
+                              on_state_change=on_state_change, fresh=fresh)
+
+        def prepare(wait: bool = True) -> Invocation:
             self._remember(run_id, thread_id)
-            return self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
-                                 on_state_change=on_state_change, fresh=fresh)()
+            return start(wait)
 
         return AsyncAgentStream(self.graph, prepare, run_id, thread_id,
-                                inline=self._storage.ledger.in_memory)
+                                inline=self._storage.ledger.in_memory, on_loop=self._loop_safe)
 
     async def agenerate(
         self,
@@ -518,7 +555,8 @@ class Agent:
         """Async twin of `approve_tool_call`."""
         return self._aadvance(run_id, _apply, claim=_claim(
             _approval(args), tool_call_id=tool_call_id, decided_by=decided_by,
-            comment=comment, args_digest=args_digest, remember=remember))
+            comment=comment, args_digest=args_digest, remember=remember),
+            validates=args is not None)
 
     def adecline_tool_call(
         self,
@@ -566,7 +604,7 @@ class Agent:
         """Async twin of `resume_stream`."""
         return self._aadvance(run_id, _apply, claim=_claim(
             Choice(type="resume", data=resume_data), tool_call_id=tool_call_id,
-            decided_by=decided_by, comment=None))
+            decided_by=decided_by, comment=None), validates=True)
 
     async def aresume_generate(
         self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None,

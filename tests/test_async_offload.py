@@ -49,3 +49,115 @@ def test_predicates_prompts_and_policies_never_run_on_the_event_loop() -> None:
     assert asyncio.run(main()) == "done"
     assert {what for what, _ in seen} == {"predicate", "prompt", "policy"}
     assert not [what for what, on in seen if on], seen
+
+
+def test_validators_of_edited_args_and_resume_data_never_run_on_the_event_loop() -> None:
+    """An in-memory agent with no policy prepares its async runs on the loop; a decision that
+    runs a tool's validators (edited arguments, resume data) still prepares in a thread."""
+    from pydantic import BaseModel, field_validator
+
+    from graphkit import ToolContext
+
+    seen: list[tuple[str, bool]] = []
+    loop_thread: list[threading.Thread] = []
+
+    def note(what: str) -> None:
+        seen.append((what, threading.current_thread() is loop_thread[0]))
+
+    class Payment(BaseModel):
+        amount: int
+
+        @field_validator("amount")
+        @classmethod
+        def positive(cls, v: int) -> int:
+            note("args")
+            return v
+
+    class City(BaseModel):
+        city: str
+
+        @field_validator("city")
+        @classmethod
+        def known(cls, v: str) -> str:
+            note("resume")
+            return v
+
+    def pay(amount: int) -> str:
+        return f"paid {amount}"
+
+    @create_tool(resume_schema=City)
+    def weather(ctx: ToolContext) -> str:
+        """Weather for a city."""
+        if ctx.resume_data is None:
+            return ctx.suspend({"message": "Which city?"})
+        return f"{ctx.resume_data.city}: sunny"
+
+    tool = create_tool(pay, name="pay", description="Pay.", args_schema=Payment,
+                       needs_approval=True)
+    agent = Agent(name="billing", tools=[tool, weather], model=ScriptedChatModel([
+        turn(call("pay", {"amount": 40}, "c1")), "paid",
+        turn(call("weather", {}, "w1")), "sunny"]))
+
+    async def main() -> tuple[str, str]:
+        loop_thread.append(threading.current_thread())
+        first = await agent.agenerate("pay")
+        seen.clear()  # planning validated the model's arguments: graphkit's own step
+        paid = await agent.aapprove_tool_call_generate(run_id=first.run_id, args={"amount": 30})
+        asked = await agent.agenerate("weather?", thread_id=first.thread_id)
+        told = await agent.aresume_generate({"city": "Oslo"}, run_id=asked.run_id)
+        return paid.text, told.text
+
+    assert asyncio.run(main()) == ("paid", "sunny")
+    assert {"args", "resume"} <= {what for what, _ in seen}, seen
+    on_loop = [what for what, on in seen if on and what in {"args", "resume"}]
+    assert not on_loop, seen
+
+
+def test_an_async_run_waits_for_a_thread_another_run_holds_without_blocking_the_loop() -> None:
+    """Preparing on the loop never waits there: a thread whose lease another run holds (a
+    sync run with a slow tool, in another thread) is waited for in a thread."""
+    import time
+
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    started = threading.Event()
+
+    def slow(seconds: float) -> str:
+        started.set()
+        time.sleep(seconds)
+        return "slept"
+
+    def reply(messages: list[Any]) -> AIMessage:
+        last = messages[-1]
+        if isinstance(last, ToolMessage):
+            return AIMessage("rested")
+        if "nap" in str(last.content):
+            return AIMessage("", tool_calls=[call("slow", {"seconds": 0.5}, "s1")])
+        return AIMessage("hello")
+
+    agent = Agent(name="sleepy", tools=[create_tool(slow, name="slow", description="Sleep.")],
+                  model=ScriptedChatModel(reply))
+    thread_id = agent.generate("hi").thread_id
+    sync_run = threading.Thread(target=agent.generate, args=("nap",),
+                                kwargs={"thread_id": thread_id})
+    sync_run.start()
+    assert started.wait(5)
+
+    async def main() -> tuple[str, int]:
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        result = await agent.agenerate("hi again", thread_id=thread_id)
+        ticker.cancel()
+        return result.text, ticks
+
+    text, ticks = asyncio.run(main())
+    sync_run.join(5)
+    assert text == "hello"
+    assert ticks >= 10, f"the event loop was blocked while the thread was busy ({ticks} ticks)"
