@@ -86,6 +86,26 @@ def storable(value: Any, what: str, error: type[GraphkitError]) -> None:
         raise error(msg) from exc
 
 
+def validation_runs_code(tool: BaseTool) -> bool:
+    """Whether parsing the tool's arguments (`validate_args`) may run the application's code:
+    a validator, serializer, default factory or custom type in its pydantic schema."""
+    schema = tool.args_schema
+    if not isinstance(schema, type) or not issubclass(schema, BaseModel):
+        return False  # a JSON schema, or none: the arguments are taken as they are
+    return _has_code(getattr(schema, "__pydantic_core_schema__", None))
+
+
+def _has_code(node: Any) -> bool:
+    if isinstance(node, dict):
+        if (str(node.get("type", "")).startswith("function-")
+                or node.get("default_factory") is not None or node.get("missing") is not None):
+            return True
+        return any(_has_code(value) for value in node.values())
+    if isinstance(node, list | tuple):
+        return any(_has_code(value) for value in node)
+    return False
+
+
 def validate_args(tool: BaseTool, args: Mapping[str, Any]) -> dict[str, Any]:
     """Parse `args` with the tool's schema; raises `InvalidApprovedArgsError` when they fail.
 

@@ -11,6 +11,7 @@ the tools node runs nothing the ledger does not allow.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -31,6 +32,7 @@ from graphkit._approvals import (
     queued_messages,
     suspension_record,
     telemetry,
+    validation_runs_code,
     waiting_records,
 )
 from graphkit._context import agent_path_of, emit, last_ai, store, thread_id_of
@@ -115,16 +117,16 @@ class Planner:
         self.schemas = {tool_name: {"schema": _schema(tool), "resume_schema": _resume(tool)}
                         for tool_name, tool in tools.items()}
 
-    @property
+    @functools.cached_property
     def inline(self) -> bool:
         """Whether an async run may plan and decide on the event loop: the ledger is in
         this process's memory and nothing that runs can wait (no approval predicate, prompt
-        function or approvers policy of the application's, no model reading a suspended
-        tool's data from a message)."""
+        function, approvers policy, or validator of arguments or resume data of the
+        application's, no model reading a suspended tool's data from a message)."""
         return self.ledger.in_memory and self.settings.approvers is None and not any(
-            isinstance(t, GraphkitTool) and (callable(t.needs_approval)
-                                             or callable(t.approval_prompt)
-                                             or t.resume_schema is not None)
+            validation_runs_code(t) or (isinstance(t, GraphkitTool) and (
+                callable(t.needs_approval) or callable(t.approval_prompt)
+                or t.resume_schema is not None))
             for t in self.tools.values())
 
     def path_of(self, config: RunnableConfig) -> list[str]:

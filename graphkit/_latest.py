@@ -17,6 +17,7 @@ from langgraph.pregel import Pregel
 from langgraph.types import Interrupt
 
 try:
+    from langgraph._internal._constants import NULL_TASK_ID, RESUME
     from langgraph.pregel._task_status import read_task_statuses
 except ImportError:  # pragma: no cover - a LangGraph before it: its full snapshot is read
     read_task_statuses = None  # type: ignore[assignment]
@@ -65,10 +66,22 @@ def _open_interrupts(saved: CheckpointTuple | None) -> tuple[Interrupt, ...]:
     return tuple(i for status in statuses.values() for i in status.pending_interrupts)
 
 
+def _written_in(saved: CheckpointTuple | None) -> bool:
+    """Whether a client's input was written into the paused step (a `Command`'s update or
+    `goto`): LangGraph's snapshot then leaves out tasks that input would add, and so must we."""
+    return saved is not None and any(
+        task_id == NULL_TASK_ID and channel != RESUME
+        for task_id, channel, _ in saved.pending_writes or ())
+
+
 def latest(graph: Pregel[Any, Any], config: RunnableConfig) -> Paused:
-    """The thread's latest checkpoint, read once; LangGraph's own snapshot for a graph that
-    has no checkpointer of its own (it then reads the one its caller configured)."""
+    """The thread's latest checkpoint, read once; LangGraph's own snapshot where the pending
+    writes alone do not say what it shows (input written into the paused step), or for a graph
+    that has no checkpointer of its own (it then reads the one its caller configured)."""
     saver = graph.checkpointer
     if not isinstance(saver, BaseCheckpointSaver) or read_task_statuses is None:
         return graph.get_state(config)
-    return Latest(graph, config, saver.get_tuple(config))
+    saved = saver.get_tuple(config)
+    if _written_in(saved):
+        return graph.get_state(config)
+    return Latest(graph, config, saved)

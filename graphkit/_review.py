@@ -463,8 +463,9 @@ def ensure(ledger: Ledger, record: ApprovalRecord, *, thread_id: str,
     process that ended: a restarted LangGraph server, a checkpointer instance), from the paused
     run, still pending: it can then be decided; nothing is approved by this. Only a gated call
     is recorded with it, never a call that would need no approval."""
-    if record.get("status") != "pending" or ledger.approval(record["id"]) is not None:
-        return False
+    if not _well_formed(record) or record.get("status") != "pending" or ledger.approval(
+            record["id"]) is not None:
+        return False  # a record a client wrote into the paused state stays undecidable
     if args_digest(record["args"]) != record["args_digest"]:
         return False  # the paused state was tampered with: leave it undecidable
     key = record.get("call_key")
@@ -477,6 +478,17 @@ def ensure(ledger: Ledger, record: ApprovalRecord, *, thread_id: str,
         args_digest=record["args_digest"], ttl=_remaining(record.get("expires_at")),
         run_id=run_id)])
     return True
+
+
+def _well_formed(record: ApprovalRecord) -> bool:
+    """The fields a ledger row is keyed and bound by, of the types the graph writes them."""
+    path, key = record.get("agent_path"), record.get("call_key")
+    return (isinstance(record.get("id"), str) and bool(record["id"])
+            and isinstance(record.get("tool_name"), str)
+            and record.get("kind") in ("approval", "suspension")
+            and isinstance(record.get("args"), Mapping)
+            and isinstance(path, list) and all(isinstance(p, str) for p in path)
+            and (key is None or isinstance(key, str)))
 
 
 def _remaining(expires_at: str | None) -> float | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -344,7 +343,7 @@ class Agent:
                                 inline=self._storage.ledger.in_memory,
                                 on_loop=self._loop_safe and not validates)
 
-    @functools.cached_property
+    @property
     def _loop_safe(self) -> bool:
         """Whether an async run may prepare on the event loop: its storage is this process's
         memory (nothing waits on I/O) and no approvers policy (application code) decides. A
