@@ -461,10 +461,10 @@ def make_tools_nodes(
         admitted = await offload(inline, admit, task, config)
         if isinstance(admitted, ToolMessage):
             return _refused(admitted)
-        # resume data is parsed by the tool's `resume_schema`: application code, off the loop
+        # No I/O here; but resume data is parsed by the tool's `resume_schema` (application
+        # code): then off the loop.
         tool, call, tool_config = await offload(
-            inline and not admitted.resume_values, _prepare, tools, task, config, ledger,
-            admitted)
+            not admitted.resume_values, _prepare, tools, task, config, ledger, admitted)
         owner = admitted.owner
         if _is_sync(tool):
             command: Command[ToolTarget] = await run_in_executor(
