@@ -18,9 +18,8 @@ from langchain_core.messages import BaseMessage, ToolMessage, messages_to_dict
 from langchain_core.tools import BaseTool
 from langgraph.types import Command
 
-from graphkit._approvals import answered_ids
 from graphkit._events import pending_from_interrupts
-from graphkit._gate import SUPERSEDED
+from graphkit._gate import supersede_unanswered
 from graphkit._journal import APPROVALS, SCAN_LIMIT
 from graphkit._latest import Paused
 from graphkit._ledger import ApprovalRow, Ledger
@@ -31,7 +30,6 @@ from graphkit._review import (
     refuse,
     resolved_message,
     shown,
-    supersede,
     take,
 )
 from graphkit._settings import Approvers
@@ -221,27 +219,13 @@ def continue_command(snapshot: Paused, req: Request) -> Any:
 
 def _abandoned(snapshot: Paused, req: Request) -> list[ToolMessage]:
     """A run stopped mid-turn (`on_state_change`, a crash) with calls of the model's last turn
-    unanswered: a new message supersedes them. They are declined and recorded as not run,
-    and the model is told so, right after its turn (providers refuse a tool call left
-    without a result)."""
+    unanswered: a new message supersedes them, and the model is told so right after its turn
+    (the model node does the same for input that does not come through this API)."""
     plan = snapshot.values.get("turn")
     if not plan:
         return []
-    answered = answered_ids(list(snapshot.values.get("messages") or []), plan["ai_message_id"])
-    answers: list[ToolMessage] = []
-    for call in plan["calls"]:
-        if call["tool_call_id"] in answered:
-            continue
-        text = SUPERSEDED.format(name=call["tool_name"])
-        for record in (call["approval"], call["suspension"]):
-            if record is not None and record.get("status") != "rejected":
-                supersede(req.ledger, record, comment="superseded by a new user message",
-                          thread_id=req.thread_id, run_id=req.run_id)
-        req.ledger.settle({call["key"]: {"content": text, "status": "error"}},
-                          thread_id=req.thread_id)
-        answers.append(ToolMessage(text, tool_call_id=call["tool_call_id"],
-                                   name=call["tool_name"], status="error"))
-    return answers
+    return supersede_unanswered(plan, list(snapshot.values.get("messages") or []), req.ledger,
+                                thread_id=req.thread_id, run_id=req.run_id)
 
 
 def start_payload(snapshot: Paused, messages: list[BaseMessage],

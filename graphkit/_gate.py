@@ -64,7 +64,7 @@ from graphkit.errors import (
 from graphkit.tools import GraphkitTool
 from graphkit.types import ApprovalRecord, args_digest
 
-__all__ = ["GateContext", "Planner", "dispatch_now", "make_gate_node"]
+__all__ = ["GateContext", "Planner", "dispatch_now", "make_gate_node", "supersede_unanswered"]
 
 GateTarget = Literal["model", "tools", "approval_gate"]
 
@@ -459,6 +459,34 @@ class _Pass:
             case _:
                 who, why = _who_why(by, comment)
                 call["answer"] = REJECTED.format(name=name, who=who, why=why)
+
+
+def supersede_unanswered(plan: TurnPlan, messages: Sequence[BaseMessage], ledger: Ledger, *,
+                         thread_id: str, run_id: str | None) -> list[ToolMessage]:
+    """The answers of a turn's calls that have none when a new user message comes (its run
+    stopped mid-turn: `on_state_change`, a crash). What waited is declined as superseded and
+    the calls are recorded as not run; a call that ran before the stop is told its recorded
+    result. Providers refuse a tool call left without a result."""
+    answered = answered_ids(messages, plan["ai_message_id"])
+    unanswered = [c for c in plan["calls"] if c["tool_call_id"] not in answered]
+    if not unanswered:
+        return []
+    for call in unanswered:
+        for record in (call["approval"], call["suspension"]):
+            if record is not None and record.get("status") != "rejected":
+                supersede(ledger, record, comment="superseded by a new user message",
+                          thread_id=thread_id, run_id=run_id)
+    ledger.settle({c["key"]: {"content": SUPERSEDED.format(name=c["tool_name"]),
+                              "status": "error"} for c in unanswered}, thread_id=thread_id)
+    recorded = ledger.outcomes((c["key"] for c in unanswered), thread_id=thread_id)
+    answers: list[ToolMessage] = []
+    for call in unanswered:
+        outcome = recorded.get(call["key"]) or {}
+        answers.append(ToolMessage(
+            outcome.get("content", SUPERSEDED.format(name=call["tool_name"])),
+            tool_call_id=call["tool_call_id"], name=call["tool_name"],
+            status="success" if outcome.get("status") == "success" else "error"))
+    return answers
 
 
 def _copy_record(record: ApprovalRecord | None) -> ApprovalRecord | None:

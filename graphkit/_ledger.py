@@ -772,15 +772,18 @@ class Ledger:
                        args_digest=str(r[4]), approval_id=r[5], executed=r[6],
                        outcome=_loads(r[7]), once_results=_loads(r[8]))
 
-    def outcomes(self, call_keys: Iterable[str]) -> dict[str, dict[str, Any] | None]:
-        """The recorded outcome of each call that has one (None while it has not)."""
+    def outcomes(self, call_keys: Iterable[str], *, thread_id: str | None = None
+                 ) -> dict[str, dict[str, Any] | None]:
+        """The recorded outcome of each call that has one (None while it has not); with
+        `thread_id`, of that thread's calls only."""
         keys = list(dict.fromkeys(call_keys))
         if not keys:
             return {}
         marks = ", ".join("?" for _ in keys)
+        mine = " AND thread_id = ?" if thread_id is not None else ""
         rows = self._sql.query(
-            f"SELECT call_key, executed, outcome FROM graphkit_calls WHERE call_key IN ({marks})",
-            tuple(keys))
+            f"SELECT call_key, executed, outcome FROM graphkit_calls WHERE call_key IN ({marks})"
+            f"{mine}", (*keys, *((thread_id,) if thread_id is not None else ())))
         return {str(r[0]): _loads(r[2]) if r[1] == DONE else None for r in rows}
 
     def start_admitted(self, call_key: str, owner: str, *, thread_id: str,

@@ -25,6 +25,7 @@ from langchain_core.messages import (
     AnyMessage,
     BaseMessage,
     HumanMessage,
+    RemoveMessage,
     SystemMessage,
     ToolMessage,
 )
@@ -35,13 +36,13 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
 from graphkit._context import PATH_KEY, thread_id_of
-from graphkit._gate import GateContext, Planner, dispatch_now
+from graphkit._gate import GateContext, Planner, dispatch_now, supersede_unanswered
 from graphkit._ledger import DONE, ApprovalRow, CallRow, Ledger
 from graphkit._limits import check_value
 from graphkit._offload import offload
 from graphkit._owner import holder_is_dead, new_owner
 from graphkit._review import audit_row, supersede
-from graphkit._state import AgentState, ToolTask
+from graphkit._state import AgentState, ToolTask, TurnPlan
 from graphkit.tools import CONTEXT_KEY, GraphkitTool, ToolContext, ToolSuspended
 from graphkit.types import args_digest
 
@@ -187,6 +188,33 @@ def _with_fixes(messages: list[AnyMessage], fixes: list[ToolMessage]) -> list[An
     return [by_id.get(m.id, m) for m in messages]
 
 
+def _stopped_turn(plan: TurnPlan | None, messages: list[AnyMessage], ctx: GateContext
+                  ) -> tuple[list[AnyMessage], list[BaseMessage]]:
+    """A new user message after a turn whose run stopped before all its calls had a result
+    (`on_state_change`, a crash; input from any client): the calls are superseded and their
+    answers go right after the turn, before the newer messages. Returns the conversation as the
+    model reads it and the writes that make the state say the same."""
+    if not plan:
+        return messages, []
+    turn = next((i for i, m in enumerate(messages) if m.id == plan["ai_message_id"]), None)
+    if turn is None:
+        return messages, []
+    later = turn + 1
+    while later < len(messages) and isinstance(messages[later], ToolMessage):
+        later += 1
+    newer = messages[later:]
+    if not any(isinstance(m, HumanMessage) for m in newer) or any(m.id is None for m in newer):
+        return messages, []
+    answers = supersede_unanswered(plan, messages, ctx.ledger, thread_id=ctx.thread_id,
+                                   run_id=ctx.run_id)
+    if not answers:
+        return messages, []
+    # the newer messages move after the answers: removed, then written again
+    writes: list[BaseMessage] = [*(RemoveMessage(id=str(m.id)) for m in newer), *answers,
+                                 *newer]
+    return [*messages[:later], *answers, *newer], writes
+
+
 def _model_calls(model: BaseChatModel, tools: Sequence[BaseTool]
                  ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """`invoke` and `ainvoke` of the model with the tools bound. A plain `RunnableBinding`
@@ -217,16 +245,18 @@ def make_model_node(
     inline = planner.ledger.in_memory
 
     def route(state: AgentState, config: RunnableConfig
-              ) -> tuple[list[BaseMessage], bool, list[ToolMessage]]:
+              ) -> tuple[list[BaseMessage], bool, list[BaseMessage]]:
         options = state.get("options") or {}
         limit = options.get("max_steps")
         limit = limit if isinstance(limit, int) and limit > 0 else 25
-        fixes = _discard_forged(state, planner.context(state, config))
-        messages = _with_fixes(list(state.get("messages") or []), fixes)
-        return [*system, *messages], model_steps(messages) >= limit, fixes
+        ctx = planner.context(state, config)
+        forged = _discard_forged(state, ctx)
+        messages = _with_fixes(list(state.get("messages") or []), forged)
+        messages, moved = _stopped_turn(state.get("turn"), messages, ctx)
+        return [*system, *messages], model_steps(messages) >= limit, [*forged, *moved]
 
     def finish(response: BaseMessage, state: AgentState, config: RunnableConfig,
-               fixes: list[ToolMessage]) -> Command[ModelTarget]:
+               fixes: list[BaseMessage]) -> Command[ModelTarget]:
         response = _unique_id(response, state.get("messages") or [])
         if not (isinstance(response, AIMessage) and response.tool_calls):
             # The turn is over: its plan need not ride along in every later checkpoint.
