@@ -120,6 +120,20 @@ def validate_args(tool: BaseTool, args: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(schema, type) or not issubclass(schema, BaseModel):
         storable(dict(args), f"arguments for tool {tool.name!r}", InvalidApprovedArgsError)
         return dict(args)
+    result = _parsed(tool, schema, args)
+    storable(result, f"arguments for tool {tool.name!r}", InvalidApprovedArgsError)
+    if validation_runs_code(tool) and _parsed(tool, schema, result) != result:
+        # The tool parses what it is given once more: it would get other values than the ones
+        # shown, decided and digested (a validator that converts, say dollars to cents).
+        msg = (f"tool {tool.name!r} changes its arguments each time they are validated "
+               f"({result!r} becomes {_parsed(tool, schema, result)!r}): the values approved "
+               "would not be the values it runs with; make its validators idempotent")
+        raise InvalidApprovedArgsError(msg)
+    return result
+
+
+def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
+            ) -> dict[str, Any]:
     try:
         parsed = schema.model_validate(dict(args))
     except ValidationError as exc:
@@ -131,7 +145,6 @@ def validate_args(tool: BaseTool, args: Mapping[str, Any]) -> dict[str, Any]:
     # By alias: the names the model (and the tool's own validation) use, not Python's
     # (`from_` is `from`).
     dumped: dict[str, Any] = parsed.model_dump(mode="json", by_alias=True)
-    storable(dumped, f"arguments for tool {tool.name!r}", InvalidApprovedArgsError)
     # Keep only what was given or has a default, without the injected context.
     names = {field.alias or name for name, field in schema.model_fields.items()}
     return {k: v for k, v in dumped.items() if k in names}

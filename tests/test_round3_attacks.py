@@ -357,14 +357,11 @@ def test_legit_an_aliased_argument_runs(sqlite_url: str) -> None:
     assert not problems, problems
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'open (review round 3; also before this session): arguments are '
-    'validated at planning and again by tool.invoke, so a non-idempotent validator changes '
-    'what runs'))
 def test_the_arguments_approved_are_the_arguments_the_tool_gets(sqlite_url: str) -> None:
-    """A schema whose validator normalises (dollars -> cents). The reviewer is shown, and
-    approves, the validated `amount_cents=4000`; the tool's own parse runs the validator once
-    more on the approved arguments."""
+    """A schema whose validator converts (dollars -> cents) every time it runs: the tool's own
+    parse would run it once more on the approved `amount_cents=4000` (400000). graphkit checks
+    that the validated arguments validate to themselves; these do not, so the call is refused
+    at planning (the model is told why) and nothing is shown for approval or run."""
     from pydantic import field_validator
 
     class Payment(BaseModel):
@@ -386,10 +383,45 @@ def test_the_arguments_approved_are_the_arguments_the_tool_gets(sqlite_url: str)
     agent = Agent(name="bank", tools=[tool], checkpointer=sqlite_url, model=ScriptedChatModel([
         turn(call("wire", {"amount_cents": 40}, "w1")), "done"]))
     r = agent.generate("wire 40 dollars")
-    shown = r.pending_approvals[0].args
+    assert r.pending_approvals == [] and got == []
+    (told,) = [m for m in r.messages if isinstance(m, ToolMessage)]
+    assert "changes its arguments each time they are validated" in str(told.content)
+
+
+def test_an_edit_that_would_not_run_as_approved_is_refused(sqlite_url: str) -> None:
+    """A validator that converts small amounts only (dollars below 1000 -> cents): the model's
+    4000 is stable and runs as approved; a reviewer's edit to 5 would be shown as 500 and run
+    as 50000, so the edit is refused (typed) and changes nothing."""
+    from pydantic import field_validator
+
+    from graphkit.errors import InvalidApprovedArgsError
+
+    class Payment(BaseModel):
+        amount_cents: int
+
+        @field_validator("amount_cents")
+        @classmethod
+        def small_dollars_to_cents(cls, v: int) -> int:
+            return v * 100 if v < 1000 else v
+
+    got: list[int] = []
+
+    def wire(amount_cents: int) -> str:
+        got.append(amount_cents)
+        return f"wired {amount_cents} cents"
+
+    tool = create_tool(wire, name="wire", description="Wire money.", args_schema=Payment,
+                       needs_approval=True)
+    agent = Agent(name="bank", tools=[tool], checkpointer=sqlite_url, model=ScriptedChatModel([
+        turn(call("wire", {"amount_cents": 4000}, "w1")), "done"]))
+    r = agent.generate("wire 40 dollars")
+    (pending,) = r.pending_approvals
+    assert pending.args == {"amount_cents": 4000}
+    with pytest.raises(InvalidApprovedArgsError, match="each time they are validated"):
+        agent.approve_tool_call_generate(run_id=r.run_id, args={"amount_cents": 5})
+    assert [p.status for p in agent.pending_approvals(run_id=r.run_id)] == ["pending"]
     agent.approve_tool_call_generate(run_id=r.run_id)
-    assert got == [shown["amount_cents"]], (
-        f"the reviewer approved {shown}; the tool was called with amount_cents={got}")
+    assert got == [4000]
 
 
 # ====================================================================== R3-7: grants
