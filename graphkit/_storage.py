@@ -9,9 +9,12 @@ saver serialises access with its own lock), so one graph works from threads and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Iterable, Sequence
+import threading
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,8 @@ from langgraph.store.sqlite import SqliteStore
 from graphkit._ledger import PAGE_SIZE, Ledger
 
 __all__ = ["Storage", "open_storage", "served_storage"]
+
+logger = logging.getLogger("graphkit")
 
 UNKNOWN_URL = (
     "unsupported checkpointer {value!r}; expected 'memory', 'sqlite:///path/to/file.db', "
@@ -152,6 +157,61 @@ def served_storage() -> Storage:
     return _SERVED
 
 
+def _ledger_beside(saver: BaseCheckpointSaver[Any]) -> Ledger:
+    """The ledger for a checkpointer passed as an instance: in the same database when it is
+    LangGraph's SQLite or PostgreSQL saver, so that a restarted process still knows which
+    calls ran and which approvals wait; else in this process's memory (as the saver's own
+    memory, for `InMemorySaver`)."""
+    if isinstance(saver, InMemorySaver):
+        return Ledger.sqlite()
+    if isinstance(saver, SqliteSaver):
+        rows = saver.conn.execute("PRAGMA database_list").fetchall()
+        path = next((str(r[2]) for r in rows if r[1] == "main"), "")
+        return Ledger.sqlite(path) if path else Ledger.sqlite()
+    try:
+        from langgraph.checkpoint.postgres import PostgresSaver
+    except ImportError:  # pragma: no cover - the postgres extra is not installed
+        PostgresSaver = None  # type: ignore[assignment,misc]
+    if PostgresSaver is not None and isinstance(saver, PostgresSaver):
+        from psycopg_pool import ConnectionPool
+
+        conn = saver.conn
+        if isinstance(conn, ConnectionPool):
+            return Ledger.postgres(conn)
+        return Ledger.postgres(_Shared(conn, _reentrant(saver)))
+    logger.warning(
+        "graphkit: %s keeps its checkpoints where graphkit cannot keep its ledger; which calls "
+        "ran and which approvals wait is kept in this process's memory and lost when it ends. "
+        "Pass a sqlite:/// or postgresql:// URL to keep both in one database.",
+        type(saver).__name__)
+    return Ledger.sqlite()
+
+
+def _reentrant(saver: Any) -> Any:
+    """The saver's lock, made reentrant: the ledger shares the saver's one connection under it,
+    and may be read while a lazily listed checkpoint holds it on the same thread. Swapped while
+    held, so no statement of the saver is under way."""
+    lock = saver.lock
+    if not isinstance(lock, type(threading.RLock())):
+        with lock:
+            saver.lock = threading.RLock()
+    return saver.lock
+
+
+class _Shared:
+    """One PostgreSQL connection (a saver's own) lent to the ledger as a pool of one, under
+    the saver's lock."""
+
+    def __init__(self, conn: Any, lock: Any) -> None:
+        self.conn = conn
+        self.lock = lock
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[Any]:
+        with self.lock:
+            yield self.conn
+
+
 def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:
     """Open the checkpointer (and a store beside it) described by `spec`."""
     if spec is None or spec == "memory":
@@ -159,7 +219,7 @@ def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:
                        Ledger.sqlite())
     if isinstance(spec, BaseCheckpointSaver):
         return Storage(spec, InMemoryStore(), f"{type(spec).__name__} instance",
-                       Ledger.sqlite())
+                       _ledger_beside(spec))
     if not isinstance(spec, str):
         raise TypeError(UNKNOWN_URL.format(value=spec))
     if spec.startswith("sqlite://"):

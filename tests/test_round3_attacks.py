@@ -587,10 +587,11 @@ def test_legit_an_approved_call_survives_a_stop_and_a_new_message(sqlite_url: st
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    'open (review round 3; also before this session): a checkpointer '
-    'instance with the default in-memory ledger loses the execution record on restart, and '
-    'time travel to an old checkpoint runs the call again (a SQLite or PostgreSQL URL keeps '
-    'the ledger)'))
+    'open: a checkpointer instance graphkit cannot keep its ledger beside (a custom saver; '
+    'here InMemorySaver standing for one that outlives the process) leaves the execution '
+    'record in memory, and after a restart time travel to an old checkpoint runs the call '
+    'again. SQLite and PostgreSQL URLs, and SqliteSaver/PostgresSaver instances, keep the '
+    'ledger in their database (tests/test_storage.py)'))
 def test_a_call_that_ran_runs_again_after_a_restart_via_an_old_checkpoint() -> None:
     """A checkpointer instance keeps its checkpoints; graphkit's ledger beside it lives in the
     process (as under `langgraph dev` without GRAPHKIT_DB). After a restart, a client resumes

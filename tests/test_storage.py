@@ -154,3 +154,76 @@ def test_the_one_statement_claim_admits_exactly_what_the_ledger_allows(durable_u
     ledger.clear({"apr1": "d2"})
     assert not claim("gated", "x")  # cleared for other (edited) arguments
     assert claim("gated", "me", args_digest="d2")
+
+
+def test_a_sqlite_saver_instance_keeps_the_ledger_in_its_file(tmp_path: Path) -> None:
+    """A restarted process with LangGraph's SqliteSaver passed as an instance: graphkit's
+    ledger lives in the same file, so a call that ran is known to have run (replaying the old
+    paused checkpoint, Studio's time travel, does not run it again) and a pending approval is
+    still the ledger's."""
+    import contextlib
+    import sqlite3
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.types import Command
+
+    def open_agent(ran: Any = None) -> Any:
+        saver = SqliteSaver(sqlite3.connect(tmp_path / "own.db", check_same_thread=False))
+        return agent_with([turn(call("pay", {"amount": 1, "payee": {"name": "x"}}, "c1")),
+                           "ok"], ran, checkpointer=saver, name="billing")
+
+    agent, ran = open_agent()
+    result = agent.generate("go")
+    paused = agent.graph.get_state({"configurable": {"thread_id": result.thread_id}}).config
+    pending_id = result.pending_approvals[0].id
+    assert agent.approve_tool_call_generate(run_id=result.run_id).text == "ok"
+    assert ran.names() == ["pay"]
+
+    restarted, _ = open_agent(ran)  # a new process: new connection, new ledger object
+    row = restarted._storage.ledger.approval(pending_id)
+    assert row is not None and row.status == "approved"
+    with contextlib.suppress(Exception):
+        restarted.graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}),
+                               {"configurable": {**paused["configurable"]}})
+    assert ran.names() == ["pay"], "the payment ran again after a restart"
+
+
+@pytest.mark.parametrize("lend", ["pool", "connection"])
+def test_a_postgres_saver_instance_keeps_the_ledger_in_its_database(postgres_url: str,
+                                                                     lend: str) -> None:
+    """LangGraph's PostgresSaver passed as an instance, over a pool or one connection: the
+    ledger is in the same database, so another process's agent knows what ran."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg import Connection
+    from psycopg.rows import dict_row
+    from psycopg_pool import ConnectionPool
+
+    kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0,
+                              "row_factory": dict_row}
+    opened: list[Any] = []
+
+    def open_agent(ran: Any = None) -> Any:
+        conn: Any = (ConnectionPool(postgres_url, kwargs=kwargs, open=True) if lend == "pool"
+                     else Connection.connect(postgres_url, **kwargs))
+        opened.append(conn)
+        saver = PostgresSaver(conn)
+        saver.setup()
+        return agent_with([turn(call("pay", {"amount": 1, "payee": {"name": "x"}}, "c1")),
+                           "ok"], ran, checkpointer=saver, name="billing")
+
+    try:
+        agent, ran = open_agent()
+        result = agent.generate("go")
+        pending_id = result.pending_approvals[0].id
+        other, _ = open_agent(ran)
+        row = other._storage.ledger.approval(pending_id)
+        assert row is not None and row.status == "pending"
+        other._storage.store.put(("graphkit", "runs"), result.run_id,
+                                 {"thread_id": result.thread_id, "agent": "billing"})
+        assert other.approve_tool_call_generate(run_id=result.run_id).text == "ok"
+        assert ran.names() == ["pay"]
+        approved = agent._storage.ledger.approval(pending_id)
+        assert approved is not None and approved.status == "approved"
+    finally:
+        for conn in opened:
+            conn.close()
