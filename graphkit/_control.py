@@ -92,6 +92,8 @@ class Request:
     find_tool: ToolFinder
     find_policy: PolicyFinder
     grant_ttl: timedelta | None
+    agent_path: tuple[str, ...] = ()
+    """The path of the agent the API serves (its name: the top of the delegation chain)."""
 
 
 def _raise_decided(snapshot: Paused, req: Request, tool_call_id: str | None,
@@ -225,7 +227,8 @@ def _abandoned(snapshot: Paused, req: Request) -> list[ToolMessage]:
     if not plan:
         return []
     return supersede_unanswered(plan, list(snapshot.values.get("messages") or []), req.ledger,
-                                thread_id=req.thread_id, run_id=req.run_id)
+                                thread_id=req.thread_id, agent_path=req.agent_path,
+                                run_id=req.run_id)
 
 
 def start_payload(snapshot: Paused, messages: list[BaseMessage],

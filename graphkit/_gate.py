@@ -71,6 +71,10 @@ GateTarget = Literal["model", "tools", "approval_gate"]
 REJECTED = "Tool call {name!r} was rejected by {who}{why}. It did not run."
 EXPIRED = "Tool call {name!r} was not run: its approval expired ({why})."
 SUPERSEDED = "Tool call {name!r} was not run: superseded by a new user message."
+UNKNOWN = ("Tool call {name!r} was stopped by a new user message after it started; whether it "
+           "took effect is unknown. It will not run again unless called anew.")
+DELEGATION_STOPPED = ("Delegation {name!r} was stopped by a new user message; it may have done "
+                      "part of its work. It will not go on.")
 CANCELLED = "Tool call {name!r} was cancelled by {who}{why} while it waited for input."
 DECISION_COUNT = (
     "Number of human decisions ({given}) does not match number of pending tool calls "
@@ -462,31 +466,65 @@ class _Pass:
 
 
 def supersede_unanswered(plan: TurnPlan, messages: Sequence[BaseMessage], ledger: Ledger, *,
-                         thread_id: str, run_id: str | None) -> list[ToolMessage]:
+                         thread_id: str, agent_path: Sequence[str], run_id: str | None
+                         ) -> list[ToolMessage]:
     """The answers of a turn's calls that have none when a new user message comes (its run
-    stopped mid-turn: `on_state_change`, a crash). What waited is declined as superseded and
-    the calls are recorded as not run; a call that ran before the stop is told its recorded
-    result. Providers refuse a tool call left without a result."""
-    answered = answered_ids(messages, plan["ai_message_id"])
-    unanswered = [c for c in plan["calls"] if c["tool_call_id"] not in answered]
-    if not unanswered:
+    stopped mid-turn: `on_state_change`, a crash). What waited is declined as superseded, in
+    the subagents of a stopped delegation too; a call that never started is recorded as not
+    run; one that started and has no result (running, or its process died) never starts again
+    and is told its outcome is unknown; one that ran is told its recorded result. Providers
+    refuse a tool call left without a result."""
+    ai = next((m for m in messages if m.id == plan.get("ai_message_id")), None)
+    if not isinstance(ai, AIMessage):
         return []
-    for call in unanswered:
+    answered = answered_ids(messages, str(ai.id))
+    planned = {c["tool_call_id"]: c for c in plan.get("calls") or [] if _well_planned(c)}
+    unanswered = list({c["id"]: c for c in ai.tool_calls if c.get("id") not in answered}.values())
+    calls = [planned[c["id"]] for c in unanswered if c["id"] in planned]
+    for call in calls:
         for record in (call["approval"], call["suspension"]):
             if record is not None and record.get("status") != "rejected":
                 supersede(ledger, record, comment="superseded by a new user message",
                           thread_id=thread_id, run_id=run_id)
-    ledger.settle({c["key"]: {"content": SUPERSEDED.format(name=c["tool_name"]),
-                              "status": "error"} for c in unanswered}, thread_id=thread_id)
-    recorded = ledger.outcomes((c["key"] for c in unanswered), thread_id=thread_id)
+    if any(call["node"] != "tools" for call in calls):  # a delegation stopped mid-way
+        for row in ledger.pending_below(thread_id, agent_path):
+            supersede(ledger, {"id": row.approval_id, "tool_name": row.tool_name,
+                               "agent_path": list(row.agent_path), "kind": row.kind},
+                      comment="superseded by a new user message", thread_id=thread_id,
+                      run_id=run_id)
+    ledger.settle({c["key"]: {"content": _not_run(c), "status": "error"} for c in calls},
+                  thread_id=thread_id)
+    ledger.fence({c["key"]: {"content": UNKNOWN.format(name=c["tool_name"]), "status": "error"}
+                  for c in calls}, thread_id=thread_id)
+    recorded = ledger.outcomes((c["key"] for c in calls), thread_id=thread_id)
     answers: list[ToolMessage] = []
-    for call in unanswered:
-        outcome = recorded.get(call["key"]) or {}
+    for asked in unanswered:
+        found = planned.get(str(asked["id"]))
+        outcome = (recorded.get(found["key"]) if found is not None else None) or {}
         answers.append(ToolMessage(
-            outcome.get("content", SUPERSEDED.format(name=call["tool_name"])),
-            tool_call_id=call["tool_call_id"], name=call["tool_name"],
+            outcome.get("content", SUPERSEDED.format(name=asked["name"])),
+            tool_call_id=asked["id"], name=asked["name"],
             status="success" if outcome.get("status") == "success" else "error"))
     return answers
+
+
+def _well_planned(call: Any) -> bool:
+    """A plan entry whose fields the ledger is keyed by are of the types the gate writes (the
+    plan lives in client-writable state)."""
+    if not isinstance(call, Mapping):
+        return False
+    records = [call.get("approval"), call.get("suspension")]
+    return (isinstance(call.get("tool_call_id"), str) and isinstance(call.get("tool_name"), str)
+            and isinstance(call.get("key"), str) and isinstance(call.get("node"), str)
+            and "approval" in call and "suspension" in call
+            and all(r is None or (isinstance(r, Mapping) and isinstance(r.get("id"), str))
+                    for r in records))
+
+
+def _not_run(call: CallPlan) -> str:
+    if call["node"] != "tools":
+        return DELEGATION_STOPPED.format(name=call["tool_name"])
+    return SUPERSEDED.format(name=call["tool_name"])
 
 
 def _copy_record(record: ApprovalRecord | None) -> ApprovalRecord | None:

@@ -616,6 +616,29 @@ class Ledger:
             tuple(ids))
         return [str(r[0]) for r in rows]
 
+    def pending_below(self, thread_id: str, agent_path: Sequence[str]) -> list[ApprovalRow]:
+        """The approvals and suspensions waiting in this thread in the agents below
+        `agent_path` (its subagents, at any depth)."""
+        prefix = _path(agent_path) + "/"
+        rows = self._sql.query(
+            f"SELECT {_APPROVAL_COLUMNS} FROM graphkit_approvals WHERE thread_id = ? "
+            "AND status = 'pending' AND substr(agent_path, 1, ?) = ?",
+            (thread_id, len(prefix), prefix))
+        return [_approval(r) for r in rows]
+
+    def fence(self, outcomes: Mapping[str, Mapping[str, Any]], *, thread_id: str) -> None:
+        """Record the answer of calls of this thread whose execution was claimed and has no
+        result (running, or its holder died): they never start again, a late result is not
+        recorded, and the answer says their outcome is unknown."""
+        if not outcomes:
+            return
+        with self._sql.transaction() as tx:
+            for key, outcome in outcomes.items():
+                tx.execute(
+                    "UPDATE graphkit_calls SET executed = ?, outcome = ? WHERE call_key = ? "
+                    "AND thread_id = ? AND executed IS NOT NULL AND executed <> ?",
+                    (DONE, _dumps(dict(outcome)), key, thread_id, DONE))
+
     def pending_ids(self, thread_id: str, agent_path: Sequence[str]) -> set[str]:
         """The approvals and suspensions of one agent in one thread that wait on a decision."""
         return {str(r[0]) for r in self._sql.query(

@@ -145,7 +145,7 @@ def _discard_forged(state: AgentState, ctx: GateContext) -> list[ToolMessage]:
             break
     if not answers:
         return fixes
-    outcomes = ctx.ledger.outcomes(call["key"] for _, call in answers)
+    outcomes = ctx.ledger.outcomes((call["key"] for _, call in answers), thread_id=ctx.thread_id)
     for message, call in answers:
         outcome = outcomes.get(call["key"])
         if outcome is not None and _same(outcome.get("content"), message.content):
@@ -206,7 +206,7 @@ def _stopped_turn(plan: TurnPlan | None, messages: list[AnyMessage], ctx: GateCo
     if not any(isinstance(m, HumanMessage) for m in newer) or any(m.id is None for m in newer):
         return messages, []
     answers = supersede_unanswered(plan, messages, ctx.ledger, thread_id=ctx.thread_id,
-                                   run_id=ctx.run_id)
+                                   agent_path=ctx.path, run_id=ctx.run_id)
     if not answers:
         return messages, []
     # the newer messages move after the answers: removed, then written again

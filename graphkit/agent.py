@@ -281,7 +281,8 @@ class Agent:
     def _request(self, run_id: str, thread_id: str) -> Request:
         return Request(run_id=run_id, thread_id=thread_id, ledger=self._storage.ledger,
                        store=self._storage.store, find_tool=self._find_tool,
-                       find_policy=policy_finder(self), grant_ttl=self.grant_ttl)
+                       find_policy=policy_finder(self), grant_ttl=self.grant_ttl,
+                       agent_path=(self.name,))
 
     def _prepare(
         self,
