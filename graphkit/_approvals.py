@@ -98,7 +98,8 @@ def validation_runs_code(tool: BaseTool) -> bool:
 def _has_code(node: Any) -> bool:
     if isinstance(node, dict):
         if (str(node.get("type", "")).startswith("function-")
-                or node.get("default_factory") is not None or node.get("missing") is not None):
+                or node.get("default_factory") is not None or node.get("missing") is not None
+                or node.get("post_init") or node.get("custom_init")):
             return True
         return any(_has_code(value) for value in node.values())
     if isinstance(node, list | tuple):
@@ -120,20 +121,23 @@ def validate_args(tool: BaseTool, args: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(schema, type) or not issubclass(schema, BaseModel):
         storable(dict(args), f"arguments for tool {tool.name!r}", InvalidApprovedArgsError)
         return dict(args)
-    result = _parsed(tool, schema, args)
+    parsed, result = _parsed(tool, schema, args)
     storable(result, f"arguments for tool {tool.name!r}", InvalidApprovedArgsError)
-    if validation_runs_code(tool) and _parsed(tool, schema, result) != result:
-        # The tool parses what it is given once more: it would get other values than the ones
-        # shown, decided and digested (a validator that converts, say dollars to cents).
-        msg = (f"tool {tool.name!r} changes its arguments each time they are validated "
-               f"({result!r} becomes {_parsed(tool, schema, result)!r}): the values approved "
-               "would not be the values it runs with; make its validators idempotent")
-        raise InvalidApprovedArgsError(msg)
+    if validation_runs_code(tool):
+        # The tool parses what it is given once more: it must get the values shown, decided
+        # and digested (not a validator's second conversion, say dollars to cents again).
+        again, shown_again = _parsed(tool, schema, result)
+        if again != parsed:
+            msg = (f"tool {tool.name!r} changes its arguments each time they are validated "
+                   f"({result!r} becomes {shown_again!r}): the values approved would not be "
+                   "the values it runs with; make its validators idempotent")
+            raise InvalidApprovedArgsError(msg)
     return result
 
 
 def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
-            ) -> dict[str, Any]:
+            ) -> tuple[BaseModel, dict[str, Any]]:
+    """The validated model, and its fields as JSON."""
     try:
         parsed = schema.model_validate(dict(args))
     except ValidationError as exc:
@@ -147,7 +151,7 @@ def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
     dumped: dict[str, Any] = parsed.model_dump(mode="json", by_alias=True)
     # Keep only what was given or has a default, without the injected context.
     names = {field.alias or name for name, field in schema.model_fields.items()}
-    return {k: v for k, v in dumped.items() if k in names}
+    return parsed, {k: v for k, v in dumped.items() if k in names}
 
 
 def _prompt(tool: BaseTool, args: dict[str, Any]) -> str:

@@ -40,6 +40,7 @@ from graphkit._journal import GateJournal
 from graphkit._ledger import ApprovalRow, Ledger
 from graphkit._limits import check_value
 from graphkit._offload import offload
+from graphkit._owner import holder_is_dead
 from graphkit._review import (
     Choice,
     Taken,
@@ -73,6 +74,8 @@ EXPIRED = "Tool call {name!r} was not run: its approval expired ({why})."
 SUPERSEDED = "Tool call {name!r} was not run: superseded by a new user message."
 UNKNOWN = ("Tool call {name!r} was stopped by a new user message after it started; whether it "
            "took effect is unknown. It will not run again unless called anew.")
+STILL_RUNNING = ("Tool call {name!r} was still running when a new user message came; its "
+                 "result was not known then.")
 DELEGATION_STOPPED = ("Delegation {name!r} was stopped by a new user message; it may have done "
                       "part of its work. It will not go on.")
 CANCELLED = "Tool call {name!r} was cancelled by {who}{why} while it waited for input."
@@ -494,13 +497,16 @@ def supersede_unanswered(plan: TurnPlan, messages: Sequence[BaseMessage], ledger
                       run_id=run_id)
     ledger.settle({c["key"]: {"content": _not_run(c), "status": "error"} for c in calls},
                   thread_id=thread_id)
-    ledger.fence({c["key"]: {"content": UNKNOWN.format(name=c["tool_name"]), "status": "error"}
-                  for c in calls}, thread_id=thread_id)
+    running = ledger.fence({c["key"]: {"content": UNKNOWN.format(name=c["tool_name"]),
+                                       "status": "error"} for c in calls},
+                           thread_id=thread_id, holder_dead=holder_is_dead)
     recorded = ledger.outcomes((c["key"] for c in calls), thread_id=thread_id)
     answers: list[ToolMessage] = []
     for asked in unanswered:
         found = planned.get(str(asked["id"]))
         outcome = (recorded.get(found["key"]) if found is not None else None) or {}
+        if found is not None and found["key"] in running:
+            outcome = {"content": STILL_RUNNING.format(name=asked["name"])}
         answers.append(ToolMessage(
             outcome.get("content", SUPERSEDED.format(name=asked["name"])),
             tool_call_id=asked["id"], name=asked["name"],

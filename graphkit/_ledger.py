@@ -626,18 +626,26 @@ class Ledger:
             (thread_id, len(prefix), prefix))
         return [_approval(r) for r in rows]
 
-    def fence(self, outcomes: Mapping[str, Mapping[str, Any]], *, thread_id: str) -> None:
-        """Record the answer of calls of this thread whose execution was claimed and has no
-        result (running, or its holder died): they never start again, a late result is not
-        recorded, and the answer says their outcome is unknown."""
-        if not outcomes:
-            return
-        with self._sql.transaction() as tx:
-            for key, outcome in outcomes.items():
-                tx.execute(
+    def fence(self, outcomes: Mapping[str, Mapping[str, Any]], *, thread_id: str,
+              holder_dead: Callable[[str], bool]) -> set[str]:
+        """Record the answer of calls of this thread whose execution was claimed and never
+        finished, by a holder that died (provably, or its claim lapsed): they never start
+        again, and the answer says their outcome is unknown. Returns the calls a live process
+        still runs (left alone: their result is recorded when they finish)."""
+        running: set[str] = set()
+        now = self._sql.now
+        for key, outcome in outcomes.items():
+            row = self.call(key)
+            if row is None or row.thread_id != thread_id or not row.executed or (
+                    row.executed == DONE):
+                continue
+            dead = holder_dead(row.executed)
+            if not self._sql.execute(
                     "UPDATE graphkit_calls SET executed = ?, outcome = ? WHERE call_key = ? "
-                    "AND thread_id = ? AND executed IS NOT NULL AND executed <> ?",
-                    (DONE, _dumps(dict(outcome)), key, thread_id, DONE))
+                    f"AND executed = ?{'' if dead else f' AND claim_expires < {now}'}",
+                    (DONE, _dumps(dict(outcome)), key, row.executed)):
+                running.add(key)
+        return running
 
     def pending_ids(self, thread_id: str, agent_path: Sequence[str]) -> set[str]:
         """The approvals and suspensions of one agent in one thread that wait on a decision."""

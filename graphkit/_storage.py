@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 import sqlite3
@@ -168,23 +169,64 @@ def _ledger_beside(saver: BaseCheckpointSaver[Any]) -> Ledger:
         rows = saver.conn.execute("PRAGMA database_list").fetchall()
         path = next((str(r[2]) for r in rows if r[1] == "main"), "")
         return Ledger.sqlite(path) if path else Ledger.sqlite()
-    try:
-        from langgraph.checkpoint.postgres import PostgresSaver
-    except ImportError:  # pragma: no cover - the postgres extra is not installed
-        PostgresSaver = None  # type: ignore[assignment,misc]
-    if PostgresSaver is not None and isinstance(saver, PostgresSaver):
-        from psycopg_pool import ConnectionPool
-
-        conn = saver.conn
-        if isinstance(conn, ConnectionPool):
-            return Ledger.postgres(conn)
-        return Ledger.postgres(_Shared(conn, _reentrant(saver)))
+    ledger = _sqlite_async(saver) or _postgres(saver)
+    if ledger is not None:
+        return ledger
     logger.warning(
         "graphkit: %s keeps its checkpoints where graphkit cannot keep its ledger; which calls "
         "ran and which approvals wait is kept in this process's memory and lost when it ends. "
         "Pass a sqlite:/// or postgresql:// URL to keep both in one database.",
         type(saver).__name__)
     return Ledger.sqlite()
+
+
+def _sqlite_async(saver: BaseCheckpointSaver[Any]) -> Ledger | None:
+    """`AsyncSqliteSaver`: its aiosqlite connection names its file only in its connector."""
+    try:
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+    except ImportError:  # pragma: no cover - aiosqlite is not installed
+        return None
+    if not isinstance(saver, AsyncSqliteSaver):
+        return None
+    connector = getattr(saver.conn, "_connector", None)
+    database = inspect.getclosurevars(connector).nonlocals.get("database") if callable(
+        connector) else None
+    if isinstance(database, bytes):
+        database = database.decode("utf-8")
+    if not isinstance(database, str | Path) or str(database) in ("", ":memory:") or str(
+            database).startswith("file::memory:"):
+        return None if database is None else Ledger.sqlite()
+    return Ledger.sqlite(str(database))
+
+
+def _postgres(saver: BaseCheckpointSaver[Any]) -> Ledger | None:
+    """LangGraph's PostgreSQL savers: the ledger on the same pool, or on the one connection
+    of a sync saver (under its lock), or on a pool of the async saver's own database."""
+    try:
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+        from psycopg import AsyncConnection
+        from psycopg.conninfo import make_conninfo
+        from psycopg_pool import AsyncConnectionPool, ConnectionPool
+    except ImportError:  # pragma: no cover - the postgres extra is not installed
+        return None
+    conn = saver.conn if isinstance(saver, PostgresSaver | AsyncPostgresSaver) else None
+    if conn is None:
+        return None
+    if isinstance(conn, ConnectionPool):
+        return Ledger.postgres(conn)
+    if isinstance(saver, PostgresSaver):
+        return Ledger.postgres(_Shared(conn, _reentrant(saver)))
+    # an async pool or connection: a small sync pool of its own on the same database
+    if isinstance(conn, AsyncConnection):
+        conninfo = make_conninfo(conn.info.dsn, password=conn.info.password)
+    elif isinstance(conn, AsyncConnectionPool):
+        conninfo = str(conn.conninfo)
+    else:  # pragma: no cover - no other connection kind is a saver's
+        return None
+    return Ledger.postgres(ConnectionPool(
+        conninfo, min_size=1, max_size=2, open=True,
+        kwargs={"autocommit": True, "prepare_threshold": 0}))
 
 
 def _reentrant(saver: Any) -> Any:

@@ -103,10 +103,10 @@ def test_a_call_in_flight_is_not_reported_as_not_run(sqlite_url: str) -> None:
     told = _told(out["messages"], "c1")
     assert "was not run" not in str(told.content), (
         f"the model was told {told.content!r} about a payment that was running (and paid)")
-    # fenced: the call is answered (outcome unknown, as the model was told) and never starts
-    # again; its late result is not taken for a second answer
-    fenced = ledger.outcomes([key])[key]
-    assert fenced is not None and "unknown" in fenced["content"]
+    # a live holder is left alone: its result is recorded when it finishes, and the call
+    # does not start again
+    assert "still running" in str(told.content)
+    assert ledger.outcomes([key])[key] == {"content": "paid 40 to ACME", "status": "success"}
     assert ledger.start(key, new_owner(), holder_dead=lambda _o: True)[0] == "done"
 
 

@@ -227,3 +227,46 @@ def test_a_postgres_saver_instance_keeps_the_ledger_in_its_database(postgres_url
     finally:
         for conn in opened:
             conn.close()
+
+
+@pytest.mark.parametrize("lend", ["pool", "connection"])
+async def test_an_async_postgres_saver_instance_keeps_the_ledger_in_its_database(
+        postgres_url: str, lend: str) -> None:
+    """LangGraph's AsyncPostgresSaver as an instance: the ledger goes on a small pool of the
+    same database, so another process's agent knows what waits and what ran."""
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+    from psycopg import AsyncConnection
+    from psycopg.rows import dict_row
+    from psycopg_pool import AsyncConnectionPool
+
+    kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0,
+                              "row_factory": dict_row}
+    opened: list[Any] = []
+
+    async def open_agent(ran: Any = None) -> Any:
+        if lend == "pool":
+            conn: Any = AsyncConnectionPool(postgres_url, kwargs=kwargs, open=False)
+            await conn.open()
+        else:
+            conn = await AsyncConnection.connect(postgres_url, **kwargs)
+        opened.append(conn)
+        saver = AsyncPostgresSaver(conn)
+        await saver.setup()
+        return agent_with([turn(call("pay", {"amount": 1, "payee": {"name": "x"}}, "c1")),
+                           "ok"], ran, checkpointer=saver, name="billing")
+
+    agents: list[Any] = []
+    try:
+        agent, ran = await open_agent()
+        agents.append(agent)
+        result = await agent.agenerate("go")
+        pending_id = result.pending_approvals[0].id
+        other, _ = await open_agent(ran)
+        agents.append(other)
+        row = other._storage.ledger.approval(pending_id)
+        assert row is not None and row.status == "pending"
+    finally:
+        for conn in opened:
+            await conn.close()
+        for each in agents:  # the ledger's own small pool
+            each._storage.ledger._sql.pool.close()
