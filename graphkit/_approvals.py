@@ -9,6 +9,7 @@ LangChain's HITL request). Deciding is `graphkit._review`'s; applying decisions,
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -92,6 +93,11 @@ def validation_runs_code(tool: BaseTool) -> bool:
     schema = tool.args_schema
     if not isinstance(schema, type) or not issubclass(schema, BaseModel):
         return False  # a JSON schema, or none: the arguments are taken as they are
+    return _schema_runs_code(schema)
+
+
+@functools.lru_cache(maxsize=1024)
+def _schema_runs_code(schema: type[BaseModel]) -> bool:
     return _has_code(getattr(schema, "__pydantic_core_schema__", None))
 
 
