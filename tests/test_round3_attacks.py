@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -357,11 +358,10 @@ def test_legit_an_aliased_argument_runs(sqlite_url: str) -> None:
     assert not problems, problems
 
 
-def test_the_arguments_approved_are_the_arguments_the_tool_gets(sqlite_url: str) -> None:
-    """A schema whose validator converts (dollars -> cents) every time it runs: the tool's own
-    parse would run it once more on the approved `amount_cents=4000` (400000). graphkit checks
-    that the validated arguments validate to themselves; these do not, so the call is refused
-    at planning (the model is told why) and nothing is shown for approval or run."""
+def _wire(convert: Callable[[int], int], amount: int, sqlite_url: str
+          ) -> tuple[Agent, list[int]]:
+    """A bank agent whose `wire` tool's schema runs `convert` on `amount_cents` each time it
+    validates; the model asks to wire `amount`."""
     from pydantic import field_validator
 
     class Payment(BaseModel):
@@ -369,8 +369,8 @@ def test_the_arguments_approved_are_the_arguments_the_tool_gets(sqlite_url: str)
 
         @field_validator("amount_cents")
         @classmethod
-        def dollars_to_cents(cls, v: int) -> int:
-            return v * 100
+        def converted(cls, v: int) -> int:
+            return convert(v)
 
     got: list[int] = []
 
@@ -381,7 +381,16 @@ def test_the_arguments_approved_are_the_arguments_the_tool_gets(sqlite_url: str)
     tool = create_tool(wire, name="wire", description="Wire money.", args_schema=Payment,
                        needs_approval=True)
     agent = Agent(name="bank", tools=[tool], checkpointer=sqlite_url, model=ScriptedChatModel([
-        turn(call("wire", {"amount_cents": 40}, "w1")), "done"]))
+        turn(call("wire", {"amount_cents": amount}, "w1")), "done"]))
+    return agent, got
+
+
+def test_the_arguments_approved_are_the_arguments_the_tool_gets(sqlite_url: str) -> None:
+    """A schema whose validator converts (dollars -> cents) every time it runs: the tool's own
+    parse would run it once more on the approved `amount_cents=4000` (400000). graphkit checks
+    that the validated arguments validate to themselves; these do not, so the call is refused
+    at planning (the model is told why) and nothing is shown for approval or run."""
+    agent, got = _wire(lambda v: v * 100, 40, sqlite_url)
     r = agent.generate("wire 40 dollars")
     assert r.pending_approvals == [] and got == []
     (told,) = [m for m in r.messages if isinstance(m, ToolMessage)]
@@ -392,28 +401,9 @@ def test_an_edit_that_would_not_run_as_approved_is_refused(sqlite_url: str) -> N
     """A validator that converts small amounts only (dollars below 1000 -> cents): the model's
     4000 is stable and runs as approved; a reviewer's edit to 5 would be shown as 500 and run
     as 50000, so the edit is refused (typed) and changes nothing."""
-    from pydantic import field_validator
-
     from graphkit.errors import InvalidApprovedArgsError
 
-    class Payment(BaseModel):
-        amount_cents: int
-
-        @field_validator("amount_cents")
-        @classmethod
-        def small_dollars_to_cents(cls, v: int) -> int:
-            return v * 100 if v < 1000 else v
-
-    got: list[int] = []
-
-    def wire(amount_cents: int) -> str:
-        got.append(amount_cents)
-        return f"wired {amount_cents} cents"
-
-    tool = create_tool(wire, name="wire", description="Wire money.", args_schema=Payment,
-                       needs_approval=True)
-    agent = Agent(name="bank", tools=[tool], checkpointer=sqlite_url, model=ScriptedChatModel([
-        turn(call("wire", {"amount_cents": 4000}, "w1")), "done"]))
+    agent, got = _wire(lambda v: v * 100 if v < 1000 else v, 4000, sqlite_url)
     r = agent.generate("wire 40 dollars")
     (pending,) = r.pending_approvals
     assert pending.args == {"amount_cents": 4000}
