@@ -474,9 +474,9 @@ def supersede_unanswered(plan: TurnPlan, messages: Sequence[BaseMessage], ledger
     """The answers of a turn's calls that have none when a new user message comes (its run
     stopped mid-turn: `on_state_change`, a crash). What waited is declined as superseded, in
     the subagents of a stopped delegation too; a call that never started is recorded as not
-    run; one that started and has no result (running, or its process died) never starts again
-    and is told its outcome is unknown; one that ran is told its recorded result. Providers
-    refuse a tool call left without a result."""
+    run; one whose process died after it started never starts again and is told its outcome
+    is unknown; one a live process still runs is left to finish (told so); one that ran is told
+    its recorded result. Providers refuse a tool call left without a result."""
     ai = next((m for m in messages if m.id == plan.get("ai_message_id")), None)
     if not isinstance(ai, AIMessage):
         return []
