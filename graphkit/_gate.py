@@ -556,7 +556,6 @@ def _copy_plan(plan: TurnPlan) -> TurnPlan:
     copied: TurnPlan = {**plan, "calls": calls}
     if "queued" in plan:
         copied["queued"] = list(plan.get("queued") or [])
-    copied.pop("superseding", None)  # read once, by the pass it was handed to
     return copied
 
 
@@ -615,15 +614,6 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
                 plan, answered, ctx):  # the plan came from the state: a client can write it
             changed = True
         step = _Pass(planner, ctx, plan, config, extract)
-        superseding = (previous or {}).get("superseding") if previous is not None and (
-            previous["ai_message_id"] == ai.id) else None
-        if superseding:  # a new message the model node handed over (graph input)
-            try:
-                step.supersede({"supersede": superseding, "queue": True}, answered)
-            except GraphkitError as exc:
-                plan["error"] = str(exc)
-            step.apply_ledger(answered)
-            changed = True
         if not changed and not _ready(plan, answered) and _undecided(plan, answered):
             # Decisions taken since the pause (by any door) apply first; else pause.
             if not step.apply_ledger(answered):

@@ -28,7 +28,6 @@ from langchain_core.messages import (
     RemoveMessage,
     SystemMessage,
     ToolMessage,
-    messages_to_dict,
 )
 from langchain_core.runnables import RunnableBinding, RunnableConfig
 from langchain_core.runnables.config import run_in_executor
@@ -189,64 +188,31 @@ def _with_fixes(messages: list[AnyMessage], fixes: list[ToolMessage]) -> list[An
     return [by_id.get(m.id, m) for m in messages]
 
 
-def _newer(plan: TurnPlan | None, messages: list[AnyMessage]) -> int | None:
-    """Where the messages that came after a turn and its results start, when they include a
-    new user message while calls of the turn have no result yet (a run stopped mid-turn by
-    `on_state_change` or a crash, or paused, then input from any client)."""
+def _stopped_turn(plan: TurnPlan | None, messages: list[AnyMessage], ctx: GateContext
+                  ) -> tuple[list[AnyMessage], list[BaseMessage]]:
+    """A new user message after a turn whose run stopped before all its calls had a result
+    (`on_state_change`, a crash; input from any client): the calls are superseded and their
+    answers go right after the turn, before the newer messages. Returns the conversation as the
+    model reads it and the writes that make the state say the same."""
     if not plan:
-        return None
+        return messages, []
     turn = next((i for i, m in enumerate(messages) if m.id == plan["ai_message_id"]), None)
     if turn is None:
-        return None
+        return messages, []
     later = turn + 1
     while later < len(messages) and isinstance(messages[later], ToolMessage):
         later += 1
     newer = messages[later:]
     if not any(isinstance(m, HumanMessage) for m in newer) or any(m.id is None for m in newer):
-        return None
-    return later
-
-
-def _stopped_turn(plan: TurnPlan | None, messages: list[AnyMessage], ctx: GateContext
-                  ) -> tuple[list[AnyMessage], list[BaseMessage]]:
-    """A new user message after a turn with calls left without a result (see `_newer`): the
-    calls are superseded and their answers go right after the turn, before the newer messages.
-    Returns the conversation as the model reads it and the writes that make the state say the
-    same."""
-    later = _newer(plan, messages)
-    if plan is None or later is None:
         return messages, []
     answers = supersede_unanswered(plan, messages, ctx.ledger, thread_id=ctx.thread_id,
                                    agent_path=ctx.path, run_id=ctx.run_id)
     if not answers:
         return messages, []
-    newer = messages[later:]
     # the newer messages move after the answers: removed, then written again
     writes: list[BaseMessage] = [*(RemoveMessage(id=str(m.id)) for m in newer), *answers,
                                  *newer]
     return [*messages[:later], *answers, *newer], writes
-
-
-def _waits(record: Any) -> bool:
-    return isinstance(record, Mapping) and record.get("status") == "pending"
-
-
-def _to_gate(plan: TurnPlan | None, messages: list[AnyMessage], planner: Planner
-             ) -> Command[ModelTarget] | None:
-    """For an agent that auto-resumes suspended tools, a new user message that came while one
-    waits goes to the gate, as through the Agent API: the gate reads resume data from it, or
-    supersedes what waits, and appends it once every call has its answer."""
-    if not planner.settings.auto_resume_suspended_tools:
-        return None
-    later = _newer(plan, messages)
-    if plan is None or later is None or not any(
-            isinstance(c, Mapping) and _waits(c.get("suspension"))
-            for c in plan.get("calls") or []):
-        return None
-    newer = messages[later:]
-    return Command(update={
-        "messages": [RemoveMessage(id=str(m.id)) for m in newer],
-        "turn": {**plan, "superseding": messages_to_dict(newer)}}, goto="approval_gate")
 
 
 def _model_calls(model: BaseChatModel, tools: Sequence[BaseTool]
@@ -279,16 +245,13 @@ def make_model_node(
     inline = planner.ledger.in_memory
 
     def route(state: AgentState, config: RunnableConfig
-              ) -> tuple[list[BaseMessage], bool, list[BaseMessage]] | Command[ModelTarget]:
+              ) -> tuple[list[BaseMessage], bool, list[BaseMessage]]:
         options = state.get("options") or {}
         limit = options.get("max_steps")
         limit = limit if isinstance(limit, int) and limit > 0 else 25
         ctx = planner.context(state, config)
         forged = _discard_forged(state, ctx)
         messages = _with_fixes(list(state.get("messages") or []), forged)
-        handed = _to_gate(state.get("turn"), messages, planner)
-        if handed is not None:
-            return handed
         messages, moved = _stopped_turn(state.get("turn"), messages, ctx)
         return [*system, *messages], model_steps(messages) >= limit, [*forged, *moved]
 
@@ -310,20 +273,14 @@ def make_model_node(
                                "turn": plan}, goto=sends or "approval_gate")
 
     def call_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:
-        routed = route(state, config)
-        if isinstance(routed, Command):
-            return routed
-        messages, exhausted, fixes = routed
+        messages, exhausted, fixes = route(state, config)
         if exhausted:
             return Command(update={"messages": fixes} if fixes else None, goto="__end__")
         return finish(invoke(messages, config), state, config, fixes)
 
     async def acall_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:
         # Reading and writing the ledger and store is synchronous: keep it off the event loop.
-        routed = await offload(inline, route, state, config)
-        if isinstance(routed, Command):
-            return routed
-        messages, exhausted, fixes = routed
+        messages, exhausted, fixes = await offload(inline, route, state, config)
         if exhausted:
             return Command(update={"messages": fixes} if fixes else None, goto="__end__")
         response = await ainvoke(messages, config)

@@ -77,10 +77,6 @@ class TurnPlan(TypedDict):
     """Why the last resume value was refused; shown in the next interrupt."""
     queued: NotRequired[list[dict[str, Any]]]
     """A new user message to append once every call of the turn has its answer."""
-    superseding: NotRequired[list[dict[str, Any]]]
-    """Messages that came as graph input while calls of the turn waited, for an agent that
-    auto-resumes suspended tools: the gate supersedes with them (reading resume data from
-    them), then appends them."""
 
 
 class SuspensionReport(TypedDict):

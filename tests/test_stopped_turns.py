@@ -157,26 +157,3 @@ def _model(seen: list[list[BaseMessage]]) -> Any:
     from graphkit.testing import ScriptedChatModel
 
     return ScriptedChatModel(_pay_then_done(seen))
-
-
-def test_raw_async_input_auto_resumes_a_suspended_tool() -> None:
-    """An agent that auto-resumes: graph input (async, as a LangGraph server runs it) while a
-    tool is suspended goes to the gate, which reads the resume data from the message; the
-    message then follows the resumed tool's result."""
-    from tests.test_suspension import weather_agent
-
-    log: list[str] = []
-    agent = weather_agent(log, auto_resume_suspended_tools=True)
-    first = agent.generate("What's the weather like?")
-    assert first.finish_reason == "suspended"
-
-    async def main() -> dict[str, Any]:
-        out: dict[str, Any] = await agent.graph.ainvoke(
-            {"messages": [HumanMessage("Paris, please")]},
-            {"configurable": {"thread_id": first.thread_id, **USER}})
-        return out
-
-    out = asyncio.run(main())
-    assert log == ["started", "started", "fetched Paris"], log
-    assert _answered_right_after(out["messages"])
-    assert [type(m).__name__ for m in out["messages"]][-2:] == ["HumanMessage", "AIMessage"]
