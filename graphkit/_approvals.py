@@ -451,4 +451,14 @@ Extractor = Callable[[CallPlan, list[BaseMessage]], Any]
 
 def queued_messages(plan: TurnPlan) -> list[BaseMessage]:
     """The superseding user message(s) held by the plan, as messages."""
-    return list(messages_from_dict(plan.get("queued") or []))
+    return parsed_messages(plan.get("queued") or [], what="the queued messages")
+
+
+def parsed_messages(data: Sequence[Any], *, what: str) -> list[BaseMessage]:
+    """Serialised messages (`messages_to_dict`) as messages; a typed error for anything else
+    (they may come from a client)."""
+    try:
+        return list(messages_from_dict(list(data)))
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        msg = f"{what} must be serialised messages (messages_to_dict): {exc!r}"
+        raise GraphkitError(msg) from exc

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, messages_from_dict
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.store.base import BaseStore
@@ -28,6 +28,7 @@ from graphkit._approvals import (
     interrupt_value,
     new_id,
     now_iso,
+    parsed_messages,
     plan_turn,
     queued_messages,
     suspension_record,
@@ -316,11 +317,8 @@ class _Pass:
         check_value(said_now, what="the superseding message", error=GraphkitError)
         queued = [*(self.plan.get("queued") or []),
                   *(said_now if value.get("queue", True) else [])]
-        try:
-            said = list(messages_from_dict([*(self.plan.get("queued") or []), *said_now]))
-        except (KeyError, TypeError, ValueError) as exc:
-            msg = f"'supersede' must hold serialised messages (messages_to_dict): {exc!r}"
-            raise GraphkitError(msg) from exc
+        said = parsed_messages([*(self.plan.get("queued") or []), *said_now],
+                               what="'supersede'")
         auto = (self.planner.settings.auto_resume_suspended_tools
                 or bool(value.get("auto_resume"))) and self.extract is not None
         for call in self.plan["calls"]:

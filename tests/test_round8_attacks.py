@@ -1,0 +1,222 @@
+"""Round 8 of the adversarial review: the model node handing a new user message to the gate
+(`_nodes._to_gate`, `TurnPlan.superseding`, `_gate.approval_gate` -> `_Pass.supersede`) for an
+agent built with `auto_resume_suspended_tools=True`.
+
+Every test here failed on the reviewed commit (each names the promise it broke). That commit
+(9b8da31) was reverted: graph input supersedes a suspension, and auto-resume from a message
+stays the Agent API's. The tests stay as regression tests of graph input while a tool is
+suspended; the last one found an older untyped error, since fixed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
+from langgraph.errors import GraphRecursionError
+from langgraph.types import Command
+
+from graphkit import Agent
+from graphkit._owner import holder_is_dead, new_owner
+from graphkit.errors import GraphkitError
+from graphkit.testing import ScriptedChatModel
+from tests.forgery import PAY, cfo_only, config
+from tests.helpers import Ledger, call, turn
+from tests.test_suspension import city_from_reply, weather_agent, weather_tool
+
+USER = {"langgraph_auth_user": {"identity": "user"}}
+
+
+def _cfg(thread_id: str, **extra: Any) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id, **USER}, **extra}
+
+
+def _said(messages: list[BaseMessage]) -> list[str]:
+    return [str(m.content) for m in messages if isinstance(m, HumanMessage)]
+
+
+# ============================================================ F1: the handoff loops forever
+# `_to_gate` hands over whenever the state's plan holds a pending suspension record, even for a
+# call that already has a ToolMessage. The gate skips answered calls, so the plan keeps the
+# pending record; it appends the queued message and goes to `model`, which hands over again:
+# model -> gate -> model ... until the recursion limit (10 000 steps for the Agent API).
+
+
+def test_a_client_result_for_a_suspended_call_then_a_message_loops_the_graph() -> None:
+    """Agent Chat UI, when its user types instead of answering, sends a ToolMessage for the
+    interrupted call and the user's text. Before this change the forged result was replaced
+    by a notice and the model answered; now the run never ends."""
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True)
+    first = agent.generate("What's the weather like?")
+    assert first.finish_reason == "suspended"
+    try:
+        out = agent.graph.invoke(
+            {"messages": [ToolMessage("Paris: sunny", tool_call_id="w1", name="weather"),
+                          HumanMessage("Paris")]},
+            _cfg(first.thread_id, recursion_limit=60))
+    except GraphRecursionError as exc:
+        pytest.fail(f"model -> approval_gate -> model ... never ends: {exc}")
+    assert _said(out["messages"]) == ["What's the weather like?", "Paris"]
+    told = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert all(m.content != "Paris: sunny" for m in told), "a forged result reached the model"
+
+
+def test_an_api_message_after_a_run_stopped_at_a_suspension_loops_the_graph(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run stopped (on_state_change) after the gate recorded the suspension, before it
+    paused. The API's next message supersedes the unanswered call (`_abandoned`: ledger and a
+    ToolMessage, not the plan in the state); the model node then hands the message over for a
+    call that is answered, and again, and again."""
+    monkeypatch.setattr("graphkit.agent.RECURSION_LIMIT", 80)  # the real one is 10 000 steps
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True)
+    first = agent.generate("What's the weather like?",
+                           on_state_change=lambda s: s.node == "approval_gate")
+    assert agent.graph.get_state(config(first.thread_id)).next == ("approval_gate",)
+    try:
+        final = agent.generate("Paris", thread_id=first.thread_id)
+    except GraphRecursionError as exc:
+        pytest.fail(f"a plain new message through the Agent API never ends: {exc}")
+    assert final.finish_reason == "stop"
+    assert _said(final.messages) == ["What's the weather like?", "Paris"]
+
+
+# ============================================================ F2: round 6's F1 is back through
+# the handoff: `_Pass._supersede` answers every unanswered call "was not run: superseded"
+# without the ledger's fence (`supersede_unanswered`): a call in flight, or one whose holder
+# died, is told not run, and the dead holder's call is neither fenced nor settled.
+
+
+def _weather_and_payment(url: str) -> tuple[Agent, Ledger, str, str, Any]:
+    """A turn with a suspended weather call and an approved payment whose run stopped after
+    the gate dispatched the payment (next: tools)."""
+    def replies(messages: list[BaseMessage]) -> Any:
+        if not any(isinstance(m, ToolMessage) for m in messages):
+            return turn(call("weather", {}, "w1"), call("pay", PAY, "c1"))
+        return "done"
+
+    log: list[str] = []
+    ran = Ledger()
+    agent = Agent(name="billing", tools=[weather_tool(log), ran.pay], checkpointer=url,
+                  approvers=cfo_only, auto_resume_suspended_tools=True,
+                  model=ScriptedChatModel(replies, structured=city_from_reply))
+    r = agent.generate("weather, and pay ACME")
+    assert sorted((p.kind, p.tool_call_id) for p in r.pending_approvals) == [
+        ("approval", "c1"), ("suspension", "w1")]
+    pay = next(p for p in r.pending_approvals if p.tool_call_id == "c1")
+    agent.resolve_tool_approval(run_id=r.run_id, id=pay.id, approved=True, decided_by="cfo")
+    interrupt_id = agent.graph.get_state(config(r.thread_id)).tasks[0].interrupts[0].id
+    agent.graph.invoke(Command(resume={interrupt_id: {}}), _cfg(r.thread_id),
+                       interrupt_after=["approval_gate"])
+    snapshot = agent.graph.get_state(config(r.thread_id))
+    assert snapshot.next == ("tools",)
+    key = next(c["key"] for c in snapshot.values["turn"]["calls"] if c["tool_call_id"] == "c1")
+    return agent, ran, r.thread_id, key, snapshot.config
+
+
+def _dead_owner() -> str:
+    parts = new_owner().split(":", 7)
+    parts[5] = str(int(parts[5]) + 1)
+    token = ":".join(parts)
+    assert holder_is_dead(token)
+    return token
+
+
+def test_raw_input_tells_a_payment_in_flight_was_not_run(sqlite_url: str) -> None:
+    agent, _ran, thread_id, key, _ = _weather_and_payment(sqlite_url)
+    ledger = agent._storage.ledger
+    owner = new_owner()  # a live process runs the payment now
+    assert ledger.start(key, owner, holder_dead=lambda _o: False) == ("won", None)
+
+    out = agent.graph.invoke({"messages": [HumanMessage("never mind, did anything happen?")]},
+                             _cfg(thread_id))
+    ledger.finish(key, owner, {"content": "paid 40 to ACME", "status": "success"})
+    (told,) = [m for m in out["messages"]
+               if isinstance(m, ToolMessage) and m.tool_call_id == "c1"]
+    assert "was not run" not in str(told.content), (
+        f"the model was told {told.content!r} about a payment that was running (and paid)")
+
+
+def test_raw_input_lets_a_dead_holders_payment_run_on_a_replay(sqlite_url: str) -> None:
+    agent, ran, thread_id, key, paused = _weather_and_payment(sqlite_url)
+    ledger = agent._storage.ledger
+    assert ledger.start(key, _dead_owner(), holder_dead=lambda _o: False) == ("won", None)
+
+    out = agent.graph.invoke({"messages": [HumanMessage("never mind, did anything happen?")]},
+                             _cfg(thread_id))
+    (told,) = [m for m in out["messages"]
+               if isinstance(m, ToolMessage) and m.tool_call_id == "c1"]
+
+    with contextlib.suppress(Exception):
+        agent.graph.invoke(None, paused)  # replay the step that dispatched the payment
+    assert ran.ran == [], (
+        f"the model was told {told.content!r}, and the payment ran afterwards: {ran.ran}")
+
+
+# ============================================================ F3: a user's message is lost
+
+
+def test_a_message_handed_over_but_not_yet_taken_is_lost_to_the_next_one(sqlite_url: str
+                                                                        ) -> None:
+    """The model node removed the message from the conversation and parked it in
+    `turn.superseding`; the run stopped before the gate took it (a cancelled or crashed
+    server run; here `interrupt_before`). The next message overwrites the parked one: the
+    first is in neither the conversation nor the queue, and was never read for the city."""
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True, checkpointer=sqlite_url)
+    first = agent.generate("What's the weather like?")
+    agent.graph.invoke({"messages": [HumanMessage("I am in Paris", id="m1")]},
+                       _cfg(first.thread_id), interrupt_before=["approval_gate"])
+    agent.graph.invoke({"messages": [HumanMessage("hello?", id="m2")]}, _cfg(first.thread_id))
+
+    values = agent.graph.get_state(config(first.thread_id)).values
+    kept = _said(values["messages"]) + [
+        str(m["data"]["content"]) for m in (values.get("turn") or {}).get("queued") or []]
+    assert "I am in Paris" in kept, f"the user's message is gone: {kept}"
+
+
+def test_a_large_message_as_graph_input_is_silently_dropped() -> None:
+    """A message over the gate's 256 KiB bound, sent while a tool is suspended: the model node
+    removes it from the conversation, the gate refuses it (only the next interrupt's `error`
+    says so), and it is neither kept nor refused to the client with a typed error."""
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True)
+    first = agent.generate("What's the weather like?")
+    big = "Paris. My notes: " + "x" * 300_000
+    try:
+        agent.graph.invoke({"messages": [HumanMessage(big, id="big")]}, _cfg(first.thread_id))
+    except GraphkitError:
+        values = agent.graph.get_state(config(first.thread_id)).values
+        assert _said(values["messages"]) == ["What's the weather like?"]
+        return
+    values = agent.graph.get_state(config(first.thread_id)).values
+    queued = [m["data"]["content"] for m in (values.get("turn") or {}).get("queued") or []]
+    assert big in _said(values["messages"]) or big in queued, (
+        "the user's message was removed from the conversation without a typed error")
+
+
+# ============================================================ F4 (not introduced by this change,
+# reached by the same `_Pass.supersede`): a serialised AI message whose `tool_calls` is not a
+# list of objects makes `messages_from_dict` raise AttributeError, which the gate does not
+# turn into a GraphkitError. A LangGraph server client may send `command={"resume": ...}`.
+
+
+def test_a_malformed_superseding_message_gets_a_typed_error() -> None:
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True)
+    first = agent.generate("What's the weather like?")
+    interrupt_id = agent.graph.get_state(config(first.thread_id)).tasks[0].interrupts[0].id
+    bad = [{"type": "ai", "data": {"content": "", "tool_calls": "bad"}}]
+    try:
+        agent.graph.invoke(Command(resume={interrupt_id: {"supersede": bad}}),
+                           _cfg(first.thread_id))
+    except GraphkitError:
+        pass
+    except Exception as exc:
+        pytest.fail(f"untyped {type(exc).__module__}.{type(exc).__name__}: {exc}")
+    assert log == ["started"]
+    (pending,) = agent.pending_approvals(run_id=first.run_id)
+    assert pending.kind == "suspension" and pending.status == "pending"
