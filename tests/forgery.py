@@ -9,6 +9,7 @@ from typing import Any
 from langchain_core.messages import AIMessage
 
 from graphkit import Agent
+from graphkit._owner import holder_is_dead, new_owner
 from tests.helpers import call, turn
 
 PAY = {"amount": 40, "payee": {"name": "ACME"}}
@@ -43,3 +44,12 @@ def task(plan_call: dict[str, Any], agent_path: Any, **changes: Any) -> dict[str
 
 def cfo_only(decided_by: str | None, pending: Any) -> bool:
     return decided_by == "cfo"
+
+
+def dead_owner() -> str:
+    """The lease token of a process that died (this pid, another start time: pid reused)."""
+    parts = new_owner().split(":", 7)
+    parts[5] = str(int(parts[5]) + 1)
+    token = ":".join(parts)
+    assert holder_is_dead(token)
+    return token

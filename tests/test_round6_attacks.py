@@ -17,10 +17,18 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langgraph.types import Command
 
 from graphkit import Agent, Inbox, create_tool
-from graphkit._owner import holder_is_dead, new_owner
+from graphkit._owner import new_owner
 from graphkit.errors import GraphkitError
 from graphkit.testing import ScriptedChatModel
-from tests.forgery import PAY, cfo_only, config, pay_call, pay_then_done, plan_of
+from tests.forgery import (
+    PAY,
+    cfo_only,
+    config,
+    dead_owner,
+    pay_call,
+    pay_then_done,
+    plan_of,
+)
 from tests.helpers import agent_with, call, turn
 from tests.test_supervisor import FIND, Users, supervisor
 
@@ -54,14 +62,6 @@ def _approved_and_stopped_before_the_tool(url: str) -> tuple[Agent, Any, Any, st
     return agent, ran, r, key, snapshot.config
 
 
-def _dead_owner() -> str:
-    """The lease token of a process that died (this pid, another start time: pid reused)."""
-    parts = new_owner().split(":", 7)
-    parts[5] = str(int(parts[5]) + 1)
-    token = ":".join(parts)
-    assert holder_is_dead(token)
-    return token
-
 
 # ============================================================ F1: a call whose execution was
 # claimed (in flight, or its process died mid-call) is told "was not run" and is not fenced:
@@ -75,7 +75,7 @@ def test_a_superseded_call_whose_holder_died_never_runs_on_a_replay(sqlite_url: 
     server client running from a checkpoint id) takes over the dead claim and pays."""
     agent, ran, r, key, paused = _approved_and_stopped_before_the_tool(sqlite_url)
     ledger = agent._storage.ledger
-    assert ledger.start(key, _dead_owner(), holder_dead=lambda _o: False) == ("won", None)
+    assert ledger.start(key, dead_owner(), holder_dead=lambda _o: False) == ("won", None)
 
     out = _raw_input(agent, r.thread_id, "never mind, did anything happen?")
     told = _told(out["messages"], "c1")

@@ -19,10 +19,10 @@ from langgraph.errors import GraphRecursionError
 from langgraph.types import Command
 
 from graphkit import Agent
-from graphkit._owner import holder_is_dead, new_owner
+from graphkit._owner import new_owner
 from graphkit.errors import GraphkitError
 from graphkit.testing import ScriptedChatModel
-from tests.forgery import PAY, cfo_only, config
+from tests.forgery import PAY, cfo_only, config, dead_owner
 from tests.helpers import Ledger, call, turn
 from tests.test_suspension import city_from_reply, weather_agent, weather_tool
 
@@ -117,13 +117,6 @@ def _weather_and_payment(url: str) -> tuple[Agent, Ledger, str, str, Any]:
     return agent, ran, r.thread_id, key, snapshot.config
 
 
-def _dead_owner() -> str:
-    parts = new_owner().split(":", 7)
-    parts[5] = str(int(parts[5]) + 1)
-    token = ":".join(parts)
-    assert holder_is_dead(token)
-    return token
-
 
 def test_raw_input_tells_a_payment_in_flight_was_not_run(sqlite_url: str) -> None:
     agent, _ran, thread_id, key, _ = _weather_and_payment(sqlite_url)
@@ -143,7 +136,7 @@ def test_raw_input_tells_a_payment_in_flight_was_not_run(sqlite_url: str) -> Non
 def test_raw_input_lets_a_dead_holders_payment_run_on_a_replay(sqlite_url: str) -> None:
     agent, ran, thread_id, key, paused = _weather_and_payment(sqlite_url)
     ledger = agent._storage.ledger
-    assert ledger.start(key, _dead_owner(), holder_dead=lambda _o: False) == ("won", None)
+    assert ledger.start(key, dead_owner(), holder_dead=lambda _o: False) == ("won", None)
 
     out = agent.graph.invoke({"messages": [HumanMessage("never mind, did anything happen?")]},
                              _cfg(thread_id))
