@@ -20,7 +20,8 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, messages_from_dict
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Secret, SecretBytes, SecretStr, ValidationError
+from pydantic_core import to_jsonable_python
 
 from graphkit._ledger import ApprovalRow, AuditRow, CallRow, GrantRow
 from graphkit._limits import check_value
@@ -113,6 +114,41 @@ def _has_code(node: Any) -> bool:
     return False
 
 
+_SECRETS = (SecretStr, SecretBytes, Secret)
+
+
+@functools.lru_cache(maxsize=1024)
+def _holds_secrets(schema: type[BaseModel]) -> bool:
+    """Whether a schema has a pydantic secret field anywhere (JSON dumps mask them)."""
+    return _has_secret(getattr(schema, "__pydantic_core_schema__", None))
+
+
+def _has_secret(node: Any) -> bool:
+    if isinstance(node, dict):
+        cls = node.get("cls")
+        if isinstance(cls, type) and issubclass(cls, _SECRETS):
+            return True
+        return any(_has_secret(value) for value in node.values())
+    if isinstance(node, list | tuple):
+        return any(_has_secret(value) for value in node)
+    return False
+
+
+def _revealed(python: Any, dumped: Any) -> Any:
+    """`dumped` (a JSON dump, where pydantic masks secrets as '**********') with each secret
+    of `python` (the same model dumped in Python mode) given as its value: the tool must run
+    with the value the model sent, and reviewers judge that value (the model's own message
+    holds it in the clear anyway)."""
+    if isinstance(python, _SECRETS):
+        return to_jsonable_python(python.get_secret_value())
+    if isinstance(python, Mapping) and isinstance(dumped, dict):
+        return {k: _revealed(python[k], v) if k in python else v for k, v in dumped.items()}
+    if (isinstance(python, list | tuple) and isinstance(dumped, list)
+            and len(python) == len(dumped)):
+        return [_revealed(p, d) for p, d in zip(python, dumped, strict=True)]
+    return dumped
+
+
 def validate_args(tool: BaseTool, args: Mapping[str, Any]) -> dict[str, Any]:
     """Parse `args` with the tool's schema; raises `InvalidApprovedArgsError` when they fail.
 
@@ -155,6 +191,8 @@ def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
     # By alias: the names the model (and the tool's own validation) use, not Python's
     # (`from_` is `from`).
     dumped: dict[str, Any] = parsed.model_dump(mode="json", by_alias=True)
+    if _holds_secrets(schema):
+        dumped = _revealed(parsed.model_dump(by_alias=True), dumped)
     # Keep only what was given or has a default, without the injected context.
     names = {field.alias or name for name, field in schema.model_fields.items()}
     return parsed, {k: v for k, v in dumped.items() if k in names}

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from langchain_core.tools import BaseTool, tool
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretBytes, SecretStr
 
 from graphkit import Agent, GraphkitTool, ToolContext, create_tool
 from graphkit.testing import ScriptedChatModel
@@ -138,3 +138,31 @@ def test_plain_functions_become_tools_and_names_must_be_unique() -> None:
 def test_needs_approval_must_be_bool_or_callable() -> None:
     with pytest.raises(TypeError, match="needs_approval"):
         create_tool(lambda: None, name="x", description="x", needs_approval="yes")  # type: ignore[call-overload]
+
+
+def test_secret_arguments_reach_the_tool_as_sent_approved_or_edited() -> None:
+    """pydantic masks secrets in JSON dumps ('**********'): the tool must still get the value
+    the model (or an edit) gave, not the mask, and a secret field must not make every call
+    look like a validator that changes its arguments."""
+    got: list[tuple[str, str, list[str]]] = []
+
+    @create_tool(needs_approval=True)
+    def login(user: str, password: SecretStr, token: SecretBytes,
+              backups: list[SecretStr]) -> str:
+        """Log in."""
+        got.append((password.get_secret_value(), token.get_secret_value().decode(),
+                    [b.get_secret_value() for b in backups]))
+        return "in"
+
+    args = {"user": "ann", "password": "hunter2", "token": "t0k", "backups": ["b1", "b2"]}
+    agent = Agent(name="secrets", tools=[login], model=ScriptedChatModel(
+        [turn(call("login", args, "c1")), "done", turn(call("login", args, "c2")), "done"]))
+    first = agent.generate("log in")
+    assert first.finish_reason == "suspended"
+    assert first.pending_approvals[0].args == args
+    assert agent.approve_tool_call_generate(run_id=first.run_id).text == "done"
+    second = agent.generate("again", thread_id=first.thread_id)
+    edited = agent.approve_tool_call_generate(
+        run_id=second.run_id, args={**args, "password": "s3cret", "backups": []})
+    assert edited.text == "done"
+    assert got == [("hunter2", "t0k", ["b1", "b2"]), ("s3cret", "t0k", [])]
