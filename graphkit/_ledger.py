@@ -118,6 +118,13 @@ _SCHEMA = (
         owner TEXT NOT NULL,
         expires_at DOUBLE PRECISION NOT NULL
     ){keyed}""",
+    # Which thread (and agent) a run id names: written with the run's first lease.
+    """CREATE TABLE IF NOT EXISTS graphkit_runs (
+        run_id TEXT PRIMARY KEY,
+        thread_id TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL
+    ){keyed}""",
     # Notifications: `notify` turns the outbox on; `notify.cursor.<target>`, per webhook.
     """CREATE TABLE IF NOT EXISTS graphkit_meta (
         key TEXT PRIMARY KEY,
@@ -957,16 +964,38 @@ class Ledger:
 
     # ------------------------------------------------------------------ leases
 
-    def _take(self, thread_id: str, owner: str) -> bool:
+    def _take(self, thread_id: str, owner: str, run: tuple[str, str] | None = None) -> bool:
+        """Take the thread's lease if it is free (or this owner's); with `run` (its id and
+        agent), record the run in the same transaction: a run is known once it holds its
+        thread, and one that never got it leaves no record."""
         now = time.time()
-        taken = self._sql.execute(
-            "INSERT INTO graphkit_leases (thread_id, owner, expires_at) VALUES (?, ?, ?) "
-            "ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, "
-            "expires_at = excluded.expires_at "
-            "WHERE graphkit_leases.expires_at < ? OR graphkit_leases.owner = ?",
-            (thread_id, owner, now + LEASE_SECONDS, now, owner),
-        )
-        return taken == 1 or self._take_from_dead(thread_id, owner)
+        take = ("INSERT INTO graphkit_leases (thread_id, owner, expires_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, "
+                "expires_at = excluded.expires_at "
+                "WHERE graphkit_leases.expires_at < ? OR graphkit_leases.owner = ?")
+        params = (thread_id, owner, now + LEASE_SECONDS, now, owner)
+        if run is None:
+            return self._sql.execute(take, params) == 1 or self._take_from_dead(thread_id, owner)
+        with self._sql.transaction() as tx:
+            taken = tx.execute(take, params) == 1
+            if taken:
+                self._record_run(tx, run[0], thread_id, run[1])
+        if not taken and self._take_from_dead(thread_id, owner):
+            with self._sql.transaction() as tx:
+                self._record_run(tx, run[0], thread_id, run[1])
+            taken = True
+        return taken
+
+    def _record_run(self, tx: _Tx, run_id: str, thread_id: str, agent: str) -> None:
+        tx.execute("INSERT INTO graphkit_runs (run_id, thread_id, agent, created_at) "
+                   f"VALUES (?, ?, ?, {self._sql.now}) ON CONFLICT (run_id) DO NOTHING",
+                   (run_id, thread_id, agent))
+
+    def run(self, run_id: str) -> tuple[str, str] | None:
+        """The thread and agent of a run this database recorded, or None."""
+        rows = self._sql.query("SELECT thread_id, agent FROM graphkit_runs WHERE run_id = ?",
+                               (run_id,))
+        return (str(rows[0][0]), str(rows[0][1])) if rows else None
 
     def _take_from_dead(self, thread_id: str, owner: str) -> bool:
         """A lease whose holder provably no longer runs is free now, not when it expires: a
@@ -992,12 +1021,14 @@ class Ledger:
                           (thread_id, owner))
 
     @contextlib.contextmanager
-    def lease(self, thread_id: str, *, wait: float = WAIT_SECONDS) -> Iterator[str]:
-        """Hold the thread while the body advances it; renewed in the background."""
+    def lease(self, thread_id: str, *, wait: float = WAIT_SECONDS,
+              run: tuple[str, str] | None = None) -> Iterator[str]:
+        """Hold the thread while the body advances it; renewed in the background. `run` (a
+        new run's id and agent) is recorded as the lease is taken."""
         owner = new_owner()
         deadline = time.monotonic() + wait
         pause = 0.005
-        while not self._take(thread_id, owner):
+        while not self._take(thread_id, owner, run):
             if time.monotonic() >= deadline:
                 msg = f"thread {thread_id!r} is being advanced by another process"
                 raise RunBusyError(msg)

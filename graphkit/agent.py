@@ -14,7 +14,7 @@ import dataclasses
 import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -222,12 +222,6 @@ class Agent:
             "max_concurrency": MAX_CONCURRENCY,
         }
 
-    def _remember(self, run_id: str, thread_id: str) -> None:
-        self._storage.store.put(RUNS_NAMESPACE, run_id, self._run_entry(thread_id))
-
-    def _run_entry(self, thread_id: str) -> dict[str, Any]:
-        return {"thread_id": thread_id, "agent": self.name,
-                "created_at": datetime.now(UTC).isoformat()}
 
     def _not_found(self, run_id: str) -> SnapshotNotFoundError:
         return SnapshotNotFoundError(
@@ -235,14 +229,18 @@ class Agent:
         )
 
     def _thread_of(self, run_id: str) -> str:
-        item = self._storage.store.get(RUNS_NAMESPACE, run_id, refresh_ttl=False)
-        if item is not None:
-            owner = item.value.get("agent")
+        known = self._storage.ledger.run(run_id)
+        if known is None:  # recorded in the store by an earlier graphkit, or another ledger's
+            item = self._storage.store.get(RUNS_NAMESPACE, run_id, refresh_ttl=False)
+            known = None if item is None else (str(item.value.get("thread_id")),
+                                               str(item.value.get("agent")))
+        if known is not None:
+            thread_id, owner = known
             if owner != self.name:
                 msg = (f"run {run_id!r} belongs to agent {owner!r}, not {self.name!r}; decide "
                        "and resume it with the agent that started it (or the inbox)")
                 raise GraphkitError(msg)
-            return str(item.value["thread_id"])
+            return thread_id
         # A checkpointer passed as an instance may come without our store: ask its metadata.
         for found in self._storage.checkpointer.list(
             None, filter={RUN_METADATA_KEY: run_id}, limit=1
@@ -293,14 +291,17 @@ class Agent:
         build: Build,
         on_state_change: StateHook | None = None,
         fresh: bool = False,
+        new_run: bool = False,
     ) -> Prepare:
-        """What a stream does first: take the thread's lease, read the latest checkpoint (what
-        it waits on), build the input; the same read serves the graph, which needs no other."""
+        """What a stream does first: take the thread's lease (recording a `new_run` with it),
+        read the latest checkpoint (what it waits on), build the input; the same read serves
+        the graph, which needs no other."""
+        run = (run_id, self.name) if new_run else None
 
         def prepare(wait: bool = True) -> Invocation:
             lease = contextlib.ExitStack()
             lease.enter_context(self._storage.ledger.lease(
-                thread_id, wait=WAIT_SECONDS if wait else 0.0))
+                thread_id, wait=WAIT_SECONDS if wait else 0.0, run=run))
             try:
                 # A thread made just now has no state to read.
                 snapshot = _EMPTY if fresh else latest(self.graph, config)
@@ -379,7 +380,7 @@ class Agent:
             message, thread_id, require_tool_approval, auto_resume_suspended_tools, max_steps,
             checkpoint_reason)
         prepare = self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
-                                on_state_change=on_state_change, fresh=fresh)
+                                on_state_change=on_state_change, fresh=fresh, new_run=True)
         return AgentStream(self.graph, prepare, run_id, thread_id)
 
     def generate(
@@ -419,15 +420,9 @@ class Agent:
         """Async twin of `stream`: `async for chunk in agent.astream(...)`."""
         run_id, thread_id, config, build, fresh = self._start(
             message, thread_id, require_tool_approval, auto_resume_suspended_tools, max_steps,
-            checkpoint_reason, remember=False)
-
-        start = self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
-                              on_state_change=on_state_change, fresh=fresh)
-
-        def prepare(wait: bool = True) -> Invocation:
-            self._remember(run_id, thread_id)
-            return start(wait)
-
+            checkpoint_reason)
+        prepare = self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
+                                on_state_change=on_state_change, fresh=fresh, new_run=True)
         return AsyncAgentStream(self.graph, prepare, run_id, thread_id,
                                 inline=self._storage.ledger.in_memory, on_loop=self._loop_safe)
 
@@ -457,8 +452,6 @@ class Agent:
         auto_resume_suspended_tools: bool | None,
         max_steps: int,
         checkpoint_reason: str | None,
-        *,
-        remember: bool = True,
     ) -> tuple[str, str, RunnableConfig, Build, bool]:
         fresh = thread_id is None
         thread_id = thread_id or str(uuid.uuid4())
@@ -467,8 +460,6 @@ class Agent:
                                 max_steps)
         config = self._config(thread_id, run_id, checkpoint_reason)
         messages = _messages(message)
-        if remember:
-            self._remember(run_id, thread_id)
 
         def build(snapshot: Paused, req: Request) -> Any:
             return start_payload(snapshot, messages, options, req)

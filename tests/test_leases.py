@@ -491,3 +491,23 @@ def test_an_execution_claim_is_a_lease_on_the_call(tmp_path: Path) -> None:
     outcome, row = ledger.start("k1", "again", holder_dead=lambda owner: True)
     assert outcome == "done" and row is not None and row.outcome == {"content": "paid",
                                                                      "status": "success"}
+
+
+def test_a_run_is_recorded_with_its_first_lease_and_only_then(tmp_path: Path) -> None:
+    """The run registry (which thread and agent a run id names) is written in the lease's own
+    transaction: a run that could not take its thread leaves no record; one that took a dead
+    holder's lease is recorded as well."""
+    ledger = Ledger.sqlite(str(tmp_path / "runs.db"))
+    with ledger.lease("t1", run=("run-1", "ops")):
+        with pytest.raises(RunBusyError), ledger.lease("t1", wait=0.0, run=("run-2", "ops")):
+            pass
+    assert ledger.run("run-1") == ("t1", "ops")
+    assert ledger.run("run-2") is None
+    dead = dataclasses.replace(_me(), pid=_reaped_pid()).token()
+    taken = _put_lease(tmp_path / "dead.db", "t2", dead, expires_in=600)
+    with taken.lease("t2", wait=5.0, run=("run-3", "billing")):
+        pass
+    assert taken.run("run-3") == ("t2", "billing")
+    with taken.lease("t2", run=("run-3", "someone else")):
+        pass
+    assert taken.run("run-3") == ("t2", "billing")  # a run id is recorded once, never moved
