@@ -295,7 +295,12 @@ class _Postgres:
         with self.pool.connection() as conn:
             return _PostgresTx(conn).execute(sql, params)
 
-    execute_apart = execute
+    def execute_apart(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        # A pool lends another connection; one connection lent by a saver (under its lock)
+        # may offer one of its own for the lease keeper (`apart`).
+        apart = getattr(self.pool, "apart", None)
+        with (apart() if apart is not None else self.pool.connection()) as conn:
+            return _PostgresTx(conn).execute(sql, params)
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self.pool.connection() as conn:

@@ -242,16 +242,34 @@ def _reentrant(saver: Any) -> Any:
 
 class _Shared:
     """One PostgreSQL connection (a saver's own) lent to the ledger as a pool of one, under
-    the saver's lock."""
+    the saver's lock; lease renewals get a connection of their own (`apart`)."""
 
     def __init__(self, conn: Any, lock: Any) -> None:
         self.conn = conn
         self.lock = lock
+        self._apart: Any = None
+        self._apart_lock = threading.Lock()
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[Any]:
         with self.lock:
             yield self.conn
+
+    @contextlib.contextmanager
+    def apart(self) -> Iterator[Any]:
+        """A second connection to the same database, for the lease keeper: whoever holds the
+        saver's lock (a checkpoint list read lazily, for as long as its reader likes) must
+        not keep this process's leases from being renewed until they lapse."""
+        from psycopg import Connection
+        from psycopg.conninfo import make_conninfo
+
+        with self._apart_lock:
+            if self._apart is None or self._apart.closed:
+                info = self.conn.info
+                self._apart = Connection.connect(
+                    make_conninfo(info.dsn, password=info.password), autocommit=True,
+                    prepare_threshold=0)
+            yield self._apart
 
 
 def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:

@@ -498,9 +498,9 @@ def test_a_run_is_recorded_with_its_first_lease_and_only_then(tmp_path: Path) ->
     transaction: a run that could not take its thread leaves no record; one that took a dead
     holder's lease is recorded as well."""
     ledger = Ledger.sqlite(str(tmp_path / "runs.db"))
-    with ledger.lease("t1", run=("run-1", "ops")):
-        with pytest.raises(RunBusyError), ledger.lease("t1", wait=0.0, run=("run-2", "ops")):
-            pass
+    with (ledger.lease("t1", run=("run-1", "ops")), pytest.raises(RunBusyError),
+          ledger.lease("t1", wait=0.0, run=("run-2", "ops"))):
+        pass
     assert ledger.run("run-1") == ("t1", "ops")
     assert ledger.run("run-2") is None
     dead = dataclasses.replace(_me(), pid=_reaped_pid()).token()

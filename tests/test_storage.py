@@ -218,8 +218,7 @@ def test_a_postgres_saver_instance_keeps_the_ledger_in_its_database(postgres_url
         other, _ = open_agent(ran)
         row = other._storage.ledger.approval(pending_id)
         assert row is not None and row.status == "pending"
-        other._storage.store.put(("graphkit", "runs"), result.run_id,
-                                 {"thread_id": result.thread_id, "agent": "billing"})
+        # the run id is found in the shared ledger (the store is each agent's own memory)
         assert other.approve_tool_call_generate(run_id=result.run_id).text == "ok"
         assert ran.names() == ["pay"]
         approved = agent._storage.ledger.approval(pending_id)
@@ -270,3 +269,51 @@ async def test_an_async_postgres_saver_instance_keeps_the_ledger_in_its_database
             await conn.close()
         for each in agents:  # the ledger's own small pool
             each._storage.ledger._sql.pool.close()
+
+
+def test_lease_renewals_do_not_wait_on_a_single_connection_savers_lock(postgres_url: str
+                                                                       ) -> None:
+    """A PostgresSaver over one connection lends it to the ledger under the saver's lock; a
+    caller may hold that lock for as long as it likes (a checkpoint list read lazily). The
+    lease keeper renews on a connection of its own, so this process's leases do not lapse
+    (and another process take its thread) meanwhile."""
+    import threading
+
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg import Connection
+    from psycopg.rows import dict_row
+
+    conn = Connection.connect(postgres_url, autocommit=True, prepare_threshold=0,
+                              row_factory=dict_row)
+    try:
+        saver = PostgresSaver(conn)
+        saver.setup()
+        agent, _ = agent_with(["ok"], checkpointer=saver, name="billing")
+        ledger = agent._storage.ledger
+
+        def expiry() -> float:
+            return float(ledger._sql.query(
+                "SELECT expires_at FROM graphkit_leases WHERE thread_id = 't1'")[0][0])
+
+        with ledger.lease("t1") as owner:
+            before = expiry()
+            held, release = threading.Event(), threading.Event()
+
+            def hold_the_savers_lock() -> None:
+                with saver.lock:
+                    held.set()
+                    release.wait(10)
+
+            holder = threading.Thread(target=hold_the_savers_lock, daemon=True)
+            holder.start()
+            assert held.wait(5)
+            renewer = threading.Thread(target=ledger._renew, args=("t1", owner), daemon=True)
+            renewer.start()
+            renewer.join(5)
+            renewed = not renewer.is_alive()
+            release.set()
+            holder.join(5)
+            assert renewed, "the lease renewal waited on the saver's lock"
+            assert expiry() > before
+    finally:
+        conn.close()
