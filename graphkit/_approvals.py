@@ -115,34 +115,49 @@ def _has_code(node: Any) -> bool:
 
 
 _SECRETS = (SecretStr, SecretBytes, Secret)
+_MASK = "**********"
+"""What pydantic writes for a non-empty secret in a JSON dump."""
 
 
-@functools.lru_cache(maxsize=1024)
-def _holds_secrets(schema: type[BaseModel]) -> bool:
-    """Whether a schema has a pydantic secret field anywhere (JSON dumps mask them)."""
-    return _has_secret(getattr(schema, "__pydantic_core_schema__", None))
-
-
-def _has_secret(node: Any) -> bool:
-    if isinstance(node, dict):
-        cls = node.get("cls")
-        if isinstance(cls, type) and issubclass(cls, _SECRETS):
-            return True
-        return any(_has_secret(value) for value in node.values())
-    if isinstance(node, list | tuple):
-        return any(_has_secret(value) for value in node)
+def _masked(dumped: Any) -> bool:
+    """Whether a JSON dump holds pydantic's mask (a secret, or a value that looks like one:
+    revealing then finds nothing to change)."""
+    if isinstance(dumped, str):
+        return dumped == _MASK
+    if isinstance(dumped, dict):
+        return any(_masked(v) for v in dumped.values())
+    if isinstance(dumped, list):
+        return any(_masked(v) for v in dumped)
     return False
+
+
+def _plain(python: Any) -> Any:
+    """A Python-mode value with every secret replaced by what it holds."""
+    if isinstance(python, _SECRETS):
+        return _plain(python.get_secret_value())
+    if isinstance(python, Mapping):
+        return {k: _plain(v) for k, v in python.items()}
+    if isinstance(python, list | tuple | set | frozenset):
+        return [_plain(v) for v in python]
+    return python
 
 
 def _revealed(python: Any, dumped: Any) -> Any:
     """`dumped` (a JSON dump, where pydantic masks secrets as '**********') with each secret
     of `python` (the same model dumped in Python mode) given as its value: the tool must run
     with the value the model sent, and reviewers judge that value (the model's own message
-    holds it in the clear anyway)."""
+    holds it in the clear anyway). Where the two dumps do not line up, `dumped` stays as it
+    is (and a masked value is then refused as unstable, never run)."""
     if isinstance(python, _SECRETS):
-        return to_jsonable_python(python.get_secret_value())
+        return to_jsonable_python(_plain(python), by_alias=True)
     if isinstance(python, Mapping) and isinstance(dumped, dict):
+        pairs = list(zip(python.items(), dumped.items(), strict=False))
+        if len(python) == len(dumped) and all(jk in (pk, str(pk)) for (pk, _), (jk, _) in pairs):
+            return {jk: _revealed(pv, jv) for (_, pv), (jk, jv) in pairs}
         return {k: _revealed(python[k], v) if k in python else v for k, v in dumped.items()}
+    if isinstance(python, set | frozenset) and isinstance(dumped, list):
+        # unordered: each member as it is, in the set's own order (the tool gets a set again)
+        return to_jsonable_python(_plain(python), by_alias=True)
     if (isinstance(python, list | tuple) and isinstance(dumped, list)
             and len(python) == len(dumped)):
         return [_revealed(p, d) for p, d in zip(python, dumped, strict=True)]
@@ -191,8 +206,12 @@ def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
     # By alias: the names the model (and the tool's own validation) use, not Python's
     # (`from_` is `from`).
     dumped: dict[str, Any] = parsed.model_dump(mode="json", by_alias=True)
-    if _holds_secrets(schema):
-        dumped = _revealed(parsed.model_dump(by_alias=True), dumped)
+    if _masked(dumped):
+        try:
+            dumped = _revealed(parsed.model_dump(by_alias=True), dumped)
+        except ValueError as exc:  # UnicodeDecodeError too: secret bytes that are not text
+            msg = f"arguments for tool {tool.name!r} cannot be stored as JSON: {exc}"
+            raise InvalidApprovedArgsError(msg) from exc
     # Keep only what was given or has a default, without the injected context.
     names = {field.alias or name for name, field in schema.model_fields.items()}
     return parsed, {k: v for k, v in dumped.items() if k in names}

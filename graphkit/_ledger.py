@@ -297,10 +297,11 @@ class _Postgres:
 
     def execute_apart(self, sql: str, params: tuple[Any, ...] = ()) -> int:
         # A pool lends another connection; one connection lent by a saver (under its lock)
-        # may offer one of its own for the lease keeper (`apart`).
+        # says how a renewal gets past whoever holds it (`apart`).
         apart = getattr(self.pool, "apart", None)
-        with (apart() if apart is not None else self.pool.connection()) as conn:
-            return _PostgresTx(conn).execute(sql, params)
+        if apart is not None:
+            return int(apart(lambda conn: _PostgresTx(conn).execute(sql, params)))
+        return self.execute(sql, params)
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self.pool.connection() as conn:
@@ -995,6 +996,10 @@ class Ledger:
         tx.execute("INSERT INTO graphkit_runs (run_id, thread_id, agent, created_at) "
                    f"VALUES (?, ?, ?, {self._sql.now}) ON CONFLICT (run_id) DO NOTHING",
                    (run_id, thread_id, agent))
+
+    def forget_run(self, run_id: str) -> None:
+        """Drop the record of a run refused before it ran (its lease is released next)."""
+        self._sql.execute("DELETE FROM graphkit_runs WHERE run_id = ?", (run_id,))
 
     def run(self, run_id: str) -> tuple[str, str] | None:
         """The thread and agent of a run this database recorded, or None."""

@@ -15,7 +15,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -242,34 +242,42 @@ def _reentrant(saver: Any) -> Any:
 
 class _Shared:
     """One PostgreSQL connection (a saver's own) lent to the ledger as a pool of one, under
-    the saver's lock; lease renewals get a connection of their own (`apart`)."""
+    the saver's lock."""
 
     def __init__(self, conn: Any, lock: Any) -> None:
         self.conn = conn
         self.lock = lock
-        self._apart: Any = None
-        self._apart_lock = threading.Lock()
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[Any]:
         with self.lock:
             yield self.conn
 
-    @contextlib.contextmanager
-    def apart(self) -> Iterator[Any]:
-        """A second connection to the same database, for the lease keeper: whoever holds the
-        saver's lock (a checkpoint list read lazily, for as long as its reader likes) must
-        not keep this process's leases from being renewed until they lapse."""
+    def apart(self, statement: Callable[[Any], int]) -> int:
+        """Run a lease renewal. On the saver's connection when its lock comes free soon (its
+        session, schema and role; no connection more); else (someone holds the lock: a
+        checkpoint list read lazily, as long as its reader likes) on a connection of its own
+        for this statement, opened with a timeout and closed after; failing that, not now
+        (the keeper tries again well before the lease lapses)."""
+        if self.lock.acquire(timeout=APART_WAIT):
+            try:
+                return statement(self.conn)
+            finally:
+                self.lock.release()
         from psycopg import Connection
         from psycopg.conninfo import make_conninfo
 
-        with self._apart_lock:
-            if self._apart is None or self._apart.closed:
-                info = self.conn.info
-                self._apart = Connection.connect(
-                    make_conninfo(info.dsn, password=info.password), autocommit=True,
-                    prepare_threshold=0)
-            yield self._apart
+        info = self.conn.info
+        with Connection.connect(make_conninfo(info.dsn, password=info.password),
+                                autocommit=True, connect_timeout=APART_CONNECT,
+                                prepare_threshold=0) as conn:
+            return statement(conn)
+
+
+APART_WAIT = 1.0
+"""Seconds a lease renewal waits for a single-connection saver's lock before it goes apart."""
+APART_CONNECT = 3
+"""Seconds (libpq's `connect_timeout`) a renewal's own connection may take to open."""
 
 
 def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:

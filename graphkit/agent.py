@@ -70,7 +70,6 @@ Claim = Callable[[Paused, Request], object]
 """Takes a decision in the ledger before the run is resumed."""
 _EMPTY = StateSnapshot({}, (), {}, None, None, None, (), ())
 """The state of a thread that does not exist yet."""
-RUNS_NAMESPACE = ("graphkit", "runs")
 RUN_METADATA_KEY = "graphkit_run_id"
 SERVER_ENV = "LANGSMITH_LANGGRAPH_API_VARIANT"
 """Set by the LangGraph API server (`langgraph dev` and the platform) in its process."""
@@ -230,10 +229,6 @@ class Agent:
 
     def _thread_of(self, run_id: str) -> str:
         known = self._storage.ledger.run(run_id)
-        if known is None:  # recorded in the store by an earlier graphkit, or another ledger's
-            item = self._storage.store.get(RUNS_NAMESPACE, run_id, refresh_ttl=False)
-            known = None if item is None else (str(item.value.get("thread_id")),
-                                               str(item.value.get("agent")))
         if known is not None:
             thread_id, owner = known
             if owner != self.name:
@@ -241,7 +236,9 @@ class Agent:
                        "and resume it with the agent that started it (or the inbox)")
                 raise GraphkitError(msg)
             return thread_id
-        # A checkpointer passed as an instance may come without our store: ask its metadata.
+        # A run this ledger does not know (recorded by an earlier graphkit in the store, which
+        # a server's clients can write; or a ledger kept in another process's memory): the
+        # checkpoints it wrote name it.
         for found in self._storage.checkpointer.list(
             None, filter={RUN_METADATA_KEY: run_id}, limit=1
         ):
@@ -307,6 +304,8 @@ class Agent:
                 snapshot = _EMPTY if fresh else latest(self.graph, config)
                 payload = build(snapshot, self._request(run_id, thread_id))
             except BaseException:
+                if run is not None:  # a run refused before it ran leaves no record
+                    self._storage.ledger.forget_run(run_id)
                 lease.close()
                 raise
             return Invocation(payload, config, run_id, thread_id, on_state_change, lease.close)

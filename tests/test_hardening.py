@@ -133,8 +133,6 @@ def test_a_run_whose_ledger_rows_were_lost_can_still_be_decided() -> None:
     result = first.generate("pay")
     second, _ = agent_with([turn(call("pay", PAY, "c1")), "done"], checkpointer=saver,
                            ledger=ran)
-    second._storage.store.put(("graphkit", "runs"), result.run_id,
-                              {"thread_id": result.thread_id, "agent": "assistant"})
     final = second.approve_tool_call_generate(run_id=result.run_id, decided_by="a")
     assert final.text == "done" and ran.ran == [("pay", PAY)]
 
