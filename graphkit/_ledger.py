@@ -832,23 +832,26 @@ class Ledger:
 
     def start_admitted(self, call_key: str, owner: str, *, thread_id: str,
                        agent_path: Sequence[str], tool_name: str, args_digest: str
-                       ) -> dict[str, Any] | None:
+                       ) -> tuple[dict[str, Any], bool] | None:
         """Claim a call's first execution in one statement, when the ledger admits it as is:
         planned in this thread, agent and tool, for exactly these arguments, and approved
         for them if it needs approval (an approval admits only once a gate verified it,
         `clear`, whoever claimed it). Returns the call's `ctx.once` results when it is
-        claimed; None sends the caller to the step-by-step path (`admission`, `start`),
-        which says why not, or takes over a dead holder's claim."""
+        claimed, and whether it has resume data to read (`resume_values`); None sends the
+        caller to the step-by-step path (`admission`, `start`), which says why not, or
+        takes over a dead holder's claim."""
         now = self._sql.now
         rows = self._sql.query(
             f"UPDATE graphkit_calls SET executed = ?, claim_expires = {now} + ? "
-            f"WHERE call_key = ? AND executed IS NULL AND {_ADMITTED} RETURNING once_results",
+            f"WHERE call_key = ? AND executed IS NULL AND {_ADMITTED} RETURNING once_results, "
+            "EXISTS (SELECT 1 FROM graphkit_approvals a WHERE a.call_key = ? "
+            "AND a.kind = 'suspension' AND a.status = 'approved')",
             (owner, LEASE_SECONDS, call_key, thread_id, _path(agent_path), tool_name,
-             args_digest, args_digest))
+             args_digest, args_digest, call_key))
         if len(rows) != 1:
             return None
         _KEEPER.hold(self, ("call", call_key), owner)
-        return dict(_loads(rows[0][0]) or {})
+        return dict(_loads(rows[0][0]) or {}), bool(rows[0][1])
 
     def start(self, call_key: str, owner: str, *, holder_dead: Any) -> tuple[Start, CallRow | None]:
         """Claim the one execution of a call, as a lease on it. `done` returns the recorded

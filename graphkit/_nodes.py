@@ -348,8 +348,9 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
         str(key), owner, thread_id=thread_id, agent_path=task["agent_path"],
         tool_name=name, args_digest=args_digest(task["args"])) if _plain(task) else None
     if once is not None:
-        return _Admitted(owner, ledger.resume_values(str(key), thread_id) if context else [],
-                         once)
+        results, resumed = once
+        return _Admitted(owner, ledger.resume_values(str(key), thread_id)
+                         if context and resumed else [], results)
     row, approval = ledger.admission(key) if _comparable(key) else (None, None)
     why = _why_not(row, approval, task, config)
     if why is None and row is not None:

@@ -24,7 +24,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from graphkit._owner import new_owner
-from graphkit.errors import ApprovalsPendingError
 
 if TYPE_CHECKING:
     from graphkit.agent import Agent
@@ -96,9 +95,6 @@ class Worker:
             run_id, ready_at, thread_id = claimed
             try:
                 self.agent._resume_ready(run_id, thread_id)
-            except ApprovalsPendingError:
-                # Something of it waits again: the next decision queues it anew.
-                self._ledger.done_ready(run_id, owner, ready_at)
             except Exception as exc:  # one failing run must not stop the worker, nor be lost
                 logger.warning("worker: resuming run %s failed (%s: %s); it will be tried "
                                "again", run_id, type(exc).__name__, exc)

@@ -655,8 +655,9 @@ class Agent:
 
     def _resume_ready(self, run_id: str, thread_id: str) -> GenerateResult:
         """`resume` for a worker, which claimed the run (and its thread, from the ledger)
-        from the ready queue."""
-        return self._advance(run_id, continue_command, thread_id=thread_id).result()
+        from the ready queue: the gates apply what the ledger holds (a call still undecided
+        pauses the run again; the next decision queues it anew)."""
+        return self._advance(run_id, _apply, thread_id=thread_id).result()
 
     async def aresume(
         self, *, run_id: str, on_state_change: StateHook | None = None
