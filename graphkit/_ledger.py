@@ -844,10 +844,10 @@ class Ledger:
         rows = self._sql.query(
             f"UPDATE graphkit_calls SET executed = ?, claim_expires = {now} + ? "
             f"WHERE call_key = ? AND executed IS NULL AND {_ADMITTED} RETURNING once_results, "
-            "EXISTS (SELECT 1 FROM graphkit_approvals a WHERE a.call_key = ? "
-            "AND a.kind = 'suspension' AND a.status = 'approved')",
+            "EXISTS (SELECT 1 FROM graphkit_approvals a WHERE a.thread_id = ? "
+            "AND a.call_key = ? AND a.kind = 'suspension' AND a.status = 'approved')",
             (owner, LEASE_SECONDS, call_key, thread_id, _path(agent_path), tool_name,
-             args_digest, args_digest, call_key))
+             args_digest, args_digest, thread_id, call_key))
         if len(rows) != 1:
             return None
         _KEEPER.hold(self, ("call", call_key), owner)
