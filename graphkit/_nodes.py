@@ -344,13 +344,13 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
     key = task.get("key")
     owner = new_owner()
     thread_id = thread_id_of(config)
-    once = ledger.start_admitted(
+    claimed = ledger.start_admitted(
         str(key), owner, thread_id=thread_id, agent_path=task["agent_path"],
         tool_name=name, args_digest=args_digest(task["args"])) if _plain(task) else None
-    if once is not None:
-        results, resumed = once
+    if claimed is not None:
+        once, resumed = claimed
         return _Admitted(owner, ledger.resume_values(str(key), thread_id)
-                         if context and resumed else [], results)
+                         if context and resumed else [], once)
     row, approval = ledger.admission(key) if _comparable(key) else (None, None)
     why = _why_not(row, approval, task, config)
     if why is None and row is not None:

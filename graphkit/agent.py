@@ -221,7 +221,6 @@ class Agent:
             "max_concurrency": MAX_CONCURRENCY,
         }
 
-
     def _not_found(self, run_id: str) -> SnapshotNotFoundError:
         return SnapshotNotFoundError(
             SNAPSHOT_NOT_FOUND.format(run_id=run_id, storage=self._storage.description)
