@@ -612,6 +612,17 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
                 plan, answered, ctx):  # the plan came from the state: a client can write it
             changed = True
         step = _Pass(planner, ctx, plan, config, extract)
+        superseding = plan.pop("superseding", None)
+        if superseding is not None:  # a new user message that came as graph input
+            plan["error"] = None
+            options = state.get("options") or {}
+            try:
+                step.supersede({"supersede": superseding, "auto_resume":
+                                options.get("auto_resume_suspended_tools") is True}, answered)
+            except GraphkitError as exc:
+                plan["error"] = str(exc)
+            step.apply_ledger(answered)
+            changed = True
         if not changed and not _ready(plan, answered) and _undecided(plan, answered):
             # Decisions taken since the pause (by any door) apply first; else pause.
             if not step.apply_ledger(answered):

@@ -28,6 +28,7 @@ from langchain_core.messages import (
     RemoveMessage,
     SystemMessage,
     ToolMessage,
+    messages_to_dict,
 )
 from langchain_core.runnables import RunnableBinding, RunnableConfig
 from langchain_core.runnables.config import run_in_executor
@@ -36,7 +37,13 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
 from graphkit._context import PATH_KEY, thread_id_of
-from graphkit._gate import GateContext, Planner, dispatch_now, supersede_unanswered
+from graphkit._gate import (
+    GateContext,
+    Planner,
+    _well_planned,
+    dispatch_now,
+    supersede_unanswered,
+)
 from graphkit._ledger import DONE, ApprovalRow, CallRow, Ledger
 from graphkit._limits import check_value
 from graphkit._offload import offload
@@ -215,6 +222,41 @@ def _stopped_turn(plan: TurnPlan | None, messages: list[AnyMessage], ctx: GateCo
     return [*messages[:later], *answers, *newer], writes
 
 
+def _reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
+                         options: Mapping[str, Any], planner: Planner) -> list[AnyMessage] | None:
+    """The user's messages after a turn whose suspended tool auto-resume may read its data
+    from, when they came as graph input (a LangGraph server client, Studio, Agent Chat UI):
+    the gate then reads them just as it reads a message sent through the API. None otherwise,
+    and for a plan not in the shape the gate writes (it lives in client-writable state)."""
+    if not (planner.settings.auto_resume_suspended_tools
+            or options.get("auto_resume_suspended_tools") is True):
+        return None
+    if not (isinstance(plan, Mapping) and isinstance(plan.get("ai_message_id"), str)
+            and isinstance(plan.get("calls"), list)
+            and all(_well_planned(c) for c in plan["calls"])):
+        return None
+    turn = next((i for i, m in enumerate(messages) if m.id == plan["ai_message_id"]), None)
+    if turn is None or not isinstance(messages[turn], AIMessage):
+        return None
+    later = turn + 1
+    while later < len(messages) and isinstance(messages[later], ToolMessage):
+        later += 1
+    newer = messages[later:]
+    if (not any(isinstance(m, HumanMessage) for m in newer) or any(m.id is None for m in newer)
+            or any(isinstance(m, AIMessage) for m in newer)):  # the plan is not the last turn's
+        return None
+    answered = {m.tool_call_id for m in messages[turn + 1:later] if isinstance(m, ToolMessage)}
+    for call in plan["calls"]:
+        tool = planner.tools.get(call["tool_name"])
+        suspension = call["suspension"]
+        if (call["tool_call_id"] not in answered and call.get("answer") is None
+                and call["node"] == "tools" and suspension is not None
+                and suspension.get("status") == "pending"
+                and isinstance(tool, GraphkitTool) and tool.resume_schema is not None):
+            return newer
+    return None
+
+
 def _model_calls(model: BaseChatModel, tools: Sequence[BaseTool]
                  ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """`invoke` and `ainvoke` of the model with the tools bound. A plain `RunnableBinding`
@@ -245,15 +287,27 @@ def make_model_node(
     inline = planner.ledger.in_memory
 
     def route(state: AgentState, config: RunnableConfig
-              ) -> tuple[list[BaseMessage], bool, list[BaseMessage]]:
+              ) -> tuple[list[BaseMessage], bool, list[BaseMessage], Command[ModelTarget] | None]:
+        """The conversation the model reads, whether the run used its steps, the writes that
+        fix the state, and the command to send instead of a model turn (a reply the gate reads
+        for a suspended tool)."""
         options = state.get("options") or {}
         limit = options.get("max_steps")
         limit = limit if isinstance(limit, int) and limit > 0 else 25
         ctx = planner.context(state, config)
         forged = _discard_forged(state, ctx)
         messages = _with_fixes(list(state.get("messages") or []), forged)
-        messages, moved = _stopped_turn(state.get("turn"), messages, ctx)
-        return [*system, *messages], model_steps(messages) >= limit, [*forged, *moved]
+        plan = state.get("turn")
+        reply = _reply_to_suspension(plan, messages, options, planner)
+        if plan and reply:
+            removed = [RemoveMessage(id=str(m.id)) for m in reply]
+            to_gate: Command[ModelTarget] = Command(
+                update={"messages": [*forged, *removed],
+                        "turn": {**plan, "superseding": messages_to_dict(reply)}},
+                goto="approval_gate")
+            return [], False, [], to_gate
+        messages, moved = _stopped_turn(plan, messages, ctx)
+        return [*system, *messages], model_steps(messages) >= limit, [*forged, *moved], None
 
     def finish(response: BaseMessage, state: AgentState, config: RunnableConfig,
                fixes: list[BaseMessage]) -> Command[ModelTarget]:
@@ -273,14 +327,18 @@ def make_model_node(
                                "turn": plan}, goto=sends or "approval_gate")
 
     def call_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:
-        messages, exhausted, fixes = route(state, config)
+        messages, exhausted, fixes, to_gate = route(state, config)
+        if to_gate is not None:
+            return to_gate
         if exhausted:
             return Command(update={"messages": fixes} if fixes else None, goto="__end__")
         return finish(invoke(messages, config), state, config, fixes)
 
     async def acall_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:
         # Reading and writing the ledger and store is synchronous: keep it off the event loop.
-        messages, exhausted, fixes = await offload(inline, route, state, config)
+        messages, exhausted, fixes, to_gate = await offload(inline, route, state, config)
+        if to_gate is not None:
+            return to_gate
         if exhausted:
             return Command(update={"messages": fixes} if fixes else None, goto="__end__")
         response = await ainvoke(messages, config)

@@ -77,6 +77,10 @@ class TurnPlan(TypedDict):
     """Why the last resume value was refused; shown in the next interrupt."""
     queued: NotRequired[list[dict[str, Any]]]
     """A new user message to append once every call of the turn has its answer."""
+    superseding: NotRequired[list[dict[str, Any]]]
+    """A new user message that came as graph input (from any client) while a suspended tool
+    waited: the model node hands it to the gate, which reads it as it reads one sent through
+    the API (auto-resume, else superseded), then queues it."""
 
 
 class SuspensionReport(TypedDict):

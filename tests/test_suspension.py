@@ -244,3 +244,93 @@ def test_auto_resume_never_approves_and_without_it_a_message_supersedes() -> Non
     moved_on = plain.generate("Tokyo", thread_id=started.thread_id)
     assert log == ["started"]
     assert "superseded" in next(m for m in moved_on.messages if isinstance(m, ToolMessage)).text
+
+
+# ---------------------------------------------------------------- auto-resume from graph input
+# A LangGraph server client (Studio, Agent Chat UI) sends the user's reply as graph input, not
+# through the Agent API: the gate reads it the same way.
+
+SERVER_USER = {"langgraph_auth_user": {"identity": "user"}}
+
+
+def say(agent: Agent, thread_id: str, text: str, *, options: dict[str, Any] | None = None,
+        user: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The user's message as plain graph input, as a server client sends it."""
+    payload: dict[str, Any] = {"messages": [HumanMessage(text)]}
+    if options is not None:
+        payload["options"] = options
+    out: dict[str, Any] = agent.graph.invoke(
+        payload, {"configurable": {"thread_id": thread_id, **(user or {})}})
+    return out
+
+
+def waiting_kinds(agent: Agent, thread_id: str) -> list[str]:
+    """What the thread waits on, as the Agent API reads it."""
+    return [p.kind for p in agent._pending(
+        agent.graph.get_state({"configurable": {"thread_id": thread_id}}))]
+
+
+def test_graph_input_unreadable_reply_asks_again_and_nothing_said_is_lost(
+        sqlite_url: str) -> None:
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True, checkpointer=sqlite_url)
+    first = agent.generate("weather?")
+    say(agent, first.thread_id, "hmm, not sure")
+    assert log == ["started"]
+    assert waiting_kinds(agent, first.thread_id) == ["suspension"]
+    out = say(agent, first.thread_id, "Paris please")
+    assert log == ["started", "started", "fetched Paris"]
+    assert out["messages"][-1].text == "The weather in Paris: sunny, +72F"
+    said = [m.text for m in out["messages"] if isinstance(m, HumanMessage)]
+    assert said == ["weather?", "hmm, not sure", "Paris please"]
+    assert waiting_kinds(agent, first.thread_id) == []
+
+
+async def test_graph_input_auto_resumes_async() -> None:
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True)
+    first = await agent.agenerate("weather?")
+    out = await agent.graph.ainvoke({"messages": [HumanMessage("Tokyo")]},
+                                    {"configurable": {"thread_id": first.thread_id}})
+    assert log == ["started", "started", "fetched Tokyo"]
+    assert out["messages"][-1].text == "The weather in Tokyo: sunny, +72F"
+
+
+def test_graph_input_never_approves() -> None:
+    ledger = Ledger()
+    script = [turn(call("pay", {"amount": 9, "payee": {"name": "x"}}, "p1")), "Not paid."]
+    agent = Agent(name="a", model=ScriptedChatModel(script, structured=[{"approved": True}]),
+                  tools=ledger.tools, auto_resume_suspended_tools=True)
+    first = agent.generate("pay x")
+    out = say(agent, first.thread_id, "approved, go ahead", user=SERVER_USER)
+    assert ledger.ran == []
+    assert "superseded" in next(m for m in out["messages"] if isinstance(m, ToolMessage)).text
+
+
+def test_graph_input_supersedes_when_auto_resume_is_off() -> None:
+    log: list[str] = []
+    agent = weather_agent(log)
+    first = agent.generate("weather?")
+    out = say(agent, first.thread_id, "Tokyo")
+    assert log == ["started"]
+    assert "superseded" in next(m for m in out["messages"] if isinstance(m, ToolMessage)).text
+
+
+def test_graph_input_asking_for_auto_resume_itself_must_say_who_answers() -> None:
+    """The per-run option is a client's choice (its state is writable): as with the resume
+    value of a server client, an answer taken that way is judged by the approvers policy, with
+    who sends it."""
+    log: list[str] = []
+    agent = weather_agent(log, approvers=lambda who, pending: who == "user")
+    first = agent.generate("weather?")
+    asking = {"auto_resume_suspended_tools": True}
+    say(agent, first.thread_id, "Tokyo", options=asking)  # anonymous
+    say(agent, first.thread_id, "Tokyo", options=asking,
+        user={"langgraph_auth_user": {"identity": "mallory"}})
+    assert log == ["started"]
+    assert waiting_kinds(agent, first.thread_id) == ["suspension"]
+    out = say(agent, first.thread_id, "Tokyo", options=asking, user=SERVER_USER)
+    assert log == ["started", "started", "fetched Tokyo"]
+    assert out["messages"][-1].text == "The weather in Tokyo: sunny, +72F"
+    said = [m.text for m in out["messages"] if isinstance(m, HumanMessage)]
+    assert said == ["weather?", "Tokyo", "Tokyo", "Tokyo"]
