@@ -51,6 +51,7 @@ from graphkit._review import (
     identity_of,
     parse_choice,
     refuse,
+    sound,
     supersede,
     take,
     verify,
@@ -307,9 +308,12 @@ class _Pass:
         msg = f"no pending approval with {given}; pending tool_call_ids: {ids}"
         raise ApprovalNotFoundError(msg)
 
-    def supersede(self, value: Mapping[str, Any], answered: set[str]) -> None:
+    def supersede(self, value: Mapping[str, Any], answered: set[str], *,
+                  from_input: bool = False) -> None:
         """A new user message: what waits is declined as superseded, except suspensions whose
-        resume data auto-resume can read from the message. A message never approves."""
+        resume data auto-resume can read from the message. A message never approves.
+        `from_input`: it came as graph input, from any client (see `TurnPlan.unread`): an
+        approvers policy then judges its sender, as it judges a client's resume value."""
         said_now = value.get("supersede")
         if not (isinstance(said_now, list) and all(isinstance(m, Mapping) for m in said_now)):
             msg = "'supersede' must be a list of serialised messages"
@@ -327,7 +331,7 @@ class _Pass:
             suspension = call["suspension"]
             tool = self.planner.tools.get(call["tool_name"])
             schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None
-            if suspension is not None and auto and schema is not None and self.extract:
+            if sound(suspension) and auto and schema is not None and self.extract:
                 data = self.extract(call, said)
                 if data is not None:
                     # Unreadable, or decided elsewhere: it stays suspended and asks again.
@@ -340,7 +344,7 @@ class _Pass:
                             source="auto_resume",
                             # the resume value asked for it, not the agent: a client's choice,
                             # judged like a client's answer (with who it is)
-                            identity_required=not self.planner.settings
+                            identity_required=from_input or not self.planner.settings
                             .auto_resume_suspended_tools)
                 continue
             self._supersede(call)
@@ -356,7 +360,7 @@ class _Pass:
             record["status"] = "rejected"
             record["comment"] = comment
             record["decided_at"] = now_iso()
-            if record["kind"] == "approval":
+            if record.get("kind") == "approval":
                 self.events.append(telemetry(record, "rejected"))
         call["suspension"] = None
         call["answer"] = SUPERSEDED.format(name=call["tool_name"])
@@ -379,7 +383,9 @@ class _Pass:
         for record in waiting:
             row = rows.get(record["id"])
             if row is None:
-                ensure(ledger, record, thread_id=self.ctx.thread_id, run_id=self.ctx.run_id)
+                if not ensure(ledger, record, thread_id=self.ctx.thread_id,
+                              run_id=self.ctx.run_id):
+                    changed = self._drop_forged_suspension(record) or changed
                 continue
             if row.thread_id != self.ctx.thread_id:
                 changed = self._rekey(record) or changed
@@ -394,6 +400,25 @@ class _Pass:
         ledger.clear({k: v for k, v in self.cleared.items() if k not in self._written})
         self._written.update(self.cleared)
         return changed
+
+    def _drop_forged_suspension(self, record: ApprovalRecord) -> bool:
+        """A suspension the ledger does not know for a call it does know was written by a
+        client (the gate records each one the tools node reports): dropped, so that no resume
+        data reaches a call that never asked and the call's own approval waits again."""
+        found = self._call_of(record["id"])
+        if found is None or record.get("kind") != "suspension":
+            return False
+        call, _ = found
+        if self.ctx.ledger.call(call["key"]) is None:
+            return False  # the ledger forgot the call too (it lived in memory): keep waiting
+        call["suspension"] = None
+        self.ctx.ledger.audit([audit_row(
+            "refused", {"tool_name": call["tool_name"], "tool_call_id": call["tool_call_id"],
+                        "agent_path": self.ctx.path}, thread_id=self.ctx.thread_id,
+            run_id=self.ctx.run_id, detail="approval gate: a suspension the tool never raised "
+                                           "(written into the run's state by a client) was "
+                                           "dropped")])
+        return True
 
     def _rekey(self, record: ApprovalRecord) -> bool:
         """A copied thread (the server's thread copy) holds another thread's approval: ask
@@ -612,13 +637,13 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
                 plan, answered, ctx):  # the plan came from the state: a client can write it
             changed = True
         step = _Pass(planner, ctx, plan, config, extract)
-        superseding = plan.pop("superseding", None)
-        if superseding is not None:  # a new user message that came as graph input
+        if plan.pop("unread", None) is not None:  # queued by the model node: see `TurnPlan`
             plan["error"] = None
             options = state.get("options") or {}
             try:
-                step.supersede({"supersede": superseding, "auto_resume":
-                                options.get("auto_resume_suspended_tools") is True}, answered)
+                step.supersede({"supersede": [], "queue": False, "auto_resume":
+                                options.get("auto_resume_suspended_tools") is True}, answered,
+                               from_input=True)
             except GraphkitError as exc:
                 plan["error"] = str(exc)
             step.apply_ledger(answered)

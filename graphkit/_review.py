@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, assert_never
+from typing import Any, Literal, TypeGuard, assert_never
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
@@ -469,6 +469,10 @@ def ensure(ledger: Ledger, record: ApprovalRecord, *, thread_id: str,
     if args_digest(record["args"]) != record["args_digest"]:
         return False  # the paused state was tampered with: leave it undecidable
     key = record.get("call_key")
+    if record["kind"] == "suspension" and key and ledger.call(key) is not None:
+        # The ledger knows the call but not that it suspended (the gate records that from the
+        # tools node's report): a client wrote it, and its resume data would reach the call.
+        return False
     calls = [CallRow(call_key=key, thread_id=thread_id, agent_path=record["agent_path"],
                      tool_name=record["tool_name"], args_digest=record["args_digest"],
                      approval_id=record["id"])] if key and record["kind"] == "approval" else []
@@ -478,6 +482,16 @@ def ensure(ledger: Ledger, record: ApprovalRecord, *, thread_id: str,
         args_digest=record["args_digest"], ttl=_remaining(record.get("expires_at")),
         run_id=run_id)])
     return True
+
+
+def sound(record: Any) -> TypeGuard[ApprovalRecord]:
+    """A plan record with every field a decision on it reads, of the types the gate writes
+    (the plan lives in client-writable state)."""
+    return (isinstance(record, Mapping) and _well_formed(record)  # type: ignore[arg-type]
+            and isinstance(record.get("metadata"), Mapping)
+            and isinstance(record.get("status"), str)
+            and isinstance(record.get("args_digest"), str)
+            and isinstance(record.get("tool_call_id"), str))
 
 
 def _well_formed(record: ApprovalRecord) -> bool:

@@ -10,9 +10,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.types import Command, Send
-from pydantic import BaseModel
 
-from graphkit import Agent, ToolContext, create_tool
+from graphkit import Agent
 from graphkit.testing import ScriptedChatModel
 from graphkit.types import args_digest
 from tests.helpers import Ledger, agent_with, call, turn
@@ -86,26 +85,11 @@ def test_a_declined_call_beside_a_free_call(sqlite_url: str) -> None:
     assert ran.names() == ["lookup"]
 
 
-class Ask(BaseModel):
-    message: str
-
-
-class City(BaseModel):
-    city: str
-
-
 def test_a_suspending_tool_in_a_no_approval_turn(sqlite_url: str) -> None:
+    from tests.test_suspension import weather_tool
+
     log: list[str] = []
-
-    @create_tool(suspend_schema=Ask, resume_schema=City)
-    def weather(ctx: ToolContext) -> str:
-        """Fetch the weather for a city."""
-        log.append("started")
-        if ctx.resume_data is None:
-            return ctx.suspend({"message": "Which city?"})
-        log.append(f"fetched {ctx.resume_data.city}")
-        return f"{ctx.resume_data.city}: sunny"
-
+    weather = weather_tool(log)
     ran = Ledger()
     agent = Agent(name="wx", model=ScriptedChatModel(once_then_done(
         call("weather", {}, "w1"), call("lookup", {"key": "k"}, "l1"))),
@@ -119,7 +103,7 @@ def test_a_suspending_tool_in_a_no_approval_turn(sqlite_url: str) -> None:
     assert log == ["started", "started", "fetched Oslo"]
     assert ran.names() == ["lookup"]
     texts = {m.tool_call_id: m.text for m in final.messages if isinstance(m, ToolMessage)}
-    assert texts["w1"] == "Oslo: sunny"
+    assert texts["w1"] == "Oslo: sunny, +72F"
 
 
 def test_a_supervisor_delegating_with_no_approval(sqlite_url: str) -> None:

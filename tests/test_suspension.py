@@ -334,3 +334,48 @@ def test_graph_input_asking_for_auto_resume_itself_must_say_who_answers() -> Non
     assert out["messages"][-1].text == "The weather in Tokyo: sunny, +72F"
     said = [m.text for m in out["messages"] if isinstance(m, HumanMessage)]
     assert said == ["weather?", "Tokyo", "Tokyo", "Tokyo"]
+
+
+def test_graph_input_queued_but_not_read_is_kept_when_the_api_moves_on(sqlite_url: str
+                                                                      ) -> None:
+    """The run stopped after the model node queued the reply and before the gate read it (a
+    cancelled server run); the next message comes through the API, which supersedes the
+    stopped turn: the queued reply still reaches the conversation, in the order said."""
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True, checkpointer=sqlite_url)
+    first = agent.generate("weather?")
+    agent.graph.invoke({"messages": [HumanMessage("I am in Paris", id="m1")]},
+                       {"configurable": {"thread_id": first.thread_id}},
+                       interrupt_before=["approval_gate"])
+    final = agent.generate("never mind", thread_id=first.thread_id)
+    said = [m.text for m in final.messages if isinstance(m, HumanMessage)]
+    assert said == ["weather?", "I am in Paris", "never mind"]
+    assert log == ["started"]
+    kinds = [type(m).__name__ for m in final.messages]
+    assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "HumanMessage",
+                     "HumanMessage", "AIMessage"]
+
+
+def test_graph_input_resumes_the_suspension_and_supersedes_the_approval_beside_it() -> None:
+    ledger = Ledger()
+    log: list[str] = []
+
+    def replies(messages: list[BaseMessage]) -> Any:
+        if not any(isinstance(m, ToolMessage) for m in messages):
+            return turn(call("weather", {}, "w1"),
+                        call("pay", {"amount": 9, "payee": {"name": "x"}}, "p1"))
+        return "done"
+
+    agent = Agent(name="wx", tools=[weather_tool(log), *ledger.tools],
+                  auto_resume_suspended_tools=True,
+                  model=ScriptedChatModel(replies, structured=city_from_reply))
+    first = agent.generate("weather, and pay x")
+    assert sorted(p.kind for p in first.pending_approvals) == ["approval", "suspension"]
+    out = say(agent, first.thread_id, "Paris", user=SERVER_USER)
+    assert log == ["started", "started", "fetched Paris"] and ledger.ran == []
+    told = {m.tool_call_id: m.text for m in out["messages"] if isinstance(m, ToolMessage)}
+    assert told["w1"] == "Paris: sunny, +72F" and "superseded" in told["p1"]
+    kinds = [type(m).__name__ for m in out["messages"]]
+    assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "ToolMessage", "HumanMessage",
+                     "AIMessage"]
+    assert waiting_kinds(agent, first.thread_id) == []
