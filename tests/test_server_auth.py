@@ -30,6 +30,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             "identity": f"{ROOT / 'tests' / 'server_graphs.py'}:graph",
         },
         "auth": {"path": f"{ROOT / 'graphs' / 'auth.py'}:auth"},
+        "http": {"app": f"{ROOT / 'graphs' / 'inbox.py'}:app"},
         "env": {},
     }
     workdir = tmp_path_factory.mktemp("langgraph-dev-auth")
@@ -229,3 +230,27 @@ def test_token_map_forms_and_anonymous_defaults(monkeypatch: pytest.MonkeyPatch)
     assert authenticate(mixed, "Bearer t")["identity"] == "ann"
     with pytest.raises(Auth.exceptions.HTTPException):
         authenticate(make_auth({}, allow_anonymous=False), None)
+
+
+def test_the_mounted_inbox_shows_a_threads_messages_to_its_reviewers_only(server: str
+                                                                          ) -> None:
+    """The web inbox mounted in a server with its own auth reads a card's messages in process
+    (LangGraph's loopback client, which the server trusts as it trusts its own code): a
+    signed-in reviewer sees them; without the inbox's sign-in there is no card at all."""
+    import re
+
+    paused_thread(client(server, "tok-rm"), "deploy",
+                  messages=[{"role": "user", "content": "Roll out build 3.1.4"}])
+    web = httpx.Client(base_url=f"{server}/inbox", follow_redirects=False, timeout=30)
+    login = re.search(r"name='login' value='([0-9a-f]+)'", web.get("/login").text)
+    assert login is not None
+    assert web.post("/login", data={"token": "tok-rm", "login": login.group(1)}
+                    ).status_code == 303
+    listing = web.get("/").text
+    found = re.search(r"approvals/(apr_[0-9a-z_]+)", listing)
+    assert found is not None, listing[:2000]
+    card = web.get(f"/approvals/{found.group(1)}")
+    assert card.status_code == 200 and "Send build 3.1.4 to prod?" in card.text
+    assert "Roll out build 3.1.4" in card.text
+    stranger = httpx.get(f"{server}/inbox/approvals/{found.group(1)}", timeout=30)
+    assert stranger.status_code == 303 and "Roll out build" not in stranger.text

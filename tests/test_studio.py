@@ -103,6 +103,8 @@ def test_the_web_inbox_mounted_in_the_server_decides_its_runs(server: str) -> No
     listing = web.get("/").text
     assert approval_id in listing and "Send build 7.7.7 to prod?" in listing
     card = web.get(f"/approvals/{approval_id}").text
+    # the run's messages live in the server's own state: the card reads them from it
+    assert "Recent messages" in card and "Roll out build 7.7.7" in card, card[:3000]
     csrf = re.search(r"name='csrf' value='([0-9a-f]+)'", card)
     assert csrf is not None, card[:3000]
     decided = web.post(f"/approvals/{approval_id}/approve",

@@ -12,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import os
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
+from langchain_core.messages import BaseMessage, convert_to_messages
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -64,19 +66,39 @@ SECURITY_HEADERS = {
 }
 """No page of the inbox may be framed (a click on a hidden card must not decide anything),
 and nothing but the package's own assets runs on it."""
+logger = logging.getLogger("graphkit")
 LIVE_SECONDS = 0.5
 """How often the live list looks for changes."""
+
+
+ThreadMessages = Callable[[str], Awaitable[list[BaseMessage]]]
+"""Reads a thread's messages from where its state lives (the LangGraph server's API)."""
 
 
 class _Web:
     """The app's state: the inbox, who is looking, and how sessions are signed."""
 
     def __init__(self, inbox: Inbox, authenticate: Authenticator | None,
-                 tokens: Mapping[str, str], sessions: Sessions) -> None:
+                 tokens: Mapping[str, str], sessions: Sessions,
+                 thread_messages: ThreadMessages | None = None) -> None:
         self.inbox = inbox
         self.authenticate = authenticate
         self.check_token = token_authenticator(tokens) if tokens else None
         self.sessions = sessions
+        self.thread_messages = thread_messages
+
+    async def messages(self, item: PendingApproval) -> list[BaseMessage]:
+        """The run's messages for a card: the agent's own state, else (inside the LangGraph
+        server, which keeps the state of the graphs it serves) the server's."""
+        found: list[BaseMessage] = await asyncio.to_thread(self.inbox.messages, item.id)
+        if found or self.thread_messages is None or not item.thread_id:
+            return found
+        try:
+            return await self.thread_messages(item.thread_id)
+        except Exception:  # context only: the card is shown without it
+            logger.warning("inbox: could not read thread %s from the server", item.thread_id,
+                           exc_info=True)
+            return []
 
     def reviewer(self, request: Request) -> tuple[str, str] | None:
         """(identity, session) of the signed-in reviewer, or None."""
@@ -89,6 +111,19 @@ class _Web:
             if found:
                 return found, f"callable|{found}"
         return None
+
+
+async def server_thread_messages(thread_id: str) -> list[BaseMessage]:
+    """A thread's messages, read in process from the LangGraph server this app is mounted in
+    (its threads API, through LangGraph's loopback client, which the server trusts as its own
+    code: whoever the inbox signed in sees the context of what they review, as the inbox
+    beside an agent's own storage shows it)."""
+    from langgraph_sdk import get_client
+
+    state = await get_client(url=None, api_key=None).threads.get_state(thread_id)
+    values = state.get("values") if isinstance(state, Mapping) else None
+    raw = values.get("messages") if isinstance(values, Mapping) else None
+    return convert_to_messages(raw) if isinstance(raw, list) else []
 
 
 def _base(request: Request) -> str:
@@ -114,7 +149,8 @@ async def _form(request: Request) -> dict[str, str]:
 
 def create_app(url_or_storage: str | Storage | None = None, *,
                authenticate: Authenticator | Mapping[str, str] | None = None,
-               agents: Sequence[Agent] = (), secret: str | None = None) -> Starlette:
+               agents: Sequence[Agent] = (), secret: str | None = None,
+               thread_messages: ThreadMessages | None = None) -> Starlette:
     """The web inbox for the runs kept in `url_or_storage` (default: `$GRAPHKIT_DB`).
 
     Args:
@@ -124,6 +160,8 @@ def create_app(url_or_storage: str | Storage | None = None, *,
         agents: Agents whose runs these are: edits are then validated by the tool's own model
             and the agent's policy answers at once; the run's recent messages are shown.
         secret: Signs session cookies (default `GRAPHKIT_SECRET`, else random per process).
+        thread_messages: Where to read a run's messages when its agent's own storage does not
+            hold them (`server_app` reads them from the LangGraph server).
     """
     target = url_or_storage or os.environ.get("GRAPHKIT_DB")
     if not target:
@@ -134,7 +172,7 @@ def create_app(url_or_storage: str | Storage | None = None, *,
               else parse_tokens(os.environ.get("GRAPHKIT_TOKENS", "")) if authenticate is None
               else {})
     web = _Web(Inbox(storage, agents=agents), authenticate if callable(authenticate) else None,
-               tokens, Sessions(secret, ended=storage.ledger.session_ended))
+               tokens, Sessions(secret, ended=storage.ledger.session_ended), thread_messages)
     return Starlette(routes=_routes(web), middleware=[Middleware(_Secured)])
 
 
@@ -287,7 +325,7 @@ def _routes(web: _Web) -> list[Any]:
         approval_id = request.path_params["id"]
         try:
             item = await asyncio.to_thread(web.inbox.get, approval_id)
-            messages = await asyncio.to_thread(web.inbox.messages, approval_id)
+            messages = await web.messages(item)
             schemas = await asyncio.to_thread(web.inbox.schema, approval_id)
         except GraphkitError as exc:
             return html(request, "Not found", f"<p class='error'>{render._e(str(exc))}</p>",
@@ -423,7 +461,8 @@ class _LazyApp:
         url = os.environ.get("GRAPHKIT_DB")
         served = bool(os.environ.get(SERVER_ENV))
         target: str | Storage = served_storage() if served or not url else url
-        return create_app(target, authenticate=self.authenticate, agents=self.agents)
+        return create_app(target, authenticate=self.authenticate, agents=self.agents,
+                          thread_messages=server_thread_messages if served else None)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if self._app is None:
