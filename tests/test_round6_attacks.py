@@ -292,24 +292,10 @@ def test_held_normal_flows_never_supersede(sqlite_url: str) -> None:
     "superseded (the API's message resumes it: its subgraph's gate is resumed in place, which "
     "plain graph input cannot do)"))
 def test_raw_input_auto_resumes_a_subagents_suspended_tool() -> None:
-    from tests.test_suspension import city_from_reply, weather_tool
+    from tests.test_supervisor import forecaster_supervisor
 
     log: list[str] = []
-
-    def sub_reply(messages: list[BaseMessage]) -> Any:
-        results = [m for m in messages if isinstance(m, ToolMessage)]
-        return turn(call("weather", {}, "w1")) if not results else f"sub: {results[-1].text}"
-
-    forecaster = Agent(name="forecaster", description="Weather", tools=[weather_tool(log)],
-                       model=ScriptedChatModel(sub_reply, structured=city_from_reply))
-
-    def top_reply(messages: list[BaseMessage]) -> Any:
-        results = [m for m in messages if isinstance(m, ToolMessage)]
-        return turn(call("forecaster", {"task": "weather"}, "f1")) if not results else \
-            f"top: {results[-1].text}"
-
-    sup = Agent(name="supervisor", agents={"forecaster": forecaster},
-                model=ScriptedChatModel(top_reply), auto_resume_suspended_tools=True)
+    sup = forecaster_supervisor(log, auto_resume_suspended_tools=True)
     first = sup.generate("What's the weather like?")
     out = _raw_input(sup, first.thread_id, "Paris")
     assert log[-1] == "fetched Paris", log

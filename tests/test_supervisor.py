@@ -249,10 +249,10 @@ def test_supervisor_on_sqlite(sqlite_url: str) -> None:
     assert isinstance(final.messages[-1], AIMessage)
 
 
-def test_auto_resume_reaches_a_suspended_tool_in_a_subagent() -> None:
+def forecaster_supervisor(log: list[str], **kwargs: Any) -> Agent:
+    """A supervisor delegating to a forecaster subagent whose weather tool suspends for the
+    city (tests/test_suspension.py's `weather_tool`)."""
     from tests.test_suspension import city_from_reply, weather_tool
-
-    log: list[str] = []
 
     def sub_reply(messages: list[BaseMessage]) -> Any:
         results = [m for m in messages if isinstance(m, ToolMessage)]
@@ -266,8 +266,13 @@ def test_auto_resume_reaches_a_suspended_tool_in_a_subagent() -> None:
         return turn(call("forecaster", {"task": "weather"}, "f1")) if not results else \
             f"top: {results[-1].text}"
 
-    sup = Agent(name="supervisor", agents={"forecaster": forecaster},
-                model=ScriptedChatModel(top_reply), auto_resume_suspended_tools=True)
+    return Agent(name="supervisor", agents={"forecaster": forecaster},
+                 model=ScriptedChatModel(top_reply), **kwargs)
+
+
+def test_auto_resume_reaches_a_suspended_tool_in_a_subagent() -> None:
+    log: list[str] = []
+    sup = forecaster_supervisor(log, auto_resume_suspended_tools=True)
     first = sup.generate("What's the weather like?")
     assert first.suspend_payload is not None
     assert first.suspend_payload["agent_path"] == ["supervisor", "forecaster"]
