@@ -9,6 +9,7 @@ at all: it asks each gate to apply what the ledger holds, which the gate verifie
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -244,7 +245,9 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
         return {"messages": messages, "options": options} if messages else None
     # A message never approves anything, whatever it says: what waits is declined as
     # superseded, except suspensions that auto-resume can read their data for.
-    said = messages_to_dict(messages)
+    # ids, so that a queued message is found again (`_reply.left_queued`) and never doubled
+    said = messages_to_dict([m if m.id else m.model_copy(update={"id": str(uuid.uuid4())})
+                             for m in messages])
     auto = bool(options.get("auto_resume_suspended_tools"))
     resume: dict[str, GateResume] = {}
     nested = False

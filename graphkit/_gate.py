@@ -308,12 +308,9 @@ class _Pass:
         msg = f"no pending approval with {given}; pending tool_call_ids: {ids}"
         raise ApprovalNotFoundError(msg)
 
-    def supersede(self, value: Mapping[str, Any], answered: set[str], *,
-                  from_input: bool = False) -> None:
+    def supersede(self, value: Mapping[str, Any], answered: set[str]) -> None:
         """A new user message: what waits is declined as superseded, except suspensions whose
-        resume data auto-resume can read from the message. A message never approves.
-        `from_input`: it came as graph input, from any client (see `TurnPlan.unread`): an
-        approvers policy then judges its sender, as it judges a client's resume value."""
+        resume data auto-resume can read from the message. A message never approves."""
         said_now = value.get("supersede")
         if not (isinstance(said_now, list) and all(isinstance(m, Mapping) for m in said_now)):
             msg = "'supersede' must be a list of serialised messages"
@@ -321,8 +318,10 @@ class _Pass:
         check_value(said_now, what="the superseding message", error=GraphkitError)
         queued = [*(self.plan.get("queued") or []),
                   *(said_now if value.get("queue", True) else [])]
-        said = parsed_messages([*(self.plan.get("queued") or []), *said_now],
-                               what="'supersede'")
+        parsed_messages(self.plan.get("queued") or [], what="the queued messages")
+        # Resume data is read from this message only: an earlier one, queued, may already
+        # have answered an earlier question of the same tool, or come from someone else.
+        said = parsed_messages(said_now, what="'supersede'")
         auto = (self.planner.settings.auto_resume_suspended_tools
                 or bool(value.get("auto_resume"))) and self.extract is not None
         for call in self.plan["calls"]:
@@ -344,7 +343,7 @@ class _Pass:
                             source="auto_resume",
                             # the resume value asked for it, not the agent: a client's choice,
                             # judged like a client's answer (with who it is)
-                            identity_required=from_input or not self.planner.settings
+                            identity_required=not self.planner.settings
                             .auto_resume_suspended_tools)
                 continue
             self._supersede(call)
@@ -409,8 +408,11 @@ class _Pass:
         if found is None or record.get("kind") != "suspension":
             return False
         call, _ = found
-        if self.ctx.ledger.call(call["key"]) is None:
+        ledger = self.ctx.ledger
+        if ledger.call(call["key"]) is None:
             return False  # the ledger forgot the call too (it lived in memory): keep waiting
+        if ledger.pending_suspension(call["key"], self.ctx.thread_id) is not None:
+            return False  # it did suspend (a client rewrote the record's id): it keeps waiting
         call["suspension"] = None
         self.ctx.ledger.audit([audit_row(
             "refused", {"tool_name": call["tool_name"], "tool_call_id": call["tool_call_id"],
@@ -637,17 +639,6 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
                 plan, answered, ctx):  # the plan came from the state: a client can write it
             changed = True
         step = _Pass(planner, ctx, plan, config, extract)
-        if plan.pop("unread", None) is not None:  # queued by the model node: see `TurnPlan`
-            plan["error"] = None
-            options = state.get("options") or {}
-            try:
-                step.supersede({"supersede": [], "queue": False, "auto_resume":
-                                options.get("auto_resume_suspended_tools") is True}, answered,
-                               from_input=True)
-            except GraphkitError as exc:
-                plan["error"] = str(exc)
-            step.apply_ledger(answered)
-            changed = True
         if not changed and not _ready(plan, answered) and _undecided(plan, answered):
             # Decisions taken since the pause (by any door) apply first; else pause.
             if not step.apply_ledger(answered):

@@ -68,7 +68,8 @@ def build_graph(
     by_name: Mapping[str, BaseTool] = {tool.name: tool for tool in all_tools}
     planner = Planner(by_name, name, settings, ledger, nested=nested,
                       index_store=index_store)
-    call_model, acall_model = make_model_node(model, all_tools, instructions, planner)
+    extract = make_extractor(model, by_name)
+    call_model, acall_model = make_model_node(model, all_tools, instructions, planner, extract)
     run_tool, arun_tool = make_tools_nodes(by_name, ledger, planner.path_of)
 
     builder = StateGraph(AgentState, input_schema=InputState)
@@ -79,7 +80,7 @@ def build_graph(
     )
     builder.add_node(
         "approval_gate",
-        _node(*make_gate_node(planner, make_extractor(model, by_name)), "approval_gate"),
+        _node(*make_gate_node(planner, extract), "approval_gate"),
         destinations=("tools", "model", "approval_gate", *subagents),
     )
     # The tools and delegation nodes are reached by `Send` only, whose payload (a `ToolTask`)

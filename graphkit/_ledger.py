@@ -555,6 +555,13 @@ class Ledger:
 
     # ------------------------------------------------------------------ decisions
 
+    def pending_suspension(self, call_key: str, thread_id: str) -> str | None:
+        """The id of the call's pending suspension in this thread, if it has one."""
+        rows = self._sql.query(
+            "SELECT approval_id FROM graphkit_approvals WHERE call_key = ? AND thread_id = ? "
+            "AND kind = 'suspension' AND status = 'pending'", (call_key, thread_id))
+        return str(rows[0][0]) if rows else None
+
     def approvals(self, approval_ids: Iterable[str]) -> dict[str, ApprovalRow]:
         """The rows among `approval_ids` (chunked, for long inbox pages)."""
         ids = list(dict.fromkeys(approval_ids))

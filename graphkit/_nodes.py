@@ -36,12 +36,11 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
-from graphkit._approvals import queued_messages
+from graphkit._approvals import Extractor
 from graphkit._context import PATH_KEY, thread_id_of
 from graphkit._gate import (
     GateContext,
     Planner,
-    _well_planned,
     dispatch_now,
     supersede_unanswered,
 )
@@ -49,9 +48,9 @@ from graphkit._ledger import DONE, ApprovalRow, CallRow, Ledger
 from graphkit._limits import check_value
 from graphkit._offload import offload
 from graphkit._owner import holder_is_dead, new_owner
-from graphkit._review import audit_row, sound, supersede
+from graphkit._reply import answer_reply, left_queued, reply_to_suspension
+from graphkit._review import audit_row, supersede
 from graphkit._state import AgentState, ToolTask, TurnPlan
-from graphkit.errors import GraphkitError
 from graphkit.tools import CONTEXT_KEY, GraphkitTool, ToolContext, ToolSuspended
 from graphkit.types import args_digest
 
@@ -224,91 +223,6 @@ def _stopped_turn(plan: TurnPlan | None, messages: list[AnyMessage], ctx: GateCo
     return [*messages[:later], *answers, *newer], writes
 
 
-def _turn_end(plan: Any, messages: list[AnyMessage]) -> tuple[int, int] | None:
-    """Where the plan's turn is (its AI message) and where the messages after its results
-    start; None when the plan is not in the shape the gate writes (it lives in
-    client-writable state) or its turn is not in the conversation."""
-    if not (isinstance(plan, Mapping) and isinstance(plan.get("ai_message_id"), str)
-            and isinstance(plan.get("calls"), list)
-            and isinstance(plan.get("queued") or [], list)
-            and all(_well_planned(c) for c in plan["calls"])):
-        return None
-    turn = next((i for i, m in enumerate(messages) if m.id == plan["ai_message_id"]), None)
-    if turn is None or not isinstance(messages[turn], AIMessage):
-        return None
-    later = turn + 1
-    while later < len(messages) and isinstance(messages[later], ToolMessage):
-        later += 1
-    return turn, later
-
-
-def _reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
-                         options: Mapping[str, Any], planner: Planner) -> list[AnyMessage] | None:
-    """The user's messages after a turn paused at the gate with a suspended tool that
-    auto-resume may read its data from, when they came as graph input (a LangGraph server
-    client, Studio, Agent Chat UI): the gate is to read them as it reads a message sent
-    through the API. None otherwise: a turn stopped with calls not waiting on anyone (one
-    dispatched, or running) is superseded as any stopped turn is (`_stopped_turn`)."""
-    if not (planner.settings.auto_resume_suspended_tools
-            or options.get("auto_resume_suspended_tools") is True):
-        return None
-    where = _turn_end(plan, messages)
-    if plan is None or where is None:
-        return None
-    turn, later = where
-    newer = messages[later:]
-    if (not any(isinstance(m, HumanMessage) for m in newer) or any(m.id is None for m in newer)
-            or any(isinstance(m, AIMessage) for m in newer)):  # the plan is not the last turn's
-        return None
-    answered = {m.tool_call_id for m in messages[turn + 1:later] if isinstance(m, ToolMessage)}
-    waiting = [c for c in plan["calls"] if c["tool_call_id"] not in answered]
-    if not all(c.get("answer") is None and c["node"] == "tools"
-               and all(r is None or sound(r) for r in (c["approval"], c["suspension"]))
-               and any(_pending(r) for r in (c["approval"], c["suspension"])) for c in waiting):
-        return None
-    for call in waiting:
-        tool = planner.tools.get(call["tool_name"])
-        if (_pending(call["suspension"]) and isinstance(tool, GraphkitTool)
-                and tool.resume_schema is not None):
-            return newer
-    return None
-
-
-def _pending(record: Any) -> bool:
-    return isinstance(record, Mapping) and record.get("status") == "pending"
-
-
-def _left_queued(plan: TurnPlan | None, messages: list[AnyMessage]
-                 ) -> tuple[list[AnyMessage], list[BaseMessage]]:
-    """Messages queued for after a turn's answers that no gate appended (the run stopped
-    before the gate read them, then other input settled the turn): they go right after the
-    turn's answers, before newer messages, so nothing the user said is lost. Returns the
-    conversation and the writes that make the state say the same."""
-    if not plan or not plan.get("queued"):
-        return messages, []
-    where = _turn_end(plan, messages)
-    if where is None:
-        return messages, []
-    turn, later = where
-    ai = messages[turn]
-    answered = {m.tool_call_id for m in messages[turn + 1:later] if isinstance(m, ToolMessage)}
-    if any(c.get("id") not in answered for c in getattr(ai, "tool_calls", [])):
-        return messages, []  # the turn is still the gate's: it appends them when it settles
-    try:
-        queued = queued_messages(plan)
-    except GraphkitError:
-        return messages, []
-    present = {m.id for m in messages}
-    missing: list[AnyMessage] = [m for m in queued  # type: ignore[misc]
-                                 if m.id is not None and m.id not in present]
-    if not missing:
-        return messages, []
-    newer = messages[later:]
-    writes: list[BaseMessage] = [*(RemoveMessage(id=str(m.id)) for m in newer), *missing,
-                                 *newer]
-    return [*messages[:later], *missing, *newer], writes
-
-
 def _model_calls(model: BaseChatModel, tools: Sequence[BaseTool]
                  ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """`invoke` and `ainvoke` of the model with the tools bound. A plain `RunnableBinding`
@@ -331,9 +245,11 @@ def _model_calls(model: BaseChatModel, tools: Sequence[BaseTool]
 
 
 def make_model_node(
-    model: BaseChatModel, tools: Sequence[BaseTool], instructions: str, planner: Planner
+    model: BaseChatModel, tools: Sequence[BaseTool], instructions: str, planner: Planner,
+    extract: Extractor | None = None,
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """The `model` node (sync and async): one model turn, or the end of the run."""
+    """The `model` node (sync and async): one model turn, or the end of the run (or, for a
+    reply that came as graph input while a tool is suspended, the gate: `graphkit._reply`)."""
     invoke, ainvoke = _model_calls(model, tools)
     system = [SystemMessage(instructions)] if instructions else []
     inline = planner.ledger.in_memory
@@ -341,8 +257,8 @@ def make_model_node(
     def route(state: AgentState, config: RunnableConfig
               ) -> tuple[list[BaseMessage], bool, list[BaseMessage], Command[ModelTarget] | None]:
         """The conversation the model reads, whether the run used its steps, the writes that
-        fix the state, and the command to send instead of a model turn (a reply the gate reads
-        for a suspended tool)."""
+        fix the state, and the command to send instead of a model turn (a reply that answered,
+        or will be queued beside, a suspended tool)."""
         options = state.get("options") or {}
         limit = options.get("max_steps")
         limit = limit if isinstance(limit, int) and limit > 0 else 25
@@ -350,16 +266,17 @@ def make_model_node(
         forged = _discard_forged(state, ctx)
         messages = _with_fixes(list(state.get("messages") or []), forged)
         plan = state.get("turn")
-        reply = _reply_to_suspension(plan, messages, options, planner)
+        reply = reply_to_suspension(plan, messages, options, planner, ctx)
         if plan and reply:
-            queued = [*(plan.get("queued") or []), *messages_to_dict(reply)]
+            answer_reply(reply, ctx, planner, extract, config)
+            queued = [*(plan.get("queued") or []), *messages_to_dict(reply.messages)]
+            removed = [RemoveMessage(id=str(m.id)) for m in reply.messages]
             to_gate: Command[ModelTarget] = Command(
-                update={"messages": [*forged, *(RemoveMessage(id=str(m.id)) for m in reply)],
-                        "turn": {**plan, "queued": queued, "unread": True}},
+                update={"messages": [*forged, *removed], "turn": {**plan, "queued": queued}},
                 goto="approval_gate")
             return [], False, [], to_gate
         messages, moved = _stopped_turn(plan, messages, ctx)
-        messages, unqueued = _left_queued(plan, messages)
+        messages, unqueued = left_queued(plan, messages)
         moved = [*moved, *unqueued]
         return [*system, *messages], model_steps(messages) >= limit, [*forged, *moved], None
 

@@ -77,10 +77,6 @@ class TurnPlan(TypedDict):
     """Why the last resume value was refused; shown in the next interrupt."""
     queued: NotRequired[list[dict[str, Any]]]
     """A new user message to append once every call of the turn has its answer."""
-    unread: NotRequired[bool]
-    """The queued messages include some that came as graph input (from any client) while a
-    suspended tool waited, which the gate has not read yet: it reads them as it reads a
-    message sent through the API (auto-resume, else what waits is superseded)."""
 
 
 class SuspensionReport(TypedDict):

@@ -2,14 +2,9 @@
 
 The reviewed commit (5aaf6f9) had the model node park a user's reply that came as plain graph
 input in the plan (`turn["superseding"]`) for the gate to read, as round 8's reverted attempt
-did. Eleven of these tests failed on it. The design now in place: the model node hands a reply
-over only when the turn is paused at the gate with every unanswered call waiting on a sound
-record (else the stopped turn is superseded as before, with the ledger's fence), moves it
-into the plan's `queued` messages in the same write that removes it (`unread` tells the gate to
-read them), and the gate reads them with `_Pass.supersede(from_input=True)`, where an approvers
-policy judges the sender. Queued messages no gate appended reach the conversation when the turn
-settles another way (`_nodes._left_queued`); a suspension the ledger does not know for a call
-it does know is dropped (`_gate._Pass._drop_forged_suspension`, `_review.ensure`).
+did. Eleven of these tests failed on it. Round 11 (tests/test_round11_attacks.py) attacked the
+next version; the door now in place is described there and in `graphkit/_reply.py`.
+`superseding` in these tests is a field nothing reads any more.
 
 Each test asserts the promised behaviour: a test that FAILS is an attack that got through;
 the tests whose names start with `held_` document attacks that did not.
@@ -36,7 +31,7 @@ from langgraph.types import Command
 
 from graphkit import Agent, ToolContext, create_tool
 from graphkit._owner import new_owner
-from graphkit.errors import GraphkitError
+from graphkit.errors import ApprovalNotFoundError, GraphkitError
 from graphkit.testing import ScriptedChatModel
 from tests.forgery import PAY, config, dead_owner, plan_of
 from tests.helpers import Ledger, call, turn
@@ -251,8 +246,12 @@ def test_forged_suspension_never_feeds_resume_data_to_a_tool_that_did_not_ask() 
     agent.graph.update_state(config(first.thread_id), {"turn": plan})
     say(agent, first.thread_id, "Paris")
     assert seen == []
-    agent.approve_tool_call_generate(run_id=first.run_id)
-    assert seen[:1] == [None], (
+    # The reply declined the approval as superseded (the ledger knows no suspension for the
+    # call, so nothing waits for resume data), or it still waits: either way, no run of the
+    # tool reads the forged suspension's data.
+    with contextlib.suppress(ApprovalNotFoundError):
+        agent.approve_tool_call_generate(run_id=first.run_id)
+    assert seen[:1] in ([], [None]), (
         f"the approved tool's first run read resume data {seen[0]!r} from a suspension it "
         "never raised (a record the client wrote into the plan)")
 

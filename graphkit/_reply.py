@@ -1,0 +1,190 @@
+"""A user's reply that comes as graph input while a tool of the turn is suspended.
+
+The Agent API hands a new message to the paused gate in its resume value. A LangGraph server
+client (Studio, Agent Chat UI) sends it as plain graph input, which LangGraph runs from the
+model node. With auto-resume on, the model node answers the suspension here, in the same node
+execution: from that input alone, as its authenticated sender, in the ledger (`take`; the gate
+verifies the decision again before it applies it). What else waits is declined as superseded,
+as the API's message declines it. The reply is queued in the same write that takes it out of
+the conversation, and the gate appends it once every call of the turn has its answer.
+
+The plan lives in client-writable state, so it decides nothing here: the ledger must say that
+no call of the turn was claimed or ran, and that each waits on a pending record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    ToolMessage,
+)
+from langchain_core.runnables import RunnableConfig
+
+from graphkit._approvals import Extractor, parsed_messages
+from graphkit._gate import GateContext, Planner, _well_planned
+from graphkit._ledger import ApprovalRow
+from graphkit._review import Choice, identity_of, sound, supersede, take
+from graphkit._state import CallPlan, TurnPlan
+from graphkit.errors import GraphkitError
+from graphkit.tools import GraphkitTool
+
+__all__ = ["Reply", "answer_reply", "left_queued", "reply_to_suspension"]
+
+SUPERSEDED = "superseded by a new user message"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The user's new messages, and the calls of the paused turn that wait on them."""
+
+    messages: list[AnyMessage]
+    waiting: list[CallPlan]
+    pending: frozenset[str]
+    """Ids of the waiting records the ledger holds as pending for their call."""
+
+
+def turn_end(plan: Any, messages: list[AnyMessage]) -> tuple[int, int] | None:
+    """Where the plan's turn (its AI message) is, and where the messages after its results
+    start; None for a plan not in the shape the gate writes, or not in the conversation."""
+    if not (isinstance(plan, Mapping) and isinstance(plan.get("ai_message_id"), str)
+            and isinstance(plan.get("calls"), list)
+            and all(_well_planned(c) for c in plan["calls"])):
+        return None
+    turn = next((i for i, m in enumerate(messages) if m.id == plan["ai_message_id"]), None)
+    if turn is None or not isinstance(messages[turn], AIMessage):
+        return None
+    later = turn + 1
+    while later < len(messages) and isinstance(messages[later], ToolMessage):
+        later += 1
+    return turn, later
+
+
+def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
+                        options: Mapping[str, Any], planner: Planner, ctx: GateContext
+                        ) -> Reply | None:
+    """The user's messages after a turn paused at the gate with a suspended tool auto-resume
+    may read its data from; None otherwise (a turn stopped any other way is superseded as
+    before, by `_nodes._stopped_turn`, with the ledger's fence for calls in flight)."""
+    if not (planner.settings.auto_resume_suspended_tools
+            or options.get("auto_resume_suspended_tools") is True):
+        return None
+    where = turn_end(plan, messages)
+    if plan is None or where is None or not _parses(plan.get("queued")):
+        return None
+    turn, later = where
+    newer = messages[later:]
+    if (not any(isinstance(m, HumanMessage) for m in newer) or any(m.id is None for m in newer)
+            or any(isinstance(m, AIMessage) for m in newer)):  # the plan is not the last turn's
+        return None
+    answered = {m.tool_call_id for m in messages[turn + 1:later] if isinstance(m, ToolMessage)}
+    waiting = [c for c in plan["calls"] if c["tool_call_id"] not in answered]
+    records = [r for c in waiting for r in (c["approval"], c["suspension"]) if r is not None]
+    if not waiting or not all(c.get("answer") is None and c["node"] == "tools"
+                              for c in waiting) or not all(sound(r) for r in records):
+        return None
+    rows = ctx.ledger.approvals(r["id"] for r in records)
+    pending = frozenset(r["id"] for c in waiting for r in (c["approval"], c["suspension"])
+                        if r is not None and _pending(rows.get(r["id"]), r, c, ctx))
+    for call in waiting:
+        row = ctx.ledger.call(call["key"])
+        if (row is None or row.thread_id != ctx.thread_id or row.executed is not None
+                or not any(r is not None and r["id"] in pending
+                           for r in (call["approval"], call["suspension"]))):
+            return None  # claimed, ran, or waits on nothing the ledger knows
+    if not any(c["suspension"] is not None and c["suspension"]["id"] in pending
+               and _resumable(planner, c) for c in waiting):
+        return None
+    return Reply(messages=newer, waiting=waiting, pending=pending)
+
+
+def answer_reply(reply: Reply, ctx: GateContext, planner: Planner, extract: Extractor | None,
+                 config: RunnableConfig) -> None:
+    """Take what the reply answers, in the ledger, as its sender: resume data for suspended
+    tools auto-resume can read it for (an approvers policy judges the sender; anything
+    refused or unreadable leaves the tool suspended, asking again), and decline the rest as
+    superseded. A message never approves."""
+    said: list[BaseMessage] = list(reply.messages)
+    for call in reply.waiting:
+        suspension = call["suspension"]
+        if suspension is not None and suspension["id"] in reply.pending and _resumable(
+                planner, call):
+            data = extract(call, said) if extract is not None else None
+            if data is not None:
+                with contextlib.suppress(GraphkitError):
+                    take(ctx.ledger, suspension, Choice(type="resume", data=data),
+                         decided_by=identity_of(config),
+                         approvers=planner.settings.approvers,
+                         tool=planner.tools.get(call["tool_name"]), thread_id=ctx.thread_id,
+                         run_id=ctx.run_id, source="auto_resume", identity_required=True)
+            continue
+        for record in (call["approval"], suspension):
+            if record is not None and record["id"] in reply.pending:
+                supersede(ctx.ledger, record, comment=SUPERSEDED, thread_id=ctx.thread_id,
+                          run_id=ctx.run_id)
+
+
+def left_queued(plan: TurnPlan | None, messages: list[AnyMessage]
+                ) -> tuple[list[AnyMessage], list[BaseMessage]]:
+    """The user's messages queued for after a turn's answers that no gate appended (the run
+    stopped before the gate did, then other input settled the turn): they go right after the
+    turn's answers, before newer messages, so nothing the user said is lost. Only user
+    messages, each as it parses: the queue is client-writable state, and this runs after
+    `_discard_forged` checked the tool results. Returns the conversation and the writes."""
+    queued = plan.get("queued") if isinstance(plan, Mapping) else None
+    if not queued or not isinstance(queued, list):
+        return messages, []
+    where = turn_end(plan, messages)
+    if where is None:
+        return messages, []
+    turn, later = where
+    answered = {m.tool_call_id for m in messages[turn + 1:later] if isinstance(m, ToolMessage)}
+    if any(c.get("id") not in answered for c in getattr(messages[turn], "tool_calls", [])):
+        return messages, []  # the turn is still the gate's: it appends them when it settles
+    present = {m.id for m in messages}
+    missing: list[AnyMessage] = []
+    for entry in queued:
+        with contextlib.suppress(GraphkitError):
+            (message,) = parsed_messages([entry], what="a queued message")
+            if (isinstance(message, HumanMessage) and message.id is not None
+                    and message.id not in present):
+                missing.append(message)
+                present.add(message.id)
+    if not missing:
+        return messages, []
+    newer = messages[later:]
+    writes: list[BaseMessage] = [*(RemoveMessage(id=str(m.id)) for m in newer), *missing,
+                                 *newer]
+    return [*messages[:later], *missing, *newer], writes
+
+
+def _pending(row: ApprovalRow | None, record: Mapping[str, Any], call: CallPlan,
+             ctx: GateContext) -> bool:
+    return (row is not None and row.status == "pending" and row.thread_id == ctx.thread_id
+            and row.call_key == call["key"] and row.kind == record["kind"])
+
+
+def _resumable(planner: Planner, call: CallPlan) -> bool:
+    tool = planner.tools.get(call["tool_name"])
+    return isinstance(tool, GraphkitTool) and tool.resume_schema is not None
+
+
+def _parses(queued: Any) -> bool:
+    """A queue the gate can append (it refuses one a client filled with anything else)."""
+    if queued is None:
+        return True
+    if not isinstance(queued, list):
+        return False
+    try:
+        parsed_messages(queued, what="the queued messages")
+    except GraphkitError:
+        return False
+    return True
