@@ -211,14 +211,9 @@ def test_a_malformed_suspension_in_the_plan_gets_a_typed_error(damage: str) -> N
     assert log == ["started"]
 
 
-def test_forged_suspension_never_feeds_resume_data_to_a_tool_that_did_not_ask() -> None:
-    """Attack: a tool that needs approval and asks for its destination when it runs
-    (`ctx.suspend`). While its approval waits, a client writes a suspension record for the
-    call into the plan (it never suspended) and sends 'Paris' as graph input: the gate's
-    `supersede` takes a resume decision on the forged record (`ensure` records it in the
-    ledger), and once a reviewer approves the call, the tool's first execution already has
-    resume data it never asked for."""
-    seen: list[str | None] = []
+def booking_agent(seen: list[str | None], **kwargs: Any) -> Agent:
+    """An agent whose `book` tool needs approval and, once it runs, suspends to ask where to;
+    `seen` gets the resume data each run of the tool reads."""
 
     @create_tool(needs_approval=True, suspend_schema=Ask, resume_schema=City)
     def book(ctx: ToolContext) -> str:
@@ -232,8 +227,19 @@ def test_forged_suspension_never_feeds_resume_data_to_a_tool_that_did_not_ask() 
         return turn(call("book", {}, "b1")) if not any(
             isinstance(m, AIMessage) for m in messages) else "done"
 
-    agent = Agent(name="air", tools=[book], auto_resume_suspended_tools=True,
-                  model=ScriptedChatModel(replies, structured=city_from_reply))
+    return Agent(name="air", tools=[book], **kwargs,
+                 model=ScriptedChatModel(replies, structured=city_from_reply))
+
+
+def test_forged_suspension_never_feeds_resume_data_to_a_tool_that_did_not_ask() -> None:
+    """Attack: a tool that needs approval and asks for its destination when it runs
+    (`ctx.suspend`). While its approval waits, a client writes a suspension record for the
+    call into the plan (it never suspended) and sends 'Paris' as graph input: the gate's
+    `supersede` takes a resume decision on the forged record (`ensure` records it in the
+    ledger), and once a reviewer approves the call, the tool's first execution already has
+    resume data it never asked for."""
+    seen: list[str | None] = []
+    agent = booking_agent(seen, auto_resume_suspended_tools=True)
     first = agent.generate("book me a flight")
     plan = plan_of(agent, first.thread_id)
     planned = plan["calls"][0]

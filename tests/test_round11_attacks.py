@@ -48,6 +48,7 @@ from tests.test_round10_attacks import (
     _said,
     _state,
     _told,
+    booking_agent,
 )
 from tests.test_suspension import (
     Ask,
@@ -169,20 +170,7 @@ def test_an_approved_suspended_call_is_not_rerun_by_a_rewritten_suspension_id() 
     (code before `suspend()` has side effects, as a tool's first lines may): rewriting the
     suspension's id makes the approved call run a second time with no human input."""
     started: list[str | None] = []
-
-    @create_tool(needs_approval=True, suspend_schema=Ask, resume_schema=City)
-    def book(ctx: ToolContext) -> str:
-        """Book a flight; asks the traveller where to."""
-        started.append(ctx.resume_data.city if ctx.resume_data else None)
-        if ctx.resume_data is None:
-            return ctx.suspend({"message": "Where to?"})
-        return f"booked {ctx.resume_data.city}"
-
-    def replies(messages: list[BaseMessage]) -> Any:
-        return turn(call("book", {}, "b1")) if not any(
-            isinstance(m, AIMessage) for m in messages) else "done"
-
-    agent = Agent(name="air", tools=[book], model=ScriptedChatModel(replies))
+    agent = booking_agent(started)
     first = agent.generate("book me a flight")
     agent.approve_tool_call_generate(run_id=first.run_id)
     assert started == [None]
@@ -485,21 +473,7 @@ def test_held_forged_suspension_under_another_call_key_feeds_nothing(call_key: s
     records it): 'Paris' as graph input resumes the forged record, but the approved tool's
     first run reads no resume data."""
     seen: list[str | None] = []
-
-    @create_tool(needs_approval=True, suspend_schema=Ask, resume_schema=City)
-    def book(ctx: ToolContext) -> str:
-        """Book a flight; asks the traveller where to."""
-        seen.append(ctx.resume_data.city if ctx.resume_data else None)
-        if ctx.resume_data is None:
-            return ctx.suspend({"message": "Where to?"})
-        return f"booked {ctx.resume_data.city}"
-
-    def replies(messages: list[BaseMessage]) -> Any:
-        return turn(call("book", {}, "b1")) if not any(
-            isinstance(m, AIMessage) for m in messages) else "done"
-
-    agent = Agent(name="air", tools=[book], auto_resume_suspended_tools=True,
-                  model=ScriptedChatModel(replies, structured=city_from_reply))
+    agent = booking_agent(seen, auto_resume_suspended_tools=True)
     first = agent.generate("book me a flight")
     plan = plan_of(agent, first.thread_id)
     planned = plan["calls"][0]
