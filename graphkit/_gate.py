@@ -80,6 +80,10 @@ STILL_RUNNING = ("Tool call {name!r} was still running when a new user message c
                  "result was not known then.")
 DELEGATION_STOPPED = ("Delegation {name!r} was stopped by a new user message; it may have done "
                       "part of its work. It will not go on.")
+NOT_RUN = "This tool call was not run: a new user message superseded its turn."
+UNACCOUNTED = ("Tool call {name!r} was stopped by a new user message; the run's state no "
+               "longer says what became of it, so whether it took effect is unknown (it runs "
+               "again only if called anew).")
 CANCELLED = "Tool call {name!r} was cancelled by {who}{why} while it waited for input."
 DECISION_COUNT = (
     "Number of human decisions ({given}) does not match number of pending tool calls "
@@ -525,12 +529,24 @@ def supersede_unanswered(plan: TurnPlan, messages: Sequence[BaseMessage], ledger
     running = ledger.fence({c["key"]: {"content": UNKNOWN.format(name=c["tool_name"]),
                                        "status": "error"} for c in calls},
                            thread_id=thread_id, holder_dead=holder_is_dead)
+    if any(c["id"] not in planned for c in unanswered):
+        # The plan (client-writable) no longer covers the turn: no call of this agent the
+        # ledger holds open in the thread may run after this, and none is told "not run".
+        keys = ledger.open_calls(thread_id, agent_path)
+        gone = {"content": NOT_RUN, "status": "error"}
+        ledger.settle(dict.fromkeys(keys, gone), thread_id=thread_id)
+        ledger.fence(dict.fromkeys(keys, gone), thread_id=thread_id, holder_dead=holder_is_dead)
     recorded = ledger.outcomes((c["key"] for c in calls), thread_id=thread_id)
     answers: list[ToolMessage] = []
     for asked in unanswered:
         found = planned.get(str(asked["id"]))
-        outcome = (recorded.get(found["key"]) if found is not None else None) or {}
-        if found is not None and found["key"] in running:
+        if found is None:
+            answers.append(ToolMessage(UNACCOUNTED.format(name=asked["name"]),
+                                       tool_call_id=asked["id"], name=asked["name"],
+                                       status="error"))
+            continue
+        outcome = recorded.get(found["key"]) or {}
+        if found["key"] in running:
             outcome = {"content": STILL_RUNNING.format(name=asked["name"])}
         answers.append(ToolMessage(
             outcome.get("content", SUPERSEDED.format(name=asked["name"])),

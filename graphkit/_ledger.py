@@ -555,6 +555,12 @@ class Ledger:
 
     # ------------------------------------------------------------------ decisions
 
+    def open_calls(self, thread_id: str, agent_path: Sequence[str]) -> list[str]:
+        """The calls of one agent in one thread that have no recorded outcome yet."""
+        return [str(r[0]) for r in self._sql.query(
+            "SELECT call_key FROM graphkit_calls WHERE thread_id = ? AND agent_path = ? "
+            "AND (executed IS NULL OR executed <> ?)", (thread_id, _path(agent_path), DONE))]
+
     def pending_suspension(self, call_key: str, thread_id: str) -> str | None:
         """The id of the call's pending suspension in this thread, if it has one."""
         rows = self._sql.query(

@@ -82,11 +82,15 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
         return None
     turn, later = where
     newer = messages[later:]
-    if (not any(isinstance(m, HumanMessage) for m in newer) or any(m.id is None for m in newer)
-            or any(isinstance(m, AIMessage) for m in newer)):  # the plan is not the last turn's
+    # One user message and nothing else: messages that piled up unread (a run stopped before
+    # the model read them, a state write) came from nobody this run can name.
+    if len(newer) != 1 or not isinstance(newer[0], HumanMessage) or newer[0].id is None:
         return None
     answered = {m.tool_call_id for m in messages[turn + 1:later] if isinstance(m, ToolMessage)}
     waiting = [c for c in plan["calls"] if c["tool_call_id"] not in answered]
+    asked = {c.get("id") for c in getattr(messages[turn], "tool_calls", [])} - answered
+    if {c["tool_call_id"] for c in waiting} != asked or len(waiting) != len(asked):
+        return None  # the plan does not account for every call of the turn
     records = [r for c in waiting for r in (c["approval"], c["suspension"]) if r is not None]
     if not waiting or not all(c.get("answer") is None and c["node"] == "tools"
                               for c in waiting) or not all(sound(r) for r in records):
