@@ -87,13 +87,19 @@ class Inbox:
         """The run's messages, when the inbox knows the agent that owns the approval."""
         entry = self._entry(id)
         agent = self._agent_for(entry)  # type: ignore[arg-type]
-        if agent is None:
+        thread_id = self._thread_of(id)
+        if agent is None or thread_id is None:
             return []
         try:
-            state = agent.graph.get_state({"configurable": {"thread_id": entry["thread_id"]}})
+            state = agent.graph.get_state({"configurable": {"thread_id": thread_id}})
         except ValueError:  # a graph the LangGraph server persists: its state is the server's
             return []
         return list(state.values.get("messages") or [])
+
+    def _thread_of(self, id: str) -> str | None:
+        """The approval's thread as the ledger recorded it (the index entry is a copy)."""
+        row = self._storage.ledger.approval(id)
+        return row.thread_id if row is not None else None
 
     # ------------------------------------------------------------------ reading
 

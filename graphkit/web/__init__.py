@@ -91,12 +91,15 @@ class _Web:
         """The run's messages for a card: the agent's own state, else (inside the LangGraph
         server, which keeps the state of the graphs it serves) the server's."""
         found: list[BaseMessage] = await asyncio.to_thread(self.inbox.messages, item.id)
-        if found or self.thread_messages is None or not item.thread_id:
+        if found or self.thread_messages is None:
             return found
+        thread_id = await asyncio.to_thread(self.inbox._thread_of, item.id)
+        if thread_id is None:
+            return []
         try:
-            return await self.thread_messages(item.thread_id)
+            return await self.thread_messages(thread_id)
         except Exception:  # context only: the card is shown without it
-            logger.warning("inbox: could not read thread %s from the server", item.thread_id,
+            logger.warning("inbox: could not read thread %s from the server", thread_id,
                            exc_info=True)
             return []
 
