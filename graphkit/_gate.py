@@ -10,7 +10,6 @@ the tools node runs nothing the ledger does not allow.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from graphkit._review import (
     Choice,
     Taken,
     audit_row,
+    auto_resume,
     ensure,
     expire,
     identity_of,
@@ -335,20 +335,16 @@ class _Pass:
             tool = self.planner.tools.get(call["tool_name"])
             schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None
             if sound(suspension) and auto and schema is not None and self.extract:
-                data = self.extract(call, said)
-                if data is not None:
-                    # Unreadable, or decided elsewhere: it stays suspended and asks again.
-                    with contextlib.suppress(GraphkitError):
-                        self.taken[suspension["id"]] = take(
-                            self.ctx.ledger, suspension, Choice(type="resume", data=data),
-                            decided_by=identity_of(self.config),
-                            approvers=self.planner.settings.approvers, tool=tool,
-                            thread_id=self.ctx.thread_id, run_id=self.ctx.run_id,
-                            source="auto_resume",
-                            # the resume value asked for it, not the agent: a client's choice,
-                            # judged like a client's answer (with who it is)
-                            identity_required=not self.planner.settings
-                            .auto_resume_suspended_tools)
+                taken = auto_resume(
+                    self.ctx.ledger, suspension, self.extract(call, said),
+                    decided_by=identity_of(self.config),
+                    approvers=self.planner.settings.approvers, tool=tool,
+                    thread_id=self.ctx.thread_id, run_id=self.ctx.run_id,
+                    # the resume value asked for it, not the agent: a client's choice, judged
+                    # like a client's answer (with who it is)
+                    identity_required=not self.planner.settings.auto_resume_suspended_tools)
+                if taken is not None:
+                    self.taken[suspension["id"]] = taken
                 continue
             self._supersede(call)
         self.plan["queued"] = queued
@@ -418,7 +414,7 @@ class _Pass:
         if ledger.pending_suspension(call["key"], self.ctx.thread_id) is not None:
             return False  # it did suspend (a client rewrote the record's id): it keeps waiting
         call["suspension"] = None
-        self.ctx.ledger.audit([audit_row(
+        ledger.audit([audit_row(
             "refused", {"tool_name": call["tool_name"], "tool_call_id": call["tool_call_id"],
                         "agent_path": self.ctx.path}, thread_id=self.ctx.thread_id,
             run_id=self.ctx.run_id, detail="approval gate: a suspension the tool never raised "

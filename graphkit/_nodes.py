@@ -38,17 +38,12 @@ from langgraph.types import Command
 
 from graphkit._approvals import Extractor
 from graphkit._context import PATH_KEY, thread_id_of
-from graphkit._gate import (
-    GateContext,
-    Planner,
-    dispatch_now,
-    supersede_unanswered,
-)
+from graphkit._gate import GateContext, Planner, dispatch_now, supersede_unanswered
 from graphkit._ledger import DONE, ApprovalRow, CallRow, Ledger
 from graphkit._limits import check_value
 from graphkit._offload import offload
 from graphkit._owner import holder_is_dead, new_owner
-from graphkit._reply import answer_reply, left_queued, reply_to_suspension
+from graphkit._reply import answer_reply, left_queued, reply_to_suspension, turn_span
 from graphkit._review import audit_row, supersede
 from graphkit._state import AgentState, ToolTask, TurnPlan
 from graphkit.tools import CONTEXT_KEY, GraphkitTool, ToolContext, ToolSuspended
@@ -202,14 +197,10 @@ def _stopped_turn(plan: TurnPlan | None, messages: list[AnyMessage], ctx: GateCo
     (`on_state_change`, a crash; input from any client): the calls are superseded and their
     answers go right after the turn, before the newer messages. Returns the conversation as the
     model reads it and the writes that make the state say the same."""
-    if not plan:
+    span = turn_span(messages, plan["ai_message_id"]) if plan else None
+    if plan is None or span is None:
         return messages, []
-    turn = next((i for i, m in enumerate(messages) if m.id == plan["ai_message_id"]), None)
-    if turn is None:
-        return messages, []
-    later = turn + 1
-    while later < len(messages) and isinstance(messages[later], ToolMessage):
-        later += 1
+    _, later = span
     newer = messages[later:]
     if not any(isinstance(m, HumanMessage) for m in newer) or any(m.id is None for m in newer):
         return messages, []

@@ -32,12 +32,12 @@ from langchain_core.runnables import RunnableConfig
 from graphkit._approvals import Extractor, parsed_messages
 from graphkit._gate import GateContext, Planner, _well_planned
 from graphkit._ledger import ApprovalRow
-from graphkit._review import Choice, identity_of, sound, supersede, take
+from graphkit._review import auto_resume, identity_of, sound, supersede
 from graphkit._state import CallPlan, TurnPlan
 from graphkit.errors import GraphkitError
 from graphkit.tools import GraphkitTool
 
-__all__ = ["Reply", "answer_reply", "left_queued", "reply_to_suspension"]
+__all__ = ["Reply", "answer_reply", "left_queued", "reply_to_suspension", "turn_span"]
 
 SUPERSEDED = "superseded by a new user message"
 
@@ -52,20 +52,26 @@ class Reply:
     """Ids of the waiting records the ledger holds as pending for their call."""
 
 
-def turn_end(plan: Any, messages: list[AnyMessage]) -> tuple[int, int] | None:
-    """Where the plan's turn (its AI message) is, and where the messages after its results
-    start; None for a plan not in the shape the gate writes, or not in the conversation."""
-    if not (isinstance(plan, Mapping) and isinstance(plan.get("ai_message_id"), str)
-            and isinstance(plan.get("calls"), list)
-            and all(_well_planned(c) for c in plan["calls"])):
-        return None
-    turn = next((i for i, m in enumerate(messages) if m.id == plan["ai_message_id"]), None)
+def turn_span(messages: list[AnyMessage], ai_message_id: Any) -> tuple[int, int] | None:
+    """Where a turn (its AI message) is in the conversation, and where the messages after
+    its results start; None when it is not there."""
+    turn = next((i for i, m in enumerate(messages) if m.id == ai_message_id), None)
     if turn is None or not isinstance(messages[turn], AIMessage):
         return None
     later = turn + 1
     while later < len(messages) and isinstance(messages[later], ToolMessage):
         later += 1
     return turn, later
+
+
+def turn_end(plan: Any, messages: list[AnyMessage]) -> tuple[int, int] | None:
+    """`turn_span` of the plan's turn, for a plan in the shape the gate writes (it lives in
+    client-writable state)."""
+    if not (isinstance(plan, Mapping) and isinstance(plan.get("ai_message_id"), str)
+            and isinstance(plan.get("calls"), list)
+            and all(_well_planned(c) for c in plan["calls"])):
+        return None
+    return turn_span(messages, plan["ai_message_id"])
 
 
 def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
@@ -121,14 +127,11 @@ def answer_reply(reply: Reply, ctx: GateContext, planner: Planner, extract: Extr
         suspension = call["suspension"]
         if suspension is not None and suspension["id"] in reply.pending and _resumable(
                 planner, call):
-            data = extract(call, said) if extract is not None else None
-            if data is not None:
-                with contextlib.suppress(GraphkitError):
-                    take(ctx.ledger, suspension, Choice(type="resume", data=data),
-                         decided_by=identity_of(config),
-                         approvers=planner.settings.approvers,
-                         tool=planner.tools.get(call["tool_name"]), thread_id=ctx.thread_id,
-                         run_id=ctx.run_id, source="auto_resume", identity_required=True)
+            auto_resume(ctx.ledger, suspension,
+                        extract(call, said) if extract is not None else None,
+                        decided_by=identity_of(config), approvers=planner.settings.approvers,
+                        tool=planner.tools.get(call["tool_name"]), thread_id=ctx.thread_id,
+                        run_id=ctx.run_id, identity_required=True)
             continue
         for record in (call["approval"], suspension):
             if record is not None and record["id"] in reply.pending:

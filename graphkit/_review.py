@@ -425,6 +425,21 @@ def take(
         raise
 
 
+def auto_resume(ledger: Ledger, record: ApprovalRecord, data: Any, *, decided_by: str | None,
+                approvers: Approvers | None, tool: BaseTool | None, thread_id: str,
+                run_id: str | None, identity_required: bool) -> Taken | None:
+    """Resume a suspended call with data read from the user's message; None when it is
+    refused or was decided elsewhere (the tool then stays suspended and asks again)."""
+    if data is None:
+        return None
+    try:
+        return take(ledger, record, Choice(type="resume", data=data), decided_by=decided_by,
+                    approvers=approvers, tool=tool, thread_id=thread_id, run_id=run_id,
+                    source="auto_resume", identity_required=identity_required)
+    except GraphkitError:
+        return None
+
+
 def verify(row: ApprovalRow, record: ApprovalRecord, *, approvers: Approvers | None,
            tool: BaseTool | None) -> Taken:
     """Check a decision the ledger holds against this agent's own policy and tool before the
