@@ -10,6 +10,7 @@ the tools node runs nothing the ledger does not allow.
 
 from __future__ import annotations
 
+import collections
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -411,7 +412,7 @@ class _Pass:
         ledger = self.ctx.ledger
         if ledger.call(call["key"]) is None:
             return False  # the ledger forgot the call too (it lived in memory): keep waiting
-        if ledger.pending_suspension(call["key"], self.ctx.thread_id) is not None:
+        if ledger.suspended(call["key"], self.ctx.thread_id):
             return False  # it did suspend (a client rewrote the record's id): it keeps waiting
         call["suspension"] = None
         ledger.audit([audit_row(
@@ -506,7 +507,7 @@ def supersede_unanswered(plan: TurnPlan, messages: Sequence[BaseMessage], ledger
     if not isinstance(ai, AIMessage):
         return []
     answered = answered_ids(messages, str(ai.id))
-    planned = {c["tool_call_id"]: c for c in plan.get("calls") or [] if _well_planned(c)}
+    planned = _accounted(plan, ledger, thread_id=thread_id, agent_path=agent_path)
     unanswered = list({c["id"]: c for c in ai.tool_calls if c.get("id") not in answered}.values())
     calls = [planned[c["id"]] for c in unanswered if c["id"] in planned]
     for call in calls:
@@ -526,8 +527,14 @@ def supersede_unanswered(plan: TurnPlan, messages: Sequence[BaseMessage], ledger
                                        "status": "error"} for c in calls},
                            thread_id=thread_id, holder_dead=holder_is_dead)
     if any(c["id"] not in planned for c in unanswered):
-        # The plan (client-writable) no longer covers the turn: no call of this agent the
-        # ledger holds open in the thread may run after this, and none is told "not run".
+        # The plan (client-writable) no longer accounts for the turn: no call of this agent the
+        # ledger holds open in the thread may run after this (a delegation's included, whose
+        # subagents' waiting calls are declined), and none is told "not run".
+        for row in ledger.pending_below(thread_id, agent_path):
+            supersede(ledger, {"id": row.approval_id, "tool_name": row.tool_name,
+                               "agent_path": list(row.agent_path), "kind": row.kind},
+                      comment="superseded by a new user message", thread_id=thread_id,
+                      run_id=run_id)
         keys = ledger.open_calls(thread_id, agent_path)
         gone = {"content": NOT_RUN, "status": "error"}
         ledger.settle(dict.fromkeys(keys, gone), thread_id=thread_id)
@@ -549,6 +556,25 @@ def supersede_unanswered(plan: TurnPlan, messages: Sequence[BaseMessage], ledger
             tool_call_id=asked["id"], name=asked["name"],
             status="success" if outcome.get("status") == "success" else "error"))
     return answers
+
+
+def _accounted(plan: TurnPlan, ledger: Ledger, *, thread_id: str, agent_path: Sequence[str]
+               ) -> dict[str, CallPlan]:
+    """The plan's entries by tool_call_id, those only whose key the ledger knows as this
+    thread's and agent's call of that tool, each key and tool_call_id once (the plan lives in
+    client-writable state: a rewritten or copied entry must not stand for the real call)."""
+    entries = [c for c in plan.get("calls") or [] if _well_planned(c)]
+    ids = collections.Counter(c["tool_call_id"] for c in entries)
+    keys = collections.Counter(c["key"] for c in entries)
+    accounted: dict[str, CallPlan] = {}
+    for call in entries:
+        row = ledger.call(call["key"])
+        if (row is not None and row.thread_id == thread_id
+                and list(row.agent_path) == list(agent_path)
+                and row.tool_name == call["tool_name"]
+                and ids[call["tool_call_id"]] == 1 and keys[call["key"]] == 1):
+            accounted[call["tool_call_id"]] = call
+    return accounted
 
 
 def _well_planned(call: Any) -> bool:

@@ -561,12 +561,11 @@ class Ledger:
             "SELECT call_key FROM graphkit_calls WHERE thread_id = ? AND agent_path = ? "
             "AND (executed IS NULL OR executed <> ?)", (thread_id, _path(agent_path), DONE))]
 
-    def pending_suspension(self, call_key: str, thread_id: str) -> str | None:
-        """The id of the call's pending suspension in this thread, if it has one."""
-        rows = self._sql.query(
-            "SELECT approval_id FROM graphkit_approvals WHERE call_key = ? AND thread_id = ? "
-            "AND kind = 'suspension' AND status = 'pending'", (call_key, thread_id))
-        return str(rows[0][0]) if rows else None
+    def suspended(self, call_key: str, thread_id: str) -> bool:
+        """Whether the call ever suspended in this thread (whatever became of it since)."""
+        return bool(self._sql.query(
+            "SELECT 1 FROM graphkit_approvals WHERE call_key = ? AND thread_id = ? "
+            "AND kind = 'suspension'", (call_key, thread_id)))
 
     def approvals(self, approval_ids: Iterable[str]) -> dict[str, ApprovalRow]:
         """The rows among `approval_ids` (chunked, for long inbox pages)."""

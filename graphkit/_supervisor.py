@@ -20,7 +20,7 @@ from langgraph.types import Command
 from pydantic import BaseModel, Field
 
 from graphkit._context import PATH_KEY, thread_id_of
-from graphkit._ledger import Ledger
+from graphkit._ledger import DONE, Ledger
 from graphkit._state import ToolTask
 from graphkit.tools import DelegationTool
 from graphkit.types import args_digest
@@ -92,11 +92,33 @@ def make_delegate_nodes(
         return Command(update={"messages": [message]},
                        goto="model" if task.get("then") == "model" else "approval_gate")
 
+    def settled(task: ToolTask, config: RunnableConfig) -> Command[Any] | None:
+        """The recorded answer of a delegation the ledger settled (it answered, or a new user
+        message stopped it): a replay of an earlier step gets it, and the subagents do not run
+        again (an approval given below since would otherwise run its call)."""
+        call_key = task.get("key")
+        row = ledger.call(call_key) if isinstance(call_key, str) else None
+        if (row is None or row.executed != DONE or row.thread_id != thread_id_of(config)
+                or list(row.agent_path) != list(path_of(config)) or row.tool_name != key):
+            return None
+        outcome = row.outcome or {}
+        message = ToolMessage(str(outcome.get("content", "")), tool_call_id=task["tool_call_id"],
+                              name=key,
+                              status="success" if outcome.get("status") == "success" else "error")
+        return Command(update={"messages": [message]},
+                       goto="model" if task.get("then") == "model" else "approval_gate")
+
     def delegate(task: ToolTask, config: RunnableConfig) -> Command[Any]:
+        done = settled(task, config)
+        if done is not None:
+            return done
         sub_input, sub_config = prepare(task, config)
         return answer(task, subgraph.invoke(sub_input, sub_config), config)
 
     async def adelegate(task: ToolTask, config: RunnableConfig) -> Command[Any]:
+        done = await asyncio.to_thread(settled, task, config)
+        if done is not None:
+            return done
         sub_input, sub_config = prepare(task, config)
         output = await subgraph.ainvoke(sub_input, sub_config)
         return await asyncio.to_thread(answer, task, output, config)

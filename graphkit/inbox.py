@@ -73,7 +73,9 @@ class Inbox:
         checks again either way)."""
 
     def _agent_for(self, record: ApprovalRecord) -> Agent | None:
-        path = record.get("agent_path") or []
+        return self._agent_at(record.get("agent_path") or [])
+
+    def _agent_at(self, path: Sequence[str]) -> Agent | None:
         return self.agents.get(path[0]) if path else None
 
     def schema(self, id: str) -> dict[str, Any]:
@@ -85,13 +87,13 @@ class Inbox:
 
     def messages(self, id: str) -> list[Any]:
         """The run's messages, when the inbox knows the agent that owns the approval."""
-        entry = self._entry(id)
-        agent = self._agent_for(entry)  # type: ignore[arg-type]
-        thread_id = self._thread_of(id)
-        if agent is None or thread_id is None:
+        self._entry(id)  # an approval the inbox lists
+        row = self._storage.ledger.approval(id)  # where it waits, as the ledger recorded it
+        agent = self._agent_at(row.agent_path) if row is not None else None
+        if agent is None or row is None:
             return []
         try:
-            state = agent.graph.get_state({"configurable": {"thread_id": thread_id}})
+            state = agent.graph.get_state({"configurable": {"thread_id": row.thread_id}})
         except ValueError:  # a graph the LangGraph server persists: its state is the server's
             return []
         return list(state.values.get("messages") or [])
