@@ -81,7 +81,10 @@ STILL_RUNNING = ("Tool call {name!r} was still running when a new user message c
                  "result was not known then.")
 DELEGATION_STOPPED = ("Delegation {name!r} was stopped by a new user message; it may have done "
                       "part of its work. It will not go on.")
-NOT_RUN = "This tool call was not run: a new user message superseded its turn."
+SWEPT = ("This call was stopped by a new user message before it answered; whether it took "
+         "effect is unknown (it runs again only if called anew).")
+"""What the sweep of a turn the plan no longer accounts for records: it cannot tell a call that
+never started from a delegation whose subagents did part of their work."""
 UNACCOUNTED = ("Tool call {name!r} was stopped by a new user message; the run's state no "
                "longer says what became of it, so whether it took effect is unknown (it runs "
                "again only if called anew).")
@@ -536,7 +539,7 @@ def supersede_unanswered(plan: TurnPlan, messages: Sequence[BaseMessage], ledger
                       comment="superseded by a new user message", thread_id=thread_id,
                       run_id=run_id)
         keys = ledger.open_calls(thread_id, agent_path)
-        gone = {"content": NOT_RUN, "status": "error"}
+        gone = {"content": SWEPT, "status": "error"}
         ledger.settle(dict.fromkeys(keys, gone), thread_id=thread_id)
         ledger.fence(dict.fromkeys(keys, gone), thread_id=thread_id, holder_dead=holder_is_dead)
     recorded = ledger.outcomes((c["key"] for c in calls), thread_id=thread_id)
