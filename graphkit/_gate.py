@@ -75,6 +75,8 @@ GateTarget = Literal["model", "tools", "approval_gate"]
 REJECTED = "Tool call {name!r} was rejected by {who}{why}. It did not run."
 EXPIRED = "Tool call {name!r} was not run: its approval expired ({why})."
 SUPERSEDED = "Tool call {name!r} was not run: superseded by a new user message."
+BY_NEW_MESSAGE = "superseded by a new user message"
+"""The comment on a decline the system made because the user said something new."""
 UNKNOWN = ("Tool call {name!r} was stopped by a new user message after it started; whether it "
            "took effect is unknown. It will not run again unless called anew.")
 STILL_RUNNING = ("Tool call {name!r} was still running when a new user message came; its "
@@ -354,7 +356,7 @@ class _Pass:
         self.plan["queued"] = queued
 
     def _supersede(self, call: CallPlan) -> None:
-        comment = "superseded by a new user message"
+        comment = BY_NEW_MESSAGE
         for record in (call["approval"], call["suspension"]):
             if record is None or record["status"] != "pending":
                 continue
@@ -516,28 +518,24 @@ def supersede_unanswered(plan: TurnPlan, messages: Sequence[BaseMessage], ledger
     for call in calls:
         for record in (call["approval"], call["suspension"]):
             if record is not None and record.get("status") != "rejected":
-                supersede(ledger, record, comment="superseded by a new user message",
-                          thread_id=thread_id, run_id=run_id)
-    if any(call["node"] != "tools" for call in calls):  # a delegation stopped mid-way
+                supersede(ledger, record, comment=BY_NEW_MESSAGE, thread_id=thread_id,
+                          run_id=run_id)
+    # The plan (client-writable) may no longer account for the turn: see the sweep below.
+    unaccounted = any(c["id"] not in planned for c in unanswered)
+    if unaccounted or any(call["node"] != "tools" for call in calls):
+        # a delegation stopped mid-way (or may have): what waits in its subagents is declined
         for row in ledger.pending_below(thread_id, agent_path):
             supersede(ledger, {"id": row.approval_id, "tool_name": row.tool_name,
                                "agent_path": list(row.agent_path), "kind": row.kind},
-                      comment="superseded by a new user message", thread_id=thread_id,
-                      run_id=run_id)
+                      comment=BY_NEW_MESSAGE, thread_id=thread_id, run_id=run_id)
     ledger.settle({c["key"]: {"content": _not_run(c), "status": "error"} for c in calls},
                   thread_id=thread_id)
     running = ledger.fence({c["key"]: {"content": UNKNOWN.format(name=c["tool_name"]),
                                        "status": "error"} for c in calls},
                            thread_id=thread_id, holder_dead=holder_is_dead)
-    if any(c["id"] not in planned for c in unanswered):
-        # The plan (client-writable) no longer accounts for the turn: no call of this agent the
-        # ledger holds open in the thread may run after this (a delegation's included, whose
-        # subagents' waiting calls are declined), and none is told "not run".
-        for row in ledger.pending_below(thread_id, agent_path):
-            supersede(ledger, {"id": row.approval_id, "tool_name": row.tool_name,
-                               "agent_path": list(row.agent_path), "kind": row.kind},
-                      comment="superseded by a new user message", thread_id=thread_id,
-                      run_id=run_id)
+    if unaccounted:
+        # No call of this agent the ledger holds open in the thread may run after this (a
+        # delegation's included), and none is told "not run".
         keys = ledger.open_calls(thread_id, agent_path)
         gone = {"content": SWEPT, "status": "error"}
         ledger.settle(dict.fromkeys(keys, gone), thread_id=thread_id)

@@ -30,7 +30,7 @@ from langchain_core.messages import (
 from langchain_core.runnables import RunnableConfig
 
 from graphkit._approvals import Extractor, parsed_messages
-from graphkit._gate import GateContext, Planner, _well_planned
+from graphkit._gate import BY_NEW_MESSAGE, GateContext, Planner, _well_planned
 from graphkit._ledger import ApprovalRow
 from graphkit._review import auto_resume, identity_of, sound, supersede
 from graphkit._state import CallPlan, TurnPlan
@@ -38,9 +38,6 @@ from graphkit.errors import GraphkitError
 from graphkit.tools import GraphkitTool
 
 __all__ = ["Reply", "answer_reply", "left_queued", "reply_to_suspension", "turn_span"]
-
-SUPERSEDED = "superseded by a new user message"
-
 
 @dataclass(frozen=True, slots=True)
 class Reply:
@@ -135,7 +132,7 @@ def answer_reply(reply: Reply, ctx: GateContext, planner: Planner, extract: Extr
             continue
         for record in (call["approval"], suspension):
             if record is not None and record["id"] in reply.pending:
-                supersede(ctx.ledger, record, comment=SUPERSEDED, thread_id=ctx.thread_id,
+                supersede(ctx.ledger, record, comment=BY_NEW_MESSAGE, thread_id=ctx.thread_id,
                           run_id=ctx.run_id)
 
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from graphkit._context import PATH_KEY, thread_id_of
 from graphkit._ledger import DONE, Ledger
+from graphkit._nodes import _result
 from graphkit._state import ToolTask
 from graphkit.tools import DelegationTool
 from graphkit.types import args_digest
@@ -89,8 +90,7 @@ def make_delegate_nodes(
                                              "status": message.status},
                                thread_id=thread_id_of(config), agent_path=path_of(config),
                                tool_name=key, args_digest=args_digest(args))
-        return Command(update={"messages": [message]},
-                       goto="model" if task.get("then") == "model" else "approval_gate")
+        return _result(task, message)
 
     def settled(task: ToolTask, config: RunnableConfig) -> Command[Any] | None:
         """The recorded answer of a delegation the ledger settled (it answered, or a new user
@@ -105,8 +105,7 @@ def make_delegate_nodes(
         message = ToolMessage(str(outcome.get("content", "")), tool_call_id=task["tool_call_id"],
                               name=key,
                               status="success" if outcome.get("status") == "success" else "error")
-        return Command(update={"messages": [message]},
-                       goto="model" if task.get("then") == "model" else "approval_gate")
+        return _result(task, message)
 
     def delegate(task: ToolTask, config: RunnableConfig) -> Command[Any]:
         done = settled(task, config)
