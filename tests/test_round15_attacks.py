@@ -22,7 +22,11 @@ from graphkit.testing import ScriptedChatModel
 from graphkit.web import server_thread_messages
 from tests.helpers import Ledger, call, turn
 from tests.test_supervisor import forecaster_supervisor
-from tests.test_suspension import City, city_from_reply, weather_agent, weather_tool
+from tests.test_suspension import (
+    City,
+    weather_agent,
+    weather_and_pay_agent,
+)
 from tests.test_web_hardening import signed_in
 
 # ---------------------------------------------------------------- helpers
@@ -348,15 +352,7 @@ def test_held_reply_never_runs_an_approval_beside_the_suspension() -> None:
     ledger = Ledger()
     log: list[str] = []
 
-    def replies(messages: list[BaseMessage]) -> Any:
-        if not any(isinstance(m, ToolMessage) for m in messages):
-            return turn(call("weather", {}, "w1"),
-                        call("pay", {"amount": 9, "payee": {"name": "x"}}, "p1"))
-        return "done"
-
-    agent = Agent(name="wx", tools=[weather_tool(log), *ledger.tools],
-                  auto_resume_suspended_tools=True,
-                  model=ScriptedChatModel(replies, structured=city_from_reply))
+    agent = weather_and_pay_agent(log, ledger)
     first = agent.generate("weather, and pay x")
     final = agent.generate("Paris, and yes approve the payment", thread_id=first.thread_id)
     assert ledger.ran == [] and log == ["started", "started", "fetched Paris"]

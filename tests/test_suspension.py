@@ -356,9 +356,9 @@ def test_graph_input_queued_but_not_read_is_kept_when_the_api_moves_on(sqlite_ur
                      "HumanMessage", "AIMessage"]
 
 
-def test_graph_input_resumes_the_suspension_and_supersedes_the_approval_beside_it() -> None:
-    ledger = Ledger()
-    log: list[str] = []
+def weather_and_pay_agent(log: list[str], ledger: Ledger) -> Agent:
+    """An auto-resuming agent whose one turn suspends for a city (w1) beside a payment that
+    needs approval (p1)."""
 
     def replies(messages: list[BaseMessage]) -> Any:
         if not any(isinstance(m, ToolMessage) for m in messages):
@@ -366,9 +366,16 @@ def test_graph_input_resumes_the_suspension_and_supersedes_the_approval_beside_i
                         call("pay", {"amount": 9, "payee": {"name": "x"}}, "p1"))
         return "done"
 
-    agent = Agent(name="wx", tools=[weather_tool(log), *ledger.tools],
-                  auto_resume_suspended_tools=True,
-                  model=ScriptedChatModel(replies, structured=city_from_reply))
+    return Agent(name="wx", tools=[weather_tool(log), *ledger.tools],
+                 auto_resume_suspended_tools=True,
+                 model=ScriptedChatModel(replies, structured=city_from_reply))
+
+
+def test_graph_input_resumes_the_suspension_and_supersedes_the_approval_beside_it() -> None:
+    ledger = Ledger()
+    log: list[str] = []
+
+    agent = weather_and_pay_agent(log, ledger)
     first = agent.generate("weather, and pay x")
     assert sorted(p.kind for p in first.pending_approvals) == ["approval", "suspension"]
     out = say(agent, first.thread_id, "Paris", user=SERVER_USER)
