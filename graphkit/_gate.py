@@ -11,7 +11,6 @@ the tools node runs nothing the ledger does not allow.
 from __future__ import annotations
 
 import collections
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,7 +32,6 @@ from graphkit._approvals import (
     queued_messages,
     suspension_record,
     telemetry,
-    validation_runs_code,
     waiting_records,
 )
 from graphkit._context import agent_path_of, emit, last_ai, store, thread_id_of
@@ -135,18 +133,6 @@ class Planner:
         self.ledger = ledger
         self.schemas = {tool_name: {"schema": _schema(tool), "resume_schema": _resume(tool)}
                         for tool_name, tool in tools.items()}
-
-    @functools.cached_property
-    def inline(self) -> bool:
-        """Whether an async run may plan and decide on the event loop: the ledger is in
-        this process's memory and nothing that runs can wait (no approval predicate, prompt
-        function, approvers policy, or validator of arguments or resume data of the
-        application's, no model reading a suspended tool's data from a message)."""
-        return self.ledger.in_memory and self.settings.approvers is None and not any(
-            validation_runs_code(t) or (isinstance(t, GraphkitTool) and (
-                callable(t.needs_approval) or callable(t.approval_prompt)
-                or t.resume_schema is not None))
-            for t in self.tools.values())
 
     def path_of(self, config: RunnableConfig) -> list[str]:
         """This agent's path in the delegation chain."""
@@ -649,7 +635,6 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
     """The `approval_gate` node (sync and async): dispatches the turn's calls, pauses for
     humans, takes and applies their decisions."""
     tools = planner.tools
-    inline = planner.inline
 
     def approval_gate(state: AgentState, config: RunnableConfig) -> Command[GateTarget]:
         messages = list(state.get("messages") or [])
@@ -700,7 +685,7 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
 
     async def aapproval_gate(state: AgentState, config: RunnableConfig
                              ) -> Command[GateTarget]:
-        return await offload(inline, approval_gate, state, config)
+        return await offload(approval_gate, state, config)
 
     return approval_gate, aapproval_gate
 

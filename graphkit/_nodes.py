@@ -243,7 +243,6 @@ def make_model_node(
     reply that came as graph input while a tool is suspended, the gate: `graphkit._reply`)."""
     invoke, ainvoke = _model_calls(model, tools)
     system = [SystemMessage(instructions)] if instructions else []
-    inline = planner.ledger.in_memory
 
     def route(state: AgentState, config: RunnableConfig
               ) -> tuple[list[BaseMessage], bool, list[BaseMessage], Command[ModelTarget] | None]:
@@ -298,13 +297,13 @@ def make_model_node(
 
     async def acall_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:
         # Reading and writing the ledger and store is synchronous: keep it off the event loop.
-        messages, exhausted, fixes, to_gate = await offload(inline, route, state, config)
+        messages, exhausted, fixes, to_gate = await offload(route, state, config)
         if to_gate is not None:
             return to_gate
         if exhausted:
             return Command(update={"messages": fixes} if fixes else None, goto="__end__")
         response = await ainvoke(messages, config)
-        return await offload(planner.inline, finish, response, state, config, fixes)
+        return await offload(finish, response, state, config, fixes)
 
     return call_model, acall_model
 
@@ -460,7 +459,6 @@ def make_tools_nodes(
     path_of: Callable[[RunnableConfig], list[str]] | None = None,
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """The `tools` node (sync and async): runs the one tool call it was sent, if allowed."""
-    inline = ledger.in_memory
 
     def finish(task: ToolTask, owner: str, output: Any) -> Command[ToolTarget]:
         command = _result(task, output)
@@ -509,13 +507,11 @@ def make_tools_nodes(
         return execute(tool, call, tool_config, task, admitted.owner)
 
     async def arun_tool(task: ToolTask, config: RunnableConfig) -> Command[ToolTarget]:
-        admitted = await offload(inline, admit, task, config)
+        admitted = await offload(admit, task, config)
         if isinstance(admitted, ToolMessage):
             return _refused(admitted)
-        # No I/O here; but resume data is parsed by the tool's `resume_schema` (application
-        # code): then off the loop.
         tool, call, tool_config = await offload(
-            not admitted.resume_values, _prepare, tools, task, config, ledger, admitted)
+            _prepare, tools, task, config, ledger, admitted)
         owner = admitted.owner
         if _is_sync(tool):
             command: Command[ToolTarget] = await run_in_executor(
@@ -524,18 +520,19 @@ def make_tools_nodes(
         try:
             output = await tool.ainvoke(call, tool_config)
         except ToolSuspended as signal:
-            await offload(inline, ledger.release, task["key"], owner)
+            await offload(ledger.release, task["key"], owner)
             return _suspended(task, signal)
         except GraphBubbleUp:
-            await offload(inline, ledger.release, task["key"], owner)
+            await offload(ledger.release, task["key"], owner)
             raise
         except asyncio.CancelledError:
-            stopped(task, owner, INTERRUPTED)  # no await: the task is being cancelled
+            # recorded before the cancellation goes on (in its thread even if cancelled again)
+            await asyncio.shield(offload(stopped, task, owner, INTERRUPTED))
             raise
         except BaseException as exc:
-            await offload(inline, stopped, task, owner, FAILED, exc)
+            await offload(stopped, task, owner, FAILED, exc)
             raise
-        return await offload(inline, finish, task, owner, output)
+        return await offload(finish, task, owner, output)
 
     return run_tool, arun_tool
 

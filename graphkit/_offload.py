@@ -1,6 +1,11 @@
-"""Blocking storage work in an async run: in a worker thread, unless the storage lives in
-this process's memory, where the thread hop would cost more than the work and nothing can
-block the event loop."""
+"""Blocking storage work in an async run always goes to a worker thread.
+
+The ledger, the stores and the checkpointers graphkit opens are synchronous (SQLite's and
+psycopg's sync drivers, an in-memory SQLite for memory storage), and every call may wait on a
+lock another thread holds. On an event loop that is a blocking call: the LangGraph server's
+detector (blockbuster) refuses it, and it stalls every other run the loop serves. So nothing
+of it runs on the loop, whatever the storage.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +18,6 @@ __all__ = ["offload"]
 T = TypeVar("T")
 
 
-async def offload(inline: bool, fn: Callable[..., T], *args: Any) -> T:
-    """`fn(*args)`, off the event loop unless `inline`."""
-    if inline:
-        return fn(*args)
+async def offload(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in a worker thread (the context, and so the node's config, goes along)."""
     return await asyncio.to_thread(fn, *args)

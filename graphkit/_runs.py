@@ -6,8 +6,6 @@ drains it. Both share one `_Run`, so streaming and `generate` cannot drift apart
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +25,6 @@ from graphkit._events import (
     run_text,
     suspend_payload,
 )
-from graphkit._ledger import RunBusyError
 from graphkit._offload import offload
 from graphkit.types import GenerateResult, PendingApproval, RunState, StreamChunk
 
@@ -232,16 +229,9 @@ class AsyncAgentStream:
         prepare: Prepare,
         run_id: str,
         thread_id: str,
-        *,
-        inline: bool = False,
-        on_loop: bool = False,
     ) -> None:
         self._graph = graph
         self._prepare = prepare
-        self._inline = inline
-        """The thread's lease lives in this process's memory: release it without a thread."""
-        self._on_loop = on_loop
-        """Preparing waits on nothing but the thread's lease, and runs no application code."""
         self._run: _Run | None = None
         self._chunks: AsyncIterator[StreamChunk] | None = None
         self._modes = STREAM_MODES
@@ -250,13 +240,9 @@ class AsyncAgentStream:
 
     async def _ready(self) -> _Run:
         if self._run is None:
-            invocation: Invocation | None = None
-            if self._on_loop:
-                with contextlib.suppress(RunBusyError):  # held by another run: wait, below
-                    invocation = self._prepare(False)
-            if invocation is None:
-                # in a thread: it may wait for the thread's lease, or run an approvers policy
-                invocation = await asyncio.to_thread(self._prepare, True)
+            # in a thread: it reads storage, may wait for the thread's lease, and may run an
+            # approvers policy
+            invocation = await offload(self._prepare, True)
             self._run = _Run(invocation)
             self.thread_id = invocation.thread_id
         return self._run
@@ -288,7 +274,7 @@ class AsyncAgentStream:
             final = run.finish(run.observed() or await self._graph.aget_state(inv.config))
         finally:
             if inv.release is not None:
-                await offload(self._inline, inv.release)
+                await offload(inv.release)
         for chunk in final:
             yield chunk
 

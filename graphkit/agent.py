@@ -22,9 +22,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, convert_to_messag
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.store.memory import InMemoryStore
 from langgraph.types import StateSnapshot
 
 from graphkit._control import (
@@ -324,9 +322,9 @@ class Agent:
         return AgentStream(self.graph, prepare, run_id, thread_id)
 
     def _aadvance(self, run_id: str, build: Build, on_state_change: StateHook | None = None,
-                  *, claim: Claim | None = None, validates: bool = False) -> AsyncAgentStream:
-        """`_advance` for async runs. `validates`: the decision runs a tool's validators (edited
-        arguments, resume data), which never run on the event loop."""
+                  *, claim: Claim | None = None) -> AsyncAgentStream:
+        """`_advance` for async runs: the run is found and the decision taken in a thread, when
+        the stream is first awaited."""
         claimed: list[Prepare] = []
 
         def prepare(wait: bool = True) -> Invocation:
@@ -339,26 +337,7 @@ class Agent:
                                              build=build, on_state_change=on_state_change))
             return claimed[0](wait)
 
-        return AsyncAgentStream(self.graph, prepare, run_id, "",
-                                inline=self._storage.ledger.in_memory,
-                                on_loop=self._loop_safe and not validates)
-
-    @property
-    def _loop_safe(self) -> bool:
-        """Whether an async run may prepare on the event loop: its storage is this process's
-        memory (nothing waits on I/O) and no approvers policy (application code) decides. A
-        thread held by another run still makes it wait, in a thread."""
-        storage = self._storage
-        if not (storage.ledger.in_memory and isinstance(storage.checkpointer, InMemorySaver)
-                and isinstance(storage.store, InMemoryStore)):
-            return False
-        agents: list[Agent] = [self]
-        while agents:
-            agent = agents.pop()
-            if agent.approvers is not None:
-                return False
-            agents.extend(agent.agents.values())
-        return True
+        return AsyncAgentStream(self.graph, prepare, run_id, "")
 
     # ------------------------------------------------------------------ generate / stream
 
@@ -421,8 +400,7 @@ class Agent:
             checkpoint_reason)
         prepare = self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
                                 on_state_change=on_state_change, fresh=fresh, new_run=True)
-        return AsyncAgentStream(self.graph, prepare, run_id, thread_id,
-                                inline=self._storage.ledger.in_memory, on_loop=self._loop_safe)
+        return AsyncAgentStream(self.graph, prepare, run_id, thread_id)
 
     async def agenerate(
         self,
@@ -544,8 +522,7 @@ class Agent:
         """Async twin of `approve_tool_call`."""
         return self._aadvance(run_id, _apply, claim=_claim(
             _approval(args), tool_call_id=tool_call_id, decided_by=decided_by,
-            comment=comment, args_digest=args_digest, remember=remember),
-            validates=args is not None)
+            comment=comment, args_digest=args_digest, remember=remember))
 
     def adecline_tool_call(
         self,
@@ -593,7 +570,7 @@ class Agent:
         """Async twin of `resume_stream`."""
         return self._aadvance(run_id, _apply, claim=_claim(
             Choice(type="resume", data=resume_data), tool_call_id=tool_call_id,
-            decided_by=decided_by, comment=None), validates=True)
+            decided_by=decided_by, comment=None))
 
     async def aresume_generate(
         self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None,

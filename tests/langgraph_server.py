@@ -48,7 +48,7 @@ def langgraph_dev(workdir: Path, config: Mapping[str, Any] | None = None,
                          p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     child_env.update(env or {})
     command = [str(Path(sys.executable).parent / "langgraph"), "dev", "--port", str(port),
-               "--host", "127.0.0.1", "--no-browser", "--no-reload", "--allow-blocking"]
+               "--host", "127.0.0.1", "--no-browser", "--no-reload"]
     cwd = ROOT
     if config is not None:
         (workdir / "langgraph.json").write_text(json.dumps(config, indent=2))

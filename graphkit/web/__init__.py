@@ -103,8 +103,13 @@ class _Web:
                            exc_info=True)
             return []
 
-    def reviewer(self, request: Request) -> tuple[str, str] | None:
-        """(identity, session) of the signed-in reviewer, or None."""
+    async def reviewer(self, request: Request) -> tuple[str, str] | None:
+        """(identity, session) of the signed-in reviewer, or None. In a thread: a session is
+        checked against the ledger (ended sessions), and a company's authenticator is its own
+        code, which may wait on anything."""
+        return await asyncio.to_thread(self._reviewer, request)
+
+    def _reviewer(self, request: Request) -> tuple[str, str] | None:
         cookie = request.cookies.get(SESSION_COOKIE)
         identity = self.sessions.identity(cookie)
         if identity is not None and cookie is not None:
@@ -199,7 +204,7 @@ class _Secured:
 def _routes(web: _Web) -> list[Any]:
     def html(request: Request, title: str, body: str, *, live: bool = False,
              status: int = 200) -> HTMLResponse:
-        who = web.reviewer(request)
+        who: tuple[str, str] | None = getattr(request.state, "reviewer", None)
         csrf = web.sessions.csrf(who[1]) if who else None
         return HTMLResponse(render.page(title, body, identity=who[0] if who else None,
                                         csrf=csrf, live=live, base=_base(request)),
@@ -209,7 +214,8 @@ def _routes(web: _Web) -> list[Any]:
         """No page without a reviewer; no POST without the session's CSRF token."""
 
         async def endpoint(request: Request) -> Response:
-            who = web.reviewer(request)
+            who = await web.reviewer(request)
+            request.state.reviewer = who
             if who is None:
                 if post or request.url.path.endswith("/events"):
                     return PlainTextResponse("sign in first", status_code=401)
@@ -229,6 +235,7 @@ def _routes(web: _Web) -> list[Any]:
     async def login_page(request: Request) -> Response:
         error = request.query_params.get("error")
         note = "<p class='error'>That token is not known.</p>" if error else ""
+        request.state.reviewer = await web.reviewer(request)
         nonce = secrets.token_hex(16)
         body = ("<h1>Sign in</h1>" + note + "<form method='post' action='login'>"
                 f"<input type='hidden' name='login' value='{nonce}'>"
@@ -259,7 +266,7 @@ def _routes(web: _Web) -> list[Any]:
 
     async def logout(request: Request, who: str, session: str, form: dict[str, str]
                      ) -> Response:
-        parsed = web.sessions.parse(request.cookies.get(SESSION_COOKIE))
+        parsed = await asyncio.to_thread(web.sessions.parse, request.cookies.get(SESSION_COOKIE))
         if parsed is not None:  # ended for good, not only forgotten by this browser
             await asyncio.to_thread(web.inbox._storage.ledger.end_session, parsed[1],
                                     float(parsed[2]))
@@ -463,9 +470,12 @@ class _LazyApp:
 
         url = os.environ.get("GRAPHKIT_DB")
         served = bool(os.environ.get(SERVER_ENV))
-        target: str | Storage = served_storage() if served or not url else url
-        return create_app(target, authenticate=self.authenticate, agents=self.agents,
-                          thread_messages=server_thread_messages if served else None)
+        target: str | Storage = (await asyncio.to_thread(served_storage)
+                                 if served or not url else url)
+        # opening a database (and a first request's Inbox) reads storage: not on the loop
+        return await asyncio.to_thread(
+            lambda: create_app(target, authenticate=self.authenticate, agents=self.agents,
+                               thread_messages=server_thread_messages if served else None))
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if self._app is None:
