@@ -28,7 +28,13 @@ from graphkit._limits import check_value
 from graphkit._settings import GateSettings
 from graphkit._state import CallPlan, RunOptions, TurnPlan
 from graphkit.errors import GraphkitError, InvalidApprovedArgsError, ResumeDataError
-from graphkit.tools import DelegationTool, GraphkitTool, render_prompt
+from graphkit.tools import (
+    DEFAULT_DECISIONS,
+    DelegationTool,
+    GraphkitTool,
+    allowed_for,
+    render_prompt,
+)
 from graphkit.types import ApprovalKind, ApprovalRecord, Verdict, args_digest
 
 __all__ = [
@@ -330,10 +336,13 @@ def plan_turn(
                 expires_at=_iso(moment + timedelta(seconds=ttl)) if ttl is not None else None,
             )
             approval["call_key"] = key
+            allowed = allowed_for(tool, settings.allowed_decisions)  # type: ignore[arg-type]
+            approval["allowed_decisions"] = list(allowed)
             metadata["approval.verdict"] = verdict
             row = ApprovalRow(approval_id=approval["id"], thread_id=thread_id, kind="approval",
                               call_key=key, agent_path=agent_path, tool_name=name,
-                              args_digest=approval["args_digest"], ttl=ttl, run_id=run_id)
+                              args_digest=approval["args_digest"], ttl=ttl, run_id=run_id,
+                              allowed=allowed)
             grant = (grants or {}).get(name)
             taken = None
             if grant is not None:
@@ -461,7 +470,8 @@ def interrupt_value(
             for r in undecided
         ],
         "review_configs": [
-            {"action_name": r["tool_name"], "allowed_decisions": ["approve", "edit", "reject"]}
+            {"action_name": r["tool_name"],
+             "allowed_decisions": list(r.get("allowed_decisions") or DEFAULT_DECISIONS)}
             for r in undecided
         ],
         "error": plan.get("error"),

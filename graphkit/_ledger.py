@@ -68,7 +68,8 @@ _SCHEMA = (
         status TEXT NOT NULL,
         decision TEXT,
         decided_at DOUBLE PRECISION,
-        run_id TEXT
+        run_id TEXT,
+        allowed TEXT
     ){keyed}""",
     "CREATE INDEX IF NOT EXISTS graphkit_approvals_thread ON graphkit_approvals (thread_id)",
     # What an approval gate verified and let run: only these approvals admit a call to the
@@ -188,6 +189,8 @@ class _Sql(_Tx, Protocol):
     keyed: str
     first_segment: str
     """An SQL expression (with `{c}` for a column): the first segment of an agent path."""
+    has_column: str
+    """A query's tail (table, column as parameters) that yields a row if the column exists."""
     notify: str | None
 
     def transaction(self) -> contextlib.AbstractContextManager[_Tx]: ...
@@ -217,6 +220,7 @@ class _Sqlite:
     page, not a table page and its key index's page (each page is a WAL frame to write)."""
     skip_locked = ""  # one writer at a time: the UPDATE is atomic as it is
     first_segment = "substr({c}, 1, instr({c} || '/', '/') - 1)"
+    has_column = "1 FROM pragma_table_info(?) WHERE name = ?"
     notify: str | None = None
 
     def __init__(self, path: str) -> None:
@@ -285,6 +289,8 @@ class _Postgres:
     keyed = ""
     skip_locked = " FOR UPDATE SKIP LOCKED"
     first_segment = "split_part({c}, '/', 1)"
+    has_column = ("1 FROM information_schema.columns WHERE table_schema = current_schema() "
+                  "AND table_name = ? AND column_name = ?")
     notify: str | None = "SELECT pg_notify('graphkit_ready', '')"
     """Workers LISTEN on this channel; a notification is sent when the transaction commits."""
 
@@ -362,6 +368,8 @@ class ApprovalRow:
     expires_at: float | None = None
     run_id: str | None = None
     """The run that waits on it: once a run has nothing pending, workers may resume it."""
+    allowed: tuple[str, ...] | None = None
+    """The decision types a reviewer may claim (an approval's; None: approve, edit, reject)."""
 
     @property
     def decided(self) -> bool:
@@ -399,14 +407,26 @@ class GrantRow:
 
 
 _APPROVAL_COLUMNS = ("approval_id, thread_id, kind, call_key, agent_path, tool_name, "
-                     "args_digest, expires_at, status, decision")
+                     "args_digest, expires_at, status, decision, allowed")
+_MIGRATIONS = (("graphkit_approvals", "allowed", "TEXT"),)
+"""Columns added after a table was first made: added to an existing database on open."""
+
+
+def _allowed(text: str | None) -> tuple[str, ...] | None:
+    """The `allowed` column (",approve,reject,": each type between commas, so that a claim
+    can match one with LIKE) as decision types; NULL is the default set."""
+    return tuple(t for t in text.split(",") if t) if text else None
+
+
+def _allowed_text(allowed: Sequence[str] | None) -> str | None:
+    return "," + ",".join(allowed) + "," if allowed else None
 
 
 def _approval(row: tuple[Any, ...]) -> ApprovalRow:
     return ApprovalRow(approval_id=str(row[0]), thread_id=str(row[1]), kind=str(row[2]),
                        call_key=row[3], agent_path=[p for p in str(row[4]).split("/") if p],
                        tool_name=str(row[5]), args_digest=str(row[6]), expires_at=row[7],
-                       status=str(row[8]), decision=_loads(row[9]))
+                       status=str(row[8]), decision=_loads(row[9]), allowed=_allowed(row[10]))
 
 
 _GRANT_COLUMNS = ("grant_id, thread_id, agent_path, tool_name, grantor, approval_id, "
@@ -430,6 +450,9 @@ class Ledger:
         self._sql = sql
         for statement in _SCHEMA:
             sql.execute(statement.format(serial=sql.serial, keyed=sql.keyed))
+        for table, column, kind in _MIGRATIONS:
+            if not sql.query(f"SELECT {sql.has_column} ", (table, column)):
+                sql.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     @classmethod
     def sqlite(cls, path: str = ":memory:") -> Ledger:
@@ -513,7 +536,8 @@ class Ledger:
         params: tuple[Any, ...] = (
             row.approval_id, row.thread_id, row.kind, row.call_key, _path(row.agent_path),
             row.tool_name, row.args_digest, row.ttl, row.status,
-            _dumps(row.decision) if row.decision else None, row.run_id)
+            _dumps(row.decision) if row.decision else None, _allowed_text(row.allowed),
+            row.run_id)
         guard = ""
         if live_grant is not None:
             guard = (" WHERE EXISTS (SELECT 1 FROM graphkit_grants WHERE grant_id = ? AND "
@@ -521,7 +545,7 @@ class Ledger:
             params = (*params, live_grant)
         return tx.execute(
             f"INSERT INTO graphkit_approvals ({_APPROVAL_COLUMNS}, run_id) "
-            f"SELECT ?, ?, ?, ?, ?, ?, ?, {expires}, ?, ?, ?{guard or ' WHERE TRUE'} "
+            f"SELECT ?, ?, ?, ?, ?, ?, ?, {expires}, ?, ?, ?, ?{guard or ' WHERE TRUE'} "
             "ON CONFLICT (approval_id) DO NOTHING", params) == 1
 
     def _audit(self, tx: _Tx, rows: Iterable[AuditRow]) -> None:
@@ -594,12 +618,14 @@ class Ledger:
         path and call key) must be the ledger's own, so that a policy never judges a copy a
         client rewrote."""
         now = self._sql.now
-        bound = ""
-        params: tuple[str, ...] = ()
+        # the decision's type must be one the planner recorded as allowed for the call
+        bound = (" AND (kind <> 'approval' OR COALESCE(allowed, ',approve,edit,reject,') "
+                 "LIKE ?)")
+        params: tuple[str, ...] = (f"%,{decision.get('type')},%",)
         if call is not None:
-            bound = (" AND kind = ? AND tool_name = ? AND agent_path = ? "
-                     "AND COALESCE(call_key, '') = ?")
-            params = (str(call.get("kind")), str(call.get("tool_name")),
+            bound += (" AND kind = ? AND tool_name = ? AND agent_path = ? "
+                      "AND COALESCE(call_key, '') = ?")
+            params += (str(call.get("kind")), str(call.get("tool_name")),
                       _path([str(p) for p in call.get("agent_path") or ()]),
                       str(call.get("call_key") or ""))
         with self._sql.transaction() as tx:

@@ -17,7 +17,7 @@ stranded.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeGuard, assert_never
@@ -34,9 +34,11 @@ from graphkit.errors import (
     ApprovalNotFoundError,
     ApproverNotAllowedError,
     ArgsDigestMismatchError,
+    DecisionNotAllowedError,
     GraphkitError,
     InvalidApprovedArgsError,
 )
+from graphkit.tools import DEFAULT_DECISIONS
 from graphkit.types import ApprovalRecord, DecisionType, PendingApproval, args_digest
 
 __all__ = [
@@ -237,6 +239,9 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
     check_text(choice.message, what="message", error=GraphkitError, limit=MAX_TEXT)
     check_args = check_args or _checker(tool)
     suspension = record["kind"] == "suspension"
+    if not suspension and choice.type != "resume" and choice.type not in _allowed_of(record):
+        # the ledger's claim binds the same list (its own copy, written when it was planned)
+        raise DecisionNotAllowedError(not_allowed(record, choice.type, _allowed_of(record)))
     run_args: dict[str, Any] | None = None
     data: Any = None
     status: Literal["approved", "rejected"]
@@ -297,8 +302,20 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
     return Taken(status=status, event=event, decision=decision, run_args=run_args)
 
 
+def _allowed_of(record: Mapping[str, Any]) -> tuple[str, ...]:
+    allowed = record.get("allowed_decisions")
+    if isinstance(allowed, list | tuple) and allowed and all(isinstance(a, str) for a in allowed):
+        return tuple(allowed)
+    return DEFAULT_DECISIONS
+
+
+def not_allowed(record: Mapping[str, Any], kind: str, allowed: Sequence[str]) -> str:
+    return (f"a {kind!r} decision is not allowed for tool {record.get('tool_name')!r} "
+            f"(approval {record.get('id')!r}); it allows {list(allowed)}")
+
+
 def _explain_lost(ledger: Ledger, record: ApprovalRecord, reviewed: str, *, thread_id: str,
-                  run_id: str | None) -> GraphkitError:
+                  run_id: str | None, kind: str | None = None) -> GraphkitError:
     """Why a claim did not win: unknown, decided, other arguments, or expired (then expire
     it now)."""
     row = ledger.approval(record["id"])
@@ -310,6 +327,9 @@ def _explain_lost(ledger: Ledger, record: ApprovalRecord, reviewed: str, *, thre
             "(its tool, kind or agent differ); nothing was decided")
     if row.decided:
         return ApprovalAlreadyResolvedError(resolved_message(record, row.decision))
+    allowed = row.allowed or DEFAULT_DECISIONS
+    if row.kind == "approval" and kind is not None and kind not in allowed:
+        return DecisionNotAllowedError(not_allowed(record, kind, allowed))
     if row.args_digest != reviewed:
         return ArgsDigestMismatchError(
             f"approval {record['id']!r} holds arguments with digest {row.args_digest!r}, not "
@@ -418,7 +438,7 @@ def take(
         if not claim() and not (ensure(ledger, record, thread_id=thread_id, run_id=run_id)
                                 and claim()):
             raise _explain_lost(ledger, record, record["args_digest"], thread_id=thread_id,
-                                run_id=run_id)
+                                run_id=run_id, kind=choice.type)
         return taken
     except GraphkitError as exc:
         refuse(ledger, record, exc, decided_by=decided_by, thread_id=thread_id, run_id=run_id)
@@ -460,6 +480,9 @@ def verify(row: ApprovalRow, record: ApprovalRecord, *, approvers: Approvers | N
     if choice is None:
         msg = f"the decision recorded for approval {row.approval_id!r} has no known type"
         raise GraphkitError(msg)
+    allowed = row.allowed or DEFAULT_DECISIONS
+    if row.kind == "approval" and choice.type not in allowed:
+        raise DecisionNotAllowedError(not_allowed(record, choice.type, allowed))
     taken = check(record, choice, decided_by=decision.get("decided_by"),
                   comment=decision.get("comment"), approvers=approvers, tool=tool,
                   identity_required=bool(decision.get("identity_required")))
@@ -495,7 +518,7 @@ def ensure(ledger: Ledger, record: ApprovalRecord, *, thread_id: str,
         approval_id=record["id"], thread_id=thread_id, kind=record["kind"], call_key=key,
         agent_path=record["agent_path"], tool_name=record["tool_name"],
         args_digest=record["args_digest"], ttl=_remaining(record.get("expires_at")),
-        run_id=run_id)])
+        run_id=run_id, allowed=_allowed_of(record) if record["kind"] == "approval" else None)])
     return True
 
 

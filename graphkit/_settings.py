@@ -34,3 +34,6 @@ class GateSettings:
     """Undecided this long means declined as expired (a tool's own `approval_ttl` wins)."""
     grant_ttl: timedelta | None = DEFAULT_GRANT_TTL
     """How long a `remember="thread"` grant lasts."""
+    allowed_decisions: tuple[str, ...] | None = None
+    """The decision types a reviewer may take on a tool that does not say (None: approve,
+    edit, reject)."""

@@ -57,7 +57,7 @@ from graphkit.errors import (
     GraphkitError,
     SnapshotNotFoundError,
 )
-from graphkit.tools import create_tool
+from graphkit.tools import HumanDecision, create_tool, decisions_of
 from graphkit.types import GenerateResult, PendingApproval
 
 __all__ = ["Agent"]
@@ -128,6 +128,9 @@ class Agent:
         notify: `Webhook`s told of every approval requested, decided and expired, in this
             agent's storage, by whichever process records it; delivered from this process
             (`agent.dispatcher`) at least once, signed, retried.
+        allowed_decisions: The decisions a reviewer may take on the approvals of tools that
+            do not set their own (`create_tool(allowed_decisions=...)`); default approve, edit
+            and reject. Add "respond" to let a reviewer answer the model instead of running.
     """
 
     def __init__(
@@ -146,6 +149,7 @@ class Agent:
         approval_ttl: timedelta | None = None,
         grant_ttl: timedelta | None = DEFAULT_GRANT_TTL,
         notify: Sequence[Webhook] = (),
+        allowed_decisions: Sequence[HumanDecision] | None = None,
     ) -> None:
         if not name or "/" in name or not name.isprintable():
             msg = (f"agent name {name!r} must be non-empty printable text without '/' (agent "
@@ -165,7 +169,8 @@ class Agent:
         self.settings = GateSettings(
             require_tool_approval=require_tool_approval,
             auto_resume_suspended_tools=auto_resume_suspended_tools,
-            approvers=approvers, approval_ttl=approval_ttl, grant_ttl=grant_ttl)
+            approvers=approvers, approval_ttl=approval_ttl, grant_ttl=grant_ttl,
+            allowed_decisions=decisions_of(allowed_decisions))
         # Under the LangGraph API server (`langgraph dev`, Studio, the platform) persistence is
         # the server's: it refuses graphs compiled with their own checkpointer or store. The
         # agents it serves share one ledger in this process, which its mounted web inbox reads.
@@ -479,6 +484,49 @@ class Agent:
         return self._advance(run_id, _apply, claim=_claim(
             Choice(type="reject"), tool_call_id=tool_call_id, decided_by=decided_by,
             comment=comment))
+
+    def respond_tool_call(
+        self,
+        *,
+        run_id: str,
+        message: str,
+        tool_call_id: str | None = None,
+        decided_by: str | None = None,
+    ) -> AgentStream:
+        """Answer a paused call instead of running it (a tool that allows "respond"): the
+        model reads `message` as the call's result, and the run goes on."""
+        return self._advance(run_id, _apply, claim=_claim(
+            Choice(type="respond", message=message), tool_call_id=tool_call_id,
+            decided_by=decided_by, comment=None))
+
+    def respond_tool_call_generate(
+        self,
+        *,
+        run_id: str,
+        message: str,
+        tool_call_id: str | None = None,
+        decided_by: str | None = None,
+    ) -> GenerateResult:
+        """`respond_tool_call`, run to the end (or the next pause)."""
+        return self.respond_tool_call(run_id=run_id, message=message, tool_call_id=tool_call_id,
+                                      decided_by=decided_by).result()
+
+    def arespond_tool_call(
+        self,
+        *,
+        run_id: str,
+        message: str,
+        tool_call_id: str | None = None,
+        decided_by: str | None = None,
+    ) -> AsyncAgentStream:
+        """Async twin of `respond_tool_call`."""
+        return self._aadvance(run_id, _apply, claim=_claim(
+            Choice(type="respond", message=message), tool_call_id=tool_call_id,
+            decided_by=decided_by, comment=None))
+
+    async def arespond_tool_call_generate(self, **kwargs: Any) -> GenerateResult:
+        """Async twin of `respond_tool_call_generate`."""
+        return await self.arespond_tool_call(**kwargs).result()
 
     def approve_tool_call_generate(
         self,

@@ -273,6 +273,9 @@ def _operate(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     elif args.command == "decline":
         decided = inbox.decline(args.id, decided_by=args.by, comment=args.comment)
         out(f"declined {_ids(decided)}")
+    elif args.command == "respond":
+        decided = inbox.respond(args.id, decided_by=args.by, message=args.message)
+        out(f"responded to {_ids(decided)}")
     elif args.command == "expire":
         expired = inbox.expire()
         out(
@@ -349,6 +352,11 @@ def _parser() -> argparse.ArgumentParser:
         if name == "approve":
             cmd.add_argument("--args", help="edited arguments as a JSON object")
             cmd.add_argument("--digest", help="the args_digest you reviewed")
+    respond = verb("respond", "answer a pending call instead of running it (tools that allow "
+                   "'respond')")
+    respond.add_argument("id")
+    respond.add_argument("--by", required=True, help="who decides (recorded in the audit log)")
+    respond.add_argument("--message", required=True, help="what the model reads as the result")
     audit = verb("audit", "show the audit log", listing=True)
     audit.add_argument("--thread")
     audit.add_argument("--id")

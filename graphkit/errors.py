@@ -14,7 +14,8 @@ GraphkitError
 │   └── ArgsDigestMismatchError                    the reviewed args_digest is not the one waiting
 ├── ResumeDataError                (ValueError)    resume data fails the tool's resume_schema
 ├── SuspendPayloadError            (ValueError)    suspend payload fails the tool's suspend_schema
-└── ApproverNotAllowedError        (PermissionError) the approvers policy refused the decider
+├── ApproverNotAllowedError        (PermissionError) the approvers policy refused the decider
+└── DecisionNotAllowedError        (ValueError)    the tool does not allow that decision type
 ```
 
 LangGraph's control-flow signals (`GraphInterrupt`) are never wrapped in these: a pause is
@@ -30,6 +31,7 @@ __all__ = [
     "ApprovalsPendingError",
     "ApproverNotAllowedError",
     "ArgsDigestMismatchError",
+    "DecisionNotAllowedError",
     "GraphkitError",
     "InvalidApprovedArgsError",
     "ResumeDataError",
@@ -93,3 +95,8 @@ class SuspendPayloadError(GraphkitError, ValueError):
 
 class ApproverNotAllowedError(GraphkitError, PermissionError):
     """The agent's `approvers` policy refused this decider for this approval."""
+
+
+class DecisionNotAllowedError(GraphkitError, ValueError):
+    """The decision's type (approve, edit, reject, respond) is not among the tool's
+    `allowed_decisions`."""

@@ -204,6 +204,12 @@ class Inbox:
         """Decline: the call never runs; the model is told when the run resumes."""
         return self._decide(id, approve=False, decided_by=decided_by, comment=comment)
 
+    def respond(self, id: str, *, decided_by: str, message: str) -> PendingApproval:
+        """Answer the call instead of running it (a tool that allows "respond"): the model
+        reads `message` as its result when the run resumes."""
+        return self._decide(id, choice=Choice(type="respond", message=message),
+                            decided_by=decided_by, comment=None)
+
     def resume(self, id: str, data: Any, *, decided_by: str) -> PendingApproval:
         """Give a suspended tool its resume data; the run continues on its next resume."""
         return self._decide(id, choice=Choice(type="resume", data=data), decided_by=decided_by,
@@ -284,6 +290,10 @@ class Inbox:
                        ) -> PendingApproval:
         """Async twin of `decline`."""
         return await asyncio.to_thread(self.decline, id, decided_by=decided_by, comment=comment)
+
+    async def arespond(self, id: str, *, decided_by: str, message: str) -> PendingApproval:
+        """Async twin of `respond`."""
+        return await asyncio.to_thread(self.respond, id, decided_by=decided_by, message=message)
 
     async def aready(self) -> list[str]:
         """Async twin of `ready`."""

@@ -12,22 +12,27 @@ import functools
 import inspect
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, get_type_hints, overload
+from typing import Any, Literal, get_type_hints, overload
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForToolRun,
     CallbackManagerForToolRun,
 )
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import StructuredTool, create_schema_from_function
+from langchain_core.tools import BaseTool, StructuredTool, create_schema_from_function
 from langchain_core.tools.base import _get_runnable_config_param
 from langchain_core.utils._signature import _signature_parameters
 from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel, ValidationError
 
 from graphkit.errors import SuspendPayloadError
+
+HumanDecision = Literal["approve", "edit", "reject", "respond"]
+"""A reviewer's decision on an approval, in LangChain's words."""
+HUMAN_DECISIONS: tuple[HumanDecision, ...] = ("approve", "edit", "reject", "respond")
+DEFAULT_DECISIONS: tuple[HumanDecision, ...] = ("approve", "edit", "reject")
 
 __all__ = [
     "DelegationTool",
@@ -159,6 +164,9 @@ class GraphkitTool(StructuredTool):
     """The function parameter that receives the `ToolContext`, if any."""
     approval_ttl: timedelta | None = None
     """An approval of this tool undecided for this long is declined as expired."""
+    allowed_decisions: tuple[HumanDecision, ...] | None = None
+    """The decision types a reviewer may take on this tool's approvals (None: the agent's
+    default, else approve, edit and reject)."""
 
     def _with_context(self, config: RunnableConfig, kwargs: dict[str, Any]) -> None:
         if self.context_param is None:
@@ -273,6 +281,7 @@ def create_tool(
     suspend_schema: type[BaseModel] | None = None,
     resume_schema: type[BaseModel] | None = None,
     approval_ttl: timedelta | None = None,
+    allowed_decisions: Sequence[HumanDecision] | None = None,
 ) -> GraphkitTool: ...
 
 
@@ -289,6 +298,7 @@ def create_tool(
     suspend_schema: type[BaseModel] | None = None,
     resume_schema: type[BaseModel] | None = None,
     approval_ttl: timedelta | None = None,
+    allowed_decisions: Sequence[HumanDecision] | None = None,
 ) -> Callable[[Callable[..., Any]], GraphkitTool]: ...
 
 
@@ -304,6 +314,7 @@ def create_tool(
     suspend_schema: type[BaseModel] | None = None,
     resume_schema: type[BaseModel] | None = None,
     approval_ttl: timedelta | None = None,
+    allowed_decisions: Sequence[HumanDecision] | None = None,
 ) -> GraphkitTool | Callable[[Callable[..., Any]], GraphkitTool]:
     """Make a tool from a sync or async function; usable as a call or as a decorator.
 
@@ -320,7 +331,12 @@ def create_tool(
         suspend_schema: Validates the payload of `ctx.suspend(...)`.
         resume_schema: Validates resume data; `ctx.resume_data` is an instance of it.
         approval_ttl: Decline an approval of this tool as expired when it waits this long.
+        allowed_decisions: What a reviewer may do with this tool's approvals, as LangChain's
+            `interrupt_on` has it: some of "approve", "edit", "reject", "respond" (default:
+            the agent's, else approve, edit and reject). Any other decision is refused with
+            `DecisionNotAllowedError` at every door.
     """
+    allowed = decisions_of(allowed_decisions)
 
     def build(fn: Callable[..., Any]) -> GraphkitTool:
         if not callable(needs_approval) and not isinstance(needs_approval, bool):
@@ -347,11 +363,36 @@ def create_tool(
             resume_schema=resume_schema,
             context_param=ctx_param,
             approval_ttl=approval_ttl,
+            allowed_decisions=allowed,
         )
 
     if func is None:
         return build
     return build(func)
+
+
+def decisions_of(allowed: Sequence[str] | None) -> tuple[HumanDecision, ...] | None:
+    """`allowed_decisions` as given to `create_tool` or `Agent`, checked: a non-empty set of
+    LangChain's decision types, in LangChain's order."""
+    if allowed is None:
+        return None
+    if isinstance(allowed, str) or not all(isinstance(d, str) for d in allowed):
+        msg = f"allowed_decisions must be a list of decision types, got {allowed!r}"
+        raise TypeError(msg)
+    unknown = sorted(set(allowed) - set(HUMAN_DECISIONS))
+    if unknown or not allowed:
+        msg = (f"allowed_decisions must name some of {list(HUMAN_DECISIONS)}, got "
+               f"{list(allowed)!r}")
+        raise ValueError(msg)
+    return tuple(d for d in HUMAN_DECISIONS if d in allowed)
+
+
+def allowed_for(tool: BaseTool | None, default: Sequence[HumanDecision] | None = None
+                ) -> tuple[HumanDecision, ...]:
+    """The decisions a reviewer may take on an approval of `tool` in an agent whose default
+    is `default`."""
+    own = tool.allowed_decisions if isinstance(tool, GraphkitTool) else None
+    return tuple(own or default or DEFAULT_DECISIONS)
 
 
 def render_prompt(template: str, args: Mapping[str, Any]) -> str:

@@ -85,6 +85,8 @@ class ApprovalRecord(TypedDict):
     expires_at: NotRequired[str | None]
     call_key: NotRequired[str]
     """The planned call's key in the ledger (for recording it again after a restart)."""
+    allowed_decisions: NotRequired[list[str]]
+    """What a reviewer may decide (an approval's): some of approve, edit, reject, respond."""
 
 
 class ApproveDecision(TypedDict):
@@ -195,6 +197,9 @@ class PendingApproval:
     """The thread of the paused run (set in inbox listings)."""
     run_id: str | None = None
     """The paused run (set in inbox listings); pass it to `agent.resume`."""
+    allowed_decisions: list[str] = field(default_factory=lambda: ["approve", "edit", "reject"])
+    """What a reviewer may decide on this approval (LangChain's `allowed_decisions`); a
+    suspension takes resume data or a decline."""
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> PendingApproval:

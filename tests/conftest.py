@@ -41,3 +41,13 @@ def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'graphkit.db'}"
     return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture(autouse=True)
+def no_blocking_calls_on_an_event_loop() -> Iterator[None]:
+    """Every test runs under the blocking-call detector (tests/blocking.py): graphkit's async
+    API, its web app and its nodes in an async run never block an event loop."""
+    from tests.blocking import no_blocking
+
+    with no_blocking():
+        yield

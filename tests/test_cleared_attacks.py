@@ -7,6 +7,8 @@ someone the policy admits, for exactly those arguments, in that thread and agent
 
 from __future__ import annotations
 
+import asyncio
+
 import contextlib
 import copy
 import json
@@ -382,9 +384,9 @@ async def test_async_refused_claim_and_forged_send(sqlite_url: str) -> None:
     agent, ran = agent_with(pay_then_done, checkpointer=sqlite_url, approvers=cfo_only,
                             name="billing")
     result = await agent.agenerate("pay")
-    (pending,) = Inbox(sqlite_url).pending()
+    (pending,) = await Inbox(sqlite_url).apending()
     await Inbox(sqlite_url).aapprove(pending.id, decided_by="intern")
-    plan = plan_of(agent, result.thread_id)
+    plan = await asyncio.to_thread(plan_of, agent, result.thread_id)
     cfg = config(result.thread_id)
     await agent.graph.aupdate_state(cfg, {"reports": {}}, as_node="approval_gate")
     await agent.graph.ainvoke(Command(goto=[Send("tools", task(pay_call(plan), ["billing"]))]),

@@ -19,6 +19,8 @@ the tests whose names start with `test_held_` document attacks that did not.
 
 from __future__ import annotations
 
+import asyncio
+
 import contextlib
 import uuid
 from typing import Any
@@ -518,14 +520,17 @@ async def test_forged_pending_status_async_does_not_hide_a_payment_in_flight(
     """Attack: the in-flight payment attack above through `ainvoke` (the async model node
     and gate offload the same door)."""
     agent, _ledger, _log = _pay_and_weather(sqlite_url)
-    thread_id, key, _paused = _approved_pay_stopped_before_tools(agent)
+    # the setup is sync graphkit: off the test's event loop
+    thread_id, key, _paused = await asyncio.to_thread(_approved_pay_stopped_before_tools, agent)
     store = agent._storage.ledger
     owner = new_owner()
-    assert store.start(key, owner, holder_dead=lambda _o: False) == ("won", None)
-    _forge_pay_pending(agent, thread_id)
+    assert await asyncio.to_thread(store.start, key, owner, holder_dead=lambda _o: False) == (
+        "won", None)
+    await asyncio.to_thread(_forge_pay_pending, agent, thread_id)
     out = await agent.graph.ainvoke({"messages": [HumanMessage("Paris")]},
                                     {"configurable": {"thread_id": thread_id, **USER}})
-    store.finish(key, owner, {"content": "paid 40 to ACME", "status": "success"})
+    await asyncio.to_thread(store.finish, key, owner,
+                            {"content": "paid 40 to ACME", "status": "success"})
     told = _told(out["messages"], "c1")
     assert told and not any("not run" in t or "did not run" in t for t in told), (
         f"the model was told {told!r} about a payment that was running (and paid)")

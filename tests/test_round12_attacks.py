@@ -18,6 +18,8 @@ the tests whose names start with `test_held_` document attacks that did not.
 
 from __future__ import annotations
 
+import asyncio
+
 import contextlib
 import uuid
 from typing import Any
@@ -195,14 +197,17 @@ async def test_a_call_dropped_from_the_plan_async_is_not_hidden_while_in_flight(
     """Attack: the dropped-call attack through `ainvoke` (the async model node offloads the
     same door)."""
     agent, _ledger, _log = _pay_and_weather(sqlite_url)
-    thread_id, key, _paused = _approved_pay_stopped_before_tools(agent)
+    # the setup is sync graphkit: off the test's event loop
+    thread_id, key, _paused = await asyncio.to_thread(_approved_pay_stopped_before_tools, agent)
     store = agent._storage.ledger
     owner = new_owner()
-    assert store.start(key, owner, holder_dead=lambda _o: False) == ("won", None)
-    _drop_pay_from_plan(agent, thread_id)
+    assert await asyncio.to_thread(store.start, key, owner, holder_dead=lambda _o: False) == (
+        "won", None)
+    await asyncio.to_thread(_drop_pay_from_plan, agent, thread_id)
     out = await agent.graph.ainvoke({"messages": [HumanMessage("Paris")]},
                                     {"configurable": {"thread_id": thread_id, **USER}})
-    store.finish(key, owner, {"content": "paid 40 to ACME", "status": "success"})
+    await asyncio.to_thread(store.finish, key, owner,
+                            {"content": "paid 40 to ACME", "status": "success"})
     told = _told(out["messages"], "c1")
     assert told and not any("not run" in t for t in told), (
         f"the model was told {told!r} about a payment that was running (and paid)")

@@ -22,6 +22,8 @@ the tests whose names start with `test_held_` document attacks that did not.
 
 from __future__ import annotations
 
+import asyncio
+
 import contextlib
 import copy
 import uuid
@@ -375,8 +377,9 @@ async def test_a_rewritten_key_async_is_not_told_not_run_then_paid(sqlite_url: s
     """Attack: the rewritten-key attack through `ainvoke` (the async model node offloads the
     same `_stopped_turn`)."""
     agent, ledger = _billing(sqlite_url)
-    thread_id, paused = _approved_and_dispatched(agent)
-    plan = plan_of(agent, thread_id)
+    # the setup is sync graphkit: off the test's event loop
+    thread_id, paused = await asyncio.to_thread(_approved_and_dispatched, agent)
+    plan = await asyncio.to_thread(plan_of, agent, thread_id)
     plan["calls"][0]["key"] = f"call_{uuid.uuid4().hex[:20]}"
     await agent.graph.aupdate_state(config(thread_id), {"turn": plan})
     out = await agent.graph.ainvoke({"messages": [HumanMessage("never mind")]},

@@ -216,7 +216,9 @@ def test_held_concurrent_async_decisions_claim_once_and_run_once() -> None:
     outcomes = asyncio.run(main())
     assert sum(not isinstance(o, BaseException) for o in outcomes) == 1, outcomes
     assert all(isinstance(o, GraphkitError) for o in outcomes if isinstance(o, BaseException))
-    assert ran.ran == [("pay", PAY)]
+    # whichever decision claimed first (each is taken in its own thread) is the one that holds
+    declined = not isinstance(outcomes[2], BaseException)
+    assert ran.ran == ([] if declined else [("pay", PAY)])
 
 
 def test_held_client_keys_of_the_old_tool_task_channels_do_nothing() -> None:

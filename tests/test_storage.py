@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import json
 import subprocess
 import sys
@@ -147,7 +149,7 @@ def test_the_one_statement_claim_admits_exactly_what_the_ledger_allows(durable_u
     assert not claim("nowhere", "x")
     assert claim("free", "me") and not claim("free", "again")  # once
     assert not claim("gated", "x")  # pending
-    decision = {"decided_by": "alice", "run_digest": "d2"}
+    decision = {"type": "approve", "decided_by": "alice", "run_digest": "d2"}
     assert ledger.decide("apr1", thread_id="t", args_digest="d1", status="approved",
                          decision=decision, audits=[])
     assert not claim("gated", "x", args_digest="d2")  # claimed, not yet verified by a gate
@@ -262,7 +264,7 @@ async def test_an_async_postgres_saver_instance_keeps_the_ledger_in_its_database
         pending_id = result.pending_approvals[0].id
         other, _ = await open_agent(ran)
         agents.append(other)
-        row = other._storage.ledger.approval(pending_id)
+        row = await asyncio.to_thread(other._storage.ledger.approval, pending_id)
         assert row is not None and row.status == "pending"
     finally:
         for conn in opened:

@@ -317,18 +317,33 @@ def _routes(web: _Web) -> list[Any]:
                     + render.fields(schemas.get("resume_schema"), {}, "data")
                     + "<button name='do' value='resume'>Resume</button></form>"
                     + _decline_form(item, hidden))
-        return (f"<form method='post' action='approvals/{render._e(item.id)}/approve' "
+        allowed = set(item.allowed_decisions)
+        forms = []
+        if "approve" in allowed:
+            forms.append(
+                f"<form method='post' action='approvals/{render._e(item.id)}/approve' "
                 "class='decide'><h3>Approve as shown</h3>" + hidden
                 + "<label>Comment<input name='comment'></label>"
                 "<label><input type='checkbox' name='remember' value='thread'> Approve later "
                 "calls of this tool in this thread too (that I may approve)</label>"
-                "<button name='do' value='approve'>Approve</button></form>"
+                "<button name='do' value='approve'>Approve</button></form>")
+        if "edit" in allowed:
+            forms.append(
                 f"<form method='post' action='approvals/{render._e(item.id)}/edit' "
                 "class='decide edit'><h3>Approve with other arguments</h3>" + hidden
                 + render.fields(schemas.get("schema"), item.args, "arg")
                 + "<label>Comment<input name='comment'></label>"
-                "<button name='do' value='edit'>Approve these arguments</button></form>"
-                + _decline_form(item, hidden))
+                "<button name='do' value='edit'>Approve these arguments</button></form>")
+        if "respond" in allowed:
+            forms.append(
+                f"<form method='post' action='approvals/{render._e(item.id)}/respond' "
+                "class='decide respond'><h3>Answer instead of running</h3>" + hidden
+                + "<label>What the model reads as the result<textarea name='message' "
+                "required></textarea></label>"
+                "<button name='do' value='respond'>Send answer</button></form>")
+        if "reject" in allowed:
+            forms.append(_decline_form(item, hidden))
+        return "".join(forms)
 
     async def approval(request: Request, who: str, session: str, form: dict[str, str]
                        ) -> Response:
@@ -375,6 +390,9 @@ def _routes(web: _Web) -> list[Any]:
                     web.inbox.approve, approval_id, decided_by=who,
                     comment=form.get("comment") or None, args=args,
                     args_digest=form.get("digest") or None)
+            elif action == "respond":
+                await asyncio.to_thread(web.inbox.respond, approval_id, decided_by=who,
+                                        message=form.get("message") or "")
             elif action == "resume":
                 schema = (await asyncio.to_thread(web.inbox.schema, approval_id)).get(
                     "resume_schema")
