@@ -1,0 +1,187 @@
+"""Allowed decisions per tool, as LangChain's `interrupt_on` has them: the interrupt says
+exactly what a reviewer may do, and a decision of another type is refused (typed, audited,
+nothing changed) at every door: the Agent API, the Inbox, the CLI, a raw `Command`."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from typing import Any
+
+import pytest
+from langchain_core.messages import ToolMessage
+from langgraph.types import Command
+
+from graphkit import Agent, Inbox, create_tool
+from graphkit.cli import main
+from graphkit.errors import DecisionNotAllowedError, GraphkitError
+from graphkit.testing import ScriptedChatModel
+from tests.helpers import call, turn
+
+
+def _agent(url: str, ran: list[str], *, allowed: Any = ("approve", "reject", "respond"),
+           agent_default: Any = None) -> Agent:
+    @create_tool(needs_approval=True, allowed_decisions=allowed)
+    def transfer(amount: int) -> str:
+        """Move money."""
+        ran.append(f"transfer {amount}")
+        return f"moved {amount}"
+
+    def reply(messages: list[Any]) -> Any:
+        last = messages[-1]
+        if isinstance(last, ToolMessage):
+            return f"model read: {last.content}"
+        return turn(call("transfer", {"amount": 500}, "t1"))
+
+    return Agent(name="treasury", tools=[transfer], checkpointer=url,
+                 model=ScriptedChatModel(reply), allowed_decisions=agent_default)
+
+
+def _refusals(url: str, approval_id: str) -> list[dict[str, Any]]:
+    return [e for e in Inbox(url).audit(id=approval_id) if e["event"] == "refused"]
+
+
+def test_the_interrupt_lists_exactly_the_tools_allowed_decisions(sqlite_url: str) -> None:
+    ran: list[str] = []
+    agent = _agent(sqlite_url, ran)
+    first = agent.generate("move 500")
+    (pending,) = first.pending_approvals
+    assert pending.allowed_decisions == ["approve", "reject", "respond"]
+    snapshot = agent.graph.get_state({"configurable": {"thread_id": first.thread_id}})
+    (interrupt,) = snapshot.interrupts
+    assert interrupt.value["review_configs"] == [
+        {"action_name": "transfer", "allowed_decisions": ["approve", "reject", "respond"]}]
+    assert Inbox(sqlite_url).get(pending.id).allowed_decisions == [
+        "approve", "reject", "respond"]
+
+
+def test_default_and_agent_level_allowed_decisions(sqlite_url: str) -> None:
+    ran: list[str] = []
+    plain = _agent(sqlite_url, ran, allowed=None)
+    assert plain.generate("move").pending_approvals[0].allowed_decisions == [
+        "approve", "edit", "reject"]
+    strict = _agent(sqlite_url, ran, allowed=None, agent_default=["approve", "reject"])
+    assert strict.generate("move").pending_approvals[0].allowed_decisions == [
+        "approve", "reject"]
+    own = _agent(sqlite_url, ran, allowed=["reject"], agent_default=["approve", "reject"])
+    assert own.generate("move").pending_approvals[0].allowed_decisions == ["reject"]
+
+
+@pytest.mark.parametrize("bad", [[], ["approve", "ignore"], "approve", [1]])
+def test_create_tool_refuses_unknown_allowed_decisions(bad: Any) -> None:
+    with pytest.raises((TypeError, ValueError)):
+        create_tool(lambda x: x, name="t", allowed_decisions=bad)
+
+
+def test_an_edit_the_tool_does_not_allow_is_refused_at_every_door(sqlite_url: str) -> None:
+    ran: list[str] = []
+    agent = _agent(sqlite_url, ran)
+    first = agent.generate("move 500")
+    (pending,) = first.pending_approvals
+    with pytest.raises(DecisionNotAllowedError, match="'edit' decision is not allowed"):
+        agent.approve_tool_call_generate(run_id=first.run_id, args={"amount": 5},
+                                         decided_by="cfo")
+    with pytest.raises(DecisionNotAllowedError):
+        Inbox(sqlite_url, agents=[agent]).approve(pending.id, decided_by="cfo",
+                                                  args={"amount": 5})
+    with pytest.raises(DecisionNotAllowedError):  # an inbox that cannot load the tool
+        Inbox(sqlite_url).approve(pending.id, decided_by="cfo", args={"amount": 5})
+    err = io.StringIO()
+    lines: list[str] = []
+    import contextlib
+    with contextlib.redirect_stderr(err):
+        code = main(["approve", pending.id, "--by", "cfo", "--args", '{"amount": 5}',
+                     "--db", sqlite_url], out=lines.append)
+    assert code == 1 and "not allowed" in err.getvalue() and not lines
+    config = {"configurable": {"thread_id": first.thread_id}}
+    agent.graph.invoke(Command(resume={"decisions": [
+        {"type": "edit", "edited_action": {"name": "transfer", "args": {"amount": 5}}}]}),
+        config)
+    # nothing ran, the approval still waits, and each refusal is in the audit
+    assert ran == []
+    assert [p.id for p in agent.pending_approvals(run_id=first.run_id)] == [pending.id]
+    assert len(_refusals(sqlite_url, pending.id)) >= 5
+    assert all("DecisionNotAllowedError" in (e.get("detail") or "")
+               for e in _refusals(sqlite_url, pending.id))
+    # what is allowed still works
+    done = agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
+    assert ran == ["transfer 500"] and done.text == "model read: moved 500"
+
+
+def test_a_forged_allowed_list_in_the_state_does_not_widen_what_the_ledger_allows(
+        sqlite_url: str) -> None:
+    """The plan in the graph state is a copy a client can write: the claim is bound to the
+    list the ledger recorded when the call was planned."""
+    ran: list[str] = []
+    agent = _agent(sqlite_url, ran, allowed=["approve", "reject"])
+    first = agent.generate("move 500")
+    config = {"configurable": {"thread_id": first.thread_id}}
+    plan = agent.graph.get_state(config).values["turn"]
+    plan["calls"][0]["approval"]["allowed_decisions"] = ["approve", "edit", "reject", "respond"]
+    agent.graph.invoke(Command(update={"turn": plan}, goto="approval_gate"), config)
+    request = agent.graph.get_state(config).interrupts[0].value
+    assert "respond" in request["review_configs"][0]["allowed_decisions"]  # the forged copy
+    agent.graph.invoke(Command(resume={"decisions": [
+        {"type": "respond", "message": "done already"}]}), config)
+    approval_id = plan["calls"][0]["approval"]["id"]
+    row = agent._storage.ledger.approval(approval_id)
+    assert row is not None and row.status == "pending" and ran == []
+    assert any("DecisionNotAllowedError" in (e.get("detail") or "")
+               for e in _refusals(sqlite_url, approval_id))
+    done = agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
+    assert ran == ["transfer 500"] and "moved 500" in done.text
+
+
+def test_respond_answers_the_model_without_running_the_tool(sqlite_url: str) -> None:
+    ran: list[str] = []
+    agent = _agent(sqlite_url, ran)
+    first = agent.generate("move 500")
+    done = agent.respond_tool_call_generate(run_id=first.run_id, decided_by="cfo",
+                                            message="Use the treasury desk instead.")
+    assert ran == []
+    assert "Use the treasury desk instead." in done.text
+    events = [e["event"] for e in Inbox(sqlite_url).audit(thread_id=first.thread_id)]
+    assert "responded" in events
+
+
+def test_respond_through_the_inbox_cli_and_async_api(sqlite_url: str) -> None:
+    ran: list[str] = []
+    agent = _agent(sqlite_url, ran)
+    first = agent.generate("move 500")
+    (pending,) = first.pending_approvals
+    decided = Inbox(sqlite_url).respond(pending.id, decided_by="cfo", message="Not today.")
+    assert decided.status != "pending"
+    assert "Not today." in agent.resume(run_id=first.run_id).text and ran == []
+
+    second = agent.generate("move 500")
+    lines: list[str] = []
+    assert main(["respond", second.pending_approvals[0].id, "--by", "cfo", "--message",
+                 "Ask again Monday.", "--db", sqlite_url], out=lines.append) == 0
+    assert lines and lines[0].startswith("responded to")
+    assert "Ask again Monday." in agent.resume(run_id=second.run_id).text
+
+    async def flow() -> str:
+        third = await agent.agenerate("move 500")
+        done = await agent.arespond_tool_call_generate(run_id=third.run_id, decided_by="cfo",
+                                                       message="Handled by phone.")
+        return done.text
+
+    assert "Handled by phone." in asyncio.run(flow())
+    assert ran == []
+
+
+def test_respond_is_refused_where_the_tool_does_not_allow_it(sqlite_url: str) -> None:
+    ran: list[str] = []
+    agent = _agent(sqlite_url, ran, allowed=None)  # approve, edit, reject
+    first = agent.generate("move 500")
+    (pending,) = first.pending_approvals
+    with pytest.raises(DecisionNotAllowedError):
+        agent.respond_tool_call_generate(run_id=first.run_id, message="it is done")
+    with pytest.raises(DecisionNotAllowedError):
+        Inbox(sqlite_url).respond(pending.id, decided_by="cfo", message="it is done")
+    config = {"configurable": {"thread_id": first.thread_id}}
+    agent.graph.invoke(Command(resume={"decisions": [
+        {"type": "respond", "message": "it is done"}]}), config)
+    assert [p.status for p in agent.pending_approvals(run_id=first.run_id)] == ["pending"]
+    assert ran == []
+    assert isinstance(DecisionNotAllowedError("x"), GraphkitError | ValueError)
