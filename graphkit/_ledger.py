@@ -36,6 +36,10 @@ __all__ = [
 ]
 
 LEASE_SECONDS = 30.0
+SERVER_THREAD = "server-thread:"
+"""The ready-queue key of a LangGraph server's run (no graphkit run id): this + its thread."""
+SERVER_AGENT = "langgraph-server:"
+"""The ready-queue agent of such a run: never a worker's agent name."""
 """A lease outlives a crashed holder by at most this long; live holders renew it."""
 WAIT_SECONDS = 120.0
 """How long a process waits for another one to finish advancing the same thread."""
@@ -734,14 +738,19 @@ class Ledger:
         readiness that arrives while a worker resumes the run re-arms it)."""
         now = self._sql.now
         agent = self._sql.first_segment.format(c="a.agent_path")
+        # A run the LangGraph server started has no graphkit run id: its thread stands for it,
+        # under a key and agent no `graphkit worker` claims (the server's queue continues it).
         queued = tx.execute(
             "INSERT INTO graphkit_ready (run_id, agent, thread_id, ready_at) "
-            f"SELECT a.run_id, {agent}, a.thread_id, {now} FROM graphkit_approvals a "
-            "WHERE a.approval_id = ? AND a.run_id IS NOT NULL AND NOT EXISTS ("
-            "SELECT 1 FROM graphkit_approvals p WHERE p.run_id = a.run_id "
-            "AND p.status = 'pending') "
+            f"SELECT COALESCE(a.run_id, ? || a.thread_id), CASE WHEN a.run_id IS NULL "
+            f"THEN ? || {agent} ELSE {agent} END, a.thread_id, {now} "
+            "FROM graphkit_approvals a WHERE a.approval_id = ? AND NOT EXISTS ("
+            "SELECT 1 FROM graphkit_approvals p WHERE p.status = 'pending' AND "
+            "((a.run_id IS NOT NULL AND p.run_id = a.run_id) OR "
+            "(a.run_id IS NULL AND p.thread_id = a.thread_id))) "
             "ON CONFLICT (run_id) DO UPDATE SET ready_at = excluded.ready_at, "
-            "claimed_by = NULL, claimed_until = NULL", (approval_id,))
+            "claimed_by = NULL, claimed_until = NULL",
+            (SERVER_THREAD, SERVER_AGENT, approval_id))
         if queued and self._sql.notify:
             tx.execute(self._sql.notify)
 
@@ -760,6 +769,17 @@ class Ledger:
         run_id, ready_at, thread_id = str(rows[0][0]), float(rows[0][1]), str(rows[0][2])
         _KEEPER.hold(self, ("ready", run_id), owner)
         return run_id, ready_at, thread_id
+
+    def take_ready(self, run_id: str, owner: str) -> float | None:
+        """Claim this one run if it is ready and nobody holds it (the inbox mounted in a
+        LangGraph server hands it to the server's own queue); its `ready_at`, else None. Two
+        reviewers who decide at once get one claim between them."""
+        now = self._sql.now
+        rows = self._sql.query(
+            f"UPDATE graphkit_ready SET claimed_by = ?, claimed_until = {now} + ? "
+            f"WHERE run_id = ? AND (claimed_until IS NULL OR claimed_until < {now}) "
+            "RETURNING ready_at", (owner, LEASE_SECONDS, run_id))
+        return float(rows[0][0]) if rows else None
 
     def done_ready(self, run_id: str, owner: str, ready_at: float) -> None:
         """The run was resumed: forget it, unless it became ready again meanwhile."""

@@ -8,7 +8,6 @@ someone the policy admits, for exactly those arguments, in that thread and agent
 from __future__ import annotations
 
 import asyncio
-
 import contextlib
 import copy
 import json

@@ -19,7 +19,6 @@ the tests whose names start with `test_held_` document attacks that did not.
 from __future__ import annotations
 
 import asyncio
-
 import contextlib
 import uuid
 from typing import Any

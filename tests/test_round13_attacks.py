@@ -23,7 +23,6 @@ the tests whose names start with `test_held_` document attacks that did not.
 from __future__ import annotations
 
 import asyncio
-
 import contextlib
 import copy
 import uuid

@@ -31,6 +31,23 @@ def tool_results(values: dict[str, Any]) -> list[dict[str, Any]]:
     return [m for m in values["messages"] if m["type"] == "tool"]
 
 
+def wait_for_tool_result(client: Any, thread_id: str, text: str,
+                         timeout: float = 60) -> dict[str, Any]:
+    """The thread's values once a tool result containing `text` is in them and its run is
+    over (the server runs the continuation on its own queue)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        state = client.threads.get_state(thread_id)
+        values: dict[str, Any] = state["values"] or {}
+        results = tool_results(values) if values.get("messages") else []
+        if any(text in str(m["content"]) for m in results) and not state["next"]:
+            return values
+        assert time.monotonic() < deadline, f"no tool result with {text!r}: {values}"
+        time.sleep(0.2)
+
+
 def test_deploy_approve_and_reject_through_the_server(server: str) -> None:
     from langgraph_sdk import get_sync_client
 
@@ -110,5 +127,14 @@ def test_the_web_inbox_mounted_in_the_server_decides_its_runs(server: str) -> No
     decided = web.post(f"/approvals/{approval_id}/approve",
                        data={"csrf": csrf.group(1), "comment": "from the mounted inbox"})
     assert decided.status_code == 303 and "refused" not in decided.headers["location"]
-    values = run(client, thread["thread_id"], "deploy", command={"resume": {}})
-    assert "rolled out 7.7.7 to production" in tool_results(values)[-1]["content"]
+    # nobody resumes the thread: the inbox handed the continuation to the server's runs API
+    values = wait_for_tool_result(client, thread["thread_id"], "rolled out 7.7.7")
+    assert values["messages"][-1]["type"] == "ai"
+    card = web.get(f"/approvals/{approval_id}").text
+    assert "finished" in card and "rolled out 7.7.7 to production" in card, card[-2000:]
+    (continued,) = [r for r in client.runs.list(thread["thread_id"], limit=10)
+                    if (r.get("kwargs") or {}).get("command")]
+    assert continued["status"] == "success"
+    user = continued["kwargs"]["config"]["configurable"].get("langgraph_auth_user") or {}
+    assert (user.get("identity") if isinstance(user, dict) else user) == "release-manager", (
+        continued)

@@ -1,9 +1,12 @@
-import asyncio, sqlite3
+import asyncio
+
 import pytest
 from blockbuster import BlockingError
+
 from graphkit import Agent, create_tool
 from graphkit.testing import ScriptedChatModel
 from tests.helpers import call, turn
+
 
 def test_detector_catches_a_graphkit_blocking_call():
     from graphkit._ledger import Ledger

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-from langchain_core.messages import BaseMessage, convert_to_messages
+from langchain_core.messages import BaseMessage
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -48,6 +48,8 @@ from graphkit.web._auth import (
     Sessions,
     token_authenticator,
 )
+from graphkit.web._server import Continuation, ServerRuns
+from graphkit.web._server import thread_messages as server_thread_messages
 
 if TYPE_CHECKING:
     from graphkit.agent import Agent
@@ -80,8 +82,11 @@ class _Web:
 
     def __init__(self, inbox: Inbox, authenticate: Authenticator | None,
                  tokens: Mapping[str, str], sessions: Sessions,
-                 thread_messages: ThreadMessages | None = None) -> None:
+                 thread_messages: ThreadMessages | None = None,
+                 server: ServerRuns | None = None) -> None:
         self.inbox = inbox
+        self.server = server
+        """The LangGraph server this app is mounted in, which continues decided runs."""
         self.authenticate = authenticate
         self.check_token = token_authenticator(tokens) if tokens else None
         self.sessions = sessions
@@ -121,19 +126,6 @@ class _Web:
         return None
 
 
-async def server_thread_messages(thread_id: str) -> list[BaseMessage]:
-    """A thread's messages, read in process from the LangGraph server this app is mounted in
-    (its threads API, through LangGraph's loopback client, which the server trusts as its own
-    code: whoever the inbox signed in sees the context of what they review, as the inbox
-    beside an agent's own storage shows it)."""
-    from langgraph_sdk import get_client
-
-    state = await get_client(url=None, api_key=None).threads.get_state(thread_id)
-    values = state.get("values") if isinstance(state, Mapping) else None
-    raw = values.get("messages") if isinstance(values, Mapping) else None
-    return convert_to_messages(raw) if isinstance(raw, list) else []
-
-
 def _base(request: Request) -> str:
     return (request.scope.get("root_path") or "") + "/"
 
@@ -158,7 +150,8 @@ async def _form(request: Request) -> dict[str, str]:
 def create_app(url_or_storage: str | Storage | None = None, *,
                authenticate: Authenticator | Mapping[str, str] | None = None,
                agents: Sequence[Agent] = (), secret: str | None = None,
-               thread_messages: ThreadMessages | None = None) -> Starlette:
+               thread_messages: ThreadMessages | None = None,
+               continue_runs: bool = False) -> Starlette:
     """The web inbox for the runs kept in `url_or_storage` (default: `$GRAPHKIT_DB`).
 
     Args:
@@ -170,6 +163,9 @@ def create_app(url_or_storage: str | Storage | None = None, *,
         secret: Signs session cookies (default `GRAPHKIT_SECRET`, else random per process).
         thread_messages: Where to read a run's messages when its agent's own storage does not
             hold them (`server_app` reads them from the LangGraph server).
+        continue_runs: Inside a LangGraph server (`server_app` sets it): once a reviewer
+            takes the last decision a run waits on, the server's runs API continues it, as
+            that reviewer, and its card follows the run to its outcome.
     """
     target = url_or_storage or os.environ.get("GRAPHKIT_DB")
     if not target:
@@ -180,7 +176,8 @@ def create_app(url_or_storage: str | Storage | None = None, *,
               else parse_tokens(os.environ.get("GRAPHKIT_TOKENS", "")) if authenticate is None
               else {})
     web = _Web(Inbox(storage, agents=agents), authenticate if callable(authenticate) else None,
-               tokens, Sessions(secret, ended=storage.ledger.session_ended), thread_messages)
+               tokens, Sessions(secret, ended=storage.ledger.session_ended), thread_messages,
+               ServerRuns(storage.ledger) if continue_runs else None)
     return Starlette(routes=_routes(web), middleware=[Middleware(_Secured)])
 
 
@@ -362,12 +359,17 @@ def _routes(web: _Web) -> list[Any]:
         seal = web.sessions.sign("notice", f"{session}|{approval_id}|{refusal}")
         genuine = refusal and hmac.compare_digest(seal, request.query_params.get("seal", ""))
         note = f"<p class='error refused'>{render._e(refusal)}</p>" if genuine else ""
+        after = await web.server.continuation(item) if web.server is not None else None
         body = (f"<h1>{render._e(item.tool_name)}</h1>{note}"
                 + render.card(item, messages=recent)
-                + decide_form(item, web.sessions.csrf(session), schemas)
+                + (_continuation(after) if after is not None else
+                   decide_form(item, web.sessions.csrf(session), schemas))
                 + f"<p><a href='approvals/{render._e(item.id)}/audit'>Audit trail</a> · "
                 f"<a href='threads/{render._e(item.thread_id or '')}/audit'>thread</a></p>")
-        return html(request, item.tool_name, body)
+        response = html(request, item.tool_name, body)
+        if after is not None and not after.finished:
+            response.headers["Refresh"] = "2"  # follow the run until it ends
+        return response
 
     async def act(request: Request, who: str, session: str, form: dict[str, str]) -> Response:
         approval_id = request.path_params["id"]
@@ -400,6 +402,9 @@ def _routes(web: _Web) -> list[Any]:
                 await asyncio.to_thread(web.inbox.resume, approval_id, data, decided_by=who)
             else:
                 return PlainTextResponse("unknown action", status_code=404)
+            if web.server is not None:
+                await web.server.continue_run(await asyncio.to_thread(web.inbox.get,
+                                                                      approval_id), who)
         except (GraphkitError, ValueError, RecursionError) as exc:
             text = f"{type(exc).__name__}: {exc}"[:600]
             seal = web.sessions.sign("notice", f"{session}|{approval_id}|{text}")
@@ -459,6 +464,29 @@ def _routes(web: _Web) -> list[Any]:
     ]
 
 
+CONTINUATION = {
+    "waiting": "Decided. The run waits for its other decisions before it continues.",
+    "pending": "Decided. The LangGraph server has queued the run's continuation.",
+    "running": "Decided. The run continues on the LangGraph server…",
+    "success": "Decided. The run continued on the LangGraph server and finished.",
+    "interrupted": "Decided. The run continued and now waits for another decision.",
+}
+
+
+def _continuation(after: Continuation) -> str:
+    """What became of a decided run on the server, on its card."""
+    text = CONTINUATION.get(after.status,
+                            f"Decided. The run continued on the LangGraph server: {after.status}.")
+    result = ""
+    if after.outcome is not None:
+        result = (f"<p class='outcome {render._e(str(after.outcome.get('status')))}'>Result of "
+                  f"the call: <code>{render._e(str(after.outcome.get('content')))}</code></p>")
+    elif after.finished:
+        result = "<p class='outcome'>The call did not run.</p>"
+    return (f"<div class='continuation' data-status='{render._e(after.status)}'>"
+            f"<p class='decided'>{render._e(text)}</p>{result}</div>")
+
+
 def _decline_form(item: PendingApproval, hidden: str) -> str:
     return (f"<form method='post' action='approvals/{render._e(item.id)}/decline' "
             "class='decide decline'><h3>Decline</h3>" + hidden
@@ -493,7 +521,8 @@ class _LazyApp:
         # opening a database (and a first request's Inbox) reads storage: not on the loop
         return await asyncio.to_thread(
             lambda: create_app(target, authenticate=self.authenticate, agents=self.agents,
-                               thread_messages=server_thread_messages if served else None))
+                               thread_messages=server_thread_messages if served else None,
+                               continue_runs=served))
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if self._app is None:

@@ -1,0 +1,159 @@
+"""The LangGraph server the web inbox is mounted in, seen through its in-process loopback client.
+
+The server keeps the state of the graphs it serves and runs them on its own queue and
+workers. The mounted inbox reads a run's messages from it, and once a reviewer has taken the
+last decision a run waits on, hands the continuation to it (`runs.create` with a resume
+command) under the reviewer's identity: the server's workers run it, and the approval gate
+checks every decision again, as for any other resume. Nobody needs to resume the thread by
+hand. (Without a LangGraph server, `graphkit worker` is the engine that continues runs.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import BaseMessage, convert_to_messages
+
+from graphkit._ledger import SERVER_THREAD, Ledger
+from graphkit._review import audit_row
+from graphkit.types import PendingApproval
+
+__all__ = ["Continuation", "ServerRuns", "thread_messages"]
+
+logger = logging.getLogger("graphkit")
+
+
+@dataclass(frozen=True, slots=True)
+class Continuation:
+    """What became of a decided run on the server, for its card."""
+
+    status: str
+    """The server's status of the thread's latest run: pending, running, success, error,
+    interrupted, timeout; or `waiting` (nothing started it yet)."""
+    outcome: dict[str, Any] | None
+    """The decided call's recorded result (`content`, `status`), once it has one."""
+
+    @property
+    def finished(self) -> bool:
+        return self.status not in ("pending", "running", "waiting")
+
+
+def _client() -> Any:
+    from langgraph_sdk import get_client
+
+    return get_client(url=None, api_key=None)
+
+
+@contextlib.asynccontextmanager
+async def _as_reviewer(identity: str) -> AsyncIterator[None]:
+    """Requests of the loopback client skip the server's auth; the run they create takes its
+    user from the request's auth context, set here to the reviewer who decided (the gate then
+    judges the run as theirs, as it would a run the reviewer had sent with their token)."""
+    try:
+        from langgraph_api.auth.custom import SimpleUser
+        from langgraph_api.utils import AuthContext, set_auth_ctx
+    except ImportError:  # pragma: no cover - not inside a LangGraph server
+        yield
+        return
+    token = AuthContext.set(AuthContext.get())
+    try:
+        set_auth_ctx(SimpleUser(identity), [])
+        yield
+    finally:
+        AuthContext.reset(token)
+
+
+def _interrupt_ids(state: Mapping[str, Any]) -> list[str]:
+    found = list(state.get("interrupts") or [])
+    for task in state.get("tasks") or []:
+        found.extend(task.get("interrupts") or [])
+    return list(dict.fromkeys(str(i["id"]) for i in found if i.get("id")))
+
+
+async def thread_messages(thread_id: str) -> list[BaseMessage]:
+    """A thread's messages, from the server's state (the server trusts its loopback client as
+    its own code: the inbox shows reviewers the context of what they decide)."""
+    state = await _client().threads.get_state(thread_id)
+    values = state.get("values") if isinstance(state, Mapping) else None
+    raw = values.get("messages") if isinstance(values, Mapping) else None
+    return convert_to_messages(raw) if isinstance(raw, list) else []
+
+
+class ServerRuns:
+    """The loopback face of the server for the mounted inbox."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+
+    async def continue_run(self, item: PendingApproval, reviewer: str) -> str | None:
+        """Start the continuation of `item`'s run on the server if nothing of it waits any
+        more; the server's run id, or None (something still waits, another reviewer's
+        decision started it, or the server refused: then it stays ready, to be retried)."""
+        thread_id = item.thread_id
+        if not thread_id:
+            return None
+        run_id = item.run_id or SERVER_THREAD + thread_id  # the server's runs have no run id
+        owner = f"inbox-{uuid.uuid4().hex[:12]}"
+        ready_at = await asyncio.to_thread(self._ledger.take_ready, run_id, owner)
+        if ready_at is None:
+            return None
+        try:
+            client = _client()
+            thread = await client.threads.get(thread_id)
+            metadata = thread.get("metadata") or {}
+            assistant = metadata.get("assistant_id") or metadata.get("graph_id")
+            state = await client.threads.get_state(thread_id)
+            # each waiting gate applies what the ledger holds (the Agent API resumes so too)
+            command: dict[str, Any] = {"resume": {i: {} for i in _interrupt_ids(state)}}
+            async with _as_reviewer(reviewer):
+                run = await client.runs.create(thread_id, assistant, command=command,
+                                               multitask_strategy="enqueue")
+        except Exception:
+            logger.warning("inbox: the server did not take the continuation of run %s",
+                           run_id, exc_info=True)
+            await asyncio.to_thread(self._ledger.retry_ready, run_id, owner)
+            return None
+        server_run = str(run["run_id"])
+        await asyncio.to_thread(self._done, item, run_id, reviewer, server_run, owner,
+                                ready_at)
+        return server_run
+
+    def _done(self, item: PendingApproval, ready_key: str, reviewer: str, server_run: str,
+              owner: str, ready_at: float) -> None:
+        assert item.thread_id is not None
+        self._ledger.done_ready(ready_key, owner, ready_at)
+        self._ledger.audit([audit_row(
+            "continued", item.to_dict(), thread_id=item.thread_id, run_id=item.run_id,
+            decided_by=reviewer, detail=f"the LangGraph server continues the run (its run "
+                                        f"{server_run}), started by the inbox")])
+
+    async def continuation(self, item: PendingApproval) -> Continuation | None:
+        """What became of a decided approval's run: the server's latest run of its thread and
+        the call's recorded result."""
+        if item.status == "pending" or not item.thread_id:
+            return None
+        row = await asyncio.to_thread(self._ledger.approval, item.id)
+        key = row.call_key if row is not None else None
+        outcomes = (await asyncio.to_thread(self._ledger.outcomes, [key],
+                                            thread_id=item.thread_id) if key else {})
+        try:
+            runs = await _client().runs.list(item.thread_id, limit=1)
+        except Exception:  # context only: the card is shown without it
+            logger.warning("inbox: could not read the runs of thread %s", item.thread_id,
+                           exc_info=True)
+            runs = []
+        continued = await asyncio.to_thread(self._continued, item)
+        status = str(runs[0]["status"]) if runs and continued else "waiting"
+        return Continuation(status=status, outcome=outcomes.get(key) if key else None)
+
+    def _continued(self, item: PendingApproval) -> bool:
+        decided = item.decided_at or ""
+        return any(e.get("event") == "continued" and e.get("run_id") == item.run_id
+                   and str(e.get("at") or "") >= decided
+                   for e in self._ledger.read_audit(thread_id=item.thread_id))
