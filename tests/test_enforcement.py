@@ -365,7 +365,8 @@ def test_grants_expire() -> None:
 
 
 def test_respond_answers_the_model_without_running_the_call() -> None:
-    agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done"])
+    agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done"],
+                            allowed_decisions=["approve", "edit", "reject", "respond"])
     result = agent.generate("pay")
     out = raw(agent, result.thread_id, {"decisions": [
         {"type": "respond", "message": "Use the staging account instead."}]})

@@ -7,19 +7,105 @@ decisions, as Studio and Agent Chat UI do.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.langgraph_server import interrupt_of, langgraph_dev
+from tests.langgraph_server import ROOT, interrupt_of, langgraph_dev
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`langgraph dev` on the repo's langgraph.json, started as the README says (its
+    blocking-call detector on): a blocking call in any served graph or in the mounted inbox
+    fails the run it is in, and shows in the log, which must have none."""
     env = {"GRAPHKIT_TOKENS": '{"tok-rm": "release-manager"}'}
-    with langgraph_dev(tmp_path_factory.mktemp("langgraph-dev"), env=env) as url:
+    workdir = tmp_path_factory.mktemp("langgraph-dev")
+    with langgraph_dev(workdir, env=env) as url:
         yield url
+    log = (workdir / "server.log").read_text()
+    assert "BlockingError" not in log, log[log.index("BlockingError") - 3000:][:6000]
+
+
+GRAPHS = json.loads((ROOT / "langgraph.json").read_text())["graphs"]
+
+
+def ask(client: Any, graph: str, text: str) -> tuple[str, dict[str, Any]]:
+    """A new thread of `graph` run on `text` to its first pause: (thread id, interrupt)."""
+    thread = client.threads.create()
+    run(client, thread["thread_id"], graph,
+        input={"messages": [{"role": "user", "content": text}]})
+    return thread["thread_id"], interrupt_of(client, thread["thread_id"])
+
+
+def through_deploy(client: Any) -> None:
+    thread_id, request = ask(client, "deploy", "Roll out build 3.0.0")
+    assert [a["name"] for a in request["action_requests"]] == ["deploy_service"]
+    values = run(client, thread_id, "deploy",
+                 command={"resume": {"decisions": [{"type": "approve"}]}})
+    assert "rolled out 3.0.0 to production" in tool_results(values)[-1]["content"]
+
+
+def through_bash(client: Any) -> None:
+    thread_id, request = ask(client, "bash", "run: ls /srv; rm -rf /srv/old")
+    # the predicate asks only before rm; ls waits for nothing
+    assert [a["args"] for a in request["action_requests"]] == [{"command": "rm -rf /srv/old"}]
+    assert request["action_requests"][0]["description"] == "Run `rm -rf /srv/old`?"
+    values = run(client, thread_id, "bash", command={"resume": {"decisions": [
+        {"type": "reject", "message": "not on a Friday"}]}})
+    results = {m["tool_call_id"]: m for m in tool_results(values)}
+    assert len(results) == 2
+    ls, rm = (results[c["id"]] for m in values["messages"] if m["type"] == "ai"
+              and m.get("tool_calls") for c in m["tool_calls"])
+    assert ls["status"] == "success" and "$ ls /srv" in ls["content"]
+    assert rm["status"] == "error" and "not on a Friday" in rm["content"]
+    assert values["messages"][-1]["type"] == "ai"
+
+
+def through_weather(client: Any) -> None:
+    thread_id, request = ask(client, "weather", "What's the weather?")
+    (suspension,) = request["approvals"]
+    assert suspension["kind"] == "suspension"
+    assert suspension["metadata"]["suspend_payload"] == {
+        "message": "What city do you want to know the weather for?"}
+    values = run(client, thread_id, "weather", command={"resume": {"decisions": [
+        {"type": "resume", "id": suspension["id"], "data": {"city": "Lisbon"}}]}})
+    assert values["messages"][-1]["content"].startswith("The weather in Lisbon: sunny")
+    # Agent Chat UI's way: the user's reply as graph input resumes the tool (auto-resume)
+    thread_id, _ = ask(client, "weather", "Weather, please")
+    values = run(client, thread_id, "weather",
+                 input={"messages": [{"role": "user", "content": "Oslo"}]})
+    assert values["messages"][-1]["content"].startswith("The weather in Oslo: sunny")
+
+
+def through_supervisor(client: Any) -> None:
+    thread_id, request = ask(client, "supervisor", "find user 42")
+    (approval,) = request["approvals"]
+    assert approval["agent_path"] == ["supervisor", "data_agent"]
+    assert approval["tool_name"] == "find-user"
+    values = run(client, thread_id, "supervisor",
+                 command={"resume": {"decisions": [{"type": "approve"}]}})
+    assert not client.threads.get_state(thread_id)["next"]
+    assert values["messages"][-1]["type"] == "ai"
+    assert any("42" in str(m["content"]) for m in tool_results(values))
+
+
+SCENARIOS = {"deploy": through_deploy, "bash": through_bash, "weather": through_weather,
+             "supervisor": through_supervisor}
+
+
+def test_every_graph_of_langgraph_json_has_a_run_through_the_server() -> None:
+    assert set(SCENARIOS) == set(GRAPHS)
+
+
+@pytest.mark.parametrize("graph", sorted(GRAPHS))
+def test_each_served_graph_runs_to_its_first_pause_and_to_its_end(server: str,
+                                                                  graph: str) -> None:
+    from langgraph_sdk import get_sync_client
+
+    SCENARIOS[graph](get_sync_client(url=server))
 
 
 def run(client: Any, thread_id: str, graph: str, **kwargs: Any) -> dict[str, Any]:
