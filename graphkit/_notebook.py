@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Drawing", "Review", "ReviewCard", "draw", "review"]
 
-MISSING_WIDGETS = ("agent.review needs ipywidgets: pip install 'graphkit[notebook]' "
+MISSING_WIDGETS = ("agent.review needs ipywidgets: pip install 'graphkit-hitl[notebook]' "
                    "(the cards still render without it: display(result))")
 
 

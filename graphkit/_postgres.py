@@ -8,7 +8,7 @@ if TYPE_CHECKING:
     from graphkit._storage import Storage
 
 MISSING = (
-    "checkpointer {url!r} needs PostgreSQL support: pip install 'graphkit[postgres]' "
+    "checkpointer {url!r} needs PostgreSQL support: pip install 'graphkit-hitl[postgres]' "
     "(langgraph-checkpoint-postgres and psycopg)"
 )
 POOL_SIZE = 8

@@ -732,7 +732,7 @@ class Agent:
 
     def review(self, result_or_run_id: GenerateResult | str, *, decided_by: str) -> Any:
         """Review cards with Approve / Edit / Decline (and a suspension's resume form) for a
-        notebook (ipywidgets, `pip install 'graphkit[notebook]'`). A click decides through
+        notebook (ipywidgets, `pip install 'graphkit-hitl[notebook]'`). A click decides through
         this agent's API as `decided_by`; the continued run shows below the cards."""
         from graphkit._notebook import review
 

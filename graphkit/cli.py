@@ -224,7 +224,7 @@ def _serve(args: argparse.Namespace, out: Callable[[str], None]) -> int:
 
         from graphkit.web import create_app
     except ImportError as exc:
-        msg = f"graphkit serve needs the web extra: pip install 'graphkit[web]' ({exc})"
+        msg = f"graphkit serve needs the web extra: pip install 'graphkit-hitl[web]' ({exc})"
         raise GraphkitError(msg) from exc
     url = args.db or os.environ.get("GRAPHKIT_DB")
     if not url:
