@@ -6,6 +6,7 @@ drains it. Both share one `_Run`, so streaming and `generate` cannot drift apart
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -142,6 +143,14 @@ class _Run:
         return chunks
 
 
+DROPPED = ("{method}() recorded its decision for run {run_id!r}, but the stream it returned "
+           "was dropped unread, so the run did not continue. Iterate the stream or call its "
+           ".result() (or use {method}_generate()); agent.resume(run_id=...) continues it now.")
+NEVER_AWAITED = ("{method}() returned a stream that was never awaited or iterated: nothing was "
+                 "decided for run {run_id!r} and the run did not continue. Await it (`await "
+                 "stream.result()`), or use {method}_generate().")
+
+
 def _finished_html(run: _Run | None, how: str) -> str:
     """A finished stream shows as its result; an unfinished one says how to finish it."""
     if run is None or run.result is None:
@@ -157,14 +166,22 @@ class AgentStream:
     """
 
     def __init__(self, graph: CompiledStateGraph[Any, Any, Any, Any],
-                 prepare: Prepare, run_id: str, thread_id: str) -> None:
+                 prepare: Prepare, run_id: str, thread_id: str, *,
+                 decided_by: str | None = None) -> None:
         self._graph = graph
         self._prepare = prepare
         self._run: _Run | None = None
         self._chunks: Generator[StreamChunk, None, None] | None = None
         self._modes = STREAM_MODES
+        self._decided_by = decided_by
+        """The method that recorded a decision before returning this stream, if one did."""
         self.run_id = run_id
         self.thread_id = thread_id
+
+    def __del__(self) -> None:
+        if self._chunks is None and self._decided_by is not None:
+            warnings.warn(DROPPED.format(method=self._decided_by, run_id=self.run_id),
+                          RuntimeWarning, stacklevel=2)
 
     def _generate(self) -> Generator[StreamChunk, None, None]:
         inv = self._prepare(True)
@@ -229,9 +246,14 @@ class AsyncAgentStream:
         prepare: Prepare,
         run_id: str,
         thread_id: str,
+        *,
+        decides: str | None = None,
     ) -> None:
         self._graph = graph
         self._prepare = prepare
+        self._decides = decides
+        """The method whose decision this stream takes when first awaited, if any."""
+        self._awaited = False
         self._run: _Run | None = None
         self._chunks: AsyncIterator[StreamChunk] | None = None
         self._modes = STREAM_MODES
@@ -239,6 +261,7 @@ class AsyncAgentStream:
         self.thread_id = thread_id
 
     async def _ready(self) -> _Run:
+        self._awaited = True
         if self._run is None:
             # in a thread: it reads storage, may wait for the thread's lease, and may run an
             # approvers policy
@@ -277,6 +300,11 @@ class AsyncAgentStream:
                 await offload(inv.release)
         for chunk in final:
             yield chunk
+
+    def __del__(self) -> None:
+        if not self._awaited and self._decides is not None:
+            warnings.warn(NEVER_AWAITED.format(method=self._decides, run_id=self.run_id),
+                          RuntimeWarning, stacklevel=2)
 
     def __aiter__(self) -> AsyncIterator[StreamChunk]:
         if self._chunks is None:

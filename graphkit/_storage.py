@@ -123,6 +123,14 @@ def _sqlite_path(url: str) -> str:
     return path
 
 
+def sqlite_file(url: str) -> str | None:
+    """The file a `sqlite:///` URL names (None for any other URL, or an in-memory one)."""
+    if not url.startswith("sqlite://"):
+        return None
+    path = _sqlite_path(url)
+    return None if path == ":memory:" else path
+
+
 def _connect(path: str, *, autocommit: bool = False) -> sqlite3.Connection:
     if path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)

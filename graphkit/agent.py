@@ -324,7 +324,8 @@ class Agent:
             claim(latest(self.graph, config), self._request(run_id, thread_id))
         prepare = self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
                                 on_state_change=on_state_change)
-        return AgentStream(self.graph, prepare, run_id, thread_id)
+        method = getattr(claim, "method", None)
+        return AgentStream(self.graph, prepare, run_id, thread_id, decided_by=method)
 
     def _aadvance(self, run_id: str, build: Build, on_state_change: StateHook | None = None,
                   *, claim: Claim | None = None) -> AsyncAgentStream:
@@ -342,7 +343,8 @@ class Agent:
                                              build=build, on_state_change=on_state_change))
             return claimed[0](wait)
 
-        return AsyncAgentStream(self.graph, prepare, run_id, "")
+        return AsyncAgentStream(self.graph, prepare, run_id, "",
+                                decides=getattr(claim, "method", None))
 
     # ------------------------------------------------------------------ generate / stream
 
@@ -470,7 +472,8 @@ class Agent:
         """
         return self._advance(run_id, _apply, claim=_claim(
             _approval(args), tool_call_id=tool_call_id, decided_by=decided_by,
-            comment=comment, args_digest=args_digest, remember=remember))
+            comment=comment, args_digest=args_digest, remember=remember,
+            method="approve_tool_call"))
 
     def decline_tool_call(
         self,
@@ -483,7 +486,8 @@ class Agent:
         """Decline a paused call: it never runs; the model is told, and the run goes on."""
         return self._advance(run_id, _apply, claim=_claim(
             Choice(type="reject"), tool_call_id=tool_call_id, decided_by=decided_by,
-            comment=comment))
+            comment=comment,
+            method="decline_tool_call"))
 
     def respond_tool_call(
         self,
@@ -497,7 +501,8 @@ class Agent:
         model reads `message` as the call's result, and the run goes on."""
         return self._advance(run_id, _apply, claim=_claim(
             Choice(type="respond", message=message), tool_call_id=tool_call_id,
-            decided_by=decided_by, comment=None))
+            decided_by=decided_by, comment=None,
+            method="respond_tool_call"))
 
     def respond_tool_call_generate(
         self,
@@ -522,7 +527,8 @@ class Agent:
         """Async twin of `respond_tool_call`."""
         return self._aadvance(run_id, _apply, claim=_claim(
             Choice(type="respond", message=message), tool_call_id=tool_call_id,
-            decided_by=decided_by, comment=None))
+            decided_by=decided_by, comment=None,
+            method="arespond_tool_call"))
 
     async def arespond_tool_call_generate(self, **kwargs: Any) -> GenerateResult:
         """Async twin of `respond_tool_call_generate`."""
@@ -570,7 +576,8 @@ class Agent:
         """Async twin of `approve_tool_call`."""
         return self._aadvance(run_id, _apply, claim=_claim(
             _approval(args), tool_call_id=tool_call_id, decided_by=decided_by,
-            comment=comment, args_digest=args_digest, remember=remember))
+            comment=comment, args_digest=args_digest, remember=remember,
+            method="aapprove_tool_call"))
 
     def adecline_tool_call(
         self,
@@ -583,7 +590,8 @@ class Agent:
         """Async twin of `decline_tool_call`."""
         return self._aadvance(run_id, _apply, claim=_claim(
             Choice(type="reject"), tool_call_id=tool_call_id, decided_by=decided_by,
-            comment=comment))
+            comment=comment,
+            method="adecline_tool_call"))
 
     async def aapprove_tool_call_generate(self, **kwargs: Any) -> GenerateResult:
         """Async twin of `approve_tool_call_generate`."""
@@ -601,7 +609,8 @@ class Agent:
         With `decided_by`, the agent's approvers policy decides whether that person may."""
         return self._advance(run_id, _apply, claim=_claim(
             Choice(type="resume", data=resume_data), tool_call_id=tool_call_id,
-            decided_by=decided_by, comment=None))
+            decided_by=decided_by, comment=None,
+            method="resume_stream"))
 
     def resume_generate(
         self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None,
@@ -618,7 +627,8 @@ class Agent:
         """Async twin of `resume_stream`."""
         return self._aadvance(run_id, _apply, claim=_claim(
             Choice(type="resume", data=resume_data), tool_call_id=tool_call_id,
-            decided_by=decided_by, comment=None))
+            decided_by=decided_by, comment=None,
+            method="aresume_stream"))
 
     async def aresume_generate(
         self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None,
@@ -757,12 +767,15 @@ def _approval(args: Mapping[str, Any] | None) -> Choice:
 
 def _claim(choice: Choice, *, tool_call_id: str | None = None, approval_id: str | None = None,
            decided_by: str | None, comment: str | None, args_digest: str | None = None,
-           remember: Remember = "once") -> Claim:
+           remember: Remember = "once", method: str | None = None) -> Claim:
+    """The decision a method takes; `method` names it in the warning a dropped stream gives."""
+
     def claim(snapshot: Paused, req: Request) -> object:
         return decide(snapshot, req, choice, tool_call_id=tool_call_id, approval_id=approval_id,
                       decided_by=decided_by, comment=comment, args_digest=args_digest,
                       remember=remember)
 
+    claim.method = method  # type: ignore[attr-defined]
     return claim
 
 

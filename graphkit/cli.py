@@ -73,6 +73,25 @@ def _ask(prompt: str, read: Callable[[str], str]) -> str:
         return ""
 
 
+ANSWERS = {"y": "approve", "yes": "approve", "a": "approve", "approve": "approve",
+           "e": "edit", "edit": "edit",
+           "n": "reject", "no": "reject", "r": "reject", "reject": "reject"}
+"""What the demo takes at its prompt; anything else is asked again."""
+
+
+def _choose(read: Callable[[str], str], out: Callable[[str], None]) -> str:
+    """Approve, edit or reject: asked until the answer is one of those (end of input
+    rejects: nothing runs that nobody approved)."""
+    while True:
+        try:
+            answer = read("approve? [y]es, [n]o, [e]dit: ").strip().lower()
+        except EOFError:
+            return "reject"
+        if answer in ANSWERS:
+            return ANSWERS[answer]
+        out(f"please answer y (approve), n (reject) or e (edit), not {printable(answer)!r}")
+
+
 def run_demo(
     *,
     yes: bool,
@@ -92,23 +111,25 @@ def run_demo(
             "and can be decided later.")
         for pending in result.pending_approvals:
             out(review_card(pending))
-            choice = "a" if yes else _ask("[a]pprove, [e]dit, [r]eject? ", read).lower()[:1]
-            if choice == "e":
+            choice = "approve" if yes else _choose(read, out)
+            args: dict[str, Any] | None = None
+            if choice == "edit":
                 raw = _ask(f"new arguments as JSON {printable(_json(pending.args))}: ", read)
                 try:
-                    args = json.loads(raw) if raw else pending.args
+                    args = json.loads(raw) if raw else dict(pending.args)
                 except json.JSONDecodeError as exc:
                     out(f"not JSON ({printable(str(exc))}); rejecting instead")
-                    args, choice = None, "r"
-            if choice in ("a", "e"):
+                    choice = "reject"
+            if choice in ("approve", "edit"):
                 result = agent.approve_tool_call_generate(
                     run_id=result.run_id,
                     tool_call_id=pending.tool_call_id,
                     decided_by="demo-operator",
-                    comment="approved in the demo",
-                    args=args if choice == "e" else None,
+                    comment="edited in the demo" if choice == "edit" else "approved in the demo",
+                    args=args if choice == "edit" else None,
                 )
-                out(f"approved {printable(pending.tool_call_id)}")
+                out(f"{'edited' if choice == 'edit' else 'approved'} "
+                    f"{printable(pending.tool_call_id)}")
             else:
                 result = agent.decline_tool_call_generate(
                     run_id=result.run_id,
@@ -157,14 +178,27 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _inbox(args: argparse.Namespace) -> Inbox:
-    from graphkit.inbox import Inbox
+def _url(args: argparse.Namespace) -> str:
+    """The storage URL of a verb: `--db`, else `$GRAPHKIT_DB`. A SQLite file must exist: a
+    typo must not create an empty database that reports "no pending approvals"."""
+    from graphkit._storage import sqlite_file
 
-    url = args.db or os.environ.get("GRAPHKIT_DB")
+    url: str | None = args.db or os.environ.get("GRAPHKIT_DB")
     if not url:
         msg = "no storage given: pass --db URL or set GRAPHKIT_DB (e.g. sqlite:///runs.db)"
         raise GraphkitError(msg)
-    return Inbox(url)
+    path = sqlite_file(url)
+    if path is not None and not os.path.isfile(path):
+        msg = (f"no database at {path!r} (from {url!r}); check the path, or run the agent "
+               "first: it creates the file")
+        raise GraphkitError(msg)
+    return url
+
+
+def _inbox(args: argparse.Namespace) -> Inbox:
+    from graphkit.inbox import Inbox
+
+    return Inbox(_url(args))
 
 
 def _json_args(raw: str | None) -> dict[str, Any] | None:
@@ -201,10 +235,7 @@ def _load_agent(spec: str, url: str) -> Any:
 def _work(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     from graphkit._worker import Worker
 
-    url = args.db or os.environ.get("GRAPHKIT_DB")
-    if not url:
-        msg = "no storage given: pass --db URL or set GRAPHKIT_DB (e.g. sqlite:///runs.db)"
-        raise GraphkitError(msg)
+    url = _url(args)
     worker = Worker(_load_agent(args.agent, url), concurrency=args.concurrency)
     out(printable(f"worker: resuming ready runs of {worker.agent.name!r} from {url.split('@')[-1]}"
                   f" with {args.concurrency} thread(s); Ctrl-C stops"))
@@ -218,6 +249,23 @@ def _work(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     return 0
 
 
+def _resume(args: argparse.Namespace, out: Callable[[str], None]) -> int:
+    """Continue a run whose calls are decided, here, and print how it ended."""
+    url = _url(args)
+    result: GenerateResult = _load_agent(args.agent, url).resume(run_id=args.run_id)
+    for message in result.messages:
+        if message.type == "tool":
+            name = getattr(message, "name", None) or "tool"
+            out(f"  tool {printable(str(name))}> {printable(str(message.content))}")
+    if result.text:
+        out(f"agent> {printable(result.text)}")
+    out(f"finish_reason: {result.finish_reason}")
+    for pending in result.pending_approvals:
+        out(printable(f"waiting: {pending.id} ({pending.tool_name}), decide it with "
+                      f"`graphkit approve {pending.id} --by NAME`"))
+    return 0
+
+
 def _serve(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     try:
         import uvicorn
@@ -226,10 +274,7 @@ def _serve(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     except ImportError as exc:
         msg = f"graphkit serve needs the web extra: pip install 'graphkit-hitl[web]' ({exc})"
         raise GraphkitError(msg) from exc
-    url = args.db or os.environ.get("GRAPHKIT_DB")
-    if not url:
-        msg = "no storage given: pass --db URL or set GRAPHKIT_DB (e.g. sqlite:///runs.db)"
-        raise GraphkitError(msg)
+    url = _url(args)
     authenticate = _load(args.auth) if args.auth else None
     app = create_app(url, authenticate=authenticate)
     out(printable(f"graphkit inbox on http://{args.host}:{args.port}/ for "
@@ -246,6 +291,8 @@ def _load(spec: str) -> Any:
     if not module_name or not attr:
         msg = f"expected module:attr, got {spec!r}"
         raise GraphkitError(msg)
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as uvicorn's loader: modules of the working directory
     try:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError, ValueError) as exc:
@@ -269,13 +316,16 @@ def _operate(args: argparse.Namespace, out: Callable[[str], None]) -> int:
             args=_json_args(args.args),
             args_digest=args.digest,
         )
-        out(f"approved {_ids(decided)}")
+        out(f"{'edited' if args.args is not None else 'approved'} {_ids(decided)}")
+        out(printable(_next(inbox, decided)))
     elif args.command == "decline":
         decided = inbox.decline(args.id, decided_by=args.by, comment=args.comment)
         out(f"declined {_ids(decided)}")
+        out(printable(_next(inbox, decided)))
     elif args.command == "respond":
         decided = inbox.respond(args.id, decided_by=args.by, message=args.message)
         out(f"responded to {_ids(decided)}")
+        out(printable(_next(inbox, decided)))
     elif args.command == "expire":
         expired = inbox.expire()
         out(
@@ -309,7 +359,24 @@ def _operate(args: argparse.Namespace, out: Callable[[str], None]) -> int:
 
 
 def _ids(decided: PendingApproval) -> str:
-    return printable(f"{decided.id} ({decided.tool_name}); resume run {decided.run_id}")
+    return printable(f"{decided.id} ({decided.tool_name})")
+
+
+def _next(inbox: Inbox, decided: PendingApproval) -> str:
+    """What happens to the run after this decision, and what to do about it."""
+    left = [p for p in inbox.pending() if p.thread_id == decided.thread_id
+            and p.run_id == decided.run_id and p.status == "pending"]
+    if left:
+        return (f"the run waits for {len(left)} more decision(s): "
+                + ", ".join(p.id for p in left))
+    if decided.run_id is None:  # a run the LangGraph server started
+        return ("nothing is left to decide; the LangGraph server continues the thread "
+                f"{decided.thread_id} when a client resumes it (command={{'resume': {{}}}}), "
+                "or at once when decided in the inbox mounted in the server")
+    agent = decided.agent_path[0] if decided.agent_path else "?"
+    return (f"nothing is left to decide: a `graphkit worker` for agent {agent!r} on this "
+            f"database continues run {decided.run_id} if one runs; else continue it with "
+            f"`graphkit resume {decided.run_id} --agent module:attr`")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -372,6 +439,10 @@ def _parser() -> argparse.ArgumentParser:
     work.add_argument("--agent", required=True, help="module:attr of the Agent (or a factory "
                       "taking the storage URL)")
     work.add_argument("--concurrency", type=int, default=1, help="runs resumed at once")
+    resume = verb("resume", "continue a run whose calls are decided, and print its outcome")
+    resume.add_argument("run_id")
+    resume.add_argument("--agent", required=True, help="module:attr of the Agent (or a factory "
+                        "taking the storage URL), loaded from the working directory too")
     revoke = verb("revoke", "revoke a grant: later calls of its tool ask again")
     revoke.add_argument("id")
     revoke.add_argument("--by", required=True, help="who revokes (recorded in the audit log)")
@@ -390,6 +461,8 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
             return _work(args, out)
         if args.command == "serve":
             return _serve(args, out)
+        if args.command == "resume":
+            return _resume(args, out)
         return _operate(args, out)
     except GraphkitError as exc:
         _fail(str(exc))

@@ -349,6 +349,8 @@ def create_tool(
             _without(fn, ctx_param),
             filter_args=["run_manager", "callbacks"],
         )
+        if isinstance(approval_prompt, str):
+            _check_template(approval_prompt, schema, tool_name)
         is_async = inspect.iscoroutinefunction(fn)
         return GraphkitTool(
             name=tool_name,
@@ -393,6 +395,21 @@ def allowed_for(tool: BaseTool | None, default: Sequence[HumanDecision] | None =
     is `default`."""
     own = tool.allowed_decisions if isinstance(tool, GraphkitTool) else None
     return tuple(own or default or DEFAULT_DECISIONS)
+
+
+def _check_template(template: str, schema: Any, tool_name: str) -> None:
+    """A `{{name}}` of the prompt template must be one of the tool's arguments: a typo would
+    show reviewers the placeholder instead of the value they must judge."""
+    fields = getattr(schema, "model_fields", None)
+    if not isinstance(fields, Mapping):
+        return  # a schema given as JSON: nothing to check against
+    names = {info.alias or name for name, info in fields.items()} | set(fields)
+    unknown = sorted({m.group(1).split(".")[0] for m in _PLACEHOLDER.finditer(template)}
+                     - names)
+    if unknown:
+        msg = (f"approval_prompt of tool {tool_name!r} names {unknown}, which the tool has no "
+               f"argument for; its arguments are {sorted(fields)}")
+        raise ValueError(msg)
 
 
 def render_prompt(template: str, args: Mapping[str, Any]) -> str:

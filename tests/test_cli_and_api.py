@@ -43,7 +43,11 @@ def test_demo_unattended_runs_end_to_end_in_a_subprocess(tmp_path: Path) -> None
 
 @pytest.mark.parametrize(
     ("answers", "expected"),
-    [(["e", '{"version": "1.4.3"}'], "rolled out 1.4.3"), (["r"], "was rejected")],
+    [(["e", '{"version": "1.4.3"}'], "edited call_deploy"),
+     (["edit", '{"version": "1.4.3"}'], "rolled out 1.4.3"),
+     (["r"], "was rejected"), (["n"], "was rejected"), (["no"], "rejected call_deploy"),
+     (["y"], "rolled out 1.4.2"), (["YES"], "approved call_deploy"),
+     (["maybe", "", "y"], "rolled out 1.4.2"), (["sure", "n"], "was rejected")],
 )
 def test_demo_edit_and_reject(tmp_path: Path, answers: list[str], expected: str) -> None:
     lines: list[str] = []
@@ -51,7 +55,9 @@ def test_demo_edit_and_reject(tmp_path: Path, answers: list[str], expected: str)
     result = run_demo(yes=False, db=f"sqlite:///{tmp_path / 'd.db'}", out=lines.append,
                       read=lambda prompt: next(replies))
     assert result.finish_reason == "stop"
-    assert any(expected in line for line in lines)
+    assert any(expected in line for line in lines), lines
+    asked_again = [line for line in lines if line.startswith("please answer")]
+    assert len(asked_again) == len(answers) - 1 - answers[0].startswith("e")
 
 
 def test_cli_errors_are_one_line_without_traceback(capsys: pytest.CaptureFixture[str]) -> None:

@@ -108,8 +108,11 @@ def test_json_output_is_ascii_and_round_trips(sqlite_url: str, paused: str) -> N
 def test_decisions_and_audit_lines_escape_reviewer_text(sqlite_url: str, paused: str) -> None:
     code, said = cli("approve", paused, "--db", sqlite_url, "--by", "alice" + EVIL,
                      "--comment", "fine" + EVIL)
-    assert code == 0 and not raw_controls(said) and "\n" not in said
-    assert said.startswith(f"approved {paused} (pay{SHOWN}); resume run ")
+    # two lines, the decision and what happens next: no newline of the tool's name got through
+    assert code == 0 and not raw_controls(said) and len(said.split("\n")) == 2
+    decided, then = said.split("\n")
+    assert decided == f"approved {paused} (pay{SHOWN})"
+    assert then.startswith("nothing is left to decide")
     assert Inbox(sqlite_url).get(paused).comment == "fine" + EVIL  # stored as sent
 
     code, log = cli("audit", "--db", sqlite_url, "--id", paused)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -40,9 +41,11 @@ def test_operator_flow_pause_decide_from_cli_resume_elsewhere(sqlite_url: str) -
 
     code, said = cli("approve", first["id"], "--db", sqlite_url, "--by", "alice",
                      "--comment", "ok", "--args", json.dumps({**PAY, "amount": 39}))
-    assert code == 0 and f"resume run {result.run_id}" in said
-    code, _ = cli("decline", second["id"], "--db", sqlite_url, "--by", "alice")
-    assert code == 0
+    assert code == 0 and said.startswith("edited ")
+    assert "the run waits for 1 more decision(s)" in said
+    code, said = cli("decline", second["id"], "--db", sqlite_url, "--by", "alice")
+    assert code == 0 and "nothing is left to decide" in said
+    assert f"graphkit resume {result.run_id} --agent module:attr" in said
     assert ledger.ran == []
 
     final = agent_with(script, checkpointer=sqlite_url, ledger=ledger, name="billing")[0].resume(
@@ -69,6 +72,9 @@ def test_operator_flow_pause_decide_from_cli_resume_elsewhere(sqlite_url: str) -
 )
 def test_cli_errors_are_one_line(sqlite_url: str, argv: list[str], fragment: str,
                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from graphkit import Inbox
+
+    Inbox(sqlite_url)  # the database exists
     code, _ = cli(*argv, "--db", sqlite_url)
     err = capsys.readouterr().err
     assert code == 1 and fragment in err and len(err.strip().splitlines()) == 1
@@ -81,6 +87,9 @@ def test_cli_needs_storage_and_reads_graphkit_db(sqlite_url: str,
     assert cli("inbox")[0] == 1
     assert "GRAPHKIT_DB" in capsys.readouterr().err
     monkeypatch.setenv("GRAPHKIT_DB", sqlite_url)
+    from graphkit import Inbox
+
+    Inbox(sqlite_url)  # the database exists (an agent or the inbox made it)
     assert cli("inbox") == (0, "no pending approvals")
 
 
@@ -96,3 +105,42 @@ def test_console_script_in_a_subprocess(sqlite_url: str) -> None:
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
                          check=False)
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("verb", [["inbox"], ["show", "apr_x"], ["approve", "apr_x", "--by", "a"],
+                                  ["audit"], ["grants"], ["expire"],
+                                  ["resume", "run_x", "--agent", "m:a"],
+                                  ["worker", "--agent", "m:a"]])
+def test_a_sqlite_url_naming_no_file_is_an_error_and_creates_nothing(
+        tmp_path: Path, verb: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    typo = tmp_path / "typo.db"
+    code, out = cli(*verb, "--db", f"sqlite:///{typo}")
+    err = capsys.readouterr().err
+    assert code == 1 and "no database at" in err and not out
+    assert not typo.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_resume_continues_a_decided_run_from_an_agent_in_the_working_directory(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`graphkit resume RUN --agent module:attr`, the module in the working directory (as
+    uvicorn-style loaders find it), in a subprocess as a user runs it."""
+    (tmp_path / "ops_agent.py").write_text(
+        "import os\n"
+        "from tests.helpers import agent_with, call, turn\n"
+        f"PAY = {PAY!r}\n"
+        "agent, ledger = agent_with([turn(call('pay', PAY, 'c1')), 'all paid'],\n"
+        "                           checkpointer=os.environ['GRAPHKIT_DB'], name='billing')\n")
+    monkeypatch.setenv("GRAPHKIT_DB", sqlite_url)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import ops_agent  # type: ignore[import-not-found]
+
+    first = ops_agent.agent.generate("pay")
+    code, said = cli("approve", first.pending_approvals[0].id, "--db", sqlite_url, "--by", "al")
+    assert code == 0 and f"graphkit resume {first.run_id}" in said
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "graphkit.cli", "resume", first.run_id,
+                           "--agent", "ops_agent:agent", "--db", sqlite_url], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "tool pay> paid 40 to ACME" in done.stdout and "agent> all paid" in done.stdout
+    assert "finish_reason: stop" in done.stdout

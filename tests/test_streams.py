@@ -99,3 +99,39 @@ async def test_async_errors_surface_when_awaited() -> None:
     agent, _ = agent_with(["hi"])
     with pytest.raises(SnapshotNotFoundError):
         await agent.aapprove_tool_call(run_id="missing")
+
+
+def test_a_decision_stream_dropped_unread_warns_that_the_run_did_not_continue() -> None:
+    import gc
+    import warnings
+
+    from tests.helpers import agent_with, call, turn
+
+    agent, ran = agent_with([turn(call("pay", {"amount": 1, "payee": {"name": "x"}}, "c1")),
+                             "done"])
+    first = agent.generate("pay")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        agent.approve_tool_call(run_id=first.run_id, decided_by="alice")  # dropped unread
+        gc.collect()
+    (warning,) = [w for w in seen if issubclass(w.category, RuntimeWarning)]
+    assert "approve_tool_call() recorded its decision" in str(warning.message)
+    assert "did not continue" in str(warning.message) and ran.ran == []
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert agent.resume(run_id=first.run_id).text == "done"  # the decision stood
+        stream = agent.approve_tool_call  # a read stream warns of nothing
+        del stream
+        gc.collect()
+    assert not [w for w in seen if issubclass(w.category, RuntimeWarning)]
+
+    second = agent_with([turn(call("pay", {"amount": 2, "payee": {"name": "y"}}, "c1")),
+                         "done"])[0]
+    paused = second.generate("pay")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        second.aapprove_tool_call(run_id=paused.run_id, decided_by="alice")  # never awaited
+        gc.collect()
+    (warning,) = [w for w in seen if issubclass(w.category, RuntimeWarning)]
+    assert "never awaited" in str(warning.message) and "nothing was decided" in str(
+        warning.message)

@@ -166,3 +166,21 @@ def test_secret_arguments_reach_the_tool_as_sent_approved_or_edited() -> None:
         run_id=second.run_id, args={**args, "password": "s3cret", "backups": []})
     assert edited.text == "done"
     assert got == [("hunter2", "t0k", ["b1", "b2"]), ("s3cret", "t0k", [])]
+
+
+def test_a_prompt_template_naming_no_argument_is_refused_when_the_tool_is_made() -> None:
+    """A typo (`{{amout}}`) would show reviewers the placeholder instead of the amount."""
+    import pytest as _pytest
+
+    with _pytest.raises(ValueError, match=r"names \['amout'\].*arguments are \['amount', 'to'\]"):
+        @create_tool(needs_approval=True, approval_prompt="Pay {{amout}} to {{to}}?")
+        def pay(amount: int, to: str) -> str:
+            """Pay."""
+            return "paid"
+
+    @create_tool(needs_approval=True, approval_prompt="Pay {{ amount }} to {{to.name}}?")
+    def pay_ok(amount: int, to: dict) -> str:  # type: ignore[type-arg]
+        """Pay."""
+        return "paid"
+
+    assert pay_ok.approval_prompt == "Pay {{ amount }} to {{to.name}}?"
