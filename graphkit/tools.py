@@ -65,12 +65,21 @@ class ToolSuspended(GraphBubbleUp):
         self.once = once
 
 
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 class ToolContext:
     """What a running tool may know about its call, and how it asks for more input.
 
     Declare a parameter annotated `ToolContext` to receive it; the model never sees it.
     Code before `suspend()` runs again when the tool resumes: the tool starts over from its
-    first line with `resume_data` set. Use `once(key, fn)` for side effects that must not repeat.
+    first line with `resume_data` set. Use `once(key, fn)` (`await aonce(key, fn)` in an async
+    tool) for side effects that must not repeat.
     """
 
     def __init__(
@@ -123,9 +132,26 @@ class ToolContext:
         wipe it) as soon as `fn` returns, so it must be serialisable (JSON-like).
         """
         if key not in self._once:
+            if self._keep_once is not None and _on_event_loop():
+                msg = (f"ctx.once({key!r}, ...) in an async tool: keeping its result is a "
+                       "database write, which must not block the event loop; use "
+                       f"`await ctx.aonce({key!r}, fn)`")
+                raise RuntimeError(msg)  # before fn: no side effect left unrecorded
             self._once[key] = fn()
             if self._keep_once is not None:
                 self._keep_once(dict(self._once))
+        return self._once[key]
+
+    async def aonce(self, key: str, fn: Callable[[], Any]) -> Any:
+        """`once` for an async tool: `fn` may be sync or async; its result is kept in the
+        ledger (from a worker thread) before this returns."""
+        if key not in self._once:
+            value = fn()
+            if inspect.isawaitable(value):
+                value = await value
+            self._once[key] = value
+            if self._keep_once is not None:
+                await asyncio.to_thread(self._keep_once, dict(self._once))
         return self._once[key]
 
     def _validate_payload(self, payload: Mapping[str, Any] | BaseModel | None) -> dict[str, Any]:

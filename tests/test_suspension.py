@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -164,6 +165,53 @@ def test_once_keeps_a_side_effect_from_repeating_across_resumes() -> None:
     final = agent.resume_generate({"date": "Fri"}, run_id=result.run_id)
     assert charges == [2]
     assert any(isinstance(m, ToolMessage) and m.text == "hold-2 on Fri" for m in final.messages)
+
+
+@pytest.mark.parametrize("storage", ["memory", "sqlite"])
+def test_an_async_tool_keeps_its_side_effect_with_aonce_off_the_event_loop(
+        storage: str, sqlite_url: str) -> None:
+    """The ledger write of `aonce` runs in a worker thread (the suite's blocking-call detector
+    would fail the run otherwise); the side effect still happens once across the resume."""
+    charges: list[int] = []
+
+    async def charge(seats: int) -> str:
+        charges.append(seats)
+        return f"hold-{seats}"
+
+    @create_tool(resume_schema=When)
+    async def reserve(seats: int, ctx: ToolContext) -> str:
+        """Hold seats, then ask for a date."""
+        hold = await ctx.aonce("hold", lambda: charge(seats))
+        if ctx.resume_data is None:
+            return ctx.suspend({"message": "Which date?"})
+        return f"{hold} on {ctx.resume_data.date}"
+
+    agent = Agent(name="r", checkpointer=sqlite_url if storage == "sqlite" else None,
+                  model=ScriptedChatModel([turn(call("reserve", {"seats": 2}, "r1")), "ok"]),
+                  tools=[reserve])
+
+    async def flow() -> Any:
+        result = await agent.agenerate("reserve")
+        return await agent.aresume_generate({"date": "Fri"}, run_id=result.run_id)
+
+    final = asyncio.run(flow())
+    assert charges == [2]
+    assert any(isinstance(m, ToolMessage) and m.text == "hold-2 on Fri" for m in final.messages)
+
+
+def test_sync_once_in_an_async_tool_is_refused_before_its_side_effect() -> None:
+    charges: list[int] = []
+
+    @create_tool
+    async def reserve(seats: int, ctx: ToolContext) -> str:
+        """Hold seats."""
+        return str(ctx.once("hold", lambda: charges.append(seats) or "held"))
+
+    agent = Agent(name="r", model=ScriptedChatModel([turn(call("reserve", {"seats": 2}, "r1")),
+                                                     "ok"]), tools=[reserve])
+    with pytest.raises(RuntimeError, match=r"await ctx.aonce\('hold', fn\)"):
+        asyncio.run(agent.agenerate("reserve"))
+    assert charges == []
 
 
 def test_decline_cancels_a_suspended_tool() -> None:
