@@ -63,7 +63,7 @@ from graphkit.errors import (
     ApproverNotAllowedError,
     GraphkitError,
 )
-from graphkit.tools import GraphkitTool
+from graphkit.tools import GraphkitTool, allowed_for
 from graphkit.types import ApprovalRecord, args_digest
 
 __all__ = ["GateContext", "Planner", "dispatch_now", "make_gate_node", "supersede_unanswered"]
@@ -375,7 +375,7 @@ class _Pass:
             row = rows.get(record["id"])
             if row is None:
                 if not ensure(ledger, record, thread_id=self.ctx.thread_id,
-                              run_id=self.ctx.run_id):
+                              run_id=self.ctx.run_id, allowed=self._allowed(record)):
                     changed = self._drop_forged_suspension(record) or changed
                 continue
             if row.thread_id != self.ctx.thread_id:
@@ -424,7 +424,12 @@ class _Pass:
         record["id"] = new_id("apr")
         call["key"] = record["call_key"] = new_id("call")
         return ensure(self.ctx.ledger, record, thread_id=self.ctx.thread_id,
-                      run_id=self.ctx.run_id)
+                      run_id=self.ctx.run_id, allowed=self._allowed(record))
+
+    def _allowed(self, record: ApprovalRecord) -> tuple[str, ...]:
+        """What this agent allows for the record's tool (never the state's copy of it)."""
+        return allowed_for(self.planner.tools.get(record["tool_name"]),
+                           self.planner.settings.allowed_decisions)  # type: ignore[arg-type]
 
     def _verified(self, row: ApprovalRow, record: ApprovalRecord) -> Taken | None:
         """A decision claimed elsewhere, checked again here; reopened when it fails."""

@@ -775,11 +775,30 @@ class Ledger:
         LangGraph server hands it to the server's own queue); its `ready_at`, else None. Two
         reviewers who decide at once get one claim between them."""
         now = self._sql.now
+        # Nothing of the run (for a server's run: of its thread) may wait on a decision now: a
+        # queue entry left by a continuation that failed must not continue a later turn.
         rows = self._sql.query(
             f"UPDATE graphkit_ready SET claimed_by = ?, claimed_until = {now} + ? "
             f"WHERE run_id = ? AND (claimed_until IS NULL OR claimed_until < {now}) "
-            "RETURNING ready_at", (owner, LEASE_SECONDS, run_id))
+            "AND NOT EXISTS (SELECT 1 FROM graphkit_approvals p WHERE p.status = 'pending' "
+            "AND (p.run_id = graphkit_ready.run_id OR (graphkit_ready.run_id = ? || "
+            "graphkit_ready.thread_id AND p.thread_id = graphkit_ready.thread_id))) "
+            "RETURNING ready_at, thread_id", (owner, LEASE_SECONDS, run_id, SERVER_THREAD))
         return float(rows[0][0]) if rows else None
+
+    def server_runs_due(self) -> list[tuple[str, str]]:
+        """(queue key, thread) of the LangGraph server's runs waiting to be continued whose
+        claim is free: a continuation that failed is tried again after its pause."""
+        rows = self._sql.query(
+            "SELECT run_id, thread_id FROM graphkit_ready WHERE agent LIKE ? AND "
+            f"(claimed_until IS NULL OR claimed_until < {self._sql.now}) ORDER BY ready_at",
+            (SERVER_AGENT + "%",))
+        return [(str(r[0]), str(r[1])) for r in rows]
+
+    def queued(self, run_id: str) -> bool:
+        """Whether the run waits in the queue to be continued."""
+        return bool(self._sql.query("SELECT 1 FROM graphkit_ready WHERE run_id = ?",
+                                    (run_id,)))
 
     def done_ready(self, run_id: str, owner: str, ready_at: float) -> None:
         """The run was resumed: forget it, unless it became ready again meanwhile."""

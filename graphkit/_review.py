@@ -496,7 +496,7 @@ def verify(row: ApprovalRow, record: ApprovalRecord, *, approvers: Approvers | N
 
 
 def ensure(ledger: Ledger, record: ApprovalRecord, *, thread_id: str,
-           run_id: str | None = None) -> bool:
+           run_id: str | None = None, allowed: Sequence[str] | None = None) -> bool:
     """Record again a pending approval the ledger does not know (it lived in the memory of a
     process that ended: a restarted LangGraph server, a checkpointer instance), from the paused
     run, still pending: it can then be decided; nothing is approved by this. Only a gated call
@@ -507,7 +507,13 @@ def ensure(ledger: Ledger, record: ApprovalRecord, *, thread_id: str,
     if args_digest(record["args"]) != record["args_digest"]:
         return False  # the paused state was tampered with: leave it undecidable
     key = record.get("call_key")
-    if record["kind"] == "suspension" and key and ledger.call(key) is not None:
+    known = ledger.call(key) if key else None
+    if record["kind"] == "approval" and known is not None and known.approval_id != record["id"]:
+        # The ledger knows the call under another approval (or none): a client rewrote the
+        # id in the paused state. Recording it would make a second, decidable approval of
+        # the call, whose answer (a respond, a reject) the model would read.
+        return False
+    if record["kind"] == "suspension" and known is not None:
         # The ledger knows the call but not that it suspended (the gate records that from the
         # tools node's report): a client wrote it, and its resume data would reach the call.
         return False
@@ -518,7 +524,8 @@ def ensure(ledger: Ledger, record: ApprovalRecord, *, thread_id: str,
         approval_id=record["id"], thread_id=thread_id, kind=record["kind"], call_key=key,
         agent_path=record["agent_path"], tool_name=record["tool_name"],
         args_digest=record["args_digest"], ttl=_remaining(record.get("expires_at")),
-        run_id=run_id, allowed=_allowed_of(record) if record["kind"] == "approval" else None)])
+        run_id=run_id, allowed=(tuple(allowed) if allowed else _allowed_of(record))
+        if record["kind"] == "approval" else None)])
     return True
 
 

@@ -224,3 +224,60 @@ def test_the_web_inbox_mounted_in_the_server_decides_its_runs(server: str) -> No
     user = continued["kwargs"]["config"]["configurable"].get("langgraph_auth_user") or {}
     assert (user.get("identity") if isinstance(user, dict) else user) == "release-manager", (
         continued)
+
+
+def _reviewer(server: str) -> Any:
+    import re
+
+    import httpx
+
+    web = httpx.Client(base_url=f"{server}/inbox", follow_redirects=False, timeout=30)
+    login = re.search(r"name='login' value='([0-9a-f]+)'", web.get("/login").text)
+    assert login is not None
+    assert web.post("/login", data={"token": "tok-rm", "login": login.group(1)}
+                    ).status_code == 303
+    return web
+
+
+def _decide(web: Any, approval_id: str, action: str = "approve") -> None:
+    import re
+
+    csrf = re.search(r"name='csrf' value='([0-9a-f]+)'", web.get(f"/approvals/{approval_id}").text)
+    assert csrf is not None
+    done = web.post(f"/approvals/{approval_id}/{action}", data={"csrf": csrf.group(1)})
+    assert done.status_code == 303 and "refused" not in done.headers["location"]
+
+
+def test_a_continuation_the_server_refused_is_tried_again_and_never_continues_a_later_turn(
+        server: str) -> None:
+    """Attack (adversary review): the first continuation fails (the thread's graph cannot be
+    read); its queue entry must be tried again, and must never continue a later turn of the
+    thread while a decision of it is still pending."""
+    import time
+
+    from langgraph_sdk import get_sync_client
+
+    client = get_sync_client(url=server)
+    web = _reviewer(server)
+    thread_id, request = ask(client, "bash", "run: rm /srv/a")
+    (first,) = [a["id"] for a in request["approvals"]]
+    client.threads.update(thread_id, metadata={"graph_id": "no-such-graph"})
+    _decide(web, first)
+    time.sleep(1)
+    assert "not started on the LangGraph server yet" in web.get(f"/approvals/{first}").text
+    client.threads.update(thread_id, metadata={"graph_id": "bash"})
+    wait_for_tool_result(client, thread_id, "$ rm /srv/a")  # the inbox tried again
+
+    run(client, thread_id, "bash",
+        input={"messages": [{"role": "user", "content": "run: rm /srv/b; rm /srv/c"}]})
+    ids = {a["args"]["command"]: a["id"] for a in interrupt_of(client, thread_id)["approvals"]}
+    before = len(client.runs.list(thread_id, limit=50))
+    _decide(web, ids["rm /srv/b"])
+    time.sleep(3)  # longer than the inbox's retry period
+    assert len(client.runs.list(thread_id, limit=50)) == before  # nothing continued
+    values = client.threads.get_state(thread_id)["values"]
+    assert not any("rm /srv/b" in str(m["content"]) for m in tool_results(values))
+    _decide(web, ids["rm /srv/c"], "decline")
+    values = wait_for_tool_result(client, thread_id, "$ rm /srv/b")
+    assert any(m["status"] == "error" and m["tool_call_id"]
+               for m in tool_results(values)[-2:])

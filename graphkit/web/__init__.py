@@ -87,10 +87,18 @@ class _Web:
         self.inbox = inbox
         self.server = server
         """The LangGraph server this app is mounted in, which continues decided runs."""
+        self._retrying: asyncio.Task[None] | None = None
         self.authenticate = authenticate
         self.check_token = token_authenticator(tokens) if tokens else None
         self.sessions = sessions
         self.thread_messages = thread_messages
+
+    def keep_continuing(self) -> None:
+        """Inside a LangGraph server: from the first request on, start again every
+        continuation whose last attempt failed (a task on the server's loop)."""
+        if self.server is not None and self._retrying is None:
+            self._retrying = asyncio.get_running_loop().create_task(
+                self.server.keep_continuing())
 
     async def messages(self, item: PendingApproval) -> list[BaseMessage]:
         """The run's messages for a card: the agent's own state, else (inside the LangGraph
@@ -211,6 +219,7 @@ def _routes(web: _Web) -> list[Any]:
         """No page without a reviewer; no POST without the session's CSRF token."""
 
         async def endpoint(request: Request) -> Response:
+            web.keep_continuing()
             who = await web.reviewer(request)
             request.state.reviewer = who
             if who is None:
@@ -466,6 +475,8 @@ def _routes(web: _Web) -> list[Any]:
 
 CONTINUATION = {
     "waiting": "Decided. The run waits for its other decisions before it continues.",
+    "queued": ("Decided. The run's continuation has not started on the LangGraph server yet; "
+               "the inbox hands it over again shortly."),
     "pending": "Decided. The LangGraph server has queued the run's continuation.",
     "running": "Decided. The run continues on the LangGraph server…",
     "success": "Decided. The run continued on the LangGraph server and finished.",

@@ -27,6 +27,9 @@ from graphkit.types import PendingApproval
 __all__ = ["Continuation", "ServerRuns", "thread_messages"]
 
 logger = logging.getLogger("graphkit")
+RETRY_SECONDS = 2.0
+"""How often the mounted inbox looks for continuations to start again."""
+DECISION_EVENTS = ("approved", "edited", "rejected", "responded", "resumed", "cancelled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,13 +38,14 @@ class Continuation:
 
     status: str
     """The server's status of the thread's latest run: pending, running, success, error,
-    interrupted, timeout; or `waiting` (nothing started it yet)."""
+    interrupted, timeout; or `waiting` (other decisions are still to be taken) or `queued`
+    (the continuation did not start yet: it is tried again)."""
     outcome: dict[str, Any] | None
     """The decided call's recorded result (`content`, `status`), once it has one."""
 
     @property
     def finished(self) -> bool:
-        return self.status not in ("pending", "running", "waiting")
+        return self.status not in ("pending", "running", "waiting", "queued")
 
 
 def _client() -> Any:
@@ -94,13 +98,38 @@ class ServerRuns:
     async def continue_run(self, item: PendingApproval, reviewer: str) -> str | None:
         """Start the continuation of `item`'s run on the server if nothing of it waits any
         more; the server's run id, or None (something still waits, another reviewer's
-        decision started it, or the server refused: then it stays ready, to be retried)."""
-        thread_id = item.thread_id
-        if not thread_id:
+        decision started it, or the server refused: then it stays queued, and `retry_due`
+        tries it again)."""
+        if not item.thread_id:
             return None
-        run_id = item.run_id or SERVER_THREAD + thread_id  # the server's runs have no run id
+        key = item.run_id or SERVER_THREAD + item.thread_id  # the server's runs have no run id
+        return await self._start(key, item.thread_id, reviewer)
+
+    async def retry_due(self) -> None:
+        """Start every continuation that is due again (its last attempt failed), as the
+        reviewer whose decision made its run ready."""
+        for key, thread_id in await asyncio.to_thread(self._ledger.server_runs_due):
+            reviewer = await asyncio.to_thread(self._last_decider, thread_id)
+            if reviewer is not None:
+                await self._start(key, thread_id, reviewer)
+
+    async def keep_continuing(self) -> None:
+        """`retry_due`, every few seconds, for as long as the app serves."""
+        while True:
+            await asyncio.sleep(RETRY_SECONDS)
+            try:
+                await self.retry_due()
+            except Exception:  # the next round tries again
+                logger.warning("inbox: retrying continuations failed", exc_info=True)
+
+    def _last_decider(self, thread_id: str) -> str | None:
+        decided = [e for e in self._ledger.read_audit(thread_id=thread_id)
+                   if e.get("event") in DECISION_EVENTS and e.get("decided_by")]
+        return str(decided[-1]["decided_by"]) if decided else None
+
+    async def _start(self, key: str, thread_id: str, reviewer: str) -> str | None:
         owner = f"inbox-{uuid.uuid4().hex[:12]}"
-        ready_at = await asyncio.to_thread(self._ledger.take_ready, run_id, owner)
+        ready_at = await asyncio.to_thread(self._ledger.take_ready, key, owner)
         if ready_at is None:
             return None
         try:
@@ -115,23 +144,23 @@ class ServerRuns:
                 run = await client.runs.create(thread_id, assistant, command=command,
                                                multitask_strategy="enqueue")
         except Exception:
-            logger.warning("inbox: the server did not take the continuation of run %s",
-                           run_id, exc_info=True)
-            await asyncio.to_thread(self._ledger.retry_ready, run_id, owner)
+            logger.warning("inbox: the server did not take the continuation of thread %s; "
+                           "it is tried again", thread_id, exc_info=True)
+            await asyncio.to_thread(self._ledger.retry_ready, key, owner)
             return None
         server_run = str(run["run_id"])
-        await asyncio.to_thread(self._done, item, run_id, reviewer, server_run, owner,
+        await asyncio.to_thread(self._done, key, thread_id, reviewer, server_run, owner,
                                 ready_at)
         return server_run
 
-    def _done(self, item: PendingApproval, ready_key: str, reviewer: str, server_run: str,
-              owner: str, ready_at: float) -> None:
-        assert item.thread_id is not None
-        self._ledger.done_ready(ready_key, owner, ready_at)
+    def _done(self, key: str, thread_id: str, reviewer: str, server_run: str, owner: str,
+              ready_at: float) -> None:
+        self._ledger.done_ready(key, owner, ready_at)
+        run_id = None if key.startswith(SERVER_THREAD) else key
         self._ledger.audit([audit_row(
-            "continued", item.to_dict(), thread_id=item.thread_id, run_id=item.run_id,
-            decided_by=reviewer, detail=f"the LangGraph server continues the run (its run "
-                                        f"{server_run}), started by the inbox")])
+            "continued", None, thread_id=thread_id, run_id=run_id, decided_by=reviewer,
+            detail=f"the LangGraph server continues the run (its run {server_run}), started "
+                   "by the inbox")])
 
     async def continuation(self, item: PendingApproval) -> Continuation | None:
         """What became of a decided approval's run: the server's latest run of its thread and
@@ -149,7 +178,10 @@ class ServerRuns:
                            exc_info=True)
             runs = []
         continued = await asyncio.to_thread(self._continued, item)
-        status = str(runs[0]["status"]) if runs and continued else "waiting"
+        key = item.run_id or SERVER_THREAD + item.thread_id
+        queued = await asyncio.to_thread(self._ledger.queued, key)
+        status = ("queued" if queued else str(runs[0]["status"]) if runs and continued
+                  else "waiting")
         return Continuation(status=status, outcome=outcomes.get(key) if key else None)
 
     def _continued(self, item: PendingApproval) -> bool:
