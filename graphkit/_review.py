@@ -80,6 +80,9 @@ class Choice:
     """Resume data (`resume` only)."""
     digest: str | None = None
     """The `args_digest` the reviewer saw; the decision applies only to those arguments."""
+    tool_name: str | None = None
+    """An edit's `edited_action.name`: it must be the waiting call's own tool (an edit never
+    switches tools)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +113,18 @@ def _text(value: Any, key: str, index: int) -> str | None:
     raise GraphkitError(msg)
 
 
+COMMON_FIELDS = frozenset({"type", "tool_call_id", "id", "decided_by", "args_digest"})
+"""Fields any decision may carry: which call, who (only checked), the digest reviewed."""
+DECISION_FIELDS: dict[str, frozenset[str]] = {
+    "approve": frozenset({"message", "comment"}),
+    "edit": frozenset({"edited_action", "args", "message", "comment"}),
+    "reject": frozenset({"message", "comment"}),
+    "respond": frozenset({"message"}),
+    "resume": frozenset({"data"}),
+}
+"""The closed shape of each decision type (LangChain's, plus `resume`)."""
+
+
 def parse_choice(raw: Any, index: int = 0) -> tuple[Choice, str | None, str | None, str | None]:
     """A raw decision from a resume payload: (choice, tool_call_id, approval id, claimed
     decider). Raises `GraphkitError` on anything outside the closed set. A reviewed
@@ -118,6 +133,13 @@ def parse_choice(raw: Any, index: int = 0) -> tuple[Choice, str | None, str | No
         msg = f"decision #{index} must be an object, got {type(raw).__name__}"
         raise GraphkitError(msg)
     kind = raw.get("type")
+    if isinstance(kind, str) and kind in DECISION_FIELDS:
+        extra = sorted(str(k) for k in raw if k not in COMMON_FIELDS | DECISION_FIELDS[kind])
+        if extra:
+            # a closed shape: a stray field is a client's mistake or a probe, never ignored
+            msg = (f"decision #{index}: unknown field(s) {extra} in a {kind!r} decision; it "
+                   f"takes {sorted(COMMON_FIELDS | DECISION_FIELDS[kind])}")
+            raise GraphkitError(msg)
     call_id = _text(raw.get("tool_call_id"), "tool_call_id", index)
     approval_id = _text(raw.get("id"), "id", index)
     claimed = _text(raw.get("decided_by"), "decided_by", index)
@@ -131,12 +153,21 @@ def parse_choice(raw: Any, index: int = 0) -> tuple[Choice, str | None, str | No
         if action is not None and not isinstance(action, Mapping):
             msg = f"decision #{index}: 'edited_action' must be an object, got {action!r}"
             raise GraphkitError(msg)
+        if action is not None and (set(action) - {"name", "args"} or (
+                "name" in action and not isinstance(action["name"], str))):
+            msg = (f"decision #{index}: 'edited_action' takes 'name' (the tool's) and 'args', "
+                   f"got {sorted(str(k) for k in action)}")
+            raise GraphkitError(msg)
+        if action is not None and "args" in raw:
+            msg = f"decision #{index}: give the edited arguments once (edited_action.args)"
+            raise GraphkitError(msg)
         args = raw.get("args", (action or {}).get("args"))
         if not isinstance(args, Mapping):
             msg = (f"decision #{index}: an edit needs the edited arguments as an object "
                    "(edited_action.args or args)")
             raise InvalidApprovedArgsError(msg)
-        choice = Choice(type="edit", args=dict(args), message=message, digest=digest)
+        choice = Choice(type="edit", args=dict(args), message=message, digest=digest,
+                        tool_name=(action or {}).get("name"))
     elif kind == "reject":
         choice = Choice(type="reject", message=message, digest=digest)
     elif kind == "respond":
@@ -263,6 +294,10 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
             if not isinstance(choice.args, Mapping):
                 msg = (f"edited args must be a mapping of argument names, got "
                        f"{type(choice.args).__name__}")
+                raise InvalidApprovedArgsError(msg)
+            if choice.tool_name is not None and choice.tool_name != record["tool_name"]:
+                msg = (f"an edit of a {record['tool_name']!r} call names tool "
+                       f"{choice.tool_name!r}; an edit changes arguments, never the tool")
                 raise InvalidApprovedArgsError(msg)
             check_value(choice.args, what=f"edited arguments for tool {record['tool_name']!r}",
                         error=InvalidApprovedArgsError)
