@@ -50,6 +50,7 @@ __all__ = [
     "apply_command",
     "continue_command",
     "decide",
+    "of_run",
     "start_payload",
     "waiting",
 ]
@@ -80,6 +81,17 @@ def waiting(snapshot: Paused, ledger: Ledger) -> list[Waiting]:
     found = pending_from_interrupts(snapshot.interrupts)
     rows = ledger.approvals(r["id"] for _, r in found if r["status"] == "pending")
     return [Waiting(i, r, rows.get(r["id"])) for i, r in found]
+
+
+def of_run(items: list[Waiting], snapshot: Paused, run_id: str) -> list[Waiting]:
+    """What waits in the thread that a decision naming `run_id` may take: a call asked in
+    that run, or anything, when it is the thread's current run (which carries on turns of
+    earlier runs). A decision that names an earlier run never lands on a call asked later
+    (models reuse tool_call_ids): it is refused."""
+    options = snapshot.values.get("options") or {}
+    if options.get("run_id") == run_id:
+        return items
+    return [i for i in items if i.row is None or i.row.run_id in (None, run_id)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,7 +190,8 @@ def decide(
     remember: Remember = "once",
 ) -> ApprovalRecord:
     """Take one decision on a waiting call of this run (checked, claimed, audited)."""
-    items = _expire(waiting(snapshot, req.ledger), snapshot, req)
+    items = of_run(_expire(waiting(snapshot, req.ledger), snapshot, req), snapshot,
+                   req.run_id)
     kind: Literal["approval", "suspension"] | None = (
         "suspension" if choice.type == "resume" else "approval" if choice.type != "reject"
         else None)
@@ -256,10 +269,11 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
         nested = nested or inner
         resume[interrupt_id] = GateResume(supersede=said, auto_resume=auto, queue=not inner)
     plan = snapshot.values.get("turn")
+    # the new message starts a new run: what the turn records from here on is filed under it
+    update: dict[str, Any] = {"options": options}
     if nested and plan:
-        queued = [*(plan.get("queued") or []), *said]
-        return Command(resume=resume, update={"turn": {**plan, "queued": queued}})
-    return Command(resume=resume)
+        update["turn"] = {**plan, "queued": [*(plan.get("queued") or []), *said]}
+    return Command(resume=resume, update=update)
 
 
 def policy_finder(root: Any) -> PolicyFinder:

@@ -32,6 +32,7 @@ from graphkit._approvals import (
     queued_messages,
     suspension_record,
     telemetry,
+    validation_runs_code,
     waiting_records,
 )
 from graphkit._context import agent_path_of, emit, last_ai, store, thread_id_of
@@ -131,7 +132,8 @@ class Planner:
         top-level graph ignores any path in its config (a server client could set one)."""
         self.settings = settings
         self.ledger = ledger
-        self.schemas = {tool_name: {"schema": _schema(tool), "resume_schema": _resume(tool)}
+        self.schemas = {tool_name: {"schema": _schema(tool), "resume_schema": _resume(tool),
+                                    "validates_in_code": validation_runs_code(tool)}
                         for tool_name, tool in tools.items()}
 
     def path_of(self, config: RunnableConfig) -> list[str]:

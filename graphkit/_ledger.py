@@ -412,6 +412,7 @@ class GrantRow:
 
 _APPROVAL_COLUMNS = ("approval_id, thread_id, kind, call_key, agent_path, tool_name, "
                      "args_digest, expires_at, status, decision, allowed")
+_APPROVAL_READ = _APPROVAL_COLUMNS + ", run_id"
 _MIGRATIONS = (("graphkit_approvals", "allowed", "TEXT"),)
 """Columns added after a table was first made: added to an existing database on open."""
 
@@ -430,7 +431,8 @@ def _approval(row: tuple[Any, ...]) -> ApprovalRow:
     return ApprovalRow(approval_id=str(row[0]), thread_id=str(row[1]), kind=str(row[2]),
                        call_key=row[3], agent_path=[p for p in str(row[4]).split("/") if p],
                        tool_name=str(row[5]), args_digest=str(row[6]), expires_at=row[7],
-                       status=str(row[8]), decision=_loads(row[9]), allowed=_allowed(row[10]))
+                       status=str(row[8]), decision=_loads(row[9]), allowed=_allowed(row[10]),
+                       run_id=row[11])
 
 
 _GRANT_COLUMNS = ("grant_id, thread_id, agent_path, tool_name, grantor, approval_id, "
@@ -603,7 +605,7 @@ class Ledger:
             chunk = ids[start : start + 500]
             marks = ", ".join("?" for _ in chunk)
             rows = self._sql.query(
-                f"SELECT {_APPROVAL_COLUMNS} FROM graphkit_approvals "
+                f"SELECT {_APPROVAL_READ} FROM graphkit_approvals "
                 f"WHERE approval_id IN ({marks})", tuple(chunk))
             found.update({str(r[0]): _approval(r) for r in rows})
         return found
@@ -676,7 +678,7 @@ class Ledger:
         `agent_path` (its subagents, at any depth)."""
         prefix = _path(agent_path) + "/"
         rows = self._sql.query(
-            f"SELECT {_APPROVAL_COLUMNS} FROM graphkit_approvals WHERE thread_id = ? "
+            f"SELECT {_APPROVAL_READ} FROM graphkit_approvals WHERE thread_id = ? "
             "AND status = 'pending' AND substr(agent_path, 1, ?) = ?",
             (thread_id, len(prefix), prefix))
         return [_approval(r) for r in rows]
@@ -867,7 +869,7 @@ class Ledger:
             "SELECT c.call_key, c.thread_id, c.agent_path, c.tool_name, c.args_digest, "
             "c.approval_id, c.executed, c.outcome, c.once_results, cl.run_digest, "
             + ", ".join(f"a.{col.strip()} AS a_{col.strip()}"
-                        for col in _APPROVAL_COLUMNS.split(",")) +
+                        for col in _APPROVAL_READ.split(",")) +
             " FROM graphkit_calls c LEFT JOIN graphkit_approvals a "
             "ON a.approval_id = c.approval_id LEFT JOIN graphkit_cleared cl "
             "ON cl.approval_id = c.approval_id WHERE c.call_key = ?", (call_key,))

@@ -30,6 +30,7 @@ from graphkit._control import (
     apply_command,
     continue_command,
     decide,
+    of_run,
     policy_finder,
     start_payload,
     waiting,
@@ -704,14 +705,20 @@ class Agent:
     def pending_approvals(self, *, run_id: str) -> list[PendingApproval]:
         """Every approval and suspension the run waits on, decided-but-not-applied included."""
         config = self._config(self._thread_of(run_id), run_id)
-        return self._pending(self.graph.get_state(config))
+        return self._pending(self.graph.get_state(config), run_id)
 
     async def apending_approvals(self, *, run_id: str) -> list[PendingApproval]:
         """Async twin of `pending_approvals`."""
         return await asyncio.to_thread(self.pending_approvals, run_id=run_id)
 
-    def _pending(self, snapshot: StateSnapshot) -> list[PendingApproval]:
-        found = [w.pending() for w in waiting(snapshot, self._storage.ledger)]
+    def _pending(self, snapshot: StateSnapshot, run_id: str | None = None
+                 ) -> list[PendingApproval]:
+        """What the thread waits on; with `run_id`, on behalf of that run only."""
+        everything = waiting(snapshot, self._storage.ledger)
+        mine = everything if run_id is None else of_run(everything, snapshot, run_id)
+        found = [w.pending() for w in mine]
+        if everything and not found:
+            return []  # what waits in the thread now belongs to a later run
         return found or pending_of(snapshot, stopped=True)
 
     def snapshot(self, *, run_id: str) -> dict[str, Any]:
@@ -719,7 +726,7 @@ class Agent:
         thread_id = self._thread_of(run_id)
         snap = self.graph.get_state(self._config(thread_id, run_id))
         values = snap.values or {}
-        pending = self._pending(snap)
+        pending = self._pending(snap, run_id)
         metadata = dict(snap.metadata or {})
         return {
             "run_id": run_id,

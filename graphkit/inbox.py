@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jsonschema
@@ -48,6 +48,22 @@ __all__ = ["Inbox"]
 
 def _pending(entry: dict[str, Any]) -> PendingApproval:
     return PendingApproval.from_record(entry)
+
+
+def as_schema_types(value: Any, schema: Any) -> Any:
+    """`value` as the tool's model reads it where JSON alone cannot say: an integer given for
+    a `number` is a float (pydantic reads 1150 for a float field as 1150.0; the digest of what
+    runs must be the digest of what was approved)."""
+    if not isinstance(schema, Mapping):
+        return value
+    if schema.get("type") == "number" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, dict) and isinstance(schema.get("properties"), Mapping):
+        props = schema["properties"]
+        return {k: as_schema_types(v, props.get(k)) for k, v in value.items()}
+    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        return [as_schema_types(v, schema["items"]) for v in value]
+    return value
 
 
 class Inbox:
@@ -254,6 +270,14 @@ class Inbox:
             raise InvalidApprovedArgsError(msg)
         item = self._storage.store.get(
             SCHEMAS, schema_key(entry.get("agent_path") or [], entry["tool_name"]))
+        if item is not None and item.value.get("validates_in_code"):
+            # its own validators could change what runs: the gate would refuse what this
+            # inbox recorded, and the reviewer would believe in an approval that never runs
+            msg = (f"tool {entry['tool_name']!r} checks its arguments with code of its own, "
+                   "which this inbox cannot run; edit it where the agent is loaded "
+                   "(Inbox(url, agents=[agent]), `graphkit serve --agent module:attr`), or "
+                   "approve or decline it as it is")
+            raise InvalidApprovedArgsError(msg)
         schema = item.value.get("schema") if item is not None else None
         if not schema:
             return dict(args)
@@ -266,7 +290,8 @@ class Inbox:
         except (jsonschema.SchemaError, RecursionError) as exc:
             msg = f"arguments for tool {entry['tool_name']!r} could not be checked: {exc}"
             raise GraphkitError(msg) from exc
-        return dict(args)
+        coerced: dict[str, Any] = as_schema_types(dict(args), schema)
+        return coerced
 
     # ------------------------------------------------------------------ async twins
 

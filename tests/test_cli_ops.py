@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -144,3 +145,58 @@ def test_resume_continues_a_decided_run_from_an_agent_in_the_working_directory(
     assert done.returncode == 0, done.stderr
     assert "tool pay> paid 40 to ACME" in done.stdout and "agent> all paid" in done.stdout
     assert "finish_reason: stop" in done.stdout
+
+
+def test_an_edit_the_cli_records_is_the_edit_that_runs(sqlite_url: str,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    """`approve --args '{"amount": 1150}'` for a float field: the CLI (which cannot load the
+    tool) reads it as the tool's model does, so "approved" means it runs; an edit of a tool
+    that validates in code of its own is refused at once instead of withdrawn later."""
+    from pydantic import BaseModel, field_validator
+
+    from graphkit import Agent, create_tool
+    from graphkit.testing import ScriptedChatModel
+
+    paid: list[Any] = []
+
+    @create_tool(needs_approval=True)
+    def pay(amount: float, to: str) -> str:
+        """Pay."""
+        paid.append(amount)
+        return f"paid {amount}"
+
+    class Account(BaseModel):
+        amount: int
+
+        @field_validator("amount")
+        @classmethod
+        def whole_dollars(cls, v: int) -> int:
+            return round(v, -2) if v > 1000 else v  # the model's rule: idempotent, but code
+
+    @create_tool(needs_approval=True, args_schema=Account)
+    def charge(amount: int) -> str:
+        """Charge."""
+        paid.append(("charge", amount))
+        return "charged"
+
+    script = [turn(call("pay", {"amount": 1000.5, "to": "acme"}, "p1"),
+                   call("charge", {"amount": 5}, "c1")), "done"]
+    agent = Agent(name="billing", tools=[pay, charge], checkpointer=sqlite_url,
+                  model=ScriptedChatModel(script))
+    first = agent.generate("pay")
+    ids = {p.tool_name: p.id for p in first.pending_approvals}
+    code, said = cli("approve", ids["pay"], "--db", sqlite_url, "--by", "cfo", "--args",
+                     json.dumps({"amount": 1150, "to": "acme"}))
+    assert code == 0 and said.startswith("edited")
+    code, _ = cli("approve", ids["charge"], "--db", sqlite_url, "--by", "cfo", "--args",
+                  json.dumps({"amount": 7}))
+    err = capsys.readouterr().err
+    assert code == 1 and "checks its arguments with code of its own" in err
+    assert cli("decline", ids["charge"], "--db", sqlite_url, "--by", "cfo")[0] == 0
+    done = agent.resume(run_id=first.run_id)
+    assert done.text == "done" and paid == [1150.0]
+    events = [e["event"] for e in agent._storage.ledger.read_audit(thread_id=first.thread_id)]
+    assert "edited" in events and "refused" in events
+    assert not any("withdrawn" in str(e.get("detail")) for e in
+                   agent._storage.ledger.read_audit(thread_id=first.thread_id))

@@ -286,8 +286,11 @@ def test_extra_arguments_a_permissive_schema_allows_never_run() -> None:
     assert seen == [{"target": "staging"}]
 
 
-def test_an_inbox_edit_the_tools_model_refuses_is_withdrawn_not_stranded(
+def test_an_inbox_edit_the_tools_model_would_refuse_is_refused_at_once(
         sqlite_url: str) -> None:
+    """"Approved" means "will run": an inbox that cannot load a tool whose model validates in
+    code refuses its edits at once (it used to record them, and the gate withdrew them);
+    beside the agent, the tool's own model judges them."""
     class Args(BaseModel):
         version: str
 
@@ -312,11 +315,14 @@ def test_an_inbox_edit_the_tools_model_refuses_is_withdrawn_not_stranded(
 
     result = make().generate("deploy")
     (pending,) = Inbox(sqlite_url).pending()
-    Inbox(sqlite_url).approve(pending.id, decided_by="ops", args={"version": "oops"})
-    after = make().resume(run_id=result.run_id)
-    assert ran == [] and after.finish_reason == "suspended"
-    assert after.pending_approvals[0].status == "pending"
-    Inbox(sqlite_url).approve(pending.id, decided_by="ops", args={"version": "1.0.1"})
+    for edit in ({"version": "oops"}, {"version": "1.0.1"}):
+        with pytest.raises(InvalidApprovedArgsError, match="code of its own"):
+            Inbox(sqlite_url).approve(pending.id, decided_by="ops", args=edit)
+    beside = Inbox(sqlite_url, agents=[make()])
+    with pytest.raises(InvalidApprovedArgsError, match="not a version"):
+        beside.approve(pending.id, decided_by="ops", args={"version": "oops"})
+    assert Inbox(sqlite_url).get(pending.id).status == "pending" and ran == []
+    beside.approve(pending.id, decided_by="ops", args={"version": "1.0.1"})
     assert make().resume(run_id=result.run_id).text == "done" and ran == ["1.0.1"]
 
 

@@ -1,0 +1,99 @@
+"""A decision names its run: given for an earlier run of a thread (its run_id, and the model's
+tool_call_id, which models reuse), it never lands on a newer call of the thread."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+from graphkit import Agent, Inbox, create_tool
+from graphkit.errors import GraphkitError
+from graphkit.testing import ScriptedChatModel
+
+
+def _release(url: str, ran: list[str], **kwargs: Any) -> Agent:
+    @create_tool(needs_approval=True, approval_prompt="Send build {{version}} to prod?")
+    def deploy(version: str) -> str:
+        """Deploy a build."""
+        ran.append(version)
+        return f"deployed {version}"
+
+    def reply(messages: list[Any]) -> Any:
+        last = messages[-1]
+        if isinstance(last, ToolMessage):
+            return f"done: {last.content}"
+        asked = next(m for m in reversed(messages) if isinstance(m, HumanMessage))
+        version = str(asked.content).split()[-1]
+        # the model reuses its tool_call_id in every turn
+        return AIMessage("", tool_calls=[{"name": "deploy", "args": {"version": version},
+                                          "id": "call_1"}])
+
+    return Agent(name="release", tools=[deploy], checkpointer=url,
+                 model=ScriptedChatModel(reply), **kwargs)
+
+
+@pytest.mark.parametrize("how", ["approve", "edit", "remember", "decline", "resolve"])
+def test_a_decision_for_an_earlier_run_never_lands_on_the_newer_call(
+        sqlite_url: str, how: str) -> None:
+    ran: list[str] = []
+    agent = _release(sqlite_url, ran)
+    older = agent.generate("ship 1.4.2")
+    newer = agent.generate("no wait, ship 6.6.6", thread_id=older.thread_id)
+    assert newer.pending_approvals[0].args == {"version": "6.6.6"}
+    with pytest.raises(GraphkitError):
+        if how == "approve":
+            agent.approve_tool_call_generate(run_id=older.run_id, tool_call_id="call_1",
+                                             decided_by="alice")
+        elif how == "edit":
+            agent.approve_tool_call_generate(run_id=older.run_id, tool_call_id="call_1",
+                                             args={"version": "1.4.3"}, decided_by="alice")
+        elif how == "remember":
+            agent.approve_tool_call_generate(run_id=older.run_id, decided_by="alice",
+                                             remember="thread")
+        elif how == "decline":
+            agent.decline_tool_call_generate(run_id=older.run_id, decided_by="alice")
+        else:
+            agent.resolve_tool_approval(run_id=older.run_id, id=newer.pending_approvals[0].id,
+                                        approved=True, decided_by="alice")
+    assert ran == []
+    assert agent.pending_approvals(run_id=older.run_id) == []
+    (waiting,) = agent.pending_approvals(run_id=newer.run_id)
+    assert waiting.status == "pending" and waiting.args == {"version": "6.6.6"}
+    assert Inbox(sqlite_url).grants() == []
+    # the newer run is decided under its own id, and its audit names it
+    done = agent.approve_tool_call_generate(run_id=newer.run_id, decided_by="alice")
+    assert ran == ["6.6.6"] and done.text == "done: deployed 6.6.6"
+    approved = [e for e in Inbox(sqlite_url).audit(thread_id=older.thread_id)
+                if e["event"] == "approved"]
+    assert [e["run_id"] for e in approved] == [newer.run_id]
+
+
+def test_a_suspension_answer_for_an_earlier_run_is_refused(sqlite_url: str) -> None:
+    from pydantic import BaseModel
+
+    from graphkit import ToolContext
+
+    class City(BaseModel):
+        city: str
+
+    asked: list[str] = []
+
+    @create_tool(resume_schema=City)
+    def weather(ctx: ToolContext) -> str:
+        """Weather for a city."""
+        asked.append("asked")
+        if ctx.resume_data is None:
+            return ctx.suspend({"message": "Which city?"})
+        return f"sunny in {ctx.resume_data.city}"
+
+    model = ScriptedChatModel(lambda m: "ok" if isinstance(m[-1], ToolMessage) else AIMessage(
+        "", tool_calls=[{"name": "weather", "args": {}, "id": "w1"}]))
+    agent = Agent(name="wx", tools=[weather], checkpointer=sqlite_url, model=model)
+    older = agent.generate("weather?")
+    newer = agent.generate("weather again?", thread_id=older.thread_id)
+    assert newer.finish_reason == "suspended"
+    with pytest.raises(GraphkitError):
+        agent.resume_generate({"city": "Paris"}, run_id=older.run_id)
+    assert agent.resume_generate({"city": "Oslo"}, run_id=newer.run_id).text == "ok"
