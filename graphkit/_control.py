@@ -20,7 +20,7 @@ from langchain_core.tools import BaseTool
 from langgraph.types import Command
 
 from graphkit._events import pending_from_interrupts
-from graphkit._gate import supersede_unanswered
+from graphkit._gate import BY_NEW_MESSAGE, supersede_unanswered
 from graphkit._journal import APPROVALS, SCAN_LIMIT
 from graphkit._latest import Paused
 from graphkit._ledger import ApprovalRow, Ledger
@@ -31,6 +31,7 @@ from graphkit._review import (
     refuse,
     resolved_message,
     shown,
+    supersede,
     take,
 )
 from graphkit._settings import Approvers
@@ -262,16 +263,28 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
     said = messages_to_dict([m if m.id else m.model_copy(update={"id": str(uuid.uuid4())})
                              for m in messages])
     auto = bool(options.get("auto_resume_suspended_tools"))
-    resume: dict[str, GateResume] = {}
-    nested = False
-    for interrupt_id, record in found:
-        inner = len(record["agent_path"]) > 1  # the message is for the supervisor
-        nested = nested or inner
-        resume[interrupt_id] = GateResume(supersede=said, auto_resume=auto, queue=not inner)
     plan = snapshot.values.get("turn")
+    # A gate that finds a decision recorded meanwhile (the inbox, the CLI) applies it and
+    # never reads its resume value: the message then goes into the plan's queue here, to
+    # reach the conversation once the turn settles (the recorded decision, taken before the
+    # message, still runs first). So does a message for a supervisor whose subagent waits.
+    rows = req.ledger.approvals(r["id"] for _, r in found) if req is not None else {}
+    decided = any(row.decided for row in rows.values())
+    if decided and req is not None:
+        # ... and what still waits beside it is superseded in the ledger, as the gate would
+        # have done with the message: the gate applies that decline like any other
+        for _, record in found:
+            row = rows.get(record["id"])
+            if row is not None and not row.decided and not (
+                    auto and record["kind"] == "suspension"):
+                supersede(req.ledger, record, comment=BY_NEW_MESSAGE, thread_id=req.thread_id,
+                          run_id=req.run_id)
+    queue_here = decided or any(len(r["agent_path"]) > 1 for _, r in found)
+    resume = {interrupt_id: GateResume(supersede=said, auto_resume=auto, queue=not queue_here)
+              for interrupt_id, _ in found}
     # the new message starts a new run: what the turn records from here on is filed under it
     update: dict[str, Any] = {"options": options}
-    if nested and plan:
+    if queue_here and plan:
         update["turn"] = {**plan, "queued": [*(plan.get("queued") or []), *said]}
     return Command(resume=resume, update=update)
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from graphkit import (
+    Agent,
     AmbiguousApprovalError,
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
@@ -14,6 +17,7 @@ from graphkit import (
     InvalidApprovedArgsError,
     SnapshotNotFoundError,
 )
+from graphkit.testing import ScriptedChatModel
 from tests.helpers import agent_with, call, turn
 
 PAY = {"amount": 40, "payee": {"name": "ACME"}}
@@ -139,3 +143,56 @@ def test_raw_graph_resume_with_a_bad_decision_keeps_the_call_pending() -> None:
     assert ledger.names() == ["pay"]
     messages = agent.graph.get_state(config).values["messages"]
     assert isinstance(messages[-1], AIMessage) and isinstance(messages[0], HumanMessage)
+
+
+def _two_deploys(url: str, ran: list[str]) -> Agent:
+    from graphkit import create_tool
+
+    @create_tool(needs_approval=True)
+    def deploy(version: str) -> str:
+        """Deploy."""
+        ran.append(version)
+        return f"deployed {version}"
+
+    def reply(messages: list[Any]) -> Any:
+        last = messages[-1]
+        if isinstance(last, HumanMessage) and "also" in str(last.content):
+            return f"noted: {last.content}"
+        if isinstance(last, ToolMessage):
+            return "deploys settled"
+        return AIMessage("", tool_calls=[
+            {"name": "deploy", "args": {"version": "1.0"}, "id": "d1"},
+            {"name": "deploy", "args": {"version": "2.0"}, "id": "d2"}])
+
+    return Agent(name="rel", tools=[deploy], checkpointer=url, model=ScriptedChatModel(reply))
+
+
+@pytest.mark.parametrize("door", ["inbox", "cli", "resolve"])
+def test_a_message_after_a_recorded_decision_reaches_the_conversation(
+        sqlite_url: str, door: str) -> None:
+    """A decision recorded (inbox, CLI, resolve_tool_approval) before the run continued, then
+    a new message: the recorded approval still runs (it came first), what still waited is
+    superseded, and the message reaches the conversation after the turn, once."""
+    from graphkit import Inbox
+    from graphkit.cli import main
+
+    ran: list[str] = []
+    agent = _two_deploys(sqlite_url, ran)
+    first = agent.generate("ship both")
+    one = next(p for p in first.pending_approvals if p.tool_call_id == "d1")
+    if door == "inbox":
+        Inbox(sqlite_url).approve(one.id, decided_by="ops")
+    elif door == "cli":
+        assert main(["approve", one.id, "--by", "ops", "--db", sqlite_url],
+                    out=lambda _: None) == 0
+    else:
+        agent.resolve_tool_approval(run_id=first.run_id, id=one.id, approved=True,
+                                    decided_by="ops")
+    second = agent.generate("also tell the team", thread_id=first.thread_id)
+    assert second.finish_reason == "stop" and ran == ["1.0"]
+    said = [m.content for m in second.messages if isinstance(m, HumanMessage)]
+    assert said == ["ship both", "also tell the team"]
+    results = {m.tool_call_id: m for m in second.messages if isinstance(m, ToolMessage)}
+    assert results["d1"].content == "deployed 1.0"
+    assert results["d2"].status == "error" and "superseded" in str(results["d2"].content)
+    assert second.text == "noted: also tell the team"
