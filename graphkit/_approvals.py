@@ -9,7 +9,6 @@ LangChain's HITL request). Deciding is `graphkit._review`'s; applying decisions,
 from __future__ import annotations
 
 import copy
-import functools
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -19,15 +18,17 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, messages_from_dict
 from langchain_core.tools import BaseTool
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from pydantic import BaseModel, Secret, SecretBytes, SecretStr, ValidationError
-from pydantic_core import to_jsonable_python
 
 from graphkit._ledger import ApprovalRow, AuditRow, CallRow, GrantRow
-from graphkit._limits import check_value
+from graphkit._review import Choice, audit_row, check
 from graphkit._settings import GateSettings
 from graphkit._state import CallPlan, RunOptions, TurnPlan
-from graphkit.errors import GraphkitError, InvalidApprovedArgsError, ResumeDataError
+from graphkit._validate import (
+    iso_time,
+    now_iso,
+    validate_args,
+)
+from graphkit.errors import GraphkitError, InvalidApprovedArgsError
 from graphkit.tools import (
     DEFAULT_DECISIONS,
     DelegationTool,
@@ -43,12 +44,9 @@ __all__ = [
     "answered_ids",
     "interrupt_value",
     "new_id",
-    "now_iso",
     "plan_turn",
     "suspension_record",
     "telemetry",
-    "validate_args",
-    "validate_resume",
     "waiting_records",
 ]
 
@@ -65,162 +63,11 @@ DUPLICATE_ID = (
 )
 
 
-def _iso(moment: datetime) -> str:
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def now_iso() -> str:
-    """Now, as every timestamp graphkit writes: ISO 8601, milliseconds, UTC with Z."""
-    return _iso(datetime.now(UTC))
-
-
 def new_id(prefix: str) -> str:
     """A fresh id for an approval, a suspension or a planned call: never derived from ids a
     model (or a client) controls, so a reused message or tool-call id cannot inherit an old
     decision."""
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
-
-
-_SERDE = JsonPlusSerializer()
-
-
-def storable(value: Any, what: str, error: type[GraphkitError]) -> None:
-    """Refuse a value the checkpointer could not store (e.g. an integer beyond 64 bits)
-    before it is written anywhere: LangGraph would fail on it mid-run."""
-    try:
-        _SERDE.dumps_typed(value)
-    except (TypeError, ValueError, OverflowError) as exc:
-        msg = f"{what} cannot be stored in a checkpoint: {exc}"
-        raise error(msg) from exc
-
-
-def validation_runs_code(tool: BaseTool) -> bool:
-    """Whether parsing the tool's arguments (`validate_args`) may run the application's code:
-    a validator, serializer, default factory or custom type in its pydantic schema."""
-    schema = tool.args_schema
-    if not isinstance(schema, type) or not issubclass(schema, BaseModel):
-        return False  # a JSON schema, or none: the arguments are taken as they are
-    return _schema_runs_code(schema)
-
-
-@functools.lru_cache(maxsize=1024)
-def _schema_runs_code(schema: type[BaseModel]) -> bool:
-    return _has_code(getattr(schema, "__pydantic_core_schema__", None))
-
-
-def _has_code(node: Any) -> bool:
-    if isinstance(node, dict):
-        if (str(node.get("type", "")).startswith("function-")
-                or node.get("default_factory") is not None or node.get("missing") is not None
-                or node.get("post_init") or node.get("custom_init")):
-            return True
-        return any(_has_code(value) for value in node.values())
-    if isinstance(node, list | tuple):
-        return any(_has_code(value) for value in node)
-    return False
-
-
-_SECRETS = (SecretStr, SecretBytes, Secret)
-_MASK = "**********"
-"""What pydantic writes for a non-empty secret in a JSON dump."""
-
-
-def _masked(dumped: Any) -> bool:
-    """Whether a JSON dump holds pydantic's mask (a secret, or a value that looks like one:
-    revealing then finds nothing to change)."""
-    if isinstance(dumped, str):
-        return dumped == _MASK
-    if isinstance(dumped, dict):
-        return any(_masked(v) for v in dumped.values())
-    if isinstance(dumped, list):
-        return any(_masked(v) for v in dumped)
-    return False
-
-
-def _plain(python: Any) -> Any:
-    """A Python-mode value with every secret replaced by what it holds."""
-    if isinstance(python, _SECRETS):
-        return _plain(python.get_secret_value())
-    if isinstance(python, Mapping):
-        return {k: _plain(v) for k, v in python.items()}
-    if isinstance(python, list | tuple | set | frozenset):
-        return [_plain(v) for v in python]
-    return python
-
-
-def _revealed(python: Any, dumped: Any) -> Any:
-    """`dumped` (a JSON dump, where pydantic masks secrets as '**********') with each secret
-    of `python` (the same model dumped in Python mode) given as its value: the tool must run
-    with the value the model sent, and reviewers judge that value (the model's own message
-    holds it in the clear anyway). Where the two dumps do not line up, `dumped` stays as it
-    is (and a masked value is then refused as unstable, never run)."""
-    if isinstance(python, _SECRETS):
-        return to_jsonable_python(_plain(python), by_alias=True)
-    if isinstance(python, Mapping) and isinstance(dumped, dict):
-        pairs = list(zip(python.items(), dumped.items(), strict=False))
-        if len(python) == len(dumped) and all(jk in (pk, str(pk)) for (pk, _), (jk, _) in pairs):
-            return {jk: _revealed(pv, jv) for (_, pv), (jk, jv) in pairs}
-        return {k: _revealed(python[k], v) if k in python else v for k, v in dumped.items()}
-    if isinstance(python, set | frozenset) and isinstance(dumped, list):
-        # unordered: each member as it is, in the set's own order (the tool gets a set again)
-        return to_jsonable_python(_plain(python), by_alias=True)
-    if (isinstance(python, list | tuple) and isinstance(dumped, list)
-            and len(python) == len(dumped)):
-        return [_revealed(p, d) for p, d in zip(python, dumped, strict=True)]
-    return dumped
-
-
-def validate_args(tool: BaseTool, args: Mapping[str, Any]) -> dict[str, Any]:
-    """Parse `args` with the tool's schema; raises `InvalidApprovedArgsError` when they fail.
-
-    The result is exactly what runs, is shown and is digested: the validated fields only
-    (extra keys a permissive schema lets through are dropped), as JSON.
-    """
-    if not isinstance(args, Mapping):
-        msg = f"arguments for tool {tool.name!r} must be an object, got {type(args).__name__}"
-        raise InvalidApprovedArgsError(msg)
-    check_value(args, what=f"arguments for tool {tool.name!r}", error=InvalidApprovedArgsError)
-    schema = tool.args_schema
-    if not isinstance(schema, type) or not issubclass(schema, BaseModel):
-        storable(dict(args), f"arguments for tool {tool.name!r}", InvalidApprovedArgsError)
-        return dict(args)
-    parsed, result = _parsed(tool, schema, args)
-    storable(result, f"arguments for tool {tool.name!r}", InvalidApprovedArgsError)
-    if validation_runs_code(tool):
-        # The tool parses what it is given once more: it must get the values shown, decided
-        # and digested (not a validator's second conversion, say dollars to cents again).
-        again, shown_again = _parsed(tool, schema, result)
-        if again != parsed:
-            msg = (f"tool {tool.name!r} changes its arguments each time they are validated "
-                   f"({result!r} becomes {shown_again!r}): the values approved would not be "
-                   "the values it runs with; make its validators idempotent")
-            raise InvalidApprovedArgsError(msg)
-    return result
-
-
-def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
-            ) -> tuple[BaseModel, dict[str, Any]]:
-    """The validated model, and its fields as JSON."""
-    try:
-        parsed = schema.model_validate(dict(args))
-    except ValidationError as exc:
-        msg = (
-            f"arguments {dict(args)!r} are not valid for tool {tool.name!r}: "
-            f"{exc.errors(include_url=False, include_context=False)}"
-        )
-        raise InvalidApprovedArgsError(msg) from exc
-    # By alias: the names the model (and the tool's own validation) use, not Python's
-    # (`from_` is `from`).
-    dumped: dict[str, Any] = parsed.model_dump(mode="json", by_alias=True)
-    if _masked(dumped):
-        try:
-            dumped = _revealed(parsed.model_dump(by_alias=True), dumped)
-        except ValueError as exc:  # UnicodeDecodeError too: secret bytes that are not text
-            msg = f"arguments for tool {tool.name!r} cannot be stored as JSON: {exc}"
-            raise InvalidApprovedArgsError(msg) from exc
-    # Keep only what was given or has a default, without the injected context.
-    names = {field.alias or name for name, field in schema.model_fields.items()}
-    return parsed, {k: v for k, v in dumped.items() if k in names}
 
 
 def _prompt(tool: BaseTool, args: dict[str, Any]) -> str:
@@ -293,11 +140,9 @@ def plan_turn(
     a call that would ask runs instead, as an approval by the grantor, if the agent's
     approvers policy lets the grantor approve this very call (a predicate is consulted first).
     """
-    from graphkit._review import Choice, audit_row, check
-
     required = settings.require_tool_approval or bool(options.get("require_tool_approval"))
     moment = datetime.now(UTC)
-    created = _iso(moment)
+    created = iso_time(moment)
     planned = Planned(TurnPlan(ai_message_id=ai.id or "", calls=[], error=None), [])
     ids = [call.get("id") or "" for call in ai.tool_calls]
     for call in ai.tool_calls:
@@ -333,7 +178,7 @@ def plan_turn(
                 tool_call_id=call_id, args=args,
                 metadata={"prompt": _prompt(tool, args), "defaults": copy.deepcopy(defaults)},
                 verdict=verdict, agent_path=agent_path,
-                expires_at=_iso(moment + timedelta(seconds=ttl)) if ttl is not None else None,
+                expires_at=iso_time(moment + timedelta(seconds=ttl)) if ttl is not None else None,
             )
             approval["call_key"] = key
             allowed = allowed_for(tool, settings.allowed_decisions)  # type: ignore[arg-type]
@@ -477,26 +322,6 @@ def interrupt_value(
         "error": plan.get("error"),
     }
 
-
-def validate_resume(tool: BaseTool | None, data: Any) -> Any:
-    schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None
-    if isinstance(data, BaseModel):
-        data = data.model_dump(mode="json")
-    check_value(data, what="resume data", error=ResumeDataError)
-    if schema is None:
-        storable(data, "resume data", ResumeDataError)
-        return data
-    if isinstance(data, BaseModel):
-        data = data.model_dump(mode="json")
-    try:
-        return schema.model_validate(data).model_dump(mode="json")
-    except ValidationError as exc:
-        name = tool.name if tool else "?"
-        msg = (
-            f"resume data {data!r} does not match resume_schema {schema.__name__} of tool "
-            f"{name!r}: {exc.errors(include_url=False, include_context=False)}"
-        )
-        raise ResumeDataError(msg) from exc
 
 
 def telemetry(record: ApprovalRecord, status: str) -> dict[str, Any]:

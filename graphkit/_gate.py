@@ -26,13 +26,11 @@ from graphkit._approvals import (
     answered_ids,
     interrupt_value,
     new_id,
-    now_iso,
     parsed_messages,
     plan_turn,
     queued_messages,
     suspension_record,
     telemetry,
-    validation_runs_code,
     waiting_records,
 )
 from graphkit._context import agent_path_of, emit, last_ai, store, thread_id_of
@@ -58,6 +56,7 @@ from graphkit._review import (
 )
 from graphkit._settings import GateSettings
 from graphkit._state import AgentState, CallPlan, RunOptions, ToolTask, TurnPlan
+from graphkit._validate import now_iso, validation_runs_code
 from graphkit.errors import (
     AmbiguousApprovalError,
     ApprovalNotFoundError,

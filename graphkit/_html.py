@@ -9,9 +9,10 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from graphkit.types import PendingApproval
+if TYPE_CHECKING:
+    from graphkit.types import PendingApproval
 
 __all__ = ["audit_table", "card", "fields", "page", "parse_fields", "pending_rows"]
 

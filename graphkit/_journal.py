@@ -15,9 +15,10 @@ from typing import Any
 
 from langgraph.store.base import BaseStore
 
-from graphkit._approvals import now_iso, waiting_records
+from graphkit._approvals import waiting_records
 from graphkit._ledger import Ledger
 from graphkit._state import TurnPlan
+from graphkit._validate import now_iso
 from graphkit.types import ApprovalRecord
 
 __all__ = ["APPROVALS", "SCHEMAS", "GateJournal", "index_entry", "now_iso", "schema_key"]

@@ -25,10 +25,10 @@ from typing import Any, Literal, TypeGuard, assert_never
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
-from graphkit._approvals import now_iso, validate_args, validate_resume
 from graphkit._ledger import ApprovalRow, AuditRow, CallRow, GrantRow, Ledger
 from graphkit._limits import MAX_TEXT, check_text, check_value
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers
+from graphkit._validate import now_iso, validate_args, validate_resume
 from graphkit.errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,

@@ -313,7 +313,40 @@ def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:
         saver.lock = store.lock = ledger.lock  # type: ignore[misc]
         return Storage(saver, store, f"sqlite file {path}", ledger, spec)
     if spec.startswith(("postgresql://", "postgres://")):
-        from graphkit._postgres import open_postgres
-
-        return open_postgres(spec)
+        return _open_postgres(spec)
     raise ValueError(UNKNOWN_URL.format(value=spec))
+
+
+# ---------------------------------------------------------------- PostgreSQL
+# (langgraph-checkpoint-postgres and psycopg are imported only when a URL asks for them)
+
+MISSING = (
+    "checkpointer {url!r} needs PostgreSQL support: pip install 'graphkit-hitl[postgres]' "
+    "(langgraph-checkpoint-postgres and psycopg)"
+)
+POOL_SIZE = 8
+
+
+def _open_postgres(url: str) -> Storage:
+    """LangGraph's PostgresSaver and PostgresStore on one connection pool."""
+    try:
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from langgraph.store.postgres import PostgresStore
+        from psycopg.rows import dict_row
+        from psycopg_pool import ConnectionPool
+    except ImportError as exc:
+        raise ImportError(MISSING.format(url=url)) from exc
+
+    class ThreadedPostgresSaver(ThreadedAsyncSaver, PostgresSaver):
+        """LangGraph's `PostgresSaver`, usable from async runs too."""
+
+    kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0,
+                              "row_factory": dict_row}
+    pool: ConnectionPool[Any] = ConnectionPool(url, min_size=1, max_size=POOL_SIZE,
+                                               kwargs=kwargs, open=True)
+    saver = ThreadedPostgresSaver(pool)
+    saver.setup()
+    store = PostgresStore(pool)
+    store.setup()
+    safe = url.split("@")[-1]
+    return Storage(saver, store, f"postgresql {safe}", Ledger.postgres(pool), url)
