@@ -37,7 +37,7 @@ from graphkit.errors import GraphkitError
 from graphkit.testing import ScriptedChatModel
 from tests.forgery import config, plan_of
 from tests.helpers import call, turn
-from tests.test_round10_attacks import (
+from tests.test_replies import (
     MALLORY,
     USER,
     _approved_pay_stopped_before_tools,
@@ -46,7 +46,7 @@ from tests.test_round10_attacks import (
     _state,
     _told,
 )
-from tests.test_round11_attacks import _any_city, _weather_replies
+from tests.test_replies_in_the_ledger import _any_city, _weather_replies
 from tests.test_suspension import say, waiting_kinds, weather_agent, weather_tool
 
 

@@ -22,8 +22,8 @@ from graphkit import Agent, Inbox, create_tool
 from graphkit.testing import ScriptedChatModel
 from tests.forgery import PAY, config, plan_of
 from tests.helpers import call, turn
-from tests.test_round10_attacks import _told
-from tests.test_round13_attacks import _approved_and_dispatched, _billing
+from tests.test_replies import _told
+from tests.test_stopped_turn_sweep import _approved_and_dispatched, _billing
 from tests.test_supervisor import Users
 from tests.test_suspension import say
 

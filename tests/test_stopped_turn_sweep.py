@@ -37,7 +37,7 @@ from graphkit.errors import GraphkitError
 from graphkit.testing import ScriptedChatModel
 from tests.forgery import PAY, config, plan_of
 from tests.helpers import Ledger, call, turn
-from tests.test_round10_attacks import (
+from tests.test_replies import (
     USER,
     _approved_pay_stopped_before_tools,
     _pay_and_weather,
@@ -253,7 +253,7 @@ def test_an_approved_call_whose_suspension_was_declined_does_not_run_again(sqlit
     ran, asked 'Where to?'); a reviewer declines the question; the client rewrites the
     suspension's id. The approved call (approved and cleared, released when it suspended)
     runs a second time."""
-    from tests.test_round10_attacks import booking_agent
+    from tests.test_replies import booking_agent
 
     seen: list[str | None] = []
     agent = booking_agent(seen, checkpointer=sqlite_url)

@@ -2,7 +2,7 @@
 
 The reviewed commit (5aaf6f9) had the model node park a user's reply that came as plain graph
 input in the plan (`turn["superseding"]`) for the gate to read, as round 8's reverted attempt
-did. Eleven of these tests failed on it. Round 11 (tests/test_round11_attacks.py) attacked the
+did. Eleven of these tests failed on it. Round 11 (tests/test_replies_in_the_ledger.py) attacked the
 next version; the door now in place is described there and in `graphkit/_reply.py`.
 `superseding` in these tests is a field nothing reads any more.
 

@@ -41,7 +41,7 @@ from graphkit.errors import GraphkitError
 from graphkit.testing import ScriptedChatModel
 from tests.forgery import PAY, config, dead_owner, plan_of
 from tests.helpers import Ledger, call, turn
-from tests.test_round10_attacks import (
+from tests.test_replies import (
     MALLORY,
     USER,
     _approved_pay_stopped_before_tools,
