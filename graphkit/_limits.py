@@ -12,9 +12,10 @@ without serialising it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_TEXT", "check_text", "check_value"]
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_TEXT", "check_text", "check_value", "human_size"]
 
 MAX_DEPTH = 32
 """Nesting of objects and arrays (`{"a": 1}` is 1 level). Real tool arguments rarely go past
@@ -23,17 +24,26 @@ SQLite store's encoder (msgpack/orjson stop near 255 levels, counting the wrappe
 arguments), then `copy.deepcopy` (about 330 to 500 levels, depending on the stack already in
 use); 32 stays far below all of them, whatever wraps the value."""
 
-MAX_BYTES = 256 * 1024
-"""Approximate size of the value as compact JSON (UTF-8, escapes not counted). Model output is
-limited to some tens of thousands of tokens, so real arguments are far smaller; a paused call
-is stored several times (message, approval record, inbox entry, audit entry), so this bound
-keeps one approval within a few MiB. It also bounds the work of a check: every item costs at
-least two bytes, so no separate limit on the number of keys or items is needed."""
+MAX_BYTES = int(os.environ.get("GRAPHKIT_MAX_VALUE_BYTES") or 2 * 1024 * 1024)
+"""Approximate size of the value as compact JSON (UTF-8, escapes not counted): 2 MiB, or
+`$GRAPHKIT_MAX_VALUE_BYTES`. Enough for a tool that writes a file of a few hundred KB or a
+MiB (a model's whole output fits many times over); a paused call is still copied into several
+records (its message, the plan, the inbox entry, the audit, each checkpoint of the run), which
+this bound keeps finite. It also bounds the work of a check: every item costs at least two
+bytes, so no separate limit on the number of keys or items is needed."""
 
 MAX_TEXT = 10_000
 """Characters of a free-text field a reviewer or client sends (`comment`, `decided_by`,
 a reject message): enough for a paragraph of reasoning, small enough for a review card and an
 audit line."""
+
+
+def human_size(size: int) -> str:
+    """`2 MiB`, `256 KiB`, `1000 bytes`."""
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} bytes"
 
 
 def check_text(
@@ -92,7 +102,8 @@ def check_value(value: object, *, what: str, error: type[Exception]) -> None:
         else:
             size += _scalar_size(node, what=what, error=error)
         if size > MAX_BYTES:
-            raise error(f"{what}: larger than {MAX_BYTES // 1024} KiB as JSON; send less")
+            raise error(f"{what}: larger than {human_size(MAX_BYTES)} as JSON; send less (the "
+                        "bound is GRAPHKIT_MAX_VALUE_BYTES)")
         # The next node: the first unvisited child of the innermost open container.
         while stack:
             child = next(stack[-1], _DONE)

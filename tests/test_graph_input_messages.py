@@ -172,7 +172,7 @@ def test_a_message_handed_over_but_not_yet_taken_is_lost_to_the_next_one(sqlite_
 
 
 def test_a_large_message_as_graph_input_is_silently_dropped() -> None:
-    """A message over the gate's 256 KiB bound, sent while a tool is suspended: the model node
+    """A message over the gate's size bound, sent while a tool is suspended: the model node
     removes it from the conversation, the gate refuses it (only the next interrupt's `error`
     says so), and it is neither kept nor refused to the client with a typed error."""
     log: list[str] = []

@@ -8,7 +8,14 @@ from typing import Any
 
 import pytest
 
-from graphkit._limits import MAX_BYTES, MAX_DEPTH, MAX_TEXT, check_text, check_value
+from graphkit._limits import (
+    MAX_BYTES,
+    MAX_DEPTH,
+    MAX_TEXT,
+    check_text,
+    check_value,
+    human_size,
+)
 
 
 class Refused(Exception):
@@ -66,11 +73,11 @@ def test_wide_values_within_the_size_bound_are_accepted() -> None:
 @pytest.mark.parametrize(
     "value",
     [
-        {f"key{i}": i for i in range(100_000)},
-        list(range(200_000)),
-        [0] * 2_000_000,  # refused from its length, before any item is read
+        {f"key{i}": i for i in range(MAX_BYTES // 4)},
+        list(range(MAX_BYTES // 2)),
+        [0] * (8 * MAX_BYTES),  # refused from its length, before any item is read
         {"text": "x" * (MAX_BYTES + 1)},
-        "x" * 10_000_000,
+        "x" * (4 * MAX_BYTES),
         {"x" * (MAX_BYTES + 1): 1},  # keys count too
         ["é" * (MAX_BYTES // 2 + 1)],  # UTF-8 bytes, not characters
         [["x" * 1000] * 100] * 100,  # shared references count each time they are written
@@ -79,7 +86,7 @@ def test_wide_values_within_the_size_bound_are_accepted() -> None:
          "two-byte-chars", "shared"],
 )
 def test_values_over_the_size_bound_are_refused(value: object) -> None:
-    with pytest.raises(Refused, match=r"larger than 256 KiB as JSON"):
+    with pytest.raises(Refused, match=rf"larger than {human_size(MAX_BYTES)} as JSON"):
         check(value)
 
 
@@ -163,3 +170,31 @@ def test_check_text() -> None:
         check_text("a\ud800", what="comment", error=Refused)
     with pytest.raises(Refused, match="must be text, got dict"):
         check_text({"a": 1}, what="comment", error=Refused)  # type: ignore[arg-type]
+
+
+def test_a_one_mib_argument_is_paused_approved_and_run_once(sqlite_url: str) -> None:
+    """A model that writes a file of 1 MiB through a tool: asked, approved, run once (it was
+    refused above 256 KiB)."""
+    from graphkit import Agent, Inbox, create_tool
+    from graphkit.testing import ScriptedChatModel
+    from tests.helpers import call, turn
+
+    written: list[int] = []
+
+    @create_tool(needs_approval=True)
+    def write_file(path: str, content: str) -> str:
+        """Write a file."""
+        written.append(len(content))
+        return f"wrote {len(content)} bytes to {path}"
+
+    content = "x" * (1 << 20)
+    agent = Agent(name="w", tools=[write_file], checkpointer=sqlite_url,
+                  model=ScriptedChatModel([turn(call("write_file", {"path": "/srv/a",
+                                                                    "content": content}, "c1")),
+                                           "written"]))
+    first = agent.generate("write it")
+    (pending,) = first.pending_approvals
+    assert len(pending.args["content"]) == 1 << 20
+    Inbox(sqlite_url).approve(pending.id, decided_by="ops", args_digest=pending.args_digest)
+    assert agent.resume(run_id=first.run_id).text == "written"
+    assert written == [1 << 20]
