@@ -109,7 +109,8 @@ def pending_table(items: Sequence[PendingApproval], agents: Iterable[str],
     )
 
 
-def card(item: PendingApproval, *, messages: Sequence[Mapping[str, Any]] = ()) -> str:
+def card(item: PendingApproval, *, messages: Sequence[Mapping[str, Any]] = (),
+         no_messages: str | None = None) -> str:
     """The review card: what would run, why it asks, where it comes from, what is known."""
     rows = [
         ("Tool", f"<code>{_e(item.tool_name)}</code>"),
@@ -137,6 +138,8 @@ def card(item: PendingApproval, *, messages: Sequence[Mapping[str, Any]] = ()) -
             f"<li><b>{_e(m.get('type', '?'))}</b> {_e(str(m.get('content', ''))[:400])}</li>"
             for m in messages[-8:])
         recent = f"<h3>Recent messages</h3><ol class='messages'>{lines}</ol>"
+    elif no_messages:
+        recent = f"<p class='no-messages'>{_e(no_messages)}</p>"
     return f"<section class='card' data-id='{_e(item.id)}'><table>{body}</table>{recent}</section>"
 
 

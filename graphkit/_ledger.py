@@ -797,6 +797,12 @@ class Ledger:
             (SERVER_AGENT + "%",))
         return [(str(r[0]), str(r[1])) for r in rows]
 
+    def approvals_of_run(self, run_id: str) -> list[ApprovalRow]:
+        """Every approval and suspension filed under the run."""
+        rows = self._sql.query(f"SELECT {_APPROVAL_READ} FROM graphkit_approvals "
+                               "WHERE run_id = ?", (run_id,))
+        return [_approval(r) for r in rows]
+
     def queued(self, run_id: str) -> bool:
         """Whether the run waits in the queue to be continued."""
         return bool(self._sql.query("SELECT 1 FROM graphkit_ready WHERE run_id = ?",

@@ -506,17 +506,24 @@ def make_tools_nodes(
         tool, call, tool_config = _prepare(tools, task, config, ledger, admitted)
         return execute(tool, call, tool_config, task, admitted.owner)
 
-    async def arun_tool(task: ToolTask, config: RunnableConfig) -> Command[ToolTarget]:
-        admitted = await offload(admit, task, config)
+    def begin(task: ToolTask, config: RunnableConfig
+              ) -> tuple[BaseTool, dict[str, Any], RunnableConfig, str] | ToolMessage:
+        admitted = admit(task, config)
         if isinstance(admitted, ToolMessage):
-            return _refused(admitted)
-        tool, call, tool_config = await offload(
-            _prepare, tools, task, config, ledger, admitted)
-        owner = admitted.owner
-        if _is_sync(tool):
+            return admitted
+        return (*_prepare(tools, task, config, ledger, admitted), admitted.owner)
+
+    async def arun_tool(task: ToolTask, config: RunnableConfig) -> Command[ToolTarget]:
+        named = tools.get(str(task.get("tool_name")))
+        if named is not None and _is_sync(named):
+            # the whole call in one hop: admitted, run and recorded in the tool's thread
             command: Command[ToolTarget] = await run_in_executor(
-                _SYNC_TOOL_POOL, execute, tool, call, tool_config, task, owner)
+                _SYNC_TOOL_POOL, run_tool, task, config)
             return command
+        begun = await offload(begin, task, config)
+        if isinstance(begun, ToolMessage):
+            return _refused(begun)
+        tool, call, tool_config, owner = begun
         try:
             output = await tool.ainvoke(call, tool_config)
         except ToolSuspended as signal:

@@ -276,7 +276,8 @@ def _serve(args: argparse.Namespace, out: Callable[[str], None]) -> int:
         raise GraphkitError(msg) from exc
     url = _url(args)
     authenticate = _load(args.auth) if args.auth else None
-    app = create_app(url, authenticate=authenticate)
+    agents = [_load_agent(spec, url) for spec in args.agent or ()]
+    app = create_app(url, authenticate=authenticate, agents=agents)
     out(printable(f"graphkit inbox on http://{args.host}:{args.port}/ for "
                   f"{url.split('@')[-1]}; Ctrl-C stops"))
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
@@ -435,6 +436,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8765)
     serve.add_argument("--auth", help="module:attr of an authenticator: a token->identity "
                        "mapping or a callable(request) -> identity (default: $GRAPHKIT_TOKENS)")
+    serve.add_argument("--agent", action="append", help="module:attr of an Agent whose runs "
+                       "these are (repeatable): cards show their conversation, and edits are "
+                       "checked by the tools' own models")
     work = verb("worker", "resume runs whose calls were decided elsewhere, until Ctrl-C")
     work.add_argument("--agent", required=True, help="module:attr of the Agent (or a factory "
                       "taking the storage URL)")

@@ -450,5 +450,5 @@ def test_held_pages_list_only_ledger_pending(sqlite_url: str) -> None:
     assert csrf is not None
     client.post(f"/approvals/{pending.id}/decline", data={"csrf": csrf.group(1)})
     page = client.get(f"/approvals/{pending.id}").text
-    assert "was decided" in page and "/approve'" not in page
+    assert "Decided; waiting to continue" in page and "/approve'" not in page
     assert ran == []

@@ -48,7 +48,7 @@ from graphkit.web._auth import (
     Sessions,
     token_authenticator,
 )
-from graphkit.web._server import Continuation, ServerRuns
+from graphkit.web._server import Continuation, ServerRuns, local_continuation
 from graphkit.web._server import thread_messages as server_thread_messages
 
 if TYPE_CHECKING:
@@ -368,15 +368,17 @@ def _routes(web: _Web) -> list[Any]:
         seal = web.sessions.sign("notice", f"{session}|{approval_id}|{refusal}")
         genuine = refusal and hmac.compare_digest(seal, request.query_params.get("seal", ""))
         note = f"<p class='error refused'>{render._e(refusal)}</p>" if genuine else ""
-        after = await web.server.continuation(item) if web.server is not None else None
+        after = (await web.server.continuation(item) if web.server is not None else
+                 await asyncio.to_thread(local_continuation, web.inbox._storage.ledger, item))
         body = (f"<h1>{render._e(item.tool_name)}</h1>{note}"
-                + render.card(item, messages=recent)
+                + render.card(item, messages=recent, no_messages=None if (
+                    web.inbox.agents or web.thread_messages) else NO_AGENTS)
                 + (_continuation(after) if after is not None else
                    decide_form(item, web.sessions.csrf(session), schemas))
                 + f"<p><a href='approvals/{render._e(item.id)}/audit'>Audit trail</a> · "
                 f"<a href='threads/{render._e(item.thread_id or '')}/audit'>thread</a></p>")
         response = html(request, item.tool_name, body)
-        if after is not None and not after.finished:
+        if after is not None and not after.finished and web.server is not None:
             response.headers["Refresh"] = "2"  # follow the run until it ends
         return response
 
@@ -473,13 +475,23 @@ def _routes(web: _Web) -> list[Any]:
     ]
 
 
+NO_AGENTS = ("No conversation is shown: this inbox was started without the agents whose runs "
+             "these are, so it cannot read their state. Start it with them "
+             "(`graphkit serve --db URL --agent module:attr`, or create_app(..., agents=[...]))"
+             " to see what the user asked, and to have edits checked by the tools' own models.")
+
+
 CONTINUATION = {
     "waiting": "Decided. The run waits for its other decisions before it continues.",
+    "ready": ("Decided; waiting to continue. Nothing is left to decide: a `graphkit worker` "
+              "on this database continues the run, or `graphkit resume RUN_ID --agent "
+              "module:attr`."),
     "queued": ("Decided. The run's continuation has not started on the LangGraph server yet; "
                "the inbox hands it over again shortly."),
     "pending": "Decided. The LangGraph server has queued the run's continuation.",
     "running": "Decided. The run continues on the LangGraph server…",
     "success": "Decided. The run continued on the LangGraph server and finished.",
+    "continued": "Decided. The run continued.",
     "interrupted": "Decided. The run continued and now waits for another decision.",
 }
 

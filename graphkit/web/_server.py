@@ -45,7 +45,25 @@ class Continuation:
 
     @property
     def finished(self) -> bool:
-        return self.status not in ("pending", "running", "waiting", "queued")
+        return self.status not in ("pending", "running", "waiting", "queued", "ready")
+
+
+def local_continuation(ledger: Ledger, item: PendingApproval) -> Continuation | None:
+    """What became of a decided approval's run where no LangGraph server continues it (a
+    `graphkit worker`, or whoever resumes it): queued for a worker, waiting for its other
+    decisions, or done, with the call's result."""
+    if item.status == "pending" or not item.thread_id:
+        return None
+    row = ledger.approval(item.id)
+    key = row.call_key if row is not None else None
+    outcome = ledger.outcomes([key], thread_id=item.thread_id).get(key) if key else None
+    if outcome is not None:
+        return Continuation(status="continued", outcome=outcome)
+    if item.run_id and ledger.queued(item.run_id):
+        return Continuation(status="ready", outcome=None)
+    others = [r for r in ledger.approvals_of_run(item.run_id) if not r.decided] \
+        if item.run_id else []
+    return Continuation(status="waiting" if others else "ready", outcome=None)
 
 
 def _client() -> Any:
