@@ -28,26 +28,36 @@ __all__ = ["main"]
 
 DEMO_DB = "sqlite:///graphkit-demo.db"
 DEMO_REQUEST = "Roll out build 1.4.2 of the payments service to production."
-_AUDIT_FIELDS = ("at", "event", "tool_name", "decided_by", "comment", "detail")
+_AUDIT_FIELDS = ("at", "event", "approval_id", "tool_name", "decided_by", "comment", "detail")
 
 
 def review_card(pending: PendingApproval) -> str:
-    """The review card a person sees: tool, arguments, prompt and defaults, one line each."""
-    width = 64
+    """The review card a person sees: tool, arguments, prompt, defaults (if any), the digest
+    that `approve --digest` takes; long values wrap inside the box."""
+    width = 88  # the digest (71 characters) fits on one line, whole, to copy
+    inner = width - 4
     fields = [
-        ("tool:     ", pending.tool_name),
-        ("args:     ", _json(pending.args)),
-        ("prompt:   ", str(pending.metadata.get("prompt"))),
-        ("defaults: ", _json(pending.metadata.get("defaults"))),
-        ("agent:    ", " > ".join(pending.agent_path)),
-        ("call id:  ", pending.tool_call_id),
+        ("tool", pending.tool_name),
+        ("prompt", str(pending.metadata.get("prompt") or "")),
+        ("args", _json(pending.args)),
+        *([("defaults", _json(pending.metadata["defaults"]))]
+          if pending.metadata.get("defaults") else []),
+        ("agent", " > ".join(pending.agent_path)),
+        ("call id", pending.tool_call_id),
+        ("id", pending.id),
+        ("digest", pending.args_digest),
+        ("may", ", ".join(pending.allowed_decisions) if pending.kind == "approval"
+         else "resume, decline"),
     ]
-    lines = [
-        "+" + "-" * (width - 2) + "+",
-        f"| {'APPROVAL NEEDED':<{width - 4}} |",
-        *(f"| {label + printable(str(text)):<{width - 4}} |" for label, text in fields),
-        "+" + "-" * (width - 2) + "+",
-    ]
+    lines = ["+" + "-" * (width - 2) + "+", f"| {'APPROVAL NEEDED':<{inner}} |"]
+    for label, text in fields:
+        head = f"{label + ':':<10}"
+        body = printable(str(text))
+        room = inner - len(head)
+        chunks = [body[i:i + room] for i in range(0, len(body), room)] or [""]
+        for index, chunk in enumerate(chunks):
+            lines.append(f"| {(head if index == 0 else ' ' * len(head)) + chunk:<{inner}} |")
+    lines.append("+" + "-" * (width - 2) + "+")
     return "\n".join(lines)
 
 
@@ -151,7 +161,7 @@ def run_demo(
 def _table(rows: list[PendingApproval]) -> str:
     if not rows:
         return "no pending approvals"
-    head = ("ID", "KIND", "AGENT", "TOOL", "ARGS", "CREATED", "RUN")
+    head = ("ID", "KIND", "AGENT", "TOOL", "PROMPT", "ARGS", "CREATED", "RUN")
     body = [
         tuple(
             printable(str(cell))
@@ -160,7 +170,8 @@ def _table(rows: list[PendingApproval]) -> str:
                 p.kind,
                 "/".join(p.agent_path),
                 p.tool_name,
-                _clip(printable(json.dumps(p.args, ensure_ascii=False)), 40),
+                _clip(printable(p.prompt or ""), 40),
+                _args_preview(p.args, 48),
                 p.created_at,
                 p.run_id or "",
             )
@@ -172,6 +183,19 @@ def _table(rows: list[PendingApproval]) -> str:
         "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
         for r in (head, *body)
     )
+
+
+def _args_preview(args: dict[str, Any], width: int) -> str:
+    """The arguments as `key=value` pairs, whole pairs only, then `…(+N)` for what did not
+    fit: a value is never cut in the middle, where it could read as another value."""
+    pairs = [printable(f"{k}={json.dumps(v, ensure_ascii=False)}") for k, v in args.items()]
+    shown: list[str] = []
+    for pair in pairs:
+        if len(", ".join([*shown, pair])) > width and shown:
+            break
+        shown.append(pair if len(pair) <= width else pair[: width - 1] + "…")
+    rest = len(pairs) - len(shown)
+    return ", ".join(shown) + (f" …(+{rest})" if rest else "")
 
 
 def _clip(text: str, width: int) -> str:
@@ -319,7 +343,7 @@ def _operate(args: argparse.Namespace, out: Callable[[str], None]) -> int:
         )
         out(f"{'edited' if args.args is not None else 'approved'} {_ids(decided)}")
         out(printable(_next(inbox, decided)))
-    elif args.command == "decline":
+    elif args.command in ("decline", "reject"):
         decided = inbox.decline(args.id, decided_by=args.by, comment=args.comment)
         out(f"declined {_ids(decided)}")
         out(printable(_next(inbox, decided)))
@@ -339,10 +363,11 @@ def _operate(args: argparse.Namespace, out: Callable[[str], None]) -> int:
         if args.json:
             out(_json(entries, indent=2))
         for e in [] if args.json else entries:
-            at, event, tool, by, comment, detail = (
+            at, event, approval, tool, by, comment, detail = (
                 printable(str(e.get(k) or "")) for k in _AUDIT_FIELDS
             )
-            out(f"{at}  {event:<13} {tool:<16} by={by or '-'} {comment} {detail}".rstrip())
+            out(f"{at}  {event:<13} {approval or '-':<28} {tool:<16} by={by or '-'} {comment} "
+                f"{detail}".rstrip())
     elif args.command == "grants":
         grants = inbox.grants(thread_id=args.thread)
         if args.json:
@@ -399,8 +424,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--yes", action="store_true", help="approve without asking")
     demo.add_argument("--db", default=DEMO_DB, help=f"storage URL (default {DEMO_DB})")
 
-    def verb(name: str, text: str, *, listing: bool = False) -> argparse.ArgumentParser:
-        cmd = sub.add_parser(name, help=text)
+    def verb(name: str, text: str, *, listing: bool = False,
+             aliases: Sequence[str] = ()) -> argparse.ArgumentParser:
+        cmd = sub.add_parser(name, help=text, aliases=list(aliases))
         cmd.add_argument("--db", help="storage URL (default: $GRAPHKIT_DB)")
         if listing:
             cmd.add_argument("--json", action="store_true", help="machine-readable output")
@@ -413,7 +439,7 @@ def _parser() -> argparse.ArgumentParser:
     show = verb("show", "show one approval as a review card", listing=True)
     show.add_argument("id")
     for name, text in (("approve", "approve a pending call"), ("decline", "decline it")):
-        cmd = verb(name, text)
+        cmd = verb(name, text, aliases=["reject"] if name == "decline" else [])  # LangChain's
         cmd.add_argument("id")
         cmd.add_argument("--by", required=True, help="who decides (recorded in the audit log)")
         cmd.add_argument("--comment")

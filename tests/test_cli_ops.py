@@ -200,3 +200,25 @@ def test_an_edit_the_cli_records_is_the_edit_that_runs(sqlite_url: str,
     assert "edited" in events and "refused" in events
     assert not any("withdrawn" in str(e.get("detail")) for e in
                    agent._storage.ledger.read_audit(thread_id=first.thread_id))
+
+
+def test_cli_views_show_the_prompt_whole_values_the_digest_and_approval_ids(
+        sqlite_url: str) -> None:
+    long_payee = {"name": "ACME " + "x" * 200}
+    agent, _ = agent_with([turn(call("pay", {"amount": 40, "payee": long_payee}, "c1")),
+                           "done"], checkpointer=sqlite_url, name="billing")
+    first = agent.generate("pay")
+    (pending,) = first.pending_approvals
+    code, table = cli("inbox", "--db", sqlite_url)
+    head, row = table.split("\n")
+    assert "PROMPT" in head and "Pay 40 to ACME" in row
+    assert "amount=40" in row and "…(+1)" in row  # the long payee is left out whole
+    code, card = cli("show", pending.id, "--db", sqlite_url)
+    lines = card.split("\n")
+    assert all(len(line) == len(lines[0]) for line in lines)  # long values wrap in the box
+    assert f"| digest:   {pending.args_digest}" in card and "null" not in card
+    assert "x" * 40 in card
+    code, said = cli("reject", pending.id, "--db", sqlite_url, "--by", "ops")  # an alias
+    assert code == 0 and said.startswith("declined")
+    code, log = cli("audit", "--db", sqlite_url)
+    assert pending.id in log and "rejected" in log
