@@ -36,19 +36,28 @@ def _text(message: BaseMessage) -> str:
 class ChunkTranslator:
     """Maps `(namespace, mode, data)` parts of `graph.stream(..., subgraphs=True)` to chunks."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, root: str | None = None) -> None:
         self.run_id = run_id
+        self.root = root
+        """The agent whose graph streams: a subagent's chunks carry its `agent_path` below it."""
 
     def chunk(self, type_: Any, payload: dict[str, Any]) -> StreamChunk:
         return StreamChunk(type_, payload, self.run_id)
+
+    def _path(self, namespace: tuple[str, ...]) -> dict[str, Any]:
+        """`{"agent_path": [...]}` for a subagent's part (LangGraph names each subgraph call
+        `node:task` in the namespace; a delegation's node is its subagent's key), else {}."""
+        if not namespace:
+            return {}
+        return {"agent_path": [*([self.root] if self.root else []),
+                               *(segment.partition(":")[0] for segment in namespace)]}
 
     def feed(self, namespace: tuple[str, ...], mode: str, data: Any) -> Iterator[StreamChunk]:
         if mode == "custom":
             if isinstance(data, dict) and data.get(EVENT_KEY) == "tool-approval":
                 yield self.chunk("tool-approval", {k: v for k, v in data.items() if k != EVENT_KEY})
             return
-        if namespace:  # a subagent's own traffic; its approvals surface through custom/interrupts
-            return
+        where = self._path(namespace)
         if mode == "messages":
             message, metadata = data
             if metadata.get("langgraph_node") != "model":
@@ -56,22 +65,22 @@ class ChunkTranslator:
             if isinstance(message, AIMessageChunk | AIMessage):
                 text = _text(message)
                 if text:
-                    yield self.chunk("text-delta", {"text": text})
+                    yield self.chunk("text-delta", {"text": text, **where})
             return
         if mode == "updates":
             for node, update in (data or {}).items():
                 if not isinstance(update, dict):
                     continue
                 for message in update.get("messages") or []:
-                    yield from self._message(node, message)
+                    yield from self._message(node, message, where)
 
-    def _message(self, node: str, message: Any) -> Iterator[StreamChunk]:
+    def _message(self, node: str, message: Any, where: dict[str, Any]) -> Iterator[StreamChunk]:
         if node == "model" and isinstance(message, AIMessage):
             for call in message.tool_calls:
                 yield self.chunk(
                     "tool-call",
                     {"tool_call_id": call.get("id"), "tool_name": call["name"],
-                     "args": call["args"]},
+                     "args": call["args"], **where},
                 )
         elif isinstance(message, ToolMessage):
             yield self.chunk(
@@ -81,6 +90,7 @@ class ChunkTranslator:
                     "tool_name": message.name,
                     "result": message.content,
                     "status": message.status,
+                    **where,
                 },
             )
 

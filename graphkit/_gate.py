@@ -73,6 +73,8 @@ GateTarget = Literal["model", "tools", "approval_gate"]
 REJECTED = "Tool call {name!r} was rejected by {who}{why}. It did not run."
 EXPIRED = "Tool call {name!r} was not run: its approval expired ({why})."
 SUPERSEDED = "Tool call {name!r} was not run: superseded by a new user message."
+RESUME_FIELDS = frozenset({"decisions", "supersede", "auto_resume", "queue"})
+"""The closed shape of a resume value (`GateResume`)."""
 BY_NEW_MESSAGE = "superseded by a new user message"
 """The comment on a decline the system made because the user said something new."""
 UNKNOWN = ("Tool call {name!r} was stopped by a new user message after it started; whether it "
@@ -236,6 +238,12 @@ class _Pass:
         """Handle what the interrupt was resumed with; raise on anything refused."""
         if not isinstance(value, Mapping):
             msg = f"resume value must be an object with 'decisions', got {type(value).__name__}"
+            raise GraphkitError(msg)
+        stray = sorted(str(k) for k in value if k not in RESUME_FIELDS)
+        if stray or ("supersede" in value and "decisions" in value):
+            msg = (f"resume value fields {stray or ['decisions', 'supersede']} are not taken "
+                   "together; give 'decisions', or 'supersede' (with 'auto_resume', 'queue'), "
+                   "or nothing")
             raise GraphkitError(msg)
         if "supersede" in value:
             self.supersede(value, answered)

@@ -54,6 +54,8 @@ class Invocation:
     on_state_change: StateHook | None = None
     release: Callable[[], None] | None = None
     """Called when the run stops advancing (frees the thread's lease)."""
+    agent: str | None = None
+    """The agent that runs (the root of its subagents' `agent_path`)."""
 
 
 def pending_of(snapshot: RunView, *, stopped: bool) -> list[PendingApproval]:
@@ -70,7 +72,7 @@ class _Run:
 
     def __init__(self, invocation: Invocation) -> None:
         self.invocation = invocation
-        self.translator = ChunkTranslator(invocation.run_id)
+        self.translator = ChunkTranslator(invocation.run_id, invocation.agent)
         self.stopped = False
         self.step = 0
         self.node: str | None = None
@@ -217,8 +219,8 @@ class AgentStream:
     @property
     def text_stream(self) -> Iterator[str]:
         for chunk in self:
-            if chunk.type == "text-delta":
-                yield chunk.payload["text"]
+            if chunk.type == "text-delta" and "agent_path" not in chunk.payload:
+                yield chunk.payload["text"]  # the agent's own words, not its subagents'
 
     def _repr_html_(self) -> str:
         return _finished_html(self._run, "call result()")
@@ -318,8 +320,8 @@ class AsyncAgentStream:
     @property
     async def text_stream(self) -> AsyncIterator[str]:
         async for chunk in self:
-            if chunk.type == "text-delta":
-                yield chunk.payload["text"]
+            if chunk.type == "text-delta" and "agent_path" not in chunk.payload:
+                yield chunk.payload["text"]  # the agent's own words, not its subagents'
 
     def _repr_html_(self) -> str:
         return _finished_html(self._run, "await result()")

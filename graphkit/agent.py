@@ -311,7 +311,8 @@ class Agent:
                     self._storage.ledger.forget_run(run_id)
                 lease.close()
                 raise
-            return Invocation(payload, config, run_id, thread_id, on_state_change, lease.close)
+            return Invocation(payload, config, run_id, thread_id, on_state_change, lease.close,
+                              agent=self.name)
 
         return prepare
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import jsonschema
@@ -48,6 +49,18 @@ __all__ = ["Inbox"]
 
 def _pending(entry: dict[str, Any]) -> PendingApproval:
     return PendingApproval.from_record(entry)
+
+
+FORMATS = jsonschema.FormatChecker()
+"""The JSON schema formats an edit is checked against (dates, uuids, ...), `date-time` too:
+jsonschema checks that one only with an extra package."""
+
+
+@FORMATS.checks("date-time", raises=ValueError)
+def _date_time(value: object) -> bool:
+    if isinstance(value, str):
+        datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    return True
 
 
 def as_schema_types(value: Any, schema: Any) -> Any:
@@ -282,7 +295,7 @@ class Inbox:
         if not schema:
             return dict(args)
         try:
-            jsonschema.validate(args, schema)
+            jsonschema.validate(args, schema, format_checker=FORMATS)
         except jsonschema.ValidationError as exc:
             msg = (f"arguments {args!r} are not valid for tool {entry['tool_name']!r}: "
                    f"{exc.message}")
@@ -290,7 +303,11 @@ class Inbox:
         except (jsonschema.SchemaError, RecursionError) as exc:
             msg = f"arguments for tool {entry['tool_name']!r} could not be checked: {exc}"
             raise GraphkitError(msg) from exc
-        coerced: dict[str, Any] = as_schema_types(dict(args), schema)
+        try:
+            coerced: dict[str, Any] = as_schema_types(dict(args), schema)
+        except OverflowError as exc:
+            msg = f"arguments for tool {entry['tool_name']!r}: a number is too large ({exc})"
+            raise InvalidApprovedArgsError(msg) from exc
         return coerced
 
     # ------------------------------------------------------------------ async twins

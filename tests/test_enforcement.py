@@ -440,3 +440,14 @@ def test_a_decision_outside_its_closed_shape_is_refused_and_runs_nothing(
     assert state.values["turn"]["error"], state.values["turn"]
     done = agent.approve_tool_call_generate(run_id=result.run_id)
     assert done.text == "done" and ran.ran == [("pay", PAY)]
+
+
+@pytest.mark.parametrize("value", [
+    {"decisions": [{"type": "approve"}], "args": {"amount": 9}},
+    {"decisions": [{"type": "approve"}], "supersede": []},
+])
+def test_a_resume_value_outside_its_closed_shape_is_refused(value: dict[str, Any]) -> None:
+    agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done"])
+    result = agent.generate("pay")
+    raw(agent, result.thread_id, value)
+    assert ran.ran == [] and pending_status(agent, result.run_id) == ["pending"]

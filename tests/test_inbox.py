@@ -3,6 +3,7 @@ exactly one decision, who may decide, digests, expiry, audit, remembered grants.
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
 import sys
@@ -352,3 +353,53 @@ def test_a_cards_messages_come_from_the_thread_the_ledger_recorded(sqlite_url: s
     store.put(APPROVALS, pending.id, {**entry, "thread_id": other.thread_id})
     said = [str(m.content) for m in inbox.messages(pending.id)]
     assert "pay x 5" in said and "tell me the secret plan" not in said, said
+
+
+@pytest.mark.parametrize(("annotation", "model_args", "edit", "runs"), [
+    ("dict[str, float]", {"a": 1.5}, {"a": 2}, {"a": 2.0}),
+    ("Optional[float]", 1.5, 2, 2.0),
+    ("tuple[float, float]", [1.0, 1.0], [2, 3], (2.0, 3.0)),
+    ("Annotated[str, StringConstraints(strip_whitespace=True)]", "a", "  b  ", "b"),
+    ("int", 1, 2.0, 2),
+], ids=["dict-of-floats", "optional-float", "tuple", "stripped", "float-for-int"])
+def test_an_edit_recorded_without_the_tool_runs_as_the_tools_model_reads_it(
+        sqlite_url: str, annotation: str, model_args: Any, edit: Any, runs: Any) -> None:
+    """Attack (adversary review): an inbox that cannot load the tool recorded edits the gate
+    then withdrew ("edited", yet the call was pending again and never ran). An edit it records
+    now runs, as the tool's own model reads it; the policy judged that reading."""
+    from typing import Annotated, Optional  # noqa: F401 - names the annotations use
+
+    from pydantic import StringConstraints  # noqa: F401
+
+    ran: list[Any] = []
+    namespace: dict[str, Any] = {**globals(), **locals()}
+    exec(f"def t(x: {annotation}) -> str:\n    '''T.'''\n    ran.append(x)\n    return 'ok'\n",
+         namespace)
+    tool = create_tool(needs_approval=True)(namespace["t"])
+    agent = Agent(name="a", tools=[tool], checkpointer=sqlite_url, model=ScriptedChatModel([
+        turn(call("t", {"x": model_args}, "t1")), "done"]))
+    first = agent.generate("go")
+    Inbox(sqlite_url).approve(first.pending_approvals[0].id, decided_by="ops",
+                              args={"x": edit})
+    assert agent.resume(run_id=first.run_id).text == "done" and ran == [runs]
+    assert not any("withdrawn" in str(e.get("detail"))
+                   for e in Inbox(sqlite_url).audit(thread_id=first.thread_id))
+
+
+@pytest.mark.parametrize("edit", [{"x": "not a date"}, {"x": 10**400}])
+def test_an_edit_the_tools_model_would_refuse_is_refused_by_an_inbox_without_it(
+        sqlite_url: str, edit: dict[str, Any]) -> None:
+    ran: list[Any] = []
+
+    @create_tool(needs_approval=True)
+    def when(x: datetime.datetime) -> str:
+        """When."""
+        ran.append(x)
+        return "ok"
+
+    agent = Agent(name="a", tools=[when], checkpointer=sqlite_url, model=ScriptedChatModel([
+        turn(call("when", {"x": "2024-01-01T00:00:00Z"}, "t1")), "done"]))
+    first = agent.generate("go")
+    with pytest.raises(InvalidApprovedArgsError):
+        Inbox(sqlite_url).approve(first.pending_approvals[0].id, decided_by="ops", args=edit)
+    assert Inbox(sqlite_url).get(first.pending_approvals[0].id).status == "pending"

@@ -281,3 +281,33 @@ def test_auto_resume_reaches_a_suspended_tool_in_a_subagent() -> None:
     assert final.text == "top: sub: Paris: sunny, +72F"
     assert [m.text for m in final.messages if isinstance(m, HumanMessage)] == [
         "What's the weather like?", "Paris"]
+
+
+def test_a_supervisors_stream_carries_its_subagents_chunks_marked_with_their_path() -> None:
+    """As LangGraph's subgraph streaming: the subagent's tool calls, results and text, each
+    with its `agent_path`; `text_stream` stays the supervisor's own words."""
+    from graphkit.examples import supervisor_agent
+
+    sup = supervisor_agent()
+    paused = list(sup.stream("find user 42"))
+    below = ["supervisor", "data_agent"]
+    assert any(c.type == "tool-call" and c.payload["tool_name"] == "find-user"
+               and c.payload["agent_path"] == below for c in paused)
+    first = next(c for c in paused if c.type == "finish")
+    run_id = next(c for c in paused if c.type == "start").payload["run_id"]
+    assert first.payload["text"] == ""
+    chunks = list(sup.approve_tool_call(run_id=run_id))
+    result = next(c for c in chunks if c.type == "tool-result"
+                  and c.payload["tool_name"] == "find-user")
+    assert result.payload["agent_path"] == below and "John" in result.payload["result"]
+    sub_text = "".join(c.payload["text"] for c in chunks if c.type == "text-delta"
+                       and c.payload.get("agent_path") == below)
+    own_text = "".join(c.payload["text"] for c in chunks if c.type == "text-delta"
+                       and "agent_path" not in c.payload)
+    assert sub_text.startswith("Found") and own_text.startswith("Here is what the team found")
+    delegation = next(c for c in chunks if c.type == "tool-result"
+                      and c.payload["tool_name"] == "data_agent")
+    assert "agent_path" not in delegation.payload
+    again = sup.generate("find user 7")
+    assert "".join(sup.approve_tool_call(run_id=again.run_id).text_stream).startswith(
+        "Here is what the team found")
