@@ -8,31 +8,53 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.runnables import Runnable, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
 from langgraph.graph import START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
+from langgraph.types import Command
 
 from graphkit._autoresume import make_extractor
 from graphkit._gate import Planner, make_gate_node
 from graphkit._ledger import Ledger
 from graphkit._nodes import make_model_node, make_tools_nodes
 from graphkit._settings import GateSettings
-from graphkit._state import AgentState, InputState
+from graphkit._state import AgentState, InputState, well_typed_state, well_typed_task
 from graphkit._supervisor import delegation_tool, make_delegate_nodes
 
 __all__ = ["RESERVED_NODES", "Subagent", "build_graph"]
 
 
-def _node(func: Callable[..., Any], afunc: Callable[..., Any], name: str) -> Runnable[Any, Any]:
+def _node(func: Callable[..., Any], afunc: Callable[..., Any], name: str,
+          accepts: Callable[[Any], bool] | None = well_typed_state) -> Runnable[Any, Any]:
     """A node with a sync and an async body, as LangGraph wraps its own nodes (no extra
-    tracing run per call); LangChain's `RunnableLambda` where that class is not available."""
+    tracing run per call); LangChain's `RunnableLambda` where that class is not available.
+
+    Its input is checked first: a `Send` carries any payload a client chose to its node, and
+    a node that read a value not of its shape would fail with an untyped error, on every
+    later step of the thread. Such an input does nothing."""
+
+    if accepts is not None:
+        func, afunc = _guarded(func, afunc, accepts)
+    # else the node checks its input itself (and LangGraph still finds its subgraph)
     try:
         from langgraph._internal._runnable import RunnableCallable
     except ImportError:  # pragma: no cover - a LangGraph without it
         return RunnableLambda(func, afunc, name=name)
     return RunnableCallable(func, afunc, name=name, trace=False)
+
+
+def _guarded(func: Callable[..., Any], afunc: Callable[..., Any], accepts: Callable[[Any], bool]
+             ) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    def guarded(value: Any, config: RunnableConfig) -> Any:
+        return func(value, config) if accepts(value) else Command()
+
+    async def aguarded(value: Any, config: RunnableConfig) -> Any:
+        return await afunc(value, config) if accepts(value) else Command()
+
+    return guarded, aguarded
+
 
 RESERVED_NODES = frozenset({"model", "approval_gate", "tools", "__start__", "__end__"})
 
@@ -88,12 +110,12 @@ def build_graph(
     # graph as channels that every step of every run carries.
     builder.add_node(
         "tools",
-        _node(run_tool, arun_tool, "tools"),
+        _node(run_tool, arun_tool, "tools", well_typed_task),
         destinations=("approval_gate", "model"),
     )
     builder.add_edge(START, "model")
     for key, (subgraph, _) in subagents.items():
         delegate, adelegate = make_delegate_nodes(key, subgraph, ledger, planner.path_of)
-        builder.add_node(key, _node(delegate, adelegate, key),
+        builder.add_node(key, _node(delegate, adelegate, key, accepts=None),
                          destinations=("approval_gate", "model"))
     return builder

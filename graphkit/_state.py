@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, NotRequired, TypedDict
 
-from langchain_core.messages import AnyMessage
+from langchain_core.messages import AnyMessage, BaseMessage, convert_to_messages
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.message import _messages_delta_reducer
 
@@ -110,22 +110,147 @@ def merge_reports(
     return {**(old or {}), **new}
 
 
-Messages = Annotated[list[AnyMessage], DeltaChannel(_messages_delta_reducer)]
+def _messages(state: list[AnyMessage], writes: list[Any]) -> list[AnyMessage]:
+    """LangGraph's delta reducer of messages, taking only writes that are messages: a write
+    a client sent that is not (`update_state(..., {"messages": {}})`) would be kept among the
+    thread's writes and fail every later read of its state; it is left out instead. (Each
+    write is judged alone, so the reducer stays batching-invariant.)"""
+    try:
+        return _messages_delta_reducer(state, writes)
+    except (ValueError, KeyError, TypeError, NotImplementedError, AttributeError):
+        return _messages_delta_reducer(state, [w for w in writes if _messages_or_not(w)])
+
+
+def _messages_or_not(write: Any) -> bool:
+    try:
+        convert_to_messages(write if isinstance(write, list) else [write])
+    except (ValueError, KeyError, TypeError, NotImplementedError, AttributeError):
+        return False
+    return True
+
+
+Messages = Annotated[list[AnyMessage], DeltaChannel(_messages)]
 """The conversation, stored as LangGraph's delta channel: each checkpoint keeps the new
 messages, not the whole list again, so a long thread grows linearly on disk."""
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _maybe(check: Any, value: Any) -> bool:
+    return value is None or check(value)
+
+
+def _obj(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) for k in value)
+
+
+def _texts(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+_RECORD: dict[str, Any] = {
+    "id": _text, "kind": lambda v: v in ("approval", "suspension"), "tool_name": _text,
+    "tool_call_id": _text, "args": _obj, "metadata": _obj, "status": _text,
+    "agent_path": _texts, "args_digest": _text, "created_at": _text, "verdict": _text,
+    "decided_by": lambda v: _maybe(_text, v), "comment": lambda v: _maybe(_text, v),
+    "decided_at": lambda v: _maybe(_text, v), "approved_args": lambda v: _maybe(_obj, v),
+}
+_RECORD_OPTIONAL: dict[str, Any] = {
+    "expires_at": lambda v: _maybe(_text, v), "call_key": _text, "allowed_decisions": _texts,
+}
+_CALL: dict[str, Any] = {
+    "tool_call_id": _text, "tool_name": _text, "key": _text, "args": _obj,
+    "sequential": lambda v: isinstance(v, bool), "resume_values": lambda v: isinstance(v, list),
+    "once": _obj, "metadata": _obj, "node": _text, "answer": lambda v: _maybe(_text, v),
+    "approval": lambda v: _maybe(_record, v), "suspension": lambda v: _maybe(_record, v),
+}
+
+
+def _shaped(value: Any, required: dict[str, Any], optional: dict[str, Any]) -> bool:
+    return (isinstance(value, dict) and all(k in value and ok(value[k])
+                                            for k, ok in required.items())
+            and all(ok(value[k]) for k, ok in optional.items() if k in value))
+
+
+def _record(value: Any) -> bool:
+    return _shaped(value, _RECORD, _RECORD_OPTIONAL)
+
+
+def well_typed_plan(value: Any) -> bool:
+    """A plan of the shape the gate writes, every field of its type (None: no turn)."""
+    if value is None:
+        return True
+    return _shaped(value, {
+        "ai_message_id": _text,
+        "calls": lambda calls: isinstance(calls, list) and all(
+            _shaped(c, _CALL, {"answer_status": _text}) for c in calls),
+    }, {"error": lambda v: _maybe(_text, v),
+        "queued": lambda v: isinstance(v, list) and all(_obj(m) for m in v)})
+
+
+def well_typed_task(value: Any) -> bool:
+    """A `ToolTask` of the shape the gate sends, every field of its type."""
+    return _shaped(value, {
+        "tool_call_id": _text, "tool_name": _text, "key": _text, "args": _obj,
+        "metadata": _obj, "agent_path": _texts, "options": _well_typed_options,
+        "then": _text}, {})
+
+
+def well_typed_state(value: Any) -> bool:
+    """A node's state (or a `Send` payload standing for it) of the graph's shape, with a
+    conversation to act on."""
+    return isinstance(value, dict) and _shaped(value, {
+        "messages": lambda v: isinstance(v, list) and bool(v) and all(
+            isinstance(m, BaseMessage) for m in v)}, {
+        "options": _well_typed_options, "turn": well_typed_plan,
+        "reports": lambda v: isinstance(v, dict)})
+
+
+def keep_typed_plan(old: TurnPlan | None, new: TurnPlan | None) -> TurnPlan | None:
+    """Reducer of `turn`: whoever writes it (a node, `update_state`, a `Command`), a value not
+    of the plan's shape is not taken: what graphkit reads from the state is always well
+    typed, so no client write can turn into an untyped error that wedges the thread. (What a
+    well-typed forgery says is judged against the ledger, as ever.)"""
+    return new if well_typed_plan(new) else old
+
+
+def _well_typed_options(value: Any) -> bool:
+    return _shaped(value, {}, {
+        "run_id": _text, "require_tool_approval": lambda v: isinstance(v, bool),
+        "auto_resume_suspended_tools": lambda v: isinstance(v, bool),
+        "max_steps": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "approval_ttl": lambda v: v is None or isinstance(v, int | float)})
+
+
+def keep_typed_options(old: RunOptions | None, new: RunOptions | None) -> RunOptions | None:
+    """Reducer of `options`: a write not of their shape is not taken."""
+    return new if _well_typed_options(new) else old
+
+
+def keep_typed_reports(old: dict[str, SuspensionReport] | None,
+                       new: dict[str, SuspensionReport] | None
+                       ) -> dict[str, SuspensionReport]:
+    """`merge_reports`, taking only reports of their shape."""
+    if new is not None and not (isinstance(new, dict) and all(
+            isinstance(k, str) and isinstance(v, dict) and _obj(v.get("payload", {}))
+            for k, v in new.items())):
+        return old or {}
+    return merge_reports(old, new)
 
 
 class AgentState(TypedDict, total=False):
     """The state of an agent graph."""
 
     messages: Messages
-    options: RunOptions
-    turn: TurnPlan | None
-    reports: Annotated[dict[str, SuspensionReport], merge_reports]
+    options: Annotated[RunOptions, keep_typed_options]
+    turn: Annotated[TurnPlan | None, keep_typed_plan]
+    reports: Annotated[dict[str, SuspensionReport], keep_typed_reports]
 
 
 class InputState(TypedDict, total=False):
     """What a caller (or LangGraph Studio) passes to start a run."""
 
     messages: Messages
-    options: RunOptions
+    options: Annotated[RunOptions, keep_typed_options]

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from graphkit._context import PATH_KEY, thread_id_of
 from graphkit._ledger import DONE, Ledger
 from graphkit._nodes import _result
-from graphkit._state import ToolTask
+from graphkit._state import ToolTask, well_typed_task
 from graphkit.tools import DelegationTool
 from graphkit.types import args_digest
 
@@ -108,6 +108,8 @@ def make_delegate_nodes(
         return _result(task, message)
 
     def delegate(task: ToolTask, config: RunnableConfig) -> Command[Any]:
+        if not well_typed_task(task):  # a client's `Send` of anything: it does nothing
+            return Command()
         done = settled(task, config)
         if done is not None:
             return done
@@ -115,6 +117,8 @@ def make_delegate_nodes(
         return answer(task, subgraph.invoke(sub_input, sub_config), config)
 
     async def adelegate(task: ToolTask, config: RunnableConfig) -> Command[Any]:
+        if not well_typed_task(task):
+            return Command()
         done = await asyncio.to_thread(settled, task, config)
         if done is not None:
             return done

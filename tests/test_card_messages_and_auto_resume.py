@@ -3,9 +3,9 @@ rendering of hostile or odd messages) and the Agent API's auto-resume (new messa
 queued messages with ids) through every door: stream/astream/agenerate, lists, retries,
 supervisors, mixed API and graph-input replies.
 
-Everything held but one case, older than this session and kept as a strict xfail: a
-supervisor's subagent asks again after an unreadable reply, and the next message cannot be
-delivered (`test_supervisor_unreadable_then_readable_reply`)."""
+Everything held but one case, older than that review, which now passes: a supervisor's
+subagent asks again after an unreadable reply, and the next message could not be delivered
+(`test_supervisor_unreadable_then_readable_reply`)."""
 
 from __future__ import annotations
 
@@ -365,20 +365,14 @@ def test_held_reply_never_runs_an_approval_beside_the_suspension() -> None:
 # ---------------------------------------------------------------- supervisors
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "open, older than this session (fails the same on fdafed1): the Agent API queues a "
-    "message for a supervisor with Command(update={'turn': ...}); when its subagent asks "
-    "again in the same step, that update stays pending, and the next message's update is a "
-    "second value for the 'turn' channel (LangGraph's InvalidUpdateError)"))
 def test_supervisor_unreadable_then_readable_reply() -> None:
     """A subagent's suspended tool: an unreadable reply leaves it asking, a readable one
     resumes it once; both replies reach the supervisor's conversation once each.
 
-    FAILS: the second reply raises langgraph InvalidUpdateError ("At key 'turn': Can receive
-    only one value per step"): `start_payload`'s nested branch sends
-    Command(resume=..., update={"turn": ...}); the subagent re-suspends in the same superstep,
-    so the update stays in the checkpoint as a pending NULL-task write on 'turn', and the next
-    Command's update is a second value for the LastValue channel."""
+    It failed with LangGraph's InvalidUpdateError ("At key 'turn': Can receive only one value
+    per step") while `turn` was a channel of one value per step: the Agent API's update of the
+    queue stayed pending when the subagent re-suspended, and the next message's update was a
+    second value. `turn`'s reducer (`keep_typed_plan`) takes the last well-typed write."""
     log: list[str] = []
     sup = forecaster_supervisor(log, auto_resume_suspended_tools=True)
     first = sup.generate("What's the weather like?")
