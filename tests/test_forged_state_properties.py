@@ -17,6 +17,7 @@ import os
 from collections import Counter
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -208,3 +209,21 @@ def test_forged_state_never_runs_an_unapproved_call_or_loses_the_thread(
     assert not any(isinstance(m, ToolMessage) and m.content == "paid 7" for m in messages) \
         or world.approved_digests()[args_digest({"amount": 7})] > 0
     world.check()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "open (adversary review): a user's message queued for after the turn (a reply beside a "
+    "suspended tool) lives in the plan's `queued` list, in client-writable state; a "
+    "well-typed write of `turn` (None, or `queued: []`) drops it. The queue belongs in the "
+    "ledger, where no client writes (the one-source-of-truth redesign)"))
+def test_a_queued_message_survives_a_well_typed_write_of_the_plan() -> None:
+    from tests.test_replies import _said, weather_agent
+
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True)
+    first = agent.generate("weather?")
+    config = {"configurable": {"thread_id": first.thread_id}}
+    agent.generate("my name is Bob, and", thread_id=first.thread_id)
+    agent.graph.update_state(config, {"turn": None})
+    agent.generate("Paris", thread_id=first.thread_id)
+    assert "my name is Bob, and" in _said(agent.graph.get_state(config).values["messages"])
