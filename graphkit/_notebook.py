@@ -4,7 +4,7 @@
 Edit and Decline (with a comment), and a suspension's form for its resume data. A click goes
 through the Agent API, the same decision path as every other door: the approvers policy
 decides, a refused reviewer sees why, and the continued run is shown below the cards.
-`agent.draw()` is the graph as Mermaid text, drawn by JupyterLab without any network call.
+`agent.draw()` is the graph as an SVG drawn here (any viewer shows it, offline) and as Mermaid.
 """
 
 from __future__ import annotations
@@ -29,19 +29,84 @@ MISSING_WIDGETS = ("agent.review needs ipywidgets: pip install 'graphkit-hitl[no
 
 @dataclass(frozen=True, slots=True)
 class Drawing:
-    """The agent's graph (subagents expanded) as Mermaid; Jupyter renders the Markdown."""
+    """The agent's graph (subagents expanded): an SVG drawn here, offline, which any notebook
+    viewer shows (nbconvert's HTML, GitHub, JupyterLab without network), and its Mermaid
+    text (`str(drawing)`; a Markdown output of it would win over the SVG in nbconvert, and
+    be drawn only where Mermaid's script can be loaded)."""
 
     mermaid: str
+    svg: str = ""
 
-    def _repr_markdown_(self) -> str:
-        return f"```mermaid\n{self.mermaid}\n```"
+    def _repr_svg_(self) -> str:
+        return self.svg
 
     def __str__(self) -> str:
         return self.mermaid
 
 
 def draw(agent: Agent) -> Drawing:
-    return Drawing(agent.graph.get_graph(xray=True).draw_mermaid())
+    graph = agent.graph.get_graph(xray=True)
+    edges = [(e.source, e.target, bool(e.conditional)) for e in graph.edges]
+    return Drawing(graph.draw_mermaid(), _svg(agent.name, list(graph.nodes), edges))
+
+
+BOX_W, BOX_H, GAP, PAD, TITLE, ARC = 120, 30, 24, 12, 22, 26
+
+
+def _svg(name: str, nodes: list[str], edges: list[tuple[str, str, bool]]) -> str:
+    """Each agent a frame holding its nodes in a row, each subagent a frame below its
+    supervisor's, one level in. An edge within a row arcs above it (forward) or below it
+    (back); a delegation goes down to its subagent's frame. Dashed: conditional."""
+    agents: dict[tuple[str, ...], list[str]] = {}
+    for node in nodes:
+        parts = node.split(":")
+        agents.setdefault(tuple(parts[:-1]), []).append(parts[-1])
+    boxes: dict[str, tuple[float, float, tuple[str, ...]]] = {}
+    shapes: list[str] = []
+    y = float(PAD)
+    for path in sorted(agents):
+        x = float(PAD + len(path) * GAP)
+        row = agents[path]
+        width = len(row) * (BOX_W + GAP) - GAP + 2 * PAD
+        height = TITLE + ARC + BOX_H + ARC + PAD
+        label = " › ".join([name, *path])
+        shapes.append(f"<rect x='{x}' y='{y}' width='{width}' height='{height}' rx='8' "
+                      "fill='#f6f8fa' stroke='#8c959f'/>"
+                      f"<text x='{x + PAD}' y='{y + 16}' font-size='12' font-weight='bold'>"
+                      f"{_html._e(label)}</text>")
+        for index, node in enumerate(row):
+            bx, by = x + PAD + index * (BOX_W + GAP), y + TITLE + ARC
+            boxes[":".join([*path, node])] = (bx, by, path)
+            fill = "#eaeef2" if node.startswith("__") else "#ffffff"
+            shapes.append(f"<rect x='{bx}' y='{by}' width='{BOX_W}' height='{BOX_H}' rx='6' "
+                          f"fill='{fill}' stroke='#57606a'/><text x='{bx + BOX_W / 2}' "
+                          f"y='{by + 19}' font-size='12' text-anchor='middle'>"
+                          f"{_html._e(node)}</text>")
+        y += height + GAP
+    arrows = []
+    for source, target, conditional in edges:
+        if source == target or source not in boxes or target not in boxes:
+            continue
+        (sx, sy, spath), (tx, ty, tpath) = boxes[source], boxes[target]
+        if spath == tpath:  # within one agent: an arc over (forward) or under (back) its row
+            forward = tx > sx
+            y1 = sy if forward else sy + BOX_H
+            bend = -ARC if forward else ARC
+            d = (f"M {sx + BOX_W / 2 + (8 if forward else -8)} {y1} Q {(sx + tx) / 2 + BOX_W / 2}"
+                 f" {y1 + bend} {tx + BOX_W / 2 + (-8 if forward else 8)} {y1}")
+        else:  # a delegation down to a subagent, or its answer back up
+            down = ty > sy
+            d = (f"M {sx + BOX_W / 2} {sy + (BOX_H if down else 0)} "
+                 f"L {tx + BOX_W / 2} {ty + (0 if down else BOX_H)}")
+        dash = " stroke-dasharray='4 3'" if conditional else ""
+        arrows.append(f"<path d='{d}' fill='none' stroke='#0969da' stroke-opacity='0.6' "
+                      f"marker-end='url(#arrow)'{dash}/>")
+    total = max((bx for bx, _, _ in boxes.values()), default=0.0) + BOX_W + 2 * PAD
+    return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{total:.0f}' height='{y:.0f}' "
+            "font-family='sans-serif'><defs><marker id='arrow' viewBox='0 0 10 10' refX='9' "
+            "refY='5' markerWidth='6' markerHeight='6' orient='auto-start-reverse'>"
+            "<path d='M 0 0 L 10 5 L 0 10 z' fill='#0969da'/></marker></defs>"
+            + "".join(shapes) + "".join(arrows) + "</svg>")
 
 
 @dataclass

@@ -757,7 +757,8 @@ class Agent:
         return review(self, result_or_run_id, decided_by=decided_by)
 
     def draw(self) -> Any:
-        """The graph, subagents expanded, as Mermaid text that JupyterLab draws offline."""
+        """The graph, subagents expanded: an SVG drawn offline (what a notebook shows, with or
+        without a kernel or network), and its Mermaid text (`str(agent.draw())`)."""
         from graphkit._notebook import draw
 
         return draw(self)

@@ -105,4 +105,9 @@ def test_the_graph_is_drawn_offline_with_subagents_expanded() -> None:
     text = str(drawing)
     for node in ("model", "approval_gate", "tools", "ops"):
         assert node in text
-    assert drawing._repr_markdown_().startswith("```mermaid")
+    assert text.startswith("---") or "graph TD" in text  # the Mermaid text
+    svg = drawing._repr_svg_()  # drawn here: a notebook rendered without a kernel shows it
+    assert svg.startswith("<svg") and "http" not in svg.replace(
+        "http://www.w3.org/2000/svg", "")
+    for label in ("boss", "boss › ops", "approval_gate", "tools"):
+        assert f">{label}<" in svg
