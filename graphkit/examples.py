@@ -17,7 +17,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from pydantic import BaseModel
 
 from graphkit.agent import Agent
-from graphkit.testing import ScriptedChatModel
+from graphkit.testing import ScriptedChatModel, reply_text
 from graphkit.tools import GraphkitTool, ToolContext, create_tool
 
 __all__ = [
@@ -168,7 +168,7 @@ def _weather_reply(messages: list[BaseMessage]) -> AIMessage:
 
 def _city_from(schema: Any, messages: list[BaseMessage]) -> dict[str, Any]:
     """Offline stand-in for structured output: a short reply is taken as the city."""
-    said = str(messages[-1].content).strip().rstrip(".!?")
+    said = reply_text(messages).strip().rstrip(".!?")
     return {"city": said} if said and len(said.split()) <= 4 else {}
 
 

@@ -20,7 +20,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
-__all__ = ["ScriptExhaustedError", "ScriptedChatModel"]
+__all__ = ["ScriptExhaustedError", "ScriptedChatModel", "reply_text"]
 
 Script = Sequence[AIMessage | str] | Callable[[list[BaseMessage]], AIMessage | str]
 StructuredScript = Sequence[Any] | Callable[[Any, list[BaseMessage]], Any]
@@ -167,3 +167,13 @@ def _parse(schema: Any, raw: Any) -> Any:
     if isinstance(schema, type) and issubclass(schema, BaseModel):
         return raw if isinstance(raw, schema) else schema.model_validate(raw)
     return raw
+
+
+def reply_text(messages: list[Any]) -> str:
+    """What the user said, in a structured-output stand-in for auto-resume: the text of the
+    last `<user_reply>` data message graphkit's extractor sends (else the last message)."""
+    for message in reversed(messages):
+        text = str(getattr(message, "content", ""))
+        if text.startswith("<user_reply>\n") and text.endswith("\n</user_reply>"):
+            return text[len("<user_reply>\n"):-len("\n</user_reply>")]
+    return str(getattr(messages[-1], "content", "")) if messages else ""

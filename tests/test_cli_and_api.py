@@ -21,7 +21,8 @@ def test_public_api_is_pinned() -> None:
     assert set(graphkit.__all__) == {
         "Agent", "AgentStream", "AmbiguousApprovalError", "ApprovalAlreadyResolvedError",
         "ApprovalNotFoundError", "ApprovalsPendingError", "ApproverNotAllowedError",
-        "AsyncAgentStream", "GenerateResult", "GraphkitError", "GraphkitTool",
+        "AsyncAgentStream", "DecisionNotAllowedError", "GenerateResult", "GraphkitError",
+        "GraphkitTool",
         "Inbox", "InvalidApprovedArgsError", "PendingApproval", "ResumeDataError", "RunState",
         "SnapshotNotFoundError", "StreamChunk", "SuspendPayloadError", "ToolContext",
         "Webhook", "create_tool", "verify_signature",
