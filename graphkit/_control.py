@@ -286,6 +286,9 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
     update: dict[str, Any] = {"options": options}
     if queue_here and plan:
         update["turn"] = {**plan, "queued": [*(plan.get("queued") or []), *said]}
+        if req is not None:  # and where no client writes (`_reply.left_queued` reads it)
+            req.ledger.enqueue(req.thread_id, "/".join(req.agent_path),
+                               str(plan.get("ai_message_id")), said)
     return Command(resume=resume, update=update)
 
 

@@ -348,6 +348,9 @@ class _Pass:
                     self.taken[suspension["id"]] = taken
                 continue
             self._supersede(call)
+        if value.get("queue", True):
+            self.ctx.ledger.enqueue(self.ctx.thread_id, "/".join(self.ctx.path),
+                                    self.plan["ai_message_id"], said_now)
         self.plan["queued"] = queued
 
     def _supersede(self, call: CallPlan) -> None:
@@ -811,6 +814,7 @@ def _route(
         if queued:
             new_messages.extend(queued)
             update["turn"] = {**plan, "queued": []}
+            ctx.ledger.dequeue(ctx.thread_id, "/".join(ctx.path), (str(m.id) for m in queued))
         goto = "model"
     if new_messages:
         update["messages"] = new_messages

@@ -93,6 +93,17 @@ _SCHEMA = (
         claimed_until DOUBLE PRECISION,
         attempts INTEGER NOT NULL DEFAULT 0
     )""",
+    # User messages queued for after a turn's answers: beside the plan's copy, which lives in
+    # client-writable state, so that no client write can drop one.
+    """CREATE TABLE IF NOT EXISTS graphkit_queue (
+        seq {serial} PRIMARY KEY,
+        thread_id TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        ai_message_id TEXT NOT NULL,
+        message_id TEXT NOT NULL,
+        message TEXT NOT NULL,
+        UNIQUE (thread_id, agent, message_id)
+    )""",
     """CREATE TABLE IF NOT EXISTS graphkit_ended_sessions (
         nonce TEXT PRIMARY KEY,
         expires_at DOUBLE PRECISION NOT NULL
@@ -830,6 +841,37 @@ class Ledger:
         rows = self._sql.query("SELECT attempts FROM graphkit_ready WHERE run_id = ?",
                                (run_id,))
         return int(rows[0][0]) if rows else 0
+
+    # ------------------------------------------------------------------ queued messages
+
+    def enqueue(self, thread_id: str, agent: str, ai_message_id: str,
+                messages: Sequence[Mapping[str, Any]]) -> None:
+        """Keep user messages (serialised, with ids) queued for after the turn of
+        `ai_message_id`; a message already queued is not queued twice."""
+        rows = [(thread_id, agent, ai_message_id, str((m.get("data") or {}).get("id")),
+                 _dumps(dict(m))) for m in messages
+                if isinstance(m, Mapping) and (m.get("data") or {}).get("id")]
+        if not rows:
+            return
+        with self._sql.transaction() as tx:
+            for row in rows:
+                tx.execute("INSERT INTO graphkit_queue (thread_id, agent, ai_message_id, "
+                           "message_id, message) VALUES (?, ?, ?, ?, ?) ON CONFLICT "
+                           "(thread_id, agent, message_id) DO NOTHING", row)
+
+    def queue_of(self, thread_id: str, agent: str) -> list[tuple[str, dict[str, Any]]]:
+        """(turn's AI message id, serialised message) of what waits in the queue, in order."""
+        rows = self._sql.query("SELECT ai_message_id, message FROM graphkit_queue WHERE "
+                               "thread_id = ? AND agent = ? ORDER BY seq", (thread_id, agent))
+        return [(str(r[0]), _loads(r[1]) or {}) for r in rows]
+
+    def dequeue(self, thread_id: str, agent: str, message_ids: Iterable[str]) -> None:
+        """Forget queued messages that reached the conversation."""
+        ids = list(dict.fromkeys(message_ids))
+        if ids:
+            marks = ", ".join("?" for _ in ids)
+            self._sql.execute(f"DELETE FROM graphkit_queue WHERE thread_id = ? AND agent = ? "
+                              f"AND message_id IN ({marks})", (thread_id, agent, *ids))
 
     # ------------------------------------------------------------------ web sessions
 

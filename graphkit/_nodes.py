@@ -259,14 +259,22 @@ def make_model_node(
         reply = reply_to_suspension(plan, messages, options, planner, ctx)
         if plan and reply:
             answer_reply(reply, ctx, planner, extract, config)
-            queued = [*(plan.get("queued") or []), *messages_to_dict(reply.messages)]
+            said = messages_to_dict(reply.messages)
+            ctx.ledger.enqueue(ctx.thread_id, "/".join(ctx.path), str(plan["ai_message_id"]),
+                               said)
+            queued = [*(plan.get("queued") or []), *said]
             removed = [RemoveMessage(id=str(m.id)) for m in reply.messages]
             to_gate: Command[ModelTarget] = Command(
                 update={"messages": [*forged, *removed], "turn": {**plan, "queued": queued}},
                 goto="approval_gate")
             return [], False, [], to_gate
         messages, moved = _stopped_turn(plan, messages, ctx)
-        messages, unqueued = left_queued(plan, messages)
+        agent = "/".join(ctx.path)
+        messages, unqueued = left_queued(plan, messages,
+                                         ctx.ledger.queue_of(ctx.thread_id, agent))
+        if unqueued:
+            ctx.ledger.dequeue(ctx.thread_id, agent,
+                               (str(m.id) for m in unqueued if isinstance(m, HumanMessage)))
         moved = [*moved, *unqueued]
         return [*system, *messages], model_steps(messages) >= limit, [*forged, *moved], None
 

@@ -15,7 +15,7 @@ no call of the turn was claimed or ran, and that each waits on a pending record.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,26 +136,56 @@ def answer_reply(reply: Reply, ctx: GateContext, planner: Planner, extract: Extr
                           run_id=ctx.run_id)
 
 
-def left_queued(plan: TurnPlan | None, messages: list[AnyMessage]
+def left_queued(plan: TurnPlan | None, messages: list[AnyMessage],
+                kept: Sequence[tuple[str, dict[str, Any]]] = ()
                 ) -> tuple[list[AnyMessage], list[BaseMessage]]:
     """The user's messages queued for after a turn's answers that no gate appended (the run
     stopped before the gate did, then other input settled the turn): they go right after the
     turn's answers, before newer messages, so nothing the user said is lost. Only user
-    messages, each as it parses: the queue is client-writable state, and this runs after
-    `_discard_forged` checked the tool results. Returns the conversation and the writes."""
+    messages, each as it parses: the plan's queue is client-writable state, and this runs
+    after `_discard_forged` checked the tool results. `kept` is the ledger's queue ((turn's
+    AI message id, message)), which no client writes: what the plan lost is in it. Returns
+    the conversation and the writes."""
     queued = plan.get("queued") if isinstance(plan, Mapping) else None
-    if not queued or not isinstance(queued, list):
+    queued = list(queued) if isinstance(queued, list) else []
+    turn_id = plan.get("ai_message_id") if isinstance(plan, Mapping) else None
+    if kept and not (isinstance(plan, Mapping) and turn_end(plan, messages) is not None):
+        turn_id = kept[0][0]  # the plan is gone (or not of its shape): the ledger's turn
+        plan = {"ai_message_id": turn_id, "calls": []}  # type: ignore[typeddict-item]
+    queued += [message for ai_id, message in kept if ai_id == turn_id]
+    older: dict[str, list[dict[str, Any]]] = {}
+    for ai_id, message in kept:
+        if ai_id != turn_id:  # a turn a newer one replaced: it is over, answers or not
+            older.setdefault(ai_id, []).append(message)
+    result = list(messages)
+    first: int | None = None
+    where = turn_end(plan, result) if queued else None
+    if where is not None:
+        turn, later = where
+        answered = {m.tool_call_id for m in result[turn + 1:later]
+                    if isinstance(m, ToolMessage)}
+        if all(c.get("id") in answered for c in getattr(result[turn], "tool_calls", [])):
+            result, first = _insert(result, later, queued, first)
+        # else the turn is still the gate's: it appends them when it settles
+    for ai_id, entries in older.items():
+        span = turn_span(result, ai_id)
+        if span is not None:
+            result, first = _insert(result, span[1], entries, first)
+    if first is None:
         return messages, []
-    where = turn_end(plan, messages)
-    if where is None:
-        return messages, []
-    turn, later = where
-    answered = {m.tool_call_id for m in messages[turn + 1:later] if isinstance(m, ToolMessage)}
-    if any(c.get("id") not in answered for c in getattr(messages[turn], "tool_calls", [])):
-        return messages, []  # the turn is still the gate's: it appends them when it settles
+    tail = result[first:]
+    writes: list[BaseMessage] = [*(RemoveMessage(id=str(m.id)) for m in messages[first:]),
+                                 *tail]
+    return result, writes
+
+
+def _insert(messages: list[AnyMessage], at: int, entries: Sequence[Any], first: int | None
+            ) -> tuple[list[AnyMessage], int | None]:
+    """`messages` with the queued user messages among `entries` that it lacks inserted at
+    `at`; and the earliest index changed so far."""
     present = {m.id for m in messages}
     missing: list[AnyMessage] = []
-    for entry in queued:
+    for entry in entries:
         with contextlib.suppress(GraphkitError):
             (message,) = parsed_messages([entry], what="a queued message")
             if (isinstance(message, HumanMessage) and message.id is not None
@@ -163,11 +193,8 @@ def left_queued(plan: TurnPlan | None, messages: list[AnyMessage]
                 missing.append(message)
                 present.add(message.id)
     if not missing:
-        return messages, []
-    newer = messages[later:]
-    writes: list[BaseMessage] = [*(RemoveMessage(id=str(m.id)) for m in newer), *missing,
-                                 *newer]
-    return [*messages[:later], *missing, *newer], writes
+        return messages, first
+    return [*messages[:at], *missing, *messages[at:]], at if first is None else min(first, at)
 
 
 def _pending(row: ApprovalRow | None, record: Mapping[str, Any], call: CallPlan,
