@@ -134,7 +134,8 @@ class Planner:
         self.settings = settings
         self.ledger = ledger
         self.schemas = {tool_name: {"schema": _schema(tool), "resume_schema": _resume(tool),
-                                    "validates_in_code": validation_runs_code(tool)}
+                                    "validates_in_code": validation_runs_code(tool),
+                                    "policy": settings.approvers is not None}
                         for tool_name, tool in tools.items()}
 
     def path_of(self, config: RunnableConfig) -> list[str]:

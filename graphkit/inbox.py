@@ -36,6 +36,7 @@ from graphkit._storage import Storage, open_storage
 from graphkit.errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
+    ApproverNotAllowedError,
     GraphkitError,
     InvalidApprovedArgsError,
 )
@@ -199,9 +200,17 @@ class Inbox:
         if grant.revoked is not None:
             msg = f"grant {grant_id!r} was already revoked by {grant.revoked.get('by')!r}"
             raise ApprovalAlreadyResolvedError(msg)
-        revoked = {"by": decided_by, "at": now_iso()}
         record = {"id": grant.approval_id, "tool_name": grant.tool_name,
                   "agent_path": list(grant.agent_path)}
+        if decided_by != grant.grantor and not self._may_decide(decided_by, grant):
+            exc = ApproverNotAllowedError(
+                f"{decided_by!r} may not revoke grant {grant_id!r} ({grant.tool_name} in "
+                f"{'/'.join(grant.agent_path)}): only its grantor {grant.grantor!r} or a "
+                "reviewer the approvers policy lets decide that tool may")
+            refuse(ledger, record, exc, decided_by=decided_by, thread_id=grant.thread_id,
+                   run_id=None)
+            raise exc
+        revoked = {"by": decided_by, "at": now_iso()}
         if not ledger.revoke(grant_id, revoked, [audit_row(
                 "revoked", record, thread_id=grant.thread_id, run_id=None,
                 decided_by=decided_by, detail=f"grant {grant_id} revoked")]):
@@ -209,6 +218,29 @@ class Inbox:
             raise ApprovalAlreadyResolvedError(msg)
         found = ledger.grant(grant_id)
         return found.to_dict() if found else {}
+
+    def _may_decide(self, decided_by: str, grant: Any) -> bool:
+        """Whether the approvers policy (the inbox's, else the agent's) lets `decided_by`
+        decide the tool the grant covers, judged on the approval that made it; without a
+        policy anyone may decide, so anyone may revoke."""
+        agent = self._agent_at(grant.agent_path)
+        approvers = self.approvers or (policy_finder(agent)(grant.agent_path)
+                                       if agent else None)
+        if approvers is None:
+            # no policy here; the agent may have one this inbox cannot run (it records so)
+            item = self._storage.store.get(SCHEMAS, schema_key(grant.agent_path,
+                                                               grant.tool_name))
+            return agent is not None or item is None or not item.value.get("policy")
+        try:
+            pending = self.get(grant.approval_id) if grant.approval_id else None
+        except GraphkitError:
+            pending = None
+        if pending is None:
+            return False
+        try:
+            return bool(approvers(decided_by, pending))
+        except Exception:  # a policy that cannot decide has allowed nothing
+            return False
 
     # ------------------------------------------------------------------ deciding
 

@@ -451,3 +451,46 @@ def test_a_resume_value_outside_its_closed_shape_is_refused(value: dict[str, Any
     result = agent.generate("pay")
     raw(agent, result.thread_id, value)
     assert ran.ran == [] and pending_status(agent, result.run_id) == ["pending"]
+
+
+def test_a_grant_is_revoked_only_by_its_grantor_or_someone_who_may_decide_its_tool(
+        sqlite_url: str) -> None:
+    """Any signed-in reviewer could revoke any grant, whatever the approvers policy said of
+    them. Now: the grantor, or a reviewer the policy lets decide that tool; a refusal is
+    audited and changes nothing (Inbox, CLI, web)."""
+    from graphkit.web import create_app
+
+    def finance(decided_by: str | None, pending: Any) -> bool:
+        return decided_by in ("cfo", "controller")
+
+    agent, _ = agent_with([turn(call("pay", PAY, "c1")), "done"], approvers=finance,
+                          checkpointer=sqlite_url)
+    first = agent.generate("pay")
+    agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo", remember="thread")
+    (grant,) = Inbox(sqlite_url).grants()
+    inbox = Inbox(sqlite_url, agents=[agent])
+    with pytest.raises(ApproverNotAllowedError, match="may not revoke"):
+        inbox.revoke(grant["id"], decided_by="intern")
+    assert main(["revoke", grant["id"], "--db", sqlite_url, "--by", "intern"],
+                out=lambda _: None) == 1  # the CLI's Inbox has no agents: grantor only
+    from starlette.testclient import TestClient
+
+    client = TestClient(create_app(sqlite_url, authenticate={"tok-i": "intern"},
+                                   agents=[agent]))
+    login = client.get("/login")
+    import re
+    nonce = re.search(r"name='login' value='([0-9a-f]+)'", login.text)
+    assert nonce is not None
+    client.post("/login", data={"token": "tok-i", "login": nonce.group(1)})
+    page = client.get("/grants").text
+    csrf = re.search(r"name='csrf' value='([0-9a-f]+)'", page)
+    assert csrf is not None
+    refused = client.post(f"/grants/{grant['id']}/revoke", data={"csrf": csrf.group(1)},
+                          follow_redirects=False)
+    assert refused.status_code == 409 and "may not revoke" in refused.text
+    assert not Inbox(sqlite_url).grants()[0]["revoked"]
+    refusals = [e for e in Inbox(sqlite_url).audit(thread_id=first.thread_id)
+                if e["event"] == "refused" and "may not revoke" in str(e.get("detail"))]
+    assert len(refusals) == 3
+    inbox.revoke(grant["id"], decided_by="controller")  # the policy lets them decide pay
+    assert Inbox(sqlite_url).grants()[0]["revoked"]["by"] == "controller"
