@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.store.base import BaseStore
@@ -28,7 +28,6 @@ from graphkit._approvals import (
     new_id,
     parsed_messages,
     plan_turn,
-    queued_messages,
     suspension_record,
     telemetry,
     waiting_records,
@@ -811,7 +810,7 @@ def _route(
     elif waiting_records(plan, answered):
         goto = "approval_gate"  # persist the plan, then pause on the next pass
     else:
-        queued = queued_messages(plan)
+        queued = _to_deliver(plan, state, ctx)
         if queued:
             new_messages.extend(queued)
             update["turn"] = {**plan, "queued": []}
@@ -820,6 +819,25 @@ def _route(
     if new_messages:
         update["messages"] = new_messages
     return Command(update=update, goto=goto)
+
+
+def _to_deliver(plan: TurnPlan, state: AgentState, ctx: GateContext) -> list[BaseMessage]:
+    """The user's messages queued for after this turn, in the order they came: the ledger's
+    queue (which no client writes) first, then any the plan alone holds; user messages only,
+    each once, none the conversation has already."""
+    present = {m.id for m in state.get("messages") or []}
+    kept = [m for ai_id, m in ctx.ledger.queue_of(ctx.thread_id, "/".join(ctx.path))
+            if ai_id == plan["ai_message_id"]]
+    delivered: list[BaseMessage] = []
+    for entry in [*kept, *(plan.get("queued") or [])]:
+        try:
+            (message,) = parsed_messages([entry], what="a queued message")
+        except (GraphkitError, ValueError):
+            continue
+        if isinstance(message, HumanMessage) and message.id and message.id not in present:
+            delivered.append(message)
+            present.add(message.id)
+    return delivered
 
 
 def _then(plan: TurnPlan, answered: set[str], batch: list[CallPlan],

@@ -198,8 +198,18 @@ def _stopped_turn(plan: TurnPlan | None, messages: list[AnyMessage], ctx: GateCo
     answers go right after the turn, before the newer messages. Returns the conversation as the
     model reads it and the writes that make the state say the same."""
     span = turn_span(messages, plan["ai_message_id"]) if plan else None
-    if plan is None or span is None:
-        return messages, []
+    if span is None or not _unanswered(messages, span):
+        # The plan is gone, or names a turn that is settled (a client wrote it): the turn to
+        # settle is the conversation's last one with calls unanswered. No plan entry accounts
+        # for its calls, so the sweep answers them all and fences what the ledger holds open.
+        last = _last_open_turn(messages)
+        if last is None or (plan is not None and plan["ai_message_id"] == last):
+            return messages, []
+        plan = {"ai_message_id": last, "calls": []}  # type: ignore[typeddict-item]
+        span = turn_span(messages, last)
+        if span is None:  # pragma: no cover - the turn was just found
+            return messages, []
+    assert plan is not None
     _, later = span
     newer = messages[later:]
     if not any(isinstance(m, HumanMessage) for m in newer) or any(m.id is None for m in newer):
@@ -212,6 +222,24 @@ def _stopped_turn(plan: TurnPlan | None, messages: list[AnyMessage], ctx: GateCo
     writes: list[BaseMessage] = [*(RemoveMessage(id=str(m.id)) for m in newer), *answers,
                                  *newer]
     return [*messages[:later], *answers, *newer], writes
+
+
+def _unanswered(messages: list[AnyMessage], span: tuple[int, int]) -> bool:
+    """Whether the turn at `span` has a call without its result."""
+    turn, later = span
+    answered = {m.tool_call_id for m in messages[turn + 1:later] if isinstance(m, ToolMessage)}
+    return any(c.get("id") not in answered
+               for c in getattr(messages[turn], "tool_calls", None) or [])
+
+
+def _last_open_turn(messages: list[AnyMessage]) -> str | None:
+    """The id of the last AI message whose tool calls do not all have results."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, AIMessage) and message.tool_calls and message.id:
+            span = turn_span(messages, message.id)
+            return message.id if span is not None and _unanswered(messages, span) else None
+    return None
 
 
 def _model_calls(model: BaseChatModel, tools: Sequence[BaseTool]

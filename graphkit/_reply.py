@@ -160,16 +160,12 @@ def left_queued(plan: TurnPlan | None, messages: list[AnyMessage],
     result = list(messages)
     first: int | None = None
     where = turn_end(plan, result) if queued else None
-    if where is not None:
-        turn, later = where
-        answered = {m.tool_call_id for m in result[turn + 1:later]
-                    if isinstance(m, ToolMessage)}
-        if all(c.get("id") in answered for c in getattr(result[turn], "tool_calls", [])):
-            result, first = _insert(result, later, queued, first)
+    if where is not None and _settled(result, where):
+        result, first = _insert(result, where[1], queued, first)
         # else the turn is still the gate's: it appends them when it settles
     for ai_id, entries in older.items():
         span = turn_span(result, ai_id)
-        if span is not None:
+        if span is not None and _settled(result, span):  # never inside an unanswered turn
             result, first = _insert(result, span[1], entries, first)
     if first is None:
         return messages, []
@@ -177,6 +173,12 @@ def left_queued(plan: TurnPlan | None, messages: list[AnyMessage],
     writes: list[BaseMessage] = [*(RemoveMessage(id=str(m.id)) for m in messages[first:]),
                                  *tail]
     return result, writes
+
+
+def _settled(messages: list[AnyMessage], span: tuple[int, int]) -> bool:
+    turn, later = span
+    answered = {m.tool_call_id for m in messages[turn + 1:later] if isinstance(m, ToolMessage)}
+    return all(c.get("id") in answered for c in getattr(messages[turn], "tool_calls", []) or [])
 
 
 def _insert(messages: list[AnyMessage], at: int, entries: Sequence[Any], first: int | None

@@ -227,3 +227,65 @@ def test_a_queued_message_survives_a_well_typed_write_of_the_plan() -> None:
         later = agent.resume_generate({"city": "Oslo"}, run_id=later.run_id)
     said = _said(agent.graph.get_state(config).values["messages"])
     assert "my name is Bob, and" in said and said.count("my name is Bob, and") == 1
+
+
+def test_queued_messages_keep_their_order_when_a_client_drops_one_from_the_plan() -> None:
+    """Attack (adversary review): of two queued replies the client kept only the first in
+    the plan; the gate delivered it and the ledger's copy of the second came in front of it.
+    The gate delivers in the ledger's order."""
+    from tests.test_replies import _said, weather_agent
+
+    agent = weather_agent([], auto_resume_suspended_tools=True)
+    first = agent.generate("weather?")
+    config = {"configurable": {"thread_id": first.thread_id}}
+    agent.generate("M1 hmm not sure", thread_id=first.thread_id)
+    agent.generate("M2 still thinking", thread_id=first.thread_id)
+    plan = agent.graph.get_state(config).values["turn"]
+    plan = {**plan, "queued": [q for q in plan["queued"]
+                               if q["data"]["content"].startswith("M1")]}
+    agent.graph.invoke(Command(update={"turn": plan}, goto="approval_gate"), config)
+    done = agent.generate("Paris", thread_id=first.thread_id)
+    if done.finish_reason == "suspended":
+        agent.resume_generate({"city": "Paris"}, run_id=done.run_id)
+    said = _said(agent.graph.get_state(config).values["messages"])
+    assert said == ["weather?", "M1 hmm not sure", "M2 still thinking", "Paris"]
+
+
+def test_a_plan_pointing_at_a_settled_turn_never_shows_the_model_an_unanswered_call() -> None:
+    """Attack (adversary review): a well-typed plan naming an older, answered AI message; the
+    open turn's calls were left unanswered before the next user message (a conversation an
+    LLM API refuses). The turn the plan no longer accounts for is swept and answered."""
+    from graphkit.testing import ScriptedChatModel
+    from tests.helpers import call, turn
+    from tests.test_suspension import city_from_reply, weather_tool
+
+    received: list[list[Any]] = []
+
+    def replies(messages: list[Any]) -> Any:
+        received.append(list(messages))
+        last = [m for m in messages if isinstance(m, HumanMessage)][-1]
+        if last.content == "hi":
+            return "hello"
+        results = [m for m in messages if isinstance(m, ToolMessage)]
+        return f"done: {results[-1].content}" if results else turn(call("weather", {}, "w1"))
+
+    agent = Agent(name="wx", tools=[weather_tool([])], auto_resume_suspended_tools=True,
+                  model=ScriptedChatModel(replies, structured=city_from_reply))
+    first = agent.generate("hi")
+    config = {"configurable": {"thread_id": first.thread_id}}
+    hello = [m for m in agent.graph.get_state(config).values["messages"]
+             if isinstance(m, AIMessage)][-1]
+    agent.generate("weather?", thread_id=first.thread_id)
+    agent.generate("M1 not sure yet", thread_id=first.thread_id)
+    agent.graph.update_state(config, {"turn": {"ai_message_id": hello.id, "calls": []}})
+    agent.generate("M2 Paris", thread_id=first.thread_id)
+    for conversation in received:
+        for index, message in enumerate(conversation):
+            if isinstance(message, AIMessage) and message.tool_calls:
+                after = conversation[index + 1:]
+                results = {m.tool_call_id for m in after[:len(message.tool_calls)]
+                           if isinstance(m, ToolMessage)}
+                assert {c["id"] for c in message.tool_calls} <= results, conversation
+    said = [m.content for m in agent.graph.get_state(config).values["messages"]
+            if isinstance(m, HumanMessage)]
+    assert said == ["hi", "weather?", "M1 not sure yet", "M2 Paris"]
