@@ -281,3 +281,37 @@ def test_a_continuation_the_server_refused_is_tried_again_and_never_continues_a_
     values = wait_for_tool_result(client, thread_id, "$ rm /srv/b")
     assert any(m["status"] == "error" and m["tool_call_id"]
                for m in tool_results(values)[-2:])
+
+
+def test_a_reviewer_approves_in_the_mounted_inbox_in_a_browser_and_sees_the_outcome(
+        server: str) -> None:
+    """In Chromium: the reviewer signs in to /inbox, approves the deploy on its card, and the
+    card follows the run the server continues until it shows the call's result."""
+    import shutil
+
+    from langgraph_sdk import get_sync_client
+    from playwright.sync_api import sync_playwright
+
+    client = get_sync_client(url=server)
+    thread_id, request = ask(client, "deploy", "Roll out build 8.8.8")
+    approval_id = request["approvals"][0]["id"]
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True,
+                                    args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page()
+            page.goto(f"{server}/inbox/")
+            page.fill("input[name=token]", "tok-rm")
+            page.click("button:has-text('Sign in')")
+            page.wait_for_selector("#pending")
+            page.goto(f"{server}/inbox/approvals/{approval_id}")
+            page.click("form[action$='/approve'] button")
+            # the card refreshes itself until the run the server continued has ended
+            page.wait_for_selector(".continuation[data-status='success']", timeout=60_000)
+            text = page.inner_text(".continuation")
+            assert "finished" in text and "rolled out 8.8.8 to production" in text, text
+        finally:
+            browser.close()
+    assert "rolled out 8.8.8" in tool_results(client.threads.get_state(thread_id)["values"])[
+        -1]["content"]

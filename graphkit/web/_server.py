@@ -177,33 +177,39 @@ class ServerRuns:
         run_id = None if key.startswith(SERVER_THREAD) else key
         self._ledger.audit([audit_row(
             "continued", None, thread_id=thread_id, run_id=run_id, decided_by=reviewer,
-            detail=f"the LangGraph server continues the run (its run {server_run}), started "
-                   "by the inbox")])
+            comment=server_run, detail=f"the LangGraph server continues the run (its run "
+                                       f"{server_run}), started by the inbox")])
 
     async def continuation(self, item: PendingApproval) -> Continuation | None:
-        """What became of a decided approval's run: the server's latest run of its thread and
-        the call's recorded result."""
+        """What became of a decided approval's run: the status of the server run that
+        continued it (the inbox recorded its id) and the call's recorded result."""
         if item.status == "pending" or not item.thread_id:
             return None
         row = await asyncio.to_thread(self._ledger.approval, item.id)
         key = row.call_key if row is not None else None
         outcomes = (await asyncio.to_thread(self._ledger.outcomes, [key],
                                             thread_id=item.thread_id) if key else {})
+        outcome = outcomes.get(key) if key else None
+        queued_key = item.run_id or SERVER_THREAD + item.thread_id
+        if await asyncio.to_thread(self._ledger.queued, queued_key):
+            return Continuation(status="queued", outcome=outcome)
+        server_run = await asyncio.to_thread(self._continued, item)
+        if server_run is None:
+            return Continuation(status="waiting", outcome=outcome)
         try:
-            runs = await _client().runs.list(item.thread_id, limit=1)
+            run = await _client().runs.get(item.thread_id, server_run)
+            status = str(run["status"])
         except Exception:  # context only: the card is shown without it
-            logger.warning("inbox: could not read the runs of thread %s", item.thread_id,
-                           exc_info=True)
-            runs = []
-        continued = await asyncio.to_thread(self._continued, item)
-        key = item.run_id or SERVER_THREAD + item.thread_id
-        queued = await asyncio.to_thread(self._ledger.queued, key)
-        status = ("queued" if queued else str(runs[0]["status"]) if runs and continued
-                  else "waiting")
-        return Continuation(status=status, outcome=outcomes.get(key) if key else None)
+            logger.warning("inbox: could not read run %s", server_run, exc_info=True)
+            status = "running"
+        if status == "success" and outcome is None and key is not None:
+            status = "running"  # finished, but its result is not read yet: look again
+        return Continuation(status=status, outcome=outcome)
 
-    def _continued(self, item: PendingApproval) -> bool:
+    def _continued(self, item: PendingApproval) -> str | None:
+        """The server run the inbox started to continue the item's run, if it did."""
         decided = item.decided_at or ""
-        return any(e.get("event") == "continued" and e.get("run_id") == item.run_id
-                   and str(e.get("at") or "") >= decided
-                   for e in self._ledger.read_audit(thread_id=item.thread_id))
+        found = [e for e in self._ledger.read_audit(thread_id=item.thread_id)
+                 if e.get("event") == "continued" and e.get("run_id") == item.run_id
+                 and str(e.get("at") or "") >= decided and e.get("comment")]
+        return str(found[-1]["comment"]) if found else None
