@@ -301,10 +301,16 @@ def waiting_records(plan: TurnPlan, answered: set[str]) -> list[ApprovalRecord]:
 
 
 def interrupt_value(
-    plan: TurnPlan, answered: set[str], *, agent_path: Sequence[str]
+    plan: TurnPlan, answered: set[str], *, agent_path: Sequence[str],
+    ledger: Any = None,
 ) -> dict[str, Any]:
-    """The interrupt payload: graphkit's records beside LangChain's HITL request shape."""
+    """The interrupt payload: graphkit's records beside LangChain's HITL request shape. What
+    a reviewer may decide comes from the ledger's rows (the plan is client-writable)."""
     records = waiting_records(plan, answered)
+    if ledger is not None:
+        rows = ledger.approvals(r["id"] for r in records if r["kind"] == "approval")
+        records = [{**r, "allowed_decisions": list(rows[r["id"]].allowed or DEFAULT_DECISIONS)}
+                   if r["id"] in rows else r for r in records]  # type: ignore[misc]
     undecided = [r for r in records if r["kind"] == "approval" and r["status"] == "pending"]
     return {
         INTERRUPT_MARKER: 1,

@@ -683,7 +683,8 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         if not changed and not _ready(plan, answered) and _undecided(plan, answered):
             # Decisions taken since the pause (by any door) apply first; else pause.
             if not step.apply_ledger(answered):
-                value = interrupt(interrupt_value(plan, answered, agent_path=ctx.path))
+                value = interrupt(interrupt_value(plan, answered, agent_path=ctx.path,
+                                                  ledger=ctx.ledger))
                 plan["error"] = None
                 try:
                     step.resume(value, answered)

@@ -603,6 +603,9 @@ def _remaining(expires_at: str | None) -> float | None:
 def shown(record: ApprovalRecord, row: ApprovalRow | None) -> ApprovalRecord:
     """The record as a reviewer should see it, with a decision the ledger holds and the graph
     has not applied yet."""
+    if row is not None and record.get("kind") == "approval":
+        # what a reviewer may decide is the ledger's list, never the state's copy of it
+        record = {**record, "allowed_decisions": list(row.allowed or DEFAULT_DECISIONS)}
     if row is None or not row.decided or record["status"] != "pending":
         return record
     decision = row.decision or {}

@@ -120,7 +120,10 @@ def test_a_forged_allowed_list_in_the_state_does_not_widen_what_the_ledger_allow
     plan["calls"][0]["approval"]["allowed_decisions"] = ["approve", "edit", "reject", "respond"]
     agent.graph.invoke(Command(update={"turn": plan}, goto="approval_gate"), config)
     request = agent.graph.get_state(config).interrupts[0].value
-    assert "respond" in request["review_configs"][0]["allowed_decisions"]  # the forged copy
+    # the interrupt shows the ledger's list, not the forged copy
+    assert request["review_configs"][0]["allowed_decisions"] == ["approve", "reject"]
+    assert agent.pending_approvals(run_id=first.run_id)[0].allowed_decisions == [
+        "approve", "reject"]
     agent.graph.invoke(Command(resume={"decisions": [
         {"type": "respond", "message": "done already"}]}), config)
     approval_id = plan["calls"][0]["approval"]["id"]
