@@ -63,7 +63,7 @@ from graphkit.errors import (
     GraphkitError,
 )
 from graphkit.tools import GraphkitTool, allowed_for
-from graphkit.types import ApprovalRecord, args_digest
+from graphkit.types import ApprovalRecord, GateResume, args_digest
 
 __all__ = ["GateContext", "Planner", "dispatch_now", "make_gate_node", "supersede_unanswered"]
 
@@ -72,8 +72,8 @@ GateTarget = Literal["model", "tools", "approval_gate"]
 REJECTED = "Tool call {name!r} was rejected by {who}{why}. It did not run."
 EXPIRED = "Tool call {name!r} was not run: its approval expired ({why})."
 SUPERSEDED = "Tool call {name!r} was not run: superseded by a new user message."
-RESUME_FIELDS = frozenset({"decisions", "supersede", "auto_resume", "queue"})
-"""The closed shape of a resume value (`GateResume`)."""
+RESUME_FIELDS = GateResume.__optional_keys__ | GateResume.__required_keys__
+"""The closed shape of a resume value: `GateResume`'s keys."""
 BY_NEW_MESSAGE = "superseded by a new user message"
 """The comment on a decline the system made because the user said something new."""
 UNKNOWN = ("Tool call {name!r} was stopped by a new user message after it started; whether it "
@@ -109,6 +109,11 @@ class GateContext:
     run_id: str | None
     journal: GateJournal
     ledger: Ledger
+
+    @property
+    def agent(self) -> str:
+        """The agent's path as one key (the ledger's message queue is kept per agent)."""
+        return "/".join(self.path)
 
 
 class Planner:
@@ -349,7 +354,7 @@ class _Pass:
                 continue
             self._supersede(call)
         if value.get("queue", True):
-            self.ctx.ledger.enqueue(self.ctx.thread_id, "/".join(self.ctx.path),
+            self.ctx.ledger.enqueue(self.ctx.thread_id, self.ctx.agent,
                                     self.plan["ai_message_id"], said_now)
         self.plan["queued"] = queued
 
@@ -815,7 +820,7 @@ def _route(
         if queued:
             new_messages.extend(queued)
             update["turn"] = {**plan, "queued": []}
-            ctx.ledger.dequeue(ctx.thread_id, "/".join(ctx.path), (str(m.id) for m in queued))
+            ctx.ledger.dequeue(ctx.thread_id, ctx.agent, (str(m.id) for m in queued))
         goto = "model"
     if new_messages:
         update["messages"] = new_messages
@@ -827,7 +832,7 @@ def _to_deliver(plan: TurnPlan, state: AgentState, ctx: GateContext) -> list[Bas
     queue (which no client writes) first, then any the plan alone holds; user messages only,
     each once, none the conversation has already."""
     present = {m.id for m in state.get("messages") or []}
-    kept = [m for ai_id, m in ctx.ledger.queue_of(ctx.thread_id, "/".join(ctx.path))
+    kept = [m for ai_id, m in ctx.ledger.queue_of(ctx.thread_id, ctx.agent)
             if ai_id == plan["ai_message_id"]]
     delivered: list[BaseMessage] = []
     for entry in [*kept, *(plan.get("queued") or [])]:

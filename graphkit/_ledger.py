@@ -796,7 +796,7 @@ class Ledger:
             "AND NOT EXISTS (SELECT 1 FROM graphkit_approvals p WHERE p.status = 'pending' "
             "AND (p.run_id = graphkit_ready.run_id OR (graphkit_ready.run_id = ? || "
             "graphkit_ready.thread_id AND p.thread_id = graphkit_ready.thread_id))) "
-            "RETURNING ready_at, thread_id", (owner, LEASE_SECONDS, run_id, SERVER_THREAD))
+            "RETURNING ready_at", (owner, LEASE_SECONDS, run_id, SERVER_THREAD))
         return float(rows[0][0]) if rows else None
 
     def server_runs_due(self) -> list[tuple[str, str]]:

@@ -43,7 +43,13 @@ from graphkit._ledger import DONE, ApprovalRow, CallRow, Ledger
 from graphkit._limits import check_value
 from graphkit._offload import offload
 from graphkit._owner import holder_is_dead, new_owner
-from graphkit._reply import answer_reply, left_queued, reply_to_suspension, turn_span
+from graphkit._reply import (
+    answer_reply,
+    left_queued,
+    reply_to_suspension,
+    turn_settled,
+    turn_span,
+)
 from graphkit._review import audit_row, supersede
 from graphkit._state import AgentState, ToolTask, TurnPlan
 from graphkit.tools import CONTEXT_KEY, GraphkitTool, ToolContext, ToolSuspended
@@ -198,7 +204,7 @@ def _stopped_turn(plan: TurnPlan | None, messages: list[AnyMessage], ctx: GateCo
     answers go right after the turn, before the newer messages. Returns the conversation as the
     model reads it and the writes that make the state say the same."""
     span = turn_span(messages, plan["ai_message_id"]) if plan else None
-    if span is None or not _unanswered(messages, span):
+    if span is None or turn_settled(messages, span):
         # The plan is gone, or names a turn that is settled (a client wrote it): the turn to
         # settle is the conversation's last one with calls unanswered. No plan entry accounts
         # for its calls, so the sweep answers them all and fences what the ledger holds open.
@@ -224,21 +230,13 @@ def _stopped_turn(plan: TurnPlan | None, messages: list[AnyMessage], ctx: GateCo
     return [*messages[:later], *answers, *newer], writes
 
 
-def _unanswered(messages: list[AnyMessage], span: tuple[int, int]) -> bool:
-    """Whether the turn at `span` has a call without its result."""
-    turn, later = span
-    answered = {m.tool_call_id for m in messages[turn + 1:later] if isinstance(m, ToolMessage)}
-    return any(c.get("id") not in answered
-               for c in getattr(messages[turn], "tool_calls", None) or [])
-
-
 def _last_open_turn(messages: list[AnyMessage]) -> str | None:
     """The id of the last AI message whose tool calls do not all have results."""
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
         if isinstance(message, AIMessage) and message.tool_calls and message.id:
             span = turn_span(messages, message.id)
-            return message.id if span is not None and _unanswered(messages, span) else None
+            return message.id if span is not None and not turn_settled(messages, span) else None
     return None
 
 
@@ -288,8 +286,7 @@ def make_model_node(
         if plan and reply:
             answer_reply(reply, ctx, planner, extract, config)
             said = messages_to_dict(reply.messages)
-            ctx.ledger.enqueue(ctx.thread_id, "/".join(ctx.path), str(plan["ai_message_id"]),
-                               said)
+            ctx.ledger.enqueue(ctx.thread_id, ctx.agent, str(plan["ai_message_id"]), said)
             queued = [*(plan.get("queued") or []), *said]
             removed = [RemoveMessage(id=str(m.id)) for m in reply.messages]
             to_gate: Command[ModelTarget] = Command(
@@ -297,11 +294,10 @@ def make_model_node(
                 goto="approval_gate")
             return [], False, [], to_gate
         messages, moved = _stopped_turn(plan, messages, ctx)
-        agent = "/".join(ctx.path)
         messages, unqueued = left_queued(plan, messages,
-                                         ctx.ledger.queue_of(ctx.thread_id, agent))
+                                         ctx.ledger.queue_of(ctx.thread_id, ctx.agent))
         if unqueued:
-            ctx.ledger.dequeue(ctx.thread_id, agent,
+            ctx.ledger.dequeue(ctx.thread_id, ctx.agent,
                                (str(m.id) for m in unqueued if isinstance(m, HumanMessage)))
         moved = [*moved, *unqueued]
         return [*system, *messages], model_steps(messages) >= limit, [*forged, *moved], None

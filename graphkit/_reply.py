@@ -37,7 +37,8 @@ from graphkit._state import CallPlan, TurnPlan
 from graphkit.errors import GraphkitError
 from graphkit.tools import GraphkitTool
 
-__all__ = ["Reply", "answer_reply", "left_queued", "reply_to_suspension", "turn_span"]
+__all__ = ["Reply", "answer_reply", "left_queued", "reply_to_suspension", "turn_settled",
+           "turn_span"]
 
 @dataclass(frozen=True, slots=True)
 class Reply:
@@ -160,12 +161,12 @@ def left_queued(plan: TurnPlan | None, messages: list[AnyMessage],
     result = list(messages)
     first: int | None = None
     where = turn_end(plan, result) if queued else None
-    if where is not None and _settled(result, where):
+    if where is not None and turn_settled(result, where):
         result, first = _insert(result, where[1], queued, first)
         # else the turn is still the gate's: it appends them when it settles
     for ai_id, entries in older.items():
         span = turn_span(result, ai_id)
-        if span is not None and _settled(result, span):  # never inside an unanswered turn
+        if span is not None and turn_settled(result, span):  # never inside an unanswered turn
             result, first = _insert(result, span[1], entries, first)
     if first is None:
         return messages, []
@@ -175,7 +176,8 @@ def left_queued(plan: TurnPlan | None, messages: list[AnyMessage],
     return result, writes
 
 
-def _settled(messages: list[AnyMessage], span: tuple[int, int]) -> bool:
+def turn_settled(messages: list[AnyMessage], span: tuple[int, int]) -> bool:
+    """Whether every call of the turn at `span` (`turn_span`) has its result."""
     turn, later = span
     answered = {m.tool_call_id for m in messages[turn + 1:later] if isinstance(m, ToolMessage)}
     return all(c.get("id") in answered for c in getattr(messages[turn], "tool_calls", []) or [])

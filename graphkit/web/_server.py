@@ -37,9 +37,10 @@ class Continuation:
     """What became of a decided run on the server, for its card."""
 
     status: str
-    """The server's status of the thread's latest run: pending, running, success, error,
-    interrupted, timeout; or `waiting` (other decisions are still to be taken) or `queued`
-    (the continuation did not start yet: it is tried again)."""
+    """The status of the server run that continued it (pending, running, success, error,
+    interrupted, timeout); or `waiting` (other decisions are still to be taken), `queued`
+    (the continuation did not start yet: it is tried again); without a server, `ready`
+    (nothing is left to decide) or `continued` (the call has its result)."""
     outcome: dict[str, Any] | None
     """The decided call's recorded result (`content`, `status`), once it has one."""
 
@@ -48,18 +49,31 @@ class Continuation:
         return self.status not in ("pending", "running", "waiting", "queued", "ready")
 
 
+def _queue_key(item: PendingApproval) -> str:
+    """The ready-queue key of the item's run (a server's run: its thread stands for it)."""
+    return item.run_id or SERVER_THREAD + str(item.thread_id)
+
+
+def _recorded(ledger: Ledger, item: PendingApproval
+              ) -> tuple[str | None, dict[str, Any] | None, bool]:
+    """The item's call key, the call's recorded result (if any), and whether its run waits in
+    the ready queue: what the ledger says of a decided approval, in one place."""
+    row = ledger.approval(item.id)
+    key = row.call_key if row is not None else None
+    outcome = ledger.outcomes([key], thread_id=item.thread_id).get(key) if key else None
+    return key, outcome, ledger.queued(_queue_key(item))
+
+
 def local_continuation(ledger: Ledger, item: PendingApproval) -> Continuation | None:
     """What became of a decided approval's run where no LangGraph server continues it (a
     `graphkit worker`, or whoever resumes it): queued for a worker, waiting for its other
     decisions, or done, with the call's result."""
     if item.status == "pending" or not item.thread_id:
         return None
-    row = ledger.approval(item.id)
-    key = row.call_key if row is not None else None
-    outcome = ledger.outcomes([key], thread_id=item.thread_id).get(key) if key else None
+    _, outcome, queued = _recorded(ledger, item)
     if outcome is not None:
         return Continuation(status="continued", outcome=outcome)
-    if item.run_id and ledger.queued(item.run_id):
+    if queued:
         return Continuation(status="ready", outcome=None)
     others = [r for r in ledger.approvals_of_run(item.run_id) if not r.decided] \
         if item.run_id else []
@@ -120,8 +134,7 @@ class ServerRuns:
         tries it again)."""
         if not item.thread_id:
             return None
-        key = item.run_id or SERVER_THREAD + item.thread_id  # the server's runs have no run id
-        return await self._start(key, item.thread_id, reviewer)
+        return await self._start(_queue_key(item), item.thread_id, reviewer)
 
     async def retry_due(self) -> None:
         """Start every continuation that is due again (its last attempt failed), as the
@@ -185,13 +198,8 @@ class ServerRuns:
         continued it (the inbox recorded its id) and the call's recorded result."""
         if item.status == "pending" or not item.thread_id:
             return None
-        row = await asyncio.to_thread(self._ledger.approval, item.id)
-        key = row.call_key if row is not None else None
-        outcomes = (await asyncio.to_thread(self._ledger.outcomes, [key],
-                                            thread_id=item.thread_id) if key else {})
-        outcome = outcomes.get(key) if key else None
-        queued_key = item.run_id or SERVER_THREAD + item.thread_id
-        if await asyncio.to_thread(self._ledger.queued, queued_key):
+        key, outcome, queued = await asyncio.to_thread(_recorded, self._ledger, item)
+        if queued:
             return Continuation(status="queued", outcome=outcome)
         server_run = await asyncio.to_thread(self._continued, item)
         if server_run is None:
