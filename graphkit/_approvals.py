@@ -347,11 +347,6 @@ Extractor = Callable[[CallPlan, list[BaseMessage]], Any]
 """Reads resume data for a suspended call from the user's new message(s); None if it cannot."""
 
 
-def queued_messages(plan: TurnPlan) -> list[BaseMessage]:
-    """The superseding user message(s) held by the plan, as messages."""
-    return parsed_messages(plan.get("queued") or [], what="the queued messages")
-
-
 def parsed_messages(data: Sequence[Any], *, what: str) -> list[BaseMessage]:
     """Serialised messages (`messages_to_dict`) as messages; a typed error for anything else
     (they may come from a client)."""

@@ -19,6 +19,7 @@ from langchain_core.messages import BaseMessage, ToolMessage, messages_to_dict
 from langchain_core.tools import BaseTool
 from langgraph.types import Command
 
+from graphkit._context import last_ai
 from graphkit._events import pending_from_interrupts
 from graphkit._gate import BY_NEW_MESSAGE, supersede_unanswered
 from graphkit._journal import APPROVALS, SCAN_LIMIT
@@ -114,7 +115,7 @@ def _raise_decided(snapshot: Paused, req: Request, tool_call_id: str | None,
                    approval_id: str | None) -> None:
     """A call decided earlier: say so, rather than 'not found'. The current turn's plan knows;
     for an earlier turn, the inbox index of this thread does."""
-    plan = snapshot.values.get("turn") or {}
+    plan = _plan(snapshot, req) or {}
     known: list[Any] = [r for call in plan.get("calls") or []
                         for r in (call.get("approval"), call.get("suspension")) if r]
     if req.store is not None:
@@ -238,12 +239,20 @@ def _abandoned(snapshot: Paused, req: Request) -> list[ToolMessage]:
     """A run stopped mid-turn (`on_state_change`, a crash) with calls of the model's last turn
     unanswered: a new message supersedes them, and the model is told so right after its turn
     (the model node does the same for input that does not come through this API)."""
-    plan = snapshot.values.get("turn")
-    if not plan:
+    ai = last_ai(snapshot.values.get("messages") or [])
+    if ai is None or not ai.tool_calls:
         return []
-    return supersede_unanswered(plan, list(snapshot.values.get("messages") or []), req.ledger,
-                                thread_id=req.thread_id, agent_path=req.agent_path,
+    return supersede_unanswered(str(ai.id or ""), list(snapshot.values.get("messages") or []),
+                                req.ledger, thread_id=req.thread_id, agent_path=req.agent_path,
                                 run_id=req.run_id)
+
+
+def _plan(snapshot: Paused, req: Request) -> Mapping[str, Any] | None:
+    """The ledger's plan of the thread's last turn."""
+    ai = last_ai(snapshot.values.get("messages") or [])
+    if ai is None or not ai.tool_calls:
+        return None
+    return req.ledger.turn(req.thread_id, req.agent_path, str(ai.id or ""))
 
 
 def start_payload(snapshot: Paused, messages: list[BaseMessage],
@@ -263,7 +272,7 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
     said = messages_to_dict([m if m.id else m.model_copy(update={"id": str(uuid.uuid4())})
                              for m in messages])
     auto = bool(options.get("auto_resume_suspended_tools"))
-    plan = snapshot.values.get("turn")
+    plan = _plan(snapshot, req) if req is not None else None
     # A gate that finds a decision recorded meanwhile (the inbox, the CLI) applies it and
     # never reads its resume value: the message then goes into the plan's queue here, to
     # reach the conversation once the turn settles (the recorded decision, taken before the
@@ -284,11 +293,9 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
               for interrupt_id, _ in found}
     # the new message starts a new run: what the turn records from here on is filed under it
     update: dict[str, Any] = {"options": options}
-    if queue_here and plan:
-        update["turn"] = {**plan, "queued": [*(plan.get("queued") or []), *said]}
-        if req is not None:  # and where no client writes (`_reply.left_queued` reads it)
-            req.ledger.enqueue(req.thread_id, "/".join(req.agent_path),
-                               str(plan.get("ai_message_id")), said)
+    if queue_here and plan and req is not None:  # (`_reply.left_queued` reads it too)
+        req.ledger.enqueue(req.thread_id, "/".join(req.agent_path),
+                           str(plan.get("ai_message_id")), said)
     return Command(resume=resume, update=update)
 
 

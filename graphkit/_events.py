@@ -16,7 +16,8 @@ from langchain_core.messages import (
 from langgraph.types import Interrupt
 
 from graphkit._approvals import INTERRUPT_MARKER, answered_ids, waiting_records
-from graphkit._context import EVENT_KEY
+from graphkit._context import EVENT_KEY, last_ai
+from graphkit._ledger import Ledger
 from graphkit.types import ApprovalRecord, FinishReason, PendingApproval, StreamChunk
 
 __all__ = [
@@ -141,9 +142,14 @@ def pending_chunks(run_id: str, pending: Sequence[PendingApproval]) -> Iterator[
             yield StreamChunk("tool-call-approval", suspend_payload(record), run_id)
 
 
-def awaiting(values: dict[str, Any]) -> list[PendingApproval]:
-    """Approvals the gate has planned and not yet seen decided, from the state values."""
-    plan = values.get("turn")
+def awaiting(values: dict[str, Any], ledger: Ledger | None, thread_id: str,
+             agent: str | None) -> list[PendingApproval]:
+    """Approvals the gate has planned for the conversation's last turn (the ledger's plan of
+    it) and not yet seen decided."""
+    ai = last_ai(values.get("messages") or [])
+    if ledger is None or agent is None or ai is None or not ai.tool_calls:
+        return []
+    plan = ledger.turn(thread_id, [agent], str(ai.id or ""))
     if not plan:
         return []
     answered = answered_ids(values.get("messages") or [], plan["ai_message_id"])

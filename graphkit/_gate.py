@@ -10,12 +10,11 @@ the tools node runs nothing the ledger does not allow.
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.store.base import BaseStore
@@ -25,7 +24,6 @@ from graphkit._approvals import (
     Extractor,
     answered_ids,
     interrupt_value,
-    new_id,
     parsed_messages,
     plan_turn,
     suspension_record,
@@ -43,18 +41,16 @@ from graphkit._review import (
     Taken,
     audit_row,
     auto_resume,
-    ensure,
     expire,
     identity_of,
     parse_choice,
     refuse,
-    sound,
     supersede,
     take,
     verify,
 )
 from graphkit._settings import GateSettings
-from graphkit._state import AgentState, CallPlan, RunOptions, ToolTask, TurnPlan
+from graphkit._state import AgentState, CallPlan, RunOptions, ToolTask, TurnPlan, TurnPointer
 from graphkit._validate import now_iso, validation_runs_code
 from graphkit.errors import (
     AmbiguousApprovalError,
@@ -62,10 +58,11 @@ from graphkit.errors import (
     ApproverNotAllowedError,
     GraphkitError,
 )
-from graphkit.tools import GraphkitTool, allowed_for
+from graphkit.tools import GraphkitTool
 from graphkit.types import ApprovalRecord, GateResume, args_digest
 
-__all__ = ["GateContext", "Planner", "dispatch_now", "make_gate_node", "supersede_unanswered"]
+__all__ = ["GateContext", "Planner", "current_plan", "dispatch_now", "make_gate_node", "pointer",
+           "supersede_unanswered"]
 
 GateTarget = Literal["model", "tools", "approval_gate"]
 
@@ -167,14 +164,18 @@ class Planner:
         planned = plan_turn(ai, self.tools, self.settings, state.get("options") or {},
                             agent_path=ctx.path, thread_id=ctx.thread_id, run_id=ctx.run_id,
                             grants=grants)
-        revoked = self.ledger.register(calls=planned.calls, approvals=planned.approvals,
-                                       audits=planned.audits)
-        for call in planned.plan["calls"]:
-            record = call["approval"]
-            if record is not None and record["id"] in revoked:  # the grant died meanwhile
-                record["status"] = "pending"
-                record["decided_by"] = record["comment"] = record["decided_at"] = None
-                call["metadata"].pop("approval.granted", None)
+
+        def as_recorded(revoked: set[str]) -> TurnPlan:
+            for call in planned.plan["calls"]:
+                record = call["approval"]
+                if record is not None and record["id"] in revoked:  # the grant died meanwhile
+                    record["status"] = "pending"
+                    record["decided_by"] = record["comment"] = record["decided_at"] = None
+                    call["metadata"].pop("approval.granted", None)
+            return planned.plan
+
+        self.ledger.register(calls=planned.calls, approvals=planned.approvals,
+                             audits=planned.audits, turn=(ctx.thread_id, ctx.path, as_recorded))
         emit([telemetry(c["approval"], "pending") for c in planned.plan["calls"]
               if c["approval"] is not None and c["approval"]["status"] == "pending"])
         return planned.plan, planned.errors
@@ -326,9 +327,6 @@ class _Pass:
             msg = "'supersede' must be a list of serialised messages"
             raise GraphkitError(msg)
         check_value(said_now, what="the superseding message", error=GraphkitError)
-        queued = [*(self.plan.get("queued") or []),
-                  *(said_now if value.get("queue", True) else [])]
-        parsed_messages(self.plan.get("queued") or [], what="the queued messages")
         # Resume data is read from this message only: an earlier one, queued, may already
         # have answered an earlier question of the same tool, or come from someone else.
         said = parsed_messages(said_now, what="'supersede'")
@@ -340,7 +338,7 @@ class _Pass:
             suspension = call["suspension"]
             tool = self.planner.tools.get(call["tool_name"])
             schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None
-            if sound(suspension) and auto and schema is not None and self.extract:
+            if suspension is not None and auto and schema is not None and self.extract:
                 taken = auto_resume(
                     self.ctx.ledger, suspension, self.extract(call, said),
                     decided_by=identity_of(self.config),
@@ -356,7 +354,6 @@ class _Pass:
         if value.get("queue", True):
             self.ctx.ledger.enqueue(self.ctx.thread_id, self.ctx.agent,
                                     self.plan["ai_message_id"], said_now)
-        self.plan["queued"] = queued
 
     def _supersede(self, call: CallPlan) -> None:
         comment = BY_NEW_MESSAGE
@@ -390,15 +387,7 @@ class _Pass:
         changed = False
         for record in waiting:
             row = rows.get(record["id"])
-            if row is None:
-                if not ensure(ledger, record, thread_id=self.ctx.thread_id,
-                              run_id=self.ctx.run_id, allowed=self._allowed(record)):
-                    changed = self._drop_forged_suspension(record) or changed
-                continue
-            if row.thread_id != self.ctx.thread_id:
-                changed = self._rekey(record) or changed
-                continue
-            if not row.decided:
+            if row is None or not row.decided:  # (the plan and its rows are written together)
                 continue
             taken = self.taken.get(record["id"]) or self._verified(row, record)
             if taken is not None:
@@ -408,45 +397,6 @@ class _Pass:
         ledger.clear({k: v for k, v in self.cleared.items() if k not in self._written})
         self._written.update(self.cleared)
         return changed
-
-    def _drop_forged_suspension(self, record: ApprovalRecord) -> bool:
-        """A suspension the ledger does not know for a call it does know was written by a
-        client (the gate records each one the tools node reports): dropped, so that no resume
-        data reaches a call that never asked and the call's own approval waits again."""
-        found = self._call_of(record["id"])
-        if found is None or record.get("kind") != "suspension":
-            return False
-        call, _ = found
-        ledger = self.ctx.ledger
-        if ledger.call(call["key"]) is None:
-            return False  # the ledger forgot the call too (it lived in memory): keep waiting
-        if ledger.suspended(call["key"], self.ctx.thread_id):
-            return False  # it did suspend (a client rewrote the record's id): it keeps waiting
-        call["suspension"] = None
-        ledger.audit([audit_row(
-            "refused", {"tool_name": call["tool_name"], "tool_call_id": call["tool_call_id"],
-                        "agent_path": self.ctx.path}, thread_id=self.ctx.thread_id,
-            run_id=self.ctx.run_id, detail="approval gate: a suspension the tool never raised "
-                                           "(written into the run's state by a client) was "
-                                           "dropped")])
-        return True
-
-    def _rekey(self, record: ApprovalRecord) -> bool:
-        """A copied thread (the server's thread copy) holds another thread's approval: ask
-        anew here, under fresh ids, pending; the original thread keeps its own."""
-        found = self._call_of(record["id"])
-        if found is None or record["kind"] != "approval":
-            return False
-        call, record = found
-        record["id"] = new_id("apr")
-        call["key"] = record["call_key"] = new_id("call")
-        return ensure(self.ctx.ledger, record, thread_id=self.ctx.thread_id,
-                      run_id=self.ctx.run_id, allowed=self._allowed(record))
-
-    def _allowed(self, record: ApprovalRecord) -> tuple[str, ...]:
-        """What this agent allows for the record's tool (never the state's copy of it)."""
-        return allowed_for(self.planner.tools.get(record["tool_name"]),
-                           self.planner.settings.allowed_decisions)  # type: ignore[arg-type]
 
     def _verified(self, row: ApprovalRow, record: ApprovalRecord) -> Taken | None:
         """A decision claimed elsewhere, checked again here; reopened when it fails."""
@@ -507,8 +457,8 @@ class _Pass:
                 call["answer"] = REJECTED.format(name=name, who=who, why=why)
 
 
-def supersede_unanswered(plan: TurnPlan, messages: Sequence[BaseMessage], ledger: Ledger, *,
-                         thread_id: str, agent_path: Sequence[str], run_id: str | None
+def supersede_unanswered(ai_message_id: str, messages: Sequence[BaseMessage], ledger: Ledger,
+                         *, thread_id: str, agent_path: Sequence[str], run_id: str | None
                          ) -> list[ToolMessage]:
     """The answers of a turn's calls that have none when a new user message comes (its run
     stopped mid-turn: `on_state_change`, a crash). What waited is declined as superseded, in
@@ -516,11 +466,12 @@ def supersede_unanswered(plan: TurnPlan, messages: Sequence[BaseMessage], ledger
     run; one whose process died after it started never starts again and is told its outcome
     is unknown; one a live process still runs is left to finish (told so); one that ran is told
     its recorded result. Providers refuse a tool call left without a result."""
-    ai = next((m for m in messages if m.id == plan.get("ai_message_id")), None)
+    ai = next((m for m in messages if m.id == ai_message_id), None)
     if not isinstance(ai, AIMessage):
         return []
     answered = answered_ids(messages, str(ai.id))
-    planned = _accounted(plan, ledger, thread_id=thread_id, agent_path=agent_path)
+    plan = ledger.turn(thread_id, agent_path, ai_message_id)
+    planned = {c["tool_call_id"]: c for c in plan["calls"]} if plan else {}
     unanswered = list({c["id"]: c for c in ai.tool_calls if c.get("id") not in answered}.values())
     calls = [planned[c["id"]] for c in unanswered if c["id"] in planned]
     for call in calls:
@@ -528,7 +479,7 @@ def supersede_unanswered(plan: TurnPlan, messages: Sequence[BaseMessage], ledger
             if record is not None and record.get("status") != "rejected":
                 supersede(ledger, record, comment=BY_NEW_MESSAGE, thread_id=thread_id,
                           run_id=run_id)
-    # The plan (client-writable) may no longer account for the turn: see the sweep below.
+    # A turn no gate planned (a client wrote it) has calls no plan accounts for: see below.
     unaccounted = any(c["id"] not in planned for c in unanswered)
     if unaccounted or any(call["node"] != "tools" for call in calls):
         # a delegation stopped mid-way (or may have): what waits in its subagents is declined
@@ -567,38 +518,6 @@ def supersede_unanswered(plan: TurnPlan, messages: Sequence[BaseMessage], ledger
     return answers
 
 
-def _accounted(plan: TurnPlan, ledger: Ledger, *, thread_id: str, agent_path: Sequence[str]
-               ) -> dict[str, CallPlan]:
-    """The plan's entries by tool_call_id, those only whose key the ledger knows as this
-    thread's and agent's call of that tool, each key and tool_call_id once (the plan lives in
-    client-writable state: a rewritten or copied entry must not stand for the real call)."""
-    entries = [c for c in plan.get("calls") or [] if _well_planned(c)]
-    ids = collections.Counter(c["tool_call_id"] for c in entries)
-    keys = collections.Counter(c["key"] for c in entries)
-    accounted: dict[str, CallPlan] = {}
-    for call in entries:
-        row = ledger.call(call["key"])
-        if (row is not None and row.thread_id == thread_id
-                and list(row.agent_path) == list(agent_path)
-                and row.tool_name == call["tool_name"]
-                and ids[call["tool_call_id"]] == 1 and keys[call["key"]] == 1):
-            accounted[call["tool_call_id"]] = call
-    return accounted
-
-
-def _well_planned(call: Any) -> bool:
-    """A plan entry whose fields the ledger is keyed by are of the types the gate writes (the
-    plan lives in client-writable state)."""
-    if not isinstance(call, Mapping):
-        return False
-    records = [call.get("approval"), call.get("suspension")]
-    return (isinstance(call.get("tool_call_id"), str) and isinstance(call.get("tool_name"), str)
-            and isinstance(call.get("key"), str) and isinstance(call.get("node"), str)
-            and "approval" in call and "suspension" in call
-            and all(r is None or (isinstance(r, Mapping) and isinstance(r.get("id"), str))
-                    for r in records))
-
-
 def _not_run(call: CallPlan) -> str:
     if call["node"] != "tools":
         return DELEGATION_STOPPED.format(name=call["tool_name"])
@@ -625,27 +544,7 @@ def _copy_plan(plan: TurnPlan) -> TurnPlan:
          "resume_values": list(call.get("resume_values") or []),
          "once": dict(call.get("once") or {}), "metadata": dict(call.get("metadata") or {})}
         for call in plan["calls"]]
-    copied: TurnPlan = {**plan, "calls": calls}
-    if "queued" in plan:
-        copied["queued"] = list(plan.get("queued") or [])
-    return copied
-
-
-def _forged_answers(plan: TurnPlan, answered: set[str], ctx: GateContext) -> bool:
-    """A pass answers a call and says so in the same step; an answer the state's plan holds
-    for a call nobody was told of was written by a client: dropped (the ledger decides)."""
-    forged = [c for c in plan["calls"]
-              if c["answer"] is not None and c["tool_call_id"] not in answered]
-    for call in forged:
-        call["answer"] = None
-        call.pop("answer_status", None)
-    if forged:
-        ctx.ledger.audit([audit_row(
-            "refused", {"tool_name": c["tool_name"], "tool_call_id": c["tool_call_id"],
-                        "agent_path": ctx.path}, thread_id=ctx.thread_id, run_id=ctx.run_id,
-            detail="approval gate: an answer in the run's state that no gate gave "
-                   "(written by a client) was dropped") for c in forged])
-    return bool(forged)
+    return {**plan, "calls": calls}
 
 
 def _undecided(plan: TurnPlan, answered: set[str]) -> bool:
@@ -666,12 +565,14 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         ctx = planner.context(state, config)
         update: dict[str, Any] = {}
         new_messages: list[BaseMessage] = []
-        previous = state.get("turn")
+        # The ledger's plan of this turn, which only gates write (the state only points to it).
+        previous = ctx.ledger.turn(ctx.thread_id, ctx.path, str(ai.id or ""))
         changed = False
-        if previous is None or previous["ai_message_id"] != ai.id:
+        if previous is None:
             plan, errors = planner.plan(ai, state, ctx)
             new_messages.extend(errors)
-            changed = True
+            update["turn"] = pointer(plan)
+            changed = True  # the state has writes to take before any pause
         else:
             plan = _copy_plan(previous)
         reports = state.get("reports") or {}
@@ -681,9 +582,6 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
             changed = True
         answered = answered_ids(messages, plan["ai_message_id"]) | {
             m.tool_call_id for m in new_messages if isinstance(m, ToolMessage)}
-        if previous is not None and previous["ai_message_id"] == ai.id and _forged_answers(
-                plan, answered, ctx):  # the plan came from the state: a client can write it
-            changed = True
         step = _Pass(planner, ctx, plan, config, extract)
         if not changed and not _ready(plan, answered) and _undecided(plan, answered):
             # Decisions taken since the pause (by any door) apply first; else pause.
@@ -700,8 +598,14 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         if step.edited:
             new_messages.append(_edited_ai(ai, step.edited))
         emit(step.events)
-        command = _route(plan, answered, update, new_messages, changed, ctx, state, tools)
-        if changed:
+        moved = previous is None or plan != previous
+        if moved:
+            # the state says the turn moved on (its hook runs, a reader sees a new checkpoint)
+            update["turn"] = pointer(plan)
+            if previous is not None:
+                ctx.ledger.save_turn(ctx.thread_id, ctx.path, plan)
+        command = _route(plan, answered, update, new_messages, ctx, state, tools)
+        if moved:
             done = answered | {m.tool_call_id for m in new_messages if isinstance(m, ToolMessage)}
             ctx.journal.sync(previous, plan, done)
         return command
@@ -713,8 +617,25 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
     return approval_gate, aapproval_gate
 
 
+def current_plan(ctx: GateContext, messages: Sequence[AnyMessage]) -> TurnPlan | None:
+    """The ledger's plan of the conversation's last model turn (None: it has no tool calls,
+    or no gate of this agent planned it in this thread)."""
+    ai = last_ai(messages)
+    if ai is None or not ai.tool_calls:
+        return None
+    return ctx.ledger.turn(ctx.thread_id, ctx.path, str(ai.id or ""))
+
+
+def pointer(plan: TurnPlan) -> TurnPointer:
+    """What the graph state keeps of a turn's plan: where it is in the ledger (informative
+    only: the gate reads the plan of the conversation's last turn from the ledger)."""
+    return TurnPointer(ai_message_id=plan["ai_message_id"],
+                       keys=[call["key"] for call in plan["calls"]])
+
+
 def _suspended(plan: TurnPlan, reports: Mapping[str, Any], ctx: GateContext) -> None:
-    """Turn the tools node's suspension reports into pending requests, in plan and ledger."""
+    """Turn the tools node's suspension reports into pending requests, in plan and ledger
+    (one transaction: no suspension is recorded that the plan does not hold)."""
     rows: list[ApprovalRow] = []
     for call in plan["calls"]:
         report = reports.get(call["tool_call_id"])
@@ -726,7 +647,7 @@ def _suspended(plan: TurnPlan, reports: Mapping[str, Any], ctx: GateContext) -> 
                                 kind="suspension", call_key=call["key"], agent_path=ctx.path,
                                 tool_name=call["tool_name"], args_digest=record["args_digest"],
                                 run_id=ctx.run_id))
-    ctx.ledger.register(approvals=rows)
+    ctx.ledger.register(approvals=rows, turn=(ctx.thread_id, ctx.path, lambda _: plan))
 
 
 def _ready(plan: TurnPlan, answered: set[str]) -> list[CallPlan]:
@@ -772,7 +693,7 @@ def _task(call: CallPlan, agent_path: list[str], options: RunOptions, then: str)
     )
 
 
-def dispatch_now(plan: TurnPlan, answered: set[str], path: list[str], state: AgentState,
+def dispatch_now(plan: TurnPlan, answered: set[str], ctx: GateContext, state: AgentState,
                  tools: Mapping[str, BaseTool]) -> list[Send] | None:
     """The Sends for a just-planned turn whose calls may all run now (none waits on a human,
     none is answered already), sparing it a pass of the gate and a checkpoint; None when the
@@ -782,16 +703,17 @@ def dispatch_now(plan: TurnPlan, answered: set[str], path: list[str], state: Age
             c["answer"] is not None for c in plan["calls"] if c["tool_call_id"] not in answered):
         return None
     ready = _ready(plan, answered)
-    return _sends(plan, answered, ready, path, state, tools) if ready else None
+    return _sends(plan, answered, ready, ctx, state, tools) if ready else None
 
 
-def _sends(plan: TurnPlan, answered: set[str], ready: list[CallPlan], path: list[str],
+def _sends(plan: TurnPlan, answered: set[str], ready: list[CallPlan], ctx: GateContext,
            state: AgentState, tools: Mapping[str, BaseTool]) -> list[Send]:
     """One batch of ready calls: all that may run in parallel, else the first in order."""
     parallel = [c for c in ready if not c["sequential"]]
     batch = parallel or ready[:1]
     options: RunOptions = state.get("options") or {}
-    return [_task(c, path, options, _then(plan, answered, batch, tools)) for c in batch]
+    then = _then(plan, answered, batch, tools, ctx)
+    return [_task(c, ctx.path, options, then) for c in batch]
 
 
 def _route(
@@ -799,27 +721,23 @@ def _route(
     answered: set[str],
     update: dict[str, Any],
     new_messages: list[BaseMessage],
-    changed: bool,
     ctx: GateContext,
     state: AgentState,
     tools: Mapping[str, BaseTool],
 ) -> Command[GateTarget]:
-    if changed:
-        update["turn"] = plan
     answers = _answers(plan, answered, ctx.ledger, ctx.thread_id)
     new_messages.extend(answers)
     answered = answered | {m.tool_call_id for m in answers}
     ready = _ready(plan, answered)
     goto: GateTarget | list[Send]
     if ready:
-        goto = _sends(plan, answered, ready, ctx.path, state, tools)
+        goto = _sends(plan, answered, ready, ctx, state, tools)
     elif waiting_records(plan, answered):
-        goto = "approval_gate"  # persist the plan, then pause on the next pass
+        goto = "approval_gate"  # checkpoint the answers, then pause on the next pass
     else:
         queued = _to_deliver(plan, state, ctx)
         if queued:
             new_messages.extend(queued)
-            update["turn"] = {**plan, "queued": []}
             ctx.ledger.dequeue(ctx.thread_id, ctx.agent, (str(m.id) for m in queued))
         goto = "model"
     if new_messages:
@@ -828,14 +746,13 @@ def _route(
 
 
 def _to_deliver(plan: TurnPlan, state: AgentState, ctx: GateContext) -> list[BaseMessage]:
-    """The user's messages queued for after this turn, in the order they came: the ledger's
-    queue (which no client writes) first, then any the plan alone holds; user messages only,
-    each once, none the conversation has already."""
+    """The user's messages queued (in the ledger) for after this turn, in the order they
+    came; user messages only, each once, none the conversation has already."""
     present = {m.id for m in state.get("messages") or []}
     kept = [m for ai_id, m in ctx.ledger.queue_of(ctx.thread_id, ctx.agent)
             if ai_id == plan["ai_message_id"]]
     delivered: list[BaseMessage] = []
-    for entry in [*kept, *(plan.get("queued") or [])]:
+    for entry in kept:
         try:
             (message,) = parsed_messages([entry], what="a queued message")
         except (GraphkitError, ValueError):
@@ -847,14 +764,15 @@ def _to_deliver(plan: TurnPlan, state: AgentState, ctx: GateContext) -> list[Bas
 
 
 def _then(plan: TurnPlan, answered: set[str], batch: list[CallPlan],
-          tools: Mapping[str, BaseTool]) -> str:
+          tools: Mapping[str, BaseTool], ctx: GateContext) -> str:
     """Send results straight to the model when this batch settles the turn, sparing the gate a
     superstep; back to the gate when anything else waits, or a call of the batch could pause
     (a suspension's report, or a subagent's decision, must come back through the gate)."""
     in_batch = {c["tool_call_id"] for c in batch}
     rest = [c for c in plan["calls"]
             if c["tool_call_id"] not in answered and c["tool_call_id"] not in in_batch]
-    if rest or plan.get("queued"):
+    if rest or any(ai_id == plan["ai_message_id"]
+                   for ai_id, _ in ctx.ledger.queue_of(ctx.thread_id, ctx.agent)):
         return "approval_gate"
     for call in batch:
         tool = tools.get(call["tool_name"])

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol
 
 from graphkit._owner import holder_is_dead, new_owner
+from graphkit._state import TurnPlan
 
 __all__ = [
     "LEASE_SECONDS",
@@ -59,6 +60,16 @@ _SCHEMA = (
         once_results TEXT,
         claim_expires DOUBLE PRECISION,
         created_at DOUBLE PRECISION NOT NULL
+    ){keyed}""",
+    # The gate's plan of each model turn (per thread, agent and AI message): the one record
+    # of what the gate decided about the turn's calls. Only gates write it; the graph state
+    # keeps a pointer to the turn, which nothing reads as true.
+    """CREATE TABLE IF NOT EXISTS graphkit_turns (
+        thread_id TEXT NOT NULL,
+        agent_path TEXT NOT NULL,
+        ai_message_id TEXT NOT NULL,
+        plan TEXT NOT NULL,
+        PRIMARY KEY (thread_id, agent_path, ai_message_id)
     ){keyed}""",
     """CREATE TABLE IF NOT EXISTS graphkit_approvals (
         approval_id TEXT PRIMARY KEY,
@@ -496,14 +507,17 @@ class Ledger:
     # ------------------------------------------------------------------ planning
 
     def register(self, *, calls: Sequence[CallRow] = (), approvals: Sequence[ApprovalRow] = (),
-                 audits: Sequence[AuditRow] = ()) -> set[str]:
+                 audits: Sequence[AuditRow] = (),
+                 turn: tuple[str, Sequence[str], Callable[[set[str]], TurnPlan]] | None = None
+                 ) -> set[str]:
         """Record what a gate planned, in one transaction (a re-run writes nothing twice).
 
         An approval given by a grant is recorded as approved only if the grant is still live
         in this very transaction (not revoked, not expired); else it is recorded pending, its
-        `auto_approved` audit is left out, and its id is returned.
+        `auto_approved` audit is left out, and its id is returned. `turn` is the gate's plan
+        of the turn (thread, agent path, the plan given those ids), saved with its rows.
         """
-        if not (calls or approvals or audits):
+        if not (calls or approvals or audits or turn):
             return set()
         now = self._sql.now
         fell_back: set[str] = set()
@@ -530,7 +544,30 @@ class Ledger:
                     self._insert_approval(tx, row)
             self._audit(tx, [a for a in audits if not (a.approval_id in fell_back and
                                                         a.entry.get("event") == "auto_approved")])
+            if turn is not None:  # the plan, as the rows just written say (with the fallbacks)
+                thread_id, agent_path, plan_of = turn
+                self._save_turn(tx, thread_id, agent_path, plan_of(fell_back))
         return fell_back
+
+    def turn(self, thread_id: str, agent_path: Sequence[str], ai_message_id: str
+             ) -> TurnPlan | None:
+        """The gate's plan of the turn of `ai_message_id` (None: no gate planned it here)."""
+        rows = self._sql.query("SELECT plan FROM graphkit_turns WHERE thread_id = ? AND "
+                               "agent_path = ? AND ai_message_id = ?",
+                               (thread_id, _path(agent_path), ai_message_id))
+        plan: TurnPlan | None = _loads(rows[0][0]) if rows else None
+        return plan
+
+    def save_turn(self, thread_id: str, agent_path: Sequence[str], plan: TurnPlan) -> None:
+        """Record the gate's plan of a turn as it now stands."""
+        self._save_turn(self._sql, thread_id, agent_path, plan)
+
+    def _save_turn(self, tx: _Tx, thread_id: str, agent_path: Sequence[str],
+                   plan: TurnPlan) -> None:
+        tx.execute("INSERT INTO graphkit_turns (thread_id, agent_path, ai_message_id, plan) "
+                   "VALUES (?, ?, ?, ?) ON CONFLICT (thread_id, agent_path, ai_message_id) "
+                   "DO UPDATE SET plan = excluded.plan",
+                   (thread_id, _path(agent_path), str(plan["ai_message_id"]), _dumps(plan)))
 
     def clear(self, cleared: Mapping[str, str]) -> None:
         """Record that the gate verified these approvals (id -> digest of the arguments that

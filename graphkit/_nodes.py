@@ -38,7 +38,14 @@ from langgraph.types import Command
 
 from graphkit._approvals import Extractor
 from graphkit._context import PATH_KEY, thread_id_of
-from graphkit._gate import GateContext, Planner, dispatch_now, supersede_unanswered
+from graphkit._gate import (
+    GateContext,
+    Planner,
+    current_plan,
+    dispatch_now,
+    pointer,
+    supersede_unanswered,
+)
 from graphkit._ledger import DONE, ApprovalRow, CallRow, Ledger
 from graphkit._limits import check_value
 from graphkit._offload import offload
@@ -125,7 +132,8 @@ def _orphans(messages: Sequence[AnyMessage]) -> list[ToolMessage]:
             if isinstance(m, ToolMessage) and m.tool_call_id not in asked]
 
 
-def _discard_forged(state: AgentState, ctx: GateContext) -> list[ToolMessage]:
+def _discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
+                    ) -> list[ToolMessage]:
     """Tool results the ledger did not record, replaced in place by a notice.
 
     A client can append a ToolMessage for a call that never ran (Agent Chat UI does, when its
@@ -139,7 +147,6 @@ def _discard_forged(state: AgentState, ctx: GateContext) -> list[ToolMessage]:
         ctx.ledger.audit([audit_row(
             "refused", {"tool_name": m.name, "tool_call_id": m.tool_call_id},
             thread_id=ctx.thread_id, run_id=ctx.run_id, detail=ORPHAN) for m in fixes])
-    plan = state.get("turn")
     if not plan:
         return fixes
     calls = {c["tool_call_id"]: c for c in plan["calls"]}
@@ -197,30 +204,23 @@ def _with_fixes(messages: list[AnyMessage], fixes: list[ToolMessage]) -> list[An
     return [by_id.get(m.id, m) for m in messages]
 
 
-def _stopped_turn(plan: TurnPlan | None, messages: list[AnyMessage], ctx: GateContext
+def _stopped_turn(messages: list[AnyMessage], ctx: GateContext
                   ) -> tuple[list[AnyMessage], list[BaseMessage]]:
     """A new user message after a turn whose run stopped before all its calls had a result
     (`on_state_change`, a crash; input from any client): the calls are superseded and their
     answers go right after the turn, before the newer messages. Returns the conversation as the
     model reads it and the writes that make the state say the same."""
-    span = turn_span(messages, plan["ai_message_id"]) if plan else None
-    if span is None or turn_settled(messages, span):
-        # The plan is gone, or names a turn that is settled (a client wrote it): the turn to
-        # settle is the conversation's last one with calls unanswered. No plan entry accounts
-        # for its calls, so the sweep answers them all and fences what the ledger holds open.
-        last = _last_open_turn(messages)
-        if last is None or (plan is not None and plan["ai_message_id"] == last):
-            return messages, []
-        plan = {"ai_message_id": last, "calls": []}  # type: ignore[typeddict-item]
-        span = turn_span(messages, last)
-        if span is None:  # pragma: no cover - the turn was just found
-            return messages, []
-    assert plan is not None
+    # The conversation's last turn with calls unanswered (the ledger's plan of it, if a gate
+    # planned it, says what became of each call; else the sweep answers them all).
+    last = _last_open_turn(messages)
+    span = turn_span(messages, last) if last is not None else None
+    if last is None or span is None:
+        return messages, []
     _, later = span
     newer = messages[later:]
     if not any(isinstance(m, HumanMessage) for m in newer) or any(m.id is None for m in newer):
         return messages, []
-    answers = supersede_unanswered(plan, messages, ctx.ledger, thread_id=ctx.thread_id,
+    answers = supersede_unanswered(last, messages, ctx.ledger, thread_id=ctx.thread_id,
                                    agent_path=ctx.path, run_id=ctx.run_id)
     if not answers:
         return messages, []
@@ -279,23 +279,22 @@ def make_model_node(
         limit = options.get("max_steps")
         limit = limit if isinstance(limit, int) and limit > 0 else 25
         ctx = planner.context(state, config)
-        forged = _discard_forged(state, ctx)
+        plan = current_plan(ctx, state.get("messages") or [])
+        forged = _discard_forged(state, plan, ctx)
         messages = _with_fixes(list(state.get("messages") or []), forged)
-        plan = state.get("turn")
         reply = reply_to_suspension(plan, messages, options, planner, ctx)
         if plan and reply:
             answer_reply(reply, ctx, planner, extract, config)
+            # queued in the ledger, taken out of the conversation: the gate appends it once
+            # every call of the turn has its answer
             said = messages_to_dict(reply.messages)
             ctx.ledger.enqueue(ctx.thread_id, ctx.agent, str(plan["ai_message_id"]), said)
-            queued = [*(plan.get("queued") or []), *said]
             removed = [RemoveMessage(id=str(m.id)) for m in reply.messages]
             to_gate: Command[ModelTarget] = Command(
-                update={"messages": [*forged, *removed], "turn": {**plan, "queued": queued}},
-                goto="approval_gate")
+                update={"messages": [*forged, *removed]}, goto="approval_gate")
             return [], False, [], to_gate
-        messages, moved = _stopped_turn(plan, messages, ctx)
-        messages, unqueued = left_queued(plan, messages,
-                                         ctx.ledger.queue_of(ctx.thread_id, ctx.agent))
+        messages, moved = _stopped_turn(messages, ctx)
+        messages, unqueued = left_queued(messages, ctx.ledger.queue_of(ctx.thread_id, ctx.agent))
         if unqueued:
             ctx.ledger.dequeue(ctx.thread_id, ctx.agent,
                                (str(m.id) for m in unqueued if isinstance(m, HumanMessage)))
@@ -315,9 +314,9 @@ def make_model_node(
         plan, errors = planner.plan(response, state, ctx)
         answered = {m.tool_call_id for m in errors}
         ctx.journal.sync(None, plan, answered)
-        sends = dispatch_now(plan, answered, ctx.path, state, planner.tools)
+        sends = dispatch_now(plan, answered, ctx, state, planner.tools)
         return Command(update={"messages": [*fixes, _storable(response), *errors],
-                               "turn": plan}, goto=sends or "approval_gate")
+                               "turn": pointer(plan)}, goto=sends or "approval_gate")
 
     def call_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:
         messages, exhausted, fixes, to_gate = route(state, config)

@@ -8,8 +8,8 @@ verifies the decision again before it applies it). What else waits is declined a
 as the API's message declines it. The reply is queued in the same write that takes it out of
 the conversation, and the gate appends it once every call of the turn has its answer.
 
-The plan lives in client-writable state, so it decides nothing here: the ledger must say that
-no call of the turn was claimed or ran, and that each waits on a pending record.
+The plan is the ledger's, and the ledger's rows must also say that no call of the turn was
+claimed or ran, and that each waits on a pending record.
 """
 
 from __future__ import annotations
@@ -30,15 +30,16 @@ from langchain_core.messages import (
 from langchain_core.runnables import RunnableConfig
 
 from graphkit._approvals import Extractor, parsed_messages
-from graphkit._gate import BY_NEW_MESSAGE, GateContext, Planner, _well_planned
+from graphkit._gate import BY_NEW_MESSAGE, GateContext, Planner
 from graphkit._ledger import ApprovalRow
-from graphkit._review import auto_resume, identity_of, sound, supersede
+from graphkit._review import auto_resume, identity_of, supersede
 from graphkit._state import CallPlan, TurnPlan
 from graphkit.errors import GraphkitError
 from graphkit.tools import GraphkitTool
 
 __all__ = ["Reply", "answer_reply", "left_queued", "reply_to_suspension", "turn_settled",
            "turn_span"]
+
 
 @dataclass(frozen=True, slots=True)
 class Reply:
@@ -62,16 +63,6 @@ def turn_span(messages: list[AnyMessage], ai_message_id: Any) -> tuple[int, int]
     return turn, later
 
 
-def turn_end(plan: Any, messages: list[AnyMessage]) -> tuple[int, int] | None:
-    """`turn_span` of the plan's turn, for a plan in the shape the gate writes (it lives in
-    client-writable state)."""
-    if not (isinstance(plan, Mapping) and isinstance(plan.get("ai_message_id"), str)
-            and isinstance(plan.get("calls"), list)
-            and all(_well_planned(c) for c in plan["calls"])):
-        return None
-    return turn_span(messages, plan["ai_message_id"])
-
-
 def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
                         options: Mapping[str, Any], planner: Planner, ctx: GateContext
                         ) -> Reply | None:
@@ -81,8 +72,8 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
     if not (planner.settings.auto_resume_suspended_tools
             or options.get("auto_resume_suspended_tools") is True):
         return None
-    where = turn_end(plan, messages)
-    if plan is None or where is None or not _parses(plan.get("queued")):
+    where = turn_span(messages, plan["ai_message_id"]) if plan is not None else None
+    if plan is None or where is None:
         return None
     turn, later = where
     newer = messages[later:]
@@ -97,7 +88,7 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
         return None  # the plan does not account for every call of the turn
     records = [r for c in waiting for r in (c["approval"], c["suspension"]) if r is not None]
     if not waiting or not all(c.get("answer") is None and c["node"] == "tools"
-                              for c in waiting) or not all(sound(r) for r in records):
+                              for c in waiting):
         return None
     rows = ctx.ledger.approvals(r["id"] for r in records)
     pending = frozenset(r["id"] for c in waiting for r in (c["approval"], c["suspension"])
@@ -137,34 +128,20 @@ def answer_reply(reply: Reply, ctx: GateContext, planner: Planner, extract: Extr
                           run_id=ctx.run_id)
 
 
-def left_queued(plan: TurnPlan | None, messages: list[AnyMessage],
-                kept: Sequence[tuple[str, dict[str, Any]]] = ()
+def left_queued(messages: list[AnyMessage], kept: Sequence[tuple[str, dict[str, Any]]] = ()
                 ) -> tuple[list[AnyMessage], list[BaseMessage]]:
     """The user's messages queued for after a turn's answers that no gate appended (the run
     stopped before the gate did, then other input settled the turn): they go right after the
-    turn's answers, before newer messages, so nothing the user said is lost. Only user
-    messages, each as it parses: the plan's queue is client-writable state, and this runs
-    after `_discard_forged` checked the tool results. `kept` is the ledger's queue ((turn's
-    AI message id, message)), which no client writes: what the plan lost is in it. Returns
-    the conversation and the writes."""
-    queued = plan.get("queued") if isinstance(plan, Mapping) else None
-    queued = list(queued) if isinstance(queued, list) else []
-    turn_id = plan.get("ai_message_id") if isinstance(plan, Mapping) else None
-    if kept and not (isinstance(plan, Mapping) and turn_end(plan, messages) is not None):
-        turn_id = kept[0][0]  # the plan is gone (or not of its shape): the ledger's turn
-        plan = {"ai_message_id": turn_id, "calls": []}  # type: ignore[typeddict-item]
-    queued += [message for ai_id, message in kept if ai_id == turn_id]
-    older: dict[str, list[dict[str, Any]]] = {}
+    turn's answers, before newer messages, so nothing the user said is lost. `kept` is the
+    ledger's queue ((turn's AI message id, serialised message)); only user messages, each as
+    it parses, are taken. A turn not yet settled is still the gate's: it appends its own
+    when it settles. Returns the conversation and the writes."""
+    by_turn: dict[str, list[dict[str, Any]]] = {}
     for ai_id, message in kept:
-        if ai_id != turn_id:  # a turn a newer one replaced: it is over, answers or not
-            older.setdefault(ai_id, []).append(message)
+        by_turn.setdefault(ai_id, []).append(message)
     result = list(messages)
     first: int | None = None
-    where = turn_end(plan, result) if queued else None
-    if where is not None and turn_settled(result, where):
-        result, first = _insert(result, where[1], queued, first)
-        # else the turn is still the gate's: it appends them when it settles
-    for ai_id, entries in older.items():
+    for ai_id, entries in by_turn.items():
         span = turn_span(result, ai_id)
         if span is not None and turn_settled(result, span):  # never inside an unanswered turn
             result, first = _insert(result, span[1], entries, first)
@@ -210,16 +187,3 @@ def _pending(row: ApprovalRow | None, record: Mapping[str, Any], call: CallPlan,
 def _resumable(planner: Planner, call: CallPlan) -> bool:
     tool = planner.tools.get(call["tool_name"])
     return isinstance(tool, GraphkitTool) and tool.resume_schema is not None
-
-
-def _parses(queued: Any) -> bool:
-    """A queue the gate can append (it refuses one a client filled with anything else)."""
-    if queued is None:
-        return True
-    if not isinstance(queued, list):
-        return False
-    try:
-        parsed_messages(queued, what="the queued messages")
-    except GraphkitError:
-        return False
-    return True

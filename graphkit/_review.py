@@ -19,13 +19,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, TypeGuard, assert_never
+from datetime import timedelta
+from typing import Any, Literal, assert_never
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
-from graphkit._ledger import ApprovalRow, AuditRow, CallRow, GrantRow, Ledger
+from graphkit._ledger import ApprovalRow, AuditRow, GrantRow, Ledger
 from graphkit._limits import MAX_TEXT, check_text, check_value
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers
 from graphkit._validate import now_iso, validate_args, validate_resume
@@ -47,7 +47,6 @@ __all__ = [
     "Remember",
     "Taken",
     "audit_row",
-    "ensure",
     "identity_of",
     "parse_choice",
     "resolved_message",
@@ -471,9 +470,7 @@ def take(
                                  decision=decision, audits=audits, grant=grant,
                                  enqueue=source == "inbox", call=record)
 
-        # A row the ledger lost (it lived in another process's memory) is recorded again.
-        if not claim() and not (ensure(ledger, record, thread_id=thread_id, run_id=run_id)
-                                and claim()):
+        if not claim():
             raise _explain_lost(ledger, record, record["args_digest"], thread_id=thread_id,
                                 run_id=run_id, kind=choice.type)
         return taken
@@ -536,68 +533,6 @@ def verify(row: ApprovalRow, record: ApprovalRecord, *, approvers: Approvers | N
     return Taken(status=taken.status, event=taken.event, decision={**decision, **{
         k: v for k, v in taken.decision.items() if k in ("args", "data", "run_digest")}},
         run_args=taken.run_args)
-
-
-def ensure(ledger: Ledger, record: ApprovalRecord, *, thread_id: str,
-           run_id: str | None = None, allowed: Sequence[str] | None = None) -> bool:
-    """Record again a pending approval the ledger does not know (it lived in the memory of a
-    process that ended: a restarted LangGraph server, a checkpointer instance), from the paused
-    run, still pending: it can then be decided; nothing is approved by this. Only a gated call
-    is recorded with it, never a call that would need no approval."""
-    if not _well_formed(record) or record.get("status") != "pending" or ledger.approval(
-            record["id"]) is not None:
-        return False  # a record a client wrote into the paused state stays undecidable
-    if args_digest(record["args"]) != record["args_digest"]:
-        return False  # the paused state was tampered with: leave it undecidable
-    key = record.get("call_key")
-    known = ledger.call(key) if key else None
-    if record["kind"] == "approval" and known is not None and known.approval_id != record["id"]:
-        # The ledger knows the call under another approval (or none): a client rewrote the
-        # id in the paused state. Recording it would make a second, decidable approval of
-        # the call, whose answer (a respond, a reject) the model would read.
-        return False
-    if record["kind"] == "suspension" and known is not None:
-        # The ledger knows the call but not that it suspended (the gate records that from the
-        # tools node's report): a client wrote it, and its resume data would reach the call.
-        return False
-    calls = [CallRow(call_key=key, thread_id=thread_id, agent_path=record["agent_path"],
-                     tool_name=record["tool_name"], args_digest=record["args_digest"],
-                     approval_id=record["id"])] if key and record["kind"] == "approval" else []
-    ledger.register(calls=calls, approvals=[ApprovalRow(
-        approval_id=record["id"], thread_id=thread_id, kind=record["kind"], call_key=key,
-        agent_path=record["agent_path"], tool_name=record["tool_name"],
-        args_digest=record["args_digest"], ttl=_remaining(record.get("expires_at")),
-        run_id=run_id, allowed=(tuple(allowed) if allowed else _allowed_of(record))
-        if record["kind"] == "approval" else None)])
-    return True
-
-
-def sound(record: Any) -> TypeGuard[ApprovalRecord]:
-    """A plan record with every field a decision on it reads, of the types the gate writes
-    (the plan lives in client-writable state)."""
-    return (isinstance(record, Mapping) and _well_formed(record)  # type: ignore[arg-type]
-            and isinstance(record.get("metadata"), Mapping)
-            and isinstance(record.get("status"), str)
-            and isinstance(record.get("args_digest"), str)
-            and isinstance(record.get("tool_call_id"), str))
-
-
-def _well_formed(record: ApprovalRecord) -> bool:
-    """The fields a ledger row is keyed and bound by, of the types the graph writes them."""
-    path, key = record.get("agent_path"), record.get("call_key")
-    return (isinstance(record.get("id"), str) and bool(record["id"])
-            and isinstance(record.get("tool_name"), str)
-            and record.get("kind") in ("approval", "suspension")
-            and isinstance(record.get("args"), Mapping)
-            and isinstance(path, list) and all(isinstance(p, str) for p in path)
-            and (key is None or isinstance(key, str)))
-
-
-def _remaining(expires_at: str | None) -> float | None:
-    if not expires_at:
-        return None
-    moment = datetime.fromisoformat(str(expires_at).replace("Z", "+00:00"))
-    return (moment - datetime.now(UTC)).total_seconds()
 
 
 def shown(record: ApprovalRecord, row: ApprovalRow | None) -> ApprovalRecord:

@@ -26,6 +26,7 @@ from graphkit._events import (
     run_text,
     suspend_payload,
 )
+from graphkit._ledger import Ledger
 from graphkit._offload import offload
 from graphkit.types import GenerateResult, PendingApproval, RunState, StreamChunk
 
@@ -56,14 +57,17 @@ class Invocation:
     """Called when the run stops advancing (frees the thread's lease)."""
     agent: str | None = None
     """The agent that runs (the root of its subagents' `agent_path`)."""
+    ledger: Ledger | None = None
+    """Where the agent's plans are (what a run stopped early waits on)."""
 
 
-def pending_of(snapshot: RunView, *, stopped: bool) -> list[PendingApproval]:
+def pending_of(snapshot: RunView, *, stopped: bool, ledger: Ledger | None, thread_id: str,
+               agent: str | None) -> list[PendingApproval]:
     """What waits on a human in this state: interrupts, or (when stopped early) the plan."""
     records = [PendingApproval.from_record(r) for _, r in pending_from_interrupts(
         snapshot.interrupts)]
     if not records and stopped:
-        records = awaiting(snapshot.values)
+        records = awaiting(snapshot.values, ledger, thread_id, agent)
     return records
 
 
@@ -105,7 +109,8 @@ class _Run:
         self.step += 1
         if hook is None:
             return False
-        pending = awaiting(values)
+        pending = awaiting(values, self.invocation.ledger, self.invocation.thread_id,
+                           self.invocation.agent)
         state = RunState(
             run_id=self.invocation.run_id,
             thread_id=self.invocation.thread_id,
@@ -127,7 +132,8 @@ class _Run:
     def finish(self, snapshot: RunView) -> list[StreamChunk]:
         messages = list(snapshot.values.get("messages") or [])
         reason = finish_reason(snapshot, stopped=self.stopped)
-        pending = pending_of(snapshot, stopped=self.stopped)
+        pending = pending_of(snapshot, stopped=self.stopped, ledger=self.invocation.ledger,
+                             thread_id=self.invocation.thread_id, agent=self.invocation.agent)
         first = next((p for p in pending if p.status == "pending"), pending[0] if pending else None)
         self.result = GenerateResult(
             text=run_text(messages),

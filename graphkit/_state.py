@@ -1,7 +1,8 @@
-"""The agent graph's state: messages, the request's options, and the approval gate's plan.
+"""The agent graph's state (messages, the request's options, a pointer to the turn's plan),
+and the plan's shape, which the ledger keeps.
 
-Everything here is JSON-shaped so that any checkpointer stores it and another process (or
-LangGraph Studio) reads it back unchanged.
+Everything here is JSON-shaped so that any checkpointer (and the ledger) stores it and another
+process (or LangGraph Studio) reads it back unchanged.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ __all__ = [
     "SuspensionReport",
     "ToolTask",
     "TurnPlan",
+    "TurnPointer",
     "merge_reports",
 ]
 
@@ -69,14 +71,22 @@ class CallPlan(TypedDict):
 
 
 class TurnPlan(TypedDict):
-    """The gate's plan for the tool calls of one AI message."""
+    """The gate's plan for the tool calls of one AI message: kept in the ledger
+    (`graphkit_turns`), written by gates only."""
 
     ai_message_id: str
     calls: list[CallPlan]
     error: NotRequired[str | None]
     """Why the last resume value was refused; shown in the next interrupt."""
-    queued: NotRequired[list[dict[str, Any]]]
-    """A new user message to append once every call of the turn has its answer."""
+
+
+class TurnPointer(TypedDict):
+    """What the graph state keeps of a turn's plan: which turn, and its calls' ledger keys.
+    Nothing reads it as true (a client may write it); it tells a reader of the state (Studio,
+    a debugger) where the plan is."""
+
+    ai_message_id: str
+    keys: list[str]
 
 
 class SuspensionReport(TypedDict):
@@ -150,44 +160,14 @@ def _texts(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
-_RECORD: dict[str, Any] = {
-    "id": _text, "kind": lambda v: v in ("approval", "suspension"), "tool_name": _text,
-    "tool_call_id": _text, "args": _obj, "metadata": _obj, "status": _text,
-    "agent_path": _texts, "args_digest": _text, "created_at": _text, "verdict": _text,
-    "decided_by": lambda v: _maybe(_text, v), "comment": lambda v: _maybe(_text, v),
-    "decided_at": lambda v: _maybe(_text, v), "approved_args": lambda v: _maybe(_obj, v),
-}
-_RECORD_OPTIONAL: dict[str, Any] = {
-    "expires_at": lambda v: _maybe(_text, v), "call_key": _text, "allowed_decisions": _texts,
-}
-_CALL: dict[str, Any] = {
-    "tool_call_id": _text, "tool_name": _text, "key": _text, "args": _obj,
-    "sequential": lambda v: isinstance(v, bool), "resume_values": lambda v: isinstance(v, list),
-    "once": _obj, "metadata": _obj, "node": _text, "answer": lambda v: _maybe(_text, v),
-    "approval": lambda v: _maybe(_record, v), "suspension": lambda v: _maybe(_record, v),
-}
-
-
 def _shaped(value: Any, required: dict[str, Any], optional: dict[str, Any]) -> bool:
     return (isinstance(value, dict) and all(k in value and ok(value[k])
                                             for k, ok in required.items())
             and all(ok(value[k]) for k, ok in optional.items() if k in value))
 
 
-def _record(value: Any) -> bool:
-    return _shaped(value, _RECORD, _RECORD_OPTIONAL)
-
-
-def well_typed_plan(value: Any) -> bool:
-    """A plan of the shape the gate writes, every field of its type (None: no turn)."""
-    if value is None:
-        return True
-    return _shaped(value, {
-        "ai_message_id": _text,
-        "calls": lambda calls: isinstance(calls, list) and all(
-            _shaped(c, _CALL, {"answer_status": _text}) for c in calls),
-    }, {"error": lambda v: _maybe(_text, v),
-        "queued": lambda v: isinstance(v, list) and all(_obj(m) for m in v)})
+def _pointer(value: Any) -> bool:
+    return value is None or _shaped(value, {"ai_message_id": _text, "keys": _texts}, {})
 
 
 def well_typed_task(value: Any) -> bool:
@@ -204,16 +184,15 @@ def well_typed_state(value: Any) -> bool:
     return isinstance(value, dict) and _shaped(value, {
         "messages": lambda v: isinstance(v, list) and bool(v) and all(
             isinstance(m, BaseMessage) for m in v)}, {
-        "options": _well_typed_options, "turn": well_typed_plan,
+        "options": _well_typed_options, "turn": _pointer,
         "reports": lambda v: isinstance(v, dict)})
 
 
-def keep_typed_plan(old: TurnPlan | None, new: TurnPlan | None) -> TurnPlan | None:
-    """Reducer of `turn`: whoever writes it (a node, `update_state`, a `Command`), a value not
-    of the plan's shape is not taken: what graphkit reads from the state is always well
-    typed, so no client write can turn into an untyped error that wedges the thread. (What a
-    well-typed forgery says is judged against the ledger, as ever.)"""
-    return new if well_typed_plan(new) else old
+def keep_pointer(old: TurnPointer | None, new: TurnPointer | None) -> TurnPointer | None:
+    """Reducer of `turn`: any number of writes per step (a node's, `update_state`'s, a
+    `Command`'s), and a value not of the pointer's shape is not taken, so no write to it
+    can become an error that wedges the thread."""
+    return new if _pointer(new) else old
 
 
 def _well_typed_options(value: Any) -> bool:
@@ -245,7 +224,7 @@ class AgentState(TypedDict, total=False):
 
     messages: Messages
     options: Annotated[RunOptions, keep_typed_options]
-    turn: Annotated[TurnPlan | None, keep_typed_plan]
+    turn: Annotated[TurnPointer | None, keep_pointer]
     reports: Annotated[dict[str, SuspensionReport], keep_typed_reports]
 
 

@@ -15,6 +15,7 @@ import logging
 import os
 import sqlite3
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,13 +167,19 @@ def served_storage() -> Storage:
     return _SERVED
 
 
+_IN_MEMORY: weakref.WeakKeyDictionary[BaseCheckpointSaver[Any], Ledger] = (
+    weakref.WeakKeyDictionary())
+"""The in-memory ledger of each checkpointer instance graphkit keeps no database beside: every
+agent over one saver shares it, as they share its checkpoints."""
+
+
 def _ledger_beside(saver: BaseCheckpointSaver[Any]) -> Ledger:
     """The ledger for a checkpointer passed as an instance: in the same database when it is
     LangGraph's SQLite or PostgreSQL saver, so that a restarted process still knows which
-    calls ran and which approvals wait; else in this process's memory (as the saver's own
-    memory, for `InMemorySaver`)."""
+    calls ran and which approvals wait; else in this process's memory, one per saver (as the
+    saver's own memory, for `InMemorySaver`)."""
     if isinstance(saver, InMemorySaver):
-        return Ledger.sqlite()
+        return _memory_ledger(saver)
     if isinstance(saver, SqliteSaver):
         rows = saver.conn.execute("PRAGMA database_list").fetchall()
         path = next((str(r[2]) for r in rows if r[1] == "main"), "")
@@ -185,7 +192,21 @@ def _ledger_beside(saver: BaseCheckpointSaver[Any]) -> Ledger:
         "ran and which approvals wait is kept in this process's memory and lost when it ends. "
         "Pass a sqlite:/// or postgresql:// URL to keep both in one database.",
         type(saver).__name__)
-    return Ledger.sqlite()
+    return _memory_ledger(saver)
+
+
+_IN_MEMORY_LOCK = threading.Lock()
+
+
+def _memory_ledger(saver: BaseCheckpointSaver[Any]) -> Ledger:
+    try:
+        with _IN_MEMORY_LOCK:
+            ledger = _IN_MEMORY.get(saver)
+            if ledger is None:
+                ledger = _IN_MEMORY[saver] = Ledger.sqlite()
+    except TypeError:  # a saver that cannot be weakly referenced: one ledger per agent
+        return Ledger.sqlite()
+    return ledger
 
 
 def _sqlite_async(saver: BaseCheckpointSaver[Any]) -> Ledger | None:

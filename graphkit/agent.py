@@ -25,6 +25,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import StateSnapshot
 
+from graphkit._context import thread_id_of
 from graphkit._control import (
     Request,
     apply_command,
@@ -312,7 +313,7 @@ class Agent:
                 lease.close()
                 raise
             return Invocation(payload, config, run_id, thread_id, on_state_change, lease.close,
-                              agent=self.name)
+                              agent=self.name, ledger=self._storage.ledger)
 
         return prepare
 
@@ -720,7 +721,8 @@ class Agent:
         found = [w.pending() for w in mine]
         if everything and not found:
             return []  # what waits in the thread now belongs to a later run
-        return found or pending_of(snapshot, stopped=True)
+        return found or pending_of(snapshot, stopped=True, ledger=self._storage.ledger,
+                                   thread_id=thread_id_of(snapshot.config), agent=self.name)
 
     def snapshot(self, *, run_id: str) -> dict[str, Any]:
         """The run's state as JSON-serialisable data (messages, pending approvals, status)."""

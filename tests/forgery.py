@@ -3,14 +3,13 @@ tasks against a paused payment (`pay` of 40 to ACME, approved only by the CFO)."
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from langchain_core.messages import AIMessage
 
 from graphkit import Agent
 from graphkit._owner import holder_is_dead, new_owner
-from tests.helpers import call, turn
+from tests.helpers import call, ledger_plan, turn
 
 PAY = {"amount": 40, "payee": {"name": "ACME"}}
 
@@ -29,7 +28,9 @@ def config(thread_id: str, identity: str | None = None) -> dict[str, Any]:
 
 
 def plan_of(agent: Agent, thread_id: str) -> dict[str, Any]:
-    return copy.deepcopy(agent.graph.get_state(config(thread_id)).values["turn"])
+    """The gate's plan of the thread's last turn, as the ledger keeps it (a copy to forge)."""
+    plan: dict[str, Any] = ledger_plan(agent, thread_id)
+    return plan
 
 
 def pay_call(plan: dict[str, Any]) -> dict[str, Any]:

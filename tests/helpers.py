@@ -70,3 +70,22 @@ def agent_with(script: list[Any], ledger: Ledger | None = None, **kwargs: Any) -
     kwargs.setdefault("name", "assistant")
     agent = Agent(model=ScriptedChatModel(script), tools=ledger.tools, **kwargs)
     return agent, ledger
+
+
+def ledger_plan(agent: Agent, thread_id: str, agent_path: list[str] | None = None,
+                ai_message_id: str | None = None) -> Any:
+    """A copy of the gate's plan of the thread's last turn (or of `ai_message_id`), as the
+    ledger keeps it: the one record of it (the state's `turn` only points to it)."""
+    import copy
+
+    from langchain_core.messages import AIMessage as _AI
+
+    if ai_message_id is None:
+        state = agent.graph.get_state({"configurable": {"thread_id": thread_id}})
+        ai = next((m for m in reversed(state.values.get("messages") or [])
+                   if isinstance(m, _AI)), None)
+        if ai is None:
+            return None
+        ai_message_id = str(ai.id)
+    plan = agent._storage.ledger.turn(thread_id, agent_path or [agent.name], ai_message_id)
+    return copy.deepcopy(plan)

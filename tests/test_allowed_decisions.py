@@ -16,7 +16,7 @@ from graphkit import Agent, Inbox, create_tool
 from graphkit.cli import main
 from graphkit.errors import DecisionNotAllowedError, GraphkitError
 from graphkit.testing import ScriptedChatModel
-from tests.helpers import call, turn
+from tests.helpers import call, ledger_plan, turn
 
 
 def _agent(url: str, ran: list[str], *, allowed: Any = ("approve", "reject", "respond"),
@@ -110,13 +110,14 @@ def test_an_edit_the_tool_does_not_allow_is_refused_at_every_door(sqlite_url: st
 
 def test_a_forged_allowed_list_in_the_state_does_not_widen_what_the_ledger_allows(
         sqlite_url: str) -> None:
-    """The plan in the graph state is a copy a client can write: the claim is bound to the
-    list the ledger recorded when the call was planned."""
+    """A client writes a plan with a wider list into the graph state: the state holds no plan
+    (the ledger does), the write is not taken, and the claim is bound to the list the ledger
+    recorded when the call was planned."""
     ran: list[str] = []
     agent = _agent(sqlite_url, ran, allowed=["approve", "reject"])
     first = agent.generate("move 500")
     config = {"configurable": {"thread_id": first.thread_id}}
-    plan = agent.graph.get_state(config).values["turn"]
+    plan = ledger_plan(agent, first.thread_id)
     plan["calls"][0]["approval"]["allowed_decisions"] = ["approve", "edit", "reject", "respond"]
     agent.graph.invoke(Command(update={"turn": plan}, goto="approval_gate"), config)
     request = agent.graph.get_state(config).interrupts[0].value
@@ -199,7 +200,7 @@ def test_a_forged_approval_id_with_a_widened_list_is_never_recorded(sqlite_url: 
     first = agent.generate("move 500")
     (real,) = first.pending_approvals
     config = {"configurable": {"thread_id": first.thread_id}}
-    plan = agent.graph.get_state(config).values["turn"]
+    plan = ledger_plan(agent, first.thread_id)
     record = plan["calls"][0]["approval"]
     record["allowed_decisions"] = ["approve", "edit", "reject", "respond"]
     record["id"] = "apr_forged0000000000"

@@ -26,7 +26,7 @@ from graphkit import (
     create_tool,
 )
 from graphkit.testing import ScriptedChatModel
-from tests.helpers import agent_with, call, turn
+from tests.helpers import agent_with, call, ledger_plan, turn
 
 PAY = {"amount": 40, "payee": {"name": "ACME"}}
 
@@ -41,7 +41,7 @@ def refused(agent: Agent, thread_id: str) -> list[dict[str, Any]]:
 
 
 def plan_of(agent: Agent, thread_id: str) -> dict[str, Any]:
-    plan: dict[str, Any] = agent.graph.get_state(config(thread_id)).values["turn"]
+    plan: dict[str, Any] = ledger_plan(agent, thread_id)
     return plan
 
 
@@ -86,7 +86,7 @@ def test_a_plan_marked_approved_in_state_runs_nothing() -> None:
     agent.graph.update_state(config(thread), {"turn": plan}, as_node="approval_gate")
     agent.graph.invoke(Command(goto="approval_gate"), config(thread))
     assert ran.ran == []
-    assert refused(agent, thread)
+    assert plan_of(agent, thread)["calls"][0]["approval"]["status"] == "pending"
 
     agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done", "done"])
     result = agent.generate("pay")
@@ -96,7 +96,7 @@ def test_a_plan_marked_approved_in_state_runs_nothing() -> None:
     agent.graph.update_state(config(thread), {"turn": plan}, as_node="approval_gate")
     agent.graph.invoke(Command(goto="approval_gate"), config(thread))
     assert ran.ran == []
-    assert refused(agent, thread)
+    assert plan_of(agent, thread)["calls"][0]["approval"]["status"] == "pending"
 
 
 def test_arguments_rewritten_after_the_approval_do_not_run() -> None:
@@ -119,9 +119,11 @@ def test_arguments_rewritten_after_the_approval_do_not_run() -> None:
     agent.graph.update_state(config(thread), {"turn": plan}, as_node="approval_gate")
     del stream  # the decision was taken when approve_tool_call was called
     final = agent.graph.invoke(Command(goto="approval_gate"), config(thread))
-    assert ran == []
+    # the plan is the ledger's: the rewrite was not taken, and what ran is what was approved
+    assert ran == ["1.0"]
     tool = [m for m in final["messages"] if isinstance(m, ToolMessage)]
-    assert "not the ones that were approved" in tool[-1].content
+    assert tool[-1].content == "deployed 1.0"
+    ran.clear()
     # the AI message rewritten instead: what runs is still what was approved
     agent2 = Agent(name="d", tools=[deploy], model=ScriptedChatModel(
         [turn(call("deploy", {"version": "1.0"}, "c1")), "done"]))
@@ -179,7 +181,6 @@ def test_wiping_once_results_in_state_does_not_charge_twice() -> None:
     # replay the checkpoint before the tool first ran: its state knows no once-results at all
     before_tool = next(s for s in agent.graph.get_state_history(config(result.thread_id))
                        if s.next == ("tools",))
-    assert not before_tool.values["turn"]["calls"][0]["once"]
     agent.graph.invoke(None, before_tool.config)
     assert charges == [5]
     assert agent.resume_generate("Berlin", run_id=result.run_id).text == "done"

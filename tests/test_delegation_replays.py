@@ -21,7 +21,7 @@ from langgraph.types import Command
 from graphkit import Agent, Inbox, create_tool
 from graphkit.testing import ScriptedChatModel
 from tests.forgery import PAY, config, plan_of
-from tests.helpers import call, turn
+from tests.helpers import call, ledger_plan, turn
 from tests.test_replies import _told
 from tests.test_stopped_turn_sweep import _approved_and_dispatched, _billing
 from tests.test_supervisor import Users
@@ -193,7 +193,8 @@ def test_held_a_copied_threads_new_message_leaves_the_original_payment_alone(sql
     first = agent.generate("pay ACME", thread_id="orig")
     (pending,) = first.pending_approvals
     _copy_thread(agent, "orig", "copy")
-    assert agent.graph.get_state(config("copy")).values["turn"]["calls"][0]["key"]
+    # the ledger keeps plans per thread: the copy has none of the original's
+    assert ledger_plan(agent, "copy") is None and ledger_plan(agent, "orig")
     out = say(agent, "copy", "never mind")
     told = _told(out["messages"], "c1")
     assert told, "the copied turn's call was left without an answer"
@@ -325,8 +326,8 @@ def test_held_settled_does_not_answer_a_delegation_with_another_threads_outcome(
     sup = _sup(users, sqlite_url, [("data_agent", "find user 12345", "d1")])
     one = sup.generate("Find user with ID 12345", thread_id="t-1")
     sup.approve_tool_call_generate(run_id=one.run_id)
-    key1 = next(s.values["turn"]["calls"][0]["key"] for s in _history(sup, "t-1")
-                if (s.values.get("turn") or {}).get("calls"))
+    key1 = next(s.values["turn"]["keys"][0] for s in _history(sup, "t-1")
+                if (s.values.get("turn") or {}).get("keys"))
     two = sup.generate("Find user with ID 12345", thread_id="t-2")
     assert two.pending_approvals
     plan = plan_of(sup, "t-2")

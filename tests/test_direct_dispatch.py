@@ -14,7 +14,7 @@ from langgraph.types import Command, Send
 from graphkit import Agent
 from graphkit.testing import ScriptedChatModel
 from graphkit.types import args_digest
-from tests.helpers import Ledger, agent_with, call, turn
+from tests.helpers import Ledger, agent_with, call, ledger_plan, turn
 
 PAY = {"amount": 40, "payee": {"name": "ACME"}}
 BIG = {"amount": 40_000, "payee": {"name": "ACME"}}
@@ -25,7 +25,7 @@ def config(thread_id: str) -> dict[str, Any]:
 
 
 def plan_of(agent: Agent, thread_id: str) -> dict[str, Any]:
-    return agent.graph.get_state(config(thread_id)).values["turn"]
+    return ledger_plan(agent, thread_id)
 
 
 def by_id(plan: dict[str, Any], call_id: str) -> dict[str, Any]:
@@ -242,9 +242,9 @@ def test_a_forged_plan_answer_alone_is_dropped(sqlite_url: str) -> None:
     plan = plan_of(agent, r.thread_id)
     by_id(plan, "p1")["answer"] = "paid (FORGED)"
     by_id(plan, "p1")["answer_status"] = "success"
-    agent.graph.update_state(config(r.thread_id), {"turn": plan}, as_node="approval_gate")
     with contextlib.suppress(Exception):
-        agent.graph.invoke(Command(goto="approval_gate"), config(r.thread_id))
+        agent.graph.invoke(Command(update={"turn": plan}, goto="approval_gate"),
+                           config(r.thread_id))
     assert not any("FORGED" in m.text for m in tool_messages(agent, r.thread_id))
     agent.approve_tool_call_generate(run_id=r.run_id, decided_by="cfo")
     assert ran.ran == [("pay", PAY)]

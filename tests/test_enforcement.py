@@ -28,7 +28,7 @@ from graphkit import (
 )
 from graphkit.cli import main
 from graphkit.testing import ScriptedChatModel
-from tests.helpers import agent_with, call, turn
+from tests.helpers import agent_with, call, ledger_plan, turn
 
 PAY = {"amount": 40, "payee": {"name": "ACME"}}
 
@@ -436,8 +436,8 @@ def test_a_decision_outside_its_closed_shape_is_refused_and_runs_nothing(
     assert ran.ran == [] and not [m for m in out["messages"] if isinstance(m, ToolMessage)]
     (pending,) = agent.pending_approvals(run_id=result.run_id)
     assert pending.status == "pending"
-    state = agent.graph.get_state(config(result.thread_id))
-    assert state.values["turn"]["error"], state.values["turn"]
+    plan = ledger_plan(agent, result.thread_id)
+    assert plan["error"], plan
     done = agent.approve_tool_call_generate(run_id=result.run_id)
     assert done.text == "done" and ran.ran == [("pay", PAY)]
 

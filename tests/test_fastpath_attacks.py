@@ -16,7 +16,7 @@ from langgraph.types import Command, Send
 
 from graphkit import Agent
 from graphkit.cli import main
-from tests.helpers import agent_with, call, turn
+from tests.helpers import agent_with, call, ledger_plan, turn
 
 PAY = {"amount": 40, "payee": {"name": "ACME"}}
 
@@ -35,7 +35,7 @@ def config(thread_id: str) -> dict[str, Any]:
 
 
 def plan_of(agent: Agent, thread_id: str) -> dict[str, Any]:
-    plan: dict[str, Any] = agent.graph.get_state(config(thread_id)).values["turn"]
+    plan: dict[str, Any] = ledger_plan(agent, thread_id)
     return plan
 
 

@@ -576,16 +576,14 @@ def test_legit_an_approved_call_survives_a_stop_and_a_new_message(sqlite_url: st
 # the paused state (`ensure`): a call that already ran is asked, and run, again
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'open: a checkpointer instance graphkit cannot keep its ledger beside (a custom saver; '
-    'here InMemorySaver standing for one that outlives the process) leaves the execution '
-    'record in memory, and after a restart time travel to an old checkpoint runs the call '
-    'again. SQLite and PostgreSQL URLs, and SqliteSaver/PostgresSaver instances, keep the '
-    'ledger in their database (tests/test_storage.py)'))
-def test_a_call_that_ran_runs_again_after_a_restart_via_an_old_checkpoint() -> None:
+def test_a_call_that_ran_does_not_run_again_after_a_restart_via_an_old_checkpoint() -> None:
     """A checkpointer instance keeps its checkpoints; graphkit's ledger beside it lives in the
     process (as under `langgraph dev` without GRAPHKIT_DB). After a restart, a client resumes
-    the paused checkpoint of a payment that already ran (Studio's time travel)."""
+    the paused checkpoint of a payment that already ran (Studio's time travel), with the
+    decision it was paused for. The plans are the ledger's too, so the restarted gate finds
+    none for the turn: it plans the turn anew, under new ids, in a pass of its own, and asks
+    again; the old resume value decides nothing. (A reviewer who approves the new request
+    would run it again: the ledger that knew it ran is gone. Keep the ledger in a database.)"""
     from langgraph.checkpoint.memory import InMemorySaver
 
     saver = InMemorySaver()
@@ -602,6 +600,9 @@ def test_a_call_that_ran_runs_again_after_a_restart_via_an_old_checkpoint() -> N
                                              "langgraph_auth_user": {"identity": "cfo"}}})
     assert ran.ran == [("pay", PAY)], f"ran twice without a restart: {ran.ran}"
     # the process restarts: the same checkpoints, a fresh ledger
+    from graphkit import _storage
+
+    _storage._IN_MEMORY.pop(saver)
     restarted, _ = agent_with(pay_then_done, ran, checkpointer=saver, approvers=cfo_only,
                               name="billing")
     with contextlib.suppress(Exception):
@@ -609,6 +610,7 @@ def test_a_call_that_ran_runs_again_after_a_restart_via_an_old_checkpoint() -> N
                                {"configurable": {**paused["configurable"],
                                                  "langgraph_auth_user": {"identity": "cfo"}}})
     assert ran.ran == [("pay", PAY)], f"the payment ran again: {ran.ran}"
+    assert [p.status for p in restarted.pending_approvals(run_id=r.run_id)] == ["pending"]
 
 
 # ====================================================================== R3-11: the reviewed
@@ -700,7 +702,7 @@ async def test_async_in_memory_concurrent_decisions_run_each_call_once() -> None
     assert set(errors) <= {"ApprovalAlreadyResolvedError", "ApprovalNotFoundError"}, errors
     # and the client-side attacks meet the same checks on this path
     r = await agent.agenerate("pay")
-    plan = plan_of(agent, r.thread_id)
+    plan = await asyncio.to_thread(plan_of, agent, r.thread_id)
     cfg = config(r.thread_id)
     await agent.graph.aupdate_state(cfg, {"reports": {}}, as_node="approval_gate")
     with contextlib.suppress(Exception):

@@ -232,7 +232,8 @@ def test_a_queued_message_survives_a_well_typed_write_of_the_plan() -> None:
 def test_queued_messages_keep_their_order_when_a_client_drops_one_from_the_plan() -> None:
     """Attack (adversary review): of two queued replies the client kept only the first in
     the plan; the gate delivered it and the ledger's copy of the second came in front of it.
-    The gate delivers in the ledger's order."""
+    The queue is the ledger's alone now: the client's write is not taken, and the gate
+    delivers in the ledger's order."""
     from tests.test_replies import _said, weather_agent
 
     agent = weather_agent([], auto_resume_suspended_tools=True)
@@ -240,9 +241,9 @@ def test_queued_messages_keep_their_order_when_a_client_drops_one_from_the_plan(
     config = {"configurable": {"thread_id": first.thread_id}}
     agent.generate("M1 hmm not sure", thread_id=first.thread_id)
     agent.generate("M2 still thinking", thread_id=first.thread_id)
-    plan = agent.graph.get_state(config).values["turn"]
-    plan = {**plan, "queued": [q for q in plan["queued"]
-                               if q["data"]["content"].startswith("M1")]}
+    queue = [m for _, m in agent._storage.ledger.queue_of(first.thread_id, agent.name)]
+    plan = {**agent.graph.get_state(config).values["turn"],
+            "queued": [q for q in queue if q["data"]["content"].startswith("M1")]}
     agent.graph.invoke(Command(update={"turn": plan}, goto="approval_gate"), config)
     done = agent.generate("Paris", thread_id=first.thread_id)
     if done.finish_reason == "suspended":

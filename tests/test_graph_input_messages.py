@@ -23,7 +23,7 @@ from graphkit._owner import new_owner
 from graphkit.errors import GraphkitError
 from graphkit.testing import ScriptedChatModel
 from tests.forgery import PAY, cfo_only, config, dead_owner
-from tests.helpers import Ledger, call, turn
+from tests.helpers import Ledger, call, ledger_plan, turn
 from tests.test_suspension import city_from_reply, weather_agent, weather_tool
 
 USER = {"langgraph_auth_user": {"identity": "user"}}
@@ -113,7 +113,8 @@ def _weather_and_payment(url: str) -> tuple[Agent, Ledger, str, str, Any]:
                        interrupt_after=["approval_gate"])
     snapshot = agent.graph.get_state(config(r.thread_id))
     assert snapshot.next == ("tools",)
-    key = next(c["key"] for c in snapshot.values["turn"]["calls"] if c["tool_call_id"] == "c1")
+    key = next(c["key"] for c in ledger_plan(agent, r.thread_id)["calls"]
+               if c["tool_call_id"] == "c1")
     return agent, ran, r.thread_id, key, snapshot.config
 
 
@@ -167,7 +168,8 @@ def test_a_message_handed_over_but_not_yet_taken_is_lost_to_the_next_one(sqlite_
 
     values = agent.graph.get_state(config(first.thread_id)).values
     kept = _said(values["messages"]) + [
-        str(m["data"]["content"]) for m in (values.get("turn") or {}).get("queued") or []]
+        str(m["data"]["content"])
+        for _, m in agent._storage.ledger.queue_of(first.thread_id, agent.name)]
     assert "I am in Paris" in kept, f"the user's message is gone: {kept}"
 
 
@@ -186,7 +188,8 @@ def test_a_large_message_as_graph_input_is_silently_dropped() -> None:
         assert _said(values["messages"]) == ["What's the weather like?"]
         return
     values = agent.graph.get_state(config(first.thread_id)).values
-    queued = [m["data"]["content"] for m in (values.get("turn") or {}).get("queued") or []]
+    queued = [m["data"]["content"]
+              for _, m in agent._storage.ledger.queue_of(first.thread_id, agent.name)]
     assert big in _said(values["messages"]) or big in queued, (
         "the user's message was removed from the conversation without a typed error")
 

@@ -34,7 +34,7 @@ from graphkit._owner import new_owner
 from graphkit.errors import ApprovalNotFoundError, GraphkitError
 from graphkit.testing import ScriptedChatModel
 from tests.forgery import PAY, config, dead_owner, plan_of
-from tests.helpers import Ledger, call, turn
+from tests.helpers import Ledger, call, ledger_plan, turn
 from tests.test_suspension import (
     Ask,
     City,
@@ -93,7 +93,8 @@ def _approved_pay_stopped_before_tools(agent: Agent) -> tuple[str, str, Any]:
         {"type": "approve", "tool_call_id": "c1"}]}}), cfg, interrupt_after=["approval_gate"])
     snapshot = agent.graph.get_state(cfg)
     assert snapshot.next == ("tools",)
-    key = next(c["key"] for c in snapshot.values["turn"]["calls"] if c["tool_name"] == "pay")
+    key = next(c["key"] for c in ledger_plan(agent, first.thread_id)["calls"]
+               if c["tool_name"] == "pay")
     return first.thread_id, key, snapshot.config
 
 
@@ -431,7 +432,7 @@ def test_held_invalid_resume_data_leaves_the_tool_suspended() -> None:
     say(agent, first.thread_id, "Paris", user=USER)
     assert log == ["started"]
     assert waiting_kinds(agent, first.thread_id) == ["suspension"]
-    queued = (_state(agent, first.thread_id)["turn"] or {}).get("queued") or []
+    queued = [m for _, m in agent._storage.ledger.queue_of(first.thread_id, agent.name)]
     assert [m["data"]["content"] for m in queued] == ["Paris"]
 
 

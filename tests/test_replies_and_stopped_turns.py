@@ -231,7 +231,8 @@ def test_held_an_approvers_policy_that_raises_allows_nothing_through_the_door() 
     assert waiting_kinds(agent, first.thread_id) == ["suspension"]
     values = _state(agent, first.thread_id)
     kept = [*_said(values["messages"]),
-            *(str(m["data"]["content"]) for m in (values.get("turn") or {}).get("queued") or [])]
+            *(str(m["data"]["content"])
+              for _, m in agent._storage.ledger.queue_of(first.thread_id, agent.name))]
     assert "Paris" in kept
 
 

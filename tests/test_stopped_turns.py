@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from graphkit import Agent, Inbox
 from graphkit._owner import new_owner
 from tests.forgery import PAY, cfo_only, config
-from tests.helpers import Ledger, agent_with, call, turn
+from tests.helpers import Ledger, agent_with, call, ledger_plan, turn
 
 USER = {"langgraph_auth_user": {"identity": "user"}}
 
@@ -64,7 +64,7 @@ def test_an_approved_call_stopped_before_it_ran_is_superseded_by_raw_input(
                                 decided_by="cfo")
     agent.resume(run_id=r.run_id, on_state_change=lambda s: s.node == "approval_gate")
     assert agent.graph.get_state(config(r.thread_id)).next == ("tools",)
-    key = agent.graph.get_state(config(r.thread_id)).values["turn"]["calls"][0]["key"]
+    key = ledger_plan(agent, r.thread_id)["calls"][0]["key"]
 
     out = _raw_input(agent, r.thread_id, "also, what's the weather?")
 
@@ -110,7 +110,7 @@ def test_a_call_that_ran_before_the_stop_is_reported_as_it_ran(sqlite_url: str) 
     agent.resolve_tool_approval(run_id=r.run_id, id=r.pending_approvals[0].id, approved=True,
                                 decided_by="cfo")
     agent.resume(run_id=r.run_id, on_state_change=lambda s: s.node == "approval_gate")
-    key = agent.graph.get_state(config(r.thread_id)).values["turn"]["calls"][0]["key"]
+    key = ledger_plan(agent, r.thread_id)["calls"][0]["key"]
     ledger = agent._storage.ledger
     owner = new_owner()
     outcome, _held = ledger.start(key, owner, holder_dead=lambda _owner: False)

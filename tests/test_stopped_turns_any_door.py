@@ -29,7 +29,7 @@ from tests.forgery import (
     pay_then_done,
     plan_of,
 )
-from tests.helpers import agent_with, call, turn
+from tests.helpers import agent_with, call, ledger_plan, turn
 from tests.test_supervisor import FIND, Users, supervisor
 
 USER = {"langgraph_auth_user": {"identity": "user"}}
@@ -58,7 +58,7 @@ def _approved_and_stopped_before_the_tool(url: str) -> tuple[Agent, Any, Any, st
     agent.resume(run_id=r.run_id, on_state_change=lambda s: s.node == "approval_gate")
     snapshot = agent.graph.get_state(config(r.thread_id))
     assert snapshot.next == ("tools",)
-    key = snapshot.values["turn"]["calls"][0]["key"]
+    key = ledger_plan(agent, r.thread_id)["calls"][0]["key"]
     return agent, ran, r, key, snapshot.config
 
 
