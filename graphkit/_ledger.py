@@ -255,7 +255,10 @@ class _Sqlite:
         if path != ":memory:":
             self.conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file only
             self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA synchronous=NORMAL")
+            # FULL: each ledger commit (a decision, an execution claim, a result) is on disk
+            # before the tool starts, so a power loss cannot make a payment that ran run again.
+            # Checkpoints stay NORMAL: a lost one only means a replay the ledger answers.
+            self.conn.execute("PRAGMA synchronous=FULL")
         self.path = path
         self.lock = threading.RLock()
         """Reentrant: it may be shared with the saver and store of the same file, whose list
@@ -271,6 +274,7 @@ class _Sqlite:
             if self._apart is None:
                 self._apart = sqlite3.connect(self.path, check_same_thread=False,
                                               timeout=30.0, isolation_level=None)
+                self._apart.execute("PRAGMA synchronous=FULL")
             return self._apart.execute(sql, params).rowcount
 
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:

@@ -142,8 +142,9 @@ def _connect(path: str, *, autocommit: bool = False) -> sqlite3.Connection:
     )
     if path != ":memory:":
         conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file only
-        # WAL with synchronous=NORMAL: every commit is atomic and survives a killed process;
-        # only an OS crash or power loss can drop the last commits (SQLite's advice for WAL).
+        # WAL with synchronous=NORMAL for checkpoints and the store: every commit is atomic
+        # and survives a killed process; a power loss can drop the last ones, which only
+        # means a replay the ledger (synchronous=FULL, `graphkit._ledger`) answers.
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
     return conn

@@ -318,3 +318,18 @@ def test_lease_renewals_do_not_wait_on_a_single_connection_savers_lock(postgres_
             assert expiry() > before
     finally:
         conn.close()
+
+
+def test_the_ledger_commits_durably_and_checkpoints_cheaply(sqlite_url: str) -> None:
+    """Exactly once across a power loss: what records a decision, an execution claim or a
+    result is fsync'd at commit (SQLite's synchronous=FULL, 2) before the tool starts; the
+    checkpoints keep NORMAL (1), whose loss only means a replay the ledger answers."""
+    agent, _ = agent_with([turn(call("pay", {"amount": 1, "payee": {"name": "A"}}, "c1")),
+                           "done"], checkpointer=sqlite_url)
+    agent.generate("pay")
+    ledger_sql = agent._storage.ledger._sql
+    assert ledger_sql.conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    ledger_sql.execute_apart("SELECT 1")
+    assert ledger_sql._apart.execute("PRAGMA synchronous").fetchone()[0] == 2
+    saver_conn = agent._storage.checkpointer.conn
+    assert saver_conn.execute("PRAGMA synchronous").fetchone()[0] == 1
