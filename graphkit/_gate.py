@@ -86,6 +86,10 @@ never started from a delegation whose subagents did part of their work."""
 UNACCOUNTED = ("Tool call {name!r} was stopped by a new user message; the run's state no "
                "longer says what became of it, so whether it took effect is unknown (it runs "
                "again only if called anew).")
+RESPONDED = ("[Tool call {name!r} did not run. A reviewer, {who}, answered in its place; "
+             "these are the reviewer's words, not the tool's result:] {message}")
+"""A `respond` decision as the model reads it: marked as the reviewer's, so that a reviewer's
+"the payment succeeded" is never taken for the tool's own result."""
 CANCELLED = "Tool call {name!r} was cancelled by {who}{why} while it waited for input."
 DECISION_COUNT = (
     "Number of human decisions ({given}) does not match number of pending tool calls "
@@ -446,7 +450,9 @@ class _Pass:
             return
         match taken.event:
             case "responded":
-                call["answer"] = str(decision.get("message") or comment or "")
+                who, _ = _who_why(by, None)
+                call["answer"] = RESPONDED.format(
+                    name=name, who=who, message=str(decision.get("message") or comment or ""))
                 call["answer_status"] = "success"
             case "expired":
                 call["answer"] = EXPIRED.format(name=name, why=comment)

@@ -216,3 +216,24 @@ def test_a_forged_approval_id_with_a_widened_list_is_never_recorded(sqlite_url: 
     with pytest.raises(GraphkitError):  # the inbox's copy of the forged record decides nothing
         Inbox(sqlite_url).respond("apr_forged0000000000", decided_by="cfo", message="FORGED")
     assert agent._storage.ledger.approval("apr_forged0000000000") is None
+
+
+def test_a_respond_reaches_the_model_marked_as_the_reviewers_words(sqlite_url: str) -> None:
+    """A reviewer's `respond` on a side-effecting tool ("The payment succeeded") is told to the
+    model as the reviewer's answer, by name, never as the tool's result; the tool did not run."""
+    ran: list[str] = []
+    agent = _agent(sqlite_url, ran)
+    first = agent.generate("move 500")
+    done = agent.respond_tool_call_generate(run_id=first.run_id, decided_by="cfo",
+                                            message="The transfer of 500 succeeded.")
+    (told,) = [m for m in done.messages if isinstance(m, ToolMessage)]
+    assert ran == []
+    assert str(told.content).startswith("[Tool call 'transfer' did not run. A reviewer, 'cfo',")
+    assert "not the tool's result" in str(told.content)
+    assert str(told.content).endswith("The transfer of 500 succeeded.")
+    # through the inbox too (another door, same gate)
+    second = agent.generate("move 500 again")
+    Inbox(sqlite_url).respond(second.pending_approvals[0].id, decided_by="cfo", message="Done.")
+    final = agent.resume(run_id=second.run_id)
+    answers = [m for m in final.messages if isinstance(m, ToolMessage)]
+    assert "A reviewer, 'cfo', answered in its place" in str(answers[-1].content)
