@@ -229,7 +229,6 @@ def plan_turn(
                 approval=approval,
                 suspension=None,
                 resume_values=[],
-                once={},
                 metadata=metadata,
                 node=name if isinstance(tool, DelegationTool) else "tools",
                 answer=None,

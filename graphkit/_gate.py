@@ -548,7 +548,7 @@ def _copy_plan(plan: TurnPlan) -> TurnPlan:
          "approval": _copy_record(call.get("approval")),
          "suspension": _copy_record(call.get("suspension")),
          "resume_values": list(call.get("resume_values") or []),
-         "once": dict(call.get("once") or {}), "metadata": dict(call.get("metadata") or {})}
+         "metadata": dict(call.get("metadata") or {})}
         for call in plan["calls"]]
     return {**plan, "calls": calls}
 

@@ -57,8 +57,6 @@ class CallPlan(TypedDict):
     """Set while the tool is suspended, waiting for resume data."""
     resume_values: list[Any]
     """Resume data given so far, for display: the tools node reads it from the ledger."""
-    once: dict[str, Any]
-    """Unused: `ctx.once` results live in the ledger, beside the call's execution claim."""
     metadata: dict[str, Any]
     """Tracing metadata for the tool's callback run (`approval.required` / `.conditional`)."""
     node: str
