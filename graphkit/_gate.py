@@ -581,9 +581,8 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
             changed = True  # the state has writes to take before any pause
         else:
             plan = _copy_plan(previous)
-        reports = state.get("reports") or {}
-        if reports:
-            _suspended(plan, reports, ctx)
+        if state.get("reports"):  # a tool suspended (or a client says so): the ledger knows
+            _suspended(plan, ctx)
             update["reports"] = {}
             changed = True
         answered = answered_ids(messages, plan["ai_message_id"]) | {
@@ -639,21 +638,27 @@ def pointer(plan: TurnPlan) -> TurnPointer:
                        keys=[call["key"] for call in plan["calls"]])
 
 
-def _suspended(plan: TurnPlan, reports: Mapping[str, Any], ctx: GateContext) -> None:
-    """Turn the tools node's suspension reports into pending requests, in plan and ledger
-    (one transaction: no suspension is recorded that the plan does not hold)."""
+def _suspended(plan: TurnPlan, ctx: GateContext) -> bool:
+    """Turn what the plan's calls asked (`Ledger.suspend`, written by the tools node that ran
+    them) into pending requests, in plan and ledger; True when there were any. The state's
+    reports only wake the gate: a client can write them, and they name nothing it asks."""
+    asked = ctx.ledger.take_suspensions(
+        (c["key"] for c in plan["calls"] if c["suspension"] is None and c["answer"] is None),
+        ctx.thread_id)
     rows: list[ApprovalRow] = []
     for call in plan["calls"]:
-        report = reports.get(call["tool_call_id"])
-        if report is None or not isinstance(report, Mapping):
+        payload = asked.get(call["key"])
+        if payload is None:
             continue
-        record = suspension_record(call, dict(report.get("payload") or {}), agent_path=ctx.path)
+        record = suspension_record(call, payload, agent_path=ctx.path)
         call["suspension"] = record
         rows.append(ApprovalRow(approval_id=record["id"], thread_id=ctx.thread_id,
                                 kind="suspension", call_key=call["key"], agent_path=ctx.path,
                                 tool_name=call["tool_name"], args_digest=record["args_digest"],
                                 run_id=ctx.run_id))
-    ctx.ledger.register(approvals=rows, turn=(ctx.thread_id, ctx.path, lambda _: plan))
+    if rows:
+        ctx.ledger.register(approvals=rows, turn=(ctx.thread_id, ctx.path, lambda _: plan))
+    return bool(rows)
 
 
 def _ready(plan: TurnPlan, answered: set[str]) -> list[CallPlan]:

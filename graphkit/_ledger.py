@@ -439,7 +439,8 @@ class GrantRow:
 _APPROVAL_COLUMNS = ("approval_id, thread_id, kind, call_key, agent_path, tool_name, "
                      "args_digest, expires_at, status, decision, allowed")
 _APPROVAL_READ = _APPROVAL_COLUMNS + ", run_id"
-_MIGRATIONS = (("graphkit_approvals", "allowed", "TEXT"),)
+_MIGRATIONS = (("graphkit_approvals", "allowed", "TEXT"),
+               ("graphkit_calls", "suspended_with", "TEXT"))
 """Columns added after a table was first made: added to an existing database on open."""
 
 
@@ -1057,6 +1058,33 @@ class Ledger:
             "UPDATE graphkit_calls SET executed = ?, outcome = ? "
             "WHERE call_key = ? AND executed = ?",
             (DONE, _dumps(dict(outcome)), call_key, owner))
+
+    def suspend(self, call_key: str, owner: str, payload: Mapping[str, Any]) -> None:
+        """The call suspended itself (`ctx.suspend`): keep what it asked, for the gate to ask
+        a human, and let it run again on resume. Only the holder of its execution claim can
+        say so (a tool that really ran); the gate asks nothing the ledger was not told."""
+        _KEEPER.drop(("call", call_key), owner)
+        self._sql.execute(
+            "UPDATE graphkit_calls SET executed = NULL, suspended_with = ? "
+            "WHERE call_key = ? AND executed = ?", (_dumps(dict(payload)), call_key, owner))
+
+    def take_suspensions(self, call_keys: Iterable[str], thread_id: str
+                         ) -> dict[str, dict[str, Any]]:
+        """What the calls (of this thread) asked since the gate last looked: key -> payload.
+        Each payload is handed out once; the gate records it as a pending suspension."""
+        keys = list(dict.fromkeys(call_keys))
+        if not keys:
+            return {}
+        marks = ", ".join("?" for _ in keys)
+        select = (f"SELECT call_key, suspended_with FROM graphkit_calls WHERE thread_id = ? "
+                  f"AND suspended_with IS NOT NULL AND call_key IN ({marks})")
+        if not self._sql.query(select, (thread_id, *keys)):
+            return {}
+        with self._sql.transaction() as tx:  # (the thread's lease holder is the only taker)
+            rows = tx.query(select, (thread_id, *keys))
+            tx.execute(f"UPDATE graphkit_calls SET suspended_with = NULL WHERE "
+                       f"thread_id = ? AND call_key IN ({marks})", (thread_id, *keys))
+        return {str(key): _loads(payload) or {} for key, payload in rows}
 
     def release(self, call_key: str, owner: str) -> None:
         """The call stopped without a result (it suspended, or raised): it may run again."""

@@ -230,6 +230,16 @@ def _stopped_turn(messages: list[AnyMessage], ctx: GateContext
     return [*messages[:later], *answers, *newer], writes
 
 
+def _left_to_the_gate(plan: TurnPlan | None, messages: list[AnyMessage]) -> bool:
+    """The conversation ends with a planned turn some of whose calls have no result, and no
+    user message came after it: the gate still has to run, answer or ask about them."""
+    span = turn_span(messages, plan["ai_message_id"]) if plan is not None else None
+    if plan is None or span is None or span[1] != len(messages):
+        return False
+    answered = {m.tool_call_id for m in messages[span[0] + 1:] if isinstance(m, ToolMessage)}
+    return any(c["tool_call_id"] not in answered for c in plan["calls"])
+
+
 def _last_open_turn(messages: list[AnyMessage]) -> str | None:
     """The id of the last AI message whose tool calls do not all have results."""
     for index in range(len(messages) - 1, -1, -1):
@@ -293,6 +303,12 @@ def make_model_node(
             to_gate: Command[ModelTarget] = Command(
                 update={"messages": [*forged, *removed]}, goto="approval_gate")
             return [], False, [], to_gate
+        if _left_to_the_gate(plan, messages):
+            # the gate's turn is not over (a client sent the run here): back to the gate,
+            # never a model turn over a call without its result
+            back: Command[ModelTarget] = Command(
+                update={"messages": forged} if forged else None, goto="approval_gate")
+            return [], False, [], back
         messages, moved = _stopped_turn(messages, ctx)
         messages, unqueued = left_queued(messages, ctx.ledger.queue_of(ctx.thread_id, ctx.agent))
         if unqueued:
@@ -477,6 +493,8 @@ def _result(task: ToolTask, output: Any) -> Command[ToolTarget]:
 
 
 def _suspended(task: ToolTask, signal: ToolSuspended) -> Command[ToolTarget]:
+    """Back to the gate, which asks what the ledger was told (`Ledger.suspend`): the report
+    in the state only says where to look (a client can write it)."""
     report = {task["tool_call_id"]: {"payload": signal.payload, "key": task["key"]}}
     return Command(update={"reports": report}, goto="approval_gate")
 
@@ -520,7 +538,7 @@ def make_tools_nodes(
         try:
             output = tool.invoke(call, tool_config)
         except ToolSuspended as signal:
-            ledger.release(task["key"], owner)
+            ledger.suspend(task["key"], owner, signal.payload)
             return _suspended(task, signal)
         except GraphBubbleUp:  # a tool's own interrupt(): it runs again on resume
             ledger.release(task["key"], owner)
@@ -558,7 +576,7 @@ def make_tools_nodes(
         try:
             output = await tool.ainvoke(call, tool_config)
         except ToolSuspended as signal:
-            await offload(ledger.release, task["key"], owner)
+            await offload(ledger.suspend, task["key"], owner, signal.payload)
             return _suspended(task, signal)
         except GraphBubbleUp:
             await offload(ledger.release, task["key"], owner)

@@ -709,3 +709,27 @@ async def test_async_in_memory_concurrent_decisions_run_each_call_once() -> None
         await agent.graph.ainvoke(Command(goto=[Send("tools", task(pay_call(plan),
                                                                    ["billing"]))]), cfg)
     assert ran.ran == [("pay", PAY)] * 4
+
+
+def test_a_client_goto_model_never_gives_the_model_a_call_without_its_result() -> None:
+    """`Command(goto="model")` while a payment waits for its approval: the model node hands
+    the turn back to the gate (it is not over), so the model never reads the call without a
+    result, the approval still waits, and once approved the payment runs once."""
+    from langchain_core.messages import ToolMessage as _Tool
+
+    seen: list[list[Any]] = []
+
+    def reply(messages: list[Any]) -> Any:
+        seen.append(list(messages))
+        return pay_then_done(messages)
+
+    agent, ran = agent_with(reply, approvers=cfo_only, name="billing")
+    r = agent.generate("pay")
+    with contextlib.suppress(Exception):
+        agent.graph.invoke(Command(goto="model"), config(r.thread_id))
+    out = agent.approve_tool_call_generate(run_id=r.run_id, decided_by="cfo")
+    assert out.text == "done" and ran.ran == [("pay", PAY)]
+    for messages in seen:
+        asked = {c["id"] for m in messages for c in (getattr(m, "tool_calls", None) or [])}
+        told = {m.tool_call_id for m in messages if isinstance(m, _Tool)}
+        assert asked <= told, f"the model read a call without its result: {asked - told}"
