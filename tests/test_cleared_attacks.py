@@ -324,7 +324,7 @@ def test_a_reused_tool_call_id_across_turns_asks_again(sqlite_url: str) -> None:
 
 def test_a_grant_revoked_between_planning_and_running(sqlite_url: str) -> None:
     """Revoking a grant stops the calls planned after it; one it approved while it was live
-    runs, as one a person approved before would (the README: "later calls ... ask again")."""
+    runs, as one a person approved before would (docs/reviewing.md: "later calls ... ask again")."""
     def reply(messages: list[Any]) -> Any:
         if isinstance(messages[-1], ToolMessage):
             return "done"

@@ -287,7 +287,7 @@ def test_a_forged_send_to_a_delegate_node_cannot_answer_a_pending_call(sqlite_ur
     with contextlib.suppress(Exception):
         boss.approve_tool_call_generate(run_id=r.run_id, decided_by="cfo")
     # A result a client made the graph write for a call is discarded and the call declined
-    # ("did not run", README: the trust boundary): it never runs, and nobody is told it did.
+    # ("did not run", docs/trust.md): it never runs, and nobody is told it did.
     if ran.ran not in ([], [("pay", PAY)]):
         problems.append(f"pay ran otherwise than approved: {ran.ran}")
     assert not problems, problems

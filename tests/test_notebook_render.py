@@ -1,6 +1,6 @@
 """The walkthrough notebook, executed and rendered to HTML with nbconvert, shows review cards
 and results (not printed ids) in a real browser: Debian's Chromium takes a screenshot (the
-README shows it; `GRAPHKIT_SCREENSHOTS=1 make test` refreshes it)."""
+docs/reviewing.md shows it; `GRAPHKIT_SCREENSHOTS=1 make test` refreshes it)."""
 
 from __future__ import annotations
 

@@ -26,11 +26,10 @@ def test_readme_blocks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         exec(compile(block, str(README), "exec"), namespace)
     out = capsys.readouterr().out
     # the comments in the README say what each print shows; hold them to it
-    for expected in ("Send build 1.4.2 to prod?", "Build 1.4.2 is live.", "['c2', 'c3']",
+    for expected in ("Send build 1.4.2 to prod?", "Build 1.4.2 is live.", "['c2']",
                      "Cleaned up.", "What city do you want to know the weather for?",
                      "It is sunny in San Francisco.",
-                     "['supervisor', 'data_agent']", "User 12345 is John.",
-                     "Run `rm -r /tmp/x`?", "Done."):
+                     "['supervisor', 'ops'] Run `rm -r /tmp/x`?", "Done."):
         assert expected in out
 
 

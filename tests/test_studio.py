@@ -18,7 +18,7 @@ from tests.langgraph_server import ROOT, interrupt_of, langgraph_dev
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`langgraph dev` on the repo's langgraph.json, started as the README says (its
+    """`langgraph dev` on the repo's langgraph.json, started as docs/langgraph-server.md says (its
     blocking-call detector on): a blocking call in any served graph or in the mounted inbox
     fails the run it is in, and shows in the log, which must have none."""
     env = {"GRAPHKIT_TOKENS": '{"tok-rm": "release-manager"}'}

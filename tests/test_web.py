@@ -4,7 +4,8 @@ A reviewer signs in, sees approvals from two agents, edits and approves one, dec
 with a comment, answers a suspended tool; workers resume the runs, which finish with the
 decided arguments; a second browser sees decided requests leave its list live; an expired
 request cannot be approved; an anonymous visitor, a reviewer the policy refuses and a request
-without the CSRF token are refused. Screenshots go to docs/screenshots/ (the README shows them).
+without the CSRF token are refused. Screenshots go to docs/screenshots/
+(docs/reviewing.md shows them).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from tests.helpers import call, turn
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "docs" / "screenshots"
-"""Where the README's screenshots come from: `GRAPHKIT_SCREENSHOTS=1 make test` refreshes them
+"""Where the screenshots of docs/reviewing.md come from: `GRAPHKIT_SCREENSHOTS=1 make test`
+refreshes them
 (otherwise a test run writes its screenshots to a temporary folder)."""
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 TOKENS = {"tok-alice": "alice", "tok-bob": "bob", "tok-intern": "intern"}
