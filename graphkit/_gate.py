@@ -86,8 +86,8 @@ never started from a delegation whose subagents did part of their work."""
 UNACCOUNTED = ("Tool call {name!r} was stopped by a new user message; the run's state no "
                "longer says what became of it, so whether it took effect is unknown (it runs "
                "again only if called anew).")
-RESPONDED = ("[Tool call {name!r} did not run. A reviewer, {who}, answered in its place; "
-             "these are the reviewer's words, not the tool's result:] {message}")
+RESPONDED = ("[Tool call {name!r} did not run. {who} answered in its place; these are the "
+             "reviewer's words, not the tool's result:] {message}")
 """A `respond` decision as the model reads it: marked as the reviewer's, so that a reviewer's
 "the payment succeeded" is never taken for the tool's own result."""
 CANCELLED = "Tool call {name!r} was cancelled by {who}{why} while it waited for input."
@@ -450,7 +450,7 @@ class _Pass:
             return
         match taken.event:
             case "responded":
-                who, _ = _who_why(by, None)
+                who = f"The reviewer {by!r}" if by else "A reviewer"
                 call["answer"] = RESPONDED.format(
                     name=name, who=who, message=str(decision.get("message") or comment or ""))
                 call["answer_status"] = "success"

@@ -228,7 +228,8 @@ def test_a_respond_reaches_the_model_marked_as_the_reviewers_words(sqlite_url: s
                                             message="The transfer of 500 succeeded.")
     (told,) = [m for m in done.messages if isinstance(m, ToolMessage)]
     assert ran == []
-    assert str(told.content).startswith("[Tool call 'transfer' did not run. A reviewer, 'cfo',")
+    assert str(told.content).startswith(
+        "[Tool call 'transfer' did not run. The reviewer 'cfo' answered in its place")
     assert "not the tool's result" in str(told.content)
     assert str(told.content).endswith("The transfer of 500 succeeded.")
     # through the inbox too (another door, same gate)
@@ -236,4 +237,4 @@ def test_a_respond_reaches_the_model_marked_as_the_reviewers_words(sqlite_url: s
     Inbox(sqlite_url).respond(second.pending_approvals[0].id, decided_by="cfo", message="Done.")
     final = agent.resume(run_id=second.run_id)
     answers = [m for m in final.messages if isinstance(m, ToolMessage)]
-    assert "A reviewer, 'cfo', answered in its place" in str(answers[-1].content)
+    assert "The reviewer 'cfo' answered in its place" in str(answers[-1].content)

@@ -17,7 +17,7 @@ TOPICS = ("tools", "suspension", "supervisors", "reviewing", "langgraph-server",
 # what each page's comments say its blocks print; hold them to it
 PRINTS = {
     "tools.md": ("'prompt': 'Deploy 2.0 to prod?'", "['c2', 'c3']", "Cleaned up.",
-                 "A reviewer, 'bo', answered in its place",
+                 "The reviewer 'bo' answered in its place",
                  "Savings is frozen; use the desk."),
     "suspension.md": ("What city do you want to know the weather for?",
                       "It is sunny in San Francisco.", "Subject?", "Sent. ['bo']"),

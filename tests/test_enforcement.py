@@ -377,7 +377,9 @@ def test_respond_answers_the_model_without_running_the_call() -> None:
         {"type": "respond", "message": "Use the staging account instead."}]})
     assert ran.ran == []
     tool = [m for m in out["messages"] if isinstance(m, ToolMessage)]
-    assert tool[0].content == "Use the staging account instead."
+    assert tool[0].content == (
+        "[Tool call 'pay' did not run. A reviewer answered in its place; these are the "
+        "reviewer's words, not the tool's result:] Use the staging account instead.")
     assert "responded" in audit_events(agent, result.thread_id)
 
 
