@@ -221,6 +221,11 @@ class _Sql(_Tx, Protocol):
 
     def transaction(self) -> contextlib.AbstractContextManager[_Tx]: ...
 
+    def durable(self) -> contextlib.AbstractContextManager[None]:
+        """What commits inside is on disk when it returns (SQLite: a synchronous=FULL commit,
+        whose WAL sync also makes every earlier commit durable; PostgreSQL commits are)."""
+        ...
+
     def execute_apart(self, sql: str, params: tuple[Any, ...] = ()) -> int:
         """`execute` for the lease keeper, never behind a lock another component may hold
         while it waits on its caller (a checkpoint list being read lazily)."""
@@ -255,10 +260,11 @@ class _Sqlite:
         if path != ":memory:":
             self.conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file only
             self.conn.execute("PRAGMA journal_mode=WAL")
-            # FULL: each ledger commit (a decision, an execution claim, a result) is on disk
-            # before the tool starts, so a power loss cannot make a payment that ran run again.
-            # Checkpoints stay NORMAL: a lost one only means a replay the ledger answers.
-            self.conn.execute("PRAGMA synchronous=FULL")
+            # NORMAL, but `durable()` commits (a decision, an execution claim, a result, a
+            # once-result) are FULL: on disk before the tool starts, with every commit before
+            # them (one WAL), so a power loss cannot make a payment that ran run again. A lost
+            # lease or checkpoint only means a wait or a replay the ledger answers.
+            self.conn.execute("PRAGMA synchronous=NORMAL")
         self.path = path
         self.lock = threading.RLock()
         """Reentrant: it may be shared with the saver and store of the same file, whose list
@@ -274,7 +280,7 @@ class _Sqlite:
             if self._apart is None:
                 self._apart = sqlite3.connect(self.path, check_same_thread=False,
                                               timeout=30.0, isolation_level=None)
-                self._apart.execute("PRAGMA synchronous=FULL")
+                self._apart.execute("PRAGMA synchronous=NORMAL")  # lease renewals only
             return self._apart.execute(sql, params).rowcount
 
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
@@ -284,6 +290,18 @@ class _Sqlite:
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self.lock:
             return self._tx.query(sql, params)
+
+    @contextlib.contextmanager
+    def durable(self) -> Iterator[None]:
+        if self.path == ":memory:":
+            yield
+            return
+        with self.lock:
+            self.conn.execute("PRAGMA synchronous=FULL")
+            try:
+                yield
+            finally:
+                self.conn.execute("PRAGMA synchronous=NORMAL")
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[_Tx]:
@@ -342,6 +360,9 @@ class _Postgres:
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self.pool.connection() as conn:
             return _PostgresTx(conn).query(sql, params)
+
+    def durable(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()  # synchronous_commit: the server's default, on
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[_Tx]:
@@ -687,7 +708,7 @@ class Ledger:
             params += (str(call.get("kind")), str(call.get("tool_name")),
                       _path([str(p) for p in call.get("agent_path") or ()]),
                       str(call.get("call_key") or ""))
-        with self._sql.transaction() as tx:
+        with self._sql.durable(), self._sql.transaction() as tx:
             won = tx.execute(
                 f"UPDATE graphkit_approvals SET status = ?, decision = ?, decided_at = {now} "
                 "WHERE approval_id = ? AND thread_id = ? AND status = 'pending' "
@@ -1009,29 +1030,38 @@ class Ledger:
         claimed, and whether it has resume data to read (`resume_values`); None sends the
         caller to the step-by-step path (`admission`, `start`), which says why not, or
         takes over a dead holder's claim."""
+        with self._sql.durable():
+            rows = self._claim_admitted(call_key, owner, thread_id, agent_path, tool_name,
+                                        args_digest)
+        if len(rows) != 1:
+            return None
+        _KEEPER.hold(self, ("call", call_key), owner)
+        return dict(_loads(rows[0][0]) or {}), bool(rows[0][1])
+
+    def _claim_admitted(self, call_key: str, owner: str, thread_id: str,
+                        agent_path: Sequence[str], tool_name: str, args_digest: str
+                        ) -> list[tuple[Any, ...]]:
         now = self._sql.now
-        rows = self._sql.query(
+        return self._sql.query(
             f"UPDATE graphkit_calls SET executed = ?, claim_expires = {now} + ? "
             f"WHERE call_key = ? AND executed IS NULL AND {_ADMITTED} RETURNING once_results, "
             "EXISTS (SELECT 1 FROM graphkit_approvals a WHERE a.thread_id = ? "
             "AND a.call_key = ? AND a.kind = 'suspension' AND a.status = 'approved')",
             (owner, LEASE_SECONDS, call_key, thread_id, _path(agent_path), tool_name,
              args_digest, args_digest, thread_id, call_key))
-        if len(rows) != 1:
-            return None
-        _KEEPER.hold(self, ("call", call_key), owner)
-        return dict(_loads(rows[0][0]) or {}), bool(rows[0][1])
 
     def start(self, call_key: str, owner: str, *, holder_dead: Any) -> tuple[Start, CallRow | None]:
         """Claim the one execution of a call, as a lease on it. `done` returns the recorded
         outcome; `busy`: a live process runs it now. A holder that provably died is taken over
         at once, one whose claim was not renewed (another machine died) once it expires."""
         now = self._sql.now
-        if self._sql.execute(
+        with self._sql.durable():
+            won = self._sql.execute(
                 f"UPDATE graphkit_calls SET executed = ?, claim_expires = {now} + ? "
                 "WHERE call_key = ? AND (executed IS NULL OR (executed <> ? "
                 f"AND claim_expires < {now}))",
-                (owner, LEASE_SECONDS, call_key, DONE)) == 1:
+                (owner, LEASE_SECONDS, call_key, DONE))
+        if won == 1:
             _KEEPER.hold(self, ("call", call_key), owner)
             return "won", None
         row = self.call(call_key)
@@ -1039,13 +1069,18 @@ class Ledger:
             return "unknown", None
         if row.executed == DONE:
             return "done", row
-        if row.executed and holder_dead(row.executed) and self._sql.execute(
-                f"UPDATE graphkit_calls SET executed = ?, claim_expires = {now} + ? "
-                "WHERE call_key = ? AND executed = ?",
-                (owner, LEASE_SECONDS, call_key, row.executed)) == 1:
+        if row.executed and holder_dead(row.executed) and self._take_over(call_key, owner,
+                                                                          row.executed):
             _KEEPER.hold(self, ("call", call_key), owner)
             return "won", row
         return "busy", row
+
+    def _take_over(self, call_key: str, owner: str, holder: str) -> bool:
+        with self._sql.durable():
+            return self._sql.execute(
+                f"UPDATE graphkit_calls SET executed = ?, claim_expires = {self._sql.now} + ? "
+                "WHERE call_key = ? AND executed = ?",
+                (owner, LEASE_SECONDS, call_key, holder)) == 1
 
     def _renew_call(self, call_key: str, owner: str) -> None:
         self._sql.execute_apart(
@@ -1054,10 +1089,11 @@ class Ledger:
 
     def finish(self, call_key: str, owner: str, outcome: Mapping[str, Any]) -> None:
         _KEEPER.drop(("call", call_key), owner)
-        self._sql.execute(
-            "UPDATE graphkit_calls SET executed = ?, outcome = ? "
-            "WHERE call_key = ? AND executed = ?",
-            (DONE, _dumps(dict(outcome)), call_key, owner))
+        with self._sql.durable():
+            self._sql.execute(
+                "UPDATE graphkit_calls SET executed = ?, outcome = ? "
+                "WHERE call_key = ? AND executed = ?",
+                (DONE, _dumps(dict(outcome)), call_key, owner))
 
     def suspend(self, call_key: str, owner: str, payload: Mapping[str, Any]) -> None:
         """The call suspended itself (`ctx.suspend`): keep what it asked, for the gate to ask
@@ -1126,9 +1162,11 @@ class Ledger:
         return [(_loads(r[0]) or {}).get("data") for r in rows]
 
     def save_once(self, call_key: str, results: Mapping[str, Any]) -> None:
-        """`ctx.once` results of a call, kept where no client can wipe them."""
-        self._sql.execute("UPDATE graphkit_calls SET once_results = ? WHERE call_key = ?",
-                          (_dumps(dict(results)), call_key))
+        """`ctx.once` results of a call, kept where no client can wipe them (durably: the side
+        effect they stand for happened)."""
+        with self._sql.durable():
+            self._sql.execute("UPDATE graphkit_calls SET once_results = ? WHERE call_key = ?",
+                              (_dumps(dict(results)), call_key))
 
     # ------------------------------------------------------------------ grants
 

@@ -320,16 +320,32 @@ def test_lease_renewals_do_not_wait_on_a_single_connection_savers_lock(postgres_
         conn.close()
 
 
-def test_the_ledger_commits_durably_and_checkpoints_cheaply(sqlite_url: str) -> None:
-    """Exactly once across a power loss: what records a decision, an execution claim or a
-    result is fsync'd at commit (SQLite's synchronous=FULL, 2) before the tool starts; the
-    checkpoints keep NORMAL (1), whose loss only means a replay the ledger answers."""
+def test_the_ledger_commits_durably_and_checkpoints_cheaply(sqlite_url: str,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """Exactly once across a power loss: the commits that record a decision, an execution
+    claim, a result or a once-result are synchronous=FULL (2), and in WAL mode their sync makes
+    every earlier commit durable too, before the tool starts; the rest (leases, plans, the
+    checkpoints) stay NORMAL (1), whose loss only means a wait or a replay the ledger
+    answers."""
     agent, _ = agent_with([turn(call("pay", {"amount": 1, "payee": {"name": "A"}}, "c1")),
                            "done"], checkpointer=sqlite_url)
-    agent.generate("pay")
-    ledger_sql = agent._storage.ledger._sql
-    assert ledger_sql.conn.execute("PRAGMA synchronous").fetchone()[0] == 2
-    ledger_sql.execute_apart("SELECT 1")
-    assert ledger_sql._apart.execute("PRAGMA synchronous").fetchone()[0] == 2
+    sql = agent._storage.ledger._sql
+    durable: list[int] = []
+    real = type(sql).durable
+
+    def watched(self: Any) -> Any:
+        durable.append(1)
+        return real(self)
+
+    monkeypatch.setattr(type(sql), "durable", watched)
+    first = agent.generate("pay")
+    assert sql.conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+    with sql.durable():
+        assert sql.conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    assert sql.conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+    durable.clear()
+    agent.approve_tool_call_generate(run_id=first.run_id)
+    assert len(durable) >= 3  # the decision, the execution claim, the result
     saver_conn = agent._storage.checkpointer.conn
     assert saver_conn.execute("PRAGMA synchronous").fetchone()[0] == 1
