@@ -36,7 +36,7 @@ from graphkit._review import (
     take,
 )
 from graphkit._settings import Approvers
-from graphkit._state import RunOptions
+from graphkit._state import RunOptions, turn_key
 from graphkit.errors import (
     AmbiguousApprovalError,
     ApprovalAlreadyResolvedError,
@@ -252,7 +252,7 @@ def _plan(snapshot: Paused, req: Request) -> Mapping[str, Any] | None:
     ai = last_ai(snapshot.values.get("messages") or [])
     if ai is None or not ai.tool_calls:
         return None
-    return req.ledger.turn(req.thread_id, req.agent_path, str(ai.id or ""))
+    return req.ledger.turn(req.thread_id, req.agent_path, turn_key(ai))
 
 
 def start_payload(snapshot: Paused, messages: list[BaseMessage],

@@ -18,6 +18,7 @@ from langgraph.types import Interrupt
 from graphkit._approvals import INTERRUPT_MARKER, answered_ids, waiting_records
 from graphkit._context import EVENT_KEY, last_ai
 from graphkit._ledger import Ledger
+from graphkit._state import turn_key
 from graphkit.types import ApprovalRecord, FinishReason, PendingApproval, StreamChunk
 
 __all__ = [
@@ -149,7 +150,7 @@ def awaiting(values: dict[str, Any], ledger: Ledger | None, thread_id: str,
     ai = last_ai(values.get("messages") or [])
     if ledger is None or agent is None or ai is None or not ai.tool_calls:
         return []
-    plan = ledger.turn(thread_id, [agent], str(ai.id or ""))
+    plan = ledger.turn(thread_id, [agent], turn_key(ai))
     if not plan:
         return []
     answered = answered_ids(values.get("messages") or [], plan["ai_message_id"])

@@ -50,7 +50,15 @@ from graphkit._review import (
     verify,
 )
 from graphkit._settings import GateSettings
-from graphkit._state import AgentState, CallPlan, RunOptions, ToolTask, TurnPlan, TurnPointer
+from graphkit._state import (
+    AgentState,
+    CallPlan,
+    RunOptions,
+    ToolTask,
+    TurnPlan,
+    TurnPointer,
+    turn_key,
+)
 from graphkit._validate import now_iso, validation_runs_code
 from graphkit.errors import (
     AmbiguousApprovalError,
@@ -161,13 +169,15 @@ class Planner:
         return GateContext(path=path, thread_id=thread_id,
                            run_id=journal.run_id, journal=journal, ledger=self.ledger)
 
-    def plan(self, ai: AIMessage, state: AgentState,
-             ctx: GateContext) -> tuple[TurnPlan, list[ToolMessage]]:
+    def plan(self, ai: AIMessage, state: AgentState, ctx: GateContext, *,
+             key: str | None = None) -> tuple[TurnPlan, list[ToolMessage]]:
+        """Plan the turn of `ai`, filed under `key` (the message as the state stores it)."""
         names = [c["name"] for c in ai.tool_calls if c["name"] in self.tools]
         grants = self.ledger.live_grants(ctx.thread_id, ctx.path, names) if names else {}
         planned = plan_turn(ai, self.tools, self.settings, state.get("options") or {},
                             agent_path=ctx.path, thread_id=ctx.thread_id, run_id=ctx.run_id,
                             grants=grants)
+        planned.plan["turn_key"] = key or turn_key(ai)
 
         def as_recorded(revoked: set[str]) -> TurnPlan:
             for call in planned.plan["calls"]:
@@ -476,7 +486,7 @@ def supersede_unanswered(ai_message_id: str, messages: Sequence[BaseMessage], le
     if not isinstance(ai, AIMessage):
         return []
     answered = answered_ids(messages, str(ai.id))
-    plan = ledger.turn(thread_id, agent_path, ai_message_id)
+    plan = ledger.turn(thread_id, agent_path, turn_key(ai))
     planned = {c["tool_call_id"]: c for c in plan["calls"]} if plan else {}
     unanswered = list({c["id"]: c for c in ai.tool_calls if c.get("id") not in answered}.values())
     calls = [planned[c["id"]] for c in unanswered if c["id"] in planned]
@@ -572,7 +582,7 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         update: dict[str, Any] = {}
         new_messages: list[BaseMessage] = []
         # The ledger's plan of this turn, which only gates write (the state only points to it).
-        previous = ctx.ledger.turn(ctx.thread_id, ctx.path, str(ai.id or ""))
+        previous = ctx.ledger.turn(ctx.thread_id, ctx.path, turn_key(ai))
         changed = False
         if previous is None:
             plan, errors = planner.plan(ai, state, ctx)
@@ -601,7 +611,9 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
                 step.apply_ledger(answered)
             changed = True
         if step.edited:
-            new_messages.append(_edited_ai(ai, step.edited))
+            edited = _edited_ai(ai, step.edited)
+            new_messages.append(edited)
+            plan["turn_key"] = turn_key(edited)  # the message the state will hold
         emit(step.events)
         moved = previous is None or plan != previous
         if moved:
@@ -628,7 +640,7 @@ def current_plan(ctx: GateContext, messages: Sequence[AnyMessage]) -> TurnPlan |
     ai = last_ai(messages)
     if ai is None or not ai.tool_calls:
         return None
-    return ctx.ledger.turn(ctx.thread_id, ctx.path, str(ai.id or ""))
+    return ctx.ledger.turn(ctx.thread_id, ctx.path, turn_key(ai))
 
 
 def pointer(plan: TurnPlan) -> TurnPointer:

@@ -575,12 +575,12 @@ class Ledger:
                 self._save_turn(tx, thread_id, agent_path, plan_of(fell_back))
         return fell_back
 
-    def turn(self, thread_id: str, agent_path: Sequence[str], ai_message_id: str
-             ) -> TurnPlan | None:
-        """The gate's plan of the turn of `ai_message_id` (None: no gate planned it here)."""
+    def turn(self, thread_id: str, agent_path: Sequence[str], key: str) -> TurnPlan | None:
+        """The gate's plan of the turn of `key` (`graphkit._state.turn_key` of its AI
+        message; None: no gate planned that message here)."""
         rows = self._sql.query("SELECT plan FROM graphkit_turns WHERE thread_id = ? AND "
                                "agent_path = ? AND ai_message_id = ?",
-                               (thread_id, _path(agent_path), ai_message_id))
+                               (thread_id, _path(agent_path), key))
         plan: TurnPlan | None = _loads(rows[0][0]) if rows else None
         return plan
 
@@ -593,7 +593,8 @@ class Ledger:
         tx.execute("INSERT INTO graphkit_turns (thread_id, agent_path, ai_message_id, plan) "
                    "VALUES (?, ?, ?, ?) ON CONFLICT (thread_id, agent_path, ai_message_id) "
                    "DO UPDATE SET plan = excluded.plan",
-                   (thread_id, _path(agent_path), str(plan["ai_message_id"]), _dumps(plan)))
+                   (thread_id, _path(agent_path), str(plan.get("turn_key") or ""),
+                    _dumps(plan)))
 
     def clear(self, cleared: Mapping[str, str]) -> None:
         """Record that the gate verified these approvals (id -> digest of the arguments that

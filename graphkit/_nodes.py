@@ -58,7 +58,7 @@ from graphkit._reply import (
     turn_span,
 )
 from graphkit._review import audit_row, supersede
-from graphkit._state import AgentState, ToolTask, TurnPlan
+from graphkit._state import AgentState, ToolTask, TurnPlan, turn_key
 from graphkit.tools import CONTEXT_KEY, GraphkitTool, ToolContext, ToolSuspended
 from graphkit.types import args_digest
 
@@ -327,11 +327,12 @@ def make_model_node(
                 update["turn"] = None
             return Command(update=update, goto="__end__")
         ctx = planner.context(state, config)
-        plan, errors = planner.plan(response, state, ctx)
+        stored = _storable(response)
+        plan, errors = planner.plan(response, state, ctx, key=turn_key(stored))
         answered = {m.tool_call_id for m in errors}
         ctx.journal.sync(None, plan, answered)
         sends = dispatch_now(plan, answered, ctx, state, planner.tools)
-        return Command(update={"messages": [*fixes, _storable(response), *errors],
+        return Command(update={"messages": [*fixes, stored, *errors],
                                "turn": pointer(plan)}, goto=sends or "approval_gate")
 
     def call_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:

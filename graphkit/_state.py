@@ -7,6 +7,8 @@ process (or LangGraph Studio) reads it back unchanged.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Annotated, Any, NotRequired, TypedDict
 
 from langchain_core.messages import AnyMessage, BaseMessage, convert_to_messages
@@ -24,6 +26,7 @@ __all__ = [
     "TurnPlan",
     "TurnPointer",
     "merge_reports",
+    "turn_key",
 ]
 
 DEFAULT_MAX_STEPS = 25
@@ -73,6 +76,8 @@ class TurnPlan(TypedDict):
     (`graphkit_turns`), written by gates only."""
 
     ai_message_id: str
+    turn_key: NotRequired[str]
+    """`turn_key` of the AI message as planned (or as edited): the ledger's key of the plan."""
     calls: list[CallPlan]
     error: NotRequired[str | None]
     """Why the last resume value was refused; shown in the next interrupt."""
@@ -107,6 +112,16 @@ class ToolTask(TypedDict):
     options: RunOptions
     then: str
     """Where the result goes: `model` when this batch finishes the turn, else back to the gate."""
+
+
+def turn_key(ai: BaseMessage) -> str:
+    """The ledger's key of an AI message's plan: its id and what its calls are (ids, names,
+    arguments as written). A message rewritten under a reused id (a client, a model that
+    reuses ids) is another turn, planned anew; it never takes an earlier turn's plan."""
+    calls = [[c.get("id"), c.get("name"), c.get("args")]
+             for c in getattr(ai, "tool_calls", None) or []]
+    digest = hashlib.sha256(json.dumps(calls, sort_keys=True, default=str).encode()).hexdigest()
+    return f"{ai.id or ''}#{digest[:32]}"
 
 
 def merge_reports(

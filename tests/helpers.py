@@ -74,18 +74,19 @@ def agent_with(script: list[Any], ledger: Ledger | None = None, **kwargs: Any) -
 
 def ledger_plan(agent: Agent, thread_id: str, agent_path: list[str] | None = None,
                 ai_message_id: str | None = None) -> Any:
-    """A copy of the gate's plan of the thread's last turn (or of `ai_message_id`), as the
-    ledger keeps it: the one record of it (the state's `turn` only points to it)."""
+    """A copy of the gate's plan of the thread's last turn (or of the turn of the AI message
+    `ai_message_id`), as the ledger keeps it: the one record of it (the state's `turn` only
+    points to it)."""
     import copy
 
     from langchain_core.messages import AIMessage as _AI
 
-    if ai_message_id is None:
-        state = agent.graph.get_state({"configurable": {"thread_id": thread_id}})
-        ai = next((m for m in reversed(state.values.get("messages") or [])
-                   if isinstance(m, _AI)), None)
-        if ai is None:
-            return None
-        ai_message_id = str(ai.id)
-    plan = agent._storage.ledger.turn(thread_id, agent_path or [agent.name], ai_message_id)
+    from graphkit._state import turn_key
+
+    state = agent.graph.get_state({"configurable": {"thread_id": thread_id}})
+    ais = [m for m in state.values.get("messages") or [] if isinstance(m, _AI)
+           and (ai_message_id is None or m.id == ai_message_id)]
+    if not ais:
+        return None
+    plan = agent._storage.ledger.turn(thread_id, agent_path or [agent.name], turn_key(ais[-1]))
     return copy.deepcopy(plan)

@@ -135,7 +135,11 @@ def test_arguments_rewritten_after_the_approval_do_not_run() -> None:
     forged = ai.model_copy(update={"tool_calls": [call("deploy", {"version": "6.6.6"}, "c1")]})
     agent2.graph.update_state(config(thread), {"messages": [forged]}, as_node="approval_gate")
     agent2.graph.invoke(Command(goto="approval_gate"), config(thread))
-    assert ran == ["1.0"]  # exactly what was approved, once
+    # the rewritten message is another turn (`turn_key`): it takes nothing of the approved
+    # one, and its call waits for an approval of its own
+    assert ran == []
+    (waiting,) = agent2.pending_approvals(run_id=result.run_id)
+    assert waiting.args == {"version": "6.6.6"} and waiting.status == "pending"
 
 
 def test_replaying_a_checkpoint_never_runs_an_approved_call_twice(durable_url: str) -> None:
