@@ -218,7 +218,8 @@ def plan_turn(
                 at=created, dedupe=f"{approval['id']}:requested"))
         planned.calls.append(CallRow(call_key=key, thread_id=thread_id, agent_path=agent_path,
                                      tool_name=name, args_digest=args_digest(args),
-                                     approval_id=approval["id"] if approval else None))
+                                     approval_id=approval["id"] if approval else None,
+                                     ai_message_id=ai.id))
         planned.plan["calls"].append(
             CallPlan(
                 tool_call_id=call_id,

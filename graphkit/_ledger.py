@@ -398,6 +398,8 @@ class CallRow:
     outcome: dict[str, Any] | None = None
     once_results: dict[str, Any] | None = None
     cleared: str | None = None
+    ai_message_id: str | None = None
+    """The AI message (turn) that asked for the call."""
     """The digest of the arguments an approval gate verified and let run (gated calls)."""
 
 
@@ -461,7 +463,8 @@ _APPROVAL_COLUMNS = ("approval_id, thread_id, kind, call_key, agent_path, tool_n
                      "args_digest, expires_at, status, decision, allowed")
 _APPROVAL_READ = _APPROVAL_COLUMNS + ", run_id"
 _MIGRATIONS = (("graphkit_approvals", "allowed", "TEXT"),
-               ("graphkit_calls", "suspended_with", "TEXT"))
+               ("graphkit_calls", "suspended_with", "TEXT"),
+               ("graphkit_calls", "ai_message_id", "TEXT"))
 """Columns added after a table was first made: added to an existing database on open."""
 
 
@@ -551,10 +554,10 @@ class Ledger:
             for call in calls:
                 tx.execute(
                     "INSERT INTO graphkit_calls (call_key, thread_id, agent_path, tool_name, "
-                    "args_digest, approval_id, created_at) VALUES (?, ?, ?, ?, ?, ?, "
-                    f"{now}) ON CONFLICT (call_key) DO NOTHING",
+                    "args_digest, approval_id, ai_message_id, created_at) VALUES (?, ?, ?, ?, "
+                    f"?, ?, ?, {now}) ON CONFLICT (call_key) DO NOTHING",
                     (call.call_key, call.thread_id, _path(call.agent_path), call.tool_name,
-                     call.args_digest, call.approval_id))
+                     call.args_digest, call.approval_id, call.ai_message_id))
             for row in approvals:
                 grant_id = (row.decision or {}).get("grant_id")
                 if grant_id and self._insert_approval(tx, row, live_grant=grant_id):
@@ -778,6 +781,15 @@ class Ledger:
                     (DONE, _dumps(dict(outcome)), key, row.executed)):
                 running.add(key)
         return running
+
+    def pending_turns(self, thread_id: str, agent_path: Sequence[str]
+                      ) -> list[tuple[str, str, str, str | None]]:
+        """(approval id, kind, tool name, the AI message that asked) of what one agent waits
+        on in one thread."""
+        return [(str(r[0]), str(r[1]), str(r[2]), r[3]) for r in self._sql.query(
+            "SELECT a.approval_id, a.kind, a.tool_name, c.ai_message_id FROM graphkit_approvals "
+            "a LEFT JOIN graphkit_calls c ON c.call_key = a.call_key WHERE a.thread_id = ? "
+            "AND a.agent_path = ? AND a.status = 'pending'", (thread_id, _path(agent_path)))]
 
     def pending_ids(self, thread_id: str, agent_path: Sequence[str]) -> set[str]:
         """The approvals and suspensions of one agent in one thread that wait on a decision."""

@@ -97,3 +97,36 @@ def test_a_suspension_answer_for_an_earlier_run_is_refused(sqlite_url: str) -> N
     with pytest.raises(GraphkitError):
         agent.resume_generate({"city": "Paris"}, run_id=older.run_id)
     assert agent.resume_generate({"city": "Oslo"}, run_id=newer.run_id).text == "ok"
+
+
+def test_time_travel_before_a_pending_approval_supersedes_it(sqlite_url: str) -> None:
+    """T1 paid (approved, ran); T2 waits for the CFO. A client forks the thread from T1's
+    checkpoint at the gate (time travel): T2's turn is no longer in the conversation, so its
+    approval is declined as superseded, not left in the inbox for a reviewer to approve a
+    payment no run will ever make (the inbox once said "approved" and nothing ran)."""
+    from tests.forgery import PAY, cfo_only, config
+    from tests.helpers import agent_with, call, turn
+
+    def model(messages: list[Any]) -> Any:
+        if isinstance(messages[-1], HumanMessage):
+            asked = sum(isinstance(m, HumanMessage) for m in messages)
+            return turn(call("pay", PAY, f"c{asked}"))
+        return "done"
+
+    agent, ran = agent_with(model, checkpointer=sqlite_url, approvers=cfo_only, name="billing")
+    first = agent.generate("pay")
+    agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
+    second = agent.generate("pay again", thread_id=first.thread_id)
+    (waiting,) = second.pending_approvals
+    old = next(s for s in agent.graph.get_state_history(config(first.thread_id))
+               if s.next == ("approval_gate",) and isinstance(s.values["messages"][-1], AIMessage)
+               and s.values["messages"][-1].tool_calls[0]["id"] == "c1")
+    agent.graph.invoke(None, old.config)
+    assert ran.ran == [("pay", PAY)]  # T1's call ran once; the replay got its result
+    assert Inbox(sqlite_url).pending() == []
+    row = agent._storage.ledger.approval(waiting.id)
+    assert row is not None and row.status == "rejected"
+    assert "no longer in the conversation" in str((row.decision or {}).get("comment"))
+    with pytest.raises(GraphkitError):
+        Inbox(sqlite_url).approve(waiting.id, decided_by="cfo")
+    assert ran.ran == [("pay", PAY)]
