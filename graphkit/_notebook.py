@@ -132,11 +132,56 @@ class Review:
     cards: list[ReviewCard]
     output: Any
     results: list[GenerateResult] = field(default_factory=list)
+    run_id: str = ""
+    decided_by: str = ""
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
+        """The live widget, after a static page of it (folded: the cards and the commands to
+        decide) for a notebook rendered without a kernel (nbconvert, GitHub), where a widget
+        shows nothing and renderers drop any fallback inside its own output."""
+        from IPython.display import HTML, display
 
+        display(HTML(static_review(self)))  # type: ignore[no-untyped-call]
         display(self.widget)  # type: ignore[no-untyped-call]
+
+
+def static_review(review: Review) -> str:
+    """The review as static HTML, folded: each card, with the commands that decide it (or,
+    once decided here, the continued run)."""
+    by = review.decided_by or "NAME"
+    asked = "; ".join(c.pending.prompt or c.pending.tool_name for c in review.cards)
+    if not review.cards:
+        summary = "Nothing waits for a decision in this run"
+    elif review.results:
+        summary = f"Decided: {asked}"
+    else:
+        summary = f"Waiting for a decision: {asked}"
+    parts = ["<details class='graphkit-review'><summary>", _html._e(summary),
+             " (the review card, and how to decide without this notebook's kernel)</summary>"]
+    for card in review.cards:
+        parts.append(_html.card(card.pending))
+        if not review.results:
+            parts.append("<p>To decide without this notebook's kernel:</p><pre>"
+                         + _html._e("\n".join(_commands(card.pending, by))) + "</pre>")
+    if review.results:
+        parts.append(_html.result(review.results[-1]))
+    elif review.cards:
+        parts.append("<p>Then continue the run:</p><pre>"
+                     + _html._e(f"graphkit resume {review.run_id} --agent module:attr")
+                     + "</pre>")
+    parts.append("</details>")
+    return "".join(parts)
+
+
+def _commands(pending: PendingApproval, by: str) -> list[str]:
+    if pending.kind == "suspension":
+        return [f'Inbox(DB).resume("{pending.id}", DATA, decided_by="{by}")',
+                f"graphkit decline {pending.id} --by {by}"]
+    commands = [f"graphkit approve {pending.id} --by {by}",
+                f"graphkit reject {pending.id} --by {by} --comment WHY"]
+    if "respond" in (pending.allowed_decisions or ()):
+        commands.append(f"graphkit respond {pending.id} --by {by} --message TEXT")
+    return commands
 
 
 def _field(widgets: Any, name: str, spec: Mapping[str, Any], value: Any) -> Any:
@@ -167,7 +212,8 @@ def review(agent: Agent, target: GenerateResult | str, *, decided_by: str) -> Re
     output = widgets.HTML()
     cards: list[ReviewCard] = []
     box = widgets.VBox()
-    result = Review(widget=box, cards=cards, output=output)
+    result = Review(widget=box, cards=cards, output=output, run_id=run_id,
+                    decided_by=decided_by)
 
     def after(decide: Callable[[], GenerateResult], card: ReviewCard) -> None:
         try:

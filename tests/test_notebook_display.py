@@ -111,3 +111,19 @@ def test_the_graph_is_drawn_offline_with_subagents_expanded() -> None:
         "http://www.w3.org/2000/svg", "")
     for label in ("boss", "boss › ops", "approval_gate", "tools"):
         assert f">{label}<" in svg
+
+
+def test_a_review_renders_without_a_kernel_as_cards_and_the_commands_to_decide() -> None:
+    """Rendered without a kernel (nbconvert, GitHub) a widget shows nothing: the review's
+    display carries a static page too, each card with the commands that decide it."""
+    agent, _ = agent_with([turn(call("pay", PAY, "c1")), "paid it"])
+    result = agent.generate("pay")
+    view = agent.review(result, decided_by="alice")
+    from graphkit._notebook import static_review
+
+    page = static_review(view)
+    (pending,) = result.pending_approvals
+    assert "Pay 40 to ACME?" in page
+    assert f"graphkit approve {pending.id} --by alice" in page
+    assert f"graphkit reject {pending.id} --by alice" in page
+    assert f"graphkit resume {result.run_id}" in page

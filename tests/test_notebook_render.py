@@ -24,6 +24,8 @@ def test_the_executed_walkthrough_renders_cards_in_a_browser(tmp_path: Path) -> 
     html, _ = HTMLExporter().from_notebook_node(notebook)
     assert "graphkit-result" in html and "Send build 1.4.2 to prod?" in html
     assert "class='card'" in html and "Run `rm -r /srv/tmp`?" in html
+    # each review widget, which needs a kernel, comes after its static page: the commands
+    assert 'class="graphkit-review"' in html and "Decided: Run `rm -r /srv/tmp`?" in html
     # the graph, drawn without network: nbconvert embeds the SVG as a data: image
     import base64
     import re
