@@ -370,6 +370,10 @@ class _Postgres:
             yield _PostgresTx(conn)
 
 
+def _iso_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, default=str, sort_keys=True)
 
@@ -983,6 +987,9 @@ class Ledger:
                        (_dumps({"by": None, "reason": "its decision was withdrawn"}),
                         approval_id))
             self._audit(tx, audits)
+            if done == 1:  # the receivers told "decided" are told it did not stand
+                for row in audits:
+                    self._outbox(tx, row, kind="approval.refused", replaces="approval.decided")
         return done == 1
 
     # ------------------------------------------------------------------ executions
@@ -1102,11 +1109,14 @@ class Ledger:
 
     def finish(self, call_key: str, owner: str, outcome: Mapping[str, Any]) -> None:
         _KEEPER.drop(("call", call_key), owner)
-        with self._sql.durable():
-            self._sql.execute(
+        with self._sql.durable(), self._sql.transaction() as tx:
+            done = tx.execute(
                 "UPDATE graphkit_calls SET executed = ?, outcome = ? "
                 "WHERE call_key = ? AND executed = ?",
                 (DONE, _dumps(dict(outcome)), call_key, owner))
+            if done == 1:
+                self._call_finished(tx, call_key, outcome, "ran" if outcome.get(
+                    "status", "success") == "success" else "failed")
 
     def suspend(self, call_key: str, owner: str, payload: Mapping[str, Any]) -> None:
         """The call suspended itself (`ctx.suspend`): keep what it asked, for the gate to ask
@@ -1149,10 +1159,11 @@ class Ledger:
             return
         with self._sql.transaction() as tx:
             for key, outcome in outcomes.items():
-                tx.execute(
-                    "UPDATE graphkit_calls SET executed = ?, outcome = ? "
-                    "WHERE call_key = ? AND thread_id = ? AND executed IS NULL",
-                    (DONE, _dumps(dict(outcome)), key, thread_id))
+                if tx.execute(
+                        "UPDATE graphkit_calls SET executed = ?, outcome = ? "
+                        "WHERE call_key = ? AND thread_id = ? AND executed IS NULL",
+                        (DONE, _dumps(dict(outcome)), key, thread_id)) == 1:
+                    self._call_finished(tx, key, outcome, "not_run")
 
     def settle_call(self, call_key: str, outcome: Mapping[str, Any], *, thread_id: str,
                     agent_path: Sequence[str], tool_name: str, args_digest: str) -> bool:
@@ -1216,6 +1227,9 @@ class Ledger:
                 (_dumps(dict(revoked)), grant_id))
             if done == 1:
                 self._audit(tx, audits)
+                for row in audits:
+                    self._outbox(tx, row, kind="grant.revoked",
+                                 extra={"grant_id": grant_id, "revoked": dict(revoked)})
         return done == 1
 
     # ------------------------------------------------------------------ leases
@@ -1325,22 +1339,51 @@ class Ledger:
             self._notify_cache = cache
         return cache[2], cache[3]
 
-    def _outbox(self, tx: _Tx, row: AuditRow) -> None:
-        """The notification of an audit entry, in the transaction that writes the entry."""
+    def _outbox(self, tx: _Tx, row: AuditRow, *, kind: str | None = None,
+                extra: Mapping[str, Any] | None = None, replaces: str | None = None) -> None:
+        """The notification of an audit entry (of type `kind`, else its event's), in the
+        transaction that writes the entry. `replaces` names the type of the approval's earlier
+        event this one corrects: a receiver that keeps the last event per approval holds the
+        truth."""
         on, review_url = self._notifying(tx)
         if not on:
             return
-        payload: dict[str, Any] = {"approval": row.entry}
+        payload: dict[str, Any] = {"approval": row.entry, **(extra or {})}
         if review_url and row.approval_id:
             payload["link"] = f"{review_url.rstrip('/')}/approvals/{row.approval_id}"
+        if replaces is not None and row.approval_id:
+            earlier = tx.query(
+                "SELECT event_id FROM graphkit_outbox WHERE approval_id = ? AND type = ? "
+                "ORDER BY created_at DESC LIMIT 1", (row.approval_id, replaces))
+            payload["replaces"] = str(earlier[0][0]) if earlier else None
         tx.execute(
             "INSERT INTO graphkit_outbox (event_id, type, thread_id, approval_id, created_at, "
             f"payload) VALUES (?, ?, ?, ?, {self._sql.now}, ?)",
-            (str(uuid.uuid4()), NOTIFY_EVENTS[str(row.entry["event"])], row.thread_id,
+            (str(uuid.uuid4()), kind or NOTIFY_EVENTS[str(row.entry["event"])], row.thread_id,
              row.approval_id, _dumps(payload)))
         for listener in list(Ledger._outbox_listeners):
             with contextlib.suppress(Exception):
                 listener()
+
+    def _call_finished(self, tx: _Tx, call_key: str, outcome: Mapping[str, Any],
+                       result: str) -> None:
+        """`run.finished` for a call that needed a decision: whether it ran, failed, or will
+        never run (`result`), with the tool's own words."""
+        if not self._notifying(tx)[0]:
+            return
+        rows = tx.query("SELECT approval_id, thread_id, agent_path, tool_name FROM "
+                        "graphkit_calls WHERE call_key = ? AND approval_id IS NOT NULL",
+                        (call_key,))
+        if not rows:
+            return
+        approval_id, thread_id, path, tool_name = rows[0]
+        entry = {"event": result, "approval_id": approval_id, "thread_id": thread_id,
+                 "agent_path": str(path).split("/"), "tool_name": tool_name,
+                 "at": _iso_now()}
+        content = str(outcome.get("content", ""))
+        self._outbox(tx, AuditRow(thread_id=str(thread_id), approval_id=str(approval_id),
+                                  entry=entry),
+                     kind="run.finished", extra={"outcome": result, "result": content[:2000]})
 
     def enable_notify(self, targets: Iterable[str], *, review_url: str | None = None) -> None:
         """Turn the outbox on for every process that shares this database (each sees it within

@@ -170,6 +170,9 @@ def _json_body(webhook: Webhook, event: OutboxEvent) -> dict[str, Any]:
     body: dict[str, Any] = {"id": event.event_id, "type": event.type,
                             "created_at": _iso(event.created_at),
                             "approval": event.payload.get("approval") or {}}
+    for key in ("replaces", "outcome", "result", "grant_id"):
+        if key in event.payload:
+            body[key] = event.payload[key]
     link = _link(webhook, event)
     if link:
         body["link"] = link
@@ -203,6 +206,19 @@ def _slack_body(webhook: Webhook, event: OutboxEvent) -> dict[str, Any]:
     elif event.type == "approval.expired":
         title = "Approval expired"
         summary = f"`{tool}` in {path} was not decided in time: declined"
+    elif event.type == "approval.refused":
+        title = "Decision withdrawn"
+        by = f" by {_escape(decider, 200)}" if decider else ""
+        summary = (f"`{tool}` in {path}: the decision{by} was refused by the agent's checks "
+                   "and does not stand; it waits again")
+    elif event.type == "grant.revoked":
+        title = "Grant revoked"
+        summary = f"later `{tool}` calls in {path} ask again"
+    elif event.type == "run.finished":
+        title = "Call finished"
+        outcome = str(event.payload.get("outcome") or "")
+        summary = f"`{tool}` in {path}: " + {"ran": "ran", "failed": "failed",
+                                             "not_run": "did not run"}.get(outcome, outcome)
     else:
         title = "Approval decided"
         by = f" by {_escape(decider, 200)}" if decider else ""

@@ -160,10 +160,12 @@ def test_requested_decided_and_expired_arrive_signed(durable_url: str,
     events = receiver.delivered()
     assert _types(events) == [("approval.requested", "requested"),
                               ("approval.decided", "approved"),
+                              ("run.finished", "ran"),
                               ("approval.requested", "requested"),
                               ("approval.expired", "expired")]
+    assert events[2]["outcome"] == "ran" and events[2]["result"] == "paid 1 to ACME"
     assert events[-1]["approval"]["approval_id"] == waiting.id
-    assert len({e["id"] for e in events}) == 4
+    assert len({e["id"] for e in events}) == 5
     assert all(r["verified"] for r in receiver.requests)
     assert {d["attempts"] for d in agent._storage.ledger.deliveries()} == {1}
 
@@ -385,3 +387,73 @@ def _model() -> Any:
     from graphkit.testing import ScriptedChatModel
 
     return ScriptedChatModel(["hi"])
+
+
+def test_notifications_follow_outcomes(sqlite_url: str, receiver: Receiver) -> None:
+    """Every event that contradicts an earlier one is sent too: a receiver that keeps the last
+    event per approval holds the truth. A decision the gate withdraws (an edit the tool's own
+    model reads otherwise) is followed by `approval.refused` naming the `approval.decided` it
+    replaces; a revoked grant by `grant.revoked`; each decided call by `run.finished` with
+    its outcome: ran, failed, not_run."""
+    from graphkit import create_tool
+    from graphkit.cli import main
+    from graphkit.testing import ScriptedChatModel
+
+    @create_tool(needs_approval=True)
+    def transfer(amount: float, to: str) -> str:
+        """Move money."""
+        if to == "FAIL":
+            raise RuntimeError("bank down")
+        return f"moved {amount} to {to}"
+
+    from langchain_core.messages import HumanMessage
+
+    def script(messages: list[Any]) -> Any:
+        if not isinstance(messages[-1], HumanMessage):
+            return "one"
+        asked = sum(isinstance(m, HumanMessage) for m in messages)
+        to = {1: "ACME", 2: "FAIL"}.get(asked, "ACME")
+        return turn(call("transfer", {"amount": float(asked), "to": to}, f"t{asked}"))
+    def cfo_only(decided_by: str | None, pending: Any) -> bool:
+        return decided_by == "cfo"
+
+    agent = Agent(name="bank", tools=[transfer], model=ScriptedChatModel(script),
+                  checkpointer=sqlite_url, approvers=cfo_only,
+                  notify=[Webhook(receiver.url, secret=SECRET)])
+    first = agent.generate("move")
+    (pending,) = first.pending_approvals
+    # a door that knows no policy (the CLI without agents) records mallory's approval; the
+    # agent's gate refuses it and withdraws it: the call waits again
+    assert main(["approve", pending.id, "--db", sqlite_url, "--by", "mallory"]) == 0
+    agent.resume(run_id=first.run_id)
+    assert agent._storage.ledger.approval(pending.id).status == "pending"
+    # approved again, as it is: it runs
+    done = agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo",
+                                            remember="thread")
+    assert done.text == "one"
+    with pytest.raises(RuntimeError, match="bank down"):  # the grant approves it: it fails
+        agent.generate("again", thread_id=first.thread_id)
+    (grant,) = Inbox(sqlite_url).grants(thread_id=first.thread_id)
+    Inbox(sqlite_url).revoke(grant["id"], decided_by="cfo")
+    third = agent.generate("and again", thread_id=first.thread_id)
+    agent.decline_tool_call_generate(run_id=third.run_id, decided_by="cfo")
+    assert _dispatcher(agent).flush(timeout=20)
+    events = receiver.delivered()
+    by_approval: dict[str, dict[str, Any]] = {}
+    for event in events:
+        by_approval[event["approval"]["approval_id"]] = event  # the last event per approval
+    kinds = [e["type"] for e in events if e["approval"]["approval_id"] == pending.id]
+    assert kinds == ["approval.requested", "approval.decided", "approval.refused",
+                     "approval.decided", "run.finished", "grant.revoked"]
+    decided = next(e for e in events if e["type"] == "approval.decided"
+                   and e["approval"]["approval_id"] == pending.id)
+    refused = next(e for e in events if e["type"] == "approval.refused")
+    assert refused["replaces"] == decided["id"]
+    finished = [e for e in events if e["type"] == "run.finished"
+                and e["approval"]["approval_id"] == pending.id]
+    assert [e["outcome"] for e in finished] == ["ran"]
+    assert all(e["type"] == "run.finished" for a, e in by_approval.items() if a != pending.id)
+    outcomes = sorted(e["outcome"] for e in events if e["type"] == "run.finished")
+    assert outcomes == ["failed", "not_run", "ran"]
+    revoked = [e for e in events if e["type"] == "grant.revoked"]
+    assert len(revoked) == 1 and revoked[0]["grant_id"] == grant["id"]
