@@ -86,14 +86,19 @@ class Inbox:
     Args:
         url: The storage URL the agents use (`sqlite:///...` or `postgresql://...`).
         approvers: A policy `(decided_by, pending) -> bool` consulted before every decision.
+        viewers: A policy `(identity, pending) -> bool`: what a reader named with `viewer=`
+            may see (listings, cards, arguments, messages, audit, grants). Default: the
+            approvers policy (the inbox's, else its agent's): what they may decide.
         notify: `Webhook`s told of every approval requested, decided and expired in this
             storage; delivered from this process (`inbox.dispatcher`).
     """
 
     def __init__(self, url: str | Storage, *, approvers: Approvers | None = None,
-                 agents: Sequence[Agent] = (), notify: Sequence[Webhook] = ()) -> None:
+                 viewers: Approvers | None = None, agents: Sequence[Agent] = (),
+                 notify: Sequence[Webhook] = ()) -> None:
         self._storage = url if isinstance(url, Storage) else open_storage(url)
         self.approvers = approvers
+        self.viewers = viewers
         self.notify = tuple(notify)
         self.dispatcher: Dispatcher | None = (
             start_notifications(self._storage.ledger, self.notify) if self.notify else None)
@@ -108,6 +113,39 @@ class Inbox:
     def _agent_at(self, path: Sequence[str]) -> Agent | None:
         return self.agents.get(path[0]) if path else None
 
+    # ------------------------------------------------------------------ who sees what
+
+    def may_view(self, viewer: str | None, item: PendingApproval) -> bool:
+        """Whether `viewer` may see this approval (its card, arguments, messages, audit): the
+        viewers policy, else the approvers policy (the inbox's, else its agent's, when the
+        inbox is given the agent). Without a policy it can run, every named reviewer sees
+        everything (give the inbox its agents, or `viewers=`, to say otherwise); a policy
+        that raises shows nothing."""
+        policy = self.viewers or self.approvers
+        if policy is None:
+            agent = self._agent_at(item.agent_path)
+            policy = policy_finder(agent)(item.agent_path) if agent else None
+        if policy is None:
+            return viewer is not None
+        if viewer is None:
+            return False
+        try:
+            return bool(policy(viewer, item))
+        except Exception:
+            return False
+
+    def _visible(self, id: str, viewer: str | None) -> PendingApproval:
+        """The approval, if `viewer` (None: this process itself, which holds the database
+        anyway) may see it; else not found, and the attempt is audited."""
+        item = self._get(id)
+        if viewer is not None and not self.may_view(viewer, item):
+            self._storage.ledger.audit([audit_row(
+                "refused", item.to_dict(), thread_id=item.thread_id or "", run_id=item.run_id,
+                decided_by=viewer, detail="viewers policy: not shown to this reviewer")])
+            msg = f"no approval with id {id!r} that {viewer!r} may see"
+            raise ApprovalNotFoundError(msg)
+        return item
+
     def schema(self, id: str) -> dict[str, Any]:
         """The JSON schemas of an approval's tool: `schema` (arguments) and `resume_schema`."""
         entry = self._entry(id)
@@ -115,9 +153,9 @@ class Inbox:
             SCHEMAS, schema_key(entry.get("agent_path") or [], entry["tool_name"]))
         return dict(item.value) if item is not None else {}
 
-    def messages(self, id: str) -> list[Any]:
+    def messages(self, id: str, *, viewer: str | None = None) -> list[Any]:
         """The run's messages, when the inbox knows the agent that owns the approval."""
-        self._entry(id)  # an approval the inbox lists
+        self._visible(id, viewer)  # an approval the inbox lists, and the viewer may see
         row = self._storage.ledger.approval(id)  # where it waits, as the ledger recorded it
         agent = self._agent_at(row.agent_path) if row is not None else None
         if agent is None or row is None:
@@ -142,9 +180,11 @@ class Inbox:
         return [dict(item.value) for item in items]
 
     def pending(
-        self, agent: str | None = None, tool_name: str | None = None, limit: int | None = None
+        self, agent: str | None = None, tool_name: str | None = None, limit: int | None = None,
+        *, viewer: str | None = None,
     ) -> list[PendingApproval]:
-        """Undecided approvals and suspensions, oldest first."""
+        """Undecided approvals and suspensions, oldest first (with `viewer`, those only that
+        the viewers policy shows them)."""
         filters: dict[str, Any] = {}
         if agent is not None:
             filters["agent"] = agent
@@ -155,7 +195,10 @@ class Inbox:
         undecided = sorted((e for e in entries if (row := rows.get(e["id"])) is None
                             or not row.decided),
                            key=lambda e: (e["created_at"], e.get("position", 0), e["id"]))
-        return PendingList(_pending(e) for e in undecided[:limit])
+        items = (_pending(e) for e in undecided)
+        if viewer is not None:
+            items = (i for i in items if self.may_view(viewer, i))
+        return PendingList(list(items)[:limit])
 
     def _entry(self, approval_id: str) -> dict[str, Any]:
         item = self._storage.store.get(APPROVALS, approval_id, refresh_ttl=False)
@@ -164,8 +207,12 @@ class Inbox:
             raise ApprovalNotFoundError(msg)
         return dict(item.value)
 
-    def get(self, id: str) -> PendingApproval:
-        """One approval or suspension by id, with its decision if it has one."""
+    def get(self, id: str, *, viewer: str | None = None) -> PendingApproval:
+        """One approval or suspension by id, with its decision if it has one (with `viewer`,
+        only if the viewers policy shows it to them)."""
+        return self._visible(id, viewer)
+
+    def _get(self, id: str) -> PendingApproval:
         entry = self._entry(id)
         record: ApprovalRecord = entry  # type: ignore[assignment]
         return _pending({**entry, **shown(record, self._storage.ledger.approval(id))})
@@ -181,14 +228,39 @@ class Inbox:
                 runs[entry["run_id"]].append(row is not None and row.decided)
         return sorted(run for run, flags in runs.items() if all(flags))
 
-    def audit(self, *, thread_id: str | None = None, id: str | None = None
-              ) -> list[dict[str, Any]]:
-        """The audit log, oldest first: for a thread, for one approval, or all of it."""
-        return AuditTrail(self._storage.ledger.read_audit(thread_id=thread_id, approval_id=id))
+    def audit(self, *, thread_id: str | None = None, id: str | None = None,
+              viewer: str | None = None) -> list[dict[str, Any]]:
+        """The audit log, oldest first: for a thread, for one approval, or all of it (with
+        `viewer`, the entries of approvals the viewers policy shows them only)."""
+        if id is not None and viewer is not None:
+            self._visible(id, viewer)
+        entries = self._storage.ledger.read_audit(thread_id=thread_id, approval_id=id)
+        if viewer is not None:
+            shown: dict[str, bool] = {}
+            for entry in entries:
+                key = str(entry.get("approval_id") or "")
+                if key and key not in shown:
+                    try:
+                        shown[key] = self.may_view(viewer, self._get(key))
+                    except GraphkitError:
+                        shown[key] = False
+            entries = [e for e in entries if shown.get(str(e.get("approval_id") or ""), False)]
+        return AuditTrail(entries)
 
-    def grants(self, thread_id: str | None = None) -> list[dict[str, Any]]:
-        """Remembered grants (`remember="thread"`), oldest first, revoked ones included."""
-        return [g.to_dict() for g in self._storage.ledger.grants(thread_id)]
+    def grants(self, thread_id: str | None = None, *, viewer: str | None = None
+               ) -> list[dict[str, Any]]:
+        """Remembered grants (`remember="thread"`), oldest first, revoked ones included (with
+        `viewer`, those made on approvals the viewers policy shows them only)."""
+        grants = self._storage.ledger.grants(thread_id)
+        if viewer is not None:
+            grants = [g for g in grants if g.approval_id and self._shows(viewer, g.approval_id)]
+        return [g.to_dict() for g in grants]
+
+    def _shows(self, viewer: str, approval_id: str) -> bool:
+        try:
+            return self.may_view(viewer, self._get(approval_id))
+        except GraphkitError:
+            return False
 
     def revoke(self, grant_id: str, *, decided_by: str) -> dict[str, Any]:
         """Revoke a grant: later calls of its tool in its thread ask again."""
@@ -345,13 +417,14 @@ class Inbox:
     # ------------------------------------------------------------------ async twins
 
     async def apending(self, agent: str | None = None, tool_name: str | None = None,
-                       limit: int | None = None) -> list[PendingApproval]:
+                       limit: int | None = None, *, viewer: str | None = None
+                       ) -> list[PendingApproval]:
         """Async twin of `pending`."""
-        return await asyncio.to_thread(self.pending, agent, tool_name, limit)
+        return await asyncio.to_thread(self.pending, agent, tool_name, limit, viewer=viewer)
 
-    async def aget(self, id: str) -> PendingApproval:
+    async def aget(self, id: str, *, viewer: str | None = None) -> PendingApproval:
         """Async twin of `get`."""
-        return await asyncio.to_thread(self.get, id)
+        return await asyncio.to_thread(self.get, id, viewer=viewer)
 
     async def aapprove(self, id: str, *, decided_by: str, comment: str | None = None,
                        args: dict[str, Any] | None = None, args_digest: str | None = None
@@ -377,10 +450,10 @@ class Inbox:
         """Async twin of `expire`."""
         return await asyncio.to_thread(self.expire)
 
-    async def aaudit(self, *, thread_id: str | None = None, id: str | None = None
-                     ) -> list[dict[str, Any]]:
+    async def aaudit(self, *, thread_id: str | None = None, id: str | None = None,
+                     viewer: str | None = None) -> list[dict[str, Any]]:
         """Async twin of `audit`."""
-        return await asyncio.to_thread(self.audit, thread_id=thread_id, id=id)
+        return await asyncio.to_thread(self.audit, thread_id=thread_id, id=id, viewer=viewer)
 
     def expire(self) -> list[PendingApproval]:
         """Decline every waiting approval past its `expires_at` (never approve one)."""

@@ -102,7 +102,10 @@ def site(tmp_path: Path) -> Iterator[dict[str, Any]]:
     ran: list[tuple[str, Any]] = []
     billing, ops = _agents(url, ran)
     runs = {"billing": billing.generate("pay ACME"), "ops": ops.generate("ship it")}
-    app = create_app(url, authenticate=TOKENS, agents=[billing, ops], secret="test-secret")
+    # every signed-in reviewer sees every card here (so that a refused decision can be shown);
+    # the default, what the approvers policy lets them decide, is tested below
+    app = create_app(url, authenticate=TOKENS, agents=[billing, ops], secret="test-secret",
+                     viewers=lambda who, pending: True)
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     threading.Thread(target=server.run, daemon=True).start()
@@ -279,3 +282,59 @@ def test_the_web_inbox_on_postgresql(postgres_url: str) -> None:
     assert Inbox(postgres_url).get(pending.id).approved_args == {"amount": 30, "payee": "ACME"}
     assert billing.resume(run_id=result.run_id).text == "payment done"
     assert ran == [("pay", {"amount": 30, "payee": "ACME"})]
+
+
+def test_reviewers_see_only_what_they_may_decide(tmp_path: Path) -> None:
+    """Who sees what: with the agents' approvers policy and no `viewers=`, a reviewer sees
+    what the policy lets them decide, and nothing else, through every page: the list, the
+    live list, a card (and its messages and arguments), its audit, the thread's audit, the
+    grants; a decision on an approval they may not see is refused; the attempt is audited."""
+    from starlette.testclient import TestClient
+
+    from graphkit.web import create_app
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    ran: list[tuple[str, Any]] = []
+    billing, _ = _agents(url, ran)  # finance decides payments
+
+    @create_tool(needs_approval=True)
+    def deploy(version: str) -> str:
+        """Deploy."""
+        return f"deployed {version}"
+
+    ops = Agent(name="ops", tools=[deploy], checkpointer=url,  # interns may deploy
+                approvers=lambda who, pending: who in ("alice", "intern"),
+                model=ScriptedChatModel([turn(call("deploy", {"version": "2.0.0"}, "d1")),
+                                         "ops done"]))
+    paid = billing.generate("pay ACME")
+    ops.generate("ship it")
+    client = TestClient(create_app(url, authenticate=TOKENS, agents=[billing, ops],
+                                   secret="s"))
+    import re
+
+    login = re.search(r"name='login' value='([0-9a-f]+)'", client.get("/login").text)
+    assert login is not None
+    client.post("/login", data={"token": "tok-intern", "login": login.group(1)})
+    (payment,) = [p for p in Inbox(url).pending() if p.tool_name == "pay"]
+    listing = client.get("/").text
+    assert "deploy" in listing and "pay" not in listing.replace("payment", "")
+    assert payment.id not in client.get("/?fragment=1").text
+    assert client.get(f"/approvals/{payment.id}").status_code == 404
+    assert "ACME" not in client.get(f"/approvals/{payment.id}").text
+    assert client.get(f"/approvals/{payment.id}/audit").status_code == 404
+    thread_audit = client.get(f"/threads/{paid.thread_id}/audit").text
+    assert payment.id not in thread_audit
+    (deploying,) = [p for p in Inbox(url).pending() if p.tool_name == "deploy"]
+    csrf = re.search(r"name='csrf' value='([^']+)'",
+                     client.get(f"/approvals/{deploying.id}").text)
+    assert csrf is not None
+    client.post(f"/approvals/{payment.id}/approve", data={"csrf": csrf.group(1)})
+    assert Inbox(url).get(payment.id).status == "pending" and ran == []
+    refused = [e for e in Inbox(url).audit(id=payment.id) if e["event"] == "refused"]
+    assert refused and all(e["decided_by"] == "intern" for e in refused)
+    # the Inbox itself, for a named reader, the same
+    inbox = Inbox(url, agents=[billing, ops])
+    assert payment.id not in [p.id for p in inbox.pending(viewer="intern")]
+    assert payment.id in [p.id for p in inbox.pending(viewer="alice")]
+    assert [e["approval_id"] for e in inbox.audit(thread_id=paid.thread_id, viewer="intern")
+            ] == []

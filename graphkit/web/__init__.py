@@ -35,6 +35,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from graphkit import _html as render
+from graphkit._settings import Approvers
 from graphkit._storage import Storage, open_storage
 from graphkit.agent import SERVER_ENV
 from graphkit.errors import GraphkitError
@@ -159,7 +160,7 @@ def create_app(url_or_storage: str | Storage | None = None, *,
                authenticate: Authenticator | Mapping[str, str] | None = None,
                agents: Sequence[Agent] = (), secret: str | None = None,
                thread_messages: ThreadMessages | None = None,
-               continue_runs: bool = False) -> Starlette:
+               continue_runs: bool = False, viewers: Approvers | None = None) -> Starlette:
     """The web inbox for the runs kept in `url_or_storage` (default: `$GRAPHKIT_DB`).
 
     Args:
@@ -174,6 +175,9 @@ def create_app(url_or_storage: str | Storage | None = None, *,
         continue_runs: Inside a LangGraph server (`server_app` sets it): once a reviewer
             takes the last decision a run waits on, the server's runs API continues it, as
             that reviewer, and its card follows the run to its outcome.
+        viewers: `(identity, pending) -> bool`: what each signed-in reviewer may see (the
+            list, cards, arguments, messages, audit, grants). Default: what the agents'
+            approvers policy lets them decide (`Inbox.may_view`).
     """
     target = url_or_storage or os.environ.get("GRAPHKIT_DB")
     if not target:
@@ -183,8 +187,9 @@ def create_app(url_or_storage: str | Storage | None = None, *,
     tokens = (dict(authenticate) if isinstance(authenticate, Mapping)
               else parse_tokens(os.environ.get("GRAPHKIT_TOKENS", "")) if authenticate is None
               else {})
-    web = _Web(Inbox(storage, agents=agents), authenticate if callable(authenticate) else None,
-               tokens, Sessions(secret, ended=storage.ledger.session_ended), thread_messages,
+    inbox = Inbox(storage, agents=agents, viewers=viewers)
+    web = _Web(inbox, authenticate if callable(authenticate) else None, tokens,
+               Sessions(secret, ended=storage.ledger.session_ended), thread_messages,
                ServerRuns(storage.ledger) if continue_runs else None)
     return Starlette(routes=_routes(web), middleware=[Middleware(_Secured)])
 
@@ -280,8 +285,9 @@ def _routes(web: _Web) -> list[Any]:
         response.delete_cookie(SESSION_COOKIE, path=_base(request))
         return response
 
-    def listing(request: Request) -> tuple[list[PendingApproval], list[PendingApproval]]:
-        everything = web.inbox.pending()
+    def listing(request: Request, who: str
+                ) -> tuple[list[PendingApproval], list[PendingApproval]]:
+        everything = web.inbox.pending(viewer=who)
         agent = request.query_params.get("agent") or None
         tool = request.query_params.get("tool") or None
         chosen = [p for p in everything if (agent is None or p.agent_path[:1] == [agent])
@@ -290,7 +296,7 @@ def _routes(web: _Web) -> list[Any]:
 
     async def index(request: Request, who: str, session: str, form: dict[str, str]
                     ) -> Response:
-        everything, chosen = await asyncio.to_thread(listing, request)
+        everything, chosen = await asyncio.to_thread(listing, request, who)
         if request.query_params.get("fragment"):
             return HTMLResponse(render.pending_rows(chosen))
         body = render.pending_table(chosen, (p.agent_path[0] for p in everything if
@@ -303,7 +309,8 @@ def _routes(web: _Web) -> list[Any]:
         async def stream() -> AsyncIterator[str]:
             seen: list[str] | None = None
             while not await request.is_disconnected():
-                now = sorted(p.id for p in await asyncio.to_thread(web.inbox.pending))
+                now = sorted(p.id for p in await asyncio.to_thread(web.inbox.pending,
+                                                                    viewer=who))
                 if now != seen:
                     seen = now
                     yield f"event: pending\ndata: {json.dumps(now)}\n\n"
@@ -355,7 +362,7 @@ def _routes(web: _Web) -> list[Any]:
                        ) -> Response:
         approval_id = request.path_params["id"]
         try:
-            item = await asyncio.to_thread(web.inbox.get, approval_id)
+            item = await asyncio.to_thread(web.inbox.get, approval_id, viewer=who)
             messages = await web.messages(item)
             schemas = await asyncio.to_thread(web.inbox.schema, approval_id)
         except GraphkitError as exc:
@@ -387,6 +394,7 @@ def _routes(web: _Web) -> list[Any]:
         action = request.path_params["action"]
         where = _base(request) + f"approvals/{approval_id}"
         try:
+            await asyncio.to_thread(web.inbox.get, approval_id, viewer=who)  # theirs to see
             if action == "decline":
                 await asyncio.to_thread(web.inbox.decline, approval_id, decided_by=who,
                                         comment=form.get("comment") or None)
@@ -425,13 +433,18 @@ def _routes(web: _Web) -> list[Any]:
 
     async def audit_of(request: Request, who: str, session: str, form: dict[str, str]
                        ) -> Response:
-        if "id" in request.path_params:
-            entries = await asyncio.to_thread(web.inbox.audit, id=request.path_params["id"])
-            title = f"Audit of {request.path_params['id']}"
-        else:
-            entries = await asyncio.to_thread(web.inbox.audit,
-                                              thread_id=request.path_params["thread"])
-            title = f"Audit of thread {request.path_params['thread']}"
+        try:
+            if "id" in request.path_params:
+                entries = await asyncio.to_thread(web.inbox.audit, id=request.path_params["id"],
+                                                  viewer=who)
+                title = f"Audit of {request.path_params['id']}"
+            else:
+                entries = await asyncio.to_thread(web.inbox.audit, viewer=who,
+                                                  thread_id=request.path_params["thread"])
+                title = f"Audit of thread {request.path_params['thread']}"
+        except GraphkitError as exc:
+            return html(request, "Not found", f"<p class='error'>{render._e(str(exc))}</p>",
+                        status=404)
         return html(request, title, f"<h1>{render._e(title)}</h1>" + render.audit_table(entries))
 
     async def grants(request: Request, who: str, session: str, form: dict[str, str]
@@ -445,7 +458,7 @@ def _routes(web: _Web) -> list[Any]:
             + ("" if g["revoked"] else
                f"<form method='post' action='grants/{render._e(g['id'])}/revoke'>"
                f"<input type='hidden' name='csrf' value='{csrf}'><button>Revoke</button></form>")
-            + "</td></tr>" for g in await asyncio.to_thread(web.inbox.grants))
+            + "</td></tr>" for g in await asyncio.to_thread(web.inbox.grants, viewer=who))
         body = ("<h1>Grants</h1><table class='grants'><thead><tr><th>Id</th><th>Tool</th>"
                 "<th>Thread</th><th>Grantor</th><th>State</th><th></th></tr></thead>"
                 f"<tbody>{rows or '<tr><td colspan=6>No grants.</td></tr>'}</tbody></table>")
@@ -528,9 +541,10 @@ class _LazyApp:
     """
 
     def __init__(self, *, agents: Sequence[Agent] = (), authenticate: Any = None,
-                 prefix: str = "/inbox") -> None:
+                 prefix: str = "/inbox", viewers: Approvers | None = None) -> None:
         self.agents = agents
         self.authenticate = authenticate
+        self.viewers = viewers
         self.prefix = prefix
         self._app: Starlette | None = None
 
@@ -545,7 +559,7 @@ class _LazyApp:
         return await asyncio.to_thread(
             lambda: create_app(target, authenticate=self.authenticate, agents=self.agents,
                                thread_messages=server_thread_messages if served else None,
-                               continue_runs=served))
+                               continue_runs=served, viewers=self.viewers))
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if self._app is None:
@@ -554,10 +568,10 @@ class _LazyApp:
 
 
 def server_app(*, agents: Sequence[Agent] = (), authenticate: Any = None,
-               prefix: str = "/inbox") -> Starlette:
+               prefix: str = "/inbox", viewers: Approvers | None = None) -> Starlette:
     """The web inbox to mount in a LangGraph server (`"http": {"app": "module:app"}`), under
     `prefix`; give it the served agents so edits are checked by their tools' own models."""
-    lazy = _LazyApp(agents=agents, authenticate=authenticate, prefix=prefix)
+    lazy = _LazyApp(agents=agents, authenticate=authenticate, prefix=prefix, viewers=viewers)
     return Starlette(routes=[Mount(prefix, app=lazy)])
 
 
