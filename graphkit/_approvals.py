@@ -21,12 +21,13 @@ from langchain_core.tools import BaseTool
 
 from graphkit._ledger import ApprovalRow, AuditRow, CallRow, GrantRow
 from graphkit._review import Choice, audit_row, check
+from graphkit._secrets import masked_record
 from graphkit._settings import GateSettings
 from graphkit._state import CallPlan, RunOptions, TurnPlan
 from graphkit._validate import (
     iso_time,
     now_iso,
-    validate_args,
+    validated_args,
 )
 from graphkit.errors import GraphkitError, InvalidApprovedArgsError
 from graphkit.tools import (
@@ -158,7 +159,7 @@ def plan_turn(
             planned.errors.append(_error(content, call_id, name))
             continue
         try:
-            args = validate_args(tool, call.get("args") or {})
+            args, secrets = validated_args(tool, call.get("args") or {})
         except InvalidApprovedArgsError as exc:
             planned.errors.append(_error(INVALID_ARGS.format(name=name, errors=exc), call_id,
                                          name))
@@ -176,7 +177,8 @@ def plan_turn(
             approval = _pending_record(
                 id=new_id("apr"), created_at=created, kind="approval", tool_name=name,
                 tool_call_id=call_id, args=args,
-                metadata={"prompt": _prompt(tool, args), "defaults": copy.deepcopy(defaults)},
+                metadata={"prompt": _prompt(tool, args), "defaults": copy.deepcopy(defaults),
+                          **({"secret_paths": secrets} if secrets else {})},
                 verdict=verdict, agent_path=agent_path,
                 expires_at=iso_time(moment + timedelta(seconds=ttl)) if ttl is not None else None,
             )
@@ -187,7 +189,7 @@ def plan_turn(
             row = ApprovalRow(approval_id=approval["id"], thread_id=thread_id, kind="approval",
                               call_key=key, agent_path=agent_path, tool_name=name,
                               args_digest=approval["args_digest"], ttl=ttl, run_id=run_id,
-                              allowed=allowed)
+                              allowed=allowed, record=approval)
             grant = (grants or {}).get(name)
             taken = None
             if grant is not None:
@@ -220,21 +222,22 @@ def plan_turn(
                                      tool_name=name, args_digest=args_digest(args),
                                      approval_id=approval["id"] if approval else None,
                                      ai_message_id=ai.id))
-        planned.plan["calls"].append(
-            CallPlan(
-                tool_call_id=call_id,
-                tool_name=name,
-                key=key,
-                args=args,
-                sequential=predicate,
-                approval=approval,
-                suspension=None,
-                resume_values=[],
-                metadata=metadata,
-                node=name if isinstance(tool, DelegationTool) else "tools",
-                answer=None,
-            )
+        planned_call = CallPlan(
+            tool_call_id=call_id,
+            tool_name=name,
+            key=key,
+            args=args,
+            sequential=predicate,
+            approval=approval,
+            suspension=None,
+            resume_values=[],
+            metadata=metadata,
+            node=name if isinstance(tool, DelegationTool) else "tools",
+            answer=None,
         )
+        if secrets:
+            planned_call["secrets"] = secrets
+        planned.plan["calls"].append(planned_call)
     return planned
 
 
@@ -249,7 +252,8 @@ def suspension_record(
     record = _pending_record(
         id=new_id("sus"), created_at=now_iso(), kind="suspension", tool_name=call["tool_name"],
         tool_call_id=call["tool_call_id"], args=call["args"],
-        metadata={"suspend_payload": payload, "prompt": payload.get("message"), "defaults": None},
+        metadata={"suspend_payload": payload, "prompt": payload.get("message"), "defaults": None,
+                  **({"secret_paths": call["secrets"]} if call.get("secrets") else {})},
         verdict="required", agent_path=agent_path, expires_at=None,
     )
     record["call_key"] = call["key"]
@@ -311,6 +315,8 @@ def interrupt_value(
         rows = ledger.approvals(r["id"] for r in records if r["kind"] == "approval")
         records = [{**r, "allowed_decisions": list(rows[r["id"]].allowed or DEFAULT_DECISIONS)}
                    if r["id"] in rows else r for r in records]  # type: ignore[misc]
+    # a view of the calls: their secret arguments masked (the plan keeps them, and runs them)
+    records = [masked_record(r) for r in records]  # type: ignore[misc]
     undecided = [r for r in records if r["kind"] == "approval" and r["status"] == "pending"]
     return {
         INTERRUPT_MARKER: 1,

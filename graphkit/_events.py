@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -18,6 +18,7 @@ from langgraph.types import Interrupt
 from graphkit._approvals import INTERRUPT_MARKER, answered_ids, waiting_records
 from graphkit._context import EVENT_KEY, last_ai
 from graphkit._ledger import Ledger
+from graphkit._secrets import masked_record
 from graphkit._state import turn_key
 from graphkit.types import ApprovalRecord, FinishReason, PendingApproval, StreamChunk
 
@@ -35,13 +36,19 @@ def _text(message: BaseMessage) -> str:
     return str(message.text)
 
 
+ArgsView = Callable[[Sequence[str], str, dict[str, Any]], dict[str, Any]]
+
+
 class ChunkTranslator:
     """Maps `(namespace, mode, data)` parts of `graph.stream(..., subgraphs=True)` to chunks."""
 
-    def __init__(self, run_id: str, root: str | None = None) -> None:
+    def __init__(self, run_id: str, root: str | None = None,
+                 shown_args: ArgsView | None = None) -> None:
         self.run_id = run_id
         self.root = root
         """The agent whose graph streams: a subagent's chunks carry its `agent_path` below it."""
+        self.shown_args = shown_args
+        """A call's arguments as a view shows them (secrets masked), by agent path and tool."""
 
     def chunk(self, type_: Any, payload: dict[str, Any]) -> StreamChunk:
         return StreamChunk(type_, payload, self.run_id)
@@ -78,11 +85,14 @@ class ChunkTranslator:
 
     def _message(self, node: str, message: Any, where: dict[str, Any]) -> Iterator[StreamChunk]:
         if node == "model" and isinstance(message, AIMessage):
+            path = where.get("agent_path") or ([self.root] if self.root else [])
             for call in message.tool_calls:
+                args = (self.shown_args(path, call["name"], call["args"]) if self.shown_args
+                        else call["args"])
                 yield self.chunk(
                     "tool-call",
                     {"tool_call_id": call.get("id"), "tool_name": call["name"],
-                     "args": call["args"], **where},
+                     "args": args, **where},
                 )
         elif isinstance(message, ToolMessage):
             yield self.chunk(
@@ -154,7 +164,7 @@ def awaiting(values: dict[str, Any], ledger: Ledger | None, thread_id: str,
     if not plan:
         return []
     answered = answered_ids(values.get("messages") or [], plan["ai_message_id"])
-    return [PendingApproval.from_record(r) for r in waiting_records(plan, answered)]
+    return [PendingApproval.from_record(masked_record(r)) for r in waiting_records(plan, answered)]
 
 
 def run_messages(messages: Sequence[BaseMessage]) -> list[BaseMessage]:

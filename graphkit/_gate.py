@@ -667,7 +667,7 @@ def _suspended(plan: TurnPlan, ctx: GateContext) -> bool:
         rows.append(ApprovalRow(approval_id=record["id"], thread_id=ctx.thread_id,
                                 kind="suspension", call_key=call["key"], agent_path=ctx.path,
                                 tool_name=call["tool_name"], args_digest=record["args_digest"],
-                                run_id=ctx.run_id))
+                                run_id=ctx.run_id, record=record))
     if rows:
         ctx.ledger.register(approvals=rows, turn=(ctx.thread_id, ctx.path, lambda _: plan))
     return bool(rows)

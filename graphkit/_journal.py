@@ -17,6 +17,7 @@ from langgraph.store.base import BaseStore
 
 from graphkit._approvals import waiting_records
 from graphkit._ledger import Ledger
+from graphkit._secrets import masked_record
 from graphkit._state import TurnPlan
 from graphkit._validate import now_iso
 from graphkit.types import ApprovalRecord
@@ -38,9 +39,9 @@ def index_entry(
     run_id: str | None,
     waiting: bool,
 ) -> dict[str, Any]:
-    """The inbox's copy of a pending approval or suspension."""
+    """The inbox's copy of a pending approval or suspension (its secrets masked)."""
     return {
-        **record,
+        **masked_record(record),
         "thread_id": thread_id,
         "run_id": run_id,
         "agent": record["agent_path"][0] if record["agent_path"] else None,

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Literal, Protocol
 
 from graphkit._owner import holder_is_dead, new_owner
 from graphkit._state import TurnPlan
+from graphkit.types import ApprovalRecord
 
 __all__ = [
     "LEASE_SECONDS",
@@ -427,6 +428,8 @@ class ApprovalRow:
     """The run that waits on it: once a run has nothing pending, workers may resume it."""
     allowed: tuple[str, ...] | None = None
     """The decision types a reviewer may claim (an approval's; None: approve, edit, reject)."""
+    record: Mapping[str, Any] | None = None
+    """The approval record as planned (its real arguments): what every door judges."""
 
     @property
     def decided(self) -> bool:
@@ -468,7 +471,8 @@ _APPROVAL_COLUMNS = ("approval_id, thread_id, kind, call_key, agent_path, tool_n
 _APPROVAL_READ = _APPROVAL_COLUMNS + ", run_id"
 _MIGRATIONS = (("graphkit_approvals", "allowed", "TEXT"),
                ("graphkit_calls", "suspended_with", "TEXT"),
-               ("graphkit_calls", "ai_message_id", "TEXT"))
+               ("graphkit_calls", "ai_message_id", "TEXT"),
+               ("graphkit_approvals", "record", "TEXT"))
 """Columns added after a table was first made: added to an existing database on open."""
 
 
@@ -625,15 +629,15 @@ class Ledger:
             row.approval_id, row.thread_id, row.kind, row.call_key, _path(row.agent_path),
             row.tool_name, row.args_digest, row.ttl, row.status,
             _dumps(row.decision) if row.decision else None, _allowed_text(row.allowed),
-            row.run_id)
+            row.run_id, _dumps(dict(row.record)) if row.record is not None else None)
         guard = ""
         if live_grant is not None:
             guard = (" WHERE EXISTS (SELECT 1 FROM graphkit_grants WHERE grant_id = ? AND "
                      f"revoked IS NULL AND (expires_at IS NULL OR expires_at > {now}))")
             params = (*params, live_grant)
         return tx.execute(
-            f"INSERT INTO graphkit_approvals ({_APPROVAL_COLUMNS}, run_id) "
-            f"SELECT ?, ?, ?, ?, ?, ?, ?, {expires}, ?, ?, ?, ?{guard or ' WHERE TRUE'} "
+            f"INSERT INTO graphkit_approvals ({_APPROVAL_COLUMNS}, run_id, record) "
+            f"SELECT ?, ?, ?, ?, ?, ?, ?, {expires}, ?, ?, ?, ?, ?{guard or ' WHERE TRUE'} "
             "ON CONFLICT (approval_id) DO NOTHING", params) == 1
 
     def _audit(self, tx: _Tx, rows: Iterable[AuditRow]) -> None:
@@ -691,6 +695,13 @@ class Ledger:
                 f"WHERE approval_id IN ({marks})", tuple(chunk))
             found.update({str(r[0]): _approval(r) for r in rows})
         return found
+
+    def record(self, approval_id: str) -> ApprovalRecord | None:
+        """The approval record as planned (real arguments), if the ledger keeps it."""
+        rows = self._sql.query("SELECT record FROM graphkit_approvals WHERE approval_id = ?",
+                               (approval_id,))
+        record: ApprovalRecord | None = _loads(rows[0][0]) if rows and rows[0][0] else None
+        return record
 
     def approval(self, approval_id: str) -> ApprovalRow | None:
         return self.approvals([approval_id]).get(approval_id)

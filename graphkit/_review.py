@@ -27,6 +27,7 @@ from langchain_core.tools import BaseTool
 
 from graphkit._ledger import ApprovalRow, AuditRow, GrantRow, Ledger
 from graphkit._limits import MAX_TEXT, check_text, check_value
+from graphkit._secrets import masked, unmasked
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers
 from graphkit._validate import now_iso, validate_args, validate_resume
 from graphkit.errors import (
@@ -202,8 +203,11 @@ def audit_row(event: str, record: Mapping[str, Any] | None, *, thread_id: str,
               run_id: str | None, decided_by: str | None = None, comment: str | None = None,
               args_before: Any = None, args_after: Any = None, detail: str | None = None,
               dedupe: str | None = None, at: str | None = None) -> AuditRow:
-    """One audit entry, in the shape of the contract."""
+    """One audit entry, in the shape of the contract (secret arguments masked)."""
     record = record or {}
+    metadata = record.get("metadata")
+    paths = metadata.get("secret_paths") if isinstance(metadata, Mapping) else None
+    args_before, args_after = masked(args_before, paths), masked(args_after, paths)
     entry = {
         "event": event, "at": at or now_iso(), "thread_id": thread_id, "run_id": run_id,
         "approval_id": record.get("id"), "tool_name": record.get("tool_name"),
@@ -300,7 +304,9 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
                 raise InvalidApprovedArgsError(msg)
             check_value(choice.args, what=f"edited arguments for tool {record['tool_name']!r}",
                         error=InvalidApprovedArgsError)
-            run_args = check_args(choice.args)
+            # a secret the reviewer saw masked, and left so, keeps its real value
+            run_args = check_args(unmasked(choice.args, record["args"],
+                                           (record.get("metadata") or {}).get("secret_paths")))
             status, event = "approved", "edited"
         case "reject":
             status, event = "rejected", "cancelled" if suspension else "rejected"
@@ -429,7 +435,12 @@ def take(
     source: str = "api",
     identity_required: bool = False,
 ) -> Taken:
-    """Check and claim one decision, with its audit entry (and a grant); audit a refusal."""
+    """Check and claim one decision, with its audit entry (and a grant); audit a refusal.
+    The record is judged as the ledger recorded it when it was planned (a door's copy is a
+    view: its secrets are masked), with the status the door saw."""
+    recorded = ledger.record(record["id"]) if isinstance(record.get("id"), str) else None
+    if recorded is not None:
+        record = {**recorded, "status": record.get("status", recorded["status"])}  # type: ignore[typeddict-item]
     try:
         if remember not in ("once", "thread"):
             msg = f"remember must be 'once' or 'thread', got {remember!r}"

@@ -16,6 +16,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Durability, Interrupt, StreamMode
 
 from graphkit._events import (
+    ArgsView,
     ChunkTranslator,
     Observed,
     RunView,
@@ -59,6 +60,8 @@ class Invocation:
     """The agent that runs (the root of its subagents' `agent_path`)."""
     ledger: Ledger | None = None
     """Where the agent's plans are (what a run stopped early waits on)."""
+    shown_args: ArgsView | None = None
+    """How the stream shows a call's arguments (secrets masked)."""
 
 
 def pending_of(snapshot: RunView, *, stopped: bool, ledger: Ledger | None, thread_id: str,
@@ -76,7 +79,8 @@ class _Run:
 
     def __init__(self, invocation: Invocation) -> None:
         self.invocation = invocation
-        self.translator = ChunkTranslator(invocation.run_id, invocation.agent)
+        self.translator = ChunkTranslator(invocation.run_id, invocation.agent,
+                                          invocation.shown_args)
         self.stopped = False
         self.step = 0
         self.node: str | None = None

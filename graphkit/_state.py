@@ -69,6 +69,8 @@ class CallPlan(TypedDict):
     reviewer): what the model is told."""
     answer_status: NotRequired[str]
     """`error` (the default) or `success` (a reviewer's `respond`)."""
+    secrets: NotRequired[list[list[str | int]]]
+    """Where `args` hold secret values (`graphkit._secrets`): every view masks them."""
 
 
 class TurnPlan(TypedDict):

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Secret, SecretBytes, SecretStr, ValidationError
 from pydantic_core import to_jsonable_python
 
 from graphkit._limits import check_value
+from graphkit._secrets import MASK, secret_paths
 from graphkit.errors import GraphkitError, InvalidApprovedArgsError, ResumeDataError
 from graphkit.tools import GraphkitTool
 
@@ -70,7 +71,7 @@ def _has_code(node: Any) -> bool:
 
 
 _SECRETS = (SecretStr, SecretBytes, Secret)
-_MASK = "**********"
+_MASK = MASK
 """What pydantic writes for a non-empty secret in a JSON dump."""
 
 
@@ -120,6 +121,12 @@ def _revealed(python: Any, dumped: Any) -> Any:
 
 
 def validate_args(tool: BaseTool, args: Mapping[str, Any]) -> dict[str, Any]:
+    """`validated_args` without the secret paths."""
+    return validated_args(tool, args)[0]
+
+
+def validated_args(tool: BaseTool, args: Mapping[str, Any]
+                   ) -> tuple[dict[str, Any], list[list[str | int]]]:
     """Parse `args` with the tool's schema; raises `InvalidApprovedArgsError` when they fail.
 
     The result is exactly what runs, is shown and is digested: the validated fields only
@@ -132,24 +139,24 @@ def validate_args(tool: BaseTool, args: Mapping[str, Any]) -> dict[str, Any]:
     schema = tool.args_schema
     if not isinstance(schema, type) or not issubclass(schema, BaseModel):
         storable(dict(args), f"arguments for tool {tool.name!r}", InvalidApprovedArgsError)
-        return dict(args)
-    parsed, result = _parsed(tool, schema, args)
+        return dict(args), []
+    parsed, result, secrets = _parsed(tool, schema, args)
     storable(result, f"arguments for tool {tool.name!r}", InvalidApprovedArgsError)
     if validation_runs_code(tool):
         # The tool parses what it is given once more: it must get the values shown, decided
         # and digested (not a validator's second conversion, say dollars to cents again).
-        again, shown_again = _parsed(tool, schema, result)
+        again, shown_again, _ = _parsed(tool, schema, result)
         if again != parsed:
             msg = (f"tool {tool.name!r} changes its arguments each time they are validated "
                    f"({result!r} becomes {shown_again!r}): the values approved would not be "
                    "the values it runs with; make its validators idempotent")
             raise InvalidApprovedArgsError(msg)
-    return result
+    return result, secrets
 
 
 def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
-            ) -> tuple[BaseModel, dict[str, Any]]:
-    """The validated model, and its fields as JSON."""
+            ) -> tuple[BaseModel, dict[str, Any], list[list[str | int]]]:
+    """The validated model, its fields as JSON, and where they hold secrets."""
     try:
         parsed = schema.model_validate(dict(args))
     except ValidationError as exc:
@@ -161,6 +168,7 @@ def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
     # By alias: the names the model (and the tool's own validation) use, not Python's
     # (`from_` is `from`).
     dumped: dict[str, Any] = parsed.model_dump(mode="json", by_alias=True)
+    shown = dumped
     if _masked(dumped):
         try:
             dumped = _revealed(parsed.model_dump(by_alias=True), dumped)
@@ -169,7 +177,10 @@ def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
             raise InvalidApprovedArgsError(msg) from exc
     # Keep only what was given or has a default, without the injected context.
     names = {field.alias or name for name, field in schema.model_fields.items()}
-    return parsed, {k: v for k, v in dumped.items() if k in names}
+    result = {k: v for k, v in dumped.items() if k in names}
+    secrets = secret_paths({k: v for k, v in shown.items() if k in names}, result) if (
+        shown is not dumped) else []
+    return parsed, result, secrets
 
 
 def validate_resume(tool: BaseTool | None, data: Any) -> Any:

@@ -50,9 +50,11 @@ from graphkit._runs import (
     StateHook,
     pending_of,
 )
+from graphkit._secrets import masked
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers, GateSettings
 from graphkit._state import DEFAULT_MAX_STEPS, RunOptions
 from graphkit._storage import open_storage, served_storage
+from graphkit._validate import validated_args
 from graphkit.errors import (
     SNAPSHOT_NOT_FOUND,
     ApprovalNotFoundError,
@@ -268,6 +270,20 @@ class Agent:
             max_steps=max_steps,
         )
 
+    def _shown_args(self, agent_path: Sequence[str], tool_name: str, args: dict[str, Any]
+                    ) -> dict[str, Any]:
+        """A call's arguments as a view shows them: the tool's secret values masked (and
+        arguments the tool cannot read shown as the model wrote them)."""
+        tool = self._find_tool(agent_path, tool_name)
+        if tool is None:
+            return args
+        try:
+            _, paths = validated_args(tool, args)
+        except GraphkitError:
+            return args
+        shown: dict[str, Any] = masked(args, paths)
+        return shown
+
     def _find_tool(self, agent_path: Sequence[str], tool_name: str) -> BaseTool | None:
         agent: Agent = self
         for key in list(agent_path)[1:]:
@@ -313,7 +329,8 @@ class Agent:
                 lease.close()
                 raise
             return Invocation(payload, config, run_id, thread_id, on_state_change, lease.close,
-                              agent=self.name, ledger=self._storage.ledger)
+                              agent=self.name, ledger=self._storage.ledger,
+                              shown_args=self._shown_args)
 
         return prepare
 

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import jsonschema
+from langchain_core.messages import AIMessage, ToolMessage
 
 from graphkit._control import policy_finder
 from graphkit._journal import APPROVALS, SCAN_LIMIT, SCHEMAS, now_iso, schema_key
@@ -31,8 +32,10 @@ from graphkit._review import (
     shown,
     take,
 )
+from graphkit._secrets import masked
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers
 from graphkit._storage import Storage, open_storage
+from graphkit._validate import validated_args
 from graphkit.errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
@@ -78,6 +81,9 @@ def as_schema_types(value: Any, schema: Any) -> Any:
     if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
         return [as_schema_types(v, schema["items"]) for v in value]
     return value
+
+
+HIDDEN = "[the result of a call this reviewer may not see]"
 
 
 class Inbox:
@@ -154,8 +160,9 @@ class Inbox:
         return dict(item.value) if item is not None else {}
 
     def messages(self, id: str, *, viewer: str | None = None) -> list[Any]:
-        """The run's messages, when the inbox knows the agent that owns the approval."""
-        self._visible(id, viewer)  # an approval the inbox lists, and the viewer may see
+        """The run's messages, when the inbox knows the agent that owns the approval, as the
+        viewer may see them (`seen_messages`)."""
+        item = self._visible(id, viewer)  # an approval the inbox lists, the viewer may see
         row = self._storage.ledger.approval(id)  # where it waits, as the ledger recorded it
         agent = self._agent_at(row.agent_path) if row is not None else None
         if agent is None or row is None:
@@ -164,7 +171,53 @@ class Inbox:
             state = agent.graph.get_state({"configurable": {"thread_id": row.thread_id}})
         except ValueError:  # a graph the LangGraph server persists: its state is the server's
             return []
-        return list(state.values.get("messages") or [])
+        return self.seen_messages(list(state.values.get("messages") or []), item, viewer)
+
+    def seen_messages(self, messages: Sequence[Any], item: PendingApproval,
+                      viewer: str | None) -> list[Any]:
+        """A thread's messages shown beside `item`'s card: every call's secret arguments
+        masked, and the calls (with their results) of tools the viewer may not see hidden."""
+        hidden: set[str] = set()
+        seen: list[Any] = []
+        for message in messages:
+            calls = getattr(message, "tool_calls", None)
+            if isinstance(message, AIMessage) and calls:
+                shown = [self._seen_call(c, item, viewer) for c in calls]
+                hidden |= {c.get("id") or "" for c, s in zip(calls, shown, strict=True)
+                           if s is None}
+                seen.append(message.model_copy(update={"tool_calls": [
+                    s or {**c, "name": "hidden", "args": {}}
+                    for c, s in zip(calls, shown, strict=True)]}))
+            elif isinstance(message, ToolMessage) and message.tool_call_id in hidden:
+                seen.append(message.model_copy(update={"content": HIDDEN, "name": "hidden"}))
+            else:
+                seen.append(message)
+        return seen
+
+    def _seen_call(self, tool_call: Mapping[str, Any], item: PendingApproval,
+                   viewer: str | None) -> dict[str, Any] | None:
+        """One tool call as the viewer may see it (None: hidden)."""
+        raw = tool_call.get("args")
+        args: dict[str, Any] = dict(raw) if isinstance(raw, Mapping) else {}
+        if tool_call.get("id") == item.tool_call_id and tool_call.get("name") == item.tool_name:
+            paths = item.metadata.get("secret_paths")
+            return {**tool_call, "args": masked(args, paths)}
+        agent = self._agent_at(item.agent_path)
+        tool = agent._find_tool(item.agent_path, str(tool_call.get("name"))) if agent else None
+        try:
+            _, paths = validated_args(tool, args) if tool is not None else (args, [])
+        except GraphkitError:
+            paths = [[key] for key in args]  # not readable as the tool's: show none of it
+        shown = masked(args, paths)
+        if viewer is not None:
+            other = PendingApproval(
+                id="", created_at="", kind="approval", tool_name=str(tool_call.get("name")),
+                tool_call_id=str(tool_call.get("id") or ""), args=shown, metadata={},
+                verdict="required", agent_path=list(item.agent_path),
+                thread_id=item.thread_id, run_id=item.run_id)
+            if not self.may_view(viewer, other):
+                return None
+        return {**tool_call, "args": shown}
 
     def _thread_of(self, id: str) -> str | None:
         """The approval's thread as the ledger recorded it (the index entry is a copy)."""

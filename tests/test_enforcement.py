@@ -477,13 +477,20 @@ def test_a_grant_is_revoked_only_by_its_grantor_or_someone_who_may_decide_its_to
                 out=lambda _: None) == 1  # the CLI's Inbox has no agents: grantor only
     from starlette.testclient import TestClient
 
-    client = TestClient(create_app(sqlite_url, authenticate={"tok-i": "intern"},
-                                   agents=[agent]))
-    login = client.get("/login")
     import re
-    nonce = re.search(r"name='login' value='([0-9a-f]+)'", login.text)
-    assert nonce is not None
-    client.post("/login", data={"token": "tok-i", "login": nonce.group(1)})
+
+    def signed_in(**options: Any) -> Any:
+        client = TestClient(create_app(sqlite_url, authenticate={"tok-i": "intern"},
+                                       agents=[agent], **options))
+        nonce = re.search(r"name='login' value='([0-9a-f]+)'", client.get("/login").text)
+        assert nonce is not None
+        client.post("/login", data={"token": "tok-i", "login": nonce.group(1)})
+        return client
+
+    # by default the intern does not even see the grant (only what they may decide) ...
+    assert grant["id"] not in signed_in().get("/grants").text
+    # ... and where they are shown it, they still may not revoke it
+    client = signed_in(viewers=lambda who, pending: True)
     page = client.get("/grants").text
     csrf = re.search(r"name='csrf' value='([0-9a-f]+)'", page)
     assert csrf is not None

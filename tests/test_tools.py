@@ -143,7 +143,8 @@ def test_needs_approval_must_be_bool_or_callable() -> None:
 def test_secret_arguments_reach_the_tool_as_sent_approved_or_edited() -> None:
     """pydantic masks secrets in JSON dumps ('**********'): the tool must still get the value
     the model (or an edit) gave, not the mask, and a secret field must not make every call
-    look like a validator that changes its arguments."""
+    look like a validator that changes its arguments. Reviewers see the mask; an edit that
+    leaves a masked value as shown keeps the real one."""
     got: list[tuple[str, str, list[str]]] = []
 
     @create_tool(needs_approval=True)
@@ -156,16 +157,24 @@ def test_secret_arguments_reach_the_tool_as_sent_approved_or_edited() -> None:
 
     args = {"user": "ann", "password": "hunter2", "token": "t0k", "backups": ["b1", "b2"]}
     agent = Agent(name="secrets", tools=[login], model=ScriptedChatModel(
-        [turn(call("login", args, "c1")), "done", turn(call("login", args, "c2")), "done"]))
+        [turn(call("login", args, "c1")), "done", turn(call("login", args, "c2")), "done",
+         turn(call("login", args, "c3")), "done"]))
     first = agent.generate("log in")
     assert first.finish_reason == "suspended"
-    assert first.pending_approvals[0].args == args
+    mask = "**********"
+    shown = {"user": "ann", "password": mask, "token": mask, "backups": [mask, mask]}
+    assert first.pending_approvals[0].args == shown
     assert agent.approve_tool_call_generate(run_id=first.run_id).text == "done"
     second = agent.generate("again", thread_id=first.thread_id)
     edited = agent.approve_tool_call_generate(
         run_id=second.run_id, args={**args, "password": "s3cret", "backups": []})
     assert edited.text == "done"
-    assert got == [("hunter2", "t0k", ["b1", "b2"]), ("s3cret", "t0k", [])]
+    third = agent.generate("once more", thread_id=first.thread_id)
+    kept = agent.approve_tool_call_generate(run_id=third.run_id,
+                                            args={**third.pending_approvals[0].args})
+    assert kept.text == "done"
+    assert got == [("hunter2", "t0k", ["b1", "b2"]), ("s3cret", "t0k", []),
+                   ("hunter2", "t0k", ["b1", "b2"])]
 
 
 def test_a_prompt_template_naming_no_argument_is_refused_when_the_tool_is_made() -> None:

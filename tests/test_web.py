@@ -338,3 +338,42 @@ def test_reviewers_see_only_what_they_may_decide(tmp_path: Path) -> None:
     assert payment.id in [p.id for p in inbox.pending(viewer="alice")]
     assert [e["approval_id"] for e in inbox.audit(thread_id=paid.thread_id, viewer="intern")
             ] == []
+
+
+def test_a_card_shows_no_other_call_its_reviewer_may_not_see(tmp_path: Path) -> None:
+    """A turn pays (only the CFO may see it) and cleans up (a developer may): the developer's
+    card of the clean-up shows the conversation with the payment's call and its result
+    hidden, on the web page and through `Inbox.messages(viewer=...)`."""
+    import re
+
+    from starlette.testclient import TestClient
+
+    from graphkit.web import create_app
+    from tests.helpers import Ledger as Tools
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    tools = Tools()
+    offshore = {"amount": 987654, "payee": {"name": "SECRET-OFFSHORE"}}
+
+    def policy(who: str | None, pending: Any) -> bool:
+        return who == "cfo" if pending.tool_name == "pay" else who in ("cfo", "dev")
+
+    agent = Agent(name="assistant", tools=tools.tools, checkpointer=url, approvers=policy,
+                  model=ScriptedChatModel([turn(call("pay", offshore, "p1"),
+                                                call("bash", {"command": "rm -rf /tmp/x"},
+                                                     "b1")), "done"]))
+    agent.generate("pay and clean up")
+    inbox = Inbox(url, agents=[agent])
+    bash = next(p for p in inbox.pending() if p.tool_name == "bash")
+    client = TestClient(create_app(url, authenticate={"tok-dev": "dev"}, agents=[agent],
+                                   secret="s"))
+    login = re.search(r"name='login' value='([0-9a-f]+)'", client.get("/login").text)
+    assert login is not None
+    client.post("/login", data={"token": "tok-dev", "login": login.group(1)})
+    page = client.get(f"/approvals/{bash.id}").text
+    assert "rm -rf /tmp/x" in page
+    assert "SECRET-OFFSHORE" not in page and "987654" not in page
+    seen = inbox.messages(bash.id, viewer="dev")
+    assert "SECRET-OFFSHORE" not in str([getattr(m, "tool_calls", "") for m in seen])
+    assert "SECRET-OFFSHORE" in str([getattr(m, "tool_calls", "")
+                                     for m in inbox.messages(bash.id, viewer="cfo")])

@@ -101,21 +101,26 @@ class _Web:
             self._retrying = asyncio.get_running_loop().create_task(
                 self.server.keep_continuing())
 
-    async def messages(self, item: PendingApproval) -> list[BaseMessage]:
-        """The run's messages for a card: the agent's own state, else (inside the LangGraph
-        server, which keeps the state of the graphs it serves) the server's."""
-        found: list[BaseMessage] = await asyncio.to_thread(self.inbox.messages, item.id)
+    async def messages(self, item: PendingApproval, viewer: str) -> list[BaseMessage]:
+        """The run's messages for a card, as the viewer may see them: the agent's own state,
+        else (inside the LangGraph server, which keeps the state of the graphs it serves) the
+        server's."""
+        found: list[BaseMessage] = await asyncio.to_thread(self.inbox.messages, item.id,
+                                                           viewer=viewer)
         if found or self.thread_messages is None:
             return found
         thread_id = await asyncio.to_thread(self.inbox._thread_of, item.id)
         if thread_id is None:
             return []
         try:
-            return await self.thread_messages(thread_id)
+            served = await self.thread_messages(thread_id)
         except Exception:  # context only: the card is shown without it
             logger.warning("inbox: could not read thread %s from the server", thread_id,
                            exc_info=True)
             return []
+        seen: list[BaseMessage] = await asyncio.to_thread(self.inbox.seen_messages, served,
+                                                          item, viewer)
+        return seen
 
     async def reviewer(self, request: Request) -> tuple[str, str] | None:
         """(identity, session) of the signed-in reviewer, or None. In a thread: a session is
@@ -363,7 +368,7 @@ def _routes(web: _Web) -> list[Any]:
         approval_id = request.path_params["id"]
         try:
             item = await asyncio.to_thread(web.inbox.get, approval_id, viewer=who)
-            messages = await web.messages(item)
+            messages = await web.messages(item, who)
             schemas = await asyncio.to_thread(web.inbox.schema, approval_id)
         except GraphkitError as exc:
             return html(request, "Not found", f"<p class='error'>{render._e(str(exc))}</p>",

@@ -1,0 +1,111 @@
+"""Secret arguments (`SecretStr`, `SecretBytes`, `Secret[...]`): the tool receives the real
+value and the digest covers it; every view of a call shows the mask instead.
+
+The gate's plan and the ledger keep the real arguments (they run). Which parts of them are
+secret is found once, when a call is planned, from the tool's own JSON dump (pydantic masks
+secrets there), and recorded with the call's approval (`metadata["secret_paths"]`); every
+rendering (the interrupt value, the inbox index, the audit, webhooks, cards) masks those paths.
+An edit that leaves a masked value as shown keeps the real one.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["MASK", "masked", "masked_record", "secret_paths", "unmasked"]
+
+MASK = "**********"
+"""What pydantic shows for a secret, and what every view of one shows."""
+
+Path = list[str | int]
+
+
+def secret_paths(shown: Any, real: Any, at: Path | None = None) -> list[Path]:
+    """Where `shown` (the tool's JSON dump, secrets masked) masks what `real` holds. A part
+    whose shape differs between the two (a set's members reordered) is secret as a whole."""
+    at = at or []
+    if isinstance(shown, str):
+        return [at] if shown == MASK and real != MASK else []
+    if isinstance(shown, Mapping) and isinstance(real, Mapping):
+        if set(shown) == set(real):
+            return [p for key in shown for p in secret_paths(shown[key], real[key], [*at, key])]
+    elif (isinstance(shown, list) and isinstance(real, list) and len(shown) == len(real)):
+        return [p for i, (s, r) in enumerate(zip(shown, real, strict=True))
+                for p in secret_paths(s, r, [*at, i])]
+    return [at] if _holds_mask(shown) else []
+
+
+def _holds_mask(value: Any) -> bool:
+    if isinstance(value, str):
+        return value == MASK
+    if isinstance(value, Mapping):
+        return any(_holds_mask(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_mask(v) for v in value)
+    return False
+
+
+def masked(value: Any, paths: Sequence[Sequence[str | int]] | None) -> Any:
+    """A copy of `value` with each of `paths` shown as the mask (None, no paths: `value`)."""
+    if not paths or not isinstance(value, Mapping | list):
+        return value
+    result = copy.deepcopy(value)
+    for path in paths:
+        result = _put(result, list(path), MASK)
+    return result
+
+
+def unmasked(edited: Any, real: Any, paths: Sequence[Sequence[str | int]] | None) -> Any:
+    """`edited` with every secret it still shows as the mask given its real value (a reviewer
+    who edits other fields keeps the secret they never saw)."""
+    if not paths or not isinstance(edited, Mapping):
+        return edited
+    result = copy.deepcopy(dict(edited))
+    for path in paths:
+        shown, found = _get(result, list(path))
+        if found and shown == MASK:
+            value, known = _get(real, list(path))
+            if known:
+                result = _put(result, list(path), copy.deepcopy(value))
+    return result
+
+
+def masked_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """An approval record as a view shows it: its secret arguments masked."""
+    metadata = record.get("metadata")
+    paths = metadata.get("secret_paths") if isinstance(metadata, Mapping) else None
+    if not paths:
+        return dict(record)
+    shown = dict(record)
+    shown["args"] = masked(record.get("args"), paths)
+    if isinstance(record.get("approved_args"), Mapping):
+        shown["approved_args"] = masked(record["approved_args"], paths)
+    return shown
+
+
+def _step(value: Any, part: str | int) -> tuple[Any, bool]:
+    if isinstance(value, Mapping) and part in value:
+        return value[part], True
+    if isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value):
+        return value[part], True
+    return None, False
+
+
+def _get(value: Any, path: Path) -> tuple[Any, bool]:
+    for part in path:
+        value, found = _step(value, part)
+        if not found:
+            return None, False
+    return value, True
+
+
+def _put(value: Any, path: Path, new: Any) -> Any:
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    inner, found = _step(value, head)
+    if found:
+        value[head] = _put(inner, rest, new)
+    return value
