@@ -475,9 +475,9 @@ def test_a_grant_is_revoked_only_by_its_grantor_or_someone_who_may_decide_its_to
         inbox.revoke(grant["id"], decided_by="intern")
     assert main(["revoke", grant["id"], "--db", sqlite_url, "--by", "intern"],
                 out=lambda _: None) == 1  # the CLI's Inbox has no agents: grantor only
-    from starlette.testclient import TestClient
-
     import re
+
+    from starlette.testclient import TestClient
 
     def signed_in(**options: Any) -> Any:
         client = TestClient(create_app(sqlite_url, authenticate={"tok-i": "intern"},

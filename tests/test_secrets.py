@@ -6,13 +6,11 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 from pydantic import SecretStr
 from starlette.testclient import TestClient
 
-from graphkit import Agent, Inbox, Webhook, create_tool
-from graphkit import _html
+from graphkit import Agent, Inbox, Webhook, _html, create_tool
 from graphkit.cli import main
 from graphkit.testing import ScriptedChatModel
 from graphkit.types import args_digest
