@@ -11,7 +11,7 @@ the tools node runs nothing the ledger does not allow.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
@@ -70,7 +70,7 @@ from graphkit.tools import GraphkitTool
 from graphkit.types import ApprovalRecord, GateResume, args_digest
 
 __all__ = ["GateContext", "Planner", "current_plan", "dispatch_now", "make_gate_node", "pointer",
-           "supersede_unanswered"]
+           "supersede_abandoned", "supersede_unanswered"]
 
 GateTarget = Literal["model", "tools", "approval_gate"]
 
@@ -178,6 +178,8 @@ class Planner:
                             agent_path=ctx.path, thread_id=ctx.thread_id, run_id=ctx.run_id,
                             grants=grants)
         planned.plan["turn_key"] = key or turn_key(ai)
+        planned.calls[:] = [replace(c, turn_key=planned.plan["turn_key"])
+                            for c in planned.calls]
 
         def as_recorded(revoked: set[str]) -> TurnPlan:
             for call in planned.plan["calls"]:
@@ -586,6 +588,7 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         changed = False
         if previous is None:
             plan, errors = planner.plan(ai, state, ctx)
+            supersede_abandoned(messages, ctx)  # an earlier version of this turn, rewritten
             new_messages.extend(errors)
             update["turn"] = pointer(plan)
             changed = True  # the state has writes to take before any pause
@@ -614,6 +617,7 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
             edited = _edited_ai(ai, step.edited)
             new_messages.append(edited)
             plan["turn_key"] = turn_key(edited)  # the message the state will hold
+            ctx.ledger.rekey_calls((c["key"] for c in plan["calls"]), plan["turn_key"])
         emit(step.events)
         moved = previous is None or plan != previous
         if moved:
@@ -632,6 +636,29 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         return await offload(approval_gate, state, config)
 
     return approval_gate, aapproval_gate
+
+
+ABANDONED = ("its turn is no longer in the conversation: the thread went back to an earlier "
+             "checkpoint, or was rewritten")
+
+
+def supersede_abandoned(messages: Sequence[BaseMessage], ctx: GateContext) -> None:
+    """Decline, as superseded, what this agent waits on for a turn the conversation no longer
+    holds as it was planned (time travel forked the thread before it; a client rewrote the
+    message): no run will ever reach it, so it must not stay decidable, or wait, in the inbox.
+    Only a top-level agent has one conversation per thread (a subagent's parallel delegations
+    each have their own)."""
+    if len(ctx.path) != 1:
+        return
+    pending = ctx.ledger.pending_turns(ctx.thread_id, ctx.path)
+    if not pending:
+        return
+    present = {turn_key(m) for m in messages if isinstance(m, AIMessage) and m.tool_calls}
+    for approval_id, kind, tool_name, key in pending:
+        if key is not None and key not in present:
+            supersede(ctx.ledger, {"id": approval_id, "kind": kind, "tool_name": tool_name,
+                                   "agent_path": ctx.path}, comment=ABANDONED,
+                      thread_id=ctx.thread_id, run_id=ctx.run_id)
 
 
 def current_plan(ctx: GateContext, messages: Sequence[AnyMessage]) -> TurnPlan | None:

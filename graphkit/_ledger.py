@@ -405,6 +405,8 @@ class CallRow:
     cleared: str | None = None
     ai_message_id: str | None = None
     """The AI message (turn) that asked for the call."""
+    turn_key: str | None = None
+    """The plan's key (`graphkit._state.turn_key`): which version of that message."""
     """The digest of the arguments an approval gate verified and let run (gated calls)."""
 
 
@@ -472,7 +474,8 @@ _APPROVAL_READ = _APPROVAL_COLUMNS + ", run_id"
 _MIGRATIONS = (("graphkit_approvals", "allowed", "TEXT"),
                ("graphkit_calls", "suspended_with", "TEXT"),
                ("graphkit_calls", "ai_message_id", "TEXT"),
-               ("graphkit_approvals", "record", "TEXT"))
+               ("graphkit_approvals", "record", "TEXT"),
+               ("graphkit_calls", "turn_key", "TEXT"))
 """Columns added after a table was first made: added to an existing database on open."""
 
 
@@ -562,10 +565,10 @@ class Ledger:
             for call in calls:
                 tx.execute(
                     "INSERT INTO graphkit_calls (call_key, thread_id, agent_path, tool_name, "
-                    "args_digest, approval_id, ai_message_id, created_at) VALUES (?, ?, ?, ?, "
-                    f"?, ?, ?, {now}) ON CONFLICT (call_key) DO NOTHING",
+                    "args_digest, approval_id, ai_message_id, turn_key, created_at) VALUES "
+                    f"(?, ?, ?, ?, ?, ?, ?, ?, {now}) ON CONFLICT (call_key) DO NOTHING",
                     (call.call_key, call.thread_id, _path(call.agent_path), call.tool_name,
-                     call.args_digest, call.approval_id, call.ai_message_id))
+                     call.args_digest, call.approval_id, call.ai_message_id, call.turn_key))
             for row in approvals:
                 grant_id = (row.decision or {}).get("grant_id")
                 if grant_id and self._insert_approval(tx, row, live_grant=grant_id):
@@ -790,21 +793,32 @@ class Ledger:
                     row.executed == DONE):
                 continue
             dead = holder_dead(row.executed)
-            if not self._sql.execute(
-                    "UPDATE graphkit_calls SET executed = ?, outcome = ? WHERE call_key = ? "
-                    f"AND executed = ?{'' if dead else f' AND claim_expires < {now}'}",
-                    (DONE, _dumps(dict(outcome)), key, row.executed)):
-                running.add(key)
+            with self._sql.transaction() as tx:
+                if not tx.execute(
+                        "UPDATE graphkit_calls SET executed = ?, outcome = ? WHERE call_key = ? "
+                        f"AND executed = ?{'' if dead else f' AND claim_expires < {now}'}",
+                        (DONE, _dumps(dict(outcome)), key, row.executed)):
+                    running.add(key)
+                else:  # it may have taken effect: told as failed, with the reason
+                    self._call_finished(tx, key, outcome, "failed")
         return running
 
     def pending_turns(self, thread_id: str, agent_path: Sequence[str]
                       ) -> list[tuple[str, str, str, str | None]]:
-        """(approval id, kind, tool name, the AI message that asked) of what one agent waits
-        on in one thread."""
+        """(approval id, kind, tool name, the turn key of the plan that asked) of what one
+        agent waits on in one thread."""
         return [(str(r[0]), str(r[1]), str(r[2]), r[3]) for r in self._sql.query(
-            "SELECT a.approval_id, a.kind, a.tool_name, c.ai_message_id FROM graphkit_approvals "
+            "SELECT a.approval_id, a.kind, a.tool_name, c.turn_key FROM graphkit_approvals "
             "a LEFT JOIN graphkit_calls c ON c.call_key = a.call_key WHERE a.thread_id = ? "
             "AND a.agent_path = ? AND a.status = 'pending'", (thread_id, _path(agent_path)))]
+
+    def rekey_calls(self, call_keys: Iterable[str], turn_key: str) -> None:
+        """The plan's calls now belong to the turn as edited (its key changed with it)."""
+        keys = list(call_keys)
+        if keys:
+            marks = ", ".join("?" for _ in keys)
+            self._sql.execute(f"UPDATE graphkit_calls SET turn_key = ? WHERE call_key IN "
+                              f"({marks})", (turn_key, *keys))
 
     def pending_ids(self, thread_id: str, agent_path: Sequence[str]) -> set[str]:
         """The approvals and suspensions of one agent in one thread that wait on a decision."""

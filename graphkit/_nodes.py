@@ -44,6 +44,7 @@ from graphkit._gate import (
     current_plan,
     dispatch_now,
     pointer,
+    supersede_abandoned,
     supersede_unanswered,
 )
 from graphkit._ledger import DONE, ApprovalRow, CallRow, Ledger
@@ -230,26 +231,6 @@ def _stopped_turn(messages: list[AnyMessage], ctx: GateContext
     return [*messages[:later], *answers, *newer], writes
 
 
-ABANDONED = ("its turn is no longer in the conversation: the thread went back to an earlier "
-             "checkpoint, or was rewritten")
-
-
-def _abandoned(messages: list[AnyMessage], ctx: GateContext) -> None:
-    """Decline, as superseded, what this agent waits on for a turn the conversation no longer
-    holds (time travel forked the thread before it): no run will ever reach it, so it must
-    not stay decidable, or wait, in the inbox. Only a top-level agent has one conversation per
-    thread (a subagent's parallel delegations each have their own)."""
-    if len(ctx.path) != 1:
-        return
-    present = {m.id for m in messages}
-    for approval_id, kind, tool_name, ai_message_id in ctx.ledger.pending_turns(
-            ctx.thread_id, ctx.path):
-        if ai_message_id is not None and ai_message_id not in present:
-            supersede(ctx.ledger, {"id": approval_id, "kind": kind, "tool_name": tool_name,
-                                   "agent_path": ctx.path}, comment=ABANDONED,
-                      thread_id=ctx.thread_id, run_id=ctx.run_id)
-
-
 def _left_to_the_gate(plan: TurnPlan | None, messages: list[AnyMessage]) -> bool:
     """The conversation ends with a planned turn some of whose calls have no result, and no
     user message came after it: the gate still has to run, answer or ask about them."""
@@ -329,7 +310,7 @@ def make_model_node(
             back: Command[ModelTarget] = Command(
                 update={"messages": forged} if forged else None, goto="approval_gate")
             return [], False, [], back
-        _abandoned(messages, ctx)
+        supersede_abandoned(messages, ctx)
         messages, moved = _stopped_turn(messages, ctx)
         messages, unqueued = left_queued(messages, ctx.ledger.queue_of(ctx.thread_id, ctx.agent))
         if unqueued:

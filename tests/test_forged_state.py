@@ -769,3 +769,31 @@ def test_an_ai_message_under_a_reused_id_never_takes_the_earlier_turns_plan(
     assert ran.ran == [("pay", PAY)]
     assert not [m for m in state.values["messages"][len(messages) - len(later):]
                 if getattr(m, "tool_call_id", None)]
+
+
+def test_a_pending_turn_rewritten_in_place_leaves_no_approval_waiting(sqlite_url: str) -> None:
+    """A client rewrites a paused turn's AI message in place (same id, other arguments): the
+    gate plans the rewritten turn and asks anew, and the first version's approval, which no
+    run will reach, is declined as superseded, not left decidable in the inbox forever."""
+    from langchain_core.messages import AIMessage
+
+    from graphkit import Inbox
+    from graphkit.errors import GraphkitError
+
+    agent, ran = agent_with(pay_then_done, checkpointer=sqlite_url, approvers=cfo_only,
+                            name="billing")
+    r = agent.generate("pay")
+    (old,) = Inbox(sqlite_url).pending()
+    cfg = config(r.thread_id, "mallory")
+    t1 = next(m for m in agent.graph.get_state(cfg).values["messages"]
+              if isinstance(m, AIMessage) and m.tool_calls)
+    agent.graph.update_state(cfg, {"messages": [AIMessage("", id=t1.id, tool_calls=[
+        call("pay", {**PAY, "amount": 41}, "c1")])]}, as_node="model")
+    agent.graph.invoke(Command(goto="approval_gate"), cfg)
+    (new,) = Inbox(sqlite_url).pending()
+    assert new.id != old.id and new.args["amount"] == 41
+    row = agent._storage.ledger.approval(old.id)
+    assert row is not None and row.status == "rejected"
+    with pytest.raises(GraphkitError):
+        Inbox(sqlite_url).approve(old.id, decided_by="cfo")
+    assert ran.ran == []

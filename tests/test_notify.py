@@ -457,3 +457,42 @@ def test_notifications_follow_outcomes(sqlite_url: str, receiver: Receiver) -> N
     assert outcomes == ["failed", "not_run", "ran"]
     revoked = [e for e in events if e["type"] == "grant.revoked"]
     assert len(revoked) == 1 and revoked[0]["grant_id"] == grant["id"]
+
+
+def test_a_call_fenced_after_its_process_died_is_told_as_finished(sqlite_url: str) -> None:
+    """An approved payment's process dies after the tool started; a new user message fences
+    the call (it never runs again; whether it took effect is unknown): `run.finished` says
+    so, so the receiver's last event for the approval is not "approved"."""
+    import sqlite3
+
+    from graphkit import create_tool
+    from graphkit.testing import ScriptedChatModel
+    from tests.forgery import cfo_only, dead_owner
+
+    db = sqlite_url.removeprefix("sqlite:///")
+    dead = dead_owner()
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int, payee: dict[str, Any]) -> str:
+        """Pay."""
+        conn = sqlite3.connect(db)  # the payment went out; the process dies (as if)
+        conn.execute("UPDATE graphkit_calls SET executed = ? WHERE tool_name = 'pay'", (dead,))
+        conn.commit()
+        conn.close()
+        raise KeyboardInterrupt("power loss")
+
+    agent = Agent(name="assistant", tools=[pay], checkpointer=sqlite_url, approvers=cfo_only,
+                  model=ScriptedChatModel([turn(call("pay", PAY, "c1")), "ok", "answer"]))
+    agent._storage.ledger.enable_notify(["http://127.0.0.1:9/hook"])
+    first = agent.generate("pay ACME")
+    (pending,) = first.pending_approvals
+    Inbox(sqlite_url, agents=[agent]).approve(pending.id, decided_by="cfo")
+    with pytest.raises(KeyboardInterrupt):
+        agent.resume(run_id=first.run_id)
+    agent.generate("what happened?", thread_id=first.thread_id)
+    rows = agent._storage.ledger._sql.query(
+        "SELECT type, payload FROM graphkit_outbox WHERE approval_id = ? ORDER BY created_at",
+        (pending.id,))
+    assert [t for t, _ in rows][-1] == "run.finished"
+    last = json.loads(rows[-1][1])
+    assert last["outcome"] == "failed" and "unknown" in last["result"]
