@@ -1075,13 +1075,22 @@ class Ledger:
         claimed, and whether it has resume data to read (`resume_values`); None sends the
         caller to the step-by-step path (`admission`, `start`), which says why not, or
         takes over a dead holder's claim."""
-        with self._sql.durable():
-            rows = self._claim_admitted(call_key, owner, thread_id, agent_path, tool_name,
-                                        args_digest)
+        rows = self._claim_admitted(call_key, owner, thread_id, agent_path, tool_name,
+                                    args_digest)
         if len(rows) != 1:
             return None
+        if rows[0][2] is not None:  # a gated call: its claim is on disk before the tool starts
+            # (RETURNING the id itself: SQLite 3.40 evaluates `x IS NOT NULL` there wrongly)
+            self._flush()
         _KEEPER.hold(self, ("call", call_key), owner)
         return dict(_loads(rows[0][0]) or {}), bool(rows[0][1])
+
+    def _flush(self) -> None:
+        """Make every commit so far durable: one synchronous=FULL write (in SQLite's WAL its
+        sync covers all the commits before it; PostgreSQL's commits already are)."""
+        with self._sql.durable():
+            self._sql.execute("INSERT INTO graphkit_meta (key, value) VALUES ('durable', '1') "
+                              "ON CONFLICT (key) DO UPDATE SET value = excluded.value")
 
     def _claim_admitted(self, call_key: str, owner: str, thread_id: str,
                         agent_path: Sequence[str], tool_name: str, args_digest: str
@@ -1091,7 +1100,8 @@ class Ledger:
             f"UPDATE graphkit_calls SET executed = ?, claim_expires = {now} + ? "
             f"WHERE call_key = ? AND executed IS NULL AND {_ADMITTED} RETURNING once_results, "
             "EXISTS (SELECT 1 FROM graphkit_approvals a WHERE a.thread_id = ? "
-            "AND a.call_key = ? AND a.kind = 'suspension' AND a.status = 'approved')",
+            "AND a.call_key = ? AND a.kind = 'suspension' AND a.status = 'approved'), "
+            "approval_id",
             (owner, LEASE_SECONDS, call_key, thread_id, _path(agent_path), tool_name,
              args_digest, args_digest, thread_id, call_key))
 
@@ -1134,14 +1144,18 @@ class Ledger:
 
     def finish(self, call_key: str, owner: str, outcome: Mapping[str, Any]) -> None:
         _KEEPER.drop(("call", call_key), owner)
-        with self._sql.durable(), self._sql.transaction() as tx:
-            done = tx.execute(
+        with self._sql.transaction() as tx:
+            done = tx.query(
                 "UPDATE graphkit_calls SET executed = ?, outcome = ? "
-                "WHERE call_key = ? AND executed = ?",
+                "WHERE call_key = ? AND executed = ? RETURNING approval_id",
                 (DONE, _dumps(dict(outcome)), call_key, owner))
-            if done == 1:
+            if done:
                 self._call_finished(tx, call_key, outcome, "ran" if outcome.get(
                     "status", "success") == "success" else "failed")
+        if done and done[0][0] is not None:
+            # a gated call's result is on disk: a restart never takes it for one that died
+            # mid-call (which is run again)
+            self._flush()
 
     def suspend(self, call_key: str, owner: str, payload: Mapping[str, Any]) -> None:
         """The call suspended itself (`ctx.suspend`): keep what it asked, for the gate to ask

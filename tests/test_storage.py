@@ -328,8 +328,9 @@ def test_the_ledger_commits_durably_and_checkpoints_cheaply(sqlite_url: str,
     every earlier commit durable too, before the tool starts; the rest (leases, plans, the
     checkpoints) stay NORMAL (1), whose loss only means a wait or a replay the ledger
     answers."""
-    agent, _ = agent_with([turn(call("pay", {"amount": 1, "payee": {"name": "A"}}, "c1")),
-                           "done"], checkpointer=sqlite_url)
+    agent, tools = agent_with([turn(call("pay", {"amount": 1, "payee": {"name": "A"}}, "c1")),
+                               "done", turn(call("lookup", {"key": "k"}, "l1")), "done"],
+                              checkpointer=sqlite_url)
     sql = agent._storage.ledger._sql
     durable: list[int] = []
     real = type(sql).durable
@@ -347,5 +348,8 @@ def test_the_ledger_commits_durably_and_checkpoints_cheaply(sqlite_url: str,
     durable.clear()
     agent.approve_tool_call_generate(run_id=first.run_id)
     assert len(durable) >= 3  # the decision, the execution claim, the result
+    durable.clear()
+    agent.generate("look it up", thread_id=first.thread_id)  # a call no one decides
+    assert tools.names()[-1] == "lookup" and durable == []  # costs no sync
     saver_conn = agent._storage.checkpointer.conn
     assert saver_conn.execute("PRAGMA synchronous").fetchone()[0] == 1
