@@ -25,8 +25,17 @@ from graphkit import Agent, create_tool
 from graphkit.errors import GraphkitError
 from graphkit.testing import ScriptedChatModel
 from graphkit.types import args_digest
-from tests.forgery import PAY, config, pay_call, pay_then_done, plan_of
-from tests.helpers import Ledger, agent_with, call, turn
+from tests.helpers import (
+    PAY,
+    Ledger,
+    agent_with,
+    call,
+    config,
+    pay_call,
+    pay_then_done,
+    plan_of,
+    turn,
+)
 from tests.test_cleared_attacks import write_plan
 
 EVIL = {"amount": 9999, "payee": {"name": "EVIL"}}

@@ -21,8 +21,19 @@ from graphkit import Agent, Inbox, ToolContext, create_tool
 from graphkit.cli import main
 from graphkit.errors import GraphkitError
 from graphkit.testing import ScriptedChatModel
-from tests.forgery import PAY, cfo_only, config, pay_call, pay_then_done, plan_of, task
-from tests.helpers import agent_with, call, ledger_plan, turn
+from tests.helpers import (
+    PAY,
+    agent_with,
+    call,
+    cfo_only,
+    config,
+    ledger_plan,
+    pay_call,
+    pay_then_done,
+    plan_of,
+    task,
+    turn,
+)
 
 
 def forge_alone(agent: Agent, thread_id: str, *forged: dict[str, Any]) -> None:

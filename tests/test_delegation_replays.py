@@ -20,8 +20,7 @@ from langgraph.types import Command
 
 from graphkit import Agent, Inbox, create_tool
 from graphkit.testing import ScriptedChatModel
-from tests.forgery import PAY, config, plan_of
-from tests.helpers import call, ledger_plan, turn
+from tests.helpers import PAY, call, config, ledger_plan, plan_of, turn
 from tests.test_replies import _told
 from tests.test_stopped_turn_sweep import _approved_and_dispatched, _billing
 from tests.test_supervisor import Users

@@ -16,8 +16,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 
 from graphkit import Agent, create_tool
 from graphkit.testing import ScriptedChatModel
-from tests.forgery import PAY, cfo_only, config
-from tests.helpers import call, turn
+from tests.helpers import PAY, call, cfo_only, config, turn
 
 USER = {"langgraph_auth_user": {"identity": "user"}}
 

@@ -21,8 +21,18 @@ from pydantic import BaseModel
 
 from graphkit import Agent, Inbox, ToolContext, create_tool
 from graphkit.testing import ScriptedChatModel
-from tests.forgery import PAY, cfo_only, config, pay_call, pay_then_done, plan_of, task
-from tests.helpers import agent_with, call, turn
+from tests.helpers import (
+    PAY,
+    agent_with,
+    call,
+    cfo_only,
+    config,
+    pay_call,
+    pay_then_done,
+    plan_of,
+    task,
+    turn,
+)
 
 
 def tool_messages(agent: Agent, thread_id: str) -> list[ToolMessage]:

@@ -22,8 +22,7 @@ from graphkit import Agent
 from graphkit._owner import new_owner
 from graphkit.errors import GraphkitError
 from graphkit.testing import ScriptedChatModel
-from tests.forgery import PAY, cfo_only, config, dead_owner
-from tests.helpers import Ledger, call, ledger_plan, turn
+from tests.helpers import PAY, Ledger, call, cfo_only, config, dead_owner, ledger_plan, turn
 from tests.test_suspension import city_from_reply, weather_agent, weather_tool
 
 USER = {"langgraph_auth_user": {"identity": "user"}}

@@ -467,7 +467,7 @@ def test_a_call_fenced_after_its_process_died_is_told_as_finished(sqlite_url: st
 
     from graphkit import create_tool
     from graphkit.testing import ScriptedChatModel
-    from tests.forgery import cfo_only, dead_owner
+    from tests.helpers import cfo_only, dead_owner
 
     db = sqlite_url.removeprefix("sqlite:///")
     dead = dead_owner()

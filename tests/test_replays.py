@@ -104,8 +104,7 @@ def test_time_travel_before_a_pending_approval_supersedes_it(sqlite_url: str) ->
     checkpoint at the gate (time travel): T2's turn is no longer in the conversation, so its
     approval is declined as superseded, not left in the inbox for a reviewer to approve a
     payment no run will ever make (the inbox once said "approved" and nothing ran)."""
-    from tests.forgery import PAY, cfo_only, config
-    from tests.helpers import agent_with, call, turn
+    from tests.helpers import PAY, agent_with, call, cfo_only, config, turn
 
     def model(messages: list[Any]) -> Any:
         if isinstance(messages[-1], HumanMessage):

@@ -33,8 +33,7 @@ from graphkit import Agent, ToolContext, create_tool
 from graphkit._owner import new_owner
 from graphkit.errors import ApprovalNotFoundError, GraphkitError
 from graphkit.testing import ScriptedChatModel
-from tests.forgery import PAY, config, dead_owner, plan_of
-from tests.helpers import Ledger, call, ledger_plan, turn
+from tests.helpers import PAY, Ledger, call, config, dead_owner, ledger_plan, plan_of, turn
 from tests.test_suspension import (
     Ask,
     City,

@@ -35,8 +35,7 @@ from graphkit import Agent
 from graphkit._owner import new_owner
 from graphkit.errors import GraphkitError
 from graphkit.testing import ScriptedChatModel
-from tests.forgery import config, plan_of
-from tests.helpers import call, turn
+from tests.helpers import call, config, plan_of, turn
 from tests.test_replies import (
     MALLORY,
     USER,

@@ -39,8 +39,7 @@ from graphkit import Agent, ToolContext, create_tool
 from graphkit._owner import new_owner
 from graphkit.errors import GraphkitError
 from graphkit.testing import ScriptedChatModel
-from tests.forgery import PAY, config, dead_owner, plan_of
-from tests.helpers import Ledger, call, turn
+from tests.helpers import PAY, Ledger, call, config, dead_owner, plan_of, turn
 from tests.test_replies import (
     MALLORY,
     USER,

@@ -26,9 +26,11 @@ def config(thread_id: str) -> dict[str, Any]:
 def short_leases(monkeypatch: pytest.MonkeyPatch) -> float:
     # Leases and claims of 0.6 s renewed every 0.2 s (instead of 30 s / 10 s): the same logic,
     # a test that does not wait half a minute.
+    import graphkit._ledger._keeper as keeper_module
+
     monkeypatch.setattr(ledger_module, "LEASE_SECONDS", 0.6)
     # A keeper of its own: the process's one may be asleep for an earlier test's 10 s.
-    monkeypatch.setattr(ledger_module, "_KEEPER", ledger_module._LeaseKeeper())
+    monkeypatch.setattr(ledger_module, "KEEPER", keeper_module.LeaseKeeper())
     return 0.6
 
 

@@ -35,8 +35,7 @@ from graphkit import Agent, Inbox
 from graphkit._owner import new_owner
 from graphkit.errors import GraphkitError
 from graphkit.testing import ScriptedChatModel
-from tests.forgery import PAY, config, plan_of
-from tests.helpers import Ledger, call, turn
+from tests.helpers import PAY, Ledger, call, config, plan_of, turn
 from tests.test_replies import (
     USER,
     _approved_pay_stopped_before_tools,

@@ -14,8 +14,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 
 from graphkit import Agent, Inbox
 from graphkit._owner import new_owner
-from tests.forgery import PAY, cfo_only, config
-from tests.helpers import Ledger, agent_with, call, ledger_plan, turn
+from tests.helpers import PAY, Ledger, agent_with, call, cfo_only, config, ledger_plan, turn
 
 USER = {"langgraph_auth_user": {"identity": "user"}}
 

@@ -20,16 +20,19 @@ from graphkit import Agent, Inbox, create_tool
 from graphkit._owner import new_owner
 from graphkit.errors import GraphkitError
 from graphkit.testing import ScriptedChatModel
-from tests.forgery import (
+from tests.helpers import (
     PAY,
+    agent_with,
+    call,
     cfo_only,
     config,
     dead_owner,
+    ledger_plan,
     pay_call,
     pay_then_done,
     plan_of,
+    turn,
 )
-from tests.helpers import agent_with, call, ledger_plan, turn
 from tests.test_supervisor import FIND, Users, supervisor
 
 USER = {"langgraph_auth_user": {"identity": "user"}}

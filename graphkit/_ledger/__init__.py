@@ -13,21 +13,62 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sqlite3
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar
 
+from graphkit._ledger._keeper import KEEPER
+from graphkit._ledger._rows import (
+    APPROVAL_COLUMNS,
+    APPROVAL_READ,
+    GRANT_COLUMNS,
+    ApprovalRow,
+    AuditRow,
+    CallRow,
+    GrantRow,
+    OutboxEvent,
+    Start,
+    allowed_text,
+    approval_row,
+    grant_row,
+)
+from graphkit._ledger._schema import (
+    ADMITTED,
+    DONE,
+    LEASE_SECONDS,
+    MIGRATIONS,
+    NOTIFY_EVENTS,
+    NOTIFY_RECHECK,
+    SCHEMA,
+    SERVER_AGENT,
+    SERVER_THREAD,
+    WAIT_SECONDS,
+)
+from graphkit._ledger._sql import (
+    PAGE_SIZE,
+    Postgres,
+    RunBusyError,
+    Sql,
+    Sqlite,
+    Tx,
+    dumps,
+    iso_now,
+    loads,
+    path_text,
+)
 from graphkit._owner import holder_is_dead, new_owner
 from graphkit._state import TurnPlan
 from graphkit.types import ApprovalRecord
 
 __all__ = [
+    "DONE",
     "LEASE_SECONDS",
     "NOTIFY_EVENTS",
+    "PAGE_SIZE",
+    "SERVER_AGENT",
+    "SERVER_THREAD",
+    "WAIT_SECONDS",
     "ApprovalRow",
     "AuditRow",
     "CallRow",
@@ -35,501 +76,29 @@ __all__ = [
     "Ledger",
     "OutboxEvent",
     "RunBusyError",
+    "Start",
 ]
-
-LEASE_SECONDS = 30.0
-SERVER_THREAD = "server-thread:"
-"""The ready-queue key of a LangGraph server's run (no graphkit run id): this + its thread."""
-SERVER_AGENT = "langgraph-server:"
-"""The ready-queue agent of such a run: never a worker's agent name."""
-"""A lease outlives a crashed holder by at most this long; live holders renew it."""
-WAIT_SECONDS = 120.0
-"""How long a process waits for another one to finish advancing the same thread."""
-DONE = "done"
-"""`graphkit_calls.executed` of a call that has its result (ran, or answered without running)."""
-
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS graphkit_calls (
-        call_key TEXT PRIMARY KEY,
-        thread_id TEXT NOT NULL,
-        agent_path TEXT NOT NULL,
-        tool_name TEXT NOT NULL,
-        args_digest TEXT NOT NULL,
-        approval_id TEXT,
-        executed TEXT,
-        outcome TEXT,
-        once_results TEXT,
-        claim_expires DOUBLE PRECISION,
-        created_at DOUBLE PRECISION NOT NULL
-    ){keyed}""",
-    # The gate's plan of each model turn (per thread, agent and AI message): the one record
-    # of what the gate decided about the turn's calls. Only gates write it; the graph state
-    # keeps a pointer to the turn, which nothing reads as true.
-    """CREATE TABLE IF NOT EXISTS graphkit_turns (
-        thread_id TEXT NOT NULL,
-        agent_path TEXT NOT NULL,
-        ai_message_id TEXT NOT NULL,
-        plan TEXT NOT NULL,
-        PRIMARY KEY (thread_id, agent_path, ai_message_id)
-    ){keyed}""",
-    """CREATE TABLE IF NOT EXISTS graphkit_approvals (
-        approval_id TEXT PRIMARY KEY,
-        thread_id TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        call_key TEXT,
-        agent_path TEXT NOT NULL,
-        tool_name TEXT NOT NULL,
-        args_digest TEXT NOT NULL,
-        expires_at DOUBLE PRECISION,
-        status TEXT NOT NULL,
-        decision TEXT,
-        decided_at DOUBLE PRECISION,
-        run_id TEXT,
-        allowed TEXT
-    ){keyed}""",
-    "CREATE INDEX IF NOT EXISTS graphkit_approvals_thread ON graphkit_approvals (thread_id)",
-    # What an approval gate verified and let run: only these approvals admit a call to the
-    # tools node (a decision claimed through another door waits for the gate's check).
-    """CREATE TABLE IF NOT EXISTS graphkit_cleared (
-        approval_id TEXT PRIMARY KEY,
-        run_digest TEXT NOT NULL,
-        cleared_at DOUBLE PRECISION NOT NULL
-    ){keyed}""",
-    "CREATE INDEX IF NOT EXISTS graphkit_approvals_run ON graphkit_approvals (run_id, status)",
-    """CREATE TABLE IF NOT EXISTS graphkit_ready (
-        run_id TEXT PRIMARY KEY,
-        agent TEXT NOT NULL,
-        thread_id TEXT NOT NULL,
-        ready_at DOUBLE PRECISION NOT NULL,
-        claimed_by TEXT,
-        claimed_until DOUBLE PRECISION,
-        attempts INTEGER NOT NULL DEFAULT 0
-    )""",
-    # User messages queued for after a turn's answers: beside the plan's copy, which lives in
-    # client-writable state, so that no client write can drop one.
-    """CREATE TABLE IF NOT EXISTS graphkit_queue (
-        seq {serial} PRIMARY KEY,
-        thread_id TEXT NOT NULL,
-        agent TEXT NOT NULL,
-        ai_message_id TEXT NOT NULL,
-        message_id TEXT NOT NULL,
-        message TEXT NOT NULL,
-        UNIQUE (thread_id, agent, message_id)
-    )""",
-    """CREATE TABLE IF NOT EXISTS graphkit_ended_sessions (
-        nonce TEXT PRIMARY KEY,
-        expires_at DOUBLE PRECISION NOT NULL
-    )""",
-    """CREATE TABLE IF NOT EXISTS graphkit_audit (
-        seq {serial} PRIMARY KEY,
-        thread_id TEXT NOT NULL,
-        approval_id TEXT,
-        dedupe TEXT UNIQUE,
-        entry TEXT NOT NULL
-    )""",
-    "CREATE INDEX IF NOT EXISTS graphkit_audit_thread ON graphkit_audit (thread_id)",
-    "CREATE INDEX IF NOT EXISTS graphkit_audit_approval ON graphkit_audit (approval_id)",
-    """CREATE TABLE IF NOT EXISTS graphkit_grants (
-        grant_id TEXT PRIMARY KEY,
-        thread_id TEXT NOT NULL,
-        agent_path TEXT NOT NULL,
-        tool_name TEXT NOT NULL,
-        grantor TEXT,
-        approval_id TEXT,
-        created_at DOUBLE PRECISION NOT NULL,
-        expires_at DOUBLE PRECISION,
-        revoked TEXT
-    )""",
-    "CREATE INDEX IF NOT EXISTS graphkit_grants_thread ON graphkit_grants (thread_id)",
-    """CREATE TABLE IF NOT EXISTS graphkit_leases (
-        thread_id TEXT PRIMARY KEY,
-        owner TEXT NOT NULL,
-        expires_at DOUBLE PRECISION NOT NULL
-    ){keyed}""",
-    # Which thread (and agent) a run id names: written with the run's first lease.
-    """CREATE TABLE IF NOT EXISTS graphkit_runs (
-        run_id TEXT PRIMARY KEY,
-        thread_id TEXT NOT NULL,
-        agent TEXT NOT NULL,
-        created_at DOUBLE PRECISION NOT NULL
-    ){keyed}""",
-    # Notifications: `notify` turns the outbox on; `notify.cursor.<target>`, per webhook.
-    """CREATE TABLE IF NOT EXISTS graphkit_meta (
-        key TEXT PRIMARY KEY,
-        value TEXT NOT NULL
-    )""",
-    """CREATE TABLE IF NOT EXISTS graphkit_outbox (
-        event_id TEXT PRIMARY KEY,
-        type TEXT NOT NULL,
-        thread_id TEXT NOT NULL,
-        approval_id TEXT,
-        created_at DOUBLE PRECISION NOT NULL,
-        payload TEXT NOT NULL
-    )""",
-    "CREATE INDEX IF NOT EXISTS graphkit_outbox_created ON graphkit_outbox (created_at)",
-    """CREATE TABLE IF NOT EXISTS graphkit_deliveries (
-        event_id TEXT NOT NULL,
-        target TEXT NOT NULL,
-        attempts INTEGER NOT NULL DEFAULT 0,
-        next_at DOUBLE PRECISION,
-        delivered_at DOUBLE PRECISION,
-        last_error TEXT,
-        claimed_by TEXT,
-        PRIMARY KEY (event_id, target)
-    )""",
-    "CREATE INDEX IF NOT EXISTS graphkit_deliveries_due ON graphkit_deliveries (target, next_at)",
-)
-
-
-_ADMITTED = (
-    "thread_id = ? AND agent_path = ? AND tool_name = ? AND ((approval_id IS NULL AND "
-    "args_digest = ?) OR EXISTS (SELECT 1 FROM graphkit_approvals a JOIN graphkit_cleared cl "
-    "ON cl.approval_id = a.approval_id WHERE a.approval_id = graphkit_calls.approval_id "
-    "AND a.status = 'approved' AND cl.run_digest = ?))")
-"""A `graphkit_calls` row planned for this thread, agent and tool that may run with the
-arguments of this digest: it needs no approval and was planned with them, or a gate verified
-its approval for them. Parameters: thread id, agent path, tool name, digest, digest."""
-
-PAGE_SIZE = 8192
-"""Bytes per page of a SQLite file graphkit creates: a checkpoint row of about 2.5 KB left 40%
-of each 4 KiB page empty (about 8% of the file), and 16 KiB pages cost one page per table and
-index."""
-
-
-class RunBusyError(TimeoutError):
-    """Another process kept advancing this thread for longer than we were willing to wait."""
-
-
-class _Tx(Protocol):
-    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int: ...
-
-    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]: ...
-
-
-class _Sql(_Tx, Protocol):
-    """The few statements the ledger needs, in one SQL dialect."""
-
-    now: str
-    """An SQL expression: the database's clock, in seconds since the epoch."""
-    serial: str
-    skip_locked: str
-    keyed: str
-    first_segment: str
-    """An SQL expression (with `{c}` for a column): the first segment of an agent path."""
-    has_column: str
-    """A query's tail (table, column as parameters) that yields a row if the column exists."""
-    notify: str | None
-
-    def transaction(self) -> contextlib.AbstractContextManager[_Tx]: ...
-
-    def durable(self) -> contextlib.AbstractContextManager[None]:
-        """What commits inside is on disk when it returns (SQLite: a synchronous=FULL commit,
-        whose WAL sync also makes every earlier commit durable; PostgreSQL commits are)."""
-        ...
-
-    def execute_apart(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        """`execute` for the lease keeper, never behind a lock another component may hold
-        while it waits on its caller (a checkpoint list being read lazily)."""
-        ...
-
-
-class _SqliteTx:
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-
-    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        return self.conn.execute(sql, params).rowcount
-
-    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        return list(self.conn.execute(sql, params).fetchall())
-
-
-class _Sqlite:
-    now = "((julianday('now') - 2440587.5) * 86400.0)"
-    serial = "INTEGER"  # an INTEGER PRIMARY KEY is SQLite's rowid: increasing
-    keyed = " WITHOUT ROWID"
-    """Tables looked up by their text key are that key's b-tree alone: a write changes one
-    page, not a table page and its key index's page (each page is a WAL frame to write)."""
-    skip_locked = ""  # one writer at a time: the UPDATE is atomic as it is
-    first_segment = "substr({c}, 1, instr({c} || '/', '/') - 1)"
-    has_column = "1 FROM pragma_table_info(?) WHERE name = ?"
-    notify: str | None = None
-
-    def __init__(self, path: str) -> None:
-        self.conn = sqlite3.connect(path, check_same_thread=False, timeout=30.0,
-                                    isolation_level=None)
-        if path != ":memory:":
-            self.conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file only
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            # NORMAL, but `durable()` commits (a decision, an execution claim, a result, a
-            # once-result) are FULL: on disk before the tool starts, with every commit before
-            # them (one WAL), so a power loss cannot make a payment that ran run again. A lost
-            # lease or checkpoint only means a wait or a replay the ledger answers.
-            self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.path = path
-        self.lock = threading.RLock()
-        """Reentrant: it may be shared with the saver and store of the same file, whose list
-        cursors hold it while the thread that iterates them reads the ledger."""
-        self._tx = _SqliteTx(self.conn)
-        self._apart: sqlite3.Connection | None = None
-        self._apart_lock = threading.Lock()
-
-    def execute_apart(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        if self.path == ":memory:":  # a private database: nobody else holds its lock
-            return self.execute(sql, params)
-        with self._apart_lock:
-            if self._apart is None:
-                self._apart = sqlite3.connect(self.path, check_same_thread=False,
-                                              timeout=30.0, isolation_level=None)
-                self._apart.execute("PRAGMA synchronous=NORMAL")  # lease renewals only
-            return self._apart.execute(sql, params).rowcount
-
-    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        with self.lock:
-            return self._tx.execute(sql, params)
-
-    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with self.lock:
-            return self._tx.query(sql, params)
-
-    @contextlib.contextmanager
-    def durable(self) -> Iterator[None]:
-        if self.path == ":memory:":
-            yield
-            return
-        with self.lock:
-            self.conn.execute("PRAGMA synchronous=FULL")
-            try:
-                yield
-            finally:
-                self.conn.execute("PRAGMA synchronous=NORMAL")
-
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[_Tx]:
-        with self.lock:
-            self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._tx
-            except BaseException:
-                self.conn.execute("ROLLBACK")
-                raise
-            self.conn.execute("COMMIT")
-
-
-class _PostgresTx:
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-
-    @staticmethod
-    def _sql(sql: str) -> str:
-        return sql.replace("?", "%s")
-
-    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        return int(self.conn.execute(self._sql(sql), params).rowcount)
-
-    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        rows = self.conn.execute(self._sql(sql), params).fetchall()
-        return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]
-
-
-class _Postgres:
-    now = "EXTRACT(EPOCH FROM clock_timestamp())::DOUBLE PRECISION"
-    serial = "BIGSERIAL"
-    keyed = ""
-    skip_locked = " FOR UPDATE SKIP LOCKED"
-    first_segment = "split_part({c}, '/', 1)"
-    has_column = ("1 FROM information_schema.columns WHERE table_schema = current_schema() "
-                  "AND table_name = ? AND column_name = ?")
-    notify: str | None = "SELECT pg_notify('graphkit_ready', '')"
-    """Workers LISTEN on this channel; a notification is sent when the transaction commits."""
-
-    def __init__(self, pool: Any) -> None:
-        self.pool = pool
-
-    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        with self.pool.connection() as conn:
-            return _PostgresTx(conn).execute(sql, params)
-
-    def execute_apart(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        # A pool lends another connection; one connection lent by a saver (under its lock)
-        # says how a renewal gets past whoever holds it (`apart`).
-        apart = getattr(self.pool, "apart", None)
-        if apart is not None:
-            return int(apart(lambda conn: _PostgresTx(conn).execute(sql, params)))
-        return self.execute(sql, params)
-
-    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with self.pool.connection() as conn:
-            return _PostgresTx(conn).query(sql, params)
-
-    def durable(self) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()  # synchronous_commit: the server's default, on
-
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[_Tx]:
-        with self.pool.connection() as conn, conn.transaction():
-            yield _PostgresTx(conn)
-
-
-def _iso_now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, default=str, sort_keys=True)
-
-
-def _loads(text: Any) -> Any:
-    return json.loads(text) if text else None
-
-
-def _path(agent_path: Sequence[str]) -> str:
-    return "/".join(agent_path)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CallRow:
-    """One planned tool call: what may run, and whether it already did."""
-
-    call_key: str
-    thread_id: str
-    agent_path: Sequence[str]
-    tool_name: str
-    args_digest: str
-    """Digest of the arguments planned (an edit's arguments are bound by its decision)."""
-    approval_id: str | None
-    """Set when the call needs a decision before it runs."""
-    executed: str | None = None
-    outcome: dict[str, Any] | None = None
-    once_results: dict[str, Any] | None = None
-    cleared: str | None = None
-    ai_message_id: str | None = None
-    """The AI message (turn) that asked for the call."""
-    turn_key: str | None = None
-    """The plan's key (`graphkit._state.turn_key`): which version of that message."""
-    """The digest of the arguments an approval gate verified and let run (gated calls)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ApprovalRow:
-    """An approval (or a suspension's request for input) and its decision, if any."""
-
-    approval_id: str
-    thread_id: str
-    kind: str
-    call_key: str | None
-    agent_path: Sequence[str]
-    tool_name: str
-    args_digest: str
-    ttl: float | None = None
-    """Seconds until an undecided approval expires, counted by the database's clock."""
-    status: str = "pending"
-    decision: dict[str, Any] | None = None
-    expires_at: float | None = None
-    run_id: str | None = None
-    """The run that waits on it: once a run has nothing pending, workers may resume it."""
-    allowed: tuple[str, ...] | None = None
-    """The decision types a reviewer may claim (an approval's; None: approve, edit, reject)."""
-    record: Mapping[str, Any] | None = None
-    """The approval record as planned (its real arguments): what every door judges."""
-
-    @property
-    def decided(self) -> bool:
-        return self.status != "pending"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AuditRow:
-    thread_id: str
-    approval_id: str | None
-    entry: dict[str, Any]
-    dedupe: str | None = None
-    """A key that makes a repeated write (a node re-run after a crash) a no-op."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GrantRow:
-    grant_id: str
-    thread_id: str
-    agent_path: Sequence[str]
-    tool_name: str
-    grantor: str | None
-    approval_id: str | None
-    ttl: float | None
-    created_at: float = 0.0
-    expires_at: float | None = None
-    revoked: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.grant_id, "thread_id": self.thread_id,
-                "agent_path": list(self.agent_path), "tool_name": self.tool_name,
-                "grantor": self.grantor, "approval_id": self.approval_id,
-                "created_at": self.created_at, "expires_at": self.expires_at,
-                "revoked": self.revoked}
-
-
-_APPROVAL_COLUMNS = ("approval_id, thread_id, kind, call_key, agent_path, tool_name, "
-                     "args_digest, expires_at, status, decision, allowed")
-_APPROVAL_READ = _APPROVAL_COLUMNS + ", run_id"
-_MIGRATIONS = (("graphkit_approvals", "allowed", "TEXT"),
-               ("graphkit_calls", "suspended_with", "TEXT"),
-               ("graphkit_calls", "ai_message_id", "TEXT"),
-               ("graphkit_approvals", "record", "TEXT"),
-               ("graphkit_calls", "turn_key", "TEXT"))
-"""Columns added after a table was first made: added to an existing database on open."""
-
-
-def _allowed(text: str | None) -> tuple[str, ...] | None:
-    """The `allowed` column (",approve,reject,": each type between commas, so that a claim
-    can match one with LIKE) as decision types; NULL is the default set."""
-    return tuple(t for t in text.split(",") if t) if text else None
-
-
-def _allowed_text(allowed: Sequence[str] | None) -> str | None:
-    return "," + ",".join(allowed) + "," if allowed else None
-
-
-def _approval(row: tuple[Any, ...]) -> ApprovalRow:
-    return ApprovalRow(approval_id=str(row[0]), thread_id=str(row[1]), kind=str(row[2]),
-                       call_key=row[3], agent_path=[p for p in str(row[4]).split("/") if p],
-                       tool_name=str(row[5]), args_digest=str(row[6]), expires_at=row[7],
-                       status=str(row[8]), decision=_loads(row[9]), allowed=_allowed(row[10]),
-                       run_id=row[11])
-
-
-_GRANT_COLUMNS = ("grant_id, thread_id, agent_path, tool_name, grantor, approval_id, "
-                  "created_at, expires_at, revoked")
-
-
-def _grant(row: tuple[Any, ...]) -> GrantRow:
-    return GrantRow(grant_id=str(row[0]), thread_id=str(row[1]),
-                    agent_path=[p for p in str(row[2]).split("/") if p], tool_name=str(row[3]),
-                    grantor=row[4], approval_id=row[5], ttl=None, created_at=float(row[6]),
-                    expires_at=row[7], revoked=_loads(row[8]))
-
-
-Start = Literal["won", "done", "busy", "unknown"]
 
 
 class Ledger:
     """graphkit's trusted records and leases, in one SQL database."""
 
-    def __init__(self, sql: _Sql) -> None:
+    def __init__(self, sql: Sql) -> None:
         self._sql = sql
-        for statement in _SCHEMA:
+        for statement in SCHEMA:
             sql.execute(statement.format(serial=sql.serial, keyed=sql.keyed))
-        for table, column, kind in _MIGRATIONS:
+        for table, column, kind in MIGRATIONS:
             if not sql.query(f"SELECT {sql.has_column} ", (table, column)):
                 sql.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     @classmethod
     def sqlite(cls, path: str = ":memory:") -> Ledger:
-        return cls(_Sqlite(path))
+        return cls(Sqlite(path))
 
     @property
     def in_memory(self) -> bool:
         """A private in-memory database: its statements never wait on I/O."""
-        return isinstance(self._sql, _Sqlite) and self._sql.path == ":memory:"
+        return isinstance(self._sql, Sqlite) and self._sql.path == ":memory:"
 
     @property
     def lock(self) -> Any:
@@ -538,7 +107,7 @@ class Ledger:
 
     @classmethod
     def postgres(cls, pool: Any) -> Ledger:
-        return cls(_Postgres(pool))
+        return cls(Postgres(pool))
 
     def now(self) -> float:
         """The database's clock (seconds since the epoch)."""
@@ -567,7 +136,7 @@ class Ledger:
                     "INSERT INTO graphkit_calls (call_key, thread_id, agent_path, tool_name, "
                     "args_digest, approval_id, ai_message_id, turn_key, created_at) VALUES "
                     f"(?, ?, ?, ?, ?, ?, ?, ?, {now}) ON CONFLICT (call_key) DO NOTHING",
-                    (call.call_key, call.thread_id, _path(call.agent_path), call.tool_name,
+                    (call.call_key, call.thread_id, path_text(call.agent_path), call.tool_name,
                      call.args_digest, call.approval_id, call.ai_message_id, call.turn_key))
             for row in approvals:
                 grant_id = (row.decision or {}).get("grant_id")
@@ -594,21 +163,21 @@ class Ledger:
         message; None: no gate planned that message here)."""
         rows = self._sql.query("SELECT plan FROM graphkit_turns WHERE thread_id = ? AND "
                                "agent_path = ? AND ai_message_id = ?",
-                               (thread_id, _path(agent_path), key))
-        plan: TurnPlan | None = _loads(rows[0][0]) if rows else None
+                               (thread_id, path_text(agent_path), key))
+        plan: TurnPlan | None = loads(rows[0][0]) if rows else None
         return plan
 
     def save_turn(self, thread_id: str, agent_path: Sequence[str], plan: TurnPlan) -> None:
         """Record the gate's plan of a turn as it now stands."""
         self._save_turn(self._sql, thread_id, agent_path, plan)
 
-    def _save_turn(self, tx: _Tx, thread_id: str, agent_path: Sequence[str],
+    def _save_turn(self, tx: Tx, thread_id: str, agent_path: Sequence[str],
                    plan: TurnPlan) -> None:
         tx.execute("INSERT INTO graphkit_turns (thread_id, agent_path, ai_message_id, plan) "
                    "VALUES (?, ?, ?, ?) ON CONFLICT (thread_id, agent_path, ai_message_id) "
                    "DO UPDATE SET plan = excluded.plan",
-                   (thread_id, _path(agent_path), str(plan.get("turn_key") or ""),
-                    _dumps(plan)))
+                   (thread_id, path_text(agent_path), str(plan.get("turn_key") or ""),
+                    dumps(plan)))
 
     def clear(self, cleared: Mapping[str, str]) -> None:
         """Record that the gate verified these approvals (id -> digest of the arguments that
@@ -616,7 +185,7 @@ class Ledger:
         if cleared:
             self._clear(self._sql, cleared)
 
-    def _clear(self, tx: _Tx, cleared: Mapping[str, str]) -> None:
+    def _clear(self, tx: Tx, cleared: Mapping[str, str]) -> None:
         """One statement (atomic without a transaction of its own)."""
         rows = ", ".join(f"(?, ?, {self._sql.now})" for _ in cleared)
         tx.execute("INSERT INTO graphkit_cleared (approval_id, run_digest, cleared_at) "
@@ -624,31 +193,31 @@ class Ledger:
                    "run_digest = excluded.run_digest, cleared_at = excluded.cleared_at",
                    tuple(v for item in cleared.items() for v in item))
 
-    def _insert_approval(self, tx: _Tx, row: ApprovalRow, *, live_grant: str | None = None
+    def _insert_approval(self, tx: Tx, row: ApprovalRow, *, live_grant: str | None = None
                          ) -> bool:
         now = self._sql.now
         expires = f"{now} + ?" if row.ttl is not None else "?"
         params: tuple[Any, ...] = (
-            row.approval_id, row.thread_id, row.kind, row.call_key, _path(row.agent_path),
+            row.approval_id, row.thread_id, row.kind, row.call_key, path_text(row.agent_path),
             row.tool_name, row.args_digest, row.ttl, row.status,
-            _dumps(row.decision) if row.decision else None, _allowed_text(row.allowed),
-            row.run_id, _dumps(dict(row.record)) if row.record is not None else None)
+            dumps(row.decision) if row.decision else None, allowed_text(row.allowed),
+            row.run_id, dumps(dict(row.record)) if row.record is not None else None)
         guard = ""
         if live_grant is not None:
             guard = (" WHERE EXISTS (SELECT 1 FROM graphkit_grants WHERE grant_id = ? AND "
                      f"revoked IS NULL AND (expires_at IS NULL OR expires_at > {now}))")
             params = (*params, live_grant)
         return tx.execute(
-            f"INSERT INTO graphkit_approvals ({_APPROVAL_COLUMNS}, run_id, record) "
+            f"INSERT INTO graphkit_approvals ({APPROVAL_COLUMNS}, run_id, record) "
             f"SELECT ?, ?, ?, ?, ?, ?, ?, {expires}, ?, ?, ?, ?, ?{guard or ' WHERE TRUE'} "
             "ON CONFLICT (approval_id) DO NOTHING", params) == 1
 
-    def _audit(self, tx: _Tx, rows: Iterable[AuditRow]) -> None:
+    def _audit(self, tx: Tx, rows: Iterable[AuditRow]) -> None:
         for row in rows:
             written = tx.execute(
                 "INSERT INTO graphkit_audit (thread_id, approval_id, dedupe, entry) "
                 "VALUES (?, ?, ?, ?) ON CONFLICT (dedupe) DO NOTHING",
-                (row.thread_id, row.approval_id, row.dedupe, _dumps(row.entry)))
+                (row.thread_id, row.approval_id, row.dedupe, dumps(row.entry)))
             if written == 1 and row.entry.get("event") in NOTIFY_EVENTS:
                 self._outbox(tx, row)
 
@@ -678,7 +247,7 @@ class Ledger:
         """The calls of one agent in one thread that have no recorded outcome yet."""
         return [str(r[0]) for r in self._sql.query(
             "SELECT call_key FROM graphkit_calls WHERE thread_id = ? AND agent_path = ? "
-            "AND (executed IS NULL OR executed <> ?)", (thread_id, _path(agent_path), DONE))]
+            "AND (executed IS NULL OR executed <> ?)", (thread_id, path_text(agent_path), DONE))]
 
     def suspended(self, call_key: str, thread_id: str) -> bool:
         """Whether the call ever suspended in this thread (whatever became of it since)."""
@@ -694,16 +263,16 @@ class Ledger:
             chunk = ids[start : start + 500]
             marks = ", ".join("?" for _ in chunk)
             rows = self._sql.query(
-                f"SELECT {_APPROVAL_READ} FROM graphkit_approvals "
+                f"SELECT {APPROVAL_READ} FROM graphkit_approvals "
                 f"WHERE approval_id IN ({marks})", tuple(chunk))
-            found.update({str(r[0]): _approval(r) for r in rows})
+            found.update({str(r[0]): approval_row(r) for r in rows})
         return found
 
     def record(self, approval_id: str) -> ApprovalRecord | None:
         """The approval record as planned (real arguments), if the ledger keeps it."""
         rows = self._sql.query("SELECT record FROM graphkit_approvals WHERE approval_id = ?",
                                (approval_id,))
-        record: ApprovalRecord | None = _loads(rows[0][0]) if rows and rows[0][0] else None
+        record: ApprovalRecord | None = loads(rows[0][0]) if rows and rows[0][0] else None
         return record
 
     def approval(self, approval_id: str) -> ApprovalRow | None:
@@ -728,14 +297,14 @@ class Ledger:
             bound += (" AND kind = ? AND tool_name = ? AND agent_path = ? "
                       "AND COALESCE(call_key, '') = ?")
             params += (str(call.get("kind")), str(call.get("tool_name")),
-                      _path([str(p) for p in call.get("agent_path") or ()]),
+                      path_text([str(p) for p in call.get("agent_path") or ()]),
                       str(call.get("call_key") or ""))
         with self._sql.durable(), self._sql.transaction() as tx:
             won = tx.execute(
                 f"UPDATE graphkit_approvals SET status = ?, decision = ?, decided_at = {now} "
                 "WHERE approval_id = ? AND thread_id = ? AND status = 'pending' "
                 f"AND args_digest = ? AND (expires_at IS NULL OR expires_at > {now}){bound}",
-                (status, _dumps(dict(decision)), approval_id, thread_id, args_digest, *params))
+                (status, dumps(dict(decision)), approval_id, thread_id, args_digest, *params))
             if won != 1:
                 return False
             self._audit(tx, audits)
@@ -744,9 +313,9 @@ class Ledger:
             if grant is not None:
                 expires = f"{now} + ?" if grant.ttl is not None else "?"
                 tx.execute(
-                    f"INSERT INTO graphkit_grants ({_GRANT_COLUMNS}) VALUES "
+                    f"INSERT INTO graphkit_grants ({GRANT_COLUMNS}) VALUES "
                     f"(?, ?, ?, ?, ?, ?, {now}, {expires}, NULL)",
-                    (grant.grant_id, grant.thread_id, _path(grant.agent_path), grant.tool_name,
+                    (grant.grant_id, grant.thread_id, path_text(grant.agent_path), grant.tool_name,
                      grant.grantor, grant.approval_id, grant.ttl))
         return True
 
@@ -772,12 +341,12 @@ class Ledger:
     def pending_below(self, thread_id: str, agent_path: Sequence[str]) -> list[ApprovalRow]:
         """The approvals and suspensions waiting in this thread in the agents below
         `agent_path` (its subagents, at any depth)."""
-        prefix = _path(agent_path) + "/"
+        prefix = path_text(agent_path) + "/"
         rows = self._sql.query(
-            f"SELECT {_APPROVAL_READ} FROM graphkit_approvals WHERE thread_id = ? "
+            f"SELECT {APPROVAL_READ} FROM graphkit_approvals WHERE thread_id = ? "
             "AND status = 'pending' AND substr(agent_path, 1, ?) = ?",
             (thread_id, len(prefix), prefix))
-        return [_approval(r) for r in rows]
+        return [approval_row(r) for r in rows]
 
     def fence(self, outcomes: Mapping[str, Mapping[str, Any]], *, thread_id: str,
               holder_dead: Callable[[str], bool]) -> set[str]:
@@ -797,7 +366,7 @@ class Ledger:
                 if not tx.execute(
                         "UPDATE graphkit_calls SET executed = ?, outcome = ? WHERE call_key = ? "
                         f"AND executed = ?{'' if dead else f' AND claim_expires < {now}'}",
-                        (DONE, _dumps(dict(outcome)), key, row.executed)):
+                        (DONE, dumps(dict(outcome)), key, row.executed)):
                     running.add(key)
                 else:  # it may have taken effect: told as failed, with the reason
                     self._call_finished(tx, key, outcome, "failed")
@@ -810,7 +379,7 @@ class Ledger:
         return [(str(r[0]), str(r[1]), str(r[2]), r[3]) for r in self._sql.query(
             "SELECT a.approval_id, a.kind, a.tool_name, c.turn_key FROM graphkit_approvals "
             "a LEFT JOIN graphkit_calls c ON c.call_key = a.call_key WHERE a.thread_id = ? "
-            "AND a.agent_path = ? AND a.status = 'pending'", (thread_id, _path(agent_path)))]
+            "AND a.agent_path = ? AND a.status = 'pending'", (thread_id, path_text(agent_path)))]
 
     def rekey_calls(self, call_keys: Iterable[str], turn_key: str) -> None:
         """The plan's calls now belong to the turn as edited (its key changed with it)."""
@@ -824,7 +393,7 @@ class Ledger:
         """The approvals and suspensions of one agent in one thread that wait on a decision."""
         return {str(r[0]) for r in self._sql.query(
             "SELECT approval_id FROM graphkit_approvals WHERE thread_id = ? AND agent_path = ? "
-            "AND status = 'pending'", (thread_id, _path(agent_path)))}
+            "AND status = 'pending'", (thread_id, path_text(agent_path)))}
 
     def close(self, approval_id: str, *, decision: Mapping[str, Any],
               audits: Sequence[AuditRow], overdue: bool = False, enqueue: bool = False,
@@ -842,7 +411,7 @@ class Ledger:
             done = tx.execute(
                 f"UPDATE graphkit_approvals SET status = 'rejected', decision = ?, "
                 f"decided_at = {now} WHERE approval_id = ? AND status = 'pending'{due}",
-                (_dumps(dict(decision)), approval_id, *params))
+                (dumps(dict(decision)), approval_id, *params))
             if done == 1:
                 self._audit(tx, audits)
                 if enqueue:
@@ -851,7 +420,7 @@ class Ledger:
 
     # ------------------------------------------------------------------ the workers' queue
 
-    def _enqueue(self, tx: _Tx, approval_id: str) -> None:
+    def _enqueue(self, tx: Tx, approval_id: str) -> None:
         """Hand the approval's run to the workers if nothing of it is pending any more (a
         readiness that arrives while a worker resumes the run re-arms it)."""
         now = self._sql.now
@@ -885,7 +454,7 @@ class Ledger:
         if not rows:
             return None
         run_id, ready_at, thread_id = str(rows[0][0]), float(rows[0][1]), str(rows[0][2])
-        _KEEPER.hold(self, ("ready", run_id), owner)
+        KEEPER.hold(self, ("ready", run_id), owner, LEASE_SECONDS)
         return run_id, ready_at, thread_id
 
     def take_ready(self, run_id: str, owner: str) -> float | None:
@@ -915,9 +484,9 @@ class Ledger:
 
     def approvals_of_run(self, run_id: str) -> list[ApprovalRow]:
         """Every approval and suspension filed under the run."""
-        rows = self._sql.query(f"SELECT {_APPROVAL_READ} FROM graphkit_approvals "
+        rows = self._sql.query(f"SELECT {APPROVAL_READ} FROM graphkit_approvals "
                                "WHERE run_id = ?", (run_id,))
-        return [_approval(r) for r in rows]
+        return [approval_row(r) for r in rows]
 
     def queued(self, run_id: str) -> bool:
         """Whether the run waits in the queue to be continued."""
@@ -926,7 +495,7 @@ class Ledger:
 
     def done_ready(self, run_id: str, owner: str, ready_at: float) -> None:
         """The run was resumed: forget it, unless it became ready again meanwhile."""
-        _KEEPER.drop(("ready", run_id), owner)
+        KEEPER.drop(("ready", run_id), owner)
         if self._sql.execute("DELETE FROM graphkit_ready WHERE run_id = ? AND claimed_by = ? "
                              "AND ready_at = ?", (run_id, owner, ready_at)) == 1:
             return
@@ -936,7 +505,7 @@ class Ledger:
     def retry_ready(self, run_id: str, owner: str) -> None:
         """The resume failed: hand the run back to the queue, to be tried again after a
         growing pause (a transient failure must not strand it)."""
-        _KEEPER.drop(("ready", run_id), owner)
+        KEEPER.drop(("ready", run_id), owner)
         self._sql.execute(
             "UPDATE graphkit_ready SET claimed_by = NULL, attempts = attempts + 1, "
             f"claimed_until = {self._sql.now} + ? WHERE run_id = ? AND claimed_by = ?",
@@ -954,7 +523,7 @@ class Ledger:
         """Keep user messages (serialised, with ids) queued for after the turn of
         `ai_message_id`; a message already queued is not queued twice."""
         rows = [(thread_id, agent, ai_message_id, str((m.get("data") or {}).get("id")),
-                 _dumps(dict(m))) for m in messages
+                 dumps(dict(m))) for m in messages
                 if isinstance(m, Mapping) and (m.get("data") or {}).get("id")]
         if not rows:
             return
@@ -968,7 +537,7 @@ class Ledger:
         """(turn's AI message id, serialised message) of what waits in the queue, in order."""
         rows = self._sql.query("SELECT ai_message_id, message FROM graphkit_queue WHERE "
                                "thread_id = ? AND agent = ? ORDER BY seq", (thread_id, agent))
-        return [(str(r[0]), _loads(r[1]) or {}) for r in rows]
+        return [(str(r[0]), loads(r[1]) or {}) for r in rows]
 
     def dequeue(self, thread_id: str, agent: str, message_ids: Iterable[str]) -> None:
         """Forget queued messages that reached the conversation."""
@@ -1005,11 +574,11 @@ class Ledger:
             done = tx.execute(
                 "UPDATE graphkit_approvals SET status = 'pending', decision = NULL, "
                 "decided_at = NULL WHERE approval_id = ? AND decision = ?",
-                (approval_id, _dumps(dict(decision))))
+                (approval_id, dumps(dict(decision))))
             tx.execute("DELETE FROM graphkit_cleared WHERE approval_id = ?", (approval_id,))
             tx.execute("UPDATE graphkit_grants SET revoked = ? WHERE approval_id = ? "
                        "AND revoked IS NULL",
-                       (_dumps({"by": None, "reason": "its decision was withdrawn"}),
+                       (dumps({"by": None, "reason": "its decision was withdrawn"}),
                         approval_id))
             self._audit(tx, audits)
             if done == 1:  # the receivers told "decided" are told it did not stand
@@ -1025,7 +594,7 @@ class Ledger:
             "SELECT c.call_key, c.thread_id, c.agent_path, c.tool_name, c.args_digest, "
             "c.approval_id, c.executed, c.outcome, c.once_results, cl.run_digest, "
             + ", ".join(f"a.{col.strip()} AS a_{col.strip()}"
-                        for col in _APPROVAL_READ.split(",")) +
+                        for col in APPROVAL_READ.split(",")) +
             " FROM graphkit_calls c LEFT JOIN graphkit_approvals a "
             "ON a.approval_id = c.approval_id LEFT JOIN graphkit_cleared cl "
             "ON cl.approval_id = c.approval_id WHERE c.call_key = ?", (call_key,))
@@ -1035,8 +604,8 @@ class Ledger:
         call = CallRow(call_key=str(r[0]), thread_id=str(r[1]),
                        agent_path=[p for p in str(r[2]).split("/") if p], tool_name=str(r[3]),
                        args_digest=str(r[4]), approval_id=r[5], executed=r[6],
-                       outcome=_loads(r[7]), once_results=_loads(r[8]), cleared=r[9])
-        return call, _approval(r[10:]) if r[10] is not None else None
+                       outcome=loads(r[7]), once_results=loads(r[8]), cleared=r[9])
+        return call, approval_row(r[10:]) if r[10] is not None else None
 
     def call(self, call_key: str) -> CallRow | None:
         rows = self._sql.query(
@@ -1049,7 +618,7 @@ class Ledger:
         return CallRow(call_key=str(r[0]), thread_id=str(r[1]),
                        agent_path=[p for p in str(r[2]).split("/") if p], tool_name=str(r[3]),
                        args_digest=str(r[4]), approval_id=r[5], executed=r[6],
-                       outcome=_loads(r[7]), once_results=_loads(r[8]))
+                       outcome=loads(r[7]), once_results=loads(r[8]))
 
     def outcomes(self, call_keys: Iterable[str], *, thread_id: str | None = None
                  ) -> dict[str, dict[str, Any] | None]:
@@ -1063,7 +632,7 @@ class Ledger:
         rows = self._sql.query(
             f"SELECT call_key, executed, outcome FROM graphkit_calls WHERE call_key IN ({marks})"
             f"{mine}", (*keys, *((thread_id,) if thread_id is not None else ())))
-        return {str(r[0]): _loads(r[2]) if r[1] == DONE else None for r in rows}
+        return {str(r[0]): loads(r[2]) if r[1] == DONE else None for r in rows}
 
     def start_admitted(self, call_key: str, owner: str, *, thread_id: str,
                        agent_path: Sequence[str], tool_name: str, args_digest: str
@@ -1082,8 +651,8 @@ class Ledger:
         if rows[0][2] is not None:  # a gated call: its claim is on disk before the tool starts
             # (RETURNING the id itself: SQLite 3.40 evaluates `x IS NOT NULL` there wrongly)
             self._flush()
-        _KEEPER.hold(self, ("call", call_key), owner)
-        return dict(_loads(rows[0][0]) or {}), bool(rows[0][1])
+        KEEPER.hold(self, ("call", call_key), owner, LEASE_SECONDS)
+        return dict(loads(rows[0][0]) or {}), bool(rows[0][1])
 
     def _flush(self) -> None:
         """Make every commit so far durable: one synchronous=FULL write (in SQLite's WAL its
@@ -1098,11 +667,11 @@ class Ledger:
         now = self._sql.now
         return self._sql.query(
             f"UPDATE graphkit_calls SET executed = ?, claim_expires = {now} + ? "
-            f"WHERE call_key = ? AND executed IS NULL AND {_ADMITTED} RETURNING once_results, "
+            f"WHERE call_key = ? AND executed IS NULL AND {ADMITTED} RETURNING once_results, "
             "EXISTS (SELECT 1 FROM graphkit_approvals a WHERE a.thread_id = ? "
             "AND a.call_key = ? AND a.kind = 'suspension' AND a.status = 'approved'), "
             "approval_id",
-            (owner, LEASE_SECONDS, call_key, thread_id, _path(agent_path), tool_name,
+            (owner, LEASE_SECONDS, call_key, thread_id, path_text(agent_path), tool_name,
              args_digest, args_digest, thread_id, call_key))
 
     def start(self, call_key: str, owner: str, *, holder_dead: Any) -> tuple[Start, CallRow | None]:
@@ -1117,7 +686,7 @@ class Ledger:
                 f"AND claim_expires < {now}))",
                 (owner, LEASE_SECONDS, call_key, DONE))
         if won == 1:
-            _KEEPER.hold(self, ("call", call_key), owner)
+            KEEPER.hold(self, ("call", call_key), owner, LEASE_SECONDS)
             return "won", None
         row = self.call(call_key)
         if row is None:
@@ -1126,7 +695,7 @@ class Ledger:
             return "done", row
         if row.executed and holder_dead(row.executed) and self._take_over(call_key, owner,
                                                                           row.executed):
-            _KEEPER.hold(self, ("call", call_key), owner)
+            KEEPER.hold(self, ("call", call_key), owner, LEASE_SECONDS)
             return "won", row
         return "busy", row
 
@@ -1143,12 +712,12 @@ class Ledger:
             "WHERE call_key = ? AND executed = ?", (LEASE_SECONDS, call_key, owner))
 
     def finish(self, call_key: str, owner: str, outcome: Mapping[str, Any]) -> None:
-        _KEEPER.drop(("call", call_key), owner)
+        KEEPER.drop(("call", call_key), owner)
         with self._sql.transaction() as tx:
             done = tx.query(
                 "UPDATE graphkit_calls SET executed = ?, outcome = ? "
                 "WHERE call_key = ? AND executed = ? RETURNING approval_id",
-                (DONE, _dumps(dict(outcome)), call_key, owner))
+                (DONE, dumps(dict(outcome)), call_key, owner))
             if done:
                 self._call_finished(tx, call_key, outcome, "ran" if outcome.get(
                     "status", "success") == "success" else "failed")
@@ -1161,10 +730,10 @@ class Ledger:
         """The call suspended itself (`ctx.suspend`): keep what it asked, for the gate to ask
         a human, and let it run again on resume. Only the holder of its execution claim can
         say so (a tool that really ran); the gate asks nothing the ledger was not told."""
-        _KEEPER.drop(("call", call_key), owner)
+        KEEPER.drop(("call", call_key), owner)
         self._sql.execute(
             "UPDATE graphkit_calls SET executed = NULL, suspended_with = ? "
-            "WHERE call_key = ? AND executed = ?", (_dumps(dict(payload)), call_key, owner))
+            "WHERE call_key = ? AND executed = ?", (dumps(dict(payload)), call_key, owner))
 
     def take_suspensions(self, call_keys: Iterable[str], thread_id: str
                          ) -> dict[str, dict[str, Any]]:
@@ -1182,11 +751,11 @@ class Ledger:
             rows = tx.query(select, (thread_id, *keys))
             tx.execute(f"UPDATE graphkit_calls SET suspended_with = NULL WHERE "
                        f"thread_id = ? AND call_key IN ({marks})", (thread_id, *keys))
-        return {str(key): _loads(payload) or {} for key, payload in rows}
+        return {str(key): loads(payload) or {} for key, payload in rows}
 
     def release(self, call_key: str, owner: str) -> None:
         """The call stopped without a result (it suspended, or raised): it may run again."""
-        _KEEPER.drop(("call", call_key), owner)
+        KEEPER.drop(("call", call_key), owner)
         self._sql.execute(
             "UPDATE graphkit_calls SET executed = NULL WHERE call_key = ? AND executed = ?",
             (call_key, owner))
@@ -1201,7 +770,7 @@ class Ledger:
                 if tx.execute(
                         "UPDATE graphkit_calls SET executed = ?, outcome = ? "
                         "WHERE call_key = ? AND thread_id = ? AND executed IS NULL",
-                        (DONE, _dumps(dict(outcome)), key, thread_id)) == 1:
+                        (DONE, dumps(dict(outcome)), key, thread_id)) == 1:
                     self._call_finished(tx, key, outcome, "not_run")
 
     def settle_call(self, call_key: str, outcome: Mapping[str, Any], *, thread_id: str,
@@ -1211,8 +780,8 @@ class Ledger:
         stand for another call whose key a client named."""
         return self._sql.execute(
             "UPDATE graphkit_calls SET executed = ?, outcome = ? WHERE call_key = ? "
-            f"AND executed IS NULL AND {_ADMITTED}",
-            (DONE, _dumps(dict(outcome)), call_key, thread_id, _path(agent_path), tool_name,
+            f"AND executed IS NULL AND {ADMITTED}",
+            (DONE, dumps(dict(outcome)), call_key, thread_id, path_text(agent_path), tool_name,
              args_digest, args_digest)) == 1
 
     def resume_values(self, call_key: str, thread_id: str) -> list[Any]:
@@ -1222,14 +791,14 @@ class Ledger:
             "ON cl.approval_id = a.approval_id WHERE a.call_key = ? AND a.thread_id = ? "
             "AND a.kind = 'suspension' AND a.status = 'approved' ORDER BY a.decided_at",
             (call_key, thread_id))
-        return [(_loads(r[0]) or {}).get("data") for r in rows]
+        return [(loads(r[0]) or {}).get("data") for r in rows]
 
     def save_once(self, call_key: str, results: Mapping[str, Any]) -> None:
         """`ctx.once` results of a call, kept where no client can wipe them (durably: the side
         effect they stand for happened)."""
         with self._sql.durable():
             self._sql.execute("UPDATE graphkit_calls SET once_results = ? WHERE call_key = ?",
-                              (_dumps(dict(results)), call_key))
+                              (dumps(dict(results)), call_key))
 
     # ------------------------------------------------------------------ grants
 
@@ -1241,29 +810,29 @@ class Ledger:
             return {}
         marks = ", ".join("?" for _ in names)
         rows = self._sql.query(
-            f"SELECT {_GRANT_COLUMNS} FROM graphkit_grants WHERE thread_id = ? "
+            f"SELECT {GRANT_COLUMNS} FROM graphkit_grants WHERE thread_id = ? "
             f"AND agent_path = ? AND tool_name IN ({marks}) AND revoked IS NULL "
             f"AND (expires_at IS NULL OR expires_at > {self._sql.now}) ORDER BY created_at",
-            (thread_id, _path(agent_path), *names))
-        return {g.tool_name: g for g in map(_grant, rows)}
+            (thread_id, path_text(agent_path), *names))
+        return {g.tool_name: g for g in map(grant_row, rows)}
 
     def grants(self, thread_id: str | None = None) -> list[GrantRow]:
         clause, params = ("WHERE thread_id = ? ", (thread_id,)) if thread_id else ("", ())
         rows = self._sql.query(
-            f"SELECT {_GRANT_COLUMNS} FROM graphkit_grants {clause}ORDER BY created_at", params)
-        return [_grant(r) for r in rows]
+            f"SELECT {GRANT_COLUMNS} FROM graphkit_grants {clause}ORDER BY created_at", params)
+        return [grant_row(r) for r in rows]
 
     def grant(self, grant_id: str) -> GrantRow | None:
         rows = self._sql.query(
-            f"SELECT {_GRANT_COLUMNS} FROM graphkit_grants WHERE grant_id = ?", (grant_id,))
-        return _grant(rows[0]) if rows else None
+            f"SELECT {GRANT_COLUMNS} FROM graphkit_grants WHERE grant_id = ?", (grant_id,))
+        return grant_row(rows[0]) if rows else None
 
     def revoke(self, grant_id: str, revoked: Mapping[str, Any],
                audits: Sequence[AuditRow]) -> bool:
         with self._sql.transaction() as tx:
             done = tx.execute(
                 "UPDATE graphkit_grants SET revoked = ? WHERE grant_id = ? AND revoked IS NULL",
-                (_dumps(dict(revoked)), grant_id))
+                (dumps(dict(revoked)), grant_id))
             if done == 1:
                 self._audit(tx, audits)
                 for row in audits:
@@ -1295,7 +864,7 @@ class Ledger:
             taken = True
         return taken
 
-    def _record_run(self, tx: _Tx, run_id: str, thread_id: str, agent: str) -> None:
+    def _record_run(self, tx: Tx, run_id: str, thread_id: str, agent: str) -> None:
         tx.execute("INSERT INTO graphkit_runs (run_id, thread_id, agent, created_at) "
                    f"VALUES (?, ?, ?, {self._sql.now}) ON CONFLICT (run_id) DO NOTHING",
                    (run_id, thread_id, agent))
@@ -1347,11 +916,11 @@ class Ledger:
                 raise RunBusyError(msg)
             time.sleep(pause)
             pause = min(pause * 2, 0.1)
-        _KEEPER.hold(self, ("thread", thread_id), owner)
+        KEEPER.hold(self, ("thread", thread_id), owner, LEASE_SECONDS)
         try:
             yield owner
         finally:
-            _KEEPER.drop(("thread", thread_id), owner)
+            KEEPER.drop(("thread", thread_id), owner)
             self._release(thread_id, owner)
 
     # ------------------------------------------------------------------ notifications
@@ -1363,7 +932,7 @@ class Ledger:
     _outbox_listeners: ClassVar[list[Callable[[], None]]] = []
     """Dispatchers of this process, woken when an outbox row is written (a hint: they poll)."""
 
-    def _notifying(self, tx: _Tx) -> tuple[bool, str | None]:
+    def _notifying(self, tx: Tx) -> tuple[bool, str | None]:
         """Whether some process notifies (so events go to the outbox), cached per ledger: no
         process notifying costs one small read every `NOTIFY_RECHECK` seconds."""
         cache = self._notify_cache
@@ -1371,14 +940,14 @@ class Ledger:
         if (cache is None or moment - cache[0] > NOTIFY_RECHECK
                 or cache[1] != Ledger._notify_epoch):
             rows = tx.query("SELECT value FROM graphkit_meta WHERE key = 'notify'")
-            value = _loads(rows[0][0]) if rows else None
+            value = loads(rows[0][0]) if rows else None
             link = value.get("review_url") if isinstance(value, dict) else None
             cache = (moment, Ledger._notify_epoch, bool(rows),
                      str(link) if isinstance(link, str) and link else None)
             self._notify_cache = cache
         return cache[2], cache[3]
 
-    def _outbox(self, tx: _Tx, row: AuditRow, *, kind: str | None = None,
+    def _outbox(self, tx: Tx, row: AuditRow, *, kind: str | None = None,
                 extra: Mapping[str, Any] | None = None, replaces: str | None = None) -> None:
         """The notification of an audit entry (of type `kind`, else its event's), in the
         transaction that writes the entry. `replaces` names the type of the approval's earlier
@@ -1399,12 +968,12 @@ class Ledger:
             "INSERT INTO graphkit_outbox (event_id, type, thread_id, approval_id, created_at, "
             f"payload) VALUES (?, ?, ?, ?, {self._sql.now}, ?)",
             (str(uuid.uuid4()), kind or NOTIFY_EVENTS[str(row.entry["event"])], row.thread_id,
-             row.approval_id, _dumps(payload)))
+             row.approval_id, dumps(payload)))
         for listener in list(Ledger._outbox_listeners):
             with contextlib.suppress(Exception):
                 listener()
 
-    def _call_finished(self, tx: _Tx, call_key: str, outcome: Mapping[str, Any],
+    def _call_finished(self, tx: Tx, call_key: str, outcome: Mapping[str, Any],
                        result: str) -> None:
         """`run.finished` for a call that needed a decision: whether it ran, failed, or will
         never run (`result`), with the tool's own words."""
@@ -1418,7 +987,7 @@ class Ledger:
         approval_id, thread_id, path, tool_name = rows[0]
         entry = {"event": result, "approval_id": approval_id, "thread_id": thread_id,
                  "agent_path": str(path).split("/"), "tool_name": tool_name,
-                 "at": _iso_now()}
+                 "at": iso_now()}
         content = str(outcome.get("content", ""))
         self._outbox(tx, AuditRow(thread_id=str(thread_id), approval_id=str(approval_id),
                                   entry=entry),
@@ -1430,26 +999,26 @@ class Ledger:
         target is sent the events recorded from its first registration on."""
         since = self.now()
         with self._sql.transaction() as tx:
-            value = _dumps({"review_url": review_url})
+            value = dumps({"review_url": review_url})
             tx.execute("INSERT INTO graphkit_meta (key, value) VALUES ('notify', ?) "
                        + ("ON CONFLICT (key) DO UPDATE SET value = excluded.value" if review_url
                           else "ON CONFLICT (key) DO NOTHING"), (value,))
             for target in targets:
                 tx.execute("INSERT INTO graphkit_meta (key, value) VALUES (?, ?) "
                            "ON CONFLICT (key) DO NOTHING",
-                           (f"notify.cursor.{target}", _dumps({"since": since})))
+                           (f"notify.cursor.{target}", dumps({"since": since})))
         Ledger._notify_epoch += 1
 
     def notify_cursor(self, target: str) -> float | None:
         """Events recorded before this moment have their delivery to `target` opened."""
         rows = self._sql.query("SELECT value FROM graphkit_meta WHERE key = ?",
                                (f"notify.cursor.{target}",))
-        value = _loads(rows[0][0]) if rows else None
+        value = loads(rows[0][0]) if rows else None
         return float(value["since"]) if isinstance(value, dict) and "since" in value else None
 
     def save_notify_cursor(self, target: str, since: float) -> None:
         self._sql.execute("UPDATE graphkit_meta SET value = ? WHERE key = ?",
-                          (_dumps({"since": since}), f"notify.cursor.{target}"))
+                          (dumps({"since": since}), f"notify.cursor.{target}"))
 
     def open_deliveries(self, target: str, since: float) -> float:
         """Open a delivery to `target` for each event recorded since `since` that has none;
@@ -1489,7 +1058,7 @@ class Ledger:
             "SELECT event_id, type, created_at, payload FROM graphkit_outbox "
             f"WHERE event_id IN ({marks}) ORDER BY created_at", tuple(attempts))
         return [OutboxEvent(event_id=str(r[0]), type=str(r[1]), created_at=float(r[2]),
-                            payload=_loads(r[3]) or {}, attempts=attempts[str(r[0])])
+                            payload=loads(r[3]) or {}, attempts=attempts[str(r[0])])
                 for r in events]
 
     def delivered(self, event_id: str, target: str) -> None:
@@ -1545,68 +1114,3 @@ class Ledger:
             return tx.execute(
                 f"DELETE FROM graphkit_outbox AS o WHERE o.created_at < {cutoff} "
                 f"AND NOT EXISTS ({pending})", (older_than,))
-
-
-
-class _LeaseKeeper:
-    """One daemon thread per process renews every lease this process holds (on a thread, or
-    on a call's execution), so a lease costs no thread of its own and still outlives a slow
-    run (but not a dead process)."""
-
-    def __init__(self) -> None:
-        self._held: dict[tuple[tuple[str, str], str], Ledger] = {}
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-
-    def hold(self, ledger: Ledger, what: tuple[str, str], owner: str) -> None:
-        with self._lock:
-            self._held[(what, owner)] = ledger
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="graphkit-leases",
-                                                daemon=True)
-                self._thread.start()
-
-    def drop(self, what: tuple[str, str], owner: str) -> None:
-        with self._lock:
-            self._held.pop((what, owner), None)
-
-    def _run(self) -> None:
-        while True:
-            time.sleep(LEASE_SECONDS / 3)
-            with self._lock:
-                held = list(self._held.items())
-            for ((kind, key), owner), ledger in held:
-                with contextlib.suppress(Exception):  # retried on the next round
-                    if kind == "thread":
-                        ledger._renew(key, owner)
-                    elif kind == "ready":
-                        ledger._renew_ready(key, owner)
-                    else:
-                        ledger._renew_call(key, owner)
-
-
-_KEEPER = _LeaseKeeper()
-
-
-NOTIFY_RECHECK = 5.0
-"""Seconds a ledger trusts its cached `notify` row before it reads it again."""
-NOTIFY_EVENTS = {
-    "requested": "approval.requested",
-    **dict.fromkeys(("approved", "edited", "rejected", "responded", "auto_approved", "resumed",
-                     "cancelled", "superseded"), "approval.decided"),
-    "expired": "approval.expired",
-}
-"""The audit events that are notified, and the type of their notification."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OutboxEvent:
-    """A notification claimed for delivery to one target."""
-
-    event_id: str
-    type: str
-    created_at: float
-    payload: dict[str, Any]
-    """The audit entry (`approval`) and the review card's `link` if one is configured."""
-    attempts: int
-    """Attempts so far, this one included."""

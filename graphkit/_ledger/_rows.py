@@ -1,0 +1,143 @@
+"""The ledger's rows as Python values, and how they are read from a query's tuples."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from graphkit._ledger._sql import loads
+
+__all__ = ["APPROVAL_COLUMNS", "APPROVAL_READ", "GRANT_COLUMNS", "ApprovalRow", "AuditRow",
+           "CallRow", "GrantRow", "OutboxEvent", "Start", "allowed_text", "allowed_types",
+           "approval_row", "grant_row"]
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallRow:
+    """One planned tool call: what may run, and whether it already did."""
+
+    call_key: str
+    thread_id: str
+    agent_path: Sequence[str]
+    tool_name: str
+    args_digest: str
+    """Digest of the arguments planned (an edit's arguments are bound by its decision)."""
+    approval_id: str | None
+    """Set when the call needs a decision before it runs."""
+    executed: str | None = None
+    outcome: dict[str, Any] | None = None
+    once_results: dict[str, Any] | None = None
+    cleared: str | None = None
+    ai_message_id: str | None = None
+    """The AI message (turn) that asked for the call."""
+    turn_key: str | None = None
+    """The plan's key (`graphkit._state.turn_key`): which version of that message."""
+    """The digest of the arguments an approval gate verified and let run (gated calls)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRow:
+    """An approval (or a suspension's request for input) and its decision, if any."""
+
+    approval_id: str
+    thread_id: str
+    kind: str
+    call_key: str | None
+    agent_path: Sequence[str]
+    tool_name: str
+    args_digest: str
+    ttl: float | None = None
+    """Seconds until an undecided approval expires, counted by the database's clock."""
+    status: str = "pending"
+    decision: dict[str, Any] | None = None
+    expires_at: float | None = None
+    run_id: str | None = None
+    """The run that waits on it: once a run has nothing pending, workers may resume it."""
+    allowed: tuple[str, ...] | None = None
+    """The decision types a reviewer may claim (an approval's; None: approve, edit, reject)."""
+    record: Mapping[str, Any] | None = None
+    """The approval record as planned (its real arguments): what every door judges."""
+
+    @property
+    def decided(self) -> bool:
+        return self.status != "pending"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditRow:
+    thread_id: str
+    approval_id: str | None
+    entry: dict[str, Any]
+    dedupe: str | None = None
+    """A key that makes a repeated write (a node re-run after a crash) a no-op."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GrantRow:
+    grant_id: str
+    thread_id: str
+    agent_path: Sequence[str]
+    tool_name: str
+    grantor: str | None
+    approval_id: str | None
+    ttl: float | None
+    created_at: float = 0.0
+    expires_at: float | None = None
+    revoked: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.grant_id, "thread_id": self.thread_id,
+                "agent_path": list(self.agent_path), "tool_name": self.tool_name,
+                "grantor": self.grantor, "approval_id": self.approval_id,
+                "created_at": self.created_at, "expires_at": self.expires_at,
+                "revoked": self.revoked}
+
+
+APPROVAL_COLUMNS = ("approval_id, thread_id, kind, call_key, agent_path, tool_name, "
+                     "args_digest, expires_at, status, decision, allowed")
+APPROVAL_READ = APPROVAL_COLUMNS + ", run_id"
+
+
+def allowed_types(text: str | None) -> tuple[str, ...] | None:
+    """The `allowed` column (",approve,reject,": each type between commas, so that a claim
+    can match one with LIKE) as decision types; NULL is the default set."""
+    return tuple(t for t in text.split(",") if t) if text else None
+
+
+def allowed_text(allowed: Sequence[str] | None) -> str | None:
+    return "," + ",".join(allowed) + "," if allowed else None
+
+
+def approval_row(row: tuple[Any, ...]) -> ApprovalRow:
+    return ApprovalRow(approval_id=str(row[0]), thread_id=str(row[1]), kind=str(row[2]),
+                       call_key=row[3], agent_path=[p for p in str(row[4]).split("/") if p],
+                       tool_name=str(row[5]), args_digest=str(row[6]), expires_at=row[7],
+                       status=str(row[8]), decision=loads(row[9]), allowed=allowed_types(row[10]),
+                       run_id=row[11])
+
+
+GRANT_COLUMNS = ("grant_id, thread_id, agent_path, tool_name, grantor, approval_id, "
+                  "created_at, expires_at, revoked")
+
+
+def grant_row(row: tuple[Any, ...]) -> GrantRow:
+    return GrantRow(grant_id=str(row[0]), thread_id=str(row[1]),
+                    agent_path=[p for p in str(row[2]).split("/") if p], tool_name=str(row[3]),
+                    grantor=row[4], approval_id=row[5], ttl=None, created_at=float(row[6]),
+                    expires_at=row[7], revoked=loads(row[8]))
+
+
+Start = Literal["won", "done", "busy", "unknown"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutboxEvent:
+    """A notification claimed for delivery to one target."""
+
+    event_id: str
+    type: str
+    created_at: float
+    payload: dict[str, Any]
+    """The audit entry (`approval`) and the review card's `link` if one is configured."""
+    attempts: int
+    """Attempts so far, this one included."""

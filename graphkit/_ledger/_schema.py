@@ -1,0 +1,176 @@
+"""The ledger's tables, their migrations, and the constants its statements use."""
+
+from __future__ import annotations
+
+__all__ = ["ADMITTED", "DONE", "LEASE_SECONDS", "MIGRATIONS", "NOTIFY_EVENTS", "NOTIFY_RECHECK",
+           "SCHEMA", "SERVER_AGENT", "SERVER_THREAD", "WAIT_SECONDS"]
+
+LEASE_SECONDS = 30.0
+"""A lease outlives a crashed holder by at most this long; live holders renew it."""
+SERVER_THREAD = "server-thread:"
+"""The ready-queue key of a LangGraph server's run (no graphkit run id): this + its thread."""
+SERVER_AGENT = "langgraph-server:"
+"""The ready-queue agent of such a run: never a worker's agent name."""
+WAIT_SECONDS = 120.0
+"""How long a process waits for another one to finish advancing the same thread."""
+DONE = "done"
+"""`graphkit_calls.executed` of a call that has its result (ran, or answered without running)."""
+
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS graphkit_calls (
+        call_key TEXT PRIMARY KEY,
+        thread_id TEXT NOT NULL,
+        agent_path TEXT NOT NULL,
+        tool_name TEXT NOT NULL,
+        args_digest TEXT NOT NULL,
+        approval_id TEXT,
+        executed TEXT,
+        outcome TEXT,
+        once_results TEXT,
+        claim_expires DOUBLE PRECISION,
+        created_at DOUBLE PRECISION NOT NULL
+    ){keyed}""",
+    # The gate's plan of each model turn (per thread, agent and AI message): the one record
+    # of what the gate decided about the turn's calls. Only gates write it; the graph state
+    # keeps a pointer to the turn, which nothing reads as true.
+    """CREATE TABLE IF NOT EXISTS graphkit_turns (
+        thread_id TEXT NOT NULL,
+        agent_path TEXT NOT NULL,
+        ai_message_id TEXT NOT NULL,
+        plan TEXT NOT NULL,
+        PRIMARY KEY (thread_id, agent_path, ai_message_id)
+    ){keyed}""",
+    """CREATE TABLE IF NOT EXISTS graphkit_approvals (
+        approval_id TEXT PRIMARY KEY,
+        thread_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        call_key TEXT,
+        agent_path TEXT NOT NULL,
+        tool_name TEXT NOT NULL,
+        args_digest TEXT NOT NULL,
+        expires_at DOUBLE PRECISION,
+        status TEXT NOT NULL,
+        decision TEXT,
+        decided_at DOUBLE PRECISION,
+        run_id TEXT,
+        allowed TEXT
+    ){keyed}""",
+    "CREATE INDEX IF NOT EXISTS graphkit_approvals_thread ON graphkit_approvals (thread_id)",
+    # What an approval gate verified and let run: only these approvals admit a call to the
+    # tools node (a decision claimed through another door waits for the gate's check).
+    """CREATE TABLE IF NOT EXISTS graphkit_cleared (
+        approval_id TEXT PRIMARY KEY,
+        run_digest TEXT NOT NULL,
+        cleared_at DOUBLE PRECISION NOT NULL
+    ){keyed}""",
+    "CREATE INDEX IF NOT EXISTS graphkit_approvals_run ON graphkit_approvals (run_id, status)",
+    """CREATE TABLE IF NOT EXISTS graphkit_ready (
+        run_id TEXT PRIMARY KEY,
+        agent TEXT NOT NULL,
+        thread_id TEXT NOT NULL,
+        ready_at DOUBLE PRECISION NOT NULL,
+        claimed_by TEXT,
+        claimed_until DOUBLE PRECISION,
+        attempts INTEGER NOT NULL DEFAULT 0
+    )""",
+    # User messages queued for after a turn's answers: beside the plan's copy, which lives in
+    # client-writable state, so that no client write can drop one.
+    """CREATE TABLE IF NOT EXISTS graphkit_queue (
+        seq {serial} PRIMARY KEY,
+        thread_id TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        ai_message_id TEXT NOT NULL,
+        message_id TEXT NOT NULL,
+        message TEXT NOT NULL,
+        UNIQUE (thread_id, agent, message_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS graphkit_ended_sessions (
+        nonce TEXT PRIMARY KEY,
+        expires_at DOUBLE PRECISION NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS graphkit_audit (
+        seq {serial} PRIMARY KEY,
+        thread_id TEXT NOT NULL,
+        approval_id TEXT,
+        dedupe TEXT UNIQUE,
+        entry TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS graphkit_audit_thread ON graphkit_audit (thread_id)",
+    "CREATE INDEX IF NOT EXISTS graphkit_audit_approval ON graphkit_audit (approval_id)",
+    """CREATE TABLE IF NOT EXISTS graphkit_grants (
+        grant_id TEXT PRIMARY KEY,
+        thread_id TEXT NOT NULL,
+        agent_path TEXT NOT NULL,
+        tool_name TEXT NOT NULL,
+        grantor TEXT,
+        approval_id TEXT,
+        created_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION,
+        revoked TEXT
+    )""",
+    "CREATE INDEX IF NOT EXISTS graphkit_grants_thread ON graphkit_grants (thread_id)",
+    """CREATE TABLE IF NOT EXISTS graphkit_leases (
+        thread_id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL
+    ){keyed}""",
+    # Which thread (and agent) a run id names: written with the run's first lease.
+    """CREATE TABLE IF NOT EXISTS graphkit_runs (
+        run_id TEXT PRIMARY KEY,
+        thread_id TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL
+    ){keyed}""",
+    # Notifications: `notify` turns the outbox on; `notify.cursor.<target>`, per webhook.
+    """CREATE TABLE IF NOT EXISTS graphkit_meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS graphkit_outbox (
+        event_id TEXT PRIMARY KEY,
+        type TEXT NOT NULL,
+        thread_id TEXT NOT NULL,
+        approval_id TEXT,
+        created_at DOUBLE PRECISION NOT NULL,
+        payload TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS graphkit_outbox_created ON graphkit_outbox (created_at)",
+    """CREATE TABLE IF NOT EXISTS graphkit_deliveries (
+        event_id TEXT NOT NULL,
+        target TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_at DOUBLE PRECISION,
+        delivered_at DOUBLE PRECISION,
+        last_error TEXT,
+        claimed_by TEXT,
+        PRIMARY KEY (event_id, target)
+    )""",
+    "CREATE INDEX IF NOT EXISTS graphkit_deliveries_due ON graphkit_deliveries (target, next_at)",
+)
+
+
+ADMITTED = (
+    "thread_id = ? AND agent_path = ? AND tool_name = ? AND ((approval_id IS NULL AND "
+    "args_digest = ?) OR EXISTS (SELECT 1 FROM graphkit_approvals a JOIN graphkit_cleared cl "
+    "ON cl.approval_id = a.approval_id WHERE a.approval_id = graphkit_calls.approval_id "
+    "AND a.status = 'approved' AND cl.run_digest = ?))")
+"""A `graphkit_calls` row planned for this thread, agent and tool that may run with the
+arguments of this digest: it needs no approval and was planned with them, or a gate verified
+its approval for them. Parameters: thread id, agent path, tool name, digest, digest."""
+
+MIGRATIONS = (("graphkit_approvals", "allowed", "TEXT"),
+               ("graphkit_calls", "suspended_with", "TEXT"),
+               ("graphkit_calls", "ai_message_id", "TEXT"),
+               ("graphkit_approvals", "record", "TEXT"),
+               ("graphkit_calls", "turn_key", "TEXT"))
+"""Columns added after a table was first made: added to an existing database on open."""
+
+NOTIFY_RECHECK = 5.0
+"""Seconds a ledger trusts its cached `notify` row before it reads it again."""
+NOTIFY_EVENTS = {
+    "requested": "approval.requested",
+    **dict.fromkeys(("approved", "edited", "rejected", "responded", "auto_approved", "resumed",
+                     "cancelled", "superseded"), "approval.decided"),
+    "expired": "approval.expired",
+}
+"""The audit events that are notified, and the type of their notification."""

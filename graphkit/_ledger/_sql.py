@@ -1,0 +1,211 @@
+"""The few SQL statements the ledger needs, in SQLite's and PostgreSQL's dialects, and the
+JSON and path encodings of its columns."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+
+__all__ = ["PAGE_SIZE", "Postgres", "PostgresTx", "RunBusyError", "Sql", "Sqlite", "SqliteTx", "Tx",
+           "dumps", "iso_now", "loads", "path_text"]
+
+PAGE_SIZE = 8192
+"""Bytes per page of a SQLite file graphkit creates: a checkpoint row of about 2.5 KB left 40%
+of each 4 KiB page empty (about 8% of the file), and 16 KiB pages cost one page per table and
+index."""
+
+
+class RunBusyError(TimeoutError):
+    """Another process kept advancing this thread for longer than we were willing to wait."""
+
+
+class Tx(Protocol):
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int: ...
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]: ...
+
+
+class Sql(Tx, Protocol):
+    """The few statements the ledger needs, in one SQL dialect."""
+
+    now: str
+    """An SQL expression: the database's clock, in seconds since the epoch."""
+    serial: str
+    skip_locked: str
+    keyed: str
+    first_segment: str
+    """An SQL expression (with `{c}` for a column): the first segment of an agent path."""
+    has_column: str
+    """A query's tail (table, column as parameters) that yields a row if the column exists."""
+    notify: str | None
+
+    def transaction(self) -> contextlib.AbstractContextManager[Tx]: ...
+
+    def durable(self) -> contextlib.AbstractContextManager[None]:
+        """What commits inside is on disk when it returns (SQLite: a synchronous=FULL commit,
+        whose WAL sync also makes every earlier commit durable; PostgreSQL commits are)."""
+        ...
+
+    def execute_apart(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        """`execute` for the lease keeper, never behind a lock another component may hold
+        while it waits on its caller (a checkpoint list being read lazily)."""
+        ...
+
+
+class SqliteTx:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        return self.conn.execute(sql, params).rowcount
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return list(self.conn.execute(sql, params).fetchall())
+
+
+class Sqlite:
+    now = "((julianday('now') - 2440587.5) * 86400.0)"
+    serial = "INTEGER"  # an INTEGER PRIMARY KEY is SQLite's rowid: increasing
+    keyed = " WITHOUT ROWID"
+    """Tables looked up by their text key are that key's b-tree alone: a write changes one
+    page, not a table page and its key index's page (each page is a WAL frame to write)."""
+    skip_locked = ""  # one writer at a time: the UPDATE is atomic as it is
+    first_segment = "substr({c}, 1, instr({c} || '/', '/') - 1)"
+    has_column = "1 FROM pragma_table_info(?) WHERE name = ?"
+    notify: str | None = None
+
+    def __init__(self, path: str) -> None:
+        self.conn = sqlite3.connect(path, check_same_thread=False, timeout=30.0,
+                                    isolation_level=None)
+        if path != ":memory:":
+            self.conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file only
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            # NORMAL, but `durable()` commits (a decision, an execution claim, a result, a
+            # once-result) are FULL: on disk before the tool starts, with every commit before
+            # them (one WAL), so a power loss cannot make a payment that ran run again. A lost
+            # lease or checkpoint only means a wait or a replay the ledger answers.
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.path = path
+        self.lock = threading.RLock()
+        """Reentrant: it may be shared with the saver and store of the same file, whose list
+        cursors hold it while the thread that iterates them reads the ledger."""
+        self._tx = SqliteTx(self.conn)
+        self._apart: sqlite3.Connection | None = None
+        self._apart_lock = threading.Lock()
+
+    def execute_apart(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        if self.path == ":memory:":  # a private database: nobody else holds its lock
+            return self.execute(sql, params)
+        with self._apart_lock:
+            if self._apart is None:
+                self._apart = sqlite3.connect(self.path, check_same_thread=False,
+                                              timeout=30.0, isolation_level=None)
+                self._apart.execute("PRAGMA synchronous=NORMAL")  # lease renewals only
+            return self._apart.execute(sql, params).rowcount
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        with self.lock:
+            return self._tx.execute(sql, params)
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self.lock:
+            return self._tx.query(sql, params)
+
+    @contextlib.contextmanager
+    def durable(self) -> Iterator[None]:
+        if self.path == ":memory:":
+            yield
+            return
+        with self.lock:
+            self.conn.execute("PRAGMA synchronous=FULL")
+            try:
+                yield
+            finally:
+                self.conn.execute("PRAGMA synchronous=NORMAL")
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        with self.lock:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._tx
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+
+
+class PostgresTx:
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    @staticmethod
+    def _sql(sql: str) -> str:
+        return sql.replace("?", "%s")
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        return int(self.conn.execute(self._sql(sql), params).rowcount)
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        rows = self.conn.execute(self._sql(sql), params).fetchall()
+        return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]
+
+
+class Postgres:
+    now = "EXTRACT(EPOCH FROM clock_timestamp())::DOUBLE PRECISION"
+    serial = "BIGSERIAL"
+    keyed = ""
+    skip_locked = " FOR UPDATE SKIP LOCKED"
+    first_segment = "split_part({c}, '/', 1)"
+    has_column = ("1 FROM information_schema.columns WHERE table_schema = current_schema() "
+                  "AND table_name = ? AND column_name = ?")
+    notify: str | None = "SELECT pg_notify('graphkit_ready', '')"
+    """Workers LISTEN on this channel; a notification is sent when the transaction commits."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        with self.pool.connection() as conn:
+            return PostgresTx(conn).execute(sql, params)
+
+    def execute_apart(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        # A pool lends another connection; one connection lent by a saver (under its lock)
+        # says how a renewal gets past whoever holds it (`apart`).
+        apart = getattr(self.pool, "apart", None)
+        if apart is not None:
+            return int(apart(lambda conn: PostgresTx(conn).execute(sql, params)))
+        return self.execute(sql, params)
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self.pool.connection() as conn:
+            return PostgresTx(conn).query(sql, params)
+
+    def durable(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()  # synchronous_commit: the server's default, on
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        with self.pool.connection() as conn, conn.transaction():
+            yield PostgresTx(conn)
+
+
+def iso_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, default=str, sort_keys=True)
+
+
+def loads(text: Any) -> Any:
+    return json.loads(text) if text else None
+
+
+def path_text(agent_path: Sequence[str]) -> str:
+    return "/".join(agent_path)
