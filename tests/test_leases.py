@@ -34,9 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent
 HOLDER = """\
 import sys, time
 import graphkit._ledger as ledger
+import graphkit._ledger._schema as schema
 
 if len(sys.argv) > 3:
-    ledger.LEASE_SECONDS = float(sys.argv[3])
+    schema.LEASE_SECONDS = float(sys.argv[3])
 with ledger.Ledger.sqlite(sys.argv[1]).lease(sys.argv[2]) as owner:
     print(owner, flush=True)
     time.sleep(120)

@@ -29,10 +29,11 @@ def short_leases(monkeypatch: pytest.MonkeyPatch) -> float:
     """Leases of one second, renewed by a fresh keeper every third of it; a run that finds
     its thread held waits half a second, not two minutes."""
     import graphkit._ledger._keeper as keeper_module
+    import graphkit._ledger._schema as schema_module
     import graphkit.agent as agent_module
 
-    monkeypatch.setattr(ledger_module, "LEASE_SECONDS", 1.0)
-    monkeypatch.setattr(ledger_module, "KEEPER", keeper_module.LeaseKeeper())
+    monkeypatch.setattr(schema_module, "LEASE_SECONDS", 1.0)
+    monkeypatch.setattr(keeper_module, "KEEPER", keeper_module.LeaseKeeper())
     monkeypatch.setattr(agent_module, "WAIT_SECONDS", 0.5)
     return 1.0
 

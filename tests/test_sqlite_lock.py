@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-import graphkit._ledger as ledger_module
 from graphkit import Agent, create_tool
 from graphkit.testing import ScriptedChatModel
 from tests.helpers import call, turn
@@ -27,10 +26,11 @@ def short_leases(monkeypatch: pytest.MonkeyPatch) -> float:
     # Leases and claims of 0.6 s renewed every 0.2 s (instead of 30 s / 10 s): the same logic,
     # a test that does not wait half a minute.
     import graphkit._ledger._keeper as keeper_module
+    import graphkit._ledger._schema as schema_module
 
-    monkeypatch.setattr(ledger_module, "LEASE_SECONDS", 0.6)
+    monkeypatch.setattr(schema_module, "LEASE_SECONDS", 0.6)
     # A keeper of its own: the process's one may be asleep for an earlier test's 10 s.
-    monkeypatch.setattr(ledger_module, "KEEPER", keeper_module.LeaseKeeper())
+    monkeypatch.setattr(keeper_module, "KEEPER", keeper_module.LeaseKeeper())
     return 0.6
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from graphkit._ledger._schema import LEASE_SECONDS
 
 if TYPE_CHECKING:
-    from graphkit._ledger import Ledger
+    from graphkit._ledger._base import LedgerBase
 
 __all__ = ["KEEPER", "LeaseKeeper"]
 
@@ -21,13 +21,13 @@ class LeaseKeeper:
     run (but not a dead process)."""
 
     def __init__(self) -> None:
-        self._held: dict[tuple[tuple[str, str], str], Ledger] = {}
+        self._held: dict[tuple[tuple[str, str], str], LedgerBase] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.lease_seconds = LEASE_SECONDS
         """The shortest lease held: renewed three times in its span."""
 
-    def hold(self, ledger: Ledger, what: tuple[str, str], owner: str,
+    def hold(self, ledger: LedgerBase, what: tuple[str, str], owner: str,
              lease_seconds: float = LEASE_SECONDS) -> None:
         with self._lock:
             self._held[(what, owner)] = ledger

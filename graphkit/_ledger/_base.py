@@ -1,0 +1,168 @@
+"""What every part of the ledger shares: its SQL connection, the database's clock, durable
+commits, and the audit log with its notifications (every audited event a receiver is told of
+is written to the outbox in the same transaction)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, ClassVar
+
+from graphkit._ledger._rows import (
+    ApprovalRow,
+    AuditRow,
+    CallRow,
+)
+from graphkit._ledger._schema import (
+    NOTIFY_EVENTS,
+    NOTIFY_RECHECK,
+)
+from graphkit._ledger._sql import Sql, Tx, dumps, iso_now, loads
+
+__all__ = ["LedgerBase"]
+
+
+class LedgerBase:
+    """What every part of the ledger shares: its SQL connection, the database's clock, durable"""
+
+    _sql: Sql
+
+    def now(self) -> float:
+        """The database's clock (seconds since the epoch)."""
+        return float(self._sql.query(f"SELECT {self._sql.now}")[0][0])
+
+    def _audit(self, tx: Tx, rows: Iterable[AuditRow]) -> None:
+        for row in rows:
+            written = tx.execute(
+                "INSERT INTO graphkit_audit (thread_id, approval_id, dedupe, entry) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (dedupe) DO NOTHING",
+                (row.thread_id, row.approval_id, row.dedupe, dumps(row.entry)))
+            if written == 1 and row.entry.get("event") in NOTIFY_EVENTS:
+                self._outbox(tx, row)
+
+    def audit(self, rows: Sequence[AuditRow]) -> None:
+        if rows:
+            with self._sql.transaction() as tx:
+                self._audit(tx, rows)
+
+    def read_audit(self, *, thread_id: str | None = None, approval_id: str | None = None
+                   ) -> list[dict[str, Any]]:
+        """Audit entries in the order they were written."""
+        where, params = [], []
+        if thread_id is not None:
+            where.append("thread_id = ?")
+            params.append(thread_id)
+        if approval_id is not None:
+            where.append("approval_id = ?")
+            params.append(approval_id)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = self._sql.query(f"SELECT entry FROM graphkit_audit{clause} ORDER BY seq",
+                               tuple(params))
+        return [json.loads(r[0]) for r in rows]
+
+    def _flush(self) -> None:
+        """Make every commit so far durable: one synchronous=FULL write (in SQLite's WAL its
+        sync covers all the commits before it; PostgreSQL's commits already are)."""
+        with self._sql.durable():
+            self._sql.execute("INSERT INTO graphkit_meta (key, value) VALUES ('durable', '1') "
+                              "ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+
+    _notify_cache: tuple[float, int, bool, str | None] | None = None
+    """(when read, epoch, outbox on, review URL): the `notify` row, re-read every few seconds."""
+
+    _notify_epoch: ClassVar[int] = 0
+    """Bumped when a ledger of this process turns notifications on: every cache re-reads."""
+
+    _outbox_listeners: ClassVar[list[Callable[[], None]]] = []
+    """Dispatchers of this process, woken when an outbox row is written (a hint: they poll)."""
+
+    def _notifying(self, tx: Tx) -> tuple[bool, str | None]:
+        """Whether some process notifies (so events go to the outbox), cached per ledger: no
+        process notifying costs one small read every `NOTIFY_RECHECK` seconds."""
+        cache = self._notify_cache
+        moment = time.monotonic()
+        if (cache is None or moment - cache[0] > NOTIFY_RECHECK
+                or cache[1] != LedgerBase._notify_epoch):
+            rows = tx.query("SELECT value FROM graphkit_meta WHERE key = 'notify'")
+            value = loads(rows[0][0]) if rows else None
+            link = value.get("review_url") if isinstance(value, dict) else None
+            cache = (moment, LedgerBase._notify_epoch, bool(rows),
+                     str(link) if isinstance(link, str) and link else None)
+            self._notify_cache = cache
+        return cache[2], cache[3]
+
+    def _outbox(self, tx: Tx, row: AuditRow, *, kind: str | None = None,
+                extra: Mapping[str, Any] | None = None, replaces: str | None = None) -> None:
+        """The notification of an audit entry (of type `kind`, else its event's), in the
+        transaction that writes the entry. `replaces` names the type of the approval's earlier
+        event this one corrects: a receiver that keeps the last event per approval holds the
+        truth."""
+        on, review_url = self._notifying(tx)
+        if not on:
+            return
+        payload: dict[str, Any] = {"approval": row.entry, **(extra or {})}
+        if review_url and row.approval_id:
+            payload["link"] = f"{review_url.rstrip('/')}/approvals/{row.approval_id}"
+        if replaces is not None and row.approval_id:
+            earlier = tx.query(
+                "SELECT event_id FROM graphkit_outbox WHERE approval_id = ? AND type = ? "
+                "ORDER BY created_at DESC LIMIT 1", (row.approval_id, replaces))
+            payload["replaces"] = str(earlier[0][0]) if earlier else None
+        tx.execute(
+            "INSERT INTO graphkit_outbox (event_id, type, thread_id, approval_id, created_at, "
+            f"payload) VALUES (?, ?, ?, ?, {self._sql.now}, ?)",
+            (str(uuid.uuid4()), kind or NOTIFY_EVENTS[str(row.entry["event"])], row.thread_id,
+             row.approval_id, dumps(payload)))
+        for listener in list(LedgerBase._outbox_listeners):
+            with contextlib.suppress(Exception):
+                listener()
+
+    def _call_finished(self, tx: Tx, call_key: str, outcome: Mapping[str, Any],
+                       result: str) -> None:
+        """`run.finished` for a call that needed a decision: whether it ran, failed, or will
+        never run (`result`), with the tool's own words."""
+        if not self._notifying(tx)[0]:
+            return
+        rows = tx.query("SELECT approval_id, thread_id, agent_path, tool_name FROM "
+                        "graphkit_calls WHERE call_key = ? AND approval_id IS NOT NULL",
+                        (call_key,))
+        if not rows:
+            return
+        approval_id, thread_id, path, tool_name = rows[0]
+        entry = {"event": result, "approval_id": approval_id, "thread_id": thread_id,
+                 "agent_path": str(path).split("/"), "tool_name": tool_name,
+                 "at": iso_now()}
+        content = str(outcome.get("content", ""))
+        self._outbox(tx, AuditRow(thread_id=str(thread_id), approval_id=str(approval_id),
+                                  entry=entry),
+                     kind="run.finished", extra={"outcome": result, "result": content[:2000]})
+
+    # implemented by `Leases`, called by decisions in their own transaction
+    def _enqueue(self, tx: Tx, approval_id: str) -> None:
+        raise NotImplementedError
+
+    # implemented by `Executions`
+    def call(self, call_key: str) -> CallRow | None:
+        raise NotImplementedError
+
+    # implemented by `Plans`
+    def _clear(self, tx: Tx, cleared: Mapping[str, str]) -> None:
+        raise NotImplementedError
+
+    def _insert_approval(self, tx: Tx, row: ApprovalRow, *, live_grant: str | None = None
+                         ) -> bool:
+        raise NotImplementedError
+
+    # implemented by `Leases`
+    def _renew(self, thread_id: str, owner: str) -> None:
+        raise NotImplementedError
+
+    def _renew_ready(self, run_id: str, owner: str) -> None:
+        raise NotImplementedError
+
+    # implemented by `Executions`
+    def _renew_call(self, call_key: str, owner: str) -> None:
+        raise NotImplementedError

@@ -1,0 +1,257 @@
+"""Each call's one execution: claimed before the tool starts, its result recorded, what it
+asked (a suspension), and what a stopped turn fences."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from graphkit._ledger import _keeper, _schema
+from graphkit._ledger._base import LedgerBase
+from graphkit._ledger._rows import (
+    APPROVAL_READ,
+    ApprovalRow,
+    CallRow,
+    Start,
+    approval_row,
+)
+from graphkit._ledger._schema import (
+    ADMITTED,
+    DONE,
+)
+from graphkit._ledger._sql import dumps, loads, path_text
+
+__all__ = ["Executions"]
+
+
+class Executions(LedgerBase):
+    """Each call's one execution: claimed before the tool starts, its result recorded, what it"""
+
+    def fence(self, outcomes: Mapping[str, Mapping[str, Any]], *, thread_id: str,
+              holder_dead: Callable[[str], bool]) -> set[str]:
+        """Record the answer of calls of this thread whose execution was claimed and never
+        finished, by a holder that died (provably, or its claim lapsed): they never start
+        again, and the answer says their outcome is unknown. Returns the calls a live process
+        still runs (left alone: their result is recorded when they finish)."""
+        running: set[str] = set()
+        now = self._sql.now
+        for key, outcome in outcomes.items():
+            row = self.call(key)
+            if row is None or row.thread_id != thread_id or not row.executed or (
+                    row.executed == DONE):
+                continue
+            dead = holder_dead(row.executed)
+            with self._sql.transaction() as tx:
+                if not tx.execute(
+                        "UPDATE graphkit_calls SET executed = ?, outcome = ? WHERE call_key = ? "
+                        f"AND executed = ?{'' if dead else f' AND claim_expires < {now}'}",
+                        (DONE, dumps(dict(outcome)), key, row.executed)):
+                    running.add(key)
+                else:  # it may have taken effect: told as failed, with the reason
+                    self._call_finished(tx, key, outcome, "failed")
+        return running
+
+    def admission(self, call_key: str) -> tuple[CallRow | None, ApprovalRow | None]:
+        """A planned call and its approval (if it needs one), in one read."""
+        rows = self._sql.query(
+            "SELECT c.call_key, c.thread_id, c.agent_path, c.tool_name, c.args_digest, "
+            "c.approval_id, c.executed, c.outcome, c.once_results, cl.run_digest, "
+            + ", ".join(f"a.{col.strip()} AS a_{col.strip()}"
+                        for col in APPROVAL_READ.split(",")) +
+            " FROM graphkit_calls c LEFT JOIN graphkit_approvals a "
+            "ON a.approval_id = c.approval_id LEFT JOIN graphkit_cleared cl "
+            "ON cl.approval_id = c.approval_id WHERE c.call_key = ?", (call_key,))
+        if not rows:
+            return None, None
+        r = rows[0]
+        call = CallRow(call_key=str(r[0]), thread_id=str(r[1]),
+                       agent_path=[p for p in str(r[2]).split("/") if p], tool_name=str(r[3]),
+                       args_digest=str(r[4]), approval_id=r[5], executed=r[6],
+                       outcome=loads(r[7]), once_results=loads(r[8]), cleared=r[9])
+        return call, approval_row(r[10:]) if r[10] is not None else None
+
+    def call(self, call_key: str) -> CallRow | None:
+        rows = self._sql.query(
+            "SELECT call_key, thread_id, agent_path, tool_name, args_digest, approval_id, "
+            "executed, outcome, once_results FROM graphkit_calls WHERE call_key = ?",
+            (call_key,))
+        if not rows:
+            return None
+        r = rows[0]
+        return CallRow(call_key=str(r[0]), thread_id=str(r[1]),
+                       agent_path=[p for p in str(r[2]).split("/") if p], tool_name=str(r[3]),
+                       args_digest=str(r[4]), approval_id=r[5], executed=r[6],
+                       outcome=loads(r[7]), once_results=loads(r[8]))
+
+    def outcomes(self, call_keys: Iterable[str], *, thread_id: str | None = None
+                 ) -> dict[str, dict[str, Any] | None]:
+        """The recorded outcome of each call that has one (None while it has not); with
+        `thread_id`, of that thread's calls only."""
+        keys = list(dict.fromkeys(call_keys))
+        if not keys:
+            return {}
+        marks = ", ".join("?" for _ in keys)
+        mine = " AND thread_id = ?" if thread_id is not None else ""
+        rows = self._sql.query(
+            f"SELECT call_key, executed, outcome FROM graphkit_calls WHERE call_key IN ({marks})"
+            f"{mine}", (*keys, *((thread_id,) if thread_id is not None else ())))
+        return {str(r[0]): loads(r[2]) if r[1] == DONE else None for r in rows}
+
+    def start_admitted(self, call_key: str, owner: str, *, thread_id: str,
+                       agent_path: Sequence[str], tool_name: str, args_digest: str
+                       ) -> tuple[dict[str, Any], bool] | None:
+        """Claim a call's first execution in one statement, when the ledger admits it as is:
+        planned in this thread, agent and tool, for exactly these arguments, and approved
+        for them if it needs approval (an approval admits only once a gate verified it,
+        `clear`, whoever claimed it). Returns the call's `ctx.once` results when it is
+        claimed, and whether it has resume data to read (`resume_values`); None sends the
+        caller to the step-by-step path (`admission`, `start`), which says why not, or
+        takes over a dead holder's claim."""
+        rows = self._claim_admitted(call_key, owner, thread_id, agent_path, tool_name,
+                                    args_digest)
+        if len(rows) != 1:
+            return None
+        if rows[0][2] is not None:  # a gated call: its claim is on disk before the tool starts
+            # (RETURNING the id itself: SQLite 3.40 evaluates `x IS NOT NULL` there wrongly)
+            self._flush()
+        _keeper.KEEPER.hold(self, ("call", call_key), owner, _schema.LEASE_SECONDS)
+        return dict(loads(rows[0][0]) or {}), bool(rows[0][1])
+
+    def _claim_admitted(self, call_key: str, owner: str, thread_id: str,
+                        agent_path: Sequence[str], tool_name: str, args_digest: str
+                        ) -> list[tuple[Any, ...]]:
+        now = self._sql.now
+        return self._sql.query(
+            f"UPDATE graphkit_calls SET executed = ?, claim_expires = {now} + ? "
+            f"WHERE call_key = ? AND executed IS NULL AND {ADMITTED} RETURNING once_results, "
+            "EXISTS (SELECT 1 FROM graphkit_approvals a WHERE a.thread_id = ? "
+            "AND a.call_key = ? AND a.kind = 'suspension' AND a.status = 'approved'), "
+            "approval_id",
+            (owner, _schema.LEASE_SECONDS, call_key, thread_id, path_text(agent_path), tool_name,
+             args_digest, args_digest, thread_id, call_key))
+
+    def start(self, call_key: str, owner: str, *, holder_dead: Any) -> tuple[Start, CallRow | None]:
+        """Claim the one execution of a call, as a lease on it. `done` returns the recorded
+        outcome; `busy`: a live process runs it now. A holder that provably died is taken over
+        at once, one whose claim was not renewed (another machine died) once it expires."""
+        now = self._sql.now
+        with self._sql.durable():
+            won = self._sql.execute(
+                f"UPDATE graphkit_calls SET executed = ?, claim_expires = {now} + ? "
+                "WHERE call_key = ? AND (executed IS NULL OR (executed <> ? "
+                f"AND claim_expires < {now}))",
+                (owner, _schema.LEASE_SECONDS, call_key, DONE))
+        if won == 1:
+            _keeper.KEEPER.hold(self, ("call", call_key), owner, _schema.LEASE_SECONDS)
+            return "won", None
+        row = self.call(call_key)
+        if row is None:
+            return "unknown", None
+        if row.executed == DONE:
+            return "done", row
+        if row.executed and holder_dead(row.executed) and self._take_over(call_key, owner,
+                                                                          row.executed):
+            _keeper.KEEPER.hold(self, ("call", call_key), owner, _schema.LEASE_SECONDS)
+            return "won", row
+        return "busy", row
+
+    def _take_over(self, call_key: str, owner: str, holder: str) -> bool:
+        with self._sql.durable():
+            return self._sql.execute(
+                f"UPDATE graphkit_calls SET executed = ?, claim_expires = {self._sql.now} + ? "
+                "WHERE call_key = ? AND executed = ?",
+                (owner, _schema.LEASE_SECONDS, call_key, holder)) == 1
+
+    def _renew_call(self, call_key: str, owner: str) -> None:
+        self._sql.execute_apart(
+            f"UPDATE graphkit_calls SET claim_expires = {self._sql.now} + ? "
+            "WHERE call_key = ? AND executed = ?", (_schema.LEASE_SECONDS, call_key, owner))
+
+    def finish(self, call_key: str, owner: str, outcome: Mapping[str, Any]) -> None:
+        _keeper.KEEPER.drop(("call", call_key), owner)
+        with self._sql.transaction() as tx:
+            done = tx.query(
+                "UPDATE graphkit_calls SET executed = ?, outcome = ? "
+                "WHERE call_key = ? AND executed = ? RETURNING approval_id",
+                (DONE, dumps(dict(outcome)), call_key, owner))
+            if done:
+                self._call_finished(tx, call_key, outcome, "ran" if outcome.get(
+                    "status", "success") == "success" else "failed")
+        if done and done[0][0] is not None:
+            # a gated call's result is on disk: a restart never takes it for one that died
+            # mid-call (which is run again)
+            self._flush()
+
+    def suspend(self, call_key: str, owner: str, payload: Mapping[str, Any]) -> None:
+        """The call suspended itself (`ctx.suspend`): keep what it asked, for the gate to ask
+        a human, and let it run again on resume. Only the holder of its execution claim can
+        say so (a tool that really ran); the gate asks nothing the ledger was not told."""
+        _keeper.KEEPER.drop(("call", call_key), owner)
+        self._sql.execute(
+            "UPDATE graphkit_calls SET executed = NULL, suspended_with = ? "
+            "WHERE call_key = ? AND executed = ?", (dumps(dict(payload)), call_key, owner))
+
+    def take_suspensions(self, call_keys: Iterable[str], thread_id: str
+                         ) -> dict[str, dict[str, Any]]:
+        """What the calls (of this thread) asked since the gate last looked: key -> payload.
+        Each payload is handed out once; the gate records it as a pending suspension."""
+        keys = list(dict.fromkeys(call_keys))
+        if not keys:
+            return {}
+        marks = ", ".join("?" for _ in keys)
+        select = (f"SELECT call_key, suspended_with FROM graphkit_calls WHERE thread_id = ? "
+                  f"AND suspended_with IS NOT NULL AND call_key IN ({marks})")
+        if not self._sql.query(select, (thread_id, *keys)):
+            return {}
+        with self._sql.transaction() as tx:  # (the thread's lease holder is the only taker)
+            rows = tx.query(select, (thread_id, *keys))
+            tx.execute(f"UPDATE graphkit_calls SET suspended_with = NULL WHERE "
+                       f"thread_id = ? AND call_key IN ({marks})", (thread_id, *keys))
+        return {str(key): loads(payload) or {} for key, payload in rows}
+
+    def release(self, call_key: str, owner: str) -> None:
+        """The call stopped without a result (it suspended, or raised): it may run again."""
+        _keeper.KEEPER.drop(("call", call_key), owner)
+        self._sql.execute(
+            "UPDATE graphkit_calls SET executed = NULL WHERE call_key = ? AND executed = ?",
+            (call_key, owner))
+
+    def settle(self, outcomes: Mapping[str, Mapping[str, Any]], *, thread_id: str) -> None:
+        """Record the answer of calls of this thread that will never run (declined,
+        superseded); a key from another thread (a client can read keys) settles nothing."""
+        if not outcomes:
+            return
+        with self._sql.transaction() as tx:
+            for key, outcome in outcomes.items():
+                if tx.execute(
+                        "UPDATE graphkit_calls SET executed = ?, outcome = ? "
+                        "WHERE call_key = ? AND thread_id = ? AND executed IS NULL",
+                        (DONE, dumps(dict(outcome)), key, thread_id)) == 1:
+                    self._call_finished(tx, key, outcome, "not_run")
+
+    def settle_call(self, call_key: str, outcome: Mapping[str, Any], *, thread_id: str,
+                    agent_path: Sequence[str], tool_name: str, args_digest: str) -> bool:
+        """Record the answer of one call, only if the ledger planned exactly that call (this
+        thread, agent, tool and arguments) and it has none yet: a delegation's answer cannot
+        stand for another call whose key a client named."""
+        return self._sql.execute(
+            "UPDATE graphkit_calls SET executed = ?, outcome = ? WHERE call_key = ? "
+            f"AND executed IS NULL AND {ADMITTED}",
+            (DONE, dumps(dict(outcome)), call_key, thread_id, path_text(agent_path), tool_name,
+             args_digest, args_digest)) == 1
+
+    def resume_values(self, call_key: str, thread_id: str) -> list[Any]:
+        """Resume data a gate cleared for a suspended call of this thread, oldest first."""
+        rows = self._sql.query(
+            "SELECT a.decision FROM graphkit_approvals a JOIN graphkit_cleared cl "
+            "ON cl.approval_id = a.approval_id WHERE a.call_key = ? AND a.thread_id = ? "
+            "AND a.kind = 'suspension' AND a.status = 'approved' ORDER BY a.decided_at",
+            (call_key, thread_id))
+        return [(loads(r[0]) or {}).get("data") for r in rows]
+
+    def save_once(self, call_key: str, results: Mapping[str, Any]) -> None:
+        """`ctx.once` results of a call, kept where no client can wipe them (durably: the side
+        effect they stand for happened)."""
+        with self._sql.durable():
+            self._sql.execute("UPDATE graphkit_calls SET once_results = ? WHERE call_key = ?",
+                              (dumps(dict(results)), call_key))

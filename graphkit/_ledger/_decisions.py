@@ -1,0 +1,222 @@
+"""Decisions on approvals and suspensions (claimed once, for exactly the arguments
+reviewed, bound to what the planner allowed), their expiry and withdrawal, and grants."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from graphkit._ledger._base import LedgerBase
+from graphkit._ledger._rows import (
+    APPROVAL_READ,
+    GRANT_COLUMNS,
+    ApprovalRow,
+    AuditRow,
+    GrantRow,
+    approval_row,
+    grant_row,
+)
+from graphkit._ledger._sql import dumps, loads, path_text
+from graphkit.types import ApprovalRecord
+
+__all__ = ["Decisions"]
+
+
+class Decisions(LedgerBase):
+    """Decisions on approvals and suspensions (claimed once, for exactly the arguments"""
+
+    def suspended(self, call_key: str, thread_id: str) -> bool:
+        """Whether the call ever suspended in this thread (whatever became of it since)."""
+        return bool(self._sql.query(
+            "SELECT 1 FROM graphkit_approvals WHERE call_key = ? AND thread_id = ? "
+            "AND kind = 'suspension'", (call_key, thread_id)))
+
+    def approvals(self, approval_ids: Iterable[str]) -> dict[str, ApprovalRow]:
+        """The rows among `approval_ids` (chunked, for long inbox pages)."""
+        ids = list(dict.fromkeys(approval_ids))
+        found: dict[str, ApprovalRow] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ", ".join("?" for _ in chunk)
+            rows = self._sql.query(
+                f"SELECT {APPROVAL_READ} FROM graphkit_approvals "
+                f"WHERE approval_id IN ({marks})", tuple(chunk))
+            found.update({str(r[0]): approval_row(r) for r in rows})
+        return found
+
+    def record(self, approval_id: str) -> ApprovalRecord | None:
+        """The approval record as planned (real arguments), if the ledger keeps it."""
+        rows = self._sql.query("SELECT record FROM graphkit_approvals WHERE approval_id = ?",
+                               (approval_id,))
+        record: ApprovalRecord | None = loads(rows[0][0]) if rows and rows[0][0] else None
+        return record
+
+    def approval(self, approval_id: str) -> ApprovalRow | None:
+        return self.approvals([approval_id]).get(approval_id)
+
+    def decide(self, approval_id: str, *, thread_id: str, args_digest: str, status: str,
+               decision: Mapping[str, Any], audits: Sequence[AuditRow],
+               grant: GrantRow | None = None, enqueue: bool = False,
+               call: Mapping[str, Any] | None = None) -> bool:
+        """Claim a pending, unexpired approval for exactly these arguments; True if this call
+        won. The claim, its audit entry (and a grant) commit together or not at all; with
+        `enqueue`, a run left with nothing pending is handed to the workers in the same
+        transaction. `call` (the record the decision was checked on: its kind, tool, agent
+        path and call key) must be the ledger's own, so that a policy never judges a copy a
+        client rewrote."""
+        now = self._sql.now
+        # the decision's type must be one the planner recorded as allowed for the call
+        bound = (" AND (kind <> 'approval' OR COALESCE(allowed, ',approve,edit,reject,') "
+                 "LIKE ?)")
+        params: tuple[str, ...] = (f"%,{decision.get('type')},%",)
+        if call is not None:
+            bound += (" AND kind = ? AND tool_name = ? AND agent_path = ? "
+                      "AND COALESCE(call_key, '') = ?")
+            params += (str(call.get("kind")), str(call.get("tool_name")),
+                      path_text([str(p) for p in call.get("agent_path") or ()]),
+                      str(call.get("call_key") or ""))
+        with self._sql.durable(), self._sql.transaction() as tx:
+            won = tx.execute(
+                f"UPDATE graphkit_approvals SET status = ?, decision = ?, decided_at = {now} "
+                "WHERE approval_id = ? AND thread_id = ? AND status = 'pending' "
+                f"AND args_digest = ? AND (expires_at IS NULL OR expires_at > {now}){bound}",
+                (status, dumps(dict(decision)), approval_id, thread_id, args_digest, *params))
+            if won != 1:
+                return False
+            self._audit(tx, audits)
+            if enqueue:
+                self._enqueue(tx, approval_id)
+            if grant is not None:
+                expires = f"{now} + ?" if grant.ttl is not None else "?"
+                tx.execute(
+                    f"INSERT INTO graphkit_grants ({GRANT_COLUMNS}) VALUES "
+                    f"(?, ?, ?, ?, ?, ?, {now}, {expires}, NULL)",
+                    (grant.grant_id, grant.thread_id, path_text(grant.agent_path), grant.tool_name,
+                     grant.grantor, grant.approval_id, grant.ttl))
+        return True
+
+    def expire(self, approval_id: str, *, decision: Mapping[str, Any],
+               audits: Sequence[AuditRow], enqueue: bool = False,
+               thread_id: str | None = None) -> bool:
+        """Decline a pending approval whose time is up (by the database's clock)."""
+        return self.close(approval_id, decision=decision, audits=audits, overdue=True,
+                          enqueue=enqueue, thread_id=thread_id)
+
+    def overdue(self, approval_ids: Iterable[str]) -> list[str]:
+        """Pending approvals among these whose time is up."""
+        ids = list(approval_ids)
+        if not ids:
+            return []
+        marks = ", ".join("?" for _ in ids)
+        rows = self._sql.query(
+            f"SELECT approval_id FROM graphkit_approvals WHERE approval_id IN ({marks}) "
+            f"AND status = 'pending' AND expires_at IS NOT NULL AND expires_at <= {self._sql.now}",
+            tuple(ids))
+        return [str(r[0]) for r in rows]
+
+    def pending_below(self, thread_id: str, agent_path: Sequence[str]) -> list[ApprovalRow]:
+        """The approvals and suspensions waiting in this thread in the agents below
+        `agent_path` (its subagents, at any depth)."""
+        prefix = path_text(agent_path) + "/"
+        rows = self._sql.query(
+            f"SELECT {APPROVAL_READ} FROM graphkit_approvals WHERE thread_id = ? "
+            "AND status = 'pending' AND substr(agent_path, 1, ?) = ?",
+            (thread_id, len(prefix), prefix))
+        return [approval_row(r) for r in rows]
+
+    def pending_turns(self, thread_id: str, agent_path: Sequence[str]
+                      ) -> list[tuple[str, str, str, str | None]]:
+        """(approval id, kind, tool name, the turn key of the plan that asked) of what one
+        agent waits on in one thread."""
+        return [(str(r[0]), str(r[1]), str(r[2]), r[3]) for r in self._sql.query(
+            "SELECT a.approval_id, a.kind, a.tool_name, c.turn_key FROM graphkit_approvals "
+            "a LEFT JOIN graphkit_calls c ON c.call_key = a.call_key WHERE a.thread_id = ? "
+            "AND a.agent_path = ? AND a.status = 'pending'", (thread_id, path_text(agent_path)))]
+
+    def pending_ids(self, thread_id: str, agent_path: Sequence[str]) -> set[str]:
+        """The approvals and suspensions of one agent in one thread that wait on a decision."""
+        return {str(r[0]) for r in self._sql.query(
+            "SELECT approval_id FROM graphkit_approvals WHERE thread_id = ? AND agent_path = ? "
+            "AND status = 'pending'", (thread_id, path_text(agent_path)))}
+
+    def close(self, approval_id: str, *, decision: Mapping[str, Any],
+              audits: Sequence[AuditRow], overdue: bool = False, enqueue: bool = False,
+              thread_id: str | None = None) -> bool:
+        """Decline a pending approval for a reason of the system's (superseded, cancelled;
+        expired, with `overdue`, only if its time is up); with `thread_id`, only that thread's
+        (a copied thread's state names the original's approvals)."""
+        now = self._sql.now
+        due = f" AND expires_at IS NOT NULL AND expires_at <= {now}" if overdue else ""
+        params: tuple[str, ...] = ()
+        if thread_id is not None:
+            due += " AND thread_id = ?"
+            params = (thread_id,)
+        with self._sql.transaction() as tx:
+            done = tx.execute(
+                f"UPDATE graphkit_approvals SET status = 'rejected', decision = ?, "
+                f"decided_at = {now} WHERE approval_id = ? AND status = 'pending'{due}",
+                (dumps(dict(decision)), approval_id, *params))
+            if done == 1:
+                self._audit(tx, audits)
+                if enqueue:
+                    self._enqueue(tx, approval_id)
+        return done == 1
+
+    def reopen(self, approval_id: str, *, decision: Mapping[str, Any],
+               audits: Sequence[AuditRow]) -> bool:
+        """Undo a claimed decision the gate refused, so the approval is pending again (and
+        whatever a gate had cleared for it no longer admits its call, and a grant it made
+        approves nothing more)."""
+        with self._sql.transaction() as tx:
+            done = tx.execute(
+                "UPDATE graphkit_approvals SET status = 'pending', decision = NULL, "
+                "decided_at = NULL WHERE approval_id = ? AND decision = ?",
+                (approval_id, dumps(dict(decision))))
+            tx.execute("DELETE FROM graphkit_cleared WHERE approval_id = ?", (approval_id,))
+            tx.execute("UPDATE graphkit_grants SET revoked = ? WHERE approval_id = ? "
+                       "AND revoked IS NULL",
+                       (dumps({"by": None, "reason": "its decision was withdrawn"}),
+                        approval_id))
+            self._audit(tx, audits)
+            if done == 1:  # the receivers told "decided" are told it did not stand
+                for row in audits:
+                    self._outbox(tx, row, kind="approval.refused", replaces="approval.decided")
+        return done == 1
+
+    def live_grants(self, thread_id: str, agent_path: Sequence[str],
+                    tool_names: Iterable[str]) -> dict[str, GrantRow]:
+        """Unrevoked, unexpired grants for these tools in this thread and agent."""
+        names = sorted(set(tool_names))
+        if not names:
+            return {}
+        marks = ", ".join("?" for _ in names)
+        rows = self._sql.query(
+            f"SELECT {GRANT_COLUMNS} FROM graphkit_grants WHERE thread_id = ? "
+            f"AND agent_path = ? AND tool_name IN ({marks}) AND revoked IS NULL "
+            f"AND (expires_at IS NULL OR expires_at > {self._sql.now}) ORDER BY created_at",
+            (thread_id, path_text(agent_path), *names))
+        return {g.tool_name: g for g in map(grant_row, rows)}
+
+    def grants(self, thread_id: str | None = None) -> list[GrantRow]:
+        clause, params = ("WHERE thread_id = ? ", (thread_id,)) if thread_id else ("", ())
+        rows = self._sql.query(
+            f"SELECT {GRANT_COLUMNS} FROM graphkit_grants {clause}ORDER BY created_at", params)
+        return [grant_row(r) for r in rows]
+
+    def grant(self, grant_id: str) -> GrantRow | None:
+        rows = self._sql.query(
+            f"SELECT {GRANT_COLUMNS} FROM graphkit_grants WHERE grant_id = ?", (grant_id,))
+        return grant_row(rows[0]) if rows else None
+
+    def revoke(self, grant_id: str, revoked: Mapping[str, Any],
+               audits: Sequence[AuditRow]) -> bool:
+        with self._sql.transaction() as tx:
+            done = tx.execute(
+                "UPDATE graphkit_grants SET revoked = ? WHERE grant_id = ? AND revoked IS NULL",
+                (dumps(dict(revoked)), grant_id))
+            if done == 1:
+                self._audit(tx, audits)
+                for row in audits:
+                    self._outbox(tx, row, kind="grant.revoked",
+                                 extra={"grant_id": grant_id, "revoked": dict(revoked)})
+        return done == 1

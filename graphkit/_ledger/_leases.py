@@ -1,0 +1,211 @@
+"""Per-thread leases (one process advances a thread at a time), the runs they name, and the
+workers' ready queue of runs whose decisions are all taken."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+from graphkit._ledger import _keeper, _schema
+from graphkit._ledger._base import LedgerBase
+from graphkit._ledger._rows import (
+    APPROVAL_READ,
+    ApprovalRow,
+    approval_row,
+)
+from graphkit._ledger._schema import (
+    SERVER_AGENT,
+    SERVER_THREAD,
+    WAIT_SECONDS,
+)
+from graphkit._ledger._sql import RunBusyError, Tx
+from graphkit._owner import holder_is_dead, new_owner
+
+__all__ = ["Leases"]
+
+
+class Leases(LedgerBase):
+    """Per-thread leases (one process advances a thread at a time), the runs they name, and the"""
+
+    def _enqueue(self, tx: Tx, approval_id: str) -> None:
+        """Hand the approval's run to the workers if nothing of it is pending any more (a
+        readiness that arrives while a worker resumes the run re-arms it)."""
+        now = self._sql.now
+        agent = self._sql.first_segment.format(c="a.agent_path")
+        # A run the LangGraph server started has no graphkit run id: its thread stands for it,
+        # under a key and agent no `graphkit worker` claims (the server's queue continues it).
+        queued = tx.execute(
+            "INSERT INTO graphkit_ready (run_id, agent, thread_id, ready_at) "
+            f"SELECT COALESCE(a.run_id, ? || a.thread_id), CASE WHEN a.run_id IS NULL "
+            f"THEN ? || {agent} ELSE {agent} END, a.thread_id, {now} "
+            "FROM graphkit_approvals a WHERE a.approval_id = ? AND NOT EXISTS ("
+            "SELECT 1 FROM graphkit_approvals p WHERE p.status = 'pending' AND "
+            "((a.run_id IS NOT NULL AND p.run_id = a.run_id) OR "
+            "(a.run_id IS NULL AND p.thread_id = a.thread_id))) "
+            "ON CONFLICT (run_id) DO UPDATE SET ready_at = excluded.ready_at, "
+            "claimed_by = NULL, claimed_until = NULL",
+            (SERVER_THREAD, SERVER_AGENT, approval_id))
+        if queued and self._sql.notify:
+            tx.execute(self._sql.notify)
+
+    def next_ready(self, owner: str, agent: str) -> tuple[str, float, str] | None:
+        """Claim the oldest run of `agent` the workers may resume (and whose claim is not
+        held), with the database's own locking; the claim is renewed while held."""
+        now = self._sql.now
+        rows = self._sql.query(
+            f"UPDATE graphkit_ready SET claimed_by = ?, claimed_until = {now} + ? "
+            "WHERE run_id = (SELECT run_id FROM graphkit_ready WHERE agent = ? AND "
+            f"(claimed_until IS NULL OR claimed_until < {now}) ORDER BY ready_at LIMIT 1"
+            f"{self._sql.skip_locked}) RETURNING run_id, ready_at, thread_id",
+            (owner, _schema.LEASE_SECONDS, agent))
+        if not rows:
+            return None
+        run_id, ready_at, thread_id = str(rows[0][0]), float(rows[0][1]), str(rows[0][2])
+        _keeper.KEEPER.hold(self, ("ready", run_id), owner, _schema.LEASE_SECONDS)
+        return run_id, ready_at, thread_id
+
+    def take_ready(self, run_id: str, owner: str) -> float | None:
+        """Claim this one run if it is ready and nobody holds it (the inbox mounted in a
+        LangGraph server hands it to the server's own queue); its `ready_at`, else None. Two
+        reviewers who decide at once get one claim between them."""
+        now = self._sql.now
+        # Nothing of the run (for a server's run: of its thread) may wait on a decision now: a
+        # queue entry left by a continuation that failed must not continue a later turn.
+        rows = self._sql.query(
+            f"UPDATE graphkit_ready SET claimed_by = ?, claimed_until = {now} + ? "
+            f"WHERE run_id = ? AND (claimed_until IS NULL OR claimed_until < {now}) "
+            "AND NOT EXISTS (SELECT 1 FROM graphkit_approvals p WHERE p.status = 'pending' "
+            "AND (p.run_id = graphkit_ready.run_id OR (graphkit_ready.run_id = ? || "
+            "graphkit_ready.thread_id AND p.thread_id = graphkit_ready.thread_id))) "
+            "RETURNING ready_at", (owner, _schema.LEASE_SECONDS, run_id, SERVER_THREAD))
+        return float(rows[0][0]) if rows else None
+
+    def server_runs_due(self) -> list[tuple[str, str]]:
+        """(queue key, thread) of the LangGraph server's runs waiting to be continued whose
+        claim is free: a continuation that failed is tried again after its pause."""
+        rows = self._sql.query(
+            "SELECT run_id, thread_id FROM graphkit_ready WHERE agent LIKE ? AND "
+            f"(claimed_until IS NULL OR claimed_until < {self._sql.now}) ORDER BY ready_at",
+            (SERVER_AGENT + "%",))
+        return [(str(r[0]), str(r[1])) for r in rows]
+
+    def approvals_of_run(self, run_id: str) -> list[ApprovalRow]:
+        """Every approval and suspension filed under the run."""
+        rows = self._sql.query(f"SELECT {APPROVAL_READ} FROM graphkit_approvals "
+                               "WHERE run_id = ?", (run_id,))
+        return [approval_row(r) for r in rows]
+
+    def queued(self, run_id: str) -> bool:
+        """Whether the run waits in the queue to be continued."""
+        return bool(self._sql.query("SELECT 1 FROM graphkit_ready WHERE run_id = ?",
+                                    (run_id,)))
+
+    def done_ready(self, run_id: str, owner: str, ready_at: float) -> None:
+        """The run was resumed: forget it, unless it became ready again meanwhile."""
+        _keeper.KEEPER.drop(("ready", run_id), owner)
+        if self._sql.execute("DELETE FROM graphkit_ready WHERE run_id = ? AND claimed_by = ? "
+                             "AND ready_at = ?", (run_id, owner, ready_at)) == 1:
+            return
+        self._sql.execute("UPDATE graphkit_ready SET claimed_by = NULL, claimed_until = NULL "
+                          "WHERE run_id = ? AND claimed_by = ?", (run_id, owner))
+
+    def retry_ready(self, run_id: str, owner: str) -> None:
+        """The resume failed: hand the run back to the queue, to be tried again after a
+        growing pause (a transient failure must not strand it)."""
+        _keeper.KEEPER.drop(("ready", run_id), owner)
+        self._sql.execute(
+            "UPDATE graphkit_ready SET claimed_by = NULL, attempts = attempts + 1, "
+            f"claimed_until = {self._sql.now} + ? WHERE run_id = ? AND claimed_by = ?",
+            (min(300.0, 2.0 ** self._attempts(run_id)), run_id, owner))
+
+    def _attempts(self, run_id: str) -> int:
+        rows = self._sql.query("SELECT attempts FROM graphkit_ready WHERE run_id = ?",
+                               (run_id,))
+        return int(rows[0][0]) if rows else 0
+
+    def _renew_ready(self, run_id: str, owner: str) -> None:
+        self._sql.execute_apart(
+            f"UPDATE graphkit_ready SET claimed_until = {self._sql.now} + ? "
+            "WHERE run_id = ? AND claimed_by = ?", (_schema.LEASE_SECONDS, run_id, owner))
+
+    def _take(self, thread_id: str, owner: str, run: tuple[str, str] | None = None) -> bool:
+        """Take the thread's lease if it is free (or this owner's); with `run` (its id and
+        agent), record the run in the same transaction: a run is known once it holds its
+        thread, and one that never got it leaves no record."""
+        now = time.time()
+        take = ("INSERT INTO graphkit_leases (thread_id, owner, expires_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, "
+                "expires_at = excluded.expires_at "
+                "WHERE graphkit_leases.expires_at < ? OR graphkit_leases.owner = ?")
+        params = (thread_id, owner, now + _schema.LEASE_SECONDS, now, owner)
+        if run is None:
+            return self._sql.execute(take, params) == 1 or self._take_from_dead(thread_id, owner)
+        with self._sql.transaction() as tx:
+            taken = tx.execute(take, params) == 1
+            if taken:
+                self._record_run(tx, run[0], thread_id, run[1])
+        if not taken and self._take_from_dead(thread_id, owner):
+            with self._sql.transaction() as tx:
+                self._record_run(tx, run[0], thread_id, run[1])
+            taken = True
+        return taken
+
+    def _record_run(self, tx: Tx, run_id: str, thread_id: str, agent: str) -> None:
+        tx.execute("INSERT INTO graphkit_runs (run_id, thread_id, agent, created_at) "
+                   f"VALUES (?, ?, ?, {self._sql.now}) ON CONFLICT (run_id) DO NOTHING",
+                   (run_id, thread_id, agent))
+
+    def forget_run(self, run_id: str) -> None:
+        """Drop the record of a run refused before it ran (its lease is released next)."""
+        self._sql.execute("DELETE FROM graphkit_runs WHERE run_id = ?", (run_id,))
+
+    def run(self, run_id: str) -> tuple[str, str] | None:
+        """The thread and agent of a run this database recorded, or None."""
+        rows = self._sql.query("SELECT thread_id, agent FROM graphkit_runs WHERE run_id = ?",
+                               (run_id,))
+        return (str(rows[0][0]), str(rows[0][1])) if rows else None
+
+    def _take_from_dead(self, thread_id: str, owner: str) -> bool:
+        """A lease whose holder provably no longer runs is free now, not when it expires: a
+        worker restarted after a crash need not wait."""
+        rows = self._sql.query("SELECT owner FROM graphkit_leases WHERE thread_id = ?",
+                               (thread_id,))
+        if not rows or not holder_is_dead(str(rows[0][0])):
+            return False
+        taken = self._sql.execute(
+            "UPDATE graphkit_leases SET owner = ?, expires_at = ? "
+            "WHERE thread_id = ? AND owner = ?",
+            (owner, time.time() + _schema.LEASE_SECONDS, thread_id, rows[0][0]))
+        return taken == 1
+
+    def _renew(self, thread_id: str, owner: str) -> None:
+        """Extend a lease this owner still holds; never bring back one it released."""
+        self._sql.execute_apart("UPDATE graphkit_leases SET expires_at = ? "
+                                "WHERE thread_id = ? AND owner = ?",
+                                (time.time() + _schema.LEASE_SECONDS, thread_id, owner))
+
+    def _release(self, thread_id: str, owner: str) -> None:
+        self._sql.execute("DELETE FROM graphkit_leases WHERE thread_id = ? AND owner = ?",
+                          (thread_id, owner))
+
+    @contextlib.contextmanager
+    def lease(self, thread_id: str, *, wait: float = WAIT_SECONDS,
+              run: tuple[str, str] | None = None) -> Iterator[str]:
+        """Hold the thread while the body advances it; renewed in the background. `run` (a
+        new run's id and agent) is recorded as the lease is taken."""
+        owner = new_owner()
+        deadline = time.monotonic() + wait
+        pause = 0.005
+        while not self._take(thread_id, owner, run):
+            if time.monotonic() >= deadline:
+                msg = f"thread {thread_id!r} is being advanced by another process"
+                raise RunBusyError(msg)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+        _keeper.KEEPER.hold(self, ("thread", thread_id), owner, _schema.LEASE_SECONDS)
+        try:
+            yield owner
+        finally:
+            _keeper.KEEPER.drop(("thread", thread_id), owner)
+            self._release(thread_id, owner)

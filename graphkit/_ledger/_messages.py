@@ -1,0 +1,55 @@
+"""User messages queued for after a turn's answers, and signed-out web sessions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from graphkit._ledger._base import LedgerBase
+from graphkit._ledger._sql import dumps, loads
+
+__all__ = ["Messages"]
+
+
+class Messages(LedgerBase):
+    """User messages queued for after a turn's answers, and signed-out web sessions."""
+
+    def enqueue(self, thread_id: str, agent: str, ai_message_id: str,
+                messages: Sequence[Mapping[str, Any]]) -> None:
+        """Keep user messages (serialised, with ids) queued for after the turn of
+        `ai_message_id`; a message already queued is not queued twice."""
+        rows = [(thread_id, agent, ai_message_id, str((m.get("data") or {}).get("id")),
+                 dumps(dict(m))) for m in messages
+                if isinstance(m, Mapping) and (m.get("data") or {}).get("id")]
+        if not rows:
+            return
+        with self._sql.transaction() as tx:
+            for row in rows:
+                tx.execute("INSERT INTO graphkit_queue (thread_id, agent, ai_message_id, "
+                           "message_id, message) VALUES (?, ?, ?, ?, ?) ON CONFLICT "
+                           "(thread_id, agent, message_id) DO NOTHING", row)
+
+    def queue_of(self, thread_id: str, agent: str) -> list[tuple[str, dict[str, Any]]]:
+        """(turn's AI message id, serialised message) of what waits in the queue, in order."""
+        rows = self._sql.query("SELECT ai_message_id, message FROM graphkit_queue WHERE "
+                               "thread_id = ? AND agent = ? ORDER BY seq", (thread_id, agent))
+        return [(str(r[0]), loads(r[1]) or {}) for r in rows]
+
+    def dequeue(self, thread_id: str, agent: str, message_ids: Iterable[str]) -> None:
+        """Forget queued messages that reached the conversation."""
+        ids = list(dict.fromkeys(message_ids))
+        if ids:
+            marks = ", ".join("?" for _ in ids)
+            self._sql.execute(f"DELETE FROM graphkit_queue WHERE thread_id = ? AND agent = ? "
+                              f"AND message_id IN ({marks})", (thread_id, agent, *ids))
+
+    def end_session(self, nonce: str, expires_at: float) -> None:
+        """Remember a signed-out session until it would have expired anyway."""
+        self._sql.execute("INSERT INTO graphkit_ended_sessions (nonce, expires_at) "
+                          "VALUES (?, ?) ON CONFLICT (nonce) DO NOTHING", (nonce, expires_at))
+        self._sql.execute(f"DELETE FROM graphkit_ended_sessions WHERE expires_at < "
+                          f"{self._sql.now}")
+
+    def session_ended(self, nonce: str) -> bool:
+        return bool(self._sql.query(
+            "SELECT 1 FROM graphkit_ended_sessions WHERE nonce = ?", (nonce,)))

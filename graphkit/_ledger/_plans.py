@@ -1,0 +1,138 @@
+"""What a gate planned: each turn's plan, its calls and approvals as recorded, and the
+clearances that let a verified call run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from graphkit._ledger._base import LedgerBase
+from graphkit._ledger._rows import (
+    APPROVAL_COLUMNS,
+    ApprovalRow,
+    AuditRow,
+    CallRow,
+    allowed_text,
+)
+from graphkit._ledger._schema import (
+    DONE,
+)
+from graphkit._ledger._sql import Tx, dumps, loads, path_text
+from graphkit._state import TurnPlan
+
+__all__ = ["Plans"]
+
+
+class Plans(LedgerBase):
+    """What a gate planned: each turn's plan, its calls and approvals as recorded, and the"""
+
+    def register(self, *, calls: Sequence[CallRow] = (), approvals: Sequence[ApprovalRow] = (),
+                 audits: Sequence[AuditRow] = (),
+                 turn: tuple[str, Sequence[str], Callable[[set[str]], TurnPlan]] | None = None
+                 ) -> set[str]:
+        """Record what a gate planned, in one transaction (a re-run writes nothing twice).
+
+        An approval given by a grant is recorded as approved only if the grant is still live
+        in this very transaction (not revoked, not expired); else it is recorded pending, its
+        `auto_approved` audit is left out, and its id is returned. `turn` is the gate's plan
+        of the turn (thread, agent path, the plan given those ids), saved with its rows.
+        """
+        if not (calls or approvals or audits or turn):
+            return set()
+        now = self._sql.now
+        fell_back: set[str] = set()
+        with self._sql.transaction() as tx:
+            for call in calls:
+                tx.execute(
+                    "INSERT INTO graphkit_calls (call_key, thread_id, agent_path, tool_name, "
+                    "args_digest, approval_id, ai_message_id, turn_key, created_at) VALUES "
+                    f"(?, ?, ?, ?, ?, ?, ?, ?, {now}) ON CONFLICT (call_key) DO NOTHING",
+                    (call.call_key, call.thread_id, path_text(call.agent_path), call.tool_name,
+                     call.args_digest, call.approval_id, call.ai_message_id, call.turn_key))
+            for row in approvals:
+                grant_id = (row.decision or {}).get("grant_id")
+                if grant_id and self._insert_approval(tx, row, live_grant=grant_id):
+                    # the planner checked the grantor's policy for this very call
+                    self._clear(tx, {row.approval_id: str((row.decision or {})["run_digest"])})
+                elif grant_id:
+                    fell_back.add(row.approval_id)
+                    row = ApprovalRow(**{**{f: getattr(row, f) for f in
+                                            row.__dataclass_fields__},
+                                         "status": "pending", "decision": None})
+                    grant_id = None
+                if not grant_id:
+                    self._insert_approval(tx, row)
+            self._audit(tx, [a for a in audits if not (a.approval_id in fell_back and
+                                                        a.entry.get("event") == "auto_approved")])
+            if turn is not None:  # the plan, as the rows just written say (with the fallbacks)
+                thread_id, agent_path, plan_of = turn
+                self._save_turn(tx, thread_id, agent_path, plan_of(fell_back))
+        return fell_back
+
+    def turn(self, thread_id: str, agent_path: Sequence[str], key: str) -> TurnPlan | None:
+        """The gate's plan of the turn of `key` (`graphkit._state.turn_key` of its AI
+        message; None: no gate planned that message here)."""
+        rows = self._sql.query("SELECT plan FROM graphkit_turns WHERE thread_id = ? AND "
+                               "agent_path = ? AND ai_message_id = ?",
+                               (thread_id, path_text(agent_path), key))
+        plan: TurnPlan | None = loads(rows[0][0]) if rows else None
+        return plan
+
+    def save_turn(self, thread_id: str, agent_path: Sequence[str], plan: TurnPlan) -> None:
+        """Record the gate's plan of a turn as it now stands."""
+        self._save_turn(self._sql, thread_id, agent_path, plan)
+
+    def _save_turn(self, tx: Tx, thread_id: str, agent_path: Sequence[str],
+                   plan: TurnPlan) -> None:
+        tx.execute("INSERT INTO graphkit_turns (thread_id, agent_path, ai_message_id, plan) "
+                   "VALUES (?, ?, ?, ?) ON CONFLICT (thread_id, agent_path, ai_message_id) "
+                   "DO UPDATE SET plan = excluded.plan",
+                   (thread_id, path_text(agent_path), str(plan.get("turn_key") or ""),
+                    dumps(plan)))
+
+    def clear(self, cleared: Mapping[str, str]) -> None:
+        """Record that the gate verified these approvals (id -> digest of the arguments that
+        will run) and lets their calls run."""
+        if cleared:
+            self._clear(self._sql, cleared)
+
+    def _clear(self, tx: Tx, cleared: Mapping[str, str]) -> None:
+        """One statement (atomic without a transaction of its own)."""
+        rows = ", ".join(f"(?, ?, {self._sql.now})" for _ in cleared)
+        tx.execute("INSERT INTO graphkit_cleared (approval_id, run_digest, cleared_at) "
+                   f"VALUES {rows} ON CONFLICT (approval_id) DO UPDATE SET "
+                   "run_digest = excluded.run_digest, cleared_at = excluded.cleared_at",
+                   tuple(v for item in cleared.items() for v in item))
+
+    def _insert_approval(self, tx: Tx, row: ApprovalRow, *, live_grant: str | None = None
+                         ) -> bool:
+        now = self._sql.now
+        expires = f"{now} + ?" if row.ttl is not None else "?"
+        params: tuple[Any, ...] = (
+            row.approval_id, row.thread_id, row.kind, row.call_key, path_text(row.agent_path),
+            row.tool_name, row.args_digest, row.ttl, row.status,
+            dumps(row.decision) if row.decision else None, allowed_text(row.allowed),
+            row.run_id, dumps(dict(row.record)) if row.record is not None else None)
+        guard = ""
+        if live_grant is not None:
+            guard = (" WHERE EXISTS (SELECT 1 FROM graphkit_grants WHERE grant_id = ? AND "
+                     f"revoked IS NULL AND (expires_at IS NULL OR expires_at > {now}))")
+            params = (*params, live_grant)
+        return tx.execute(
+            f"INSERT INTO graphkit_approvals ({APPROVAL_COLUMNS}, run_id, record) "
+            f"SELECT ?, ?, ?, ?, ?, ?, ?, {expires}, ?, ?, ?, ?, ?{guard or ' WHERE TRUE'} "
+            "ON CONFLICT (approval_id) DO NOTHING", params) == 1
+
+    def open_calls(self, thread_id: str, agent_path: Sequence[str]) -> list[str]:
+        """The calls of one agent in one thread that have no recorded outcome yet."""
+        return [str(r[0]) for r in self._sql.query(
+            "SELECT call_key FROM graphkit_calls WHERE thread_id = ? AND agent_path = ? "
+            "AND (executed IS NULL OR executed <> ?)", (thread_id, path_text(agent_path), DONE))]
+
+    def rekey_calls(self, call_keys: Iterable[str], turn_key: str) -> None:
+        """The plan's calls now belong to the turn as edited (its key changed with it)."""
+        keys = list(call_keys)
+        if keys:
+            marks = ", ".join("?" for _ in keys)
+            self._sql.execute(f"UPDATE graphkit_calls SET turn_key = ? WHERE call_key IN "
+                              f"({marks})", (turn_key, *keys))
