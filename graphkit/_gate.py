@@ -48,6 +48,7 @@ from graphkit._review import (
     supersede,
     take,
     verify,
+    with_secrets,
 )
 from graphkit._settings import GateSettings
 from graphkit._state import (
@@ -455,6 +456,7 @@ class _Pass:
         if taken.status == "approved":
             if taken.event == "edited" and taken.run_args is not None:
                 record["approved_args"] = dict(taken.run_args)
+                record["metadata"] = with_secrets(record, decision)["metadata"]
                 call["args"] = dict(taken.run_args)
                 self.edited[call["tool_call_id"]] = dict(taken.run_args)
             self.cleared[record["id"]] = str(decision.get("run_digest")

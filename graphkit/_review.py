@@ -27,9 +27,9 @@ from langchain_core.tools import BaseTool
 
 from graphkit._ledger import ApprovalRow, AuditRow, GrantRow, Ledger
 from graphkit._limits import MAX_TEXT, check_text, check_value
-from graphkit._secrets import masked, unmasked
+from graphkit._secrets import masked, masked_record, unmasked
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers
-from graphkit._validate import now_iso, validate_args, validate_resume
+from graphkit._validate import now_iso, validate_args, validate_resume, validated_args
 from graphkit.errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
@@ -333,6 +333,10 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
     }
     if choice.type == "edit":
         decision["args"] = run_args
+        # the edit's own secrets (a new one, another shape): masked in every view of it too
+        edited_secrets = _secret_paths_of(tool, run_args) if run_args is not None else []
+        if edited_secrets:
+            decision["secret_paths"] = edited_secrets
     if choice.type == "respond":
         decision["message"] = choice.message
     if choice.type == "resume":
@@ -340,6 +344,27 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
     if run_args is not None:  # an approval as is runs what the digest above was checked for
         decision["run_digest"] = recorded if choice.type == "approve" else args_digest(run_args)
     return Taken(status=status, event=event, decision=decision, run_args=run_args)
+
+
+def _secret_paths_of(tool: BaseTool | None, args: Mapping[str, Any]) -> list[list[str | int]]:
+    if tool is None:
+        return []
+    try:
+        return validated_args(tool, args)[1]
+    except GraphkitError:
+        return []
+
+
+def with_secrets(record: Mapping[str, Any], decision: Mapping[str, Any] | None
+                 ) -> dict[str, Any]:
+    """The record whose masked paths include those of a decision's edited arguments."""
+    extra = (decision or {}).get("secret_paths")
+    if not extra:
+        return dict(record)
+    metadata = dict(record.get("metadata") or {})
+    known = list(metadata.get("secret_paths") or [])
+    metadata["secret_paths"] = known + [p for p in extra if p not in known]
+    return {**record, "metadata": metadata}
 
 
 def _allowed_of(record: Mapping[str, Any]) -> tuple[str, ...]:
@@ -462,8 +487,8 @@ def take(
                       run_args=taken.run_args)
         grant = None
         audits = [audit_row(
-            taken.event, record, thread_id=thread_id, run_id=run_id, decided_by=decided_by,
-            comment=decision["comment"], args_before=record["args"],
+            taken.event, with_secrets(record, decision), thread_id=thread_id, run_id=run_id,
+            decided_by=decided_by, comment=decision["comment"], args_before=record["args"],
             args_after=taken.run_args if choice.type == "edit" else None)]
         if remember == "thread" and taken.status == "approved" and choice.type != "resume":
             grant = GrantRow(
@@ -538,8 +563,10 @@ def verify(row: ApprovalRow, record: ApprovalRecord, *, approvers: Approvers | N
         # of tools that validate in code of their own are refused there) runs as the tool's
         # model reads it: pydantic's own coercions only (2 for a float is 2.0, whitespace a
         # constraint strips), and the policy above judged exactly that.
-        msg = (f"the tool's own model reads the approved arguments as {taken.run_args!r}, not "
-               f"as they were approved ({decision.get('args')!r}); approve exactly those")
+        paths = (record.get("metadata") or {}).get("secret_paths")
+        msg = (f"the tool's own model reads the approved arguments as "
+               f"{masked(taken.run_args, paths)!r}, not as they were approved "
+               f"({masked(decision.get('args'), paths)!r}); approve exactly those")
         raise InvalidApprovedArgsError(msg)
     return Taken(status=taken.status, event=taken.event, decision={**decision, **{
         k: v for k, v in taken.decision.items() if k in ("args", "data", "run_digest")}},
@@ -555,7 +582,8 @@ def shown(record: ApprovalRecord, row: ApprovalRow | None) -> ApprovalRecord:
     if row is None or not row.decided or record["status"] != "pending":
         return record
     decision = row.decision or {}
-    return {**record, "status": row.status,  # type: ignore[typeddict-item]
-            "decided_by": decision.get("decided_by"), "comment": decision.get("comment"),
-            "decided_at": decision.get("decided_at"), "approved_args": decision.get("args")}
+    decided = {**with_secrets(record, decision), "status": row.status,
+               "decided_by": decision.get("decided_by"), "comment": decision.get("comment"),
+               "decided_at": decision.get("decided_at"), "approved_args": decision.get("args")}
+    return masked_record(decided)  # type: ignore[return-value]
 

@@ -160,11 +160,11 @@ def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
     try:
         parsed = schema.model_validate(dict(args))
     except ValidationError as exc:
-        msg = (
-            f"arguments {dict(args)!r} are not valid for tool {tool.name!r}: "
-            f"{exc.errors(include_url=False, include_context=False)}"
-        )
-        raise InvalidApprovedArgsError(msg) from exc
+        # where and why, never the values: a message is shown to reviewers, the model and the
+        # audit, and a value may be a secret (an edit that kept a masked one has it back)
+        msg = (f"arguments are not valid for tool {tool.name!r}: "
+               f"{exc.errors(include_url=False, include_context=False, include_input=False)}")
+        raise InvalidApprovedArgsError(msg) from None
     # By alias: the names the model (and the tool's own validation) use, not Python's
     # (`from_` is `from`).
     dumped: dict[str, Any] = parsed.model_dump(mode="json", by_alias=True)

@@ -454,9 +454,12 @@ class Inbox:
         try:
             jsonschema.validate(args, schema, format_checker=FORMATS)
         except jsonschema.ValidationError as exc:
-            msg = (f"arguments {args!r} are not valid for tool {entry['tool_name']!r}: "
-                   f"{exc.message}")
-            raise InvalidApprovedArgsError(msg) from exc
+            where = "/".join(str(p) for p in exc.absolute_path) or "(the arguments)"
+            # never the values (they may hold secrets), only names: a missing or extra field
+            why = (exc.message if exc.validator in ("required", "additionalProperties")
+                   else f"fails its schema's {exc.validator!r} rule")
+            msg = f"arguments are not valid for tool {entry['tool_name']!r}: {where}: {why}"
+            raise InvalidApprovedArgsError(msg) from None
         except (jsonschema.SchemaError, RecursionError) as exc:
             msg = f"arguments for tool {entry['tool_name']!r} could not be checked: {exc}"
             raise GraphkitError(msg) from exc

@@ -70,3 +70,63 @@ def test_a_secret_argument_is_masked_everywhere_and_reaches_the_tool(tmp_path: P
         assert KEY not in text, f"the secret is shown in {where}"
     assert MASK in seen["interrupt"] and MASK in seen["web"]
     assert used == [KEY]  # the tool got the real value
+
+
+def test_a_refused_edit_never_echoes_a_secret(tmp_path: Path) -> None:
+    """An edit that keeps the masked key (so the real one is put back) but makes another
+    field invalid is refused with where and why, never the values: not in the error, the
+    audit's refusal, or the web inbox's refusal notice."""
+    import pytest
+
+    from graphkit.errors import GraphkitError
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = _agent(url, [])
+    first = agent.generate("charge it")
+    (pending,) = first.pending_approvals
+    with pytest.raises(GraphkitError) as refused:
+        agent.approve_tool_call(run_id=first.run_id, decided_by="cfo",
+                                args={**pending.args, "amount": "lots"})
+    assert KEY not in str(refused.value) and "amount" in str(refused.value)
+    with pytest.raises(GraphkitError) as again:
+        Inbox(url, agents=[agent]).approve(pending.id, decided_by="cfo",
+                                           args={**pending.args, "amount": "lots"})
+    assert KEY not in str(again.value)
+    client = TestClient(create_app(url, authenticate={"t": "cfo"}, agents=[agent]))
+    nonce = re.search(r"name='login' value='([0-9a-f]+)'", client.get("/login").text)
+    assert nonce is not None
+    client.post("/login", data={"token": "t", "login": nonce.group(1)})
+    card = client.get(f"/approvals/{pending.id}").text
+    csrf = re.search(r"name='csrf' value='([^']+)'", card)
+    assert csrf is not None
+    answer = client.post(f"/approvals/{pending.id}/edit", follow_redirects=False, data={
+        "csrf": csrf.group(1), "arg.amount": "lots", "arg.api_key": MASK})
+    assert KEY not in answer.headers.get("location", "")
+    assert KEY not in json.dumps(Inbox(url).audit(thread_id=first.thread_id))
+
+
+def test_an_edit_that_adds_a_secret_shows_it_masked() -> None:
+    """An edit may add secrets of its own (another element of a list of secrets): the views
+    of the approved arguments mask them too, and the tool gets them."""
+    used: list[list[str]] = []
+
+    @create_tool(needs_approval=True)
+    def rotate(keys: list[SecretStr]) -> str:
+        """Rotate the keys."""
+        used.append([k.get_secret_value() for k in keys])
+        return "rotated"
+
+    agent = Agent(name="ops", tools=[rotate], model=ScriptedChatModel(
+        [turn(call("rotate", {"keys": [KEY]}, "c1")), "done"]))
+    first = agent.generate("rotate")
+    stream = agent.approve_tool_call(run_id=first.run_id, decided_by="cfo",
+                                     args={"keys": [MASK, "sk-new-9Zq"]})
+    decided = agent.pending_approvals(run_id=first.run_id)
+    chunks = json.dumps([c.payload for c in stream], default=str)
+    assert used == [[KEY, "sk-new-9Zq"]]
+    audit = json.dumps(agent._storage.ledger.read_audit(thread_id=first.thread_id))
+    for text in (json.dumps([p.to_dict() for p in decided]), chunks, audit):
+        assert "sk-new-9Zq" not in text and KEY not in text
+    edited = next(e for e in agent._storage.ledger.read_audit(thread_id=first.thread_id)
+                  if e["event"] == "edited")
+    assert edited["args_after"] == {"keys": [MASK, MASK]}
