@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from html import escape
 from typing import TYPE_CHECKING, Any
 
+from graphkit._secrets import masked_message
+
 if TYPE_CHECKING:
     from graphkit.types import PendingApproval
 
@@ -223,6 +225,7 @@ def audit_table(entries: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _message(message: Any) -> str:
+    message = masked_message(message)
     kind = getattr(message, "type", "?")
     text = str(getattr(message, "text", "") or getattr(message, "content", "") or "")
     calls = getattr(message, "tool_calls", None) or []

@@ -14,7 +14,12 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["MASK", "masked", "masked_record", "secret_paths", "unmasked"]
+__all__ = ["MASK", "SECRETS_KEY", "masked", "masked_message", "masked_record", "secret_paths",
+           "unmasked"]
+
+SECRETS_KEY = "graphkit_secret_paths"
+"""In an AI message's `response_metadata` (which no provider is sent): where each of its tool
+calls holds secrets, by tool call id, so that any view of the message can mask them."""
 
 MASK = "**********"
 """What pydantic shows for a secret, and what every view of one shows."""
@@ -91,6 +96,18 @@ def _step(value: Any, part: str | int) -> tuple[Any, bool]:
     if isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value):
         return value[part], True
     return None, False
+
+
+def masked_message(message: Any) -> Any:
+    """An AI message as a view shows it: its calls' secrets masked (other messages as they
+    are)."""
+    metadata = getattr(message, "response_metadata", None)
+    secrets = metadata.get(SECRETS_KEY) if isinstance(metadata, Mapping) else None
+    calls = getattr(message, "tool_calls", None)
+    if not secrets or not calls:
+        return message
+    return message.model_copy(update={"tool_calls": [
+        {**c, "args": masked(c.get("args"), secrets.get(c.get("id")))} for c in calls]})
 
 
 def _get(value: Any, path: Path) -> tuple[Any, bool]:

@@ -50,7 +50,7 @@ from graphkit._runs import (
     StateHook,
     pending_of,
 )
-from graphkit._secrets import masked
+from graphkit._secrets import masked, masked_message
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers, GateSettings
 from graphkit._state import DEFAULT_MAX_STEPS, RunOptions
 from graphkit._storage import open_storage, served_storage
@@ -759,7 +759,8 @@ class Agent:
             "checkpoint_reason": metadata.get("checkpoint_reason"),
             "created_at": snap.created_at,
             "pending_approvals": [p.to_dict() for p in pending],
-            "messages": messages_to_dict(list(values.get("messages") or [])),
+            "messages": messages_to_dict([masked_message(m)
+                                          for m in values.get("messages") or []]),
             "options": dict(values.get("options") or {}),
         }
 

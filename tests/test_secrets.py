@@ -130,3 +130,16 @@ def test_an_edit_that_adds_a_secret_shows_it_masked() -> None:
     edited = next(e for e in agent._storage.ledger.read_audit(thread_id=first.thread_id)
                   if e["event"] == "edited")
     assert edited["args_after"] == {"keys": [MASK, MASK]}
+
+
+def test_a_result_and_a_snapshot_show_the_models_call_masked() -> None:
+    """The model's own message holds the secret it sent; a notebook's view of the result and
+    the run's JSON snapshot show its call masked (the message records where its secrets are,
+    in metadata no provider is sent)."""
+    used: list[str] = []
+    agent = _agent("memory", used)
+    first = agent.generate("charge it")
+    assert KEY not in _html.result(first)
+    assert KEY not in json.dumps(agent.snapshot(run_id=first.run_id), default=str)
+    agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
+    assert used == [KEY]  # the tool still got it
