@@ -315,12 +315,22 @@ class Inbox:
         except GraphkitError:
             return False
 
-    def revoke(self, grant_id: str, *, decided_by: str) -> dict[str, Any]:
-        """Revoke a grant: later calls of its tool in its thread ask again."""
+    def revoke(self, grant_id: str, *, decided_by: str, viewer: str | None = None
+               ) -> dict[str, Any]:
+        """Revoke a grant: later calls of its tool in its thread ask again. With `viewer` (a
+        web reviewer), a grant they may not see is not found, and nothing of it is told."""
         ledger = self._storage.ledger
         grant = ledger.grant(grant_id)
+        if grant is not None and viewer is not None and not (
+                grant.approval_id and self._shows(viewer, grant.approval_id)):
+            refuse(ledger, {"id": grant.approval_id, "tool_name": grant.tool_name,
+                            "agent_path": list(grant.agent_path)},
+                   ApprovalNotFoundError("viewers policy: the grant is not shown to them"),
+                   decided_by=viewer, thread_id=grant.thread_id, run_id=None)
+            grant = None
         if grant is None:
-            msg = f"no grant with id {grant_id!r} in {self._storage.description}"
+            where = f" in {self._storage.description}" if viewer is None else ""
+            msg = f"no grant with id {grant_id!r}{where}"
             raise ApprovalNotFoundError(msg)
         if grant.revoked is not None:
             msg = f"grant {grant_id!r} was already revoked by {grant.revoked.get('by')!r}"

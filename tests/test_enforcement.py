@@ -487,8 +487,17 @@ def test_a_grant_is_revoked_only_by_its_grantor_or_someone_who_may_decide_its_to
         client.post("/login", data={"token": "tok-i", "login": nonce.group(1)})
         return client
 
-    # by default the intern does not even see the grant (only what they may decide) ...
-    assert grant["id"] not in signed_in().get("/grants").text
+    # by default the intern does not even see the grant (only what they may decide), and
+    # revoking it tells them nothing of it (nor where the database is)
+    hidden = signed_in()
+    assert grant["id"] not in hidden.get("/grants").text
+    hidden_csrf = re.search(r"""name=["']csrf["'] value=["']([0-9a-f]+)["']""",
+                            hidden.get("/grants").text)
+    assert hidden_csrf is not None  # (the sign-out form's)
+    told = hidden.post(f"/grants/{grant['id']}/revoke", follow_redirects=False,
+                       data={"csrf": hidden_csrf.group(1)})
+    assert told.status_code == 409 and "no grant with id" in told.text
+    assert "pay" not in told.text and "cfo" not in told.text and ".db" not in told.text
     # ... and where they are shown it, they still may not revoke it
     client = signed_in(viewers=lambda who, pending: True)
     page = client.get("/grants").text

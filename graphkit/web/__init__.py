@@ -472,7 +472,8 @@ def _routes(web: _Web) -> list[Any]:
     async def revoke(request: Request, who: str, session: str, form: dict[str, str]
                      ) -> Response:
         try:
-            await asyncio.to_thread(web.inbox.revoke, request.path_params["id"], decided_by=who)
+            await asyncio.to_thread(web.inbox.revoke, request.path_params["id"], decided_by=who,
+                                    viewer=who)
         except GraphkitError as exc:
             return PlainTextResponse(str(exc), status_code=409)
         return RedirectResponse(_base(request) + "grants", status_code=303)
