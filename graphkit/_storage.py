@@ -15,11 +15,12 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -310,6 +311,24 @@ APART_CONNECT = 3
 """Seconds (libpq's `connect_timeout`) a renewal's own connection may take to open."""
 
 
+_T = TypeVar("_T")
+
+
+def _set_up(make: Callable[[], _T]) -> _T:
+    """Run a table set-up that other processes may run on the same new file at the same time:
+    LangGraph's savers and stores (and the ledger) check then migrate, so the loser of the race
+    finds the column or table the winner just added. Its set-up is then done: run it again."""
+    for attempt in range(5):
+        try:
+            return make()
+        except sqlite3.OperationalError as exc:
+            text = str(exc)
+            if attempt == 4 or not ("duplicate column" in text or "already exists" in text):
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:
     """Open the checkpointer (and a store beside it) described by `spec`."""
     if spec is None or spec == "memory":
@@ -323,10 +342,10 @@ def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:
     if spec.startswith("sqlite://"):
         path = _sqlite_path(spec)
         saver = ThreadedSqliteSaver(_connect(path))
-        saver.setup()
+        _set_up(saver.setup)
         store = ThreadedSqliteStore(_connect(path, autocommit=True))
-        store.setup()
-        ledger = Ledger.sqlite(path)
+        _set_up(store.setup)
+        ledger = _set_up(lambda: Ledger.sqlite(path))
         # SQLite takes one writer per file; the three connections of this process take turns
         # on one (reentrant) lock instead of meeting on the file's lock, where a loser sleeps
         # (1, 2, 5, 10 ms... SQLite's busy backoff) long after the winner is done. Lease

@@ -353,3 +353,29 @@ def test_the_ledger_commits_durably_and_checkpoints_cheaply(sqlite_url: str,
     assert tools.names()[-1] == "lookup" and durable == []  # costs no sync
     saver_conn = agent._storage.checkpointer.conn
     assert saver_conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+
+
+def test_a_set_up_raced_by_another_process_is_run_again() -> None:
+    """Processes that open one new SQLite file at once each run LangGraph's (and the
+    ledger's) check-then-migrate set-up; the loser finds the column the winner just added
+    (`duplicate column name`, seen in CI with four workers). It runs the set-up again, which
+    then finds everything done; any other error is raised."""
+    import sqlite3
+
+    from graphkit._storage import _set_up
+
+    calls: list[int] = []
+
+    def raced() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise sqlite3.OperationalError("duplicate column name: ttl_minutes")
+        return "set up"
+
+    assert _set_up(raced) == "set up" and len(calls) == 2
+
+    def broken() -> str:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        _set_up(broken)
