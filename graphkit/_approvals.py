@@ -19,11 +19,12 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, messages_from_dict
 from langchain_core.tools import BaseTool
 
-from graphkit._ledger import ApprovalRow, AuditRow, CallRow, GrantRow
+from graphkit._context import last_ai
+from graphkit._ledger import ApprovalRow, AuditRow, CallRow, GrantRow, Ledger
 from graphkit._review import Choice, audit_row, check
-from graphkit._secrets import masked_record
+from graphkit._secrets import PATHS_KEY, masked_record
 from graphkit._settings import GateSettings
-from graphkit._state import CallPlan, RunOptions, TurnPlan
+from graphkit._state import CallPlan, RunOptions, TurnPlan, turn_key
 from graphkit._validate import (
     iso_time,
     now_iso,
@@ -134,17 +135,21 @@ def plan_turn(
     thread_id: str,
     run_id: str | None,
     grants: Mapping[str, GrantRow] | None = None,
+    plan_key: str,
 ) -> Planned:
     """Read one model turn: which calls run, which wait for a human, which are malformed.
 
     `grants` are tools a reviewer approved for the rest of the thread (`remember="thread"`):
     a call that would ask runs instead, as an approval by the grantor, if the agent's
     approvers policy lets the grantor approve this very call (a predicate is consulted first).
+    `plan_key` files the plan and its calls (`graphkit._state.turn_key` of the stored
+    message).
     """
     required = settings.require_tool_approval or bool(options.get("require_tool_approval"))
     moment = datetime.now(UTC)
     created = iso_time(moment)
-    planned = Planned(TurnPlan(ai_message_id=ai.id or "", calls=[], error=None), [])
+    planned = Planned(TurnPlan(ai_message_id=ai.id or "", turn_key=plan_key, calls=[],
+                               error=None), [])
     ids = [call.get("id") or "" for call in ai.tool_calls]
     for call in ai.tool_calls:
         call_id = call.get("id") or ""
@@ -178,7 +183,7 @@ def plan_turn(
                 id=new_id("apr"), created_at=created, kind="approval", tool_name=name,
                 tool_call_id=call_id, args=args,
                 metadata={"prompt": _prompt(tool, args), "defaults": copy.deepcopy(defaults),
-                          **({"secret_paths": secrets} if secrets else {})},
+                          **({PATHS_KEY: secrets} if secrets else {})},
                 verdict=verdict, agent_path=agent_path,
                 expires_at=iso_time(moment + timedelta(seconds=ttl)) if ttl is not None else None,
             )
@@ -221,7 +226,7 @@ def plan_turn(
         planned.calls.append(CallRow(call_key=key, thread_id=thread_id, agent_path=agent_path,
                                      tool_name=name, args_digest=args_digest(args),
                                      approval_id=approval["id"] if approval else None,
-                                     ai_message_id=ai.id))
+                                     turn_key=plan_key))
         planned_call = CallPlan(
             tool_call_id=call_id,
             tool_name=name,
@@ -253,7 +258,7 @@ def suspension_record(
         id=new_id("sus"), created_at=now_iso(), kind="suspension", tool_name=call["tool_name"],
         tool_call_id=call["tool_call_id"], args=call["args"],
         metadata={"suspend_payload": payload, "prompt": payload.get("message"), "defaults": None,
-                  **({"secret_paths": call["secrets"]} if call.get("secrets") else {})},
+                  **({PATHS_KEY: call["secrets"]} if call.get("secrets") else {})},
         verdict="required", agent_path=agent_path, expires_at=None,
     )
     record["call_key"] = call["key"]
@@ -272,6 +277,16 @@ def _pending_record(
         decided_at=None, approved_args=None, args_digest=args_digest(args),
         expires_at=expires_at,
     )
+
+
+def last_turn_plan(ledger: Ledger, thread_id: str, agent_path: Sequence[str],
+                   messages: Sequence[BaseMessage]) -> TurnPlan | None:
+    """The ledger's plan of the conversation's last model turn (None: it has no tool calls,
+    or no gate of this agent planned it in this thread)."""
+    ai = last_ai(messages)  # type: ignore[arg-type]
+    if ai is None or not ai.tool_calls:
+        return None
+    return ledger.turn(thread_id, agent_path, turn_key(ai))
 
 
 def answered_ids(messages: Sequence[BaseMessage], ai_message_id: str) -> set[str]:

@@ -19,6 +19,7 @@ from langchain_core.messages import BaseMessage, ToolMessage, messages_to_dict
 from langchain_core.tools import BaseTool
 from langgraph.types import Command
 
+from graphkit._approvals import last_turn_plan
 from graphkit._context import last_ai
 from graphkit._events import pending_from_interrupts
 from graphkit._gate import BY_NEW_MESSAGE, supersede_unanswered
@@ -36,7 +37,7 @@ from graphkit._review import (
     take,
 )
 from graphkit._settings import Approvers
-from graphkit._state import RunOptions, turn_key
+from graphkit._state import RunOptions
 from graphkit.errors import (
     AmbiguousApprovalError,
     ApprovalAlreadyResolvedError,
@@ -249,10 +250,8 @@ def _abandoned(snapshot: Paused, req: Request) -> list[ToolMessage]:
 
 def _plan(snapshot: Paused, req: Request) -> Mapping[str, Any] | None:
     """The ledger's plan of the thread's last turn."""
-    ai = last_ai(snapshot.values.get("messages") or [])
-    if ai is None or not ai.tool_calls:
-        return None
-    return req.ledger.turn(req.thread_id, req.agent_path, turn_key(ai))
+    return last_turn_plan(req.ledger, req.thread_id, req.agent_path,
+                          snapshot.values.get("messages") or [])
 
 
 def start_payload(snapshot: Paused, messages: list[BaseMessage],

@@ -15,11 +15,15 @@ from langchain_core.messages import (
 )
 from langgraph.types import Interrupt
 
-from graphkit._approvals import INTERRUPT_MARKER, answered_ids, waiting_records
-from graphkit._context import EVENT_KEY, last_ai
+from graphkit._approvals import (
+    INTERRUPT_MARKER,
+    answered_ids,
+    last_turn_plan,
+    waiting_records,
+)
+from graphkit._context import EVENT_KEY
 from graphkit._ledger import Ledger
 from graphkit._secrets import masked_record
-from graphkit._state import turn_key
 from graphkit.types import ApprovalRecord, FinishReason, PendingApproval, StreamChunk
 
 __all__ = [
@@ -157,10 +161,9 @@ def awaiting(values: dict[str, Any], ledger: Ledger | None, thread_id: str,
              agent: str | None) -> list[PendingApproval]:
     """Approvals the gate has planned for the conversation's last turn (the ledger's plan of
     it) and not yet seen decided."""
-    ai = last_ai(values.get("messages") or [])
-    if ledger is None or agent is None or ai is None or not ai.tool_calls:
+    if ledger is None or agent is None:
         return []
-    plan = ledger.turn(thread_id, [agent], turn_key(ai))
+    plan = last_turn_plan(ledger, thread_id, [agent], values.get("messages") or [])
     if not plan:
         return []
     answered = answered_ids(values.get("messages") or [], plan["ai_message_id"])

@@ -11,10 +11,10 @@ the tools node runs nothing the ledger does not allow.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.store.base import BaseStore
@@ -48,8 +48,8 @@ from graphkit._review import (
     supersede,
     take,
     verify,
-    with_secrets,
 )
+from graphkit._secrets import with_secrets
 from graphkit._settings import GateSettings
 from graphkit._state import (
     AgentState,
@@ -70,7 +70,7 @@ from graphkit.errors import (
 from graphkit.tools import GraphkitTool
 from graphkit.types import ApprovalRecord, GateResume, args_digest
 
-__all__ = ["GateContext", "Planner", "current_plan", "dispatch_now", "make_gate_node", "pointer",
+__all__ = ["GateContext", "Planner", "dispatch_now", "make_gate_node", "pointer",
            "supersede_abandoned", "supersede_unanswered"]
 
 GateTarget = Literal["model", "tools", "approval_gate"]
@@ -177,10 +177,7 @@ class Planner:
         grants = self.ledger.live_grants(ctx.thread_id, ctx.path, names) if names else {}
         planned = plan_turn(ai, self.tools, self.settings, state.get("options") or {},
                             agent_path=ctx.path, thread_id=ctx.thread_id, run_id=ctx.run_id,
-                            grants=grants)
-        planned.plan["turn_key"] = key or turn_key(ai)
-        planned.calls[:] = [replace(c, turn_key=planned.plan["turn_key"])
-                            for c in planned.calls]
+                            grants=grants, plan_key=key or turn_key(ai))
 
         def as_recorded(revoked: set[str]) -> TurnPlan:
             for call in planned.plan["calls"]:
@@ -663,15 +660,6 @@ def supersede_abandoned(messages: Sequence[BaseMessage], ctx: GateContext) -> No
                       thread_id=ctx.thread_id, run_id=ctx.run_id)
 
 
-def current_plan(ctx: GateContext, messages: Sequence[AnyMessage]) -> TurnPlan | None:
-    """The ledger's plan of the conversation's last model turn (None: it has no tool calls,
-    or no gate of this agent planned it in this thread)."""
-    ai = last_ai(messages)
-    if ai is None or not ai.tool_calls:
-        return None
-    return ctx.ledger.turn(ctx.thread_id, ctx.path, turn_key(ai))
-
-
 def pointer(plan: TurnPlan) -> TurnPointer:
     """What the graph state keeps of a turn's plan: where it is in the ledger (informative
     only: the gate reads the plan of the conversation's last turn from the ledger)."""
@@ -679,10 +667,10 @@ def pointer(plan: TurnPlan) -> TurnPointer:
                        keys=[call["key"] for call in plan["calls"]])
 
 
-def _suspended(plan: TurnPlan, ctx: GateContext) -> bool:
+def _suspended(plan: TurnPlan, ctx: GateContext) -> None:
     """Turn what the plan's calls asked (`Ledger.suspend`, written by the tools node that ran
-    them) into pending requests, in plan and ledger; True when there were any. The state's
-    reports only wake the gate: a client can write them, and they name nothing it asks."""
+    them) into pending requests, in plan and ledger. The state's reports only wake the gate:
+    a client can write them, and they name nothing it asks."""
     asked = ctx.ledger.take_suspensions(
         (c["key"] for c in plan["calls"] if c["suspension"] is None and c["answer"] is None),
         ctx.thread_id)
@@ -699,7 +687,6 @@ def _suspended(plan: TurnPlan, ctx: GateContext) -> bool:
                                 run_id=ctx.run_id, record=record))
     if rows:
         ctx.ledger.register(approvals=rows, turn=(ctx.thread_id, ctx.path, lambda _: plan))
-    return bool(rows)
 
 
 def _ready(plan: TurnPlan, answered: set[str]) -> list[CallPlan]:

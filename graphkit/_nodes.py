@@ -36,12 +36,11 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
-from graphkit._approvals import Extractor
+from graphkit._approvals import Extractor, last_turn_plan
 from graphkit._context import PATH_KEY, thread_id_of
 from graphkit._gate import (
     GateContext,
     Planner,
-    current_plan,
     dispatch_now,
     pointer,
     supersede_abandoned,
@@ -291,7 +290,7 @@ def make_model_node(
         limit = options.get("max_steps")
         limit = limit if isinstance(limit, int) and limit > 0 else 25
         ctx = planner.context(state, config)
-        plan = current_plan(ctx, state.get("messages") or [])
+        plan = last_turn_plan(ctx.ledger, ctx.thread_id, ctx.path, state.get("messages") or [])
         forged = _discard_forged(state, plan, ctx)
         messages = _with_fixes(list(state.get("messages") or []), forged)
         reply = reply_to_suspension(plan, messages, options, planner, ctx)

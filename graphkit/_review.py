@@ -27,9 +27,16 @@ from langchain_core.tools import BaseTool
 
 from graphkit._ledger import ApprovalRow, AuditRow, GrantRow, Ledger
 from graphkit._limits import MAX_TEXT, check_text, check_value
-from graphkit._secrets import masked, masked_record, unmasked
+from graphkit._secrets import (
+    PATHS_KEY,
+    masked,
+    masked_record,
+    record_paths,
+    unmasked,
+    with_secrets,
+)
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers
-from graphkit._validate import now_iso, validate_args, validate_resume, validated_args
+from graphkit._validate import now_iso, secret_paths_of, validate_args, validate_resume
 from graphkit.errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
@@ -205,8 +212,7 @@ def audit_row(event: str, record: Mapping[str, Any] | None, *, thread_id: str,
               dedupe: str | None = None, at: str | None = None) -> AuditRow:
     """One audit entry, in the shape of the contract (secret arguments masked)."""
     record = record or {}
-    metadata = record.get("metadata")
-    paths = metadata.get("secret_paths") if isinstance(metadata, Mapping) else None
+    paths = record_paths(record)
     args_before, args_after = masked(args_before, paths), masked(args_after, paths)
     entry = {
         "event": event, "at": at or now_iso(), "thread_id": thread_id, "run_id": run_id,
@@ -305,8 +311,7 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
             check_value(choice.args, what=f"edited arguments for tool {record['tool_name']!r}",
                         error=InvalidApprovedArgsError)
             # a secret the reviewer saw masked, and left so, keeps its real value
-            run_args = check_args(unmasked(choice.args, record["args"],
-                                           (record.get("metadata") or {}).get("secret_paths")))
+            run_args = check_args(unmasked(choice.args, record["args"], record_paths(record)))
             status, event = "approved", "edited"
         case "reject":
             status, event = "rejected", "cancelled" if suspension else "rejected"
@@ -334,9 +339,9 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
     if choice.type == "edit":
         decision["args"] = run_args
         # the edit's own secrets (a new one, another shape): masked in every view of it too
-        edited_secrets = _secret_paths_of(tool, run_args) if run_args is not None else []
+        edited_secrets = (secret_paths_of(tool, run_args) or []) if run_args is not None else []
         if edited_secrets:
-            decision["secret_paths"] = edited_secrets
+            decision[PATHS_KEY] = edited_secrets
     if choice.type == "respond":
         decision["message"] = choice.message
     if choice.type == "resume":
@@ -344,27 +349,6 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
     if run_args is not None:  # an approval as is runs what the digest above was checked for
         decision["run_digest"] = recorded if choice.type == "approve" else args_digest(run_args)
     return Taken(status=status, event=event, decision=decision, run_args=run_args)
-
-
-def _secret_paths_of(tool: BaseTool | None, args: Mapping[str, Any]) -> list[list[str | int]]:
-    if tool is None:
-        return []
-    try:
-        return validated_args(tool, args)[1]
-    except GraphkitError:
-        return []
-
-
-def with_secrets(record: Mapping[str, Any], decision: Mapping[str, Any] | None
-                 ) -> dict[str, Any]:
-    """The record whose masked paths include those of a decision's edited arguments."""
-    extra = (decision or {}).get("secret_paths")
-    if not extra:
-        return dict(record)
-    metadata = dict(record.get("metadata") or {})
-    known = list(metadata.get("secret_paths") or [])
-    metadata["secret_paths"] = known + [p for p in extra if p not in known]
-    return {**record, "metadata": metadata}
 
 
 def _allowed_of(record: Mapping[str, Any]) -> tuple[str, ...]:
@@ -563,7 +547,7 @@ def verify(row: ApprovalRow, record: ApprovalRecord, *, approvers: Approvers | N
         # of tools that validate in code of their own are refused there) runs as the tool's
         # model reads it: pydantic's own coercions only (2 for a float is 2.0, whitespace a
         # constraint strips), and the policy above judged exactly that.
-        paths = (record.get("metadata") or {}).get("secret_paths")
+        paths = record_paths(record)
         msg = (f"the tool's own model reads the approved arguments as "
                f"{masked(taken.run_args, paths)!r}, not as they were approved "
                f"({masked(decision.get('args'), paths)!r}); approve exactly those")

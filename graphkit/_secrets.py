@@ -14,8 +14,8 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["MASK", "SECRETS_KEY", "masked", "masked_message", "masked_record", "secret_paths",
-           "unmasked"]
+__all__ = ["MASK", "PATHS_KEY", "SECRETS_KEY", "masked", "masked_message", "masked_record",
+           "record_paths", "secret_paths", "unmasked", "with_secrets"]
 
 SECRETS_KEY = "graphkit_secret_paths"
 """In an AI message's `response_metadata` (which no provider is sent): where each of its tool
@@ -77,10 +77,33 @@ def unmasked(edited: Any, real: Any, paths: Sequence[Sequence[str | int]] | None
     return result
 
 
+PATHS_KEY = "secret_paths"
+"""In an approval record's `metadata` (and an edit's decision): where its arguments hold
+secrets."""
+
+
+def record_paths(record: Mapping[str, Any]) -> list[Path] | None:
+    """Where an approval record's arguments hold secrets (as planned, and as edited)."""
+    metadata = record.get("metadata")
+    paths = metadata.get(PATHS_KEY) if isinstance(metadata, Mapping) else None
+    return list(paths) if paths else None
+
+
+def with_secrets(record: Mapping[str, Any], decision: Mapping[str, Any] | None
+                 ) -> dict[str, Any]:
+    """The record whose masked paths include those of a decision's edited arguments."""
+    extra = (decision or {}).get(PATHS_KEY)
+    if not extra:
+        return dict(record)
+    metadata = dict(record.get("metadata") or {})
+    known = list(metadata.get(PATHS_KEY) or [])
+    metadata[PATHS_KEY] = known + [p for p in extra if p not in known]
+    return {**record, "metadata": metadata}
+
+
 def masked_record(record: Mapping[str, Any]) -> dict[str, Any]:
     """An approval record as a view shows it: its secret arguments masked."""
-    metadata = record.get("metadata")
-    paths = metadata.get("secret_paths") if isinstance(metadata, Mapping) else None
+    paths = record_paths(record)
     if not paths:
         return dict(record)
     shown = dict(record)

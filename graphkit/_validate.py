@@ -154,6 +154,18 @@ def validated_args(tool: BaseTool, args: Mapping[str, Any]
     return result, secrets
 
 
+def secret_paths_of(tool: BaseTool | None, args: Mapping[str, Any]
+                    ) -> list[list[str | int]] | None:
+    """Where `args` hold the tool's secret values, for masking them in a view: [] without a
+    tool; None when the tool cannot read them (the caller decides what such a view shows)."""
+    if tool is None:
+        return []
+    try:
+        return validated_args(tool, args)[1]
+    except GraphkitError:
+        return None
+
+
 def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
             ) -> tuple[BaseModel, dict[str, Any], list[list[str | int]]]:
     """The validated model, its fields as JSON, and where they hold secrets."""

@@ -54,7 +54,7 @@ from graphkit._secrets import masked, masked_message
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers, GateSettings
 from graphkit._state import DEFAULT_MAX_STEPS, RunOptions
 from graphkit._storage import open_storage, served_storage
-from graphkit._validate import validated_args
+from graphkit._validate import secret_paths_of
 from graphkit.errors import (
     SNAPSHOT_NOT_FOUND,
     ApprovalNotFoundError,
@@ -274,14 +274,8 @@ class Agent:
                     ) -> dict[str, Any]:
         """A call's arguments as a view shows them: the tool's secret values masked (and
         arguments the tool cannot read shown as the model wrote them)."""
-        tool = self._find_tool(agent_path, tool_name)
-        if tool is None:
-            return args
-        try:
-            _, paths = validated_args(tool, args)
-        except GraphkitError:
-            return args
-        shown: dict[str, Any] = masked(args, paths)
+        shown: dict[str, Any] = masked(args, secret_paths_of(self._find_tool(agent_path,
+                                                                             tool_name), args))
         return shown
 
     def _find_tool(self, agent_path: Sequence[str], tool_name: str) -> BaseTool | None:

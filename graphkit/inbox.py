@@ -32,10 +32,10 @@ from graphkit._review import (
     shown,
     take,
 )
-from graphkit._secrets import masked
+from graphkit._secrets import masked, record_paths
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers
 from graphkit._storage import Storage, open_storage
-from graphkit._validate import validated_args
+from graphkit._validate import secret_paths_of
 from graphkit.errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
@@ -200,13 +200,11 @@ class Inbox:
         raw = tool_call.get("args")
         args: dict[str, Any] = dict(raw) if isinstance(raw, Mapping) else {}
         if tool_call.get("id") == item.tool_call_id and tool_call.get("name") == item.tool_name:
-            paths = item.metadata.get("secret_paths")
-            return {**tool_call, "args": masked(args, paths)}
+            return {**tool_call, "args": masked(args, record_paths(item.to_dict()))}
         agent = self._agent_at(item.agent_path)
         tool = agent._find_tool(item.agent_path, str(tool_call.get("name"))) if agent else None
-        try:
-            _, paths = validated_args(tool, args) if tool is not None else (args, [])
-        except GraphkitError:
+        paths = secret_paths_of(tool, args)
+        if paths is None:
             paths = [[key] for key in args]  # not readable as the tool's: show none of it
         shown = masked(args, paths)
         if viewer is not None:

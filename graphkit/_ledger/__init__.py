@@ -70,7 +70,7 @@ class Ledger(Plans, Decisions, Executions, Leases, Messages, Notifications):
 
     @property
     def in_memory(self) -> bool:
-        """A private in-memory database: its statements never wait on I/O."""
+        """A private in-memory database (memory storage): nothing else shares it."""
         return isinstance(self._sql, Sqlite) and self._sql.path == ":memory:"
 
     @property

@@ -25,12 +25,6 @@ __all__ = ["Decisions"]
 class Decisions(LedgerBase):
     """Decisions on approvals and suspensions (claimed once, for exactly the arguments"""
 
-    def suspended(self, call_key: str, thread_id: str) -> bool:
-        """Whether the call ever suspended in this thread (whatever became of it since)."""
-        return bool(self._sql.query(
-            "SELECT 1 FROM graphkit_approvals WHERE call_key = ? AND thread_id = ? "
-            "AND kind = 'suspension'", (call_key, thread_id)))
-
     def approvals(self, approval_ids: Iterable[str]) -> dict[str, ApprovalRow]:
         """The rows among `approval_ids` (chunked, for long inbox pages)."""
         ids = list(dict.fromkeys(approval_ids))

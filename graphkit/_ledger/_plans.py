@@ -45,10 +45,10 @@ class Plans(LedgerBase):
             for call in calls:
                 tx.execute(
                     "INSERT INTO graphkit_calls (call_key, thread_id, agent_path, tool_name, "
-                    "args_digest, approval_id, ai_message_id, turn_key, created_at) VALUES "
-                    f"(?, ?, ?, ?, ?, ?, ?, ?, {now}) ON CONFLICT (call_key) DO NOTHING",
+                    "args_digest, approval_id, turn_key, created_at) VALUES "
+                    f"(?, ?, ?, ?, ?, ?, ?, {now}) ON CONFLICT (call_key) DO NOTHING",
                     (call.call_key, call.thread_id, path_text(call.agent_path), call.tool_name,
-                     call.args_digest, call.approval_id, call.ai_message_id, call.turn_key))
+                     call.args_digest, call.approval_id, call.turn_key))
             for row in approvals:
                 grant_id = (row.decision or {}).get("grant_id")
                 if grant_id and self._insert_approval(tx, row, live_grant=grant_id):
@@ -73,7 +73,7 @@ class Plans(LedgerBase):
         """The gate's plan of the turn of `key` (`graphkit._state.turn_key` of its AI
         message; None: no gate planned that message here)."""
         rows = self._sql.query("SELECT plan FROM graphkit_turns WHERE thread_id = ? AND "
-                               "agent_path = ? AND ai_message_id = ?",
+                               "agent_path = ? AND turn_key = ?",
                                (thread_id, path_text(agent_path), key))
         plan: TurnPlan | None = loads(rows[0][0]) if rows else None
         return plan
@@ -84,8 +84,8 @@ class Plans(LedgerBase):
 
     def _save_turn(self, tx: Tx, thread_id: str, agent_path: Sequence[str],
                    plan: TurnPlan) -> None:
-        tx.execute("INSERT INTO graphkit_turns (thread_id, agent_path, ai_message_id, plan) "
-                   "VALUES (?, ?, ?, ?) ON CONFLICT (thread_id, agent_path, ai_message_id) "
+        tx.execute("INSERT INTO graphkit_turns (thread_id, agent_path, turn_key, plan) "
+                   "VALUES (?, ?, ?, ?) ON CONFLICT (thread_id, agent_path, turn_key) "
                    "DO UPDATE SET plan = excluded.plan",
                    (thread_id, path_text(agent_path), str(plan.get("turn_key") or ""),
                     dumps(plan)))

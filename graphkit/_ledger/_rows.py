@@ -28,8 +28,6 @@ class CallRow:
     outcome: dict[str, Any] | None = None
     once_results: dict[str, Any] | None = None
     cleared: str | None = None
-    ai_message_id: str | None = None
-    """The AI message (turn) that asked for the call."""
     turn_key: str | None = None
     """The plan's key (`graphkit._state.turn_key`): which version of that message."""
     """The digest of the arguments an approval gate verified and let run (gated calls)."""

@@ -36,9 +36,9 @@ SCHEMA = (
     """CREATE TABLE IF NOT EXISTS graphkit_turns (
         thread_id TEXT NOT NULL,
         agent_path TEXT NOT NULL,
-        ai_message_id TEXT NOT NULL,
+        turn_key TEXT NOT NULL,
         plan TEXT NOT NULL,
-        PRIMARY KEY (thread_id, agent_path, ai_message_id)
+        PRIMARY KEY (thread_id, agent_path, turn_key)
     ){keyed}""",
     """CREATE TABLE IF NOT EXISTS graphkit_approvals (
         approval_id TEXT PRIMARY KEY,
@@ -160,7 +160,6 @@ its approval for them. Parameters: thread id, agent path, tool name, digest, dig
 
 MIGRATIONS = (("graphkit_approvals", "allowed", "TEXT"),
                ("graphkit_calls", "suspended_with", "TEXT"),
-               ("graphkit_calls", "ai_message_id", "TEXT"),
                ("graphkit_approvals", "record", "TEXT"),
                ("graphkit_calls", "turn_key", "TEXT"))
 """Columns added after a table was first made: added to an existing database on open."""
