@@ -22,7 +22,7 @@ from langchain_core.tools import BaseTool
 from graphkit._context import last_ai
 from graphkit._ledger import ApprovalRow, AuditRow, CallRow, GrantRow, Ledger
 from graphkit._review import Choice, audit_row, check
-from graphkit._secrets import PATHS_KEY, masked_record
+from graphkit._secrets import PATHS_KEY, masked_record, withheld
 from graphkit._settings import GateSettings
 from graphkit._state import CallPlan, RunOptions, TurnPlan, turn_key
 from graphkit._validate import (
@@ -41,6 +41,7 @@ from graphkit.tools import (
 from graphkit.types import ApprovalKind, ApprovalRecord, Verdict, args_digest
 
 __all__ = [
+    "ARGS_WITHHELD",
     "INTERRUPT_MARKER",
     "Planned",
     "answered_ids",
@@ -55,6 +56,8 @@ __all__ = [
 logger = logging.getLogger("graphkit")
 
 INTERRUPT_MARKER = "graphkit"
+ARGS_WITHHELD = "args_withheld"
+"""In an interrupt's record: long text of its arguments is withheld (the ledger has it)."""
 """Key present in every interrupt value graphkit raises (value: the payload version)."""
 
 NOT_A_TOOL = "{name!r} is not a valid tool, try one of {available}."
@@ -226,7 +229,7 @@ def plan_turn(
         planned.calls.append(CallRow(call_key=key, thread_id=thread_id, agent_path=agent_path,
                                      tool_name=name, args_digest=args_digest(args),
                                      approval_id=approval["id"] if approval else None,
-                                     turn_key=plan_key))
+                                     turn_key=plan_key, args=args))
         planned_call = CallPlan(
             tool_call_id=call_id,
             tool_name=name,
@@ -330,8 +333,9 @@ def interrupt_value(
         rows = ledger.approvals(r["id"] for r in records if r["kind"] == "approval")
         records = [{**r, "allowed_decisions": list(rows[r["id"]].allowed or DEFAULT_DECISIONS)}
                    if r["id"] in rows else r for r in records]  # type: ignore[misc]
-    # a view of the calls: their secret arguments masked (the plan keeps them, and runs them)
-    records = [masked_record(r) for r in records]  # type: ignore[misc]
+    # a view of the calls: their secret arguments masked (the plan keeps them, and runs them),
+    # long text withheld (the ledger keeps it once; `_events.in_full` reads it back)
+    records = [_withheld(masked_record(r)) for r in records]  # type: ignore[misc]
     undecided = [r for r in records if r["kind"] == "approval" and r["status"] == "pending"]
     return {
         INTERRUPT_MARKER: 1,
@@ -349,6 +353,13 @@ def interrupt_value(
         "error": plan.get("error"),
     }
 
+
+
+def _withheld(record: dict[str, Any]) -> dict[str, Any]:
+    args, any_withheld = withheld(record.get("args"))
+    if not any_withheld:
+        return record
+    return {**record, "args": args, ARGS_WITHHELD: True}
 
 
 def telemetry(record: ApprovalRecord, status: str) -> dict[str, Any]:

@@ -23,7 +23,6 @@ from graphkit._approvals import last_turn_plan
 from graphkit._context import last_ai
 from graphkit._events import pending_from_interrupts
 from graphkit._gate import BY_NEW_MESSAGE, supersede_unanswered
-from graphkit._journal import APPROVALS, SCAN_LIMIT
 from graphkit._latest import Paused
 from graphkit._ledger import ApprovalRow, Ledger
 from graphkit._review import (
@@ -81,7 +80,7 @@ class Waiting:
 
 
 def waiting(snapshot: Paused, ledger: Ledger) -> list[Waiting]:
-    found = pending_from_interrupts(snapshot.interrupts)
+    found = pending_from_interrupts(snapshot.interrupts, ledger)
     rows = ledger.approvals(r["id"] for _, r in found if r["status"] == "pending")
     return [Waiting(i, r, rows.get(r["id"])) for i, r in found]
 
@@ -104,7 +103,6 @@ class Request:
     run_id: str
     thread_id: str
     ledger: Ledger
-    store: Any
     find_tool: ToolFinder
     find_policy: PolicyFinder
     grant_ttl: timedelta | None
@@ -115,19 +113,20 @@ class Request:
 def _raise_decided(snapshot: Paused, req: Request, tool_call_id: str | None,
                    approval_id: str | None) -> None:
     """A call decided earlier: say so, rather than 'not found'. The current turn's plan knows;
-    for an earlier turn, the inbox index of this thread does."""
+    for an earlier turn, the ledger's rows of this thread do."""
     plan = _plan(snapshot, req) or {}
-    known: list[Any] = [r for call in plan.get("calls") or []
-                        for r in (call.get("approval"), call.get("suspension")) if r]
-    if req.store is not None:
-        wanted = {"tool_call_id": tool_call_id} if tool_call_id else {"id": approval_id}
-        known += [item.value for item in req.store.search(
-            APPROVALS, filter={"thread_id": req.thread_id, **wanted}, limit=SCAN_LIMIT)]
-    for record in known:
-        if not isinstance(record, Mapping) or record.get("status") == "pending":
+    known: list[tuple[Any, Any]] = [(r, None) for call in plan.get("calls") or []
+                                    for r in (call.get("approval"), call.get("suspension")) if r]
+    known += [(w.record, w.row) for w in req.ledger.waiting_rows(thread_id=req.thread_id)
+              if w.row.decided]
+    for record, row in known:
+        if not isinstance(record, Mapping):
+            continue
+        if row is None and record.get("status") == "pending":
             continue
         if record.get("tool_call_id") == tool_call_id or record.get("id") == approval_id:
-            raise ApprovalAlreadyResolvedError(resolved_message(record))
+            raise ApprovalAlreadyResolvedError(resolved_message(
+                record, {**(row.decision or {}), "status": row.status} if row else None))
 
 
 def _select(items: list[Waiting], snapshot: Paused, req: Request, *,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -16,6 +16,7 @@ from langchain_core.messages import (
 from langgraph.types import Interrupt
 
 from graphkit._approvals import (
+    ARGS_WITHHELD,
     INTERRUPT_MARKER,
     answered_ids,
     last_turn_plan,
@@ -111,14 +112,28 @@ class ChunkTranslator:
             )
 
 
-def pending_from_interrupts(interrupts: Sequence[Interrupt]) -> list[tuple[str, ApprovalRecord]]:
-    """(interrupt id, record) for every approval or suspension waiting in these interrupts."""
+def pending_from_interrupts(interrupts: Sequence[Interrupt], ledger: Ledger | None = None
+                            ) -> list[tuple[str, ApprovalRecord]]:
+    """(interrupt id, record) for every approval or suspension waiting in these interrupts;
+    with `ledger`, long text the interrupt withheld is read back (secrets still masked)."""
     found: list[tuple[str, ApprovalRecord]] = []
     for item in interrupts:
         value = item.value
         if isinstance(value, dict) and INTERRUPT_MARKER in value:
-            found.extend((item.id, record) for record in value.get("approvals") or [])
+            found.extend((item.id, in_full(record, ledger))
+                         for record in value.get("approvals") or [])
     return found
+
+
+def in_full(record: ApprovalRecord, ledger: Ledger | None) -> ApprovalRecord:
+    """An interrupt's record with the arguments it withheld, as the ledger planned them."""
+    if ledger is None or not (isinstance(record, Mapping) and record.get(ARGS_WITHHELD)):
+        return record
+    planned = ledger.record(str(record.get("id")))
+    if planned is None:
+        return record
+    full = masked_record({**record, "args": planned["args"]})
+    return {k: v for k, v in full.items() if k != ARGS_WITHHELD}  # type: ignore[return-value]
 
 
 def suspend_payload(record: PendingApproval) -> dict[str, Any]:

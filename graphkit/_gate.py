@@ -17,7 +17,6 @@ from typing import Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
-from langgraph.store.base import BaseStore
 from langgraph.types import Command, Send, interrupt
 
 from graphkit._approvals import (
@@ -30,9 +29,9 @@ from graphkit._approvals import (
     telemetry,
     waiting_records,
 )
-from graphkit._context import agent_path_of, emit, last_ai, store, thread_id_of
+from graphkit._context import agent_path_of, emit, last_ai, thread_id_of
 from graphkit._journal import GateJournal
-from graphkit._ledger import ApprovalRow, Ledger
+from graphkit._ledger import ApprovalRow, Clearance, Ledger
 from graphkit._limits import check_value
 from graphkit._offload import offload
 from graphkit._owner import holder_is_dead
@@ -135,13 +134,9 @@ class Planner:
     """
 
     def __init__(self, tools: Mapping[str, BaseTool], name: str, settings: GateSettings,
-                 ledger: Ledger, *, nested: bool = False,
-                 index_store: BaseStore | None = None) -> None:
+                 ledger: Ledger, *, nested: bool = False) -> None:
         self.tools = tools
         self.name = name
-        self.index_store = index_store
-        """Where the inbox index goes when not the graph's own store (agents a LangGraph server
-        serves keep it beside their ledger, where `Inbox` and the CLI read it)."""
         self.nested = nested
         """A subagent's graph: its supervisor's delegation node gives it its agent path. A
         top-level graph ignores any path in its config (a server client could set one)."""
@@ -163,10 +158,10 @@ class Planner:
         task_ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
         thread_id = thread_id_of(config)
         path = self.path_of(config)
-        journal = GateJournal(self.index_store or store(), thread_id=thread_id,
+        journal = GateJournal(self.ledger, thread_id=thread_id,
                               run_id=run_id if isinstance(run_id, str) else None,
                               schemas=self.schemas, scope=task_ns.rpartition("|")[0],
-                              ledger=self.ledger, agent_path=path)
+                              agent_path=path)
         return GateContext(path=path, thread_id=thread_id,
                            run_id=journal.run_id, journal=journal, ledger=self.ledger)
 
@@ -241,7 +236,7 @@ class _Pass:
         self.events: list[dict[str, Any]] = []
         self.taken: dict[str, Taken] = {}
         """Decisions taken in this pass (already checked: not verified twice)."""
-        self.cleared: dict[str, str] = {}
+        self.cleared: dict[str, Clearance] = {}
         """Approvals (and resumed suspensions) this pass verified and lets run."""
         self._written: set[str] = set()
 
@@ -443,7 +438,7 @@ class _Pass:
             call["suspension"] = None
             if taken.event == "resumed":
                 call["resume_values"].append(decision.get("data"))
-                self.cleared[record["id"]] = record["args_digest"]
+                self.cleared[record["id"]] = Clearance(record["args_digest"], None)
             else:
                 who, why = _who_why(by, comment)
                 call["answer"] = (SUPERSEDED.format(name=name) if taken.event == "superseded"
@@ -456,8 +451,8 @@ class _Pass:
                 record["metadata"] = with_secrets(record, decision)["metadata"]
                 call["args"] = dict(taken.run_args)
                 self.edited[call["tool_call_id"]] = dict(taken.run_args)
-            self.cleared[record["id"]] = str(decision.get("run_digest")
-                                             or args_digest(call["args"]))
+            self.cleared[record["id"]] = Clearance(
+                str(decision.get("run_digest") or args_digest(call["args"])), call["args"])
             return
         match taken.event:
             case "responded":
@@ -723,7 +718,6 @@ def _task(call: CallPlan, agent_path: list[str], options: RunOptions, then: str)
             tool_call_id=call["tool_call_id"],
             tool_name=call["tool_name"],
             key=call["key"],
-            args=call["args"],
             metadata=dict(call["metadata"]),
             agent_path=agent_path,
             options=options,

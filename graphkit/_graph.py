@@ -12,7 +12,6 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
 from langgraph.graph import START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.store.base import BaseStore
 from langgraph.types import Command
 
 from graphkit._autoresume import make_extractor
@@ -73,7 +72,6 @@ def build_graph(
     settings: GateSettings,
     ledger: Ledger,
     nested: bool = False,
-    index_store: BaseStore | None = None,
 ) -> StateGraph[AgentState, None, InputState, AgentState]:
     """The uncompiled graph; the agent compiles it with its checkpointer and store.
 
@@ -88,8 +86,7 @@ def build_graph(
         raise ValueError(msg)
     all_tools = [*tools, *(delegation_tool(key, d) for key, (_, d) in subagents.items())]
     by_name: Mapping[str, BaseTool] = {tool.name: tool for tool in all_tools}
-    planner = Planner(by_name, name, settings, ledger, nested=nested,
-                      index_store=index_store)
+    planner = Planner(by_name, name, settings, ledger, nested=nested)
     extract = make_extractor(model, by_name)
     call_model, acall_model = make_model_node(model, all_tools, instructions, planner, extract)
     run_tool, arun_tool = make_tools_nodes(by_name, ledger, planner.path_of)

@@ -367,6 +367,8 @@ class _Admitted:
     owner: str
     resume_values: list[Any]
     once: dict[str, Any]
+    args: dict[str, Any]
+    """The arguments the ledger holds for the call: those it runs with."""
 
 
 def _why_not(row: CallRow | None, approval: ApprovalRow | None, task: Mapping[str, Any],
@@ -377,15 +379,19 @@ def _why_not(row: CallRow | None, approval: ApprovalRow | None, task: Mapping[st
     if (row.thread_id != thread_id_of(config) or list(row.agent_path) != list(
             task.get("agent_path") or []) or row.tool_name != task.get("tool_name")):
         return ELSEWHERE
-    args = task.get("args")
-    digest = args_digest(args) if isinstance(args, Mapping) else None
     if row.approval_id is None:
-        return None if digest == row.args_digest else OTHER_ARGS
+        return None if _runs_as_recorded(row.args, row.args_digest) else OTHER_ARGS
     if approval is None or approval.status != "approved" or row.cleared is None:
         return NO_APPROVAL  # (a decision the gate has not verified yet is not one)
-    if row.cleared != digest:
+    if not _runs_as_recorded(row.args, row.cleared):
         return NOT_APPROVED_ARGS
     return None
+
+
+def _runs_as_recorded(args: Any, digest: str) -> bool:
+    """Whether the ledger's arguments for a call are the ones its gate digested (they always
+    are, unless the database was written by hand)."""
+    return isinstance(args, Mapping) and args_digest(args) == digest
 
 
 def _comparable(text: Any) -> bool:
@@ -405,7 +411,7 @@ def _plain(task: Mapping[str, Any]) -> bool:
     """A task whose fields the one-statement claim compares exactly as `_why_not` does."""
     path = task.get("agent_path")
     return (_comparable(task.get("key")) and _comparable(task.get("tool_name"))
-            and isinstance(task.get("args"), Mapping) and isinstance(path, list)
+            and isinstance(path, list)
             and all(_comparable(p) and p and "/" not in p for p in path))
 
 
@@ -419,20 +425,22 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
     thread_id = thread_id_of(config)
     claimed = ledger.start_admitted(
         str(key), owner, thread_id=thread_id, agent_path=task["agent_path"],
-        tool_name=name, args_digest=args_digest(task["args"])) if _plain(task) else None
-    if claimed is not None:
-        once, resumed = claimed
+        tool_name=name) if _plain(task) else None
+    if claimed is not None and _runs_as_recorded(claimed.args, claimed.digest):
         return _Admitted(owner, ledger.resume_values(str(key), thread_id)
-                         if context and resumed else [], once)
+                         if context and claimed.resumed else [], claimed.once,
+                         dict(claimed.args))
+    if claimed is not None:  # arguments the gate never digested: never run them
+        ledger.release(str(key), owner)
     row, approval = ledger.admission(key) if _comparable(key) else (None, None)
     why = _why_not(row, approval, task, config)
-    if why is None and row is not None:
+    if why is None and row is not None and row.args is not None:
         outcome, held = ledger.start(row.call_key, owner, holder_dead=holder_is_dead)
         if outcome == "won":
             if not context:
-                return _Admitted(owner, [], {})
+                return _Admitted(owner, [], {}, dict(row.args))
             return _Admitted(owner, ledger.resume_values(row.call_key, row.thread_id),
-                             dict(row.once_results or {}))
+                             dict(row.once_results or {}), dict(row.args))
         if outcome == "done" and held is not None and held.outcome is not None:
             return ToolMessage(held.outcome.get("content", ""),
                                tool_call_id=task["tool_call_id"], name=name,
@@ -442,8 +450,7 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
                                         "tool_call_id": task.get("tool_call_id"),
                                         "agent_path": task.get("agent_path")},
                             thread_id=thread_id, run_id=(task.get("options") or {}).get("run_id"),
-                            args_after=task.get("args") if isinstance(task.get("args"), dict)
-                            else None, detail=f"tools node: {why}")])
+                            detail=f"tools node: {why}")])
     return ToolMessage(REFUSED.format(name=name, why=why),
                        tool_call_id=str(task.get("tool_call_id") or ""), name=name,
                        status="error")
@@ -466,7 +473,7 @@ def _prepare(
         resume_schema=settings.resume_schema if settings else None,
         keep_once=lambda results: ledger.save_once(key, results),
     )
-    call = {"name": task["tool_name"], "args": task["args"], "id": task["tool_call_id"],
+    call = {"name": task["tool_name"], "args": admitted.args, "id": task["tool_call_id"],
             "type": "tool_call"}
     metadata = task.get("metadata")
     tool_config: RunnableConfig = {

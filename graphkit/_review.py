@@ -32,6 +32,7 @@ from graphkit._secrets import (
     masked,
     masked_record,
     record_paths,
+    restored,
     unmasked,
     with_secrets,
 )
@@ -311,7 +312,9 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
             check_value(choice.args, what=f"edited arguments for tool {record['tool_name']!r}",
                         error=InvalidApprovedArgsError)
             # a secret the reviewer saw masked, and left so, keeps its real value
-            run_args = check_args(unmasked(choice.args, record["args"], record_paths(record)))
+            # (and long text the interrupt withheld, left as shown, keeps its text)
+            run_args = check_args(restored(
+                unmasked(choice.args, record["args"], record_paths(record)), record["args"]))
             status, event = "approved", "edited"
         case "reject":
             status, event = "rejected", "cancelled" if suspension else "rejected"

@@ -68,7 +68,7 @@ def pending_of(snapshot: RunView, *, stopped: bool, ledger: Ledger | None, threa
                agent: str | None) -> list[PendingApproval]:
     """What waits on a human in this state: interrupts, or (when stopped early) the plan."""
     records = [PendingApproval.from_record(r) for _, r in pending_from_interrupts(
-        snapshot.interrupts)]
+        snapshot.interrupts, ledger)]
     if not records and stopped:
         records = awaiting(snapshot.values, ledger, thread_id, agent)
     return records

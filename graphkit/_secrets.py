@@ -6,16 +6,23 @@ secret is found once, when a call is planned, from the tool's own JSON dump (pyd
 secrets there), and recorded with the call's approval (`metadata["secret_paths"]`); every
 rendering (the interrupt value, the inbox index, the audit, webhooks, cards) masks those paths.
 An edit that leaves a masked value as shown keeps the real one.
+
+Long text is withheld the same way from the interrupt value (`withheld`): a 1 MiB file a model
+writes through a tool is kept once in the ledger, not again in every checkpoint's interrupt;
+the interrupt shows its length, digest and start, and an edit that leaves that as shown keeps
+the real text (`restored`).
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["MASK", "PATHS_KEY", "SECRETS_KEY", "masked", "masked_message", "masked_record",
-           "record_paths", "secret_paths", "unmasked", "with_secrets"]
+__all__ = ["MASK", "PATHS_KEY", "SECRETS_KEY", "WITHHELD_CHARS", "masked", "masked_message",
+           "masked_record", "record_paths", "restored", "secret_paths", "unmasked",
+           "with_secrets", "withheld"]
 
 SECRETS_KEY = "graphkit_secret_paths"
 """In an AI message's `response_metadata` (which no provider is sent): where each of its tool
@@ -75,6 +82,47 @@ def unmasked(edited: Any, real: Any, paths: Sequence[Sequence[str | int]] | None
             if known:
                 result = _put(result, list(path), copy.deepcopy(value))
     return result
+
+
+WITHHELD_CHARS = 16 * 1024
+"""Text at least this long is withheld from the interrupt value (shown by length and start)."""
+PREVIEW_CHARS = 200
+
+
+def placeholder(text: str) -> str:
+    """What the interrupt shows of a long text: its length, digest and start."""
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return (f"[graphkit withheld {len(text)} characters (sha256 {digest}...) from this view; "
+            f"the inbox shows them all. They begin: {text[:PREVIEW_CHARS]}]")
+
+
+def withheld(value: Any) -> tuple[Any, bool]:
+    """A copy of `value` with each long text replaced by its `placeholder`, and whether any
+    was."""
+    if isinstance(value, str):
+        return (placeholder(value), True) if len(value) >= WITHHELD_CHARS else (value, False)
+    if isinstance(value, Mapping):
+        items = {key: withheld(item) for key, item in value.items()}
+        return ({key: v for key, (v, _) in items.items()},
+                any(w for _, w in items.values()))
+    if isinstance(value, list):
+        parts = [withheld(item) for item in value]
+        return [v for v, _ in parts], any(w for _, w in parts)
+    return value, False
+
+
+def restored(edited: Any, real: Any) -> Any:
+    """`edited` with each long text it still shows as withheld given back its real value (a
+    reviewer who edits other fields keeps the text they were shown the start of)."""
+    if isinstance(edited, str) and isinstance(real, str):
+        return real if len(real) >= WITHHELD_CHARS and edited == placeholder(real) else edited
+    if isinstance(edited, Mapping) and isinstance(real, Mapping):
+        return {key: restored(item, real[key]) if key in real else item
+                for key, item in edited.items()}
+    if isinstance(edited, list) and isinstance(real, list):
+        return [restored(item, real[i]) if i < len(real) else item
+                for i, item in enumerate(edited)]
+    return edited
 
 
 PATHS_KEY = "secret_paths"

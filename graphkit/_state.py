@@ -107,8 +107,8 @@ class ToolTask(TypedDict):
     tool_call_id: str
     tool_name: str
     key: str
-    """The planned call's ledger key: the tools node runs nothing the ledger does not allow."""
-    args: dict[str, Any]
+    """The planned call's ledger key: the tools node runs what the ledger holds for it (its
+    arguments too), and nothing the ledger does not allow."""
     metadata: dict[str, Any]
     agent_path: list[str]
     options: RunOptions
@@ -186,11 +186,12 @@ def _pointer(value: Any) -> bool:
 
 
 def well_typed_task(value: Any) -> bool:
-    """A `ToolTask` of the shape the gate sends, every field of its type."""
+    """A `ToolTask` of the shape the gate sends, every field of its type (`args`, which an
+    earlier graphkit's checkpoints carry, is ignored: the ledger holds the arguments)."""
     return _shaped(value, {
-        "tool_call_id": _text, "tool_name": _text, "key": _text, "args": _obj,
+        "tool_call_id": _text, "tool_name": _text, "key": _text,
         "metadata": _obj, "agent_path": _texts, "options": _well_typed_options,
-        "then": _text}, {})
+        "then": _text}, {"args": _obj})
 
 
 def well_typed_state(value: Any) -> bool:

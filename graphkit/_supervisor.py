@@ -66,10 +66,11 @@ def make_delegate_nodes(
     recorded in the ledger as the call's outcome, like a tool's result.
     """
 
-    def prepare(task: ToolTask, config: RunnableConfig) -> tuple[dict[str, Any], RunnableConfig]:
+    def prepare(task: ToolTask, args: Mapping[str, Any], config: RunnableConfig
+                ) -> tuple[dict[str, Any], RunnableConfig]:
         options = task.get("options") or {}
         sub_input = {
-            "messages": [HumanMessage(str(task["args"].get("task", "")))],
+            "messages": [HumanMessage(str(args.get("task", "")))],
             "options": {k: v for k, v in options.items()
                         if k in ("run_id", "require_tool_approval", "max_steps")},
         }
@@ -83,24 +84,27 @@ def make_delegate_nodes(
     def answer(task: ToolTask, output: dict[str, Any], config: RunnableConfig) -> Command[Any]:
         text = _final_text(output.get("messages") or [], key)
         message = ToolMessage(text, tool_call_id=task["tool_call_id"], name=key)
-        args = task.get("args")
-        if isinstance(task.get("key"), str) and isinstance(args, Mapping):
-            # Only the delegation call planned under this key takes the answer as its outcome.
-            ledger.settle_call(task["key"], {"content": message.content,
-                                             "status": message.status},
-                               thread_id=thread_id_of(config), agent_path=path_of(config),
-                               tool_name=key, args_digest=args_digest(args))
+        # Only the delegation call planned under this key takes the answer as its outcome.
+        ledger.settle_call(task["key"], {"content": message.content, "status": message.status},
+                           thread_id=thread_id_of(config), agent_path=path_of(config),
+                           tool_name=key)
         return _result(task, message)
 
-    def settled(task: ToolTask, config: RunnableConfig) -> Command[Any] | None:
-        """The recorded answer of a delegation the ledger settled (it answered, or a new user
-        message stopped it): a replay of an earlier step gets it, and the subagents do not run
-        again (an approval given below since would otherwise run its call)."""
+    def settled(task: ToolTask, config: RunnableConfig) -> Command[Any] | Mapping[str, Any]:
+        """What the ledger planned for this delegation: its arguments (the task it hands
+        down), or its recorded answer once the ledger settled it (it answered, or a new user
+        message stopped it): a replay of an earlier step gets that, and the subagents do not
+        run again (an approval given below since would otherwise run its call). A delegation
+        the ledger did not plan here does nothing."""
         call_key = task.get("key")
         row = ledger.call(call_key) if isinstance(call_key, str) else None
-        if (row is None or row.executed != DONE or row.thread_id != thread_id_of(config)
-                or list(row.agent_path) != list(path_of(config)) or row.tool_name != key):
-            return None
+        if (row is None or row.thread_id != thread_id_of(config) or row.tool_name != key
+                or list(row.agent_path) != list(path_of(config))):
+            return Command()
+        if row.executed != DONE:
+            if not isinstance(row.args, Mapping) or args_digest(row.args) != row.args_digest:
+                return Command()
+            return row.args
         outcome = row.outcome or {}
         message = ToolMessage(str(outcome.get("content", "")), tool_call_id=task["tool_call_id"],
                               name=key,
@@ -111,18 +115,18 @@ def make_delegate_nodes(
         if not well_typed_task(task):  # a client's `Send` of anything: it does nothing
             return Command()
         done = settled(task, config)
-        if done is not None:
+        if isinstance(done, Command):
             return done
-        sub_input, sub_config = prepare(task, config)
+        sub_input, sub_config = prepare(task, done, config)
         return answer(task, subgraph.invoke(sub_input, sub_config), config)
 
     async def adelegate(task: ToolTask, config: RunnableConfig) -> Command[Any]:
         if not well_typed_task(task):
             return Command()
         done = await asyncio.to_thread(settled, task, config)
-        if done is not None:
+        if isinstance(done, Command):
             return done
-        sub_input, sub_config = prepare(task, config)
+        sub_input, sub_config = prepare(task, done, config)
         output = await subgraph.ainvoke(sub_input, sub_config)
         return await asyncio.to_thread(answer, task, output, config)
 

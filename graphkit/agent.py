@@ -180,7 +180,6 @@ class Agent:
         # agents it serves share one ledger in this process, which its mounted web inbox reads.
         served = bool(os.environ.get(SERVER_ENV)) and checkpointer in (None, "memory")
         self._storage = served_storage() if served else open_storage(checkpointer)
-        self._index_store = self._storage.store if served else None
         self.notify = tuple(notify)
         self.dispatcher: Dispatcher | None = (
             start_notifications(self._storage.ledger, self.notify) if self.notify else None)
@@ -192,26 +191,25 @@ class Agent:
         )
 
     def _builder(self, ledger: Ledger, *, nested: bool = False,
-                 approvers: Approvers | None = None, index_store: Any = None) -> Any:
+                 approvers: Approvers | None = None) -> Any:
         settings = self.settings
         if settings.approvers is None and approvers is not None:
             settings = dataclasses.replace(settings, approvers=approvers)
-        index_store = index_store if nested else self._index_store
         return build_graph(
             name=self.name, model=self.model, tools=self.tools, instructions=self.instructions,
-            subagents={key: (sub.subgraph(ledger, approvers=settings.approvers,
-                                          index_store=index_store), sub.description)
+            subagents={key: (sub.subgraph(ledger, approvers=settings.approvers),
+                             sub.description)
                        for key, sub in self.agents.items()},
-            settings=settings, ledger=ledger, nested=nested, index_store=index_store,
+            settings=settings, ledger=ledger, nested=nested,
         )
 
-    def subgraph(self, ledger: Ledger, *, approvers: Approvers | None = None,
-                 index_store: Any = None) -> CompiledStateGraph[Any, Any, Any, Any]:
+    def subgraph(self, ledger: Ledger, *, approvers: Approvers | None = None
+                 ) -> CompiledStateGraph[Any, Any, Any, Any]:
         """This agent's graph for use inside a supervisor: it checkpoints in the supervisor's
         storage, under the supervisor's thread, and records in the supervisor's ledger, with
         its own settings and policy (its supervisor's `approvers` when it has none)."""
         compiled: CompiledStateGraph[Any, Any, Any, Any] = self._builder(
-            ledger, nested=True, approvers=approvers, index_store=index_store).compile(
+            ledger, nested=True, approvers=approvers).compile(
             name=self.name)
         return compiled
 
@@ -289,7 +287,7 @@ class Agent:
 
     def _request(self, run_id: str, thread_id: str) -> Request:
         return Request(run_id=run_id, thread_id=thread_id, ledger=self._storage.ledger,
-                       store=self._storage.store, find_tool=self._find_tool,
+                       find_tool=self._find_tool,
                        find_policy=policy_finder(self), grant_ttl=self.grant_ttl,
                        agent_path=(self.name,))
 

@@ -1,11 +1,12 @@
 """The operator inbox: every waiting approval and suspension across threads and agents, decided
 without the agent's process.
 
-The inbox reads the index the approval gate keeps in LangGraph's store (no checkpoint is read
-to list), and takes decisions through `graphkit._review` into the ledger, where exactly one
-decision per approval wins. The next `agent.resume(run_id=...)` (or a worker polling `ready()`)
-lets the gate apply them, after it has checked them again against the agent's own policy and
-tools: a decision the agent refuses is withdrawn and the call waits again, never stranded.
+The inbox reads what paused runs wait on from the ledger (no checkpoint is read to list; the
+gate marks it there as it pauses), and takes decisions through `graphkit._review` into the
+ledger, where exactly one decision per approval wins. The next `agent.resume(run_id=...)` (or
+a worker polling `ready()`) lets the gate apply them, after it has checked them again against
+the agent's own policy and tools: a decision the agent refuses is withdrawn and the call
+waits again, never stranded.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import jsonschema
 from langchain_core.messages import AIMessage, ToolMessage
 
 from graphkit._control import policy_finder
-from graphkit._journal import APPROVALS, SCAN_LIMIT, SCHEMAS, now_iso, schema_key
+from graphkit._ledger import WaitingRow
 from graphkit._notify import Dispatcher, Webhook, start_notifications
 from graphkit._review import (
     Choice,
@@ -32,10 +33,10 @@ from graphkit._review import (
     shown,
     take,
 )
-from graphkit._secrets import masked, record_paths
+from graphkit._secrets import masked, masked_record, record_paths
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers
 from graphkit._storage import Storage, open_storage
-from graphkit._validate import secret_paths_of
+from graphkit._validate import now_iso, secret_paths_of
 from graphkit.errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
@@ -53,6 +54,17 @@ __all__ = ["Inbox"]
 
 def _pending(entry: dict[str, Any]) -> PendingApproval:
     return PendingApproval.from_record(entry)
+
+
+def _entry_of(found: WaitingRow) -> dict[str, Any]:
+    """An approval as the inbox shows it: the record the gate planned (secrets masked), where
+    it waits, and the ledger's word on its status (`shown` adds the decision)."""
+    row = found.row
+    return {**masked_record({**found.record, "status": "pending"}),
+            "thread_id": row.thread_id, "run_id": found.run_id,
+            "agent": row.agent_path[0] if row.agent_path else None,
+            "state": "waiting" if found.waiting else "closed", "position": found.place,
+            "decided": row.decided}
 
 
 FORMATS = jsonschema.FormatChecker()
@@ -155,9 +167,8 @@ class Inbox:
     def schema(self, id: str) -> dict[str, Any]:
         """The JSON schemas of an approval's tool: `schema` (arguments) and `resume_schema`."""
         entry = self._entry(id)
-        item = self._storage.store.get(
-            SCHEMAS, schema_key(entry.get("agent_path") or [], entry["tool_name"]))
-        return dict(item.value) if item is not None else {}
+        return self._storage.ledger.tool_schema(entry.get("agent_path") or [],
+                                                entry["tool_name"]) or {}
 
     def messages(self, id: str, *, viewer: str | None = None) -> list[Any]:
         """The run's messages, when the inbox knows the agent that owns the approval, as the
@@ -225,10 +236,9 @@ class Inbox:
     # ------------------------------------------------------------------ reading
 
     def _waiting_entries(self, **filters: Any) -> list[dict[str, Any]]:
-        items = self._storage.store.search(
-            APPROVALS, filter={"state": "waiting", "status": "pending", **filters},
-            limit=SCAN_LIMIT)
-        return [dict(item.value) for item in items]
+        """What paused runs wait on, decided or not, as the ledger marks it."""
+        entries = [_entry_of(w) for w in self._storage.ledger.waiting_rows()]
+        return [e for e in entries if all(e.get(k) == v for k, v in filters.items())]
 
     def pending(
         self, agent: str | None = None, tool_name: str | None = None, limit: int | None = None,
@@ -242,9 +252,7 @@ class Inbox:
         if tool_name is not None:
             filters["tool_name"] = tool_name
         entries = self._waiting_entries(**filters)
-        rows = self._storage.ledger.approvals(e["id"] for e in entries)
-        undecided = sorted((e for e in entries if (row := rows.get(e["id"])) is None
-                            or not row.decided),
+        undecided = sorted((e for e in entries if not e["decided"]),
                            key=lambda e: (e["created_at"], e.get("position", 0), e["id"]))
         items = (_pending(e) for e in undecided)
         if viewer is not None:
@@ -252,11 +260,11 @@ class Inbox:
         return PendingList(list(items)[:limit])
 
     def _entry(self, approval_id: str) -> dict[str, Any]:
-        item = self._storage.store.get(APPROVALS, approval_id, refresh_ttl=False)
-        if item is None:
+        found = self._storage.ledger.waiting_rows(approval_id=approval_id)
+        if not found:
             msg = f"no approval with id {approval_id!r} in {self._storage.description}"
             raise ApprovalNotFoundError(msg)
-        return dict(item.value)
+        return _entry_of(found[0])
 
     def get(self, id: str, *, viewer: str | None = None) -> PendingApproval:
         """One approval or suspension by id, with its decision if it has one (with `viewer`,
@@ -270,13 +278,10 @@ class Inbox:
 
     def ready(self) -> list[str]:
         """Runs whose waiting calls are all decided; `agent.resume(run_id=...)` continues each."""
-        entries = self._waiting_entries()
-        rows = self._storage.ledger.approvals(e["id"] for e in entries)
         runs: dict[str, list[bool]] = defaultdict(list)
-        for entry in entries:
+        for entry in self._waiting_entries(state="waiting"):
             if entry.get("run_id"):
-                row = rows.get(entry["id"])
-                runs[entry["run_id"]].append(row is not None and row.decided)
+                runs[entry["run_id"]].append(entry["decided"])
         return sorted(run for run, flags in runs.items() if all(flags))
 
     def audit(self, *, thread_id: str | None = None, id: str | None = None,
@@ -361,9 +366,8 @@ class Inbox:
                                        if agent else None)
         if approvers is None:
             # no policy here; the agent may have one this inbox cannot run (it records so)
-            item = self._storage.store.get(SCHEMAS, schema_key(grant.agent_path,
-                                                               grant.tool_name))
-            return agent is not None or item is None or not item.value.get("policy")
+            schema = self._storage.ledger.tool_schema(grant.agent_path, grant.tool_name)
+            return agent is not None or schema is None or not schema.get("policy")
         try:
             pending = self.get(grant.approval_id) if grant.approval_id else None
         except GraphkitError:
@@ -417,8 +421,13 @@ class Inbox:
         record: ApprovalRecord = entry  # type: ignore[assignment]
         thread_id, run_id = str(entry["thread_id"]), entry.get("run_id")
         ledger = self._storage.ledger
-        if entry["status"] != "pending" or entry.get("state") != "waiting":
-            exc = ApprovalAlreadyResolvedError(resolved_message(entry))
+        if entry["decided"] or entry.get("state") != "waiting":
+            row = ledger.approval(approval_id)
+            exc = ApprovalAlreadyResolvedError(
+                resolved_message(entry, {**(row.decision or {}), "status": row.status})
+                if row is not None and row.decided else
+                f"approval {approval_id!r} ({entry['tool_name']}) no longer waits: no run "
+                "waits on it (its turn was replaced or has moved on)")
             refuse(ledger, entry, exc, decided_by=decided_by, thread_id=thread_id,
                    run_id=run_id)
             raise exc
@@ -446,9 +455,9 @@ class Inbox:
         if not isinstance(args, dict):
             msg = f"edited args must be a JSON object, got {type(args).__name__}"
             raise InvalidApprovedArgsError(msg)
-        item = self._storage.store.get(
-            SCHEMAS, schema_key(entry.get("agent_path") or [], entry["tool_name"]))
-        if item is not None and item.value.get("validates_in_code"):
+        item = self._storage.ledger.tool_schema(entry.get("agent_path") or [],
+                                                entry["tool_name"])
+        if item is not None and item.get("validates_in_code"):
             # its own validators could change what runs: the gate would refuse what this
             # inbox recorded, and the reviewer would believe in an approval that never runs
             msg = (f"tool {entry['tool_name']!r} checks its arguments with code of its own, "
@@ -456,7 +465,7 @@ class Inbox:
                    "(Inbox(url, agents=[agent]), `graphkit serve --agent module:attr`), or "
                    "approve or decline it as it is")
             raise InvalidApprovedArgsError(msg)
-        schema = item.value.get("schema") if item is not None else None
+        schema = item.get("schema") if item is not None else None
         if not schema:
             return dict(args)
         try:
@@ -521,7 +530,8 @@ class Inbox:
 
     def expire(self) -> list[PendingApproval]:
         """Decline every waiting approval past its `expires_at` (never approve one)."""
-        entries = {e["id"]: e for e in self._waiting_entries() if e.get("expires_at")}
+        entries = {e["id"]: e for e in self._waiting_entries(state="waiting", decided=False)
+                   if e.get("expires_at")}
         expired: list[PendingApproval] = []
         for approval_id in self._storage.ledger.overdue(entries):
             entry = entries[approval_id]

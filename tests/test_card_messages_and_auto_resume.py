@@ -17,7 +17,6 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from graphkit import Agent, Inbox, ToolContext, create_tool
-from graphkit._journal import APPROVALS
 from graphkit.testing import ScriptedChatModel
 from graphkit.web import server_thread_messages
 from tests.helpers import Ledger, call, turn
@@ -140,17 +139,17 @@ def test_held_server_read_fails_closed(sqlite_url: str) -> None:
 
 
 def test_held_server_read_takes_the_ledgers_thread_not_the_index(sqlite_url: str) -> None:
-    """A store writer rewrites an approval's index entry to name another thread, and writes an
-    entry for an approval the ledger never saw naming a victim thread: the loopback read is
-    asked for the ledger's thread only, and never for the victim's."""
+    """A store writer writes, where graphkit once kept its inbox index, an entry naming another
+    thread for an approval, and one for an approval the ledger never saw: the inbox reads the
+    ledger only, so the loopback read is asked for the ledger's thread, never the victim's."""
     ran: list[Any] = []
     agent = _hostile_agent(sqlite_url, ran)
     agent.generate("pay")
     (pending,) = Inbox(sqlite_url).pending()
-    store = agent._storage.store
-    entry = dict(store.get(APPROVALS, pending.id).value)
-    store.put(APPROVALS, pending.id, {**entry, "thread_id": "victim"})
-    store.put(APPROVALS, "forged-1", {**entry, "id": "forged-1", "thread_id": "victim"})
+    store, entry = agent._storage.store, pending.to_dict()
+    store.put(("graphkit", "approvals"), pending.id, {**entry, "thread_id": "victim"})
+    store.put(("graphkit", "approvals"), "forged-1",
+              {**entry, "id": "forged-1", "thread_id": "victim", "state": "waiting"})
     asked: list[str] = []
 
     async def server(thread_id: str) -> list[BaseMessage]:
@@ -160,7 +159,7 @@ def test_held_server_read_takes_the_ledgers_thread_not_the_index(sqlite_url: str
     client = signed_in(sqlite_url, thread_messages=server)
     real = client.get(f"/approvals/{pending.id}")
     forged = client.get("/approvals/forged-1")
-    assert real.status_code == 200
+    assert real.status_code == 200 and forged.status_code == 404
     assert "secret of victim" not in real.text + forged.text
     assert "victim" not in asked, asked
 

@@ -25,6 +25,7 @@ from graphkit import (
     ToolContext,
     create_tool,
 )
+from graphkit._ledger import Clearance
 from graphkit.testing import ScriptedChatModel
 from tests.helpers import agent_with, call, ledger_plan, turn
 
@@ -64,17 +65,39 @@ def test_a_sent_task_runs_nothing_the_ledger_does_not_allow(durable_url: str) ->
         task(pay_call, ["assistant"], key="call_made_up"),  # a key nobody planned
         task(pay_call, ["assistant"], key=None),
         task(look_call, ["assistant"], tool_name="pay", args=PAY),  # an ungated call's key
-        task(look_call, ["assistant"], args={"key": "other"}),  # other arguments
         task(look_call, ["someone-else"]),  # another agent's path
     ]
     for forged in attacks:
         agent.graph.invoke(Command(goto=Send("tools", forged)), config(thread))
+    # other arguments for the call that ran: the task's are never read; it ran, so it is
+    # answered with its recorded result
+    agent.graph.invoke(Command(goto=Send("tools", task(look_call, ["assistant"], args={
+        "key": "other"}))), config(thread))
     assert ran.names() == ["lookup"]  # nothing new ran, not even the harmless call again
     assert len(refused(agent, thread)) >= len(attacks) - 1
     # the real approval still works, once
     assert agent.approve_tool_call_generate(run_id=result.run_id).finish_reason in (
         "stop", "suspended")
     assert ran.names() == ["lookup", "pay"]
+
+
+def test_a_sent_task_runs_the_arguments_the_ledger_holds_never_its_own(sqlite_url: str
+                                                                       ) -> None:
+    """The tools node reads a call's arguments from the ledger by its key: a `Send` of the
+    approved payment's key with another amount and payee pays what was approved, once."""
+    agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done", "done"],
+                            checkpointer=sqlite_url)
+    result = agent.generate("pay")
+    (pending,) = result.pending_approvals
+    pay = next(c for c in plan_of(agent, result.thread_id)["calls"] if c["tool_name"] == "pay")
+    Inbox(sqlite_url).approve(pending.id, decided_by="cfo")
+    # as a gate that verified the decision records it, before its own Send leaves
+    agent._storage.ledger.clear({pending.id: Clearance(pending.args_digest, pay["args"])})
+    forged = task(pay, ["assistant"], args={"amount": 99_999, "payee": {"name": "Mallory"}})
+    agent.graph.invoke(Command(goto=Send("tools", forged)), config(result.thread_id))
+    assert [args for _, args in ran.ran] == [PAY]
+    agent.resume(run_id=result.run_id)
+    assert [args for _, args in ran.ran] == [PAY]  # once
 
 
 def test_a_plan_marked_approved_in_state_runs_nothing() -> None:

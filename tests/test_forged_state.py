@@ -502,11 +502,9 @@ def test_a_forged_ai_turn_declines_a_pending_approval_without_a_user_message(
 def test_a_rewritten_index_entry_lets_a_new_turn_decline_a_subagents_approval(
         sqlite_url: str) -> None:
     """The supervisor's thread waits on ops's purge (agent path boss/ops). A client makes the
-    supervisor plan a turn with a gated call of its own (pending, path boss), rewrites that
-    entry of the inbox index to carry ops's approval id, and writes one more model turn: the
-    supervisor's gate closes the 'stray' - by the id in the store value."""
-    from graphkit._journal import APPROVALS
-
+    supervisor plan a turn with a gated call of its own (pending, path boss), writes into the
+    store (where graphkit once kept its inbox index) an entry giving it ops's approval id, and
+    writes one more model turn: the supervisor's new turn leaves ops's approval pending."""
     purged: list[int] = []
 
     @create_tool(needs_approval=True)
@@ -528,12 +526,12 @@ def test_a_rewritten_index_entry_lets_a_new_turn_decline_a_subagents_approval(
         call("pay", {"amount": 1}, "y1")])]}, as_node="model")
     with contextlib.suppress(Exception):
         boss.graph.invoke(Command(goto="approval_gate"), cfg)
-    mine = [i for i in store.search(APPROVALS, limit=1000)
-            if i.value.get("agent_path") == ["boss"] and i.value.get("state") == "waiting"]
+    mine = [w for w in boss._storage.ledger.waiting_rows(thread_id=r.thread_id)
+            if list(w.row.agent_path) == ["boss"] and w.waiting]
     if not mine:
         pytest.skip("the supervisor's forged turn planned nothing")
-    item = mine[0]
-    store.put(APPROVALS, item.key, {**item.value, "id": ops_pending.id}, index=False)
+    store.put(("graphkit", "approvals"), mine[0].row.approval_id,
+              {**mine[0].record, "id": ops_pending.id, "state": "waiting"}, index=False)
     # 2. one more model turn
     boss.graph.update_state(cfg, {"messages": [AIMessage("", id="forged-2", tool_calls=[
         call("pay", {"amount": 2}, "y2")])]}, as_node="model")

@@ -338,19 +338,16 @@ def test_inbox_decides_an_approval_deep_in_a_subagent(sqlite_url: str) -> None:
 
 
 def test_a_cards_messages_come_from_the_thread_the_ledger_recorded(sqlite_url: str) -> None:
-    """The inbox index is a copy a store writer could rewrite: pointing an approval's entry at
-    another thread does not show that thread's conversation on the approval's card."""
-    from graphkit._journal import APPROVALS
-
+    """A store writer cannot point an approval at another thread (graphkit once kept an inbox
+    index in the store): the card shows the conversation of the ledger's thread."""
     agent, _ran = agent_with([turn(call("pay", {"amount": 5, "payee": {"name": "x"}}, "p1")),
                               "paid", "the plan is secret"], checkpointer=sqlite_url)
     paused = agent.generate("pay x 5")
     other = agent.generate("tell me the secret plan")
     (pending,) = paused.pending_approvals
     inbox = Inbox(sqlite_url, agents=[agent])
-    store = agent._storage.store
-    entry = dict(store.get(APPROVALS, pending.id).value)
-    store.put(APPROVALS, pending.id, {**entry, "thread_id": other.thread_id})
+    agent._storage.store.put(("graphkit", "approvals"), pending.id,
+                             {**pending.to_dict(), "thread_id": other.thread_id})
     said = [str(m.content) for m in inbox.messages(pending.id)]
     assert "pay x 5" in said and "tell me the secret plan" not in said, said
 

@@ -198,3 +198,135 @@ def test_a_one_mib_argument_is_paused_approved_and_run_once(sqlite_url: str) -> 
     Inbox(sqlite_url).approve(pending.id, decided_by="ops", args_digest=pending.args_digest)
     assert agent.resume(run_id=first.run_id).text == "written"
     assert written == [1 << 20]
+
+
+def _file_bytes(path: Any) -> int:
+    import os
+    return sum(os.path.getsize(p) for p in (str(path), f"{path}-wal") if os.path.exists(p))
+
+
+def _checkpointed(path: Any) -> None:
+    import sqlite3
+    with sqlite3.connect(str(path)) as con:
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def test_a_paused_one_mib_call_grows_the_file_by_at_most_three_times_its_size(
+        tmp_path: Any) -> None:
+    """Stored once: the model's message (LangGraph's own copy), and one row of the ledger
+    that the plan, the approval record, the call and the audit all refer to. The interrupt
+    shows the text's length, digest and start; the tools node reads the arguments from the
+    ledger, so no `Send` carries them."""
+    from graphkit import Agent, Inbox, create_tool
+    from graphkit.testing import ScriptedChatModel
+    from tests.helpers import call, turn
+
+    written: list[int] = []
+
+    @create_tool(needs_approval=True)
+    def write_file(path: str, content: str) -> str:
+        """Write a file."""
+        written.append(len(content))
+        return f"wrote {len(content)}"
+
+    db = tmp_path / "graphkit.db"
+    url = f"sqlite:///{db}"
+
+    def agent_for(content: str) -> Agent:
+        return Agent(name="w", tools=[write_file], checkpointer=url, model=ScriptedChatModel(
+            [turn(call("write_file", {"path": "/a", "content": content}, "c1")), "written"]))
+
+    warm = agent_for("small")  # tables made, first pages written
+    first = warm.generate("write it")
+    Inbox(url).approve(first.pending_approvals[0].id, decided_by="ops")
+    warm.resume(run_id=first.run_id)
+    _checkpointed(db)
+    before = _file_bytes(db)
+    size = 1 << 20
+    agent = agent_for("x" * size)
+    paused = agent.generate("write it")
+    (pending,) = paused.pending_approvals
+    assert len(pending.args["content"]) == size  # the API shows it whole (from the ledger)
+    Inbox(url).approve(pending.id, decided_by="ops", args_digest=pending.args_digest)
+    assert agent.resume(run_id=paused.run_id).text == "written"
+    assert written == [5, size]
+    _checkpointed(db)
+    growth = (_file_bytes(db) - before) / size
+    assert growth <= 3.0, f"the file grew by {growth:.2f}x the argument's size"
+
+
+def test_the_interrupt_withholds_long_text_and_an_edit_that_keeps_it_keeps_the_text(
+        sqlite_url: str) -> None:
+    """A raw `Command(resume=...)` edit (Agent Chat UI's shape) that changes the path and
+    leaves the withheld content as the interrupt showed it writes the real content."""
+    from langgraph.types import Command
+
+    from graphkit import Agent, create_tool
+    from graphkit._secrets import WITHHELD_CHARS
+    from graphkit.testing import ScriptedChatModel
+    from tests.helpers import call, config, turn
+
+    written: list[tuple[str, str]] = []
+
+    @create_tool(needs_approval=True)
+    def write_file(path: str, content: str) -> str:
+        """Write a file."""
+        written.append((path, content))
+        return "ok"
+
+    content = "".join(chr(97 + i % 26) for i in range(WITHHELD_CHARS + 10))
+    agent = Agent(name="w", tools=[write_file], checkpointer=sqlite_url,
+                  model=ScriptedChatModel([turn(call("write_file", {"path": "/a",
+                                                                    "content": content}, "c1")),
+                                           "done"]))
+    paused = agent.generate("write")
+    cfg = config(paused.thread_id)
+    (interrupt,) = agent.graph.get_state(cfg).interrupts
+    shown = interrupt.value["action_requests"][0]["args"]
+    assert shown["path"] == "/a" and shown["content"] != content
+    assert f"{len(content)} characters" in shown["content"] and content[:50] in shown["content"]
+    assert content not in json.dumps(interrupt.value)
+    agent.graph.invoke(Command(resume={interrupt.id: {"decisions": [
+        {"type": "edit", "edited_action": {"name": "write_file",
+                                           "args": {**shown, "path": "/b"}}}]}}), cfg)
+    assert written == [("/b", content)]
+
+
+def test_arguments_that_look_like_a_stored_reference_are_data(sqlite_url: str) -> None:
+    """A model writes, inside its arguments, the shape the ledger uses to refer to a stored
+    value, naming another call's stored text: the tool gets what the model wrote."""
+    from graphkit import Agent, Inbox, create_tool
+    from graphkit._ledger._values import REF
+    from graphkit.testing import ScriptedChatModel
+    from tests.helpers import call, turn
+
+    got: list[Any] = []
+
+    @create_tool(needs_approval=True)
+    def store(run_args: list[str], approved_args: dict[str, Any] | None = None) -> str:
+        """Store."""
+        got.append((run_args, approved_args))
+        return "ok"
+
+    import hashlib
+
+    from graphkit._ledger._sql import dumps
+
+    secret = {"run_args": ["s" * 40_000], "approved_args": None}
+    stored = hashlib.sha256(dumps(secret).encode()).hexdigest()  # the ledger's own reference
+    forged = {"run_args": [REF, stored], "approved_args": {REF: stored}}
+    agent = Agent(name="s", tools=[store], checkpointer=sqlite_url, model=ScriptedChatModel([
+        turn(call("store", secret, "c0")), "one", turn(call("store", forged, "c1")), "two"]))
+    first = agent.generate("a")
+    Inbox(sqlite_url).approve(first.pending_approvals[0].id, decided_by="ops")
+    agent.resume(run_id=first.run_id)
+    second = agent.generate("b", thread_id=first.thread_id)
+    (pending,) = second.pending_approvals
+    assert agent._storage.ledger._sql.query(
+        "SELECT 1 FROM graphkit_values WHERE digest = ?", (stored,))
+    assert pending.args == forged
+    Inbox(sqlite_url).approve(pending.id, decided_by="ops")
+    agent.resume(run_id=second.run_id)
+    assert got[1] == (forged["run_args"], forged["approved_args"])
+    audit = agent._storage.ledger.read_audit(thread_id=second.thread_id)
+    assert all("s" * 100 not in json.dumps(e) for e in audit if e.get("approval_id") == pending.id)

@@ -270,11 +270,9 @@ def test_an_approved_call_whose_suspension_was_declined_does_not_run_again(sqlit
 
 
 def test_a_card_does_not_show_another_agents_conversation(tmp_path: Any) -> None:
-    """Attack: the card's thread now comes from the ledger, but the AGENT whose graph is read
-    still comes from the index entry's `agent_path` (store-writable). An inbox over agent A's
-    storage, given agents A and B (B keeps its own checkpoints), shows B's conversation of a
-    thread of the same id when a store writer rewrites A's entry to name B."""
-    from graphkit._journal import APPROVALS
+    """Attack: an inbox over agent A's storage, given agents A and B (B keeps its own
+    checkpoints), would show B's conversation of a thread of the same id if the card's agent
+    came from anything a store writer can write (graphkit once kept an inbox index there)."""
 
     url_a = f"sqlite:///{tmp_path / 'a.db'}"
     url_b = f"sqlite:///{tmp_path / 'b.db'}"
@@ -283,28 +281,23 @@ def test_a_card_does_not_show_another_agents_conversation(tmp_path: Any) -> None
     first = a.generate("pay ACME", thread_id="t-1")
     b.generate("the secret salary list is X", thread_id="t-1")
     (pending,) = first.pending_approvals
-    store = a._storage.store
-    item = store.get(APPROVALS, pending.id)
-    assert item is not None
-    store.put(APPROVALS, pending.id, {**item.value, "agent_path": ["hr"]})
+    a._storage.store.put(("graphkit", "approvals"), pending.id,
+                         {**pending.to_dict(), "agent_path": ["hr"]})
     shown = Inbox(a._storage, agents=[a, b]).messages(pending.id)
     assert not any("salary" in str(m.content) for m in shown), (
         f"the card shows another agent's conversation: {[m.content for m in shown]}")
 
 
 def test_held_a_card_shows_the_ledgers_thread_not_the_entrys(sqlite_url: str) -> None:
-    """Attack: a store writer points A's index entry at thread 't-2' (another user's): the
-    card still shows the thread the ledger recorded."""
-    from graphkit._journal import APPROVALS
+    """Attack: a store writer writes an entry pointing A's approval at thread 't-2' (another
+    user's): the card still shows the thread the ledger recorded."""
 
     agent, _ = _billing(sqlite_url)
     first = agent.generate("pay ACME", thread_id="t-1")
     agent.generate("my password is hunter2", thread_id="t-2")
     (pending,) = first.pending_approvals
-    store = agent._storage.store
-    item = store.get(APPROVALS, pending.id)
-    assert item is not None
-    store.put(APPROVALS, pending.id, {**item.value, "thread_id": "t-2"})
+    agent._storage.store.put(("graphkit", "approvals"), pending.id,
+                             {**pending.to_dict(), "thread_id": "t-2"})
     shown = Inbox(agent._storage, agents=[agent]).messages(pending.id)
     assert shown and not any("hunter2" in str(m.content) for m in shown)
 

@@ -119,42 +119,44 @@ async def test_async_runs_on_sqlite(sqlite_url: str) -> None:
 
 def test_the_one_statement_claim_admits_exactly_what_the_ledger_allows(durable_url: str
                                                                        ) -> None:
-    """The tools node's fast path claims a call in one UPDATE: only for the thread, agent,
-    tool and arguments planned, and for a gated call only once approved and cleared by a gate
-    for those arguments; anything else falls back to the step-by-step checks, which say
-    why."""
-    from graphkit._ledger import ApprovalRow, CallRow
+    """The tools node's fast path claims a call in one UPDATE: only for the thread, agent
+    and tool planned, and for a gated call only once approved and cleared by a gate; it
+    returns the arguments the call runs with (as planned, or as cleared), never any a task
+    carries. Anything else falls back to the step-by-step checks, which say why."""
+    from graphkit._ledger import ApprovalRow, CallRow, Clearance
     from graphkit._storage import open_storage
 
     ledger = open_storage(durable_url).ledger
+    planned, edited = {"amount": 1}, {"amount": 2}
     ledger.register(
         calls=[CallRow(call_key="free", thread_id="t", agent_path=["a", "b"], tool_name="pay",
-                       args_digest="d1", approval_id=None),
+                       args_digest="d1", approval_id=None, args=planned),
                CallRow(call_key="gated", thread_id="t", agent_path=["a"], tool_name="pay",
-                       args_digest="d1", approval_id="apr1")],
+                       args_digest="d1", approval_id="apr1", args=planned)],
         approvals=[ApprovalRow(approval_id="apr1", thread_id="t", kind="approval",
                                call_key="gated", agent_path=["a"], tool_name="pay",
                                args_digest="d1")])
 
-    def claim(key: str, owner: str, **change: Any) -> bool:
+    def claim(key: str, owner: str, **change: Any) -> Any:
         fields: dict[str, Any] = {"thread_id": "t", "agent_path": ["a", "b"] if key == "free"
-                                  else ["a"], "tool_name": "pay", "args_digest": "d1"}
-        return ledger.start_admitted(key, owner, **{**fields, **change}) is not None
+                                  else ["a"], "tool_name": "pay"}
+        return ledger.start_admitted(key, owner, **{**fields, **change})
 
-    assert not claim("free", "x", thread_id="other")
-    assert not claim("free", "x", agent_path=["a"])
-    assert not claim("free", "x", tool_name="refund")
-    assert not claim("free", "x", args_digest="d2")
-    assert not claim("nowhere", "x")
-    assert claim("free", "me") and not claim("free", "again")  # once
-    assert not claim("gated", "x")  # pending
+    assert claim("free", "x", thread_id="other") is None
+    assert claim("free", "x", agent_path=["a"]) is None
+    assert claim("free", "x", tool_name="refund") is None
+    assert claim("nowhere", "x") is None
+    won = claim("free", "me")
+    assert won is not None and won.args == planned and won.digest == "d1"
+    assert claim("free", "again") is None  # once
+    assert claim("gated", "x") is None  # pending
     decision = {"type": "approve", "decided_by": "alice", "run_digest": "d2"}
     assert ledger.decide("apr1", thread_id="t", args_digest="d1", status="approved",
                          decision=decision, audits=[])
-    assert not claim("gated", "x", args_digest="d2")  # claimed, not yet verified by a gate
-    ledger.clear({"apr1": "d2"})
-    assert not claim("gated", "x")  # cleared for other (edited) arguments
-    assert claim("gated", "me", args_digest="d2")
+    assert claim("gated", "x") is None  # claimed, not yet verified by a gate
+    ledger.clear({"apr1": Clearance("d2", edited)})
+    won = claim("gated", "me")
+    assert won is not None and won.args == edited and won.digest == "d2"
 
 
 def test_a_sqlite_saver_instance_keeps_the_ledger_in_its_file(tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from graphkit import Agent, create_tool
-from graphkit._journal import APPROVALS
 from graphkit.testing import ScriptedChatModel
 from tests.helpers import call, turn
 
@@ -47,20 +46,19 @@ def boss_agent(purged: list[int], checkpointer: str) -> Agent:
 
 
 def slow_first_index_write(agent: Agent, delay: float) -> None:
-    """The first inbox-index write of an approval takes `delay` seconds (a store on a busy
-    database, a GIL-bound thread): nothing else about the run changes."""
-    store = agent._storage.store
-    real_put = store.put
+    """The first mark of what a run waits on takes `delay` seconds (a busy database, a
+    GIL-bound thread): nothing else about the run changes."""
+    ledger = agent._storage.ledger
+    real_mark = ledger.mark_waiting
     slowed = threading.Event()
 
-    def put(namespace: tuple[str, ...], key: str, value: dict[str, Any], *args: Any,
-            **kwargs: Any) -> None:
-        if tuple(namespace) == APPROVALS and not slowed.is_set():
+    def mark(*args: Any, **kwargs: Any) -> None:
+        if kwargs.get("waiting") and not slowed.is_set():
             slowed.set()
             time.sleep(delay)
-        real_put(namespace, key, value, *args, **kwargs)
+        real_mark(*args, **kwargs)
 
-    store.put = put  # type: ignore[method-assign]
+    ledger.mark_waiting = mark  # type: ignore[method-assign]
 
 
 @pytest.mark.parametrize("delay", [0.5, 0.02])
@@ -68,9 +66,9 @@ def test_two_parallel_delegations_of_one_subagent_keep_both_approvals(
         sqlite_url: str, delay: float) -> None:
     """Two delegations of `ops` in one supervisor turn run concurrently; each plans a gated
     `purge`. Both must wait for a reviewer. Delegation A registers its approval in the ledger,
-    then writes its inbox entry; if delegation B's model turn runs `_close_strays` between
-    the two, B finds A's pending approval with no inbox entry (so no `scope` to tell it is a
-    parallel delegation) and declines it as a stray."""
+    then marks that its run waits on it; if delegation B's model turn sweeps strays between
+    the two, B finds A's pending approval unmarked (so no `scope` to tell it is a parallel
+    delegation) and must still not decline it as a stray."""
     purged: list[int] = []
     boss = boss_agent(purged, sqlite_url)
     slow_first_index_write(boss, delay)

@@ -19,9 +19,19 @@ from graphkit._ledger._leases import Leases
 from graphkit._ledger._messages import Messages
 from graphkit._ledger._outbox import Notifications
 from graphkit._ledger._plans import Plans
-from graphkit._ledger._rows import ApprovalRow, AuditRow, CallRow, GrantRow, OutboxEvent, Start
+from graphkit._ledger._rows import (
+    ApprovalRow,
+    AuditRow,
+    CallRow,
+    Claimed,
+    Clearance,
+    GrantRow,
+    OutboxEvent,
+    Start,
+)
 from graphkit._ledger._schema import (
     DONE,
+    LATE,
     LEASE_SECONDS,
     MIGRATIONS,
     NOTIFY_EVENTS,
@@ -31,6 +41,7 @@ from graphkit._ledger._schema import (
     WAIT_SECONDS,
 )
 from graphkit._ledger._sql import PAGE_SIZE, Postgres, RunBusyError, Sql, Sqlite
+from graphkit._ledger._waiting import Waiting, WaitingRow
 
 __all__ = [
     "DONE",
@@ -43,18 +54,21 @@ __all__ = [
     "ApprovalRow",
     "AuditRow",
     "CallRow",
+    "Claimed",
+    "Clearance",
     "GrantRow",
     "Ledger",
     "OutboxEvent",
     "RunBusyError",
     "Start",
+    "WaitingRow",
 ]
 
 
-class Ledger(Plans, Decisions, Executions, Leases, Messages, Notifications):
+class Ledger(Plans, Decisions, Executions, Leases, Messages, Notifications, Waiting):
     """graphkit's trusted records and leases, in one SQL database: each concept's statements
     are in a module of their own (`_plans`, `_decisions`, `_calls`, `_leases`, `_messages`,
-    `_outbox`), on the connection, audit and outbox of `_base`."""
+    `_outbox`, `_waiting`), on the connection, audit and outbox of `_base`."""
 
     def __init__(self, sql: Sql) -> None:
         self._sql = sql
@@ -63,6 +77,8 @@ class Ledger(Plans, Decisions, Executions, Leases, Messages, Notifications):
         for table, column, kind in MIGRATIONS:
             if not sql.query(f"SELECT {sql.has_column} ", (table, column)):
                 sql.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        for statement in LATE:
+            sql.execute(statement)
 
     @classmethod
     def sqlite(cls, path: str = ":memory:") -> Ledger:

@@ -5,7 +5,6 @@ is written to the outbox in the same transaction)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -15,12 +14,14 @@ from graphkit._ledger._rows import (
     ApprovalRow,
     AuditRow,
     CallRow,
+    Clearance,
 )
 from graphkit._ledger._schema import (
     NOTIFY_EVENTS,
     NOTIFY_RECHECK,
 )
-from graphkit._ledger._sql import Sql, Tx, dumps, iso_now, loads
+from graphkit._ledger._sql import Sql, Tx, iso_now, loads
+from graphkit._ledger._values import stowed, unstowed
 
 __all__ = ["LedgerBase"]
 
@@ -39,7 +40,7 @@ class LedgerBase:
             written = tx.execute(
                 "INSERT INTO graphkit_audit (thread_id, approval_id, dedupe, entry) "
                 "VALUES (?, ?, ?, ?) ON CONFLICT (dedupe) DO NOTHING",
-                (row.thread_id, row.approval_id, row.dedupe, dumps(row.entry)))
+                (row.thread_id, row.approval_id, row.dedupe, stowed(tx, row.entry)))
             if written == 1 and row.entry.get("event") in NOTIFY_EVENTS:
                 self._outbox(tx, row)
 
@@ -61,7 +62,7 @@ class LedgerBase:
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         rows = self._sql.query(f"SELECT entry FROM graphkit_audit{clause} ORDER BY seq",
                                tuple(params))
-        return [json.loads(r[0]) for r in rows]
+        return [unstowed(self._sql.query, r[0]) for r in rows]
 
     def _flush(self) -> None:
         """Make every commit so far durable: one synchronous=FULL write (in SQLite's WAL its
@@ -115,7 +116,7 @@ class LedgerBase:
             "INSERT INTO graphkit_outbox (event_id, type, thread_id, approval_id, created_at, "
             f"payload) VALUES (?, ?, ?, ?, {self._sql.now}, ?)",
             (str(uuid.uuid4()), kind or NOTIFY_EVENTS[str(row.entry["event"])], row.thread_id,
-             row.approval_id, dumps(payload)))
+             row.approval_id, stowed(tx, payload)))
         for listener in list(LedgerBase._outbox_listeners):
             with contextlib.suppress(Exception):
                 listener()
@@ -149,7 +150,7 @@ class LedgerBase:
         raise NotImplementedError
 
     # implemented by `Plans`
-    def _clear(self, tx: Tx, cleared: Mapping[str, str]) -> None:
+    def _clear(self, tx: Tx, cleared: Mapping[str, Clearance]) -> None:
         raise NotImplementedError
 
     def _insert_approval(self, tx: Tx, row: ApprovalRow, *, live_grant: str | None = None

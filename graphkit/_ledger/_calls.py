@@ -12,14 +12,17 @@ from graphkit._ledger._rows import (
     APPROVAL_READ,
     ApprovalRow,
     CallRow,
+    Claimed,
     Start,
     approval_row,
 )
 from graphkit._ledger._schema import (
     ADMITTED,
     DONE,
+    RUN_ARGS,
 )
 from graphkit._ledger._sql import dumps, loads, path_text
+from graphkit._ledger._values import unstowed
 
 __all__ = ["Executions"]
 
@@ -52,10 +55,12 @@ class Executions(LedgerBase):
         return running
 
     def admission(self, call_key: str) -> tuple[CallRow | None, ApprovalRow | None]:
-        """A planned call and its approval (if it needs one), in one read."""
+        """A planned call (with the arguments it runs with) and its approval (if it needs
+        one), in one read."""
         rows = self._sql.query(
             "SELECT c.call_key, c.thread_id, c.agent_path, c.tool_name, c.args_digest, "
-            "c.approval_id, c.executed, c.outcome, c.once_results, cl.run_digest, "
+            "c.approval_id, c.executed, c.outcome, c.once_results, cl.run_digest, c.args, "
+            "cl.run_args, "
             + ", ".join(f"a.{col.strip()} AS a_{col.strip()}"
                         for col in APPROVAL_READ.split(",")) +
             " FROM graphkit_calls c LEFT JOIN graphkit_approvals a "
@@ -64,16 +69,19 @@ class Executions(LedgerBase):
         if not rows:
             return None, None
         r = rows[0]
+        args = r[11] if r[5] is not None and r[11] is not None else r[10]
         call = CallRow(call_key=str(r[0]), thread_id=str(r[1]),
                        agent_path=[p for p in str(r[2]).split("/") if p], tool_name=str(r[3]),
                        args_digest=str(r[4]), approval_id=r[5], executed=r[6],
-                       outcome=loads(r[7]), once_results=loads(r[8]), cleared=r[9])
-        return call, approval_row(r[10:]) if r[10] is not None else None
+                       outcome=loads(r[7]), once_results=loads(r[8]), cleared=r[9],
+                       args=unstowed(self._sql.query, args, whole=True))
+        return call, approval_row(r[12:]) if r[12] is not None else None
 
     def call(self, call_key: str) -> CallRow | None:
+        """A planned call, with its arguments as planned."""
         rows = self._sql.query(
             "SELECT call_key, thread_id, agent_path, tool_name, args_digest, approval_id, "
-            "executed, outcome, once_results FROM graphkit_calls WHERE call_key = ?",
+            "executed, outcome, once_results, args FROM graphkit_calls WHERE call_key = ?",
             (call_key,))
         if not rows:
             return None
@@ -81,7 +89,8 @@ class Executions(LedgerBase):
         return CallRow(call_key=str(r[0]), thread_id=str(r[1]),
                        agent_path=[p for p in str(r[2]).split("/") if p], tool_name=str(r[3]),
                        args_digest=str(r[4]), approval_id=r[5], executed=r[6],
-                       outcome=loads(r[7]), once_results=loads(r[8]))
+                       outcome=loads(r[7]), once_results=loads(r[8]),
+                       args=unstowed(self._sql.query, r[9], whole=True))
 
     def outcomes(self, call_keys: Iterable[str], *, thread_id: str | None = None
                  ) -> dict[str, dict[str, Any] | None]:
@@ -98,37 +107,37 @@ class Executions(LedgerBase):
         return {str(r[0]): loads(r[2]) if r[1] == DONE else None for r in rows}
 
     def start_admitted(self, call_key: str, owner: str, *, thread_id: str,
-                       agent_path: Sequence[str], tool_name: str, args_digest: str
-                       ) -> tuple[dict[str, Any], bool] | None:
+                       agent_path: Sequence[str], tool_name: str) -> Claimed | None:
         """Claim a call's first execution in one statement, when the ledger admits it as is:
-        planned in this thread, agent and tool, for exactly these arguments, and approved
-        for them if it needs approval (an approval admits only once a gate verified it,
-        `clear`, whoever claimed it). Returns the call's `ctx.once` results when it is
-        claimed, and whether it has resume data to read (`resume_values`); None sends the
-        caller to the step-by-step path (`admission`, `start`), which says why not, or
-        takes over a dead holder's claim."""
-        rows = self._claim_admitted(call_key, owner, thread_id, agent_path, tool_name,
-                                    args_digest)
+        planned in this thread, agent and tool, and approved if it needs approval (an
+        approval admits only once a gate verified it, `clear`, whoever claimed it). Returns
+        the arguments it runs with, its `ctx.once` results, and whether it has resume data to
+        read (`resume_values`); None sends the caller to the step-by-step path (`admission`,
+        `start`), which says why not, or takes over a dead holder's claim."""
+        rows = self._claim_admitted(call_key, owner, thread_id, agent_path, tool_name)
         if len(rows) != 1:
             return None
-        if rows[0][2] is not None:  # a gated call: its claim is on disk before the tool starts
+        once, resumed, approval_id, planned, planned_digest, cleared, cleared_digest = rows[0]
+        if approval_id is not None:  # a gated call: its claim is on disk before the tool starts
             # (RETURNING the id itself: SQLite 3.40 evaluates `x IS NOT NULL` there wrongly)
             self._flush()
         _keeper.KEEPER.hold(self, ("call", call_key), owner, _schema.LEASE_SECONDS)
-        return dict(loads(rows[0][0]) or {}), bool(rows[0][1])
+        gated = approval_id is not None and cleared is not None
+        return Claimed(once=dict(loads(once) or {}), resumed=bool(resumed),
+                       args=unstowed(self._sql.query, cleared if gated else planned, whole=True),
+                       digest=str(cleared_digest if gated else planned_digest))
 
     def _claim_admitted(self, call_key: str, owner: str, thread_id: str,
-                        agent_path: Sequence[str], tool_name: str, args_digest: str
-                        ) -> list[tuple[Any, ...]]:
+                        agent_path: Sequence[str], tool_name: str) -> list[tuple[Any, ...]]:
         now = self._sql.now
         return self._sql.query(
             f"UPDATE graphkit_calls SET executed = ?, claim_expires = {now} + ? "
             f"WHERE call_key = ? AND executed IS NULL AND {ADMITTED} RETURNING once_results, "
             "EXISTS (SELECT 1 FROM graphkit_approvals a WHERE a.thread_id = ? "
-            "AND a.call_key = ? AND a.kind = 'suspension' AND a.status = 'approved'), "
-            "approval_id",
+            f"AND a.call_key = ? AND a.kind = 'suspension' AND a.status = 'approved'), "
+            f"approval_id, {RUN_ARGS}",
             (owner, _schema.LEASE_SECONDS, call_key, thread_id, path_text(agent_path), tool_name,
-             args_digest, args_digest, thread_id, call_key))
+             thread_id, call_key))
 
     def start(self, call_key: str, owner: str, *, holder_dead: Any) -> tuple[Start, CallRow | None]:
         """Claim the one execution of a call, as a lease on it. `done` returns the recorded
@@ -230,15 +239,15 @@ class Executions(LedgerBase):
                     self._call_finished(tx, key, outcome, "not_run")
 
     def settle_call(self, call_key: str, outcome: Mapping[str, Any], *, thread_id: str,
-                    agent_path: Sequence[str], tool_name: str, args_digest: str) -> bool:
+                    agent_path: Sequence[str], tool_name: str) -> bool:
         """Record the answer of one call, only if the ledger planned exactly that call (this
-        thread, agent, tool and arguments) and it has none yet: a delegation's answer cannot
-        stand for another call whose key a client named."""
+        thread, agent and tool) and it has none yet: a delegation's answer cannot stand for
+        another call whose key a client named."""
         return self._sql.execute(
             "UPDATE graphkit_calls SET executed = ?, outcome = ? WHERE call_key = ? "
             f"AND executed IS NULL AND {ADMITTED}",
-            (DONE, dumps(dict(outcome)), call_key, thread_id, path_text(agent_path), tool_name,
-             args_digest, args_digest)) == 1
+            (DONE, dumps(dict(outcome)), call_key, thread_id, path_text(agent_path),
+             tool_name)) == 1
 
     def resume_values(self, call_key: str, thread_id: str) -> list[Any]:
         """Resume data a gate cleared for a suspended call of this thread, oldest first."""

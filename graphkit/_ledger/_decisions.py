@@ -16,7 +16,8 @@ from graphkit._ledger._rows import (
     approval_row,
     grant_row,
 )
-from graphkit._ledger._sql import dumps, loads, path_text
+from graphkit._ledger._sql import dumps, path_text
+from graphkit._ledger._values import unstowed
 from graphkit.types import ApprovalRecord
 
 __all__ = ["Decisions"]
@@ -42,7 +43,8 @@ class Decisions(LedgerBase):
         """The approval record as planned (real arguments), if the ledger keeps it."""
         rows = self._sql.query("SELECT record FROM graphkit_approvals WHERE approval_id = ?",
                                (approval_id,))
-        record: ApprovalRecord | None = loads(rows[0][0]) if rows and rows[0][0] else None
+        record: ApprovalRecord | None = (unstowed(self._sql.query, rows[0][0])
+                                         if rows and rows[0][0] else None)
         return record
 
     def approval(self, approval_id: str) -> ApprovalRow | None:

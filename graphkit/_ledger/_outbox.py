@@ -10,6 +10,7 @@ from graphkit._ledger._rows import (
     OutboxEvent,
 )
 from graphkit._ledger._sql import dumps, loads
+from graphkit._ledger._values import unstowed
 
 __all__ = ["Notifications"]
 
@@ -82,7 +83,8 @@ class Notifications(LedgerBase):
             "SELECT event_id, type, created_at, payload FROM graphkit_outbox "
             f"WHERE event_id IN ({marks}) ORDER BY created_at", tuple(attempts))
         return [OutboxEvent(event_id=str(r[0]), type=str(r[1]), created_at=float(r[2]),
-                            payload=loads(r[3]) or {}, attempts=attempts[str(r[0])])
+                            payload=unstowed(self._sql.query, r[3]) or {},
+                            attempts=attempts[str(r[0])])
                 for r in events]
 
     def delivered(self, event_id: str, target: str) -> None:

@@ -12,12 +12,14 @@ from graphkit._ledger._rows import (
     ApprovalRow,
     AuditRow,
     CallRow,
+    Clearance,
     allowed_text,
 )
 from graphkit._ledger._schema import (
     DONE,
 )
-from graphkit._ledger._sql import Tx, dumps, loads, path_text
+from graphkit._ledger._sql import Tx, dumps, path_text
+from graphkit._ledger._values import stowed, unstowed
 from graphkit._state import TurnPlan
 
 __all__ = ["Plans"]
@@ -41,19 +43,23 @@ class Plans(LedgerBase):
             return set()
         now = self._sql.now
         fell_back: set[str] = set()
+        args_of = {call.call_key: call.args for call in calls}  # a grant runs a call as planned
         with self._sql.transaction() as tx:
             for call in calls:
                 tx.execute(
                     "INSERT INTO graphkit_calls (call_key, thread_id, agent_path, tool_name, "
-                    "args_digest, approval_id, turn_key, created_at) VALUES "
-                    f"(?, ?, ?, ?, ?, ?, ?, {now}) ON CONFLICT (call_key) DO NOTHING",
+                    "args_digest, approval_id, turn_key, args, created_at) VALUES "
+                    f"(?, ?, ?, ?, ?, ?, ?, ?, {now}) ON CONFLICT (call_key) DO NOTHING",
                     (call.call_key, call.thread_id, path_text(call.agent_path), call.tool_name,
-                     call.args_digest, call.approval_id, call.turn_key))
+                     call.args_digest, call.approval_id, call.turn_key,
+                     stowed(tx, call.args, whole=True) if call.args is not None else None))
             for row in approvals:
                 grant_id = (row.decision or {}).get("grant_id")
                 if grant_id and self._insert_approval(tx, row, live_grant=grant_id):
                     # the planner checked the grantor's policy for this very call
-                    self._clear(tx, {row.approval_id: str((row.decision or {})["run_digest"])})
+                    self._clear(tx, {row.approval_id: Clearance(
+                        str((row.decision or {})["run_digest"]),
+                        args_of.get(row.call_key or ""))})
                 elif grant_id:
                     fell_back.add(row.approval_id)
                     row = ApprovalRow(**{**{f: getattr(row, f) for f in
@@ -75,7 +81,7 @@ class Plans(LedgerBase):
         rows = self._sql.query("SELECT plan FROM graphkit_turns WHERE thread_id = ? AND "
                                "agent_path = ? AND turn_key = ?",
                                (thread_id, path_text(agent_path), key))
-        plan: TurnPlan | None = loads(rows[0][0]) if rows else None
+        plan: TurnPlan | None = unstowed(self._sql.query, rows[0][0]) if rows else None
         return plan
 
     def save_turn(self, thread_id: str, agent_path: Sequence[str], plan: TurnPlan) -> None:
@@ -88,21 +94,24 @@ class Plans(LedgerBase):
                    "VALUES (?, ?, ?, ?) ON CONFLICT (thread_id, agent_path, turn_key) "
                    "DO UPDATE SET plan = excluded.plan",
                    (thread_id, path_text(agent_path), str(plan.get("turn_key") or ""),
-                    dumps(plan)))
+                    stowed(tx, plan)))
 
-    def clear(self, cleared: Mapping[str, str]) -> None:
-        """Record that the gate verified these approvals (id -> digest of the arguments that
-        will run) and lets their calls run."""
+    def clear(self, cleared: Mapping[str, Clearance]) -> None:
+        """Record that the gate verified these approvals (id -> the arguments that will run,
+        and their digest) and lets their calls run."""
         if cleared:
-            self._clear(self._sql, cleared)
+            with self._sql.transaction() as tx:
+                self._clear(tx, cleared)
 
-    def _clear(self, tx: Tx, cleared: Mapping[str, str]) -> None:
-        """One statement (atomic without a transaction of its own)."""
-        rows = ", ".join(f"(?, ?, {self._sql.now})" for _ in cleared)
-        tx.execute("INSERT INTO graphkit_cleared (approval_id, run_digest, cleared_at) "
+    def _clear(self, tx: Tx, cleared: Mapping[str, Clearance]) -> None:
+        rows = ", ".join(f"(?, ?, ?, {self._sql.now})" for _ in cleared)
+        tx.execute("INSERT INTO graphkit_cleared (approval_id, run_digest, run_args, cleared_at) "
                    f"VALUES {rows} ON CONFLICT (approval_id) DO UPDATE SET "
-                   "run_digest = excluded.run_digest, cleared_at = excluded.cleared_at",
-                   tuple(v for item in cleared.items() for v in item))
+                   "run_digest = excluded.run_digest, run_args = excluded.run_args, "
+                   "cleared_at = excluded.cleared_at",
+                   tuple(v for approval_id, (digest, args) in cleared.items()
+                         for v in (approval_id, digest, None if args is None else
+                                   stowed(tx, args, whole=True))))
 
     def _insert_approval(self, tx: Tx, row: ApprovalRow, *, live_grant: str | None = None
                          ) -> bool:
@@ -112,7 +121,7 @@ class Plans(LedgerBase):
             row.approval_id, row.thread_id, row.kind, row.call_key, path_text(row.agent_path),
             row.tool_name, row.args_digest, row.ttl, row.status,
             dumps(row.decision) if row.decision else None, allowed_text(row.allowed),
-            row.run_id, dumps(dict(row.record)) if row.record is not None else None)
+            row.run_id, stowed(tx, dict(row.record)) if row.record is not None else None)
         guard = ""
         if live_grant is not None:
             guard = (" WHERE EXISTS (SELECT 1 FROM graphkit_grants WHERE grant_id = ? AND "

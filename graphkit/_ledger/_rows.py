@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from graphkit._ledger._sql import loads
 
 __all__ = ["APPROVAL_COLUMNS", "APPROVAL_READ", "GRANT_COLUMNS", "ApprovalRow", "AuditRow",
-           "CallRow", "GrantRow", "OutboxEvent", "Start", "allowed_text", "allowed_types",
-           "approval_row", "grant_row"]
+           "CallRow", "Claimed", "Clearance", "GrantRow", "OutboxEvent", "Start", "allowed_text",
+           "allowed_types", "approval_row", "grant_row"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallRow:
@@ -28,9 +28,33 @@ class CallRow:
     outcome: dict[str, Any] | None = None
     once_results: dict[str, Any] | None = None
     cleared: str | None = None
+    """The digest of the arguments an approval gate verified and let run (gated calls)."""
     turn_key: str | None = None
     """The plan's key (`graphkit._state.turn_key`): which version of that message."""
-    """The digest of the arguments an approval gate verified and let run (gated calls)."""
+    args: Mapping[str, Any] | None = None
+    """The arguments it runs with: as planned, or (gated calls) as a gate cleared them."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claimed:
+    """A call whose one execution this process just claimed, and what it runs with."""
+
+    once: dict[str, Any]
+    """Its `ctx.once` results so far."""
+    resumed: bool
+    """Whether it has resume data to read (a suspension answered)."""
+    args: Any
+    """The arguments it runs with: as planned, or as its approval was cleared."""
+    digest: str
+    """Their digest as the gate recorded it (the tools node checks it)."""
+
+
+class Clearance(NamedTuple):
+    """What a gate verified for an approval: the digest of the arguments that run, and them
+    (None: the call's planned arguments, already in its row)."""
+
+    run_digest: str
+    run_args: Mapping[str, Any] | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-__all__ = ["ADMITTED", "DONE", "LEASE_SECONDS", "MIGRATIONS", "NOTIFY_EVENTS", "NOTIFY_RECHECK",
-           "SCHEMA", "SERVER_AGENT", "SERVER_THREAD", "WAIT_SECONDS"]
+__all__ = ["ADMITTED", "DONE", "LATE", "LEASE_SECONDS", "MIGRATIONS", "NOTIFY_EVENTS",
+           "NOTIFY_RECHECK", "RUN_ARGS", "SCHEMA", "SERVER_AGENT", "SERVER_THREAD", "WAIT_SECONDS"]
 
 LEASE_SECONDS = 30.0
 """A lease outlives a crashed holder by at most this long; live holders renew it."""
@@ -146,23 +146,49 @@ SCHEMA = (
         PRIMARY KEY (event_id, target)
     )""",
     "CREATE INDEX IF NOT EXISTS graphkit_deliveries_due ON graphkit_deliveries (target, next_at)",
+    # Large arguments, stored once (`_values`): records hold a reference to them.
+    """CREATE TABLE IF NOT EXISTS graphkit_values (
+        digest TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    ){keyed}""",
+    # Each agent's tool schemas, for an inbox that checks an edit without loading the agent.
+    """CREATE TABLE IF NOT EXISTS graphkit_tools (
+        agent_path TEXT NOT NULL,
+        tool_name TEXT NOT NULL,
+        tool_schema TEXT NOT NULL,
+        PRIMARY KEY (agent_path, tool_name)
+    ){keyed}""",
 )
 
 
 ADMITTED = (
-    "thread_id = ? AND agent_path = ? AND tool_name = ? AND ((approval_id IS NULL AND "
-    "args_digest = ?) OR EXISTS (SELECT 1 FROM graphkit_approvals a JOIN graphkit_cleared cl "
-    "ON cl.approval_id = a.approval_id WHERE a.approval_id = graphkit_calls.approval_id "
-    "AND a.status = 'approved' AND cl.run_digest = ?))")
-"""A `graphkit_calls` row planned for this thread, agent and tool that may run with the
-arguments of this digest: it needs no approval and was planned with them, or a gate verified
-its approval for them. Parameters: thread id, agent path, tool name, digest, digest."""
+    "thread_id = ? AND agent_path = ? AND tool_name = ? AND (approval_id IS NULL OR EXISTS "
+    "(SELECT 1 FROM graphkit_approvals a JOIN graphkit_cleared cl ON cl.approval_id = "
+    "a.approval_id WHERE a.approval_id = graphkit_calls.approval_id AND a.status = 'approved'))")
+"""A `graphkit_calls` row planned for this thread, agent and tool that may run: it needs no
+approval (it runs as planned), or a gate verified its approval (it runs as cleared).
+Parameters: thread id, agent path, tool name."""
+RUN_ARGS = (
+    "args, args_digest, (SELECT cl.run_args FROM graphkit_cleared cl WHERE cl.approval_id = "
+    "graphkit_calls.approval_id), (SELECT cl.run_digest FROM graphkit_cleared cl WHERE "
+    "cl.approval_id = graphkit_calls.approval_id)")
+"""A call's planned arguments and digest, and those its approval cleared."""
 
 MIGRATIONS = (("graphkit_approvals", "allowed", "TEXT"),
                ("graphkit_calls", "suspended_with", "TEXT"),
                ("graphkit_approvals", "record", "TEXT"),
-               ("graphkit_calls", "turn_key", "TEXT"))
+               ("graphkit_calls", "turn_key", "TEXT"),
+               # what a paused run waits on: the run's id ('' for a server's run), else NULL
+               ("graphkit_approvals", "waiting", "TEXT"),
+               ("graphkit_approvals", "call_index", "INTEGER"),
+               ("graphkit_approvals", "scope", "TEXT"),
+               # the arguments a call runs with: as planned, and as a gate cleared them
+               ("graphkit_calls", "args", "TEXT"),
+               ("graphkit_cleared", "run_args", "TEXT"))
 """Columns added after a table was first made: added to an existing database on open."""
+LATE = ("CREATE INDEX IF NOT EXISTS graphkit_approvals_waiting ON graphkit_approvals "
+        "(waiting) WHERE waiting IS NOT NULL",)
+"""Statements on migrated columns: run after `MIGRATIONS`."""
 
 NOTIFY_RECHECK = 5.0
 """Seconds a ledger trusts its cached `notify` row before it reads it again."""

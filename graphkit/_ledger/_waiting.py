@@ -1,0 +1,91 @@
+"""What waits for a reviewer: which approvals and suspensions a paused run waits on (the
+inbox lists these), and each agent's tool schemas, for checking an edit without the agent.
+
+A gate marks what its run now waits on as it pauses, and unmarks what it applied; a reviewer's
+door reads the marks here, in the ledger, where no client of a LangGraph server can write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from graphkit._ledger._base import LedgerBase
+from graphkit._ledger._rows import APPROVAL_READ, ApprovalRow, approval_row
+from graphkit._ledger._sql import dumps, loads, path_text
+from graphkit._ledger._values import unstowed
+from graphkit.types import ApprovalRecord
+
+__all__ = ["Waiting", "WaitingRow"]
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaitingRow:
+    """An approval or suspension with its record as planned, and whether a run waits on it."""
+
+    row: ApprovalRow
+    record: ApprovalRecord
+    waiting: bool
+    run_id: str | None
+    """The run that waits (or last waited) on it; None: a LangGraph server's run."""
+    place: int
+    """Its call's place in the turn (the inbox lists a turn's calls in order)."""
+
+
+class Waiting(LedgerBase):
+    """What waits for a reviewer, and each agent's tool schemas."""
+
+    def mark_waiting(self, thread_id: str, agent_path: Sequence[str], *, run_id: str | None,
+                     scope: str, waiting: Mapping[str, int], done: Iterable[str] = (),
+                     strays: bool = False) -> None:
+        """One gate pass: the run `run_id` now waits on `waiting` (approval id -> the call's
+        place in the turn); `done` no longer waits. With `strays` (a new turn), whatever else
+        this agent marked waiting in this scope (a turn that never reached a checkpoint, or
+        one a client replaced) is unmarked: no run waits on it, though it stays pending until
+        decided, expired or superseded."""
+        path = path_text(agent_path)
+        with self._sql.transaction() as tx:
+            if strays:
+                keep = list(waiting)
+                spare = f" AND approval_id NOT IN ({', '.join('?' for _ in keep)})" if keep else ""
+                tx.execute("UPDATE graphkit_approvals SET waiting = NULL WHERE thread_id = ? "
+                           "AND agent_path = ? AND COALESCE(scope, '') = ? "
+                           f"AND waiting IS NOT NULL{spare}", (thread_id, path, scope, *keep))
+            for approval_id in done:
+                tx.execute("UPDATE graphkit_approvals SET waiting = NULL WHERE approval_id = ? "
+                           "AND thread_id = ? AND waiting IS NOT NULL", (approval_id, thread_id))
+            for approval_id, place in waiting.items():
+                tx.execute("UPDATE graphkit_approvals SET waiting = ?, call_index = ?, "
+                           "scope = ? WHERE approval_id = ? AND thread_id = ? AND agent_path = ?",
+                           (run_id or "", place, scope, approval_id, thread_id, path))
+
+    def waiting_rows(self, *, approval_id: str | None = None, thread_id: str | None = None
+                     ) -> list[WaitingRow]:
+        """What runs wait on (one approval's, or one thread's, if given), with their records
+        as planned; rows that predate the ledger keeping records are left out."""
+        where = "waiting IS NOT NULL AND record IS NOT NULL"
+        params: tuple[str, ...] = ()
+        if approval_id is not None:
+            where, params = "approval_id = ? AND record IS NOT NULL", (approval_id,)
+        elif thread_id is not None:
+            where, params = "thread_id = ? AND record IS NOT NULL", (thread_id,)
+        rows = self._sql.query(f"SELECT {APPROVAL_READ}, record, waiting, call_index "
+                               f"FROM graphkit_approvals WHERE {where}", params)
+        return [WaitingRow(row=approval_row(r[:12]), record=unstowed(self._sql.query, r[12]),
+                           waiting=r[13] is not None, run_id=r[13] or r[11] or None,
+                           place=int(r[14] or 0)) for r in rows]
+
+    def save_tool_schema(self, agent_path: Sequence[str], tool_name: str,
+                         schema: Mapping[str, Any]) -> None:
+        """The tool's argument and resume schemas as its agent declares them (for an inbox
+        that checks an edit without loading the agent)."""
+        self._sql.execute(
+            "INSERT INTO graphkit_tools (agent_path, tool_name, tool_schema) VALUES (?, ?, ?) "
+            "ON CONFLICT (agent_path, tool_name) DO UPDATE SET tool_schema = "
+            "excluded.tool_schema", (path_text(agent_path), tool_name, dumps(dict(schema))))
+
+    def tool_schema(self, agent_path: Sequence[str], tool_name: str) -> dict[str, Any] | None:
+        rows = self._sql.query("SELECT tool_schema FROM graphkit_tools WHERE agent_path = ? AND "
+                               "tool_name = ?", (path_text(agent_path), tool_name))
+        schema: dict[str, Any] | None = loads(rows[0][0]) if rows else None
+        return schema
