@@ -1,13 +1,12 @@
 """Bounds on JSON-like values that come from models, reviewers and clients.
 
-Tool arguments, edited arguments, resume data and suspension payloads are copied into
-checkpoints, the inbox index and the audit log, rendered on review cards and hashed into
-digests. A value that is too deep, too large, cyclic or not valid Unicode fails somewhere in
-that chain (`copy.deepcopy`, the checkpoint serialiser, the store's JSON encoder) with an error
-that says nothing useful, possibly after part of a decision was already recorded. These checks
-run first, refuse such a value with a clear message, and never raise `RecursionError`
-themselves: they walk the value with an explicit stack and stop as soon as a bound is crossed,
-without serialising it.
+Tool arguments, edited arguments, resume data and suspension payloads are written to
+checkpoints and the ledger, rendered on review cards and hashed into digests. A value that is
+too deep, too large, cyclic or not valid Unicode fails somewhere in that chain
+(`copy.deepcopy`, the checkpoint serialiser, a JSON encoder) with an error that says nothing
+useful, possibly after part of a decision was already recorded. These checks run first, refuse
+such a value with a clear message, and never raise `RecursionError` themselves: they walk the
+value with an explicit stack and stop as soon as a bound is crossed, without serialising it.
 """
 
 from __future__ import annotations
@@ -27,9 +26,9 @@ use); 32 stays far below all of them, whatever wraps the value."""
 MAX_BYTES = int(os.environ.get("GRAPHKIT_MAX_VALUE_BYTES") or 2 * 1024 * 1024)
 """Approximate size of the value as compact JSON (UTF-8, escapes not counted): 2 MiB, or
 `$GRAPHKIT_MAX_VALUE_BYTES`. Enough for a tool that writes a file of a few hundred KB or a
-MiB (a model's whole output fits many times over); a paused call is still copied into several
-records (its message, the plan, the inbox entry, the audit, each checkpoint of the run), which
-this bound keeps finite. It also bounds the work of a check: every item costs at least two
+MiB (a model's whole output fits many times over); a paused call's arguments are stored in
+its message and once in the ledger (`graphkit._ledger._values`), which this bound keeps
+finite. It also bounds the work of a check: every item costs at least two
 bytes, so no separate limit on the number of keys or items is needed."""
 
 MAX_TEXT = 10_000

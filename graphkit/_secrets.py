@@ -4,7 +4,7 @@ value and the digest covers it; every view of a call shows the mask instead.
 The gate's plan and the ledger keep the real arguments (they run). Which parts of them are
 secret is found once, when a call is planned, from the tool's own JSON dump (pydantic masks
 secrets there), and recorded with the call's approval (`metadata["secret_paths"]`); every
-rendering (the interrupt value, the inbox index, the audit, webhooks, cards) masks those paths.
+rendering (the interrupt value, the inbox, the audit, webhooks, cards) masks those paths.
 An edit that leaves a masked value as shown keeps the real one.
 
 Long text is withheld the same way from the interrupt value (`withheld`): a 1 MiB file a model

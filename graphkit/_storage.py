@@ -156,7 +156,7 @@ _SERVED: Storage | None = None
 
 def served_storage() -> Storage:
     """The one storage of the agents a LangGraph server serves in this process: the server
-    keeps their checkpoints; their ledger and inbox index are shared here, so the web inbox
+    keeps their checkpoints; their ledger is shared here, so the web inbox
     mounted in the same server (`graphkit.web:app`) decides in them. With `GRAPHKIT_DB` set
     (`postgresql://...` or `sqlite:///...`) they live in that database, where `Inbox`, the CLI
     and every process of the deployment share them; else in this process's memory."""

@@ -222,7 +222,9 @@ def _url(args: argparse.Namespace) -> str:
 def _inbox(args: argparse.Namespace) -> Inbox:
     from graphkit.inbox import Inbox
 
-    return Inbox(_url(args))
+    url = _url(args)
+    agents = [_load_agent(spec, url) for spec in getattr(args, "agents", None) or ()]
+    return Inbox(url, agents=agents)
 
 
 def _json_args(raw: str | None) -> dict[str, Any] | None:
@@ -405,6 +407,13 @@ def _next(inbox: Inbox, decided: PendingApproval) -> str:
             f"`graphkit resume {decided.run_id} --agent module:attr`")
 
 
+def _agent_option(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument("--agent", action="append", dest="agents", metavar="MODULE:ATTR",
+                     help="an Agent (or a factory taking the storage URL) whose tools and "
+                          "approvers policy judge the decision here; required to decide for "
+                          "an agent that has a policy")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with the operator's own arguments escaped in its usage errors too."""
 
@@ -443,6 +452,7 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("id")
         cmd.add_argument("--by", required=True, help="who decides (recorded in the audit log)")
         cmd.add_argument("--comment")
+        _agent_option(cmd)
         if name == "approve":
             cmd.add_argument("--args", help="edited arguments as a JSON object")
             cmd.add_argument("--digest", help="the args_digest you reviewed")
@@ -450,6 +460,7 @@ def _parser() -> argparse.ArgumentParser:
                    "'respond')")
     respond.add_argument("id")
     respond.add_argument("--by", required=True, help="who decides (recorded in the audit log)")
+    _agent_option(respond)
     respond.add_argument("--message", required=True, help="what the model reads as the result")
     audit = verb("audit", "show the audit log", listing=True)
     audit.add_argument("--thread")
@@ -476,6 +487,7 @@ def _parser() -> argparse.ArgumentParser:
     revoke = verb("revoke", "revoke a grant: later calls of its tool ask again")
     revoke.add_argument("id")
     revoke.add_argument("--by", required=True, help="who revokes (recorded in the audit log)")
+    _agent_option(revoke)
     return parser
 
 

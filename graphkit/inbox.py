@@ -443,6 +443,19 @@ class Inbox:
         tool = agent._find_tool(record["agent_path"], record["tool_name"]) if agent else None
         approvers = self.approvers or (policy_finder(agent)(record["agent_path"])
                                        if agent else None)
+        if approvers is None and agent is None:
+            schema = ledger.tool_schema(record["agent_path"], record["tool_name"]) or {}
+            if schema.get("policy"):
+                # the gate would refuse what its policy refuses, and the reviewer would believe
+                # in a decision that never takes effect: refuse it here and now instead
+                refused = ApproverNotAllowedError(
+                    f"agent {'/'.join(record['agent_path'])!r} decides who may approve "
+                    f"{record['tool_name']!r} with an approvers policy this inbox cannot run; "
+                    "decide it where the agent is loaded (Inbox(url, agents=[agent]), "
+                    "`graphkit approve ... --agent module:attr`), or give this inbox the policy")
+                refuse(ledger, entry, refused, decided_by=decided_by, thread_id=thread_id,
+                       run_id=run_id)
+                raise refused
         take(ledger, record, choice, decided_by=decided_by, comment=comment,
              approvers=approvers, tool=tool, thread_id=thread_id, run_id=run_id,
              reviewed_digest=args_digest, remember=remember,

@@ -32,7 +32,8 @@ TOKENS_ENV = "GRAPHKIT_TOKENS"
 """Environment variable with the token map: `{"tok": "identity"}` or `tok=identity,tok2=id2`."""
 
 GRAPHKIT_NAMESPACE = "graphkit"
-"""First element of every store namespace graphkit owns (its inbox index, grants, ...)."""
+"""First element of the store namespaces graphkit reserves: closed to clients (graphkit keeps
+its records in the ledger; an older graphkit kept an inbox index here)."""
 
 ANONYMOUS = "anonymous"
 """Identity given to callers without a token when anonymous access is allowed."""

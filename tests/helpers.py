@@ -140,3 +140,12 @@ def dead_owner() -> str:
     token = ":".join(parts)
     assert holder_is_dead(token)
     return token
+
+
+def lax_inbox(url: str, **kwargs: Any) -> Any:
+    """An inbox with an approvers policy of its own that admits anyone: a door whose policy
+    is not the agent's, so the gate judges each decision it records again by the agent's (an
+    inbox without any policy refuses at once to decide for an agent that has one)."""
+    from graphkit import Inbox
+
+    return Inbox(url, approvers=lambda who, pending: True, **kwargs)

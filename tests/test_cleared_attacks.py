@@ -27,6 +27,7 @@ from tests.helpers import (
     call,
     cfo_only,
     config,
+    lax_inbox,
     ledger_plan,
     pay_call,
     pay_then_done,
@@ -72,8 +73,10 @@ def test_policy_refused_claim_passes_verify_with_a_forged_tool_name_cli(sqlite_u
     result = agent.generate("pay")
     thread = result.thread_id
     (pending,) = Inbox(sqlite_url).pending()
-    # the CLI (no agent at hand) claims the payment for the intern
-    assert main(["approve", pending.id, "--db", sqlite_url, "--by", "intern"]) == 0
+    # the CLI without the agent cannot run its policy: it refuses at once
+    assert main(["approve", pending.id, "--db", sqlite_url, "--by", "intern"]) != 0
+    # an inbox with a policy of its own claims the payment for the intern
+    lax_inbox(sqlite_url).approve(pending.id, decided_by="intern")
     # a client rewrites the waiting record's tool name (the call itself stays `pay`)
     plan = plan_of(agent, thread)
     pay_call(plan)["approval"]["tool_name"] = "bash"
@@ -100,7 +103,7 @@ def test_control_the_same_claim_without_the_forgery_is_withdrawn(sqlite_url: str
                             name="billing")
     result = agent.generate("pay")
     (pending,) = Inbox(sqlite_url).pending()
-    assert main(["approve", pending.id, "--db", sqlite_url, "--by", "intern"]) == 0
+    lax_inbox(sqlite_url).approve(pending.id, decided_by="intern")
     agent.resume(run_id=result.run_id)
     assert ran.ran == []
     assert Inbox(sqlite_url).get(pending.id).status == "pending"
@@ -122,7 +125,7 @@ def cleared_then_reopened(agent: Agent, sqlite_url: str) -> tuple[Any, dict[str,
     result = agent.generate("pay")
     thread = result.thread_id
     (pending,) = Inbox(sqlite_url).pending()
-    Inbox(sqlite_url).approve(pending.id, decided_by="cfo")
+    lax_inbox(sqlite_url).approve(pending.id, decided_by="cfo")
     agent.graph.invoke(Command(resume={}), config(thread), interrupt_before=["tools"])
     assert cleared(agent, pending.id) is not None
     plan = plan_of(agent, thread)
@@ -177,7 +180,7 @@ def test_a_crash_after_the_clear_then_a_stricter_policy_leaves_a_stale_clearance
                             name="billing")
     result = agent.generate("pay")
     (pending,) = Inbox(sqlite_url).pending()
-    Inbox(sqlite_url).approve(pending.id, decided_by="cfo")
+    lax_inbox(sqlite_url).approve(pending.id, decided_by="cfo")
     real_sync = GateJournal.sync
 
     def crash(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -235,7 +238,7 @@ def test_a_suspension_answered_by_a_refused_reviewer_never_reaches_the_tool(
     result = agent.generate("buy")
     assert result.finish_reason == "suspended" and seen == [None]
     (pending,) = Inbox(sqlite_url).pending()
-    Inbox(sqlite_url).resume(pending.id, "Moscow", decided_by="intern")  # no policy here
+    lax_inbox(sqlite_url).resume(pending.id, "Moscow", decided_by="intern")  # no policy here
     plan = plan_of(agent, result.thread_id)
     (c,) = plan["calls"]
     forge_alone(agent, result.thread_id, task(c, ["shop"]))
@@ -248,7 +251,7 @@ def test_a_cleared_then_reopened_suspension_feeds_a_refused_answer(sqlite_url: s
     result = agent.generate("buy")
     thread = result.thread_id
     (pending,) = Inbox(sqlite_url).pending()
-    Inbox(sqlite_url).resume(pending.id, "Berlin", decided_by="cfo")
+    lax_inbox(sqlite_url).resume(pending.id, "Berlin", decided_by="cfo")
     suspended = copy.deepcopy(plan_of(agent, thread)["calls"][0]["suspension"])
     agent.graph.invoke(Command(resume={}), config(thread), interrupt_before=["tools"])
     assert cleared(agent, pending.id) is not None and seen == [None]
@@ -260,7 +263,7 @@ def test_a_cleared_then_reopened_suspension_feeds_a_refused_answer(sqlite_url: s
     write_plan(agent, thread, plan)  # not taken: the state holds no plan (the call ran on)
     assert agent._storage.ledger.approval(pending.id).status != "pending"
     with pytest.raises(GraphkitError):  # decided already, and refused by policy anyway
-        Inbox(sqlite_url).resume(pending.id, "Moscow", decided_by="intern")
+        lax_inbox(sqlite_url).resume(pending.id, "Moscow", decided_by="intern")
     forge_alone(agent, thread, task(planned, ["shop"]))
     assert "Moscow" not in seen, f"the intern's resume data reached the tool: {seen}"
     assert seen == [None, "Berlin"]
@@ -377,8 +380,7 @@ def test_an_edit_the_tool_refuses_never_runs(sqlite_url: str) -> None:
     result = agent.generate("pay")
     (pending,) = Inbox(sqlite_url).pending()
     bad = {**EDIT, "memo": "x"}  # the tool's model drops the extra key
-    assert main(["approve", pending.id, "--db", sqlite_url, "--by", "cfo",
-                 "--args", json.dumps(bad)]) == 0
+    lax_inbox(sqlite_url).approve(pending.id, decided_by="cfo", args=bad)
     plan = plan_of(agent, result.thread_id)
     forge_alone(agent, result.thread_id, task(pay_call(plan), ["billing"], args=bad),
                 task(pay_call(plan), ["billing"], args=EDIT),
@@ -391,7 +393,7 @@ async def test_async_refused_claim_and_forged_send(sqlite_url: str) -> None:
                             name="billing")
     result = await agent.agenerate("pay")
     (pending,) = await Inbox(sqlite_url).apending()
-    await Inbox(sqlite_url).aapprove(pending.id, decided_by="intern")
+    await lax_inbox(sqlite_url).aapprove(pending.id, decided_by="intern")
     plan = await asyncio.to_thread(plan_of, agent, result.thread_id)
     cfg = config(result.thread_id)
     await agent.graph.aupdate_state(cfg, {"reports": {}}, as_node="approval_gate")
@@ -422,7 +424,7 @@ def test_a_subagent_decision_its_own_policy_refuses(sqlite_url: str) -> None:
     result = boss.generate("go")
     (pending,) = Inbox(sqlite_url).pending()
     assert pending.agent_path == ["boss", "ops"]
-    Inbox(sqlite_url).approve(pending.id, decided_by="boss")  # the supervisor's policy admits
+    lax_inbox(sqlite_url).approve(pending.id, decided_by="boss")  # the supervisor's policy admits
     boss.resume(run_id=result.run_id)
     assert ran == [], "the subagent's own policy refuses 'boss'"
     assert boss.approve_tool_call_generate(run_id=result.run_id, decided_by="dba").text == "ok"
@@ -450,13 +452,14 @@ def test_legit_inbox_and_cli(sqlite_url: str) -> None:
     agent, ran = agent_with(pay_then_done, checkpointer=sqlite_url, approvers=cfo_only,
                             name="billing")
     runs = [agent.generate("pay") for _ in range(4)]
-    inbox = Inbox(sqlite_url)
+    inbox = Inbox(sqlite_url, agents=[agent])
     ids = {p.run_id: p.id for p in inbox.pending()}
     inbox.approve(ids[runs[0].run_id], decided_by="cfo")
     inbox.approve(ids[runs[1].run_id], decided_by="cfo", args=EDIT)
-    assert main(["approve", ids[runs[2].run_id], "--db", sqlite_url, "--by", "cfo",
+    cli = ["--db", sqlite_url, "--by", "cfo", "--agent", "tests.policy_agent:billing"]
+    assert main(["approve", ids[runs[2].run_id], *cli,
                  "--args", json.dumps({**PAY, "amount": 7})]) == 0
-    assert main(["decline", ids[runs[3].run_id], "--db", sqlite_url, "--by", "cfo"]) == 0
+    assert main(["decline", ids[runs[3].run_id], *cli]) == 0
     for r in runs:
         assert agent.resume(run_id=r.run_id).text == "done"
     assert ran.ran == [("pay", PAY), ("pay", EDIT), ("pay", {**PAY, "amount": 7})]
@@ -473,7 +476,7 @@ def test_legit_raw_resume_with_identity_and_crash_after_clear(
                        config(r.thread_id, "cfo"))
     assert ran.ran == [("pay", EDIT)]
     r2 = agent.generate("pay")
-    Inbox(sqlite_url).approve(r2.pending_approvals[0].id, decided_by="cfo")
+    lax_inbox(sqlite_url).approve(r2.pending_approvals[0].id, decided_by="cfo")
     real = GateJournal.sync
     calls = {"n": 0}
 
@@ -516,7 +519,7 @@ def test_legit_suspensions_via_inbox_and_api(sqlite_url: str) -> None:
     agent = checkout_agent(seen, sqlite_url, approvers=cfo_only)
     r1 = agent.generate("buy")
     r2 = agent.generate("buy")
-    Inbox(sqlite_url).resume(r1.pending_approvals[0].id, "Berlin", decided_by="cfo")
+    lax_inbox(sqlite_url).resume(r1.pending_approvals[0].id, "Berlin", decided_by="cfo")
     assert agent.resume(run_id=r1.run_id).text == "done"
     assert agent.resume_generate("Paris", run_id=r2.run_id, decided_by="cfo").text == "done"
     assert seen == [None, None, "Berlin", "Paris"]
@@ -557,7 +560,7 @@ def test_legit_supervisor_via_api_and_inbox(sqlite_url: str) -> None:
     assert boss.approve_tool_call_generate(run_id=r1.run_id, decided_by="cfo",
                                            args={"days": 3}).text == "ok"
     r2 = boss.generate("go")
-    Inbox(sqlite_url).approve(r2.pending_approvals[0].id, decided_by="cfo")
+    lax_inbox(sqlite_url).approve(r2.pending_approvals[0].id, decided_by="cfo")
     assert boss.resume(run_id=r2.run_id).text == "ok"
     assert ran == [3, 7]
 
@@ -575,7 +578,7 @@ def test_legit_worker(tmp_path: Any) -> None:
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
-        inbox = Inbox(url)
+        inbox = lax_inbox(url)
         items = inbox.pending()
         inbox.approve(items[0].id, decided_by="cfo")
         inbox.approve(items[1].id, decided_by="intern")  # withdrawn by the gate
@@ -683,7 +686,7 @@ def test_an_expired_approval_claimed_by_a_refused_reviewer(sqlite_url: str) -> N
                             name="billing", approval_ttl=timedelta(milliseconds=400))
     result = agent.generate("pay")
     (pending,) = Inbox(sqlite_url).pending()
-    Inbox(sqlite_url).approve(pending.id, decided_by="intern")
+    lax_inbox(sqlite_url).approve(pending.id, decided_by="intern")
     time.sleep(0.5)
     plan = plan_of(agent, result.thread_id)
     forge_alone(agent, result.thread_id, task(pay_call(plan), ["billing"]))

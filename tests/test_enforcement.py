@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from graphkit import (
     Agent,
     AmbiguousApprovalError,
+    ApprovalsPendingError,
     ApproverNotAllowedError,
     GraphkitError,
     Inbox,
@@ -28,7 +29,7 @@ from graphkit import (
 )
 from graphkit.cli import main
 from graphkit.testing import ScriptedChatModel
-from tests.helpers import agent_with, call, ledger_plan, turn
+from tests.helpers import agent_with, call, lax_inbox, ledger_plan, turn
 
 PAY = {"amount": 40, "payee": {"name": "ACME"}}
 
@@ -144,13 +145,20 @@ def test_the_cli_cannot_approve_for_someone_the_agents_policy_refuses(sqlite_url
                             approvers=release_manager_only, name="billing")
     result = agent.generate("pay")
     (pending,) = Inbox(sqlite_url).pending()
-    assert main(["approve", pending.id, "--db", sqlite_url, "--by", "anyone"]) == 0
+    # without the agent the CLI cannot run its policy: refused at once, nothing recorded
+    assert main(["approve", pending.id, "--db", sqlite_url, "--by", "anyone"]) != 0
+    assert audit_events(agent, result.thread_id)[-1] == "refused"
+    with pytest.raises(ApprovalsPendingError):
+        agent.resume(run_id=result.run_id)
+    assert ran.ran == [] and Inbox(sqlite_url).get(pending.id).status == "pending"
+    assert "approved" not in audit_events(agent, result.thread_id)
+    # an inbox with a policy of its own records it; the gate withdraws it, recorded so
+    lax_inbox(sqlite_url).approve(pending.id, decided_by="anyone")
     after = agent.resume(run_id=result.run_id)
-    assert ran.ran == [] and after.finish_reason == "suspended"
-    assert after.pending_approvals[0].status == "pending"  # withdrawn, not stranded
+    assert ran.ran == [] and after.pending_approvals[0].status == "pending"
     events = audit_events(agent, result.thread_id)
     assert events[-1] == "refused" and "approved" in events
-    Inbox(sqlite_url).approve(pending.id, decided_by="release-manager")
+    Inbox(sqlite_url, agents=[agent]).approve(pending.id, decided_by="release-manager")
     assert agent.resume(run_id=result.run_id).text == "done"
     assert ran.ran == [("pay", PAY)]
 

@@ -142,8 +142,9 @@ def release_manager_only(decided_by: str | None, pending: Any) -> bool:
 
 def test_a_decision_the_agents_policy_refuses_never_runs_via_a_forged_send(
         sqlite_url: str) -> None:
-    """The CLI (no agent at hand) claims an approval for someone the agent's `approvers`
-    policy refuses; the gate withdraws it on its next pass. Before that pass, a client sends
+    """An inbox with a policy of its own claims an approval for someone the agent's
+    `approvers` policy refuses (the CLI without the agent refuses at once); the gate
+    withdraws it on its next pass. Before that pass, a client sends
     the call to the tools node: the ledger says 'approved', for exactly these arguments."""
     agent, ran = agent_with(pay_then_done,
                             checkpointer=sqlite_url, approvers=release_manager_only,
@@ -151,9 +152,11 @@ def test_a_decision_the_agents_policy_refuses_never_runs_via_a_forged_send(
     result = agent.generate("pay")
     a_call = pay_call(agent, result.thread_id)
     from graphkit import Inbox
+    from tests.helpers import lax_inbox
 
     (pending,) = Inbox(sqlite_url).pending()
-    assert main(["approve", pending.id, "--db", sqlite_url, "--by", "intern"]) == 0
+    assert main(["approve", pending.id, "--db", sqlite_url, "--by", "intern"]) != 0
+    lax_inbox(sqlite_url).approve(pending.id, decided_by="intern")
     # forge_alone: the forged task is the whole next superstep (else it races the gate's
     # re-verification, which withdraws the decision; the attack then wins about half the time)
     forge_alone(agent, result.thread_id, task(a_call, ["billing"]))

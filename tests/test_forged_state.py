@@ -27,6 +27,7 @@ from tests.helpers import (
     call,
     cfo_only,
     config,
+    lax_inbox,
     pay_call,
     pay_then_done,
     plan_of,
@@ -191,7 +192,7 @@ def test_a_subagents_cleared_call_runs_the_supervisors_tool_of_the_same_name(
     result = boss.generate("go")
     (pending,) = Inbox(sqlite_url).pending()
     assert pending.agent_path == ["boss", "ops"]
-    Inbox(sqlite_url).approve(pending.id, decided_by="dba")
+    lax_inbox(sqlite_url).approve(pending.id, decided_by="dba")
     real = GateJournal.sync
 
     def crash(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -436,7 +437,7 @@ def test_a_grant_claimed_by_a_refused_reviewer_approves_nothing_later(sqlite_url
 
     agent, ran = agent_with(reply, checkpointer=sqlite_url, approvers=cfo_only, name="billing")
     first = agent.generate("pay")
-    Inbox(sqlite_url).approve(first.pending_approvals[0].id, decided_by="intern",
+    lax_inbox(sqlite_url).approve(first.pending_approvals[0].id, decided_by="intern",
                               remember="thread")
     agent.resume(run_id=first.run_id)  # the gate withdraws the intern's decision
     assert ran.ran == []
@@ -466,7 +467,7 @@ def test_a_withdrawn_decision_leaves_its_grant_live(sqlite_url: str) -> None:
     agent, ran = agent_with(reply, checkpointer=sqlite_url, approvers=small_payments_for_interns,
                             name="billing")
     first = agent.generate("pay 500")
-    Inbox(sqlite_url).approve(first.pending_approvals[0].id, decided_by="intern",
+    lax_inbox(sqlite_url).approve(first.pending_approvals[0].id, decided_by="intern",
                               remember="thread")
     agent.resume(run_id=first.run_id)  # withdrawn: pending again
     agent.decline_tool_call_generate(run_id=first.run_id, decided_by="cfo")
@@ -658,7 +659,7 @@ def test_a_pinned_args_digest_does_not_pin_the_arguments(sqlite_url: str, door: 
                 {"type": "approve", "args_digest": reviewed.args_digest}]}),
                 config(r.thread_id, "cfo"))
         else:
-            Inbox(sqlite_url).approve(reviewed.id, decided_by="cfo",
+            lax_inbox(sqlite_url).approve(reviewed.id, decided_by="cfo",
                                       args_digest=reviewed.args_digest)
             agent.resume(run_id=r.run_id)
     assert ("pay", BIG) not in ran.ran, (
@@ -803,5 +804,5 @@ def test_a_pending_turn_rewritten_in_place_leaves_no_approval_waiting(sqlite_url
     row = agent._storage.ledger.approval(old.id)
     assert row is not None and row.status == "rejected"
     with pytest.raises(GraphkitError):
-        Inbox(sqlite_url).approve(old.id, decided_by="cfo")
+        lax_inbox(sqlite_url).approve(old.id, decided_by="cfo")
     assert ran.ran == []

@@ -400,3 +400,23 @@ def test_an_edit_the_tools_model_would_refuse_is_refused_by_an_inbox_without_it(
     with pytest.raises(InvalidApprovedArgsError):
         Inbox(sqlite_url).approve(first.pending_approvals[0].id, decided_by="ops", args=edit)
     assert Inbox(sqlite_url).get(first.pending_approvals[0].id).status == "pending"
+
+
+def test_a_door_that_cannot_run_the_agents_policy_refuses_at_once(sqlite_url: str) -> None:
+    """The agent decides who may approve with a policy; an inbox without the agent (or a
+    policy of its own) cannot run it: it refuses the decision here, audited, rather than
+    record one the gate would withdraw (a reviewer would believe in a payment that never
+    runs). Given the agent, the same reviewer's decision is final and runs."""
+    from graphkit import ApproverNotAllowedError
+
+    agent, ran = agent_with(pay_calls(1), checkpointer=sqlite_url,
+                            approvers=lambda who, p: who == "cfo")
+    result = agent.generate("pay")
+    (pending,) = result.pending_approvals
+    with pytest.raises(ApproverNotAllowedError, match="policy this inbox cannot run"):
+        Inbox(sqlite_url).approve(pending.id, decided_by="cfo")
+    assert Inbox(sqlite_url).get(pending.id).status == "pending"
+    assert [e["event"] for e in Inbox(sqlite_url).audit(id=pending.id)][-1] == "refused"
+    Inbox(sqlite_url, agents=[agent]).approve(pending.id, decided_by="cfo")
+    agent.resume(run_id=result.run_id)
+    assert ran.names() == ["pay"]

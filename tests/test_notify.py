@@ -21,7 +21,7 @@ import pytest
 from graphkit import Agent, Inbox, Webhook, verify_signature
 from graphkit._ledger import AuditRow, Ledger
 from graphkit._notify import _DISPATCHERS, SIGNATURE_HEADER, Dispatcher, sign
-from tests.helpers import agent_with, call, turn
+from tests.helpers import agent_with, call, lax_inbox, turn
 from tests.test_storage import ROOT
 
 SECRET = "whsec_test_4d2f"
@@ -396,7 +396,6 @@ def test_notifications_follow_outcomes(sqlite_url: str, receiver: Receiver) -> N
     replaces; a revoked grant by `grant.revoked`; each decided call by `run.finished` with
     its outcome: ran, failed, not_run."""
     from graphkit import create_tool
-    from graphkit.cli import main
     from graphkit.testing import ScriptedChatModel
 
     @create_tool(needs_approval=True)
@@ -422,9 +421,9 @@ def test_notifications_follow_outcomes(sqlite_url: str, receiver: Receiver) -> N
                   notify=[Webhook(receiver.url, secret=SECRET)])
     first = agent.generate("move")
     (pending,) = first.pending_approvals
-    # a door that knows no policy (the CLI without agents) records mallory's approval; the
-    # agent's gate refuses it and withdraws it: the call waits again
-    assert main(["approve", pending.id, "--db", sqlite_url, "--by", "mallory"]) == 0
+    # a door with a policy of its own records mallory's approval; the agent's gate refuses
+    # it and withdraws it: the call waits again
+    lax_inbox(sqlite_url).approve(pending.id, decided_by="mallory")
     agent.resume(run_id=first.run_id)
     assert agent._storage.ledger.approval(pending.id).status == "pending"
     # approved again, as it is: it runs

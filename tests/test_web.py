@@ -267,7 +267,8 @@ def test_the_web_inbox_on_postgresql(postgres_url: str) -> None:
     ran: list[tuple[str, Any]] = []
     billing, _ = _agents(postgres_url, ran)
     result = billing.generate("pay ACME")
-    client = TestClient(create_app(postgres_url, authenticate=TOKENS, secret="s"))
+    client = TestClient(create_app(postgres_url, authenticate=TOKENS, agents=[billing],
+                                   secret="s"))
     assert client.get("/", follow_redirects=False).status_code == 303
     login = re.search(r"name='login' value='([0-9a-f]+)'", client.get("/login").text)
     assert login is not None

@@ -78,7 +78,7 @@ def test_approve_runs_exactly_what_the_card_shows(sqlite_url: str) -> None:
     agent = _payee_agent(sqlite_url, ran)
     result = agent.generate("pay")
     (pending,) = Inbox(sqlite_url).pending()
-    client = signed_in(sqlite_url)
+    client = signed_in(sqlite_url, agents=[agent])
     card = client.get(f"/approvals/{pending.id}").text
     assert "<textarea name='arg.payee'" in card  # a line break survives an edit form
     client.post(f"/approvals/{pending.id}/approve",

@@ -541,7 +541,7 @@ class _LazyApp:
     `"http": {"app": ...}`.
 
     Inside the LangGraph server it serves the runs of the agents that server serves (their
-    shared ledger and inbox index: `GRAPHKIT_DB` if set, else the server process's memory);
+    shared ledger: `GRAPHKIT_DB` if set, else the server process's memory);
     elsewhere the database `GRAPHKIT_DB` names. Its pages live under `prefix`, beside the
     server's API.
     """
