@@ -63,7 +63,7 @@ from graphkit._state import AgentState, ToolTask, TurnPlan, turn_key
 from graphkit.tools import CONTEXT_KEY, GraphkitTool, ToolContext, ToolSuspended
 from graphkit.types import args_digest
 
-__all__ = ["make_model_node", "make_tools_nodes", "model_steps"]
+__all__ = ["make_model_node", "make_tools_nodes", "model_steps", "result_command"]
 
 ModelTarget = Literal["approval_gate", "__end__"]
 ToolTarget = Literal["approval_gate", "model"]
@@ -495,7 +495,8 @@ def _brief(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:299] + "…"
 
 
-def _result(task: ToolTask, output: Any) -> Command[ToolTarget]:
+def result_command(task: ToolTask, output: Any) -> Command[ToolTarget]:
+    """The command that hands one tool call's result back to its turn."""
     if isinstance(output, ToolMessage):
         message = output
     else:
@@ -524,7 +525,7 @@ def make_tools_nodes(
     """The `tools` node (sync and async): runs the one tool call it was sent, if allowed."""
 
     def finish(task: ToolTask, owner: str, output: Any) -> Command[ToolTarget]:
-        command = _result(task, output)
+        command = result_command(task, output)
         (message,) = command.update["messages"]  # type: ignore[index]
         ledger.finish(task["key"], owner, {"content": message.content, "status": message.status})
         return command

@@ -38,7 +38,7 @@ from langgraph.store.sqlite import SqliteStore
 
 from graphkit._ledger import PAGE_SIZE, Ledger
 
-__all__ = ["Storage", "open_storage", "served_storage"]
+__all__ = ["Storage", "open_storage", "serve_agent", "served_agents", "served_storage"]
 
 logger = logging.getLogger("graphkit")
 
@@ -167,6 +167,20 @@ def served_storage() -> Storage:
             InMemorySaver(), InMemoryStore(), "the LangGraph server of this process",
             Ledger.sqlite(), "langgraph-server")
     return _SERVED
+
+
+_SERVED_AGENTS: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+
+def serve_agent(agent: Any) -> None:
+    """Note an agent the LangGraph server of this process serves (by its name), so that the
+    web inbox mounted in the server judges decisions with its tools and policy."""
+    _SERVED_AGENTS[str(agent.name)] = agent
+
+
+def served_agents() -> list[Any]:
+    """The agents this process serves under a LangGraph server."""
+    return list(_SERVED_AGENTS.values())
 
 
 _IN_MEMORY: weakref.WeakKeyDictionary[BaseCheckpointSaver[Any], Ledger] = (

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from graphkit._context import PATH_KEY, thread_id_of
 from graphkit._ledger import DONE, Ledger
-from graphkit._nodes import _result
+from graphkit._nodes import result_command
 from graphkit._state import ToolTask, well_typed_task
 from graphkit.tools import DelegationTool
 from graphkit.types import args_digest
@@ -88,7 +88,7 @@ def make_delegate_nodes(
         ledger.settle_call(task["key"], {"content": message.content, "status": message.status},
                            thread_id=thread_id_of(config), agent_path=path_of(config),
                            tool_name=key)
-        return _result(task, message)
+        return result_command(task, message)
 
     def settled(task: ToolTask, config: RunnableConfig) -> Command[Any] | Mapping[str, Any]:
         """What the ledger planned for this delegation: its arguments (the task it hands
@@ -109,7 +109,7 @@ def make_delegate_nodes(
         message = ToolMessage(str(outcome.get("content", "")), tool_call_id=task["tool_call_id"],
                               name=key,
                               status="success" if outcome.get("status") == "success" else "error")
-        return _result(task, message)
+        return result_command(task, message)
 
     def delegate(task: ToolTask, config: RunnableConfig) -> Command[Any]:
         if not well_typed_task(task):  # a client's `Send` of anything: it does nothing

@@ -53,7 +53,7 @@ from graphkit._runs import (
 from graphkit._secrets import masked, masked_message
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers, GateSettings
 from graphkit._state import DEFAULT_MAX_STEPS, RunOptions
-from graphkit._storage import open_storage, served_storage
+from graphkit._storage import open_storage, serve_agent, served_storage
 from graphkit._validate import secret_paths_of
 from graphkit.errors import (
     SNAPSHOT_NOT_FOUND,
@@ -180,6 +180,8 @@ class Agent:
         # agents it serves share one ledger in this process, which its mounted web inbox reads.
         served = bool(os.environ.get(SERVER_ENV)) and checkpointer in (None, "memory")
         self._storage = served_storage() if served else open_storage(checkpointer)
+        if served:
+            serve_agent(self)
         self.notify = tuple(notify)
         self.dispatcher: Dispatcher | None = (
             start_notifications(self._storage.ledger, self.notify) if self.notify else None)

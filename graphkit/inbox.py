@@ -136,14 +136,19 @@ class Inbox:
     def may_view(self, viewer: str | None, item: PendingApproval) -> bool:
         """Whether `viewer` may see this approval (its card, arguments, messages, audit): the
         viewers policy, else the approvers policy (the inbox's, else its agent's, when the
-        inbox is given the agent). Without a policy it can run, every named reviewer sees
-        everything (give the inbox its agents, or `viewers=`, to say otherwise); a policy
-        that raises shows nothing."""
+        inbox is given the agent). An agent with an approvers policy this inbox cannot run
+        (it is not given the agent) shows its approvals to no named reviewer: who may see
+        them is that policy's to say. Where no policy exists at all, every named reviewer
+        sees everything; a policy that raises shows nothing."""
         policy = self.viewers or self.approvers
+        agent = None
         if policy is None:
             agent = self._agent_at(item.agent_path)
             policy = policy_finder(agent)(item.agent_path) if agent else None
         if policy is None:
+            if agent is None and viewer is not None:
+                schema = self._storage.ledger.tool_schema(item.agent_path, item.tool_name)
+                return not (schema or {}).get("policy")
             return viewer is not None
         if viewer is None:
             return False

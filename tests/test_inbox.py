@@ -420,3 +420,26 @@ def test_a_door_that_cannot_run_the_agents_policy_refuses_at_once(sqlite_url: st
     Inbox(sqlite_url, agents=[agent]).approve(pending.id, decided_by="cfo")
     agent.resume(run_id=result.run_id)
     assert ran.names() == ["pay"]
+
+
+def test_an_inbox_that_cannot_run_the_agents_policy_shows_its_approvals_to_no_reviewer(
+        sqlite_url: str) -> None:
+    """Who may see an approval is its agent's policy to say (by default, what it lets them
+    decide): an inbox without the agent shows a named reviewer nothing of an agent with a
+    policy (list, card, audit), rather than everything; given the agent, the policy's own
+    answer. This process itself (no `viewer`) still reads its own database."""
+    from graphkit import ApprovalNotFoundError
+
+    agent, _ran = agent_with(pay_calls(1), checkpointer=sqlite_url,
+                             approvers=lambda who, p: who == "cfo")
+    result = agent.generate("pay")
+    (pending,) = result.pending_approvals
+    blind = Inbox(sqlite_url)
+    assert blind.pending(viewer="dev") == [] and blind.pending(viewer="cfo") == []
+    with pytest.raises(ApprovalNotFoundError):
+        blind.get(pending.id, viewer="dev")
+    assert blind.audit(thread_id=result.thread_id, viewer="dev") == []
+    assert [p.id for p in blind.pending()] == [pending.id]
+    seeing = Inbox(sqlite_url, agents=[agent])
+    assert [p.id for p in seeing.pending(viewer="cfo")] == [pending.id]
+    assert seeing.pending(viewer="dev") == []

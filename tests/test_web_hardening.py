@@ -124,7 +124,7 @@ def test_deep_json_gets_a_refusal_not_a_crash_and_notices_cannot_be_forged(
     agent = _payee_agent(sqlite_url, ran)
     agent.generate("pay")
     (pending,) = Inbox(sqlite_url).pending()
-    client = signed_in(sqlite_url)
+    client = signed_in(sqlite_url, agents=[agent])
     deep = "[" * 200_000 + "]" * 200_000
     answer = client.post(f"/approvals/{pending.id}/edit",
                          data={"csrf": csrf_of(client, pending.id), "arg.amount": "5",

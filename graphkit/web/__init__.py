@@ -555,7 +555,7 @@ class _LazyApp:
         self._app: Starlette | None = None
 
     async def _build(self) -> Starlette:
-        from graphkit._storage import served_storage
+        from graphkit._storage import served_agents, served_storage
 
         url = os.environ.get("GRAPHKIT_DB")
         served = bool(os.environ.get(SERVER_ENV))
@@ -563,7 +563,8 @@ class _LazyApp:
                                  if served or not url else url)
         # opening a database (and a first request's Inbox) reads storage: not on the loop
         return await asyncio.to_thread(
-            lambda: create_app(target, authenticate=self.authenticate, agents=self.agents,
+            lambda: create_app(target, authenticate=self.authenticate,
+                               agents=self.agents or (served_agents() if served else ()),
                                thread_messages=server_thread_messages if served else None,
                                continue_runs=served, viewers=self.viewers))
 
