@@ -22,7 +22,15 @@ from langchain_core.tools import BaseTool
 from graphkit._context import last_ai
 from graphkit._ledger import ApprovalRow, AuditRow, CallRow, GrantRow, Ledger
 from graphkit._review import Choice, audit_row, check
-from graphkit._secrets import PATHS_KEY, masked_record, withheld
+from graphkit._secrets import (
+    PATHS_KEY,
+    SALT_KEY,
+    masked,
+    masked_record,
+    new_salt,
+    record_digest,
+    withheld,
+)
 from graphkit._settings import GateSettings
 from graphkit._state import CallPlan, RunOptions, TurnPlan, turn_key
 from graphkit._validate import (
@@ -75,7 +83,11 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
 
 
-def _prompt(tool: BaseTool, args: dict[str, Any]) -> str:
+def _prompt(tool: BaseTool, args: dict[str, Any], secrets: Sequence[Sequence[str | int]]
+            ) -> str:
+    """The reviewer's question, rendered from the arguments as a view shows them: secrets
+    masked, long text withheld (the prompt is shown wherever the arguments are)."""
+    args = withheld(masked(args, secrets))[0]
     default = f"Approve {tool.name}?"
     template = tool.approval_prompt if isinstance(tool, GraphkitTool) else None
     if template is None:
@@ -185,8 +197,9 @@ def plan_turn(
             approval = _pending_record(
                 id=new_id("apr"), created_at=created, kind="approval", tool_name=name,
                 tool_call_id=call_id, args=args,
-                metadata={"prompt": _prompt(tool, args), "defaults": copy.deepcopy(defaults),
-                          **({PATHS_KEY: secrets} if secrets else {})},
+                metadata={"prompt": _prompt(tool, args, secrets),
+                          "defaults": copy.deepcopy(defaults),
+                          **({PATHS_KEY: secrets, SALT_KEY: new_salt()} if secrets else {})},
                 verdict=verdict, agent_path=agent_path,
                 expires_at=iso_time(moment + timedelta(seconds=ttl)) if ttl is not None else None,
             )
@@ -261,7 +274,8 @@ def suspension_record(
         id=new_id("sus"), created_at=now_iso(), kind="suspension", tool_name=call["tool_name"],
         tool_call_id=call["tool_call_id"], args=call["args"],
         metadata={"suspend_payload": payload, "prompt": payload.get("message"), "defaults": None,
-                  **({PATHS_KEY: call["secrets"]} if call.get("secrets") else {})},
+                  **({PATHS_KEY: call["secrets"], SALT_KEY: new_salt()}
+                     if call.get("secrets") else {})},
         verdict="required", agent_path=agent_path, expires_at=None,
     )
     record["call_key"] = call["key"]
@@ -277,7 +291,8 @@ def _pending_record(
         id=id, created_at=created_at, kind=kind, tool_name=tool_name,
         tool_call_id=tool_call_id, args=args, metadata=metadata, verdict=verdict,
         agent_path=list(agent_path), status="pending", decided_by=None, comment=None,
-        decided_at=None, approved_args=None, args_digest=args_digest(args),
+        decided_at=None, approved_args=None, args_digest=record_digest({"metadata": metadata},
+                                                                       args),
         expires_at=expires_at,
     )
 

@@ -137,6 +137,8 @@ class Planner:
                  ledger: Ledger, *, nested: bool = False) -> None:
         self.tools = tools
         self.name = name
+        self._runs: dict[str, str] = {}
+        """Run id -> its thread, as the ledger recorded it (a run never changes thread)."""
         self.nested = nested
         """A subagent's graph: its supervisor's delegation node gives it its agent path. A
         top-level graph ignores any path in its config (a server client could set one)."""
@@ -147,19 +149,35 @@ class Planner:
                                     "policy": settings.approvers is not None}
                         for tool_name, tool in tools.items()}
 
+    def _run_of(self, run_id: object, thread_id: str) -> str | None:
+        """The run id the state names, if the ledger recorded that run for this thread (the
+        API records each run as it takes the thread's lease); else None, as for a LangGraph
+        server's run. The state is client-writable: a run id written there never files a call
+        under another thread's run (which would hold that run back, or route it here)."""
+        if not isinstance(run_id, str) or not run_id:
+            return None
+        known = self._runs.get(run_id)
+        if known is None:
+            found = self.ledger.run(run_id)
+            if found is None:
+                return None
+            if len(self._runs) >= 10_000:
+                self._runs.clear()
+            known = self._runs.setdefault(run_id, found[0])
+        return run_id if known == thread_id else None
+
     def path_of(self, config: RunnableConfig) -> list[str]:
         """This agent's path in the delegation chain."""
         return agent_path_of(config, self.name) if self.nested else [self.name]
 
     def context(self, state: AgentState, config: RunnableConfig) -> GateContext:
         options: RunOptions = state.get("options") or {}
-        run_id = options.get("run_id")
         # The node's namespace ends with its own task; the agent's scope is what precedes it.
         task_ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
         thread_id = thread_id_of(config)
         path = self.path_of(config)
         journal = GateJournal(self.ledger, thread_id=thread_id,
-                              run_id=run_id if isinstance(run_id, str) else None,
+                              run_id=self._run_of(options.get("run_id"), thread_id),
                               schemas=self.schemas, scope=task_ns.rpartition("|")[0],
                               agent_path=path)
         return GateContext(path=path, thread_id=thread_id,
@@ -451,8 +469,8 @@ class _Pass:
                 record["metadata"] = with_secrets(record, decision)["metadata"]
                 call["args"] = dict(taken.run_args)
                 self.edited[call["tool_call_id"]] = dict(taken.run_args)
-            self.cleared[record["id"]] = Clearance(
-                str(decision.get("run_digest") or args_digest(call["args"])), call["args"])
+            # (the ledger's own digest of what runs: a record's shown digest may be salted)
+            self.cleared[record["id"]] = Clearance(args_digest(call["args"]), call["args"])
             return
         match taken.event:
             case "responded":

@@ -60,7 +60,7 @@ from graphkit._reply import (
 from graphkit._review import audit_row, supersede
 from graphkit._secrets import SECRETS_KEY
 from graphkit._state import AgentState, ToolTask, TurnPlan, turn_key
-from graphkit.tools import CONTEXT_KEY, GraphkitTool, ToolContext, ToolSuspended
+from graphkit.tools import CONTEXT_KEY, DelegationTool, GraphkitTool, ToolContext, ToolSuspended
 from graphkit.types import args_digest
 
 __all__ = ["make_model_node", "make_tools_nodes", "model_steps", "result_command"]
@@ -534,6 +534,8 @@ def make_tools_nodes(
         tool = tools.get(str(task.get("tool_name")))
         if path_of is not None and task.get("agent_path") != path_of(config):
             tool = None  # another agent's call (a subagent's, say): never this agent's tool
+        if isinstance(tool, DelegationTool):
+            tool = None  # a delegation runs in its own node, never here
         if tool is None:
             return _admit(ledger, {**task, "key": None}, config,  # type: ignore[typeddict-item]
                           context=False)

@@ -31,6 +31,7 @@ from graphkit._secrets import (
     PATHS_KEY,
     masked,
     masked_record,
+    record_digest,
     record_paths,
     restored,
     unmasked,
@@ -48,7 +49,7 @@ from graphkit.errors import (
     InvalidApprovedArgsError,
 )
 from graphkit.tools import DEFAULT_DECISIONS
-from graphkit.types import ApprovalRecord, DecisionType, PendingApproval, args_digest
+from graphkit.types import ApprovalRecord, DecisionType, PendingApproval
 
 __all__ = [
     "Approvers",
@@ -269,7 +270,8 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
     the trusted in-process API may answer a suspension without naming anyone.
     """
     recorded = record.get("args_digest")
-    if not isinstance(record.get("args"), Mapping) or args_digest(record["args"]) != recorded:
+    if (not isinstance(record.get("args"), Mapping)
+            or record_digest(record, record["args"]) != recorded):
         # the record is a copy (a run's state, an inbox entry) a client may have rewritten:
         # what is judged and run must be what its digest, bound to the ledger's, says
         msg = (f"the arguments of approval {record.get('id')!r} are not the ones it was "
@@ -350,7 +352,8 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
     if choice.type == "resume":
         decision["data"] = data
     if run_args is not None:  # an approval as is runs what the digest above was checked for
-        decision["run_digest"] = recorded if choice.type == "approve" else args_digest(run_args)
+        decision["run_digest"] = (recorded if choice.type == "approve"
+                                  else record_digest(record, run_args))
     return Taken(status=status, event=event, decision=decision, run_args=run_args)
 
 
@@ -545,7 +548,7 @@ def verify(row: ApprovalRow, record: ApprovalRecord, *, approvers: Approvers | N
                   identity_required=bool(decision.get("identity_required")))
     schema_read = decision.get("read_by") == "schema" and kind == "edit"
     if (taken.run_args is not None and not schema_read
-            and decision.get("run_digest") != args_digest(taken.run_args)):
+            and decision.get("run_digest") != record_digest(record, taken.run_args)):
         # An edit recorded by a door without the tool (checked against its JSON schema; edits
         # of tools that validate in code of their own are refused there) runs as the tool's
         # model reads it: pydantic's own coercions only (2 for a float is 2.0, whitespace a

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["MASK", "PATHS_KEY", "SECRETS_KEY", "WITHHELD_CHARS", "masked", "masked_message",
-           "masked_record", "record_paths", "restored", "secret_paths", "unmasked",
-           "with_secrets", "withheld"]
+from graphkit._digest import args_digest
+
+__all__ = ["MASK", "PATHS_KEY", "SALT_KEY", "SECRETS_KEY", "WITHHELD_CHARS", "masked",
+           "masked_message", "masked_record", "new_salt", "record_digest", "record_paths",
+           "restored", "salted_digest", "secret_paths", "unmasked", "with_secrets", "withheld"]
 
 SECRETS_KEY = "graphkit_secret_paths"
 """In an AI message's `response_metadata` (which no provider is sent): where each of its tool
@@ -130,6 +133,30 @@ PATHS_KEY = "secret_paths"
 secrets."""
 
 
+SALT_KEY = "digest_salt"
+"""In an approval record's `metadata`, when its arguments hold secrets: the salt of its
+`args_digest`. The digest is shown (cards, webhooks, the interrupt) and binds a decision to
+what was reviewed; unsalted, a short secret (a PIN) could be found by hashing guesses. The
+salt stays in the ledger's record; every view drops it (`masked_record`)."""
+
+
+def new_salt() -> str:
+    return secrets.token_hex(16)
+
+
+def salted_digest(args: Mapping[str, Any], salt: str) -> str:
+    """The `args_digest` of arguments that hold secrets, under their record's salt."""
+    return "sha256s:" + hashlib.sha256((salt + args_digest(args)).encode()).hexdigest()
+
+
+def record_digest(record: Mapping[str, Any], args: Mapping[str, Any]) -> str:
+    """The digest a reviewer sees for `args` as arguments of `record`'s call (salted when its
+    arguments hold secrets)."""
+    metadata = record.get("metadata")
+    salt = metadata.get(SALT_KEY) if isinstance(metadata, Mapping) else None
+    return salted_digest(args, salt) if isinstance(salt, str) and salt else args_digest(args)
+
+
 def record_paths(record: Mapping[str, Any]) -> list[Path] | None:
     """Where an approval record's arguments hold secrets (as planned, and as edited)."""
     metadata = record.get("metadata")
@@ -150,11 +177,15 @@ def with_secrets(record: Mapping[str, Any], decision: Mapping[str, Any] | None
 
 
 def masked_record(record: Mapping[str, Any]) -> dict[str, Any]:
-    """An approval record as a view shows it: its secret arguments masked."""
+    """An approval record as a view shows it: its secret arguments masked (and its digest's
+    salt left out)."""
     paths = record_paths(record)
     if not paths:
         return dict(record)
     shown = dict(record)
+    metadata = record.get("metadata")
+    if isinstance(metadata, Mapping) and SALT_KEY in metadata:
+        shown["metadata"] = {k: v for k, v in metadata.items() if k != SALT_KEY}
     shown["args"] = masked(record.get("args"), paths)
     if isinstance(record.get("approved_args"), Mapping):
         shown["approved_args"] = masked(record["approved_args"], paths)

@@ -76,8 +76,9 @@ def make_delegate_nodes(
         }
         sub_config: RunnableConfig = {
             **config,
+            # the subagent's place in the chain is this agent's own path, never the task's
             "configurable": {**(config.get("configurable") or {}),
-                             PATH_KEY: task["agent_path"]},
+                             PATH_KEY: path_of(config)},
         }
         return sub_input, sub_config
 
@@ -99,7 +100,8 @@ def make_delegate_nodes(
         call_key = task.get("key")
         row = ledger.call(call_key) if isinstance(call_key, str) else None
         if (row is None or row.thread_id != thread_id_of(config) or row.tool_name != key
-                or list(row.agent_path) != list(path_of(config))):
+                or list(row.agent_path) != list(path_of(config))
+                or task.get("agent_path") != list(path_of(config))):
             return Command()
         if row.executed != DONE:
             if not isinstance(row.args, Mapping) or args_digest(row.args) != row.args_digest:

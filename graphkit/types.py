@@ -7,13 +7,13 @@ shows them as they are. Values handed to users are frozen dataclasses.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict
 
 from langchain_core.messages import BaseMessage
+
+from graphkit._digest import args_digest
 
 __all__ = [
     "ApprovalKind",
@@ -58,10 +58,6 @@ ChunkType = Literal[
 ]
 
 
-def args_digest(args: Mapping[str, Any]) -> str:
-    """A stable digest of tool arguments, so a decision can be bound to what was reviewed."""
-    canonical = json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 class ApprovalRecord(TypedDict):

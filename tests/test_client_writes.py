@@ -251,3 +251,38 @@ def test_deep_arguments_get_a_clear_error_at_every_door(sqlite_url: str) -> None
     assert Inbox(sqlite_url).get(pending.id).status == "pending"  # nothing was claimed
     assert agent.approve_tool_call_generate(run_id=result.run_id, decided_by="a").text == "done"
     assert ran.ran == [("pay", PAY)]
+
+
+def test_a_sent_task_for_the_tools_node_never_runs_a_delegation(sqlite_url: str) -> None:
+    """A client sends the tools node the supervisor's planned delegation (its key, the
+    delegation tool's name): a delegation runs in its own node only, so the tools node
+    refuses it (no untyped error reaches the client), nothing is recorded as the delegation's
+    outcome, and nothing runs."""
+    from graphkit import Agent, create_tool
+
+    paid: list[int] = []
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        paid.append(amount)
+        return f"paid {amount}"
+
+    def sub_reply(messages: list[Any]) -> Any:
+        if not any(isinstance(m, ToolMessage) for m in messages):
+            return turn(call("pay", {"amount": 7}, "p1"))
+        return "sub done"
+
+    sub = Agent(name="billing", model=ScriptedChatModel(sub_reply), tools=[pay])
+    boss = Agent(name="boss", model=ScriptedChatModel([turn(call("billing", {"task": "pay"},
+                                                                   "d1")), "ok", "ok"]),
+                 agents={"billing": sub}, checkpointer=sqlite_url)
+    result = boss.generate("go")
+    delegation = plan_of(boss, result.thread_id)["calls"][0]
+    boss.graph.invoke(Command(goto=Send("tools", task(delegation, ["boss"]))),
+                      config(result.thread_id))
+    row = boss._storage.ledger.call(delegation["key"])
+    assert row is not None and row.outcome is None
+    assert paid == []
+    assert any("tools node: it was not planned" in str(e.get("detail"))
+               for e in boss._storage.ledger.read_audit(thread_id=result.thread_id))

@@ -11,6 +11,7 @@ from pydantic import SecretStr
 from starlette.testclient import TestClient
 
 from graphkit import Agent, Inbox, Webhook, _html, create_tool
+from graphkit._secrets import salted_digest
 from graphkit.cli import main
 from graphkit.testing import ScriptedChatModel
 from graphkit.types import args_digest
@@ -43,7 +44,11 @@ def test_a_secret_argument_is_masked_everywhere_and_reaches_the_tool(tmp_path: P
     seen: dict[str, str] = {}
     # the API's pending approval, and the interrupt value every LangGraph client reads
     assert pending.args == {"amount": 25, "api_key": MASK}
-    assert pending.args_digest == args_digest({"amount": 25, "api_key": KEY})  # covers it
+    # it covers the real key, under the call's salt (kept in the ledger's record only)
+    record = agent._storage.ledger.record(pending.id)
+    assert record is not None and pending.args_digest == salted_digest(
+        {"amount": 25, "api_key": KEY}, record["metadata"]["digest_salt"])
+    assert pending.args_digest != args_digest({"amount": 25, "api_key": KEY})
     cfg = {"configurable": {"thread_id": first.thread_id}}
     seen["interrupt"] = json.dumps([i.value for i in agent.graph.get_state(cfg).interrupts])
     # the inbox, the CLI, the notebook's card, the web card
@@ -143,3 +148,68 @@ def test_a_result_and_a_snapshot_show_the_models_call_masked() -> None:
     assert KEY not in json.dumps(agent.snapshot(run_id=first.run_id), default=str)
     agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
     assert used == [KEY]  # the tool still got it
+
+
+def test_a_short_secret_cannot_be_found_from_the_digest_a_view_shows(tmp_path: Path) -> None:
+    """A 4-digit PIN passed as `SecretStr`: every view shows the call's `args_digest`, and
+    an unsalted one would give the PIN away to anyone hashing the 10,000 guesses. It is
+    salted per call; the salt stays in the ledger; a decision bound to the digest shown still
+    runs the call, with the real PIN."""
+    from langgraph.types import Command
+
+    used: list[str] = []
+
+    @create_tool(needs_approval=True)
+    def unlock(door: str, pin: SecretStr) -> str:
+        """Unlock a door."""
+        used.append(pin.get_secret_value())
+        return "unlocked"
+
+    url = f"sqlite:///{tmp_path / 'pin.db'}"
+    agent = Agent(name="doors", tools=[unlock], checkpointer=url, model=ScriptedChatModel(
+        [turn(call("unlock", {"door": "vault", "pin": "4821"}, "u1")), "open"]))
+    paused = agent.generate("open the vault")
+    (pending,) = paused.pending_approvals
+    (interrupt,) = agent.graph.get_state({"configurable": {
+        "thread_id": paused.thread_id}}).interrupts
+    shown = {pending.args_digest, interrupt.value["approvals"][0]["args_digest"],
+             Inbox(url).get(pending.id).args_digest}
+    assert len(shown) == 1
+    guesses = {args_digest({"door": "vault", "pin": f"{n:04d}"}) for n in range(10_000)}
+    assert not shown & guesses
+    assert "digest_salt" not in json.dumps(interrupt.value)
+    assert "digest_salt" not in json.dumps(Inbox(url).get(pending.id).to_dict())
+    assert "4821" not in json.dumps(interrupt.value)
+    agent.graph.invoke(Command(resume={interrupt.id: {"decisions": [
+        {"type": "approve", "args_digest": pending.args_digest}]}}),
+        {"configurable": {"thread_id": paused.thread_id}})
+    assert used == ["4821"]
+
+
+def test_the_approval_prompt_is_a_view_too(tmp_path: Path) -> None:
+    """A prompt template that names a secret argument, and one that names a long text: the
+    prompt every door shows (cards, the interrupt's description, the inbox) has the mask and
+    the withheld text's start, never the secret or the whole text."""
+    used: list[str] = []
+
+    @create_tool(needs_approval=True,
+                 approval_prompt="Deploy {{service}} with token {{token}}?")
+    def deploy(service: str, token: SecretStr) -> str:
+        """Deploy."""
+        used.append(token.get_secret_value())
+        return "deployed"
+
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    service = "api-" + "x" * 20_000
+    agent = Agent(name="ops", tools=[deploy], checkpointer=url, model=ScriptedChatModel(
+        [turn(call("deploy", {"service": service, "token": "tok-live-123"}, "d1")), "ok"]))
+    paused = agent.generate("deploy")
+    (pending,) = paused.pending_approvals
+    (interrupt,) = agent.graph.get_state({"configurable": {
+        "thread_id": paused.thread_id}}).interrupts
+    for prompt in (pending.prompt, interrupt.value["action_requests"][0]["description"],
+                   Inbox(url).get(pending.id).prompt):
+        assert prompt is not None and "tok-live-123" not in prompt and "**********" in prompt
+        assert len(prompt) < 1_000 and "api-xxx" in prompt
+    agent.approve_tool_call_generate(run_id=paused.run_id, decided_by="ops")
+    assert used == ["tok-live-123"]

@@ -311,3 +311,43 @@ def test_a_supervisors_stream_carries_its_subagents_chunks_marked_with_their_pat
     again = sup.generate("find user 7")
     assert "".join(sup.approve_tool_call(run_id=again.run_id).text_stream).startswith(
         "Here is what the team found")
+
+
+def test_a_sent_delegation_never_names_the_subagents_place_in_the_chain(sqlite_url: str
+                                                                        ) -> None:
+    """A client sends the delegation node the planned delegation's key with another agent
+    path (an invented agent, or none: a top-level agent of the same name in the same
+    database): the subagent's place is the supervisor's own path, never the task's, so no
+    approval is filed under another agent and no other agent's tool schema is rewritten."""
+    from langgraph.types import Command, Send
+
+    from graphkit import Inbox, create_tool
+    from graphkit.testing import ScriptedChatModel
+    from tests.helpers import config, ledger_plan
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        return f"paid {amount}"
+
+    def sub_reply(messages: list[BaseMessage]) -> Any:
+        if not any(isinstance(m, ToolMessage) for m in messages):
+            return turn(call("pay", {"amount": 7}, "p1"))
+        return "sub done"
+
+    sub = Agent(name="billing", model=ScriptedChatModel(sub_reply), tools=[pay])
+    boss = Agent(name="boss", model=ScriptedChatModel([turn(call("billing", {"task": "pay"},
+                                                                   "d1")), "ok", "ok"]),
+                 agents={"billing": sub}, checkpointer=sqlite_url,
+                 approvers=lambda who, p: who == "cfo")
+    result = boss.generate("go")
+    delegation = ledger_plan(boss, result.thread_id)["calls"][0]
+    ledger = boss._storage.ledger
+    schemas = ledger._sql.query("SELECT agent_path, tool_name, tool_schema FROM graphkit_tools")
+    for path in (["intruder"], []):
+        forged = {"tool_call_id": "d1", "tool_name": "billing", "key": delegation["key"],
+                  "metadata": {}, "agent_path": path, "options": {}, "then": "approval_gate"}
+        boss.graph.invoke(Command(goto=[Send("billing", forged)]), config(result.thread_id))
+    assert [p.agent_path for p in Inbox(sqlite_url).pending()] == [["boss", "billing"]]
+    assert ledger._sql.query(
+        "SELECT agent_path, tool_name, tool_schema FROM graphkit_tools") == schemas

@@ -122,3 +122,28 @@ def test_the_worker_cli_refuses_an_agent_on_other_storage(tmp_path: Path) -> Non
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     assert main(["worker", "--db", url, "--agent", "graphkit.examples:deploy_agent"]) == 1
     assert main(["worker", "--db", url, "--agent", "nope"]) == 1
+
+
+def test_a_run_id_written_into_another_threads_state_files_nothing_under_that_run(
+        sqlite_url: str) -> None:
+    """A client of the graph names the victim's run id in its own thread's `options`: the
+    ledger knows which thread that run is, so the client's call is filed under no run. The
+    victim's run is ready once its own call is decided, and the ready queue names the
+    victim's thread, never the client's."""
+    from langchain_core.messages import HumanMessage
+
+    from graphkit import Inbox
+    from tests.helpers import agent_with, config, pay_then_done
+
+    agent, _ran = agent_with(pay_then_done, checkpointer=sqlite_url)
+    victim = agent.generate("pay acme")
+    agent.graph.invoke({"messages": [HumanMessage("pay", id="h1")],
+                        "options": {"run_id": victim.run_id}}, config("attacker-thread"))
+    inbox = Inbox(sqlite_url)
+    mine = next(p for p in inbox.pending() if p.thread_id == "attacker-thread")
+    assert mine.run_id is None
+    theirs = next(p for p in inbox.pending() if p.thread_id == victim.thread_id)
+    inbox.approve(theirs.id, decided_by="cfo")
+    assert inbox.ready() == [victim.run_id]
+    assert agent._storage.ledger._sql.query("SELECT run_id, thread_id FROM graphkit_ready") == [
+        (victim.run_id, victim.thread_id)]

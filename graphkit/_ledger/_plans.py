@@ -43,7 +43,7 @@ class Plans(LedgerBase):
             return set()
         now = self._sql.now
         fell_back: set[str] = set()
-        args_of = {call.call_key: call.args for call in calls}  # a grant runs a call as planned
+        planned = {call.call_key: call for call in calls}  # a grant runs a call as planned
         with self._sql.transaction() as tx:
             for call in calls:
                 tx.execute(
@@ -57,9 +57,10 @@ class Plans(LedgerBase):
                 grant_id = (row.decision or {}).get("grant_id")
                 if grant_id and self._insert_approval(tx, row, live_grant=grant_id):
                     # the planner checked the grantor's policy for this very call
-                    self._clear(tx, {row.approval_id: Clearance(
-                        str((row.decision or {})["run_digest"]),
-                        args_of.get(row.call_key or ""))})
+                    found = planned.get(row.call_key or "")
+                    if found is not None:
+                        self._clear(tx, {row.approval_id: Clearance(found.args_digest,
+                                                                    found.args)})
                 elif grant_id:
                     fell_back.add(row.approval_id)
                     row = ApprovalRow(**{**{f: getattr(row, f) for f in

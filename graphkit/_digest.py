@@ -1,0 +1,17 @@
+"""The digest of tool arguments that binds a decision to what was reviewed (a leaf module:
+every other one may use it)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["args_digest"]
+
+
+def args_digest(args: Mapping[str, Any]) -> str:
+    """A stable digest of tool arguments, so a decision can be bound to what was reviewed."""
+    canonical = json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
