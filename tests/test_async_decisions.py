@@ -36,7 +36,7 @@ from tests.helpers import (
     plan_of,
     turn,
 )
-from tests.test_cleared_attacks import write_plan
+from tests.test_clearances import write_plan
 
 EVIL = {"amount": 9999, "payee": {"name": "EVIL"}}
 

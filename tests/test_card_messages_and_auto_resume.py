@@ -26,7 +26,7 @@ from tests.test_suspension import (
     weather_agent,
     weather_and_pay_agent,
 )
-from tests.test_web_hardening import signed_in
+from tests.test_web_security import signed_in
 
 # ---------------------------------------------------------------- helpers
 

@@ -1,4 +1,5 @@
-"""Attacks an adversarial review found getting through, each now refused.
+"""A run stays safe at its edges: each case below is an attack once found getting through,
+kept as a test of the mechanism that now refuses it.
 
 Cancelling a run while an approved tool runs, a tool that fails after its side effect, a
 client answering a suspended tool, a paused run whose ledger rows were lost (a restarted

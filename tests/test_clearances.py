@@ -1,5 +1,5 @@
-"""Adversarial review of `graphkit_cleared`: the tools node admits a gated call only once an
-approval gate verified its decision (and for exactly the digest it verified).
+"""Clearances (`graphkit_cleared`): the tools node admits a gated call only once an approval
+gate verified its decision, and runs exactly the arguments it verified.
 
 Each attack fails its test when it gets through (something runs that was not approved, by
 someone the policy admits, for exactly those arguments, in that thread and agent).

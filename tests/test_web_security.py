@@ -1,5 +1,5 @@
-"""Attacks an adversarial review found getting through the web inbox, the notebook widgets
-and the worker, each now refused: a CSRF token passed off as a session, framing, an Approve
+"""The web inbox, the notebook widgets and the worker refuse what a hostile page or client
+tries: a CSRF token passed off as a session, framing, an Approve
 that silently edited, a cross-site sign-in, a session replayed after sign-out, deep JSON
 crashing a page, a notebook answer skipping the policy, agent names with '/', a transient
 failure stranding a run, and forged notices."""
