@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
@@ -63,7 +63,8 @@ from graphkit._state import AgentState, ToolTask, TurnPlan, turn_key
 from graphkit.tools import CONTEXT_KEY, DelegationTool, GraphkitTool, ToolContext, ToolSuspended
 from graphkit.types import args_digest
 
-__all__ = ["make_model_node", "make_tools_nodes", "model_steps", "result_command"]
+__all__ = ["make_model_node", "make_tools_nodes", "model_steps", "result_command",
+           "runs_as_recorded"]
 
 ModelTarget = Literal["approval_gate", "__end__"]
 ToolTarget = Literal["approval_gate", "model"]
@@ -380,15 +381,15 @@ def _why_not(row: CallRow | None, approval: ApprovalRow | None, task: Mapping[st
             task.get("agent_path") or []) or row.tool_name != task.get("tool_name")):
         return ELSEWHERE
     if row.approval_id is None:
-        return None if _runs_as_recorded(row.args, row.args_digest) else OTHER_ARGS
+        return None if runs_as_recorded(row.args, row.args_digest) else OTHER_ARGS
     if approval is None or approval.status != "approved" or row.cleared is None:
         return NO_APPROVAL  # (a decision the gate has not verified yet is not one)
-    if not _runs_as_recorded(row.args, row.cleared):
+    if not runs_as_recorded(row.args, row.cleared):
         return NOT_APPROVED_ARGS
     return None
 
 
-def _runs_as_recorded(args: Any, digest: str) -> bool:
+def runs_as_recorded(args: Any, digest: str) -> TypeGuard[Mapping[str, Any]]:
     """Whether the ledger's arguments for a call are the ones its gate digested (they always
     are, unless the database was written by hand)."""
     return isinstance(args, Mapping) and args_digest(args) == digest
@@ -426,7 +427,7 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
     claimed = ledger.start_admitted(
         str(key), owner, thread_id=thread_id, agent_path=task["agent_path"],
         tool_name=name) if _plain(task) else None
-    if claimed is not None and _runs_as_recorded(claimed.args, claimed.digest):
+    if claimed is not None and runs_as_recorded(claimed.args, claimed.digest):
         return _Admitted(owner, ledger.resume_values(str(key), thread_id)
                          if context and claimed.resumed else [], claimed.once,
                          dict(claimed.args))

@@ -21,10 +21,9 @@ from pydantic import BaseModel, Field
 
 from graphkit._context import PATH_KEY, thread_id_of
 from graphkit._ledger import DONE, Ledger
-from graphkit._nodes import result_command
+from graphkit._nodes import result_command, runs_as_recorded
 from graphkit._state import ToolTask, well_typed_task
 from graphkit.tools import DelegationTool
-from graphkit.types import args_digest
 
 __all__ = ["DelegationTool", "delegation_tool", "make_delegate_nodes"]
 
@@ -104,7 +103,7 @@ def make_delegate_nodes(
                 or task.get("agent_path") != list(path_of(config))):
             return Command()
         if row.executed != DONE:
-            if not isinstance(row.args, Mapping) or args_digest(row.args) != row.args_digest:
+            if not runs_as_recorded(row.args, row.args_digest):
                 return Command()
             return row.args
         outcome = row.outcome or {}

@@ -146,16 +146,23 @@ class Inbox:
             agent = self._agent_at(item.agent_path)
             policy = policy_finder(agent)(item.agent_path) if agent else None
         if policy is None:
-            if agent is None and viewer is not None:
-                schema = self._storage.ledger.tool_schema(item.agent_path, item.tool_name)
-                return not (schema or {}).get("policy")
-            return viewer is not None
+            return viewer is not None and not self._policy_out_of_reach(
+                agent, item.agent_path, item.tool_name)
         if viewer is None:
             return False
         try:
             return bool(policy(viewer, item))
         except Exception:
             return False
+
+    def _policy_out_of_reach(self, agent: Agent | None, agent_path: Sequence[str],
+                             tool_name: str) -> bool:
+        """Whether the agent decides with an approvers policy this inbox cannot run: it is
+        not given the agent, and the agent's gate recorded that it has one."""
+        if agent is not None:
+            return False
+        schema = self._storage.ledger.tool_schema(agent_path, tool_name) or {}
+        return bool(schema.get("policy"))
 
     def _visible(self, id: str, viewer: str | None) -> PendingApproval:
         """The approval, if `viewer` (None: this process itself, which holds the database
@@ -241,7 +248,8 @@ class Inbox:
     # ------------------------------------------------------------------ reading
 
     def _waiting_entries(self, **filters: Any) -> list[dict[str, Any]]:
-        """What paused runs wait on, decided or not, as the ledger marks it."""
+        """What paused runs wait on (decided or not, as the ledger marks it; a row no run
+        waits on any more is left out)."""
         entries = [_entry_of(w) for w in self._storage.ledger.waiting_rows()]
         return [e for e in entries if all(e.get(k) == v for k, v in filters.items())]
 
@@ -284,7 +292,7 @@ class Inbox:
     def ready(self) -> list[str]:
         """Runs whose waiting calls are all decided; `agent.resume(run_id=...)` continues each."""
         runs: dict[str, list[bool]] = defaultdict(list)
-        for entry in self._waiting_entries(state="waiting"):
+        for entry in self._waiting_entries():
             if entry.get("run_id"):
                 runs[entry["run_id"]].append(entry["decided"])
         return sorted(run for run, flags in runs.items() if all(flags))
@@ -371,8 +379,7 @@ class Inbox:
                                        if agent else None)
         if approvers is None:
             # no policy here; the agent may have one this inbox cannot run (it records so)
-            schema = self._storage.ledger.tool_schema(grant.agent_path, grant.tool_name)
-            return agent is not None or schema is None or not schema.get("policy")
+            return not self._policy_out_of_reach(agent, grant.agent_path, grant.tool_name)
         try:
             pending = self.get(grant.approval_id) if grant.approval_id else None
         except GraphkitError:
@@ -448,19 +455,18 @@ class Inbox:
         tool = agent._find_tool(record["agent_path"], record["tool_name"]) if agent else None
         approvers = self.approvers or (policy_finder(agent)(record["agent_path"])
                                        if agent else None)
-        if approvers is None and agent is None:
-            schema = ledger.tool_schema(record["agent_path"], record["tool_name"]) or {}
-            if schema.get("policy"):
-                # the gate would refuse what its policy refuses, and the reviewer would believe
-                # in a decision that never takes effect: refuse it here and now instead
-                refused = ApproverNotAllowedError(
-                    f"agent {'/'.join(record['agent_path'])!r} decides who may approve "
-                    f"{record['tool_name']!r} with an approvers policy this inbox cannot run; "
-                    "decide it where the agent is loaded (Inbox(url, agents=[agent]), "
-                    "`graphkit approve ... --agent module:attr`), or give this inbox the policy")
-                refuse(ledger, entry, refused, decided_by=decided_by, thread_id=thread_id,
-                       run_id=run_id)
-                raise refused
+        if approvers is None and self._policy_out_of_reach(agent, record["agent_path"],
+                                                           record["tool_name"]):
+            # the gate would refuse what its policy refuses, and the reviewer would believe
+            # in a decision that never takes effect: refuse it here and now instead
+            refused = ApproverNotAllowedError(
+                f"agent {'/'.join(record['agent_path'])!r} decides who may approve "
+                f"{record['tool_name']!r} with an approvers policy this inbox cannot run; "
+                "decide it where the agent is loaded (Inbox(url, agents=[agent]), "
+                "`graphkit approve ... --agent module:attr`), or give this inbox the policy")
+            refuse(ledger, entry, refused, decided_by=decided_by, thread_id=thread_id,
+                   run_id=run_id)
+            raise refused
         take(ledger, record, choice, decided_by=decided_by, comment=comment,
              approvers=approvers, tool=tool, thread_id=thread_id, run_id=run_id,
              reviewed_digest=args_digest, remember=remember,
@@ -548,7 +554,7 @@ class Inbox:
 
     def expire(self) -> list[PendingApproval]:
         """Decline every waiting approval past its `expires_at` (never approve one)."""
-        entries = {e["id"]: e for e in self._waiting_entries(state="waiting", decided=False)
+        entries = {e["id"]: e for e in self._waiting_entries(decided=False)
                    if e.get("expires_at")}
         expired: list[PendingApproval] = []
         for approval_id in self._storage.ledger.overdue(entries):

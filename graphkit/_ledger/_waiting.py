@@ -51,9 +51,11 @@ class Waiting(LedgerBase):
                 tx.execute("UPDATE graphkit_approvals SET waiting = NULL WHERE thread_id = ? "
                            "AND agent_path = ? AND COALESCE(scope, '') = ? "
                            f"AND waiting IS NOT NULL{spare}", (thread_id, path, scope, *keep))
-            for approval_id in done:
-                tx.execute("UPDATE graphkit_approvals SET waiting = NULL WHERE approval_id = ? "
-                           "AND thread_id = ? AND waiting IS NOT NULL", (approval_id, thread_id))
+            gone = list(done)
+            if gone:
+                tx.execute("UPDATE graphkit_approvals SET waiting = NULL WHERE approval_id IN "
+                           f"({', '.join('?' for _ in gone)}) AND thread_id = ? "
+                           "AND waiting IS NOT NULL", (*gone, thread_id))
             for approval_id, place in waiting.items():
                 tx.execute("UPDATE graphkit_approvals SET waiting = ?, call_index = ?, "
                            "scope = ? WHERE approval_id = ? AND thread_id = ? AND agent_path = ?",
