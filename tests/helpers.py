@@ -149,3 +149,26 @@ def lax_inbox(url: str, **kwargs: Any) -> Any:
     from graphkit import Inbox
 
     return Inbox(url, approvers=lambda who, pending: True, **kwargs)
+
+
+def boss_over_billing(url: str, paid: list[int] | None = None, **boss: Any) -> Agent:
+    """A supervisor `boss` whose turn delegates to its subagent `billing` (call id "d1"),
+    which plans a gated `pay` of 7; each payment that runs is noted in `paid`."""
+    from langchain_core.messages import ToolMessage
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        if paid is not None:
+            paid.append(amount)
+        return f"paid {amount}"
+
+    def sub_reply(messages: list[Any]) -> Any:
+        if not any(isinstance(m, ToolMessage) for m in messages):
+            return turn(call("pay", {"amount": 7}, "p1"))
+        return "sub done"
+
+    sub = Agent(name="billing", model=ScriptedChatModel(sub_reply), tools=[pay])
+    return Agent(name="boss", model=ScriptedChatModel(
+        [turn(call("billing", {"task": "pay"}, "d1")), "ok", "ok"]),
+        agents={"billing": sub}, checkpointer=url, **boss)

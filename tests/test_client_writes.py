@@ -258,25 +258,10 @@ def test_a_sent_task_for_the_tools_node_never_runs_a_delegation(sqlite_url: str)
     delegation tool's name): a delegation runs in its own node only, so the tools node
     refuses it (no untyped error reaches the client), nothing is recorded as the delegation's
     outcome, and nothing runs."""
-    from graphkit import Agent, create_tool
+    from tests.helpers import boss_over_billing
 
     paid: list[int] = []
-
-    @create_tool(needs_approval=True)
-    def pay(amount: int) -> str:
-        """Pay."""
-        paid.append(amount)
-        return f"paid {amount}"
-
-    def sub_reply(messages: list[Any]) -> Any:
-        if not any(isinstance(m, ToolMessage) for m in messages):
-            return turn(call("pay", {"amount": 7}, "p1"))
-        return "sub done"
-
-    sub = Agent(name="billing", model=ScriptedChatModel(sub_reply), tools=[pay])
-    boss = Agent(name="boss", model=ScriptedChatModel([turn(call("billing", {"task": "pay"},
-                                                                   "d1")), "ok", "ok"]),
-                 agents={"billing": sub}, checkpointer=sqlite_url)
+    boss = boss_over_billing(sqlite_url, paid)
     result = boss.generate("go")
     delegation = plan_of(boss, result.thread_id)["calls"][0]
     boss.graph.invoke(Command(goto=Send("tools", task(delegation, ["boss"]))),

@@ -321,25 +321,10 @@ def test_a_sent_delegation_never_names_the_subagents_place_in_the_chain(sqlite_u
     approval is filed under another agent and no other agent's tool schema is rewritten."""
     from langgraph.types import Command, Send
 
-    from graphkit import Inbox, create_tool
-    from graphkit.testing import ScriptedChatModel
-    from tests.helpers import config, ledger_plan
+    from graphkit import Inbox
+    from tests.helpers import boss_over_billing, config, ledger_plan
 
-    @create_tool(needs_approval=True)
-    def pay(amount: int) -> str:
-        """Pay."""
-        return f"paid {amount}"
-
-    def sub_reply(messages: list[BaseMessage]) -> Any:
-        if not any(isinstance(m, ToolMessage) for m in messages):
-            return turn(call("pay", {"amount": 7}, "p1"))
-        return "sub done"
-
-    sub = Agent(name="billing", model=ScriptedChatModel(sub_reply), tools=[pay])
-    boss = Agent(name="boss", model=ScriptedChatModel([turn(call("billing", {"task": "pay"},
-                                                                   "d1")), "ok", "ok"]),
-                 agents={"billing": sub}, checkpointer=sqlite_url,
-                 approvers=lambda who, p: who == "cfo")
+    boss = boss_over_billing(sqlite_url, approvers=lambda who, p: who == "cfo")
     result = boss.generate("go")
     delegation = ledger_plan(boss, result.thread_id)["calls"][0]
     ledger = boss._storage.ledger
