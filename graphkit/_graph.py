@@ -5,7 +5,7 @@ that delegations are sent to."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
@@ -16,6 +16,7 @@ from langgraph.types import Command
 
 from graphkit._autoresume import make_extractor
 from graphkit._gate import Planner, make_gate_node
+from graphkit._input import note_input
 from graphkit._ledger import Ledger
 from graphkit._nodes import make_model_node, make_tools_nodes
 from graphkit._settings import GateSettings
@@ -60,6 +61,20 @@ RESERVED_NODES = frozenset({"model", "approval_gate", "tools", "__start__", "__e
 Subagent = tuple[CompiledStateGraph[Any, Any, Any, Any], str]
 """A subagent as the supervisor's graph needs it: its graph (checkpointer inherited) and its
 description for the model."""
+
+
+def _entry(planner: Planner) -> Callable[[AgentState, RunnableConfig], Literal["model"]]:
+    """The graph's entry edge. Where a reply may auto-resume a suspended tool, it notes what
+    the input brought, as the run that sent it (`graphkit._input`)."""
+
+    def entry(state: AgentState, config: RunnableConfig) -> Literal["model"]:
+        options = state.get("options") or {}
+        if (planner.settings.auto_resume_suspended_tools
+                or options.get("auto_resume_suspended_tools") is True):
+            note_input(state, config)
+        return "model"
+
+    return entry
 
 
 def build_graph(
@@ -110,7 +125,7 @@ def build_graph(
         _node(run_tool, arun_tool, "tools", well_typed_task),
         destinations=("approval_gate", "model"),
     )
-    builder.add_edge(START, "model")
+    builder.add_conditional_edges(START, _entry(planner), ["model"])
     for key, (subgraph, _) in subagents.items():
         delegate, adelegate = make_delegate_nodes(key, subgraph, ledger, planner.path_of)
         builder.add_node(key, _node(delegate, adelegate, key, accepts=None),

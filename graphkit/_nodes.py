@@ -294,7 +294,7 @@ def make_model_node(
         plan = last_turn_plan(ctx.ledger, ctx.thread_id, ctx.path, state.get("messages") or [])
         forged = _discard_forged(state, plan, ctx)
         messages = _with_fixes(list(state.get("messages") or []), forged)
-        reply = reply_to_suspension(plan, messages, options, planner, ctx)
+        reply = reply_to_suspension(plan, messages, options, planner, ctx, config)
         if plan and reply:
             answer_reply(reply, ctx, planner, extract, config)
             # queued in the ledger, taken out of the conversation: the gate appends it once

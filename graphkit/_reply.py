@@ -31,6 +31,7 @@ from langchain_core.runnables import RunnableConfig
 
 from graphkit._approvals import Extractor, parsed_messages
 from graphkit._gate import BY_NEW_MESSAGE, GateContext, Planner
+from graphkit._input import brought_by_this_run
 from graphkit._ledger import ApprovalRow
 from graphkit._review import auto_resume, identity_of, supersede
 from graphkit._state import CallPlan, TurnPlan
@@ -64,8 +65,8 @@ def turn_span(messages: list[AnyMessage], ai_message_id: Any) -> tuple[int, int]
 
 
 def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
-                        options: Mapping[str, Any], planner: Planner, ctx: GateContext
-                        ) -> Reply | None:
+                        options: Mapping[str, Any], planner: Planner, ctx: GateContext,
+                        config: RunnableConfig) -> Reply | None:
     """The user's messages after a turn paused at the gate with a suspended tool auto-resume
     may read its data from; None otherwise (a turn stopped any other way is superseded as
     before, by `_nodes._stopped_turn`, with the ledger's fence for calls in flight)."""
@@ -102,6 +103,8 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
     if not any(c["suspension"] is not None and c["suspension"]["id"] in pending
                and _resumable(planner, c) for c in waiting):
         return None
+    if not brought_by_this_run(config, newer[0]):
+        return None  # left by a run that stopped before reading it: whose, this run cannot say
     return Reply(messages=newer, waiting=waiting, pending=pending)
 
 

@@ -8,9 +8,9 @@ and "the reply" was every message after the turn's results. Six tests failed. Si
 door opens only when the plan accounts for every unanswered call of the turn's AI message and
 the reply is one user message and nothing else; and a stopped turn whose plan no longer
 accounts for a call (any door, auto-resume or not) settles or fences every call of the agent
-the ledger holds open in the thread, and tells the model the call's outcome is unknown. One
-gap stays open, as a strict xfail: a run continued without input reads the reply a stopped
-run left, as the continuing sender's.
+the ledger holds open in the thread, and tells the model the call's outcome is unknown. A run
+continued without input no longer reads the reply a stopped run left as the continuing
+sender's: only what the running invocation's own input brought is a reply.
 
 Each test asserts the promised behaviour: a test that FAILS is an attack that got through;
 the tests whose names start with `test_held_` document attacks that did not.
@@ -172,20 +172,27 @@ def test_a_refused_senders_words_left_in_messages_do_not_resume_as_the_users(how
         f"the tool resumed with the city a refused sender gave, in the user's name: {log}")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "open: the model node cannot tell which invocation brought the reply it reads; a run "
-    "continued without input (`invoke(None)` after `interrupt_before=['model']`) reads the "
-    "reply the stopped run brought, as the continuing sender's"))
-def test_a_reply_left_by_a_stopped_run_is_not_answered_by_whoever_continues_it() -> None:
-    """'mallory' sends 'Tokyo' with `interrupt_before=['model']`; 'user' then continues the
-    thread without input: the reply is taken as the user's answer."""
+@pytest.mark.parametrize("continued_with", [None, {"messages": []}],
+                         ids=["no_input", "input_without_a_message"])
+@pytest.mark.parametrize("left_by", ["interrupt_before_model", "update_state"])
+def test_a_reply_left_by_a_stopped_run_is_not_answered_by_whoever_continues_it(
+        left_by: str, continued_with: Any) -> None:
+    """'mallory' leaves 'Tokyo' in the thread (a run stopped before the model node, or a
+    state write); 'user' then continues the thread without a message of their own: the reply
+    is not the user's answer (the model node reads only what the running invocation's input
+    brought: `graphkit._input`)."""
     log: list[str] = []
     agent = _user_only_weather(log)
     first = agent.generate("weather?")
-    agent.graph.invoke({"messages": [HumanMessage("Tokyo")]},
-                       {"configurable": {"thread_id": first.thread_id, **MALLORY}},
-                       interrupt_before=["model"])
-    agent.graph.invoke(None, {"configurable": {"thread_id": first.thread_id, **USER}})
+    cfg = {"configurable": {"thread_id": first.thread_id, **MALLORY}}
+    if left_by == "update_state":
+        agent.graph.update_state(cfg, {"messages": [HumanMessage("Tokyo")]})
+    else:
+        agent.graph.invoke({"messages": [HumanMessage("Tokyo")]}, cfg,
+                           interrupt_before=["model"])
+    with contextlib.suppress(GraphkitError):
+        agent.graph.invoke(continued_with,
+                           {"configurable": {"thread_id": first.thread_id, **USER}})
     assert "fetched Tokyo" not in log, log
 
 
