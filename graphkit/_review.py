@@ -422,7 +422,7 @@ def supersede(ledger: Ledger, record: Mapping[str, Any], *, comment: str, thread
                 "decided_by": None, "comment": comment}
     return ledger.close(record["id"], decision=decision, audits=[audit_row(
         "superseded", record, thread_id=thread_id, run_id=run_id, comment=comment,
-        detail=detail)], thread_id=thread_id)
+        detail=detail)], thread_id=thread_id, still_waits=False)
 
 
 def refuse(ledger: Ledger, record: Mapping[str, Any] | None, exc: Exception, *,

@@ -137,10 +137,11 @@ class Decisions(LedgerBase):
 
     def close(self, approval_id: str, *, decision: Mapping[str, Any],
               audits: Sequence[AuditRow], overdue: bool = False, enqueue: bool = False,
-              thread_id: str | None = None) -> bool:
+              thread_id: str | None = None, still_waits: bool = True) -> bool:
         """Decline a pending approval for a reason of the system's (superseded, cancelled;
         expired, with `overdue`, only if its time is up); with `thread_id`, only that thread's
-        (a copied thread's state names the original's approvals)."""
+        (a copied thread's state names the original's approvals). Without `still_waits` (it
+        was superseded: the run went on), no run waits on it any more."""
         now = self._sql.now
         due = f" AND expires_at IS NOT NULL AND expires_at <= {now}" if overdue else ""
         params: tuple[str, ...] = ()
@@ -150,7 +151,8 @@ class Decisions(LedgerBase):
         with self._sql.transaction() as tx:
             done = tx.execute(
                 f"UPDATE graphkit_approvals SET status = 'rejected', decision = ?, "
-                f"decided_at = {now} WHERE approval_id = ? AND status = 'pending'{due}",
+                f"decided_at = {now}{'' if still_waits else ', waiting = NULL'} "
+                f"WHERE approval_id = ? AND status = 'pending'{due}",
                 (dumps(dict(decision)), approval_id, *params))
             if done == 1:
                 self._audit(tx, audits)
