@@ -417,9 +417,12 @@ def _plain(task: Mapping[str, Any]) -> bool:
 
 
 def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: bool
-           ) -> _Admitted | ToolMessage:
+           ) -> _Admitted | ToolMessage | None:
     """Verify a task against the ledger and claim its one execution (with what a tool that
-    takes a `ToolContext` needs: its resume data and once-results)."""
+    takes a `ToolContext` needs: its resume data and once-results). A call that already ran
+    gets its recorded result, one another process runs is told so; a task refused is audited
+    and answers nothing (None): an answer in the conversation would end a turn whose call
+    still waits on its approval, with no run waiting on that approval any more."""
     name = str(task.get("tool_name"))
     key = task.get("key")
     owner = new_owner()
@@ -452,6 +455,8 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
                                         "agent_path": task.get("agent_path")},
                             thread_id=thread_id, run_id=(task.get("options") or {}).get("run_id"),
                             detail=f"tools node: {why}")])
+    if why != RUNNING:
+        return None
     return ToolMessage(REFUSED.format(name=name, why=why),
                        tool_call_id=str(task.get("tool_call_id") or ""), name=name,
                        status="error")
@@ -515,8 +520,10 @@ def _suspended(task: ToolTask, signal: ToolSuspended) -> Command[ToolTarget]:
     return Command(update={"reports": report}, goto="approval_gate")
 
 
-def _refused(message: ToolMessage) -> Command[ToolTarget]:
-    return Command(update={"messages": [message]}, goto="approval_gate")
+def _refused(message: ToolMessage | None) -> Command[ToolTarget]:
+    """Back to the gate, with the call's recorded result or what became of it, if any."""
+    return Command(update={"messages": [message]} if message is not None else None,
+                   goto="approval_gate")
 
 
 def make_tools_nodes(
@@ -531,7 +538,7 @@ def make_tools_nodes(
         ledger.finish(task["key"], owner, {"content": message.content, "status": message.status})
         return command
 
-    def admit(task: ToolTask, config: RunnableConfig) -> _Admitted | ToolMessage:
+    def admit(task: ToolTask, config: RunnableConfig) -> _Admitted | ToolMessage | None:
         tool = tools.get(str(task.get("tool_name")))
         if path_of is not None and task.get("agent_path") != path_of(config):
             tool = None  # another agent's call (a subagent's, say): never this agent's tool
@@ -568,15 +575,15 @@ def make_tools_nodes(
 
     def run_tool(task: ToolTask, config: RunnableConfig) -> Command[ToolTarget]:
         admitted = admit(task, config)
-        if isinstance(admitted, ToolMessage):
+        if not isinstance(admitted, _Admitted):
             return _refused(admitted)
         tool, call, tool_config = _prepare(tools, task, config, ledger, admitted)
         return execute(tool, call, tool_config, task, admitted.owner)
 
     def begin(task: ToolTask, config: RunnableConfig
-              ) -> tuple[BaseTool, dict[str, Any], RunnableConfig, str] | ToolMessage:
+              ) -> tuple[BaseTool, dict[str, Any], RunnableConfig, str] | ToolMessage | None:
         admitted = admit(task, config)
-        if isinstance(admitted, ToolMessage):
+        if not isinstance(admitted, _Admitted):
             return admitted
         return (*_prepare(tools, task, config, ledger, admitted), admitted.owner)
 
@@ -588,7 +595,7 @@ def make_tools_nodes(
                 _SYNC_TOOL_POOL, run_tool, task, config)
             return command
         begun = await offload(begin, task, config)
-        if isinstance(begun, ToolMessage):
+        if not isinstance(begun, tuple):
             return _refused(begun)
         tool, call, tool_config, owner = begun
         try:

@@ -385,7 +385,8 @@ def test_an_edit_the_tool_refuses_never_runs(sqlite_url: str) -> None:
     forge_alone(agent, result.thread_id, task(pay_call(plan), ["billing"], args=bad),
                 task(pay_call(plan), ["billing"], args=EDIT),
                 task(pay_call(plan), ["billing"], args=PAY))
-    assert ran.ran == [], ran.ran
+    # the forged tasks run nothing; the gate they hand back to may run the cleared edit, once
+    assert ran.ran in ([], [("pay", EDIT)]), ran.ran
 
 
 async def test_async_refused_claim_and_forged_send(sqlite_url: str) -> None:

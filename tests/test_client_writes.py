@@ -27,7 +27,7 @@ from graphkit import (
 )
 from graphkit._ledger import Clearance
 from graphkit.testing import ScriptedChatModel
-from tests.helpers import agent_with, call, ledger_plan, turn
+from tests.helpers import agent_with, call, ledger_plan, pay_then_done, turn
 
 PAY = {"amount": 40, "payee": {"name": "ACME"}}
 
@@ -257,7 +257,8 @@ def test_a_sent_task_for_the_tools_node_never_runs_a_delegation(sqlite_url: str)
     """A client sends the tools node the supervisor's planned delegation (its key, the
     delegation tool's name): a delegation runs in its own node only, so the tools node
     refuses it (no untyped error reaches the client), nothing is recorded as the delegation's
-    outcome, and nothing runs."""
+    outcome, and nothing runs. The refusal answers nothing either: the run still waits on the
+    subagent's approval, which a decision then runs, once."""
     from tests.helpers import boss_over_billing
 
     paid: list[int] = []
@@ -271,3 +272,26 @@ def test_a_sent_task_for_the_tools_node_never_runs_a_delegation(sqlite_url: str)
     assert paid == []
     assert any("tools node: it was not planned" in str(e.get("detail"))
                for e in boss._storage.ledger.read_audit(thread_id=result.thread_id))
+    (asked,) = result.pending_approvals
+    assert [w.waiting for w in boss._storage.ledger.waiting_rows(approval_id=asked.id)] == [True]
+    assert boss.approve_tool_call_generate(run_id=result.run_id).text == "ok"
+    assert paid == [7]
+
+
+def test_a_refused_sent_task_answers_nothing(sqlite_url: str) -> None:
+    """A client sends the tools node a call that waits on an approval: the tools node refuses
+    it (audited) and writes no answer into the conversation, so the call still waits on its
+    approval, the run pauses on it again, and the approval runs the call once. (A refusal that
+    answered the call would end the turn and leave the approval pending with no run waiting.)"""
+    agent, ran = agent_with(pay_then_done, checkpointer=sqlite_url, name="billing")
+    result = agent.generate("pay")
+    pay = plan_of(agent, result.thread_id)["calls"][0]
+    out = agent.graph.invoke(Command(goto=Send("tools", task(pay, ["billing"]))),
+                             config(result.thread_id))
+    assert ran.ran == []
+    assert not [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert agent.graph.get_state(config(result.thread_id)).interrupts
+    (asked,) = result.pending_approvals
+    assert [w.waiting for w in agent._storage.ledger.waiting_rows(approval_id=asked.id)] == [True]
+    assert agent.approve_tool_call_generate(run_id=result.run_id).text == "done"
+    assert ran.ran == [("pay", PAY)]
