@@ -298,13 +298,13 @@ def _pending_record(
 
 
 def last_turn_plan(ledger: Ledger, thread_id: str, agent_path: Sequence[str],
-                   messages: Sequence[BaseMessage]) -> TurnPlan | None:
+                   messages: Sequence[BaseMessage], scope: str = "") -> TurnPlan | None:
     """The ledger's plan of the conversation's last model turn (None: it has no tool calls,
     or no gate of this agent planned it in this thread)."""
     ai = last_ai(messages)  # type: ignore[arg-type]
     if ai is None or not ai.tool_calls:
         return None
-    return ledger.turn(thread_id, agent_path, turn_key(ai))
+    return ledger.turn(thread_id, agent_path, turn_key(ai, scope))
 
 
 def answered_ids(messages: Sequence[BaseMessage], ai_message_id: str) -> set[str]:

@@ -10,10 +10,14 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_store, get_stream_writer
 from langgraph.store.base import BaseStore
 
-__all__ = ["EVENT_KEY", "PATH_KEY", "agent_path_of", "emit", "last_ai", "store", "thread_id_of"]
+__all__ = ["DELEGATION_KEY", "EVENT_KEY", "PATH_KEY", "agent_path_of", "delegation_of", "emit",
+           "last_ai", "store", "thread_id_of"]
 
 PATH_KEY = "graphkit_agent_path"
 """Key of `config["configurable"]` holding the agent path of an enclosing supervisor."""
+DELEGATION_KEY = "graphkit_delegation"
+"""Key of `config["configurable"]` holding, for a subagent, the key of the supervisor's call
+it works for (its turns are planned under it: parallel delegations never share a plan)."""
 EVENT_KEY = "graphkit_event"
 """Key marking graphkit's custom stream events (telemetry) among other custom events."""
 
@@ -23,6 +27,12 @@ def agent_path_of(config: RunnableConfig, name: str) -> list[str]:
     if not isinstance(parent, list) or not all(isinstance(p, str) for p in parent):
         parent = []
     return [*parent, name]
+
+
+def delegation_of(config: RunnableConfig) -> str:
+    """The supervisor's call a subagent works for ("" at the top)."""
+    key = (config.get("configurable") or {}).get(DELEGATION_KEY)
+    return key if isinstance(key, str) else ""
 
 
 def thread_id_of(config: RunnableConfig) -> str:

@@ -29,7 +29,7 @@ from graphkit._approvals import (
     telemetry,
     waiting_records,
 )
-from graphkit._context import agent_path_of, emit, last_ai, thread_id_of
+from graphkit._context import agent_path_of, delegation_of, emit, last_ai, thread_id_of
 from graphkit._journal import GateJournal
 from graphkit._ledger import ApprovalRow, Clearance, Ledger
 from graphkit._limits import check_value
@@ -118,6 +118,8 @@ class GateContext:
     run_id: str | None
     journal: GateJournal
     ledger: Ledger
+    scope: str = ""
+    """For a subagent, the supervisor's call it works for (`turn_key`'s scope)."""
 
     @property
     def agent(self) -> str:
@@ -181,7 +183,8 @@ class Planner:
                               schemas=self.schemas, scope=task_ns.rpartition("|")[0],
                               agent_path=path)
         return GateContext(path=path, thread_id=thread_id,
-                           run_id=journal.run_id, journal=journal, ledger=self.ledger)
+                           run_id=journal.run_id, journal=journal, ledger=self.ledger,
+                           scope=delegation_of(config) if self.nested else "")
 
     def plan(self, ai: AIMessage, state: AgentState, ctx: GateContext, *,
              key: str | None = None) -> tuple[TurnPlan, list[ToolMessage]]:
@@ -190,7 +193,7 @@ class Planner:
         grants = self.ledger.live_grants(ctx.thread_id, ctx.path, names) if names else {}
         planned = plan_turn(ai, self.tools, self.settings, state.get("options") or {},
                             agent_path=ctx.path, thread_id=ctx.thread_id, run_id=ctx.run_id,
-                            grants=grants, plan_key=key or turn_key(ai))
+                            grants=grants, plan_key=key or turn_key(ai, ctx.scope))
 
         def as_recorded(revoked: set[str]) -> TurnPlan:
             for call in planned.plan["calls"]:
@@ -488,8 +491,8 @@ class _Pass:
 
 
 def supersede_unanswered(ai_message_id: str, messages: Sequence[BaseMessage], ledger: Ledger,
-                         *, thread_id: str, agent_path: Sequence[str], run_id: str | None
-                         ) -> list[ToolMessage]:
+                         *, thread_id: str, agent_path: Sequence[str], run_id: str | None,
+                         scope: str = "") -> list[ToolMessage]:
     """The answers of a turn's calls that have none when a new user message comes (its run
     stopped mid-turn: `on_state_change`, a crash). What waited is declined as superseded, in
     the subagents of a stopped delegation too; a call that never started is recorded as not
@@ -500,7 +503,7 @@ def supersede_unanswered(ai_message_id: str, messages: Sequence[BaseMessage], le
     if not isinstance(ai, AIMessage):
         return []
     answered = answered_ids(messages, str(ai.id))
-    plan = ledger.turn(thread_id, agent_path, turn_key(ai))
+    plan = ledger.turn(thread_id, agent_path, turn_key(ai, scope))
     planned = {c["tool_call_id"]: c for c in plan["calls"]} if plan else {}
     unanswered = list({c["id"]: c for c in ai.tool_calls if c.get("id") not in answered}.values())
     calls = [planned[c["id"]] for c in unanswered if c["id"] in planned]
@@ -596,7 +599,7 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         update: dict[str, Any] = {}
         new_messages: list[BaseMessage] = []
         # The ledger's plan of this turn, which only gates write (the state only points to it).
-        previous = ctx.ledger.turn(ctx.thread_id, ctx.path, turn_key(ai))
+        previous = ctx.ledger.turn(ctx.thread_id, ctx.path, turn_key(ai, ctx.scope))
         changed = False
         if previous is None:
             plan, errors = planner.plan(ai, state, ctx)
@@ -628,7 +631,7 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         if step.edited:
             edited = _edited_ai(ai, step.edited)
             new_messages.append(edited)
-            plan["turn_key"] = turn_key(edited)  # the message the state will hold
+            plan["turn_key"] = turn_key(edited, ctx.scope)  # the message the state will hold
             ctx.ledger.rekey_calls((c["key"] for c in plan["calls"]), plan["turn_key"])
         emit(step.events)
         moved = previous is None or plan != previous

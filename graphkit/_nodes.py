@@ -223,7 +223,7 @@ def _stopped_turn(messages: list[AnyMessage], ctx: GateContext
     if not any(isinstance(m, HumanMessage) for m in newer) or any(m.id is None for m in newer):
         return messages, []
     answers = supersede_unanswered(last, messages, ctx.ledger, thread_id=ctx.thread_id,
-                                   agent_path=ctx.path, run_id=ctx.run_id)
+                                   agent_path=ctx.path, run_id=ctx.run_id, scope=ctx.scope)
     if not answers:
         return messages, []
     # the newer messages move after the answers: removed, then written again
@@ -291,7 +291,8 @@ def make_model_node(
         limit = options.get("max_steps")
         limit = limit if isinstance(limit, int) and limit > 0 else 25
         ctx = planner.context(state, config)
-        plan = last_turn_plan(ctx.ledger, ctx.thread_id, ctx.path, state.get("messages") or [])
+        plan = last_turn_plan(ctx.ledger, ctx.thread_id, ctx.path, state.get("messages") or [],
+                              ctx.scope)
         forged = _discard_forged(state, plan, ctx)
         messages = _with_fixes(list(state.get("messages") or []), forged)
         reply = reply_to_suspension(plan, messages, options, planner, ctx, config)
@@ -331,7 +332,7 @@ def make_model_node(
             return Command(update=update, goto="__end__")
         ctx = planner.context(state, config)
         stored = _storable(response)
-        plan, errors = planner.plan(response, state, ctx, key=turn_key(stored))
+        plan, errors = planner.plan(response, state, ctx, key=turn_key(stored, ctx.scope))
         secrets = {c["tool_call_id"]: c["secrets"] for c in plan["calls"] if c.get("secrets")}
         if secrets:  # so that every view of the message can mask them (no provider sees it)
             stored = stored.model_copy(update={"response_metadata": {

@@ -116,14 +116,15 @@ class ToolTask(TypedDict):
     """Where the result goes: `model` when this batch finishes the turn, else back to the gate."""
 
 
-def turn_key(ai: BaseMessage) -> str:
+def turn_key(ai: BaseMessage, scope: str = "") -> str:
     """The ledger's key of an AI message's plan: its id and what its calls are (ids, names,
-    arguments as written). A message rewritten under a reused id (a client, a model that
-    reuses ids) is another turn, planned anew; it never takes an earlier turn's plan."""
+    arguments as written), and for a subagent the delegation it works for (`scope`). A
+    message rewritten under a reused id (a client, a model that reuses ids) is another turn,
+    planned anew; it never takes an earlier turn's plan, nor a parallel delegation's."""
     calls = [[c.get("id"), c.get("name"), c.get("args")]
              for c in getattr(ai, "tool_calls", None) or []]
     digest = hashlib.sha256(json.dumps(calls, sort_keys=True, default=str).encode()).hexdigest()
-    return f"{ai.id or ''}#{digest[:32]}"
+    return f"{ai.id or ''}#{digest[:32]}" + (f"@{scope}" if scope else "")
 
 
 def merge_reports(

@@ -19,7 +19,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 from pydantic import BaseModel, Field
 
-from graphkit._context import PATH_KEY, thread_id_of
+from graphkit._context import DELEGATION_KEY, PATH_KEY, thread_id_of
 from graphkit._ledger import DONE, Ledger
 from graphkit._nodes import result_command, runs_as_recorded
 from graphkit._state import ToolTask, well_typed_task
@@ -77,7 +77,7 @@ def make_delegate_nodes(
             **config,
             # the subagent's place in the chain is this agent's own path, never the task's
             "configurable": {**(config.get("configurable") or {}),
-                             PATH_KEY: path_of(config)},
+                             PATH_KEY: path_of(config), DELEGATION_KEY: task["key"]},
         }
         return sub_input, sub_config
 

@@ -336,3 +336,44 @@ def test_a_sent_delegation_never_names_the_subagents_place_in_the_chain(sqlite_u
     assert [p.agent_path for p in Inbox(sqlite_url).pending()] == [["boss", "billing"]]
     assert ledger._sql.query(
         "SELECT agent_path, tool_name, tool_schema FROM graphkit_tools") == schemas
+
+
+class _ReusingIds(ScriptedChatModel):
+    """A model whose server reuses one completion id (and the model its call ids)."""
+
+    def reply_for(self, messages: list[BaseMessage]) -> AIMessage:
+        out = super().reply_for(messages)
+        return out.model_copy(update={"id": "reused" if out.tool_calls else "reused-done"})
+
+
+def test_parallel_delegations_with_reused_ids_never_share_a_plan(sqlite_url: str) -> None:
+    """Two delegations of one turn to the same subagent, whose model answers both with the
+    same message id, call id and arguments: each has its own approval (its turns are planned
+    under the supervisor's call it works for), and each decision applies to its own call only
+    (approve one, decline the other: one payment)."""
+    paid: list[int] = []
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        paid.append(amount)
+        return f"paid {amount}"
+
+    def sub_reply(messages: list[BaseMessage]) -> Any:
+        if not any(isinstance(m, ToolMessage) for m in messages):
+            return turn(call("pay", {"amount": 7}, "p1"))
+        return f"sub: {[m for m in messages if isinstance(m, ToolMessage)][-1].text}"
+
+    billing = Agent(name="billing", model=_ReusingIds(sub_reply), tools=[pay])
+    boss = Agent(name="boss", agents={"billing": billing}, checkpointer=sqlite_url,
+                 model=ScriptedChatModel([turn(call("billing", {"task": "pay"}, "d1"),
+                                               call("billing", {"task": "pay"}, "d2")), "ok"]))
+    result = boss.generate("go")
+    first, second = result.pending_approvals
+    assert first.id != second.id
+    boss.resolve_tool_approval(run_id=result.run_id, id=first.id, approved=True)
+    boss.resolve_tool_approval(run_id=result.run_id, id=second.id, approved=False)
+    final = boss.resume(run_id=result.run_id)
+    assert paid == [7]
+    told = sorted(m.text for m in final.messages if isinstance(m, ToolMessage))
+    assert told[1] == "sub: paid 7" and "paid" not in told[0], told
