@@ -7,7 +7,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
 
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -192,7 +193,68 @@ def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
     result = {k: v for k, v in dumped.items() if k in names}
     secrets = secret_paths({k: v for k, v in shown.items() if k in names}, result) if (
         shown is not dumped) else []
+    secrets += [p for p in _declared_secrets(schema, result)
+                if not any(q[:len(p)] == p or p[:len(q)] == q for q in secrets)]
     return parsed, result, secrets
+
+
+_SECRET_TYPES = (SecretStr, SecretBytes, Secret)
+
+
+def _declared_secrets(schema: type[BaseModel], value: Any,
+                      at: list[str | int] | None = None) -> list[list[str | int]]:
+    """Where the schema declares a secret that pydantic's dump may show in clear: a field
+    typed `str | SecretStr` holds a plain `str` when given a string. Such a field is secret
+    as a whole, whatever branch of its type read the value."""
+    at = at or []
+    if not isinstance(value, Mapping):
+        return []
+    found: list[list[str | int]] = []
+    for key, nested in _secret_fields(schema).items():
+        if value.get(key) is None:
+            continue
+        if nested is None:
+            found.append([*at, key])
+        else:
+            found += _declared_secrets(nested, value[key], [*at, key])
+    return found
+
+
+@functools.cache
+def _secret_fields(schema: type[BaseModel]) -> dict[str, type[BaseModel] | None]:
+    """The fields of `schema` whose type mentions a secret type: None for a field secret as
+    a whole, or the model of a nested field to look into."""
+    fields: dict[str, type[BaseModel] | None] = {}
+    for name, field in schema.model_fields.items():
+        model = _model_of(field.annotation)
+        if model is not None and _mentions_secret(model, set()):
+            fields[field.alias or name] = model
+        elif model is None and _mentions_secret(field.annotation, set()):
+            fields[field.alias or name] = None
+    return fields
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The model of a field typed as one (or as an optional one)."""
+    options = [a for a in get_args(annotation) if a is not type(None)] if get_origin(
+        annotation) in (Union, UnionType) else [annotation]
+    if len(options) == 1 and isinstance(options[0], type) and issubclass(options[0], BaseModel):
+        return options[0]
+    return None
+
+
+def _mentions_secret(annotation: Any, seen: set[type]) -> bool:
+    origin = get_origin(annotation)
+    for candidate in (annotation, origin):
+        if isinstance(candidate, type) and issubclass(candidate, _SECRET_TYPES):
+            return True
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if annotation in seen:
+            return False
+        seen.add(annotation)
+        return any(_mentions_secret(f.annotation, seen)
+                   for f in annotation.model_fields.values())
+    return any(_mentions_secret(arg, seen) for arg in get_args(annotation))
 
 
 def validate_resume(tool: BaseTool | None, data: Any) -> Any:

@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from pydantic import SecretStr
 from starlette.testclient import TestClient
 
@@ -22,12 +23,21 @@ KEY = "sk-live-51HxQ"
 MASK = "**********"
 
 
-def _agent(url: str, used: list[str]) -> Agent:
+def _agent(url: str, used: list[str], *, or_text: bool = False) -> Agent:
     @create_tool(needs_approval=True, approval_prompt="Charge {{amount}}?")
     def charge(amount: int, api_key: SecretStr) -> str:
         """Charge a card with the payment provider's key."""
         used.append(api_key.get_secret_value())
         return f"charged {amount}"
+
+    @create_tool(name="charge", needs_approval=True, approval_prompt="Charge {{amount}}?")
+    def charge_with_key_or_text(amount: int, api_key: str | SecretStr) -> str:
+        """Charge a card with the payment provider's key."""
+        used.append(api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key)
+        return f"charged {amount}"
+
+    if or_text:  # pydantic reads a string as `str` here: the field is still declared secret
+        charge = charge_with_key_or_text
 
     return Agent(name="billing", tools=[charge], checkpointer=url,
                  notify=[Webhook("http://127.0.0.1:9/hooks", secret="s")],
@@ -35,10 +45,12 @@ def _agent(url: str, used: list[str]) -> Agent:
                      call("charge", {"amount": 25, "api_key": KEY}, f"c{len(m)}"))))
 
 
-def test_a_secret_argument_is_masked_everywhere_and_reaches_the_tool(tmp_path: Path) -> None:
+@pytest.mark.parametrize("or_text", [False, True], ids=["SecretStr", "str_or_SecretStr"])
+def test_a_secret_argument_is_masked_everywhere_and_reaches_the_tool(tmp_path: Path,
+                                                                     or_text: bool) -> None:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     used: list[str] = []
-    agent = _agent(url, used)
+    agent = _agent(url, used, or_text=or_text)
     first = agent.generate("charge it")
     (pending,) = first.pending_approvals
     seen: dict[str, str] = {}
