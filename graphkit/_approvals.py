@@ -29,6 +29,7 @@ from graphkit._secrets import (
     masked_record,
     new_salt,
     record_digest,
+    shows_masked,
     withheld,
 )
 from graphkit._settings import GateSettings
@@ -70,6 +71,9 @@ ARGS_WITHHELD = "args_withheld"
 
 NOT_A_TOOL = "{name!r} is not a valid tool, try one of {available}."
 INVALID_ARGS = "Error: invalid arguments for tool {name!r}: {errors}. The call did not run."
+LOST_SECRET = ("Error: the secret arguments of this call to {name!r} are kept only with the "
+               "run that planned it, and this thread does not have them (it was copied, or "
+               "its record is gone). The call did not run; call the tool again.")
 DUPLICATE_ID = (
     "Error: tool call id {id!r} of {name!r} is not unique in this turn; every call needs its "
     "own id. None of the calls with that id ran."
@@ -177,6 +181,9 @@ def plan_turn(
         if tool is None:
             content = "Error: " + NOT_A_TOOL.format(name=name, available=sorted(tools))
             planned.errors.append(_error(content, call_id, name))
+            continue
+        if shows_masked(ai, call):
+            planned.errors.append(_error(LOST_SECRET.format(name=name), call_id, name))
             continue
         try:
             args, secrets = validated_args(tool, call.get("args") or {})

@@ -11,10 +11,11 @@ the tools node runs nothing the ledger does not allow.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages.tool import ToolCall
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.types import Command, Send, interrupt
@@ -48,7 +49,7 @@ from graphkit._review import (
     take,
     verify,
 )
-from graphkit._secrets import with_secrets
+from graphkit._secrets import masked_ai, with_secrets
 from graphkit._settings import GateSettings
 from graphkit._state import (
     AgentState,
@@ -59,7 +60,7 @@ from graphkit._state import (
     TurnPointer,
     turn_key,
 )
-from graphkit._validate import now_iso, validation_runs_code
+from graphkit._validate import now_iso, secret_paths_of, validation_runs_code
 from graphkit.errors import (
     AmbiguousApprovalError,
     ApprovalNotFoundError,
@@ -187,13 +188,21 @@ class Planner:
                            scope=delegation_of(config) if self.nested else "")
 
     def plan(self, ai: AIMessage, state: AgentState, ctx: GateContext, *,
-             key: str | None = None) -> tuple[TurnPlan, list[ToolMessage]]:
-        """Plan the turn of `ai`, filed under `key` (the message as the state stores it)."""
+             stored: AIMessage | None = None) -> tuple[TurnPlan, list[ToolMessage], AIMessage]:
+        """Plan the turn of `ai`, and the message the state stores for it (`stored`, or `ai`:
+        its secrets masked, `_secrets.masked_ai`); the plan is filed under that message."""
         names = [c["name"] for c in ai.tool_calls if c["name"] in self.tools]
         grants = self.ledger.live_grants(ctx.thread_id, ctx.path, names) if names else {}
+        kept = stored if stored is not None else ai
         planned = plan_turn(ai, self.tools, self.settings, state.get("options") or {},
                             agent_path=ctx.path, thread_id=ctx.thread_id, run_id=ctx.run_id,
-                            grants=grants, plan_key=key or turn_key(ai, ctx.scope))
+                            grants=grants, plan_key=turn_key(kept, ctx.scope))
+        secrets = {c["tool_call_id"]: c["secrets"] for c in planned.plan["calls"]
+                   if c.get("secrets")}
+        if secrets and stored is not None:
+            kept = masked_ai(kept, secrets)
+            key = planned.plan["turn_key"] = turn_key(kept, ctx.scope)
+            planned.calls = [replace(c, turn_key=key) for c in planned.calls]
 
         def as_recorded(revoked: set[str]) -> TurnPlan:
             for call in planned.plan["calls"]:
@@ -208,7 +217,7 @@ class Planner:
                              audits=planned.audits, turn=(ctx.thread_id, ctx.path, as_recorded))
         emit([telemetry(c["approval"], "pending") for c in planned.plan["calls"]
               if c["approval"] is not None and c["approval"]["status"] == "pending"])
-        return planned.plan, planned.errors
+        return planned.plan, planned.errors, kept
 
 
 def _schema(tool: BaseTool) -> dict[str, Any] | None:
@@ -229,14 +238,22 @@ def _resume(tool: BaseTool) -> dict[str, Any] | None:
     return schema.model_json_schema() if schema is not None else None
 
 
-def _edited_ai(ai: AIMessage, edited: Mapping[str, dict[str, Any]]) -> AIMessage:
-    """The AI message as it will run, so the history shows the edited call, not the original."""
-    calls = [
-        {**call, "args": edited[call_id]}
-        if (call_id := call.get("id")) is not None and call_id in edited else call
-        for call in ai.tool_calls
-    ]
-    return ai.model_copy(update={"tool_calls": calls})
+def _edited_ai(ai: AIMessage, edited: Mapping[str, dict[str, Any]],
+               tools: Mapping[str, BaseTool]) -> AIMessage:
+    """The AI message as it will run, so the history shows the edited call, not the original
+    (its secrets masked, as the model's own reply was)."""
+    calls: list[ToolCall] = []
+    secrets: dict[str, list[list[str | int]]] = {}
+    for call in ai.tool_calls:
+        call_id = call.get("id")
+        if call_id is None or call_id not in edited:
+            calls.append(call)
+            continue
+        calls.append({**call, "args": edited[call_id]})
+        paths = secret_paths_of(tools.get(call["name"]), edited[call_id])
+        if paths:
+            secrets[call_id] = paths
+    return masked_ai(ai.model_copy(update={"tool_calls": calls}), secrets)
 
 
 def _who_why(decided_by: Any, comment: Any) -> tuple[str, str]:
@@ -602,7 +619,7 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         previous = ctx.ledger.turn(ctx.thread_id, ctx.path, turn_key(ai, ctx.scope))
         changed = False
         if previous is None:
-            plan, errors = planner.plan(ai, state, ctx)
+            plan, errors, _ = planner.plan(ai, state, ctx)
             supersede_abandoned(messages, ctx)  # an earlier version of this turn, rewritten
             new_messages.extend(errors)
             update["turn"] = pointer(plan)
@@ -629,7 +646,7 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
                 step.apply_ledger(answered)
             changed = True
         if step.edited:
-            edited = _edited_ai(ai, step.edited)
+            edited = _edited_ai(ai, step.edited, tools)
             new_messages.append(edited)
             plan["turn_key"] = turn_key(edited, ctx.scope)  # the message the state will hold
             ctx.ledger.rekey_calls((c["key"] for c in plan["calls"]), plan["turn_key"])

@@ -58,8 +58,7 @@ from graphkit._reply import (
     turn_span,
 )
 from graphkit._review import audit_row, supersede
-from graphkit._secrets import SECRETS_KEY
-from graphkit._state import AgentState, ToolTask, TurnPlan, turn_key
+from graphkit._state import AgentState, ToolTask, TurnPlan
 from graphkit.tools import CONTEXT_KEY, DelegationTool, GraphkitTool, ToolContext, ToolSuspended
 from graphkit.types import args_digest
 
@@ -331,12 +330,8 @@ def make_model_node(
                 update["turn"] = None
             return Command(update=update, goto="__end__")
         ctx = planner.context(state, config)
-        stored = _storable(response)
-        plan, errors = planner.plan(response, state, ctx, key=turn_key(stored, ctx.scope))
-        secrets = {c["tool_call_id"]: c["secrets"] for c in plan["calls"] if c.get("secrets")}
-        if secrets:  # so that every view of the message can mask them (no provider sees it)
-            stored = stored.model_copy(update={"response_metadata": {
-                **stored.response_metadata, SECRETS_KEY: secrets}})
+        # the conversation keeps the reply with its secrets masked: the ledger has them
+        plan, errors, stored = planner.plan(response, state, ctx, stored=_storable(response))
         answered = {m.tool_call_id for m in errors}
         ctx.journal.sync(None, plan, answered)
         sends = dispatch_now(plan, answered, ctx, state, planner.tools)

@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from langchain_core.messages import AIMessage
+
 from graphkit._digest import args_digest
 
 __all__ = ["MASK", "PATHS_KEY", "SALT_KEY", "SECRETS_KEY", "WITHHELD_CHARS", "masked",
-           "masked_message", "masked_record", "new_salt", "record_digest", "record_paths",
-           "restored", "salted_digest", "secret_paths", "unmasked", "with_secrets", "withheld"]
+           "masked_ai", "masked_message", "masked_record", "new_salt", "record_digest",
+           "record_paths", "restored", "salted_digest", "secret_paths", "shows_masked",
+           "unmasked", "with_secrets", "withheld"]
 
 SECRETS_KEY = "graphkit_secret_paths"
 """In an AI message's `response_metadata` (which no provider is sent): where each of its tool
@@ -210,6 +214,62 @@ def masked_message(message: Any) -> Any:
         return message
     return message.model_copy(update={"tool_calls": [
         {**c, "args": masked(c.get("args"), secrets.get(c.get("id")))} for c in calls]})
+
+
+def masked_ai(ai: AIMessage, secrets: Mapping[str, Sequence[Sequence[str | int]]]
+              ) -> AIMessage:
+    """The model's reply as the conversation keeps it: its calls' secrets (`secrets`, by tool
+    call id) masked wherever the message holds the arguments (its tool calls, a provider's
+    raw copy of them, tool-use content blocks), and where they were recorded, so that every
+    later view masks an edit too. The ledger keeps the real values, which the calls run with;
+    every reader of the thread (checkpoints, a LangGraph server's clients, the stream) sees
+    the mask."""
+    if not secrets:
+        return ai
+    calls = [{**c, "args": masked(c.get("args"), secrets.get(str(c.get("id"))))}
+             for c in ai.tool_calls]
+    extra = dict(ai.additional_kwargs)
+    raw = extra.get("tool_calls")
+    if isinstance(raw, list):
+        extra["tool_calls"] = [_masked_raw(r, secrets) for r in raw]
+    content = [_masked_block(b, secrets) for b in ai.content] if isinstance(
+        ai.content, list) else ai.content
+    metadata = {**ai.response_metadata, SECRETS_KEY: {
+        **(ai.response_metadata.get(SECRETS_KEY) or {}), **secrets}}
+    return ai.model_copy(update={"tool_calls": calls, "additional_kwargs": extra,
+                                 "content": content, "response_metadata": metadata})
+
+
+def shows_masked(ai: AIMessage, call: Mapping[str, Any]) -> bool:
+    """Whether the conversation shows this call of `ai` with its secrets masked (`masked_ai`):
+    the real values were in the record of the turn, and running the mask would be wrong."""
+    recorded = ai.response_metadata.get(SECRETS_KEY)
+    paths = recorded.get(str(call.get("id"))) if isinstance(recorded, Mapping) else None
+    return any(_get(call.get("args"), list(p)) == (MASK, True) for p in paths or ())
+
+
+def _masked_raw(raw: Any, secrets: Mapping[str, Sequence[Sequence[str | int]]]) -> Any:
+    """A provider's raw tool call (OpenAI's `function.arguments`, a JSON string)."""
+    paths = secrets.get(str(raw.get("id"))) if isinstance(raw, Mapping) else None
+    function = raw.get("function") if paths and isinstance(raw, Mapping) else None
+    if not isinstance(function, Mapping):
+        return raw
+    try:
+        args = json.loads(function.get("arguments") or "{}")
+    except (TypeError, ValueError):
+        return {**raw, "function": {**function, "arguments": json.dumps(MASK)}}
+    return {**raw, "function": {**function, "arguments": json.dumps(masked(args, paths))}}
+
+
+def _masked_block(block: Any, secrets: Mapping[str, Sequence[Sequence[str | int]]]) -> Any:
+    """A content block that carries a call's arguments (Anthropic's `tool_use`, a standard
+    `tool_call` block)."""
+    if not isinstance(block, Mapping):
+        return block
+    paths = secrets.get(str(block.get("id") or block.get("call_id")))
+    if not paths:
+        return block
+    return {k: masked(v, paths) if k in ("input", "args") else v for k, v in block.items()}
 
 
 def _get(value: Any, path: Path) -> tuple[Any, bool]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from pydantic import SecretStr
+
 from graphkit import Agent, create_tool
 from graphkit.testing import ScriptedChatModel
 
@@ -40,3 +42,52 @@ def _release_manager_only(decided_by: str | None, pending: Any) -> bool:
 
 graph = Agent(name="release", model=ScriptedChatModel(_reply), tools=[deploy_service],
               approvers=_release_manager_only).graph
+
+
+# ---------------------------------------------------------------- tests/test_server_trust.py
+
+VAULT_KEY = "sk-live-51HxQvault"
+
+
+@create_tool(needs_approval=True, approval_prompt="Charge {{amount}}?")
+def charge(amount: int, api_key: SecretStr) -> str:
+    """Charge a card with the payment provider's key."""
+    with open(os.environ["GRAPHKIT_TEST_RUNS"], "a") as log:
+        log.write(f"charge:{amount}:{api_key.get_secret_value()}\n")
+    return f"charged {amount}"
+
+
+@create_tool(needs_approval=True, allowed_decisions=["approve", "reject"])
+def transfer(amount: int) -> str:
+    """Move money between accounts (a reviewer may not answer in its place)."""
+    with open(os.environ["GRAPHKIT_TEST_RUNS"], "a") as log:
+        log.write(f"transfer:{amount}\n")
+    return f"transferred {amount}"
+
+
+@create_tool(needs_approval=True, allowed_decisions=["approve", "reject", "respond"])
+def pay_vendor(amount: int) -> str:
+    """Pay a vendor (a reviewer may answer in its place)."""
+    with open(os.environ["GRAPHKIT_TEST_RUNS"], "a") as log:
+        log.write(f"pay_vendor:{amount}\n")
+    return f"paid {amount}"
+
+
+def _vault_reply(messages: list[Any]) -> Any:
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    last_human = max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage))
+    since = messages[last_human + 1:]
+    if not since:
+        tool, amount = str(messages[last_human].content).split()
+        args: dict[str, Any] = {"amount": int(amount)}
+        if tool == "charge":
+            args["api_key"] = VAULT_KEY
+        return AIMessage("", tool_calls=[{"name": tool, "args": args,
+                                          "id": f"call_{len(messages)}"}])
+    results = [m for m in since if isinstance(m, ToolMessage)]
+    return AIMessage(results[-1].content if results else "ok")
+
+
+vault = Agent(name="vault", model=ScriptedChatModel(_vault_reply),
+              tools=[charge, transfer, pay_vendor]).graph

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from langgraph.types import Command
 from pydantic import SecretStr
 from starlette.testclient import TestClient
 
@@ -225,3 +226,33 @@ def test_the_approval_prompt_is_a_view_too(tmp_path: Path) -> None:
         assert len(prompt) < 1_000 and "api-xxx" in prompt
     agent.approve_tool_call_generate(run_id=paused.run_id, decided_by="ops")
     assert used == ["tok-live-123"]
+
+
+def test_no_checkpoint_holds_a_secret_and_a_copy_without_its_record_never_runs_the_mask(
+        tmp_path: Path) -> None:
+    """The conversation keeps the model's call with its secret masked (the ledger keeps the
+    real value, which the call runs with): no checkpoint or pending write holds it. A thread
+    whose state was copied without the ledger's record of the turn refuses the call (the
+    model is told to call again) rather than running the mask as the key."""
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    used: list[str] = []
+    agent = _agent(url, used)
+    first = agent.generate("charge it")
+    values = agent.graph.get_state({"configurable": {"thread_id": first.thread_id}}).values
+    assert KEY not in json.dumps([m.model_dump() for m in values["messages"]], default=str)
+    agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
+    assert used == [KEY]
+    db = sqlite3.connect(tmp_path / "runs.db")
+    for table in ("checkpoints", "writes"):
+        blobs = db.execute(f"SELECT * FROM {table}").fetchall()  # noqa: S608 - fixed names
+        assert blobs and not any(KEY.encode() in bytes(v) for row in blobs for v in row
+                                 if isinstance(v, bytes)), f"the secret is in {table}"
+
+    copied = {"configurable": {"thread_id": "a-copy"}}
+    agent.graph.update_state(copied, {"messages": values["messages"]}, as_node="model")
+    out = agent.graph.invoke(Command(goto="approval_gate"), copied)
+    told = [m for m in out["messages"] if m.type == "tool"]
+    assert told and "call the tool again" in str(told[-1].content)
+    assert used == [KEY]  # nothing ran with the mask
