@@ -33,6 +33,7 @@ from langchain_core.messages import (
 from langchain_core.runnables import RunnableBinding, RunnableConfig
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.constants import TAG_NOSTREAM
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
@@ -59,6 +60,7 @@ from graphkit._reply import (
 )
 from graphkit._review import audit_row, supersede
 from graphkit._state import AgentState, ToolTask, TurnPlan
+from graphkit._validate import declares_secrets
 from graphkit.tools import CONTEXT_KEY, DelegationTool, GraphkitTool, ToolContext, ToolSuspended
 from graphkit.types import args_digest
 
@@ -280,6 +282,13 @@ def make_model_node(
     reply that came as graph input while a tool is suspended, the gate: `graphkit._reply`)."""
     invoke, ainvoke = _model_calls(model, tools)
     system = [SystemMessage(instructions)] if instructions else []
+    # A model that may write a secret argument is not streamed token by token (LangGraph's
+    # "messages" mode would show the secret as written): its reply reaches that stream as the
+    # conversation keeps it, the secret masked.
+    quiet = any(declares_secrets(t) for t in tools)
+
+    def hushed(config: RunnableConfig) -> RunnableConfig:
+        return {**config, "tags": [*(config.get("tags") or []), TAG_NOSTREAM]} if quiet else config
 
     def route(state: AgentState, config: RunnableConfig
               ) -> tuple[list[BaseMessage], bool, list[BaseMessage], Command[ModelTarget] | None]:
@@ -344,7 +353,7 @@ def make_model_node(
             return to_gate
         if exhausted:
             return Command(update={"messages": fixes} if fixes else None, goto="__end__")
-        return finish(invoke(messages, config), state, config, fixes)
+        return finish(invoke(messages, hushed(config)), state, config, fixes)
 
     async def acall_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:
         # Reading and writing the ledger and store is synchronous: keep it off the event loop.
@@ -353,7 +362,7 @@ def make_model_node(
             return to_gate
         if exhausted:
             return Command(update={"messages": fixes} if fixes else None, goto="__end__")
-        response = await ainvoke(messages, config)
+        response = await ainvoke(messages, hushed(config))
         return await offload(finish, response, state, config, fixes)
 
     return call_model, acall_model

@@ -20,7 +20,8 @@ from graphkit._secrets import MASK, secret_paths
 from graphkit.errors import GraphkitError, InvalidApprovedArgsError, ResumeDataError
 from graphkit.tools import GraphkitTool
 
-__all__ = ["now_iso", "storable", "validate_args", "validate_resume", "validation_runs_code"]
+__all__ = ["declares_secrets", "now_iso", "storable", "validate_args", "validate_resume",
+           "validation_runs_code"]
 
 
 def iso_time(moment: datetime) -> str:
@@ -199,6 +200,14 @@ def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
 
 
 _SECRET_TYPES = (SecretStr, SecretBytes, Secret)
+
+
+def declares_secrets(tool: BaseTool) -> bool:
+    """Whether any argument of `tool` may be a secret (`SecretStr` and the like, at any
+    depth of its schema)."""
+    schema = tool.args_schema
+    return isinstance(schema, type) and issubclass(schema, BaseModel) and bool(
+        _secret_fields(schema))
 
 
 def _declared_secrets(schema: type[BaseModel], value: Any,

@@ -242,11 +242,19 @@ def test_no_checkpoint_holds_a_secret_and_a_copy_without_its_record_never_runs_t
     first = agent.generate("charge it")
     values = agent.graph.get_state({"configurable": {"thread_id": first.thread_id}}).values
     assert KEY not in json.dumps([m.model_dump() for m in values["messages"]], default=str)
+    # every stream mode a LangGraph client may ask for (the model is not streamed token by
+    # token: its reply reaches the "messages" stream as the conversation keeps it)
+    streamed = list(agent.graph.stream(
+        {"messages": [("user", "charge again")]}, {"configurable": {"thread_id": "streamed"}},
+        stream_mode=["messages", "updates", "values", "custom", "debug"]))
+    assert any(mode == "messages" for mode, _ in streamed)
+    assert KEY not in json.dumps(streamed, default=lambda o: getattr(
+        o, "model_dump", lambda: str(o))())
     agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
     assert used == [KEY]
     db = sqlite3.connect(tmp_path / "runs.db")
     for table in ("checkpoints", "writes"):
-        blobs = db.execute(f"SELECT * FROM {table}").fetchall()  # noqa: S608 - fixed names
+        blobs = db.execute(f"SELECT * FROM {table}").fetchall()
         assert blobs and not any(KEY.encode() in bytes(v) for row in blobs for v in row
                                  if isinstance(v, bytes)), f"the secret is in {table}"
 

@@ -1,7 +1,9 @@
 """Trust at the edges through the real `langgraph dev` server, as its clients (Studio, Agent
 Chat UI, the SDK) meet the agent: a secret argument is masked in the interrupt and the stream
 they read while the tool receives the real value; a reviewer's `respond` reaches the model
-marked as the reviewer's words, and a tool that forbids `respond` refuses it there too.
+marked as the reviewer's words, and a tool that forbids `respond` refuses it there too; a reply
+sent as plain graph input auto-resumes a suspended tool with data read from the reply, while a
+model-written argument that tries to instruct the extractor reaches it as data only.
 Executions are counted in a file the tools append to, outside the server.
 """
 
@@ -15,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.langgraph_server import ROOT, interrupt_of, langgraph_dev
-from tests.server_agents import VAULT_KEY
+from tests.server_agents import INJECTED, VAULT_KEY
 
 MASK = "**********"
 
@@ -28,7 +30,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path
     runs = workdir / "runs.log"
     runs.write_text("")
     config = {"dependencies": [str(ROOT)],
-              "graphs": {"vault": f"{ROOT / 'tests' / 'server_agents.py'}:vault"}, "env": {}}
+              "graphs": {"vault": f"{ROOT / 'tests' / 'server_agents.py'}:vault",
+                         "forecast": f"{ROOT / 'tests' / 'server_agents.py'}:forecast"},
+              "env": {}}
     with langgraph_dev(workdir, config, env={"GRAPHKIT_TEST_RUNS": str(runs)}) as url:
         yield get_sync_client(url=url), runs
 
@@ -36,8 +40,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path
 def _paused(client: Any, text: str) -> tuple[str, list[Any]]:
     """A thread paused on the call `text` asks for, and the chunks its run streamed."""
     thread_id: str = client.threads.create()["thread_id"]
-    chunks = list(client.runs.stream(thread_id, "vault", input={"messages": [
-        {"role": "user", "content": text}]}, stream_mode=["updates", "custom", "values"]))
+    chunks = list(client.runs.stream(
+        thread_id, "vault", input={"messages": [{"role": "user", "content": text}]},
+        stream_mode=["updates", "custom", "values", "messages-tuple"]))
     return thread_id, chunks
 
 
@@ -89,3 +94,23 @@ def test_a_tool_that_forbids_respond_refuses_it_through_the_server(
     state = client.threads.get_state(thread)
     assert not [m for m in state["values"]["messages"] if m["type"] == "tool"]
     assert _ran(runs) == before
+
+
+def test_a_reply_as_graph_input_is_read_as_data_and_never_instructed(
+        served: tuple[Any, Path]) -> None:
+    client, runs = served
+    thread: str = client.threads.create()["thread_id"]
+    client.runs.wait(thread, "forecast", input={"messages": [
+        {"role": "user", "content": "weather?"}]})
+    (asked,) = interrupt_of(client, thread)["approvals"]
+    assert asked["metadata"]["suspend_payload"]["message"].startswith("Which city?")
+    done = client.runs.wait(thread, "forecast", input={"messages": [
+        {"role": "user", "content": "Paris"}]})
+    assert done["messages"][-1]["content"] == "sunny in Paris"
+    prompts = [json.loads(line) for line in runs.read_text().splitlines()
+               if line.startswith("[")]
+    (system, request, reply), = prompts
+    assert system[0] == "system" and "Pyongyang" not in system[1] and "IGNORE" not in system[1]
+    assert request[1].startswith("<tool_request>\n") and INJECTED[:20] in request[1]
+    assert request[1].count("</tool_request>") == 1
+    assert reply[1] == "<user_reply>\nParis\n</user_reply>"
