@@ -1,4 +1,4 @@
-"""Round 5 of the adversarial review: deciding from the latest checkpoint tuple (`_latest`),
+"""Attacks, kept as regression tests, on deciding from the latest checkpoint tuple (`_latest`),
 the tools/delegation nodes without an input schema, WITHOUT ROWID ledger tables, async runs
 that prepare on the event loop, cached owner tokens, and `run_digest` reuse on approve.
 

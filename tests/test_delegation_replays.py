@@ -1,4 +1,4 @@
-"""Round 14 of the adversarial review: commit 766f572 (a settled delegation answers a replay
+"""Attacks, kept as regression tests, on commit 766f572 (a settled delegation answers a replay
 with its recorded outcome; `_accounted` plan entries; the sweep's `pending_below`;
 `Ledger.suspended`; the inbox card's agent from the ledger).
 

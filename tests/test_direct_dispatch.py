@@ -1,4 +1,4 @@
-"""Round 4 of the adversarial review: the model node's direct dispatch (`dispatch_now`), forged
+"""Attacks, kept as regression tests, on the model node's direct dispatch (`dispatch_now`), forged
 plan answers, the tools node's own-agent check, thread-bound `settle`, digest-checked records,
 and the legitimate flows the fast path must keep working."""
 

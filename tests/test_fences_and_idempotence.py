@@ -1,4 +1,4 @@
-"""Round 7 of the adversarial review: `supersede_unanswered`'s fence and `pending_below`,
+"""Attacks, kept as regression tests, on `supersede_unanswered`'s fence and `pending_below`,
 `validate_args`'s idempotence check, and the ledger beside a SqliteSaver/PostgresSaver
 instance (`_storage._ledger_beside`).
 

@@ -1,4 +1,4 @@
-"""Round 8 of the adversarial review: the model node handing a new user message to the gate
+"""Attacks, kept as regression tests, on the model node handing a new user message to the gate
 (`_nodes._to_gate`, `TurnPlan.superseding`, `_gate.approval_gate` -> `_Pass.supersede`) for an
 agent built with `auto_resume_suspended_tools=True`.
 

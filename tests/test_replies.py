@@ -1,4 +1,4 @@
-"""Round 10 of the adversarial review: auto-resume from graph input.
+"""Attacks, kept as regression tests, on auto-resume from graph input.
 
 The reviewed commit (5aaf6f9) had the model node park a user's reply that came as plain graph
 input in the plan (`turn["superseding"]`) for the gate to read, as round 8's reverted attempt

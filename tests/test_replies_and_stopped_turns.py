@@ -1,4 +1,4 @@
-"""Round 12 of the adversarial review: auto-resume from graph input, as reworked after round 11
+"""Attacks, kept as regression tests, on auto-resume from graph input, as reworked after round 11
 (4a4d488, `graphkit/_reply.py`).
 
 The door attacked: the model node takes a resume decision in the ledger (and declines the

@@ -1,4 +1,4 @@
-"""Round 11 of the adversarial review: the reworked auto-resume from graph input (0a73cd2).
+"""Attacks, kept as regression tests, on the reworked auto-resume from graph input (0a73cd2).
 
 The door attacked: the model node handed a reply that came as plain graph input to the gate
 (moving it into `turn["queued"]` with `turn["unread"]`) when the plan said every unanswered

@@ -1,4 +1,4 @@
-"""Round 13 of the adversarial review: the sweep of a stopped turn whose plan no longer accounts
+"""Attacks, kept as regression tests, on the sweep of a stopped turn whose plan no longer accounts
 for a call (`supersede_unanswered`, `Ledger.open_calls`), forged-suspension dropping
 (`_Pass._drop_forged_suspension`), and the inbox card's messages (the ledger's thread).
 

@@ -1,4 +1,4 @@
-"""Round 6 of the adversarial review: the model node superseding a stopped turn's unanswered
+"""Attacks, kept as regression tests, on the model node superseding a stopped turn's unanswered
 calls when a new user message comes from any door (`_nodes._stopped_turn`,
 `_gate.supersede_unanswered`, shared with the API's `_control._abandoned`).
 
