@@ -249,7 +249,7 @@ def plan_turn(
         planned.calls.append(CallRow(call_key=key, thread_id=thread_id, agent_path=agent_path,
                                      tool_name=name, args_digest=args_digest(args),
                                      approval_id=approval["id"] if approval else None,
-                                     turn_key=plan_key, args=args))
+                                     turn_key=plan_key, args=args, tool_call_id=call_id))
         planned_call = CallPlan(
             tool_call_id=call_id,
             tool_name=name,

@@ -60,7 +60,12 @@ from graphkit._state import (
     TurnPointer,
     turn_key,
 )
-from graphkit._validate import now_iso, secret_paths_of, validation_runs_code
+from graphkit._validate import (
+    declared_secret_paths,
+    now_iso,
+    secret_paths_of,
+    validation_runs_code,
+)
 from graphkit.errors import (
     AmbiguousApprovalError,
     ApprovalNotFoundError,
@@ -199,6 +204,11 @@ class Planner:
                             grants=grants, plan_key=turn_key(kept, ctx.scope))
         secrets = {c["tool_call_id"]: c["secrets"] for c in planned.plan["calls"]
                    if c.get("secrets")}
+        planned_ids = {c["tool_call_id"] for c in planned.plan["calls"]}
+        for call in ai.tool_calls:  # refused calls (invalid, repeated ids) keep theirs too
+            if call.get("id") not in planned_ids and (paths := declared_secret_paths(
+                    self.tools.get(call["name"]), call.get("args"))):
+                secrets[str(call.get("id"))] = [*secrets.get(str(call.get("id")), []), *paths]
         if secrets and stored is not None:
             kept = masked_ai(kept, secrets)
             key = planned.plan["turn_key"] = turn_key(kept, ctx.scope)

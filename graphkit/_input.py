@@ -33,21 +33,23 @@ __all__ = ["brought_by_this_run", "note_input"]
 _KEPT = 10_000
 """Inputs noted and not taken yet (a run stopped before its first node leaves one)."""
 
-_noted: OrderedDict[tuple[str, str, int], tuple[tuple[str, Any], ...]] = OrderedDict()
+_noted: OrderedDict[tuple[str, str, int], tuple[tuple[str | None, str, Any], ...]] = OrderedDict()
 _lock = threading.Lock()
 
 
 def note_input(state: Mapping[str, Any], config: RunnableConfig) -> None:
-    """Note the messages this input brought, from the graph's entry edge (their type and
-    content: LangGraph's reducer gives a message sent without an id a new one each time it
-    reads the input)."""
+    """Note the messages this input brought, from the graph's entry edge: their type and
+    content (LangGraph's reducer gives a message sent without an id a new one each time it
+    reads the input), and the id of a message the input replaced (only that message is what
+    the input brought, not another one that happens to say the same)."""
     where = _where(config)
     read = (config.get("configurable") or {}).get(CONFIG_KEY_READ) if CONFIG_KEY_READ else None
     if where is None or not callable(read):
         return
     before = read("messages", False)  # the channel as it was before this input's writes
     known = {m.id: m for m in before or () if isinstance(m, BaseMessage)}
-    brought = tuple((m.type, m.content) for m in state.get("messages") or ()
+    brought = tuple((str(m.id) if m.id in known else None, m.type, m.content)
+                    for m in state.get("messages") or ()
                     if isinstance(m, BaseMessage) and _new(known.get(m.id), m))
     thread, graph_ns, step = where
     with _lock:
@@ -66,7 +68,8 @@ def brought_by_this_run(config: RunnableConfig, message: AnyMessage) -> bool:
         return False
     with _lock:
         brought = _noted.pop(where, ())
-    return (message.type, message.content) in brought
+    return any((replaced is None or replaced == message.id) and kind == message.type
+               and content == message.content for replaced, kind, content in brought)
 
 
 def _new(before: BaseMessage | None, now: BaseMessage) -> bool:

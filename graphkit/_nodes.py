@@ -59,8 +59,9 @@ from graphkit._reply import (
     turn_span,
 )
 from graphkit._review import audit_row, supersede
+from graphkit._secrets import scrub_exception
 from graphkit._state import AgentState, ToolTask, TurnPlan
-from graphkit._validate import declares_secrets
+from graphkit._validate import declares_secrets, secret_paths_of
 from graphkit.tools import CONTEXT_KEY, DelegationTool, GraphkitTool, ToolContext, ToolSuspended
 from graphkit.types import args_digest
 
@@ -72,7 +73,7 @@ ToolTarget = Literal["approval_gate", "model"]
 
 REFUSED = "Refused: tool call {name!r} did not run: {why}."
 NOT_PLANNED = "it was not planned by this agent's approval gate"
-ELSEWHERE = "it was planned for another thread, agent or tool"
+ELSEWHERE = "it was planned for another thread, agent, tool or call"
 OTHER_ARGS = "its arguments are not the ones planned"
 NO_APPROVAL = "it has no approval"
 NOT_APPROVED_ARGS = "its arguments are not the ones that were approved"
@@ -383,7 +384,8 @@ def _why_not(row: CallRow | None, approval: ApprovalRow | None, task: Mapping[st
     if row is None:
         return NOT_PLANNED
     if (row.thread_id != thread_id_of(config) or list(row.agent_path) != list(
-            task.get("agent_path") or []) or row.tool_name != task.get("tool_name")):
+            task.get("agent_path") or []) or row.tool_name != task.get("tool_name")
+            or row.tool_call_id not in (None, task.get("tool_call_id"))):
         return ELSEWHERE
     if row.approval_id is None:
         return None if runs_as_recorded(row.args, row.args_digest) else OTHER_ARGS
@@ -417,6 +419,7 @@ def _plain(task: Mapping[str, Any]) -> bool:
     """A task whose fields the one-statement claim compares exactly as `_why_not` does."""
     path = task.get("agent_path")
     return (_comparable(task.get("key")) and _comparable(task.get("tool_name"))
+            and _comparable(task.get("tool_call_id"))
             and isinstance(path, list)
             and all(_comparable(p) and p and "/" not in p for p in path))
 
@@ -434,7 +437,7 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
     thread_id = thread_id_of(config)
     claimed = ledger.start_admitted(
         str(key), owner, thread_id=thread_id, agent_path=task["agent_path"],
-        tool_name=name) if _plain(task) else None
+        tool_name=name, tool_call_id=str(task.get("tool_call_id"))) if _plain(task) else None
     if claimed is not None and runs_as_recorded(claimed.args, claimed.digest):
         return _Admitted(owner, ledger.resume_values(str(key), thread_id)
                          if context and claimed.resumed else [], claimed.once,
@@ -574,6 +577,7 @@ def make_tools_nodes(
             ledger.release(task["key"], owner)
             raise
         except BaseException as exc:
+            scrub_exception(exc, call["args"], secret_paths_of(tool, call["args"]))
             stopped(task, owner, FAILED, exc)
             raise
         return finish(task, owner, output)
@@ -616,6 +620,7 @@ def make_tools_nodes(
             await asyncio.shield(offload(stopped, task, owner, INTERRUPTED))
             raise
         except BaseException as exc:
+            scrub_exception(exc, call["args"], secret_paths_of(tool, call["args"]))
             await offload(stopped, task, owner, FAILED, exc)
             raise
         return await offload(finish, task, owner, output)

@@ -15,6 +15,7 @@ the real text (`restored`).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -28,7 +29,8 @@ from graphkit._digest import args_digest
 
 __all__ = ["MASK", "PATHS_KEY", "SALT_KEY", "SECRETS_KEY", "WITHHELD_CHARS", "masked",
            "masked_ai", "masked_message", "masked_record", "new_salt", "record_digest",
-           "record_paths", "restored", "salted_digest", "secret_paths", "shows_masked",
+           "record_paths", "restored", "salted_digest", "scrub_exception", "secret_paths",
+           "shows_masked",
            "unmasked", "with_secrets", "withheld"]
 
 SECRETS_KEY = "graphkit_secret_paths"
@@ -246,6 +248,29 @@ def shows_masked(ai: AIMessage, call: Mapping[str, Any]) -> bool:
     recorded = ai.response_metadata.get(SECRETS_KEY)
     paths = recorded.get(str(call.get("id"))) if isinstance(recorded, Mapping) else None
     return any(_get(call.get("args"), list(p)) == (MASK, True) for p in paths or ())
+
+
+def scrub_exception(exc: BaseException, args: Any,
+                    paths: Sequence[Sequence[str | int]] | None) -> None:
+    """Take a call's secret values out of the error it raised (its message, and the errors
+    it was raised from): the error is recorded as the call's outcome, which the model and
+    every view read, and LangGraph hands it to the caller and its streams."""
+    values = [v for p in paths or () for v, found in [_get(args, list(p))]
+              if found and isinstance(v, str) and len(v) >= 4 and v != MASK]
+    seen: set[int] = set()
+    while values and exc is not None and id(exc) not in seen and len(seen) < 16:
+        seen.add(id(exc))
+        with contextlib.suppress(Exception):  # an exception whose args cannot be set
+            exc.args = tuple(_scrub(a, values) for a in exc.args)
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+
+
+def _scrub(value: Any, secrets: Sequence[str]) -> Any:
+    if not isinstance(value, str):
+        return value
+    for secret in secrets:
+        value = value.replace(secret, MASK)
+    return value
 
 
 def _masked_raw(raw: Any, secrets: Mapping[str, Sequence[Sequence[str | int]]]) -> Any:

@@ -99,6 +99,7 @@ def make_delegate_nodes(
         call_key = task.get("key")
         row = ledger.call(call_key) if isinstance(call_key, str) else None
         if (row is None or row.thread_id != thread_id_of(config) or row.tool_name != key
+                or row.tool_call_id not in (None, task.get("tool_call_id"))
                 or list(row.agent_path) != list(path_of(config))
                 or task.get("agent_path") != list(path_of(config))):
             return Command()

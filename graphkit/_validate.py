@@ -20,8 +20,8 @@ from graphkit._secrets import MASK, secret_paths
 from graphkit.errors import GraphkitError, InvalidApprovedArgsError, ResumeDataError
 from graphkit.tools import GraphkitTool
 
-__all__ = ["declares_secrets", "now_iso", "storable", "validate_args", "validate_resume",
-           "validation_runs_code"]
+__all__ = ["declared_secret_paths", "declares_secrets", "now_iso", "storable", "validate_args",
+           "validate_resume", "validation_runs_code"]
 
 
 def iso_time(moment: datetime) -> str:
@@ -210,6 +210,15 @@ def declares_secrets(tool: BaseTool) -> bool:
         _secret_fields(schema))
 
 
+def declared_secret_paths(tool: BaseTool | None, args: Any) -> list[list[str | int]]:
+    """Where `args`, as the model wrote them, may hold a secret the tool declares, whether
+    or not they validate (a call refused for its arguments still keeps them out of sight)."""
+    schema = tool.args_schema if tool is not None else None
+    if not isinstance(schema, type) or not issubclass(schema, BaseModel):
+        return []
+    return _declared_secrets(schema, args)
+
+
 def _declared_secrets(schema: type[BaseModel], value: Any,
                       at: list[str | int] | None = None) -> list[list[str | int]]:
     """Where the schema declares a secret that pydantic's dump may show in clear: a field
@@ -222,8 +231,8 @@ def _declared_secrets(schema: type[BaseModel], value: Any,
     for key, nested in _secret_fields(schema).items():
         if value.get(key) is None:
             continue
-        if nested is None:
-            found.append([*at, key])
+        if nested is None or not isinstance(value[key], Mapping):
+            found.append([*at, key])  # (a nested model's secret in a value not shaped as it)
         else:
             found += _declared_secrets(nested, value[key], [*at, key])
     return found

@@ -268,3 +268,21 @@ def test_held_a_plan_naming_an_earlier_ai_message_takes_no_decision() -> None:
         say(agent, first.thread_id, "Paris", user=USER)
     assert [e for e in log if e.startswith("fetched")] in ([], ["fetched Paris"])
     assert log.count("fetched Paris") <= 1
+
+
+def test_an_input_that_says_the_same_as_a_left_reply_does_not_make_it_the_senders() -> None:
+    """'mallory' leaves 'Tokyo' (a run stopped before the model node); 'user' sends, as input,
+    the thread's first message rewritten under its own id to say 'Tokyo' too: that input
+    brought a message, but not the reply the model node would read, so it is not the user's
+    answer."""
+    log: list[str] = []
+    agent = _user_only_weather(log)
+    first = agent.generate("weather?")
+    agent.graph.invoke({"messages": [HumanMessage("Tokyo")]},
+                       {"configurable": {"thread_id": first.thread_id, **MALLORY}},
+                       interrupt_before=["model"])
+    opening = agent.graph.get_state(config(first.thread_id)).values["messages"][0]
+    with contextlib.suppress(GraphkitError):
+        agent.graph.invoke({"messages": [HumanMessage("Tokyo", id=opening.id)]},
+                           {"configurable": {"thread_id": first.thread_id, **USER}})
+    assert "fetched Tokyo" not in log, log

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langgraph.types import Command
@@ -18,7 +19,7 @@ from graphkit.cli import main
 from graphkit.testing import ScriptedChatModel
 from graphkit.types import args_digest
 from graphkit.web import create_app
-from tests.helpers import call, turn
+from tests.helpers import call, ledger_plan, turn
 
 KEY = "sk-live-51HxQ"
 MASK = "**********"
@@ -264,3 +265,39 @@ def test_no_checkpoint_holds_a_secret_and_a_copy_without_its_record_never_runs_t
     told = [m for m in out["messages"] if m.type == "tool"]
     assert told and "call the tool again" in str(told[-1].content)
     assert used == [KEY]  # nothing ran with the mask
+
+
+def test_a_refused_call_and_a_failed_call_keep_their_secrets_out_of_sight() -> None:
+    """The model writes a secret for calls the gate refuses (arguments that do not validate,
+    a secret of the wrong shape, two calls under one id): the conversation shows each masked.
+    A tool that fails with its secret in the error message: the error the caller gets, the
+    outcome recorded for the call and the stream show the mask."""
+    @create_tool
+    def charge(amount: int, api_key: SecretStr) -> str:
+        """Charge a card."""
+        msg = f"provider rejected key {api_key.get_secret_value()} for {amount}"
+        raise ValueError(msg)
+
+    def agent_for(*calls: dict[str, Any]) -> Agent:
+        return Agent(name="billing", tools=[charge], model=ScriptedChatModel(
+            lambda m: "done" if m[-1].type == "tool" else turn(*calls)))
+
+    for calls in ([call("charge", {"amount": "lots", "api_key": KEY}, "c1")],
+                  [call("charge", {"amount": 1, "api_key": {"inner": KEY}}, "c1")],
+                  [call("charge", {"amount": 1, "api_key": KEY}, "c1"),
+                   call("charge", {"amount": 2, "api_key": KEY}, "c1")]):
+        result = agent_for(*calls).generate("charge")
+        assert KEY not in json.dumps([m.model_dump() for m in result.messages], default=str)
+
+    agent = agent_for(call("charge", {"amount": 1, "api_key": KEY}, "c1"))
+    cfg = {"configurable": {"thread_id": "fails"}}
+    chunks: list[Any] = []
+    with pytest.raises(ValueError, match="provider rejected key") as raised:
+        for chunk in agent.graph.stream({"messages": [("user", "charge")]}, cfg,
+                                        stream_mode=["updates", "tasks", "debug"]):
+            chunks.append(chunk)
+    assert KEY not in str(raised.value) and MASK in str(raised.value)
+    assert KEY not in json.dumps(chunks, default=str)
+    (key,) = [c["key"] for c in ledger_plan(agent, "fails")["calls"]]
+    outcome = agent._storage.ledger.outcomes([key])[key]
+    assert outcome is not None and KEY not in str(outcome) and MASK in str(outcome)

@@ -120,7 +120,7 @@ async def test_async_runs_on_sqlite(sqlite_url: str) -> None:
 def test_the_one_statement_claim_admits_exactly_what_the_ledger_allows(durable_url: str
                                                                        ) -> None:
     """The tools node's fast path claims a call in one UPDATE: only for the thread, agent
-    and tool planned, and for a gated call only once approved and cleared by a gate; it
+    tool and call id planned, and for a gated call only once approved and cleared by a gate; it
     returns the arguments the call runs with (as planned, or as cleared), never any a task
     carries. Anything else falls back to the step-by-step checks, which say why."""
     from graphkit._ledger import ApprovalRow, CallRow, Clearance
@@ -130,21 +130,24 @@ def test_the_one_statement_claim_admits_exactly_what_the_ledger_allows(durable_u
     planned, edited = {"amount": 1}, {"amount": 2}
     ledger.register(
         calls=[CallRow(call_key="free", thread_id="t", agent_path=["a", "b"], tool_name="pay",
-                       args_digest="d1", approval_id=None, args=planned),
+                       args_digest="d1", approval_id=None, args=planned, tool_call_id="c1"),
                CallRow(call_key="gated", thread_id="t", agent_path=["a"], tool_name="pay",
-                       args_digest="d1", approval_id="apr1", args=planned)],
+                       args_digest="d1", approval_id="apr1", args=planned,
+                       tool_call_id="c2")],
         approvals=[ApprovalRow(approval_id="apr1", thread_id="t", kind="approval",
                                call_key="gated", agent_path=["a"], tool_name="pay",
                                args_digest="d1")])
 
     def claim(key: str, owner: str, **change: Any) -> Any:
         fields: dict[str, Any] = {"thread_id": "t", "agent_path": ["a", "b"] if key == "free"
-                                  else ["a"], "tool_name": "pay"}
+                                  else ["a"], "tool_name": "pay",
+                                  "tool_call_id": "c1" if key == "free" else "c2"}
         return ledger.start_admitted(key, owner, **{**fields, **change})
 
     assert claim("free", "x", thread_id="other") is None
     assert claim("free", "x", agent_path=["a"]) is None
     assert claim("free", "x", tool_name="refund") is None
+    assert claim("free", "x", tool_call_id="c2") is None  # another call's id
     assert claim("nowhere", "x") is None
     won = claim("free", "me")
     assert won is not None and won.args == planned and won.digest == "d1"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.types import Command, Send
 
 from graphkit import Agent
@@ -186,3 +187,36 @@ def test_an_odd_character_in_a_forged_agent_path_is_refused_not_a_wedged_thread(
     assert ("pay", {**PAY, "amount": 1}) not in ran.ran
     assert not errors, errors
     assert ran.ran == [("pay", PAY)]
+
+
+def test_a_task_naming_an_earlier_calls_key_answers_nothing_for_the_pending_call(
+        sqlite_url: str) -> None:
+    """Turn 1's payment ran; turn 2's waits for approval. A client sends the tools node turn
+    2's call id with turn 1's key: the key belongs to another call, so the tools node refuses
+    (it never hands turn 1's recorded result to turn 2's call), the call still waits, and its
+    approval then runs it once; the model reads its real result first, and never "did not
+    run"."""
+    def script(messages: list[Any]) -> Any:
+        humans = sum(isinstance(m, HumanMessage) for m in messages)
+        if isinstance(messages[-1], HumanMessage):
+            return turn(call("pay", {**PAY, "amount": 10 * humans}, f"c{humans}"))
+        return "done"
+
+    agent, ran = agent_with(script, checkpointer=sqlite_url, name="billing")
+    first = agent.generate("pay 1")
+    old = plan_of(agent, first.thread_id)["calls"][0]
+    agent.approve_tool_call_generate(run_id=first.run_id)
+    second = agent.generate("pay 2", thread_id=first.thread_id)
+    new = plan_of(agent, second.thread_id)["calls"][0]
+    out = agent.graph.invoke(Command(goto=Send("tools", task(
+        old, ["billing"], tool_call_id=new["tool_call_id"]))), config(second.thread_id))
+    assert not [m for m in out["messages"] if isinstance(m, ToolMessage)
+                and m.tool_call_id == new["tool_call_id"]]
+    assert agent.approve_tool_call_generate(run_id=second.run_id).text == "done"
+    assert [args["amount"] for _, args in ran.ran] == [10, 20]
+    told = [m for m in agent.graph.get_state(config(second.thread_id)).values["messages"]
+            if isinstance(m, ToolMessage) and m.tool_call_id == new["tool_call_id"]]
+    # (the forged task's hand-back to the gate makes a second gate pass, whose replay of the
+    # call that ran is discarded after the turn as a stray: it never stands for the call)
+    assert told[0].content == "paid 20 to ACME"
+    assert not any("did not run" in str(m.content) for m in told)

@@ -60,7 +60,7 @@ class Executions(LedgerBase):
         rows = self._sql.query(
             "SELECT c.call_key, c.thread_id, c.agent_path, c.tool_name, c.args_digest, "
             "c.approval_id, c.executed, c.outcome, c.once_results, cl.run_digest, c.args, "
-            "cl.run_args, "
+            "cl.run_args, c.tool_call_id, "
             + ", ".join(f"a.{col.strip()} AS a_{col.strip()}"
                         for col in APPROVAL_READ.split(",")) +
             " FROM graphkit_calls c LEFT JOIN graphkit_approvals a "
@@ -74,14 +74,15 @@ class Executions(LedgerBase):
                        agent_path=[p for p in str(r[2]).split("/") if p], tool_name=str(r[3]),
                        args_digest=str(r[4]), approval_id=r[5], executed=r[6],
                        outcome=loads(r[7]), once_results=loads(r[8]), cleared=r[9],
-                       args=unstowed(self._sql.query, args, whole=True))
-        return call, approval_row(r[12:]) if r[12] is not None else None
+                       args=unstowed(self._sql.query, args, whole=True), tool_call_id=r[12])
+        return call, approval_row(r[13:]) if r[13] is not None else None
 
     def call(self, call_key: str) -> CallRow | None:
         """A planned call, with its arguments as planned."""
         rows = self._sql.query(
             "SELECT call_key, thread_id, agent_path, tool_name, args_digest, approval_id, "
-            "executed, outcome, once_results, args FROM graphkit_calls WHERE call_key = ?",
+            "executed, outcome, once_results, args, tool_call_id FROM graphkit_calls "
+            "WHERE call_key = ?",
             (call_key,))
         if not rows:
             return None
@@ -90,7 +91,7 @@ class Executions(LedgerBase):
                        agent_path=[p for p in str(r[2]).split("/") if p], tool_name=str(r[3]),
                        args_digest=str(r[4]), approval_id=r[5], executed=r[6],
                        outcome=loads(r[7]), once_results=loads(r[8]),
-                       args=unstowed(self._sql.query, r[9], whole=True))
+                       args=unstowed(self._sql.query, r[9], whole=True), tool_call_id=r[10])
 
     def outcomes(self, call_keys: Iterable[str], *, thread_id: str | None = None
                  ) -> dict[str, dict[str, Any] | None]:
@@ -107,14 +108,16 @@ class Executions(LedgerBase):
         return {str(r[0]): loads(r[2]) if r[1] == DONE else None for r in rows}
 
     def start_admitted(self, call_key: str, owner: str, *, thread_id: str,
-                       agent_path: Sequence[str], tool_name: str) -> Claimed | None:
+                       agent_path: Sequence[str], tool_name: str, tool_call_id: str
+                       ) -> Claimed | None:
         """Claim a call's first execution in one statement, when the ledger admits it as is:
-        planned in this thread, agent and tool, and approved if it needs approval (an
+        planned in this thread, agent, tool and call id, and approved if it needs approval (an
         approval admits only once a gate verified it, `clear`, whoever claimed it). Returns
         the arguments it runs with, its `ctx.once` results, and whether it has resume data to
         read (`resume_values`); None sends the caller to the step-by-step path (`admission`,
         `start`), which says why not, or takes over a dead holder's claim."""
-        rows = self._claim_admitted(call_key, owner, thread_id, agent_path, tool_name)
+        rows = self._claim_admitted(call_key, owner, thread_id, agent_path, tool_name,
+                                    tool_call_id)
         if len(rows) != 1:
             return None
         once, resumed, approval_id, planned, planned_digest, cleared, cleared_digest = rows[0]
@@ -128,16 +131,18 @@ class Executions(LedgerBase):
                        digest=str(cleared_digest if gated else planned_digest))
 
     def _claim_admitted(self, call_key: str, owner: str, thread_id: str,
-                        agent_path: Sequence[str], tool_name: str) -> list[tuple[Any, ...]]:
+                        agent_path: Sequence[str], tool_name: str, tool_call_id: str
+                        ) -> list[tuple[Any, ...]]:
         now = self._sql.now
         return self._sql.query(
             f"UPDATE graphkit_calls SET executed = ?, claim_expires = {now} + ? "
-            f"WHERE call_key = ? AND executed IS NULL AND {ADMITTED} RETURNING once_results, "
+            "WHERE call_key = ? AND executed IS NULL AND COALESCE(tool_call_id, ?) = ? "
+            f"AND {ADMITTED} RETURNING once_results, "
             "EXISTS (SELECT 1 FROM graphkit_approvals a WHERE a.thread_id = ? "
             f"AND a.call_key = ? AND a.kind = 'suspension' AND a.status = 'approved'), "
             f"approval_id, {RUN_ARGS}",
-            (owner, _schema.LEASE_SECONDS, call_key, thread_id, path_text(agent_path), tool_name,
-             thread_id, call_key))
+            (owner, _schema.LEASE_SECONDS, call_key, tool_call_id, tool_call_id, thread_id,
+             path_text(agent_path), tool_name, thread_id, call_key))
 
     def start(self, call_key: str, owner: str, *, holder_dead: Any) -> tuple[Start, CallRow | None]:
         """Claim the one execution of a call, as a lease on it. `done` returns the recorded

@@ -33,6 +33,8 @@ class CallRow:
     """The plan's key (`graphkit._state.turn_key`): which version of that message."""
     args: Mapping[str, Any] | None = None
     """The arguments it runs with: as planned, or (gated calls) as a gate cleared them."""
+    tool_call_id: str | None = None
+    """The model's id of the call (None in rows written before the ledger kept it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -184,7 +184,9 @@ MIGRATIONS = (("graphkit_approvals", "allowed", "TEXT"),
                ("graphkit_approvals", "scope", "TEXT"),
                # the arguments a call runs with: as planned, and as a gate cleared them
                ("graphkit_calls", "args", "TEXT"),
-               ("graphkit_cleared", "run_args", "TEXT"))
+               ("graphkit_cleared", "run_args", "TEXT"),
+               # the model's id of the call: a task names it, and only it takes the result
+               ("graphkit_calls", "tool_call_id", "TEXT"))
 """Columns added after a table was first made: added to an existing database on open."""
 LATE = ("CREATE INDEX IF NOT EXISTS graphkit_approvals_waiting ON graphkit_approvals "
         "(waiting) WHERE waiting IS NOT NULL",)
