@@ -135,3 +135,33 @@ def _weather_reply(messages: list[Any]) -> Any:
 
 forecast = Agent(name="forecast", tools=[weather], auto_resume_suspended_tools=True,
                  model=ScriptedChatModel(_weather_reply, structured=_extract)).graph
+
+
+@create_tool(needs_approval=True)
+def refund(amount: int) -> str:
+    """Refund a customer."""
+    with open(os.environ["GRAPHKIT_TEST_RUNS"], "a") as log:
+        log.write(f"refund:{amount}\n")
+    return f"refunded {amount}"
+
+
+def _refund_reply(messages: list[Any]) -> Any:
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    results = [m for m in messages if isinstance(m, ToolMessage)]
+    if results:
+        return AIMessage(str(results[-1].content))
+    return AIMessage("", tool_calls=[{"name": "refund", "args": {"amount": 30},
+                                      "id": f"r{len(messages)}"}])
+
+
+def _notified() -> Any:
+    """The refund agent, posting webhooks to $GRAPHKIT_TEST_HOOK (signed with "s")."""
+    from graphkit import Webhook
+
+    hook = os.environ.get("GRAPHKIT_TEST_HOOK")
+    return Agent(name="refunds", tools=[refund], model=ScriptedChatModel(_refund_reply),
+                 notify=[Webhook(hook, secret="s")] if hook else ()).graph
+
+
+refunds = _notified()

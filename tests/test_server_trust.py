@@ -3,7 +3,8 @@ Chat UI, the SDK) meet the agent: a secret argument is masked in the interrupt a
 they read while the tool receives the real value; a reviewer's `respond` reaches the model
 marked as the reviewer's words, and a tool that forbids `respond` refuses it there too; a reply
 sent as plain graph input auto-resumes a suspended tool with data read from the reply, while a
-model-written argument that tries to instruct the extractor reaches it as data only.
+model-written argument that tries to instruct the extractor reaches it as data only; webhooks
+follow outcomes: a decision the gate refuses is never announced, the call's outcome is.
 Executions are counted in a file the tools append to, outside the server.
 """
 
@@ -18,22 +19,36 @@ import pytest
 
 from tests.langgraph_server import ROOT, interrupt_of, langgraph_dev
 from tests.server_agents import INJECTED, VAULT_KEY
+from tests.test_notify import Receiver
 
 MASK = "**********"
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path]]:
+def hooks() -> Iterator[Receiver]:
+    """The webhook receiver the served refund agent posts to."""
+    server = Receiver("s")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, hooks: Receiver
+           ) -> Iterator[tuple[Any, Path]]:
     from langgraph_sdk import get_sync_client
 
     workdir = tmp_path_factory.mktemp("langgraph-dev-trust")
     runs = workdir / "runs.log"
     runs.write_text("")
+    agents = ROOT / "tests" / "server_agents.py"
     config = {"dependencies": [str(ROOT)],
-              "graphs": {"vault": f"{ROOT / 'tests' / 'server_agents.py'}:vault",
-                         "forecast": f"{ROOT / 'tests' / 'server_agents.py'}:forecast"},
+              "graphs": {"vault": f"{agents}:vault", "forecast": f"{agents}:forecast",
+                         "refunds": f"{agents}:refunds"},
               "env": {}}
-    with langgraph_dev(workdir, config, env={"GRAPHKIT_TEST_RUNS": str(runs)}) as url:
+    env = {"GRAPHKIT_TEST_RUNS": str(runs), "GRAPHKIT_TEST_HOOK": hooks.url}
+    with langgraph_dev(workdir, config, env=env) as url:
         yield get_sync_client(url=url), runs
 
 
@@ -114,3 +129,34 @@ def test_a_reply_as_graph_input_is_read_as_data_and_never_instructed(
     assert request[1].startswith("<tool_request>\n") and INJECTED[:20] in request[1]
     assert request[1].count("</tool_request>") == 1
     assert reply[1] == "<user_reply>\nParis\n</user_reply>"
+
+
+def test_webhooks_announce_no_refused_decision_and_follow_the_outcome(
+        served: tuple[Any, Path], hooks: Receiver) -> None:
+    """Through the server, a client approves for arguments it did not review (a stale
+    digest): the gate refuses it, and the receiver is told nothing of a decision. The approval
+    as reviewed runs the refund: the receiver gets `approval.decided` and then `run.finished`
+    with the outcome, so the last event it keeps for the approval is the truth."""
+    import time
+
+    client, runs = served
+    thread: str = client.threads.create()["thread_id"]
+    client.runs.wait(thread, "refunds", input={"messages": [
+        {"role": "user", "content": "refund me"}]})
+    (asked,) = interrupt_of(client, thread)["approvals"]
+    client.runs.wait(thread, "refunds", command={"resume": {"decisions": [
+        {"type": "approve", "args_digest": "0" * 64}]}})
+    assert interrupt_of(client, thread)["approvals"][0]["status"] == "pending"
+    done = client.runs.wait(thread, "refunds", command={"resume": {"decisions": [
+        {"type": "approve", "args_digest": asked["args_digest"]}]}})
+    assert done["messages"][-1]["content"] == "refunded 30"
+    assert "refund:30" in _ran(runs)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        events = [e for e in hooks.delivered() if e["approval"]["approval_id"] == asked["id"]]
+        if any(e["type"] == "run.finished" for e in events):
+            break
+        time.sleep(0.2)
+    assert [e["type"] for e in events] == [
+        "approval.requested", "approval.decided", "run.finished"], events
+    assert events[-1]["outcome"] == "ran"
