@@ -23,7 +23,7 @@ from graphkit._approvals import last_turn_plan
 from graphkit._context import last_ai
 from graphkit._events import pending_from_interrupts
 from graphkit._gate import BY_NEW_MESSAGE, supersede_unanswered
-from graphkit._latest import Paused
+from graphkit._latest import Paused, options_of
 from graphkit._ledger import ApprovalRow, Ledger
 from graphkit._review import (
     Choice,
@@ -90,8 +90,7 @@ def of_run(items: list[Waiting], snapshot: Paused, run_id: str) -> list[Waiting]
     that run, or anything, when it is the thread's current run (which carries on turns of
     earlier runs). A decision that names an earlier run never lands on a call asked later
     (models reuse tool_call_ids): it is refused."""
-    options = snapshot.values.get("options") or {}
-    if options.get("run_id") == run_id:
+    if options_of(snapshot).get("run_id") == run_id:
         return items
     return [i for i in items if i.row is None or i.row.run_id in (None, run_id)]
 

@@ -8,6 +8,7 @@ request needs them (a new message on a thread, an error that explains itself).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Any, Protocol
 
@@ -22,7 +23,7 @@ try:
 except ImportError:  # pragma: no cover - a LangGraph before it: its full snapshot is read
     read_task_statuses = None  # type: ignore[assignment]
 
-__all__ = ["Latest", "Paused", "latest"]
+__all__ = ["Latest", "Paused", "latest", "options_of"]
 
 
 class Paused(Protocol):
@@ -41,7 +42,7 @@ class Paused(Protocol):
 class Latest:
     """The latest checkpoint of a thread: its open interrupts, its values on demand."""
 
-    __slots__ = ("__dict__", "_graph", "_query", "config", "interrupts")
+    __slots__ = ("__dict__", "_graph", "_options", "_query", "config", "interrupts")
 
     def __init__(self, graph: Pregel[Any, Any], query: RunnableConfig,
                  saved: CheckpointTuple | None) -> None:
@@ -49,12 +50,26 @@ class Latest:
         self._query = query
         self.config: RunnableConfig = saved.config if saved is not None else query
         self.interrupts: tuple[Interrupt, ...] = _open_interrupts(saved)
+        # the request's options as the checkpoint keeps them (a plain channel, written only
+        # by input, which `_written_in` sends to the full snapshot)
+        self._options: Any = (saved.checkpoint["channel_values"].get("options")
+                              if saved is not None else None)
 
     @cached_property
     def values(self) -> dict[str, Any] | Any:
         # As `get_state` shows them (with the writes of tasks that finished in the paused
         # step); under the thread's lease the latest checkpoint is still this one.
         return self._graph.get_state(self._query).values
+
+
+def options_of(snapshot: Paused) -> Mapping[str, Any]:
+    """The run options the thread's state holds, without restoring every channel when the
+    checkpoint says them."""
+    if isinstance(snapshot, Latest):
+        found = snapshot._options
+    else:
+        found = (snapshot.values or {}).get("options")
+    return found if isinstance(found, Mapping) else {}
 
 
 def _open_interrupts(saved: CheckpointTuple | None) -> tuple[Interrupt, ...]:
