@@ -15,6 +15,8 @@ input. Nothing is kept in the graph state: no client can write it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -33,7 +35,9 @@ __all__ = ["brought_by_this_run", "note_input"]
 _KEPT = 10_000
 """Inputs noted and not taken yet (a run stopped before its first node leaves one)."""
 
-_noted: OrderedDict[tuple[str, str, int], tuple[tuple[str | None, str, Any], ...]] = OrderedDict()
+_noted: OrderedDict[tuple[str, str, int], tuple[tuple[str | None, str, str], ...]] = OrderedDict()
+"""What each input brought: (the id of a message it replaced, the type, the digest of the
+content) per message; a digest, so that an input nobody reads back costs a few bytes."""
 _lock = threading.Lock()
 
 
@@ -48,7 +52,7 @@ def note_input(state: Mapping[str, Any], config: RunnableConfig) -> None:
         return
     before = read("messages", False)  # the channel as it was before this input's writes
     known = {m.id: m for m in before or () if isinstance(m, BaseMessage)}
-    brought = tuple((str(m.id) if m.id in known else None, m.type, m.content)
+    brought = tuple((str(m.id) if m.id in known else None, m.type, _digest(m.content))
                     for m in state.get("messages") or ()
                     if isinstance(m, BaseMessage) and _new(known.get(m.id), m))
     thread, graph_ns, step = where
@@ -68,8 +72,13 @@ def brought_by_this_run(config: RunnableConfig, message: AnyMessage) -> bool:
         return False
     with _lock:
         brought = _noted.pop(where, ())
+    said = _digest(message.content)
     return any((replaced is None or replaced == message.id) and kind == message.type
-               and content == message.content for replaced, kind, content in brought)
+               and content == said for replaced, kind, content in brought)
+
+
+def _digest(content: Any) -> str:
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _new(before: BaseMessage | None, now: BaseMessage) -> bool:

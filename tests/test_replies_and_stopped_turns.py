@@ -286,3 +286,22 @@ def test_an_input_that_says_the_same_as_a_left_reply_does_not_make_it_the_sender
         agent.graph.invoke({"messages": [HumanMessage("Tokyo", id=opening.id)]},
                            {"configurable": {"thread_id": first.thread_id, **USER}})
     assert "fetched Tokyo" not in log, log
+
+
+def test_what_an_input_brought_is_noted_by_digest_and_bounded() -> None:
+    """The entry edge's note of each input (`graphkit._input`) keeps digests, not the text, and
+    at most `_KEPT` inputs that no model node took: a server's many inputs, most of which
+    never answer a suspension, cost a few bytes each."""
+    from graphkit import _input
+
+    log: list[str] = []
+    agent = _user_only_weather(log)
+    first = agent.generate("weather?")
+    big = "x" * 200_000
+    agent.graph.invoke({"messages": [HumanMessage(big)]},
+                       {"configurable": {"thread_id": first.thread_id, **MALLORY}},
+                       interrupt_before=["model"])
+    noted = [entry for entries in _input._noted.values() for entry in entries]
+    assert noted and all(len(digest) == 64 for _, _, digest in noted)
+    assert not any(big in str(entry) for entry in noted)
+    assert len(_input._noted) <= _input._KEPT
