@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.messages.tool import ToolCall
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.types import Command, Send, interrupt
@@ -49,7 +48,7 @@ from graphkit._review import (
     take,
     verify,
 )
-from graphkit._secrets import masked_ai, with_secrets
+from graphkit._secrets import masked_ai, record_paths, with_secrets
 from graphkit._settings import GateSettings
 from graphkit._state import (
     AgentState,
@@ -60,12 +59,7 @@ from graphkit._state import (
     TurnPointer,
     turn_key,
 )
-from graphkit._validate import (
-    declared_secret_paths,
-    now_iso,
-    secret_paths_of,
-    validation_runs_code,
-)
+from graphkit._validate import declared_secret_paths, now_iso, validation_runs_code
 from graphkit.errors import (
     AmbiguousApprovalError,
     ApprovalNotFoundError,
@@ -248,21 +242,18 @@ def _resume(tool: BaseTool) -> dict[str, Any] | None:
     return schema.model_json_schema() if schema is not None else None
 
 
-def _edited_ai(ai: AIMessage, edited: Mapping[str, dict[str, Any]],
-               tools: Mapping[str, BaseTool]) -> AIMessage:
+def _edited_ai(ai: AIMessage, edited: Mapping[str, dict[str, Any]], plan: TurnPlan
+               ) -> AIMessage:
     """The AI message as it will run, so the history shows the edited call, not the original
-    (its secrets masked, as the model's own reply was)."""
-    calls: list[ToolCall] = []
-    secrets: dict[str, list[list[str | int]]] = {}
-    for call in ai.tool_calls:
-        call_id = call.get("id")
-        if call_id is None or call_id not in edited:
-            calls.append(call)
-            continue
-        calls.append({**call, "args": edited[call_id]})
-        paths = secret_paths_of(tools.get(call["name"]), edited[call_id])
-        if paths:
-            secrets[call_id] = paths
+    (its secrets masked, as the model's own reply was, where the approval records them)."""
+    calls = [
+        {**call, "args": edited[call_id]}
+        if (call_id := call.get("id")) is not None and call_id in edited else call
+        for call in ai.tool_calls
+    ]
+    secrets = {c["tool_call_id"]: paths for c in plan["calls"]
+               if c["tool_call_id"] in edited and c["approval"] is not None
+               and (paths := record_paths(c["approval"]))}
     return masked_ai(ai.model_copy(update={"tool_calls": calls}), secrets)
 
 
@@ -656,7 +647,7 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
                 step.apply_ledger(answered)
             changed = True
         if step.edited:
-            edited = _edited_ai(ai, step.edited, tools)
+            edited = _edited_ai(ai, step.edited, plan)
             new_messages.append(edited)
             plan["turn_key"] = turn_key(edited, ctx.scope)  # the message the state will hold
             ctx.ledger.rekey_calls((c["key"] for c in plan["calls"]), plan["turn_key"])

@@ -149,6 +149,10 @@ def test_an_edit_that_adds_a_secret_shows_it_masked() -> None:
     edited = next(e for e in agent._storage.ledger.read_audit(thread_id=first.thread_id)
                   if e["event"] == "edited")
     assert edited["args_after"] == {"keys": [MASK, MASK]}
+    # the conversation keeps the edited call as it runs, its secrets masked too
+    state = agent.graph.get_state({"configurable": {"thread_id": first.thread_id}}).values
+    calls = [c for m in state["messages"] for c in getattr(m, "tool_calls", [])]
+    assert calls and all(c["args"] == {"keys": [MASK, MASK]} for c in calls), calls
 
 
 def test_a_result_and_a_snapshot_show_the_models_call_masked() -> None:
