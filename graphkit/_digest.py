@@ -8,7 +8,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["args_digest"]
+__all__ = ["args_digest", "json_digest"]
+
+
+def json_digest(value: Any) -> str:
+    """The sha256 (hex) of a JSON value in canonical key order: what a turn's calls are, what a
+    message said."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def args_digest(args: Mapping[str, Any]) -> str:

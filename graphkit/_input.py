@@ -15,8 +15,6 @@ input. Nothing is kept in the graph state: no client can write it.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -24,6 +22,8 @@ from typing import Any
 
 from langchain_core.messages import AnyMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
+
+from graphkit._digest import json_digest
 
 try:
     from langgraph._internal._constants import CONFIG_KEY_READ, CONFIG_KEY_RESUMING, NS_SEP
@@ -52,7 +52,7 @@ def note_input(state: Mapping[str, Any], config: RunnableConfig) -> None:
         return
     before = read("messages", False)  # the channel as it was before this input's writes
     known = {m.id: m for m in before or () if isinstance(m, BaseMessage)}
-    brought = tuple((str(m.id) if m.id in known else None, m.type, _digest(m.content))
+    brought = tuple((str(m.id) if m.id in known else None, m.type, json_digest(m.content))
                     for m in state.get("messages") or ()
                     if isinstance(m, BaseMessage) and _new(known.get(m.id), m))
     thread, graph_ns, step = where
@@ -72,13 +72,9 @@ def brought_by_this_run(config: RunnableConfig, message: AnyMessage) -> bool:
         return False
     with _lock:
         brought = _noted.pop(where, ())
-    said = _digest(message.content)
+    said = json_digest(message.content)
     return any((replaced is None or replaced == message.id) and kind == message.type
                and content == said for replaced, kind, content in brought)
-
-
-def _digest(content: Any) -> str:
-    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _new(before: BaseMessage | None, now: BaseMessage) -> bool:

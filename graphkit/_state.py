@@ -7,14 +7,13 @@ process (or LangGraph Studio) reads it back unchanged.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Annotated, Any, NotRequired, TypedDict
 
 from langchain_core.messages import AnyMessage, BaseMessage, convert_to_messages
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.message import _messages_delta_reducer
 
+from graphkit._digest import json_digest
 from graphkit.types import ApprovalRecord
 
 __all__ = [
@@ -123,7 +122,7 @@ def turn_key(ai: BaseMessage, scope: str = "") -> str:
     planned anew; it never takes an earlier turn's plan, nor a parallel delegation's."""
     calls = [[c.get("id"), c.get("name"), c.get("args")]
              for c in getattr(ai, "tool_calls", None) or []]
-    digest = hashlib.sha256(json.dumps(calls, sort_keys=True, default=str).encode()).hexdigest()
+    digest = json_digest(calls)
     return f"{ai.id or ''}#{digest[:32]}" + (f"@{scope}" if scope else "")
 
 
