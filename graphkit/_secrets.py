@@ -30,8 +30,7 @@ from graphkit._digest import args_digest
 __all__ = ["MASK", "PATHS_KEY", "SALT_KEY", "SECRETS_KEY", "WITHHELD_CHARS", "masked",
            "masked_ai", "masked_message", "masked_record", "new_salt", "record_digest",
            "record_paths", "restored", "salted_digest", "scrub_exception", "secret_paths",
-           "shows_masked",
-           "unmasked", "with_secrets", "withheld"]
+           "shows_masked", "unmasked", "with_secrets", "withheld"]
 
 SECRETS_KEY = "graphkit_secret_paths"
 """In an AI message's `response_metadata` (which no provider is sent): where each of its tool
@@ -207,15 +206,14 @@ def _step(value: Any, part: str | int) -> tuple[Any, bool]:
 
 
 def masked_message(message: Any) -> Any:
-    """An AI message as a view shows it: its calls' secrets masked (other messages as they
-    are)."""
+    """An AI message as a view shows it: its calls' secrets masked where its metadata records
+    them (`masked_ai`; a conversation written before graphkit masked it holds them), other
+    messages as they are."""
     metadata = getattr(message, "response_metadata", None)
     secrets = metadata.get(SECRETS_KEY) if isinstance(metadata, Mapping) else None
-    calls = getattr(message, "tool_calls", None)
-    if not secrets or not calls:
+    if not isinstance(message, AIMessage) or not isinstance(secrets, Mapping):
         return message
-    return message.model_copy(update={"tool_calls": [
-        {**c, "args": masked(c.get("args"), secrets.get(c.get("id")))} for c in calls]})
+    return masked_ai(message, secrets)
 
 
 def masked_ai(ai: AIMessage, secrets: Mapping[str, Sequence[Sequence[str | int]]]
