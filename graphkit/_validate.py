@@ -46,13 +46,18 @@ def storable(value: Any, what: str, error: type[GraphkitError]) -> None:
         raise error(msg) from exc
 
 
+def _args_model(tool: BaseTool | None) -> type[BaseModel] | None:
+    """The tool's pydantic model of its arguments; None for a JSON schema, or none (the
+    arguments are then taken as they are)."""
+    schema = tool.args_schema if tool is not None else None
+    return schema if isinstance(schema, type) and issubclass(schema, BaseModel) else None
+
+
 def validation_runs_code(tool: BaseTool) -> bool:
     """Whether parsing the tool's arguments (`validate_args`) may run the application's code:
     a validator, serializer, default factory or custom type in its pydantic schema."""
-    schema = tool.args_schema
-    if not isinstance(schema, type) or not issubclass(schema, BaseModel):
-        return False  # a JSON schema, or none: the arguments are taken as they are
-    return _schema_runs_code(schema)
+    schema = _args_model(tool)
+    return schema is not None and _schema_runs_code(schema)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -138,8 +143,8 @@ def validated_args(tool: BaseTool, args: Mapping[str, Any]
         msg = f"arguments for tool {tool.name!r} must be an object, got {type(args).__name__}"
         raise InvalidApprovedArgsError(msg)
     check_value(args, what=f"arguments for tool {tool.name!r}", error=InvalidApprovedArgsError)
-    schema = tool.args_schema
-    if not isinstance(schema, type) or not issubclass(schema, BaseModel):
+    schema = _args_model(tool)
+    if schema is None:
         storable(dict(args), f"arguments for tool {tool.name!r}", InvalidApprovedArgsError)
         return dict(args), []
     parsed, result, secrets = _parsed(tool, schema, args)
@@ -205,18 +210,15 @@ _SECRET_TYPES = (SecretStr, SecretBytes, Secret)
 def declares_secrets(tool: BaseTool) -> bool:
     """Whether any argument of `tool` may be a secret (`SecretStr` and the like, at any
     depth of its schema)."""
-    schema = tool.args_schema
-    return isinstance(schema, type) and issubclass(schema, BaseModel) and bool(
-        _secret_fields(schema))
+    schema = _args_model(tool)
+    return schema is not None and bool(_secret_fields(schema))
 
 
 def declared_secret_paths(tool: BaseTool | None, args: Any) -> list[list[str | int]]:
     """Where `args`, as the model wrote them, may hold a secret the tool declares, whether
     or not they validate (a call refused for its arguments still keeps them out of sight)."""
-    schema = tool.args_schema if tool is not None else None
-    if not isinstance(schema, type) or not issubclass(schema, BaseModel):
-        return []
-    return _declared_secrets(schema, args)
+    schema = _args_model(tool)
+    return _declared_secrets(schema, args) if schema is not None else []
 
 
 def _declared_secrets(schema: type[BaseModel], value: Any,
