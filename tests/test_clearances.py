@@ -403,9 +403,9 @@ async def test_async_refused_claim_and_forged_send(sqlite_url: str) -> None:
     assert ran.ran == []
 
 
-def test_a_subagent_decision_its_own_policy_refuses(sqlite_url: str) -> None:
-    ran: list[Any] = []
-
+def _ops(ran: list[Any], **kwargs: Any) -> Agent:
+    """A subagent `ops` whose turn plans a gated `purge` of 7 days; each purge that runs is
+    noted in `ran`."""
     @create_tool(needs_approval=True)
     def purge(days: int) -> str:
         """Purge logs."""
@@ -417,8 +417,13 @@ def test_a_subagent_decision_its_own_policy_refuses(sqlite_url: str) -> None:
             return "sub done"
         return turn(call("purge", {"days": 7}, "p1"))
 
-    ops = Agent(name="ops", description="ops", tools=[purge], model=ScriptedChatModel(sub_reply),
-                approvers=lambda who, p: who == "dba")
+    return Agent(name="ops", description="ops", tools=[purge],
+                 model=ScriptedChatModel(sub_reply), **kwargs)
+
+
+def test_a_subagent_decision_its_own_policy_refuses(sqlite_url: str) -> None:
+    ran: list[Any] = []
+    ops = _ops(ran, approvers=lambda who, p: who == "dba")
     boss = Agent(name="boss", checkpointer=sqlite_url, agents={"ops": ops},
                  approvers=lambda who, p: who in ("dba", "boss"),
                  model=ScriptedChatModel([turn(call("ops", {"task": "purge"}, "d1")), "ok"]))
@@ -541,19 +546,7 @@ async def test_legit_async(sqlite_url: str) -> None:
 
 def test_legit_supervisor_via_api_and_inbox(sqlite_url: str) -> None:
     ran: list[Any] = []
-
-    @create_tool(needs_approval=True)
-    def purge(days: int) -> str:
-        """Purge logs."""
-        ran.append(days)
-        return "purged"
-
-    def sub_reply(messages: list[Any]) -> Any:
-        if isinstance(messages[-1], ToolMessage):
-            return "sub done"
-        return turn(call("purge", {"days": 7}, "p1"))
-
-    ops = Agent(name="ops", description="ops", tools=[purge], model=ScriptedChatModel(sub_reply))
+    ops = _ops(ran)
     boss = Agent(name="boss", checkpointer=sqlite_url, agents={"ops": ops}, approvers=cfo_only,
                  model=ScriptedChatModel(lambda m: "ok" if isinstance(m[-1], ToolMessage)
                                          else turn(call("ops", {"task": "purge"}, "d1"))))
