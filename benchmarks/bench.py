@@ -81,11 +81,12 @@ def round_trips(rounds: int, directory: Path) -> list[Row]:
         asub.mkdir()
         stats = interleaved({
             "graphkit": c.graphkit_async_round(c.graphkit_agent(kind, asub)),
-            "langchain": c.langchain_async_round(
-                c.langchain_agent("memory" if kind == "memory" else kind, asub)),
+            "langchain": c.langchain_async_round(c.langchain_agent(kind, asub)),
+            "minimal": c.minimal_async_round(c.minimal_graph(kind, asub)),
         }, rounds, is_async=True) if kind == "memory" else _async_sqlite(asub, rounds)
         rows.append({"scenario": f"approval round trip, {kind}, async", "stats": stats,
-                     "graphkit/langchain": ratio(stats, "graphkit", "langchain")})
+                     "graphkit/langchain": ratio(stats, "graphkit", "langchain"),
+                     "graphkit/minimal": ratio(stats, "graphkit", "minimal")})
 
         nsub = directory / f"plain-{kind}"
         nsub.mkdir()
@@ -103,9 +104,11 @@ def round_trips(rounds: int, directory: Path) -> list[Row]:
         stats = interleaved({
             "graphkit": c.graphkit_round(c.graphkit_supervisor(kind, ssub)),
             "langchain": c.langchain_round(c.langchain_supervisor(kind, ssub)),
+            "minimal": c.minimal_round(c.minimal_supervisor(kind, ssub)),
         }, max(10, rounds // 2))
         rows.append({"scenario": f"supervisor round trip (approval one level down), {kind}",
-                     "stats": stats, "graphkit/langchain": ratio(stats, "graphkit", "langchain")})
+                     "stats": stats, "graphkit/langchain": ratio(stats, "graphkit", "langchain"),
+                     "graphkit/minimal": ratio(stats, "graphkit", "minimal")})
     return rows
 
 
@@ -124,17 +127,22 @@ def _async_sqlite(directory: Path, rounds: int) -> dict[str, dict[str, float]]:
         from langchain_core.tools import tool
 
         conn = await aiosqlite.connect(directory / "langchain-async.db")
-        connections.append(conn)
+        minimal_conn = await aiosqlite.connect(directory / "minimal-async.db")
+        connections.extend((conn, minimal_conn))
         graph = create_agent(c.model(), tools=[tool("deploy")(c._deploy)],
                              middleware=[HumanInTheLoopMiddleware(interrupt_on={"deploy": True})],
                              checkpointer=AsyncSqliteSaver(conn))
+        minimal = c.minimal_graph("sqlite", directory,
+                                  checkpointer=AsyncSqliteSaver(minimal_conn))
         return {"graphkit": c.graphkit_async_round(c.graphkit_agent("sqlite", directory)),
-                "langchain": c.langchain_async_round(graph)}
+                "langchain": c.langchain_async_round(graph),
+                "minimal": c.minimal_async_round(minimal)}
 
     runs = loop.run_until_complete(build())
     samples: dict[str, list[float]] = {n: [] for n in runs}
     for index in range(rounds + 5):
-        for name in list(runs)[index % 2:] + list(runs)[: index % 2]:
+        names = list(runs)
+        for name in names[index % len(names):] + names[: index % len(names)]:
             start = time.perf_counter()
             loop.run_until_complete(runs[name]())
             if index >= 5:
@@ -349,6 +357,10 @@ def report(results: dict[str, Any]) -> None:
               f"{row['worker_threads']} threads: {row['throughput_per_s']:.1f} round trips/s, "
               f"decision->tool latency median {row['latency_median_ms']:.0f} ms, "
               f"p90 {row['latency_p90_ms']:.0f} ms")
+        if "minimal_throughput_per_s" in row:
+            print(f"  minimal graph, {row['workers']} processes resuming on PostgresSaver: "
+                  f"{row['minimal_throughput_per_s']:.1f} round trips/s; graphkit/minimal "
+                  f"{row['graphkit/minimal']:.2f} (target >= 0.9)")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,14 @@ def _deploy(version: str) -> str:
     return f"deployed {version}"
 
 
+def top(messages: list[BaseMessage]) -> AIMessage:
+    """The supervisor's model: delegate once, then answer with the result."""
+    if isinstance(messages[-1], ToolMessage):
+        return AIMessage("Deployed.")
+    return AIMessage("", tool_calls=[{"name": "worker", "args": {"task": "ship 1.4.2"},
+                                      "id": f"call_{uuid.uuid4().hex[:8]}"}])
+
+
 def saver(kind: Storage, directory: Path, name: str) -> Any:
     if kind == "memory":
         return InMemorySaver()
@@ -80,12 +88,6 @@ def graphkit_async_round(agent: Agent) -> Callable[[], Any]:
 def graphkit_supervisor(kind: Storage, directory: Path) -> Agent:
     deploy = create_tool(_deploy, name="deploy", needs_approval=True)
     sub = Agent(name="worker", description="Deploys builds", model=model(), tools=[deploy])
-
-    def top(messages: list[BaseMessage]) -> AIMessage:
-        if isinstance(messages[-1], ToolMessage):
-            return AIMessage("Deployed.")
-        return AIMessage("", tool_calls=[{"name": "worker", "args": {"task": "ship 1.4.2"},
-                                          "id": f"call_{uuid.uuid4().hex[:8]}"}])
 
     url = "memory" if kind == "memory" else f"sqlite:///{directory / 'graphkit-sup.db'}"
     return Agent(name="sup", model=ScriptedChatModel(top), agents={"worker": sub},
@@ -138,12 +140,6 @@ def langchain_supervisor(kind: Storage, directory: Path) -> Any:
         """Delegate to the worker agent."""
         return str(sub.invoke({"messages": [("user", task)]})["messages"][-1].text)
 
-    def top(messages: list[BaseMessage]) -> AIMessage:
-        if isinstance(messages[-1], ToolMessage):
-            return AIMessage("Deployed.")
-        return AIMessage("", tool_calls=[{"name": "worker", "args": {"task": "ship 1.4.2"},
-                                          "id": f"call_{uuid.uuid4().hex[:8]}"}])
-
     return create_agent(ScriptedChatModel(top), tools=[worker],
                         checkpointer=saver(kind, directory, "langchain-sup"))
 
@@ -155,8 +151,9 @@ class _State(TypedDict):
     messages: Annotated[list[BaseMessage], add_messages]
 
 
-def minimal_graph(kind: Storage, directory: Path) -> Any:
-    """The least a LangGraph graph with an approval `interrupt()` needs."""
+def _minimal_builder(on_call: Callable[[str], Any] | None = None) -> StateGraph[Any]:
+    """The least a LangGraph graph with an approval `interrupt()` needs (`on_call` hears each
+    call id as its tool runs)."""
     bound = model()
 
     def call_model(state: _State) -> dict[str, Any]:
@@ -172,6 +169,8 @@ def minimal_graph(kind: Storage, directory: Path) -> Any:
 
     def run_tools(state: _State) -> dict[str, Any]:
         calls = state["messages"][-1].tool_calls  # type: ignore[union-attr]
+        for call in calls if on_call is not None else ():
+            on_call(call["id"])
         return {"messages": [ToolMessage(_deploy(**c["args"]), tool_call_id=c["id"])
                              for c in calls]}
 
@@ -183,7 +182,42 @@ def minimal_graph(kind: Storage, directory: Path) -> Any:
     builder.add_conditional_edges("model", route)
     builder.add_edge("approve", "tools")
     builder.add_edge("tools", "model")
-    return builder.compile(checkpointer=saver(kind, directory, "minimal"))
+    return builder
+
+
+def minimal_graph(kind: Storage, directory: Path, *, checkpointer: Any = None,
+                  on_call: Callable[[str], Any] | None = None) -> Any:
+    """The minimal graph on `checkpointer`, or on a saver of `kind`."""
+    return _minimal_builder(on_call).compile(
+        checkpointer=checkpointer if checkpointer is not None
+        else saver(kind, directory, "minimal"))
+
+
+def minimal_supervisor(kind: Storage, directory: Path) -> Any:
+    """A hand-written supervisor: its `worker` node runs the minimal graph as a subgraph (on
+    the parent's checkpointer), whose approval `interrupt()` pauses the parent."""
+    sub = _minimal_builder().compile()
+    bound = ScriptedChatModel(top)
+
+    def call_model(state: _State) -> dict[str, Any]:
+        return {"messages": [bound.invoke(state["messages"])]}
+
+    def route(state: _State) -> str:
+        last = state["messages"][-1]
+        return "worker" if isinstance(last, AIMessage) and last.tool_calls else "__end__"
+
+    def worker(state: _State) -> dict[str, Any]:
+        (call,) = state["messages"][-1].tool_calls  # type: ignore[union-attr]
+        out = sub.invoke({"messages": [("user", call["args"]["task"])]})
+        return {"messages": [ToolMessage(out["messages"][-1].text, tool_call_id=call["id"])]}
+
+    builder = StateGraph(_State)
+    builder.add_node("model", call_model)
+    builder.add_node("worker", worker)
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", route)
+    builder.add_edge("worker", "model")
+    return builder.compile(checkpointer=saver(kind, directory, "minimal-sup"))
 
 
 def minimal_round(graph: Any) -> RoundTrip:
@@ -191,6 +225,16 @@ def minimal_round(graph: Any) -> RoundTrip:
         config = {"configurable": {"thread_id": uuid.uuid4().hex}}
         graph.invoke({"messages": [("user", "ship 1.4.2")]}, config)
         out = graph.invoke(Command(resume=True), config)
+        assert out["messages"][-1].text == "Deployed."
+
+    return run
+
+
+def minimal_async_round(graph: Any) -> Callable[[], Any]:
+    async def run() -> None:
+        config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+        await graph.ainvoke({"messages": [("user", "ship 1.4.2")]}, config)
+        out = await graph.ainvoke(Command(resume=True), config)
         assert out["messages"][-1].text == "Deployed."
 
     return run

@@ -4,6 +4,10 @@ The main process pauses N runs (one approval each), starts 4 worker processes (t
 thread each), then approves every approval through `Inbox.approve`, noting when: all at once
 (a burst), or at a steady rate (decisions/s). The tool notes when it runs. Reported: round
 trips per second, and the latency from `inbox.approve` to the tool running.
+
+The floor beside it (PostgreSQL): N paused runs of the minimal hand-written graph on LangGraph's
+own `PostgresSaver`, resumed by 4 processes at once, a quarter each, with
+`graph.invoke(Command(resume=True))`: the rate LangGraph itself reaches on this machine.
 """
 
 from __future__ import annotations
@@ -111,6 +115,63 @@ def run(url: str, directory: Path, threads: int, *, rate: float | None) -> dict[
     }
 
 
+def _floor_graph(url: str, effects: str) -> Any:
+    """The minimal graph on LangGraph's PostgresSaver (one connection, as
+    `PostgresSaver.from_conn_string` opens it); its tool notes when it runs."""
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg.rows import dict_row
+
+    from benchmarks.contestants import minimal_graph
+
+    conn = psycopg.connect(url, autocommit=True, prepare_threshold=0, row_factory=dict_row)
+    saver = PostgresSaver(conn)
+    saver.setup()
+    ran = _effects(effects)
+
+    def note(tool_call_id: str) -> None:
+        ran.execute("INSERT INTO ran VALUES (?, ?) ON CONFLICT DO NOTHING",
+                    (tool_call_id, time.time()))
+
+    return minimal_graph("memory", Path(effects).parent, checkpointer=saver, on_call=note)
+
+
+def _floor_worker(url: str, effects: str, todo: str, index: int, start_at: float) -> None:
+    """One of the floor's processes: resume its share of the paused threads, from `start_at`."""
+    from langgraph.types import Command
+
+    graph = _floor_graph(url, effects)
+    mine = json.loads(Path(todo).read_text())[index::WORKERS]
+    time.sleep(max(0.0, start_at - time.time()))
+    for thread_id in mine:
+        out = graph.invoke(Command(resume=True), {"configurable": {"thread_id": thread_id}})
+        assert out["messages"][-1].text == "Deployed."
+
+
+def floor(url: str, directory: Path, threads: int) -> dict[str, Any]:
+    """Round trips per second of 4 processes resuming the minimal graph's paused runs."""
+    effects = str(directory / f"floor-effects-{time.time_ns()}.db")
+    graph = _floor_graph(url, effects)
+    ids = [os.urandom(8).hex() for _ in range(threads)]
+    for thread_id in ids:
+        out = graph.invoke({"messages": [("user", "ship 1.4.2")]},
+                           {"configurable": {"thread_id": thread_id}})
+        assert "__interrupt__" in out
+    todo = directory / f"floor-{time.time_ns()}.json"
+    todo.write_text(json.dumps(ids))
+    start_at = time.time() + 3.0  # as the workers are given: time to import and connect
+    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.many_threads", "--floor", url,
+                               effects, str(todo), str(i), repr(start_at)], cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+             for i in range(WORKERS)]
+    for proc in procs:
+        assert proc.wait(timeout=1800) == 0, "a floor process failed"
+    ran = dict(_effects(effects).execute("SELECT tool_call_id, at FROM ran").fetchall())
+    assert len(ran) == threads, "every resumed run ran its tool once"
+    return {"threads": threads, "processes": WORKERS,
+            "throughput_per_s": threads / (max(ran.values()) - start_at)}
+
+
 def many_threads(directory: Path, *, quick: bool = False) -> list[dict[str, Any]]:
     from tests.postgres_server import PostgresServer
 
@@ -123,9 +184,13 @@ def many_threads(directory: Path, *, quick: bool = False) -> list[dict[str, Any]
     server = PostgresServer()
     server.start()
     try:
+        base = floor(server.create_database("many_floor"), directory, threads)
         for rate in (None, STEADY_RATE):
             url = server.create_database(f"many_{'burst' if rate is None else 'steady'}")
-            rows.append({"storage": "postgresql", **run(url, directory, threads, rate=rate)})
+            row = run(url, directory, threads, rate=rate)
+            rows.append({"storage": "postgresql", **row,
+                         "minimal_throughput_per_s": base["throughput_per_s"],
+                         "graphkit/minimal": row["throughput_per_s"] / base["throughput_per_s"]})
     finally:
         server.stop()
     return rows
@@ -134,5 +199,9 @@ def many_threads(directory: Path, *, quick: bool = False) -> list[dict[str, Any]
 if __name__ == "__main__":
     import tempfile
 
+    if sys.argv[1:2] == ["--floor"]:
+        _floor_worker(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]),
+                      float(sys.argv[6]))
+        raise SystemExit(0)
     with tempfile.TemporaryDirectory() as tmp:
         print(json.dumps(many_threads(Path(tmp), quick="--quick" in sys.argv), indent=2))
