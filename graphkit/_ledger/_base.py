@@ -67,6 +67,8 @@ class LedgerBase:
     def _flush(self) -> None:
         """Make every commit so far durable: one synchronous=FULL write (in SQLite's WAL its
         sync covers all the commits before it; PostgreSQL's commits already are)."""
+        if not self._sql.flushes:
+            return
         with self._sql.durable():
             self._sql.execute("INSERT INTO graphkit_meta (key, value) VALUES ('durable', '1') "
                               "ON CONFLICT (key) DO UPDATE SET value = excluded.value")

@@ -43,6 +43,9 @@ class Sql(Tx, Protocol):
     has_column: str
     """A query's tail (table, column as parameters) that yields a row if the column exists."""
     notify: str | None
+    flushes: bool
+    """Whether a commit may not be on disk yet, so `durable()` has work to do (SQLite files
+    in WAL with synchronous=NORMAL); a PostgreSQL commit is durable as it returns."""
 
     def transaction(self) -> contextlib.AbstractContextManager[Tx]: ...
 
@@ -80,6 +83,7 @@ class Sqlite:
     notify: str | None = None
 
     def __init__(self, path: str) -> None:
+        self.flushes = path != ":memory:"
         self.conn = sqlite3.connect(path, check_same_thread=False, timeout=30.0,
                                     isolation_level=None)
         if path != ":memory:":
@@ -166,6 +170,7 @@ class Postgres:
                   "AND table_name = ? AND column_name = ?")
     notify: str | None = "SELECT pg_notify('graphkit_ready', '')"
     """Workers LISTEN on this channel; a notification is sent when the transaction commits."""
+    flushes = False  # synchronous_commit: the server's default, on
 
     def __init__(self, pool: Any) -> None:
         self.pool = pool
