@@ -838,8 +838,10 @@ def _to_deliver(plan: TurnPlan, state: AgentState, ctx: GateContext) -> list[Bas
 def _then(plan: TurnPlan, answered: set[str], batch: list[CallPlan],
           tools: Mapping[str, BaseTool], ctx: GateContext) -> str:
     """Send results straight to the model when this batch settles the turn, sparing the gate a
-    superstep; back to the gate when anything else waits, or a call of the batch could pause
-    (a suspension's report, or a subagent's decision, must come back through the gate)."""
+    superstep; back to the gate when anything else waits, or a call of a batch of several could
+    pause (a subagent's decision must come back through the gate; a suspended tool's task goes
+    there itself, which in a batch of several would leave its siblings' tasks going to the
+    model, and LangGraph would run both)."""
     in_batch = {c["tool_call_id"] for c in batch}
     rest = [c for c in plan["calls"]
             if c["tool_call_id"] not in answered and c["tool_call_id"] not in in_batch]
@@ -850,6 +852,6 @@ def _then(plan: TurnPlan, answered: set[str], batch: list[CallPlan],
         tool = tools.get(call["tool_name"])
         if call["node"] != "tools":  # a delegation can pause, and the plan change meanwhile
             return "approval_gate"
-        if isinstance(tool, GraphkitTool) and tool.context_param is not None:
+        if isinstance(tool, GraphkitTool) and tool.context_param is not None and len(batch) > 1:
             return "approval_gate"
     return "model"
