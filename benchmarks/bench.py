@@ -247,7 +247,7 @@ def parallel_tools(directory: Path, runs: int = 15) -> list[Row]:
             row: Row = {"tools": n, "flavour": flavour, "target_ms": 60 if n == 8 else 80}
             for name in contestants:
                 whole = _stats(wholes[name])
-                prefix = "" if name == "graphkit" else "langchain_"
+                prefix = "" if name == "graphkit" else f"{name}_"
                 row.update({f"{prefix}tools_phase_ms": statistics.median(phases[name]) * 1000,
                             f"{prefix}whole_run_ms": whole["median_ms"],
                             f"{prefix}whole_run_p90_ms": whole["p90_ms"]})
@@ -279,18 +279,22 @@ async def _parallel_contestants(directory: Path, nap: Any, reply: Any, flavour: 
                   checkpointer=f"sqlite:///{directory / 'graphkit.db'}")
     if flavour == "sync":
         saver: Any = c.saver("sqlite", directory, "langchain")
+        minimal_saver: Any = c.saver("sqlite", directory, "minimal")
     else:
         conn = await aiosqlite.connect(directory / "langchain.db")
-        _OPEN.append(conn)
-        saver = AsyncSqliteSaver(conn)
+        minimal_conn = await aiosqlite.connect(directory / "minimal.db")
+        _OPEN.extend((conn, minimal_conn))
+        saver, minimal_saver = AsyncSqliteSaver(conn), AsyncSqliteSaver(minimal_conn)
     graph = create_agent(ScriptedChatModel(reply), tools=[tool("nap")(nap)], checkpointer=saver)
+    minimal = c.minimal_parallel(reply, nap, minimal_saver)
 
     def config() -> dict[str, Any]:
         return {"configurable": {"thread_id": os.urandom(8).hex()}}
 
     if flavour == "sync":
         return {"graphkit": lambda: agent.generate("go"),
-                "langchain": lambda: graph.invoke({"messages": [("user", "go")]}, config())}
+                "langchain": lambda: graph.invoke({"messages": [("user", "go")]}, config()),
+                "minimal": lambda: minimal.invoke({"messages": [("user", "go")]}, config())}
 
     async def gk() -> Any:
         return await agent.agenerate("go")
@@ -298,7 +302,10 @@ async def _parallel_contestants(directory: Path, nap: Any, reply: Any, flavour: 
     async def lc() -> Any:
         return await graph.ainvoke({"messages": [("user", "go")]}, config())
 
-    return {"graphkit": gk, "langchain": lc}
+    async def mn() -> Any:
+        return await minimal.ainvoke({"messages": [("user", "go")]}, config())
+
+    return {"graphkit": gk, "langchain": lc, "minimal": mn}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -350,7 +357,10 @@ def report(results: dict[str, Any]) -> None:
               f"{row['whole_run_p90_ms']:6.1f} ms; target <= {row['target_ms']} ms) | "
               f"langchain {row['langchain_tools_phase_ms']:6.1f} ms (whole run median "
               f"{row['langchain_whole_run_ms']:6.1f} ms, p90 "
-              f"{row['langchain_whole_run_p90_ms']:6.1f} ms)")
+              f"{row['langchain_whole_run_p90_ms']:6.1f} ms) | minimal "
+              f"{row['minimal_tools_phase_ms']:6.1f} ms (whole run median "
+              f"{row['minimal_whole_run_ms']:6.1f} ms, p90 "
+              f"{row['minimal_whole_run_p90_ms']:6.1f} ms)")
     for row in results.get("many_threads", []):
         print(f"\nmany threads on {row['storage']}: {row['threads']} paused runs, "
               f"decisions {row['decisions']}, {row['workers']} worker processes x "

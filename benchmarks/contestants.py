@@ -15,7 +15,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
-from langgraph.types import Command, interrupt
+from langgraph.types import Command, Send, interrupt
 
 from graphkit import Agent, create_tool
 from graphkit.testing import ScriptedChatModel
@@ -218,6 +218,39 @@ def minimal_supervisor(kind: Storage, directory: Path) -> Any:
     builder.add_conditional_edges("model", route)
     builder.add_edge("worker", "model")
     return builder.compile(checkpointer=saver(kind, directory, "minimal-sup"))
+
+
+def minimal_parallel(reply_of: Callable[[list[BaseMessage]], AIMessage], run: Callable[..., Any],
+                     checkpointer: Any) -> Any:
+    """The least graph that runs a turn's tool calls in parallel: one `Send` per call to a
+    node that runs it (sync or async as `run` is), then back to the model."""
+    import inspect
+
+    bound = ScriptedChatModel(reply_of)
+
+    def call_model(state: _State) -> dict[str, Any]:
+        return {"messages": [bound.invoke(state["messages"])]}
+
+    def route(state: _State) -> Any:
+        last = state["messages"][-1]
+        if isinstance(last, AIMessage) and last.tool_calls:
+            return [Send("tool", call) for call in last.tool_calls]
+        return "__end__"
+
+    def one_call(call: dict[str, Any]) -> dict[str, Any]:
+        return {"messages": [ToolMessage(str(run(**call["args"])), tool_call_id=call["id"])]}
+
+    async def one_acall(call: dict[str, Any]) -> dict[str, Any]:
+        return {"messages": [ToolMessage(str(await run(**call["args"])),
+                                         tool_call_id=call["id"])]}
+
+    builder = StateGraph(_State)
+    builder.add_node("model", call_model)
+    builder.add_node("tool", one_acall if inspect.iscoroutinefunction(run) else one_call)
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", route, ["tool", "__end__"])
+    builder.add_edge("tool", "model")
+    return builder.compile(checkpointer=checkpointer)
 
 
 def minimal_round(graph: Any) -> RoundTrip:

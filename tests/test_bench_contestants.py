@@ -1,0 +1,66 @@
+"""The benchmark's contestants do the work they are timed for: each round trip runs to its
+final answer, the floor's processes resume every paused run once. (No timing here: speed is
+measured by `make bench`, never in a unit test.)"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from benchmarks import contestants as c
+from benchmarks.many_threads import floor
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_every_round_trip_reaches_its_answer(kind: c.Storage, tmp_path: Path) -> None:
+    for run in (c.graphkit_round(c.graphkit_agent(kind, tmp_path)),
+                c.langchain_round(c.langchain_agent(kind, tmp_path)),
+                c.minimal_round(c.minimal_graph(kind, tmp_path)),
+                c.graphkit_round(c.graphkit_supervisor(kind, tmp_path)),
+                c.langchain_round(c.langchain_supervisor(kind, tmp_path)),
+                c.minimal_round(c.minimal_supervisor(kind, tmp_path))):
+        run()  # each asserts its own final answer
+
+
+def test_the_async_round_trips_reach_their_answer(tmp_path: Path) -> None:
+    async def main() -> None:
+        for run in (c.graphkit_async_round(c.graphkit_agent("memory", tmp_path)),
+                    c.langchain_async_round(c.langchain_agent("memory", tmp_path)),
+                    c.minimal_async_round(c.minimal_graph("memory", tmp_path))):
+            await run()
+
+    asyncio.run(main())
+
+
+def test_the_minimal_parallel_graph_runs_every_call_at_once(tmp_path: Path) -> None:
+    def reply(messages: list[BaseMessage]) -> AIMessage:
+        if isinstance(messages[-1], ToolMessage):
+            return AIMessage("done")
+        return AIMessage("", tool_calls=[{"name": "nap", "args": {"i": i}, "id": f"n{i}"}
+                                         for i in range(4)])
+
+    spans: list[tuple[float, float]] = []
+
+    def nap(i: int) -> str:
+        start = time.monotonic()
+        time.sleep(0.2)
+        spans.append((start, time.monotonic()))
+        return str(i)
+
+    graph = c.minimal_parallel(reply, nap, c.saver("sqlite", tmp_path, "parallel"))
+    out = graph.invoke({"messages": [("user", "go")]}, {"configurable": {"thread_id": "t"}})
+    assert [m.content for m in out["messages"] if isinstance(m, ToolMessage)] == \
+        ["0", "1", "2", "3"]
+    assert out["messages"][-1].text == "done"
+    # in parallel: every call started before any ended
+    assert max(s for s, _ in spans) < min(e for _, e in spans)
+
+
+def test_the_floor_resumes_every_paused_run_once(postgres_url: str, tmp_path: Path) -> None:
+    row = floor(postgres_url, tmp_path, threads=8)
+    assert row["threads"] == 8 and row["processes"] == 4
+    assert row["throughput_per_s"] > 0
