@@ -103,6 +103,10 @@ DECISION_COUNT = (
     "Number of human decisions ({given}) does not match number of pending tool calls "
     "({expected}); name each call with tool_call_id, or decide all of {ids}."
 )
+INPUT_NEEDS_IDS = (
+    "no approval waits here for an unnamed decision: {ids} wait for input (a suspended tool); "
+    "name each decision with its tool_call_id"
+)
 FORGED_DECIDER = (
     "the resume payload says decided_by={claimed!r}, but the authenticated user is "
     "{identity!r}; the decider comes from authentication, never from the payload"
@@ -316,6 +320,9 @@ class _Pass:
         named = [p for p in parsed if p[1] is not None or p[2] is not None]
         if parsed and not named:
             undecided = [r for r in waiting if r["kind"] == "approval"]
+            if not undecided and waiting:  # decisions in order answer approvals only
+                ids = [r["tool_call_id"] for r in waiting]
+                raise AmbiguousApprovalError(INPUT_NEEDS_IDS.format(ids=ids), pending_ids=ids)
             if len(parsed) != len(undecided):
                 ids = [r["tool_call_id"] for r in undecided]
                 msg = DECISION_COUNT.format(given=len(parsed), expected=len(undecided), ids=ids)

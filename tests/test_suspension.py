@@ -215,6 +215,28 @@ def test_sync_once_in_an_async_tool_is_refused_before_its_side_effect() -> None:
     assert charges == []
 
 
+def test_an_unnamed_decision_for_a_suspended_tool_says_to_name_it() -> None:
+    """Decisions given in order answer approvals, as LangChain's HITL shape does; when only a
+    suspended tool waits, the error says so (not "0 pending tool calls"), the tool has not run
+    with the data, and the named decision then resumes it."""
+    from langgraph.types import Command
+
+    log: list[str] = []
+    agent = Agent(name="wx", tools=[weather_tool(log)], checkpointer="memory",
+                  model=ScriptedChatModel([turn(call("weather", {}, "w1")), "Sunny in Oslo."]))
+    r = agent.generate("weather?")
+    cfg = {"configurable": {"thread_id": r.thread_id}}
+    out = agent.graph.invoke(Command(resume={"decisions": [
+        {"type": "resume", "data": {"city": "Oslo"}}]}), cfg)
+    (pending,) = out["__interrupt__"]
+    assert "wait for input" in pending.value["error"] and "'w1'" in pending.value["error"]
+    assert log == ["started"]
+    out = agent.graph.invoke(Command(resume={"decisions": [
+        {"type": "resume", "data": {"city": "Oslo"}, "tool_call_id": "w1"}]}), cfg)
+    assert log == ["started", "started", "fetched Oslo"]
+    assert out["messages"][-1].text == "Sunny in Oslo."
+
+
 def test_decline_cancels_a_suspended_tool() -> None:
     log: list[str] = []
     agent = Agent(name="wx", model=ScriptedChatModel([turn(call("weather", {}, "w1")), "ok"]),
