@@ -330,15 +330,21 @@ def make_model_node(
         moved = [*moved, *unqueued]
         return [*system, *messages], model_steps(messages) >= limit, [*forged, *moved], None
 
+    def ended(response: BaseMessage, state: AgentState, fixes: list[BaseMessage]
+                 ) -> Command[ModelTarget]:
+        """The run's end: a reply without tool calls (no storage is read or written)."""
+        update: dict[str, Any] = {"messages": [*fixes, _unique_id(response, state.get(
+            "messages") or [])]}
+        if state.get("turn") is not None:
+            # The turn is over: its plan need not ride along in every later checkpoint.
+            update["turn"] = None
+        return Command(update=update, goto="__end__")
+
     def finish(response: BaseMessage, state: AgentState, config: RunnableConfig,
                fixes: list[BaseMessage]) -> Command[ModelTarget]:
-        response = _unique_id(response, state.get("messages") or [])
         if not (isinstance(response, AIMessage) and response.tool_calls):
-            # The turn is over: its plan need not ride along in every later checkpoint.
-            update: dict[str, Any] = {"messages": [*fixes, response]}
-            if state.get("turn") is not None:
-                update["turn"] = None
-            return Command(update=update, goto="__end__")
+            return ended(response, state, fixes)
+        response = _unique_id(response, state.get("messages") or [])
         ctx = planner.context(state, config)
         # the conversation keeps the reply with its secrets masked: the ledger has them
         plan, errors, stored = planner.plan(response, state, ctx, stored=_storable(response))
@@ -364,6 +370,8 @@ def make_model_node(
         if exhausted:
             return Command(update={"messages": fixes} if fixes else None, goto="__end__")
         response = await ainvoke(messages, hushed(config))
+        if not (isinstance(response, AIMessage) and response.tool_calls):
+            return ended(response, state, fixes)  # no storage: no thread hop
         return await offload(finish, response, state, config, fixes)
 
     return call_model, acall_model
