@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal, TypeGuard
+from typing import Any, Literal, TypeGuard, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
@@ -111,7 +111,10 @@ def model_steps(messages: Sequence[BaseMessage]) -> int:
     return steps
 
 
-def _unique_id(response: BaseMessage, messages: Sequence[BaseMessage]) -> BaseMessage:
+_Reply = TypeVar("_Reply", bound=BaseMessage)
+
+
+def _unique_id(response: _Reply, messages: Sequence[BaseMessage]) -> _Reply:
     """Some OpenAI-compatible servers reuse one completion id: a reply must not replace an
     earlier message that happens to share its id."""
     if response.id is None or any(m.id == response.id for m in messages):
