@@ -10,8 +10,8 @@ the tools node runs nothing the ledger does not allow.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -124,11 +124,36 @@ class GateContext:
     ledger: Ledger
     scope: str = ""
     """For a subagent, the supervisor's call it works for (`turn_key`'s scope)."""
+    _queue: list[list[tuple[str, dict[str, Any]]]] = field(
+        default_factory=list, init=False, repr=False, compare=False)
+    """The agent's message queue as this pass last read it (empty: not read since it changed)."""
 
     @property
     def agent(self) -> str:
         """The agent's path as one key (the ledger's message queue is kept per agent)."""
         return "/".join(self.path)
+
+    def turn(self, key: str) -> TurnPlan | None:
+        """The ledger's plan of the turn of `key`, read with the agent's message queue (the
+        pass reads both: one statement)."""
+        plan, queue = self.ledger.turn_and_queue(self.thread_id, self.path, key, self.agent)
+        self._queue[:] = [queue]
+        return plan
+
+    def queue(self) -> list[tuple[str, dict[str, Any]]]:
+        """(turn's AI message id, serialised message) of what waits in the agent's queue, read
+        once per pass; this pass's own `enqueue` and `dequeue` have it read again."""
+        if not self._queue:
+            self._queue.append(self.ledger.queue_of(self.thread_id, self.agent))
+        return self._queue[0]
+
+    def enqueue(self, ai_message_id: str, messages: Sequence[Mapping[str, Any]]) -> None:
+        self.ledger.enqueue(self.thread_id, self.agent, ai_message_id, messages)
+        self._queue.clear()
+
+    def dequeue(self, message_ids: Iterable[str]) -> None:
+        self.ledger.dequeue(self.thread_id, self.agent, message_ids)
+        self._queue.clear()
 
 
 class Planner:
@@ -407,8 +432,7 @@ class _Pass:
                 continue
             self._supersede(call)
         if value.get("queue", True):
-            self.ctx.ledger.enqueue(self.ctx.thread_id, self.ctx.agent,
-                                    self.plan["ai_message_id"], said_now)
+            self.ctx.enqueue(self.plan["ai_message_id"], said_now)
 
     def _supersede(self, call: CallPlan) -> None:
         comment = BY_NEW_MESSAGE
@@ -586,9 +610,9 @@ def _copy_record(record: ApprovalRecord | None) -> ApprovalRecord | None:
     if record is None:
         return None
     copied: dict[str, Any] = {**record}
-    for field in ("args", "metadata", "approved_args"):
-        if isinstance(copied.get(field), dict):
-            copied[field] = dict(copied[field])
+    for key in ("args", "metadata", "approved_args"):
+        if isinstance(copied.get(key), dict):
+            copied[key] = dict(copied[key])
     return copied  # type: ignore[return-value]
 
 
@@ -624,7 +648,7 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         update: dict[str, Any] = {}
         new_messages: list[BaseMessage] = []
         # The ledger's plan of this turn, which only gates write (the state only points to it).
-        previous = ctx.ledger.turn(ctx.thread_id, ctx.path, turn_key(ai, ctx.scope))
+        previous = ctx.turn(turn_key(ai, ctx.scope))
         changed = False
         if previous is None:
             plan, errors, _ = planner.plan(ai, state, ctx)
@@ -817,7 +841,7 @@ def _route(
         queued = _to_deliver(plan, state, ctx)
         if queued:
             new_messages.extend(queued)
-            ctx.ledger.dequeue(ctx.thread_id, ctx.agent, (str(m.id) for m in queued))
+            ctx.dequeue(str(m.id) for m in queued)
         goto = "model"
     if new_messages:
         update["messages"] = new_messages
@@ -828,7 +852,7 @@ def _to_deliver(plan: TurnPlan, state: AgentState, ctx: GateContext) -> list[Bas
     """The user's messages queued (in the ledger) for after this turn, in the order they
     came; user messages only, each once, none the conversation has already."""
     present = {m.id for m in state.get("messages") or []}
-    kept = [m for ai_id, m in ctx.ledger.queue_of(ctx.thread_id, ctx.agent)
+    kept = [m for ai_id, m in ctx.queue()
             if ai_id == plan["ai_message_id"]]
     delivered: list[BaseMessage] = []
     for entry in kept:
@@ -853,7 +877,7 @@ def _then(plan: TurnPlan, answered: set[str], batch: list[CallPlan],
     rest = [c for c in plan["calls"]
             if c["tool_call_id"] not in answered and c["tool_call_id"] not in in_batch]
     if rest or any(ai_id == plan["ai_message_id"]
-                   for ai_id, _ in ctx.ledger.queue_of(ctx.thread_id, ctx.agent)):
+                   for ai_id, _ in ctx.queue()):
         return "approval_gate"
     for call in batch:
         tool = tools.get(call["tool_name"])

@@ -37,8 +37,8 @@ from langgraph.constants import TAG_NOSTREAM
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
-from graphkit._approvals import Extractor, last_turn_plan
-from graphkit._context import PATH_KEY, thread_id_of
+from graphkit._approvals import Extractor
+from graphkit._context import PATH_KEY, last_ai, thread_id_of
 from graphkit._gate import (
     GateContext,
     Planner,
@@ -60,7 +60,7 @@ from graphkit._reply import (
 )
 from graphkit._review import audit_row, supersede
 from graphkit._secrets import scrub_exception
-from graphkit._state import AgentState, ToolTask, TurnPlan
+from graphkit._state import AgentState, ToolTask, TurnPlan, turn_key
 from graphkit._validate import declares_secrets, secret_paths_of
 from graphkit.tools import CONTEXT_KEY, DelegationTool, GraphkitTool, ToolContext, ToolSuspended
 from graphkit.types import args_digest
@@ -303,8 +303,9 @@ def make_model_node(
         limit = options.get("max_steps")
         limit = limit if isinstance(limit, int) and limit > 0 else 25
         ctx = planner.context(state, config)
-        plan = last_turn_plan(ctx.ledger, ctx.thread_id, ctx.path, state.get("messages") or [],
-                              ctx.scope)
+        last = last_ai(state.get("messages") or [])  # type: ignore[arg-type]
+        plan = ctx.turn(turn_key(last, ctx.scope)) if last is not None and last.tool_calls \
+            else None  # (with the queue `left_queued` reads below)
         forged = _discard_forged(state, plan, ctx)
         messages = _with_fixes(list(state.get("messages") or []), forged)
         reply = reply_to_suspension(plan, messages, options, planner, ctx, config)
@@ -313,7 +314,7 @@ def make_model_node(
             # queued in the ledger, taken out of the conversation: the gate appends it once
             # every call of the turn has its answer
             said = messages_to_dict(reply.messages)
-            ctx.ledger.enqueue(ctx.thread_id, ctx.agent, str(plan["ai_message_id"]), said)
+            ctx.enqueue(str(plan["ai_message_id"]), said)
             removed = [RemoveMessage(id=str(m.id)) for m in reply.messages]
             to_gate: Command[ModelTarget] = Command(
                 update={"messages": [*forged, *removed]}, goto="approval_gate")
@@ -326,10 +327,9 @@ def make_model_node(
             return [], False, [], back
         supersede_abandoned(messages, ctx)
         messages, moved = _stopped_turn(messages, ctx)
-        messages, unqueued = left_queued(messages, ctx.ledger.queue_of(ctx.thread_id, ctx.agent))
+        messages, unqueued = left_queued(messages, ctx.queue())
         if unqueued:
-            ctx.ledger.dequeue(ctx.thread_id, ctx.agent,
-                               (str(m.id) for m in unqueued if isinstance(m, HumanMessage)))
+            ctx.dequeue(str(m.id) for m in unqueued if isinstance(m, HumanMessage))
         moved = [*moved, *unqueued]
         return [*system, *messages], model_steps(messages) >= limit, [*forged, *moved], None
 

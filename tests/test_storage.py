@@ -384,3 +384,27 @@ def test_a_set_up_raced_by_another_process_is_run_again() -> None:
 
     with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
         _set_up(broken)
+
+
+def test_a_turns_plan_and_its_agents_queue_are_read_in_one_statement(durable_url: str) -> None:
+    """`turn_and_queue` answers what `turn` and `queue_of` answer apart (the queue in the
+    order it came, another agent's or thread's entries left out), on either engine."""
+    from graphkit._storage import open_storage
+
+    ledger = open_storage(durable_url).ledger
+    assert ledger.turn_and_queue("t1", ["a"], "k1", "a") == (None, [])
+    plan: Any = {"turn_key": "k1", "ai_message_id": "ai1", "calls": [], "error": None}
+    ledger.save_turn("t1", ["a"], plan)
+
+    def said(text: str) -> list[dict[str, Any]]:
+        return [{"type": "human", "data": {"id": f"m-{text}", "content": text}}]
+
+    ledger.enqueue("t1", "a", "ai1", said("first"))
+    ledger.enqueue("t1", "a", "ai1", said("second"))
+    ledger.enqueue("t1", "a/sub", "ai1", said("the subagent's"))
+    ledger.enqueue("t2", "a", "ai9", said("another thread's"))
+    found = ledger.turn_and_queue("t1", ["a"], "k1", "a")
+    assert found == (ledger.turn("t1", ["a"], "k1"), ledger.queue_of("t1", "a"))
+    assert found[0] == plan
+    assert [m["data"]["content"] for _, m in found[1]] == ["first", "second"]
+    assert ledger.turn_and_queue("t1", ["a"], "k2", "a") == (None, ledger.queue_of("t1", "a"))

@@ -18,7 +18,7 @@ from graphkit._ledger._rows import (
 from graphkit._ledger._schema import (
     DONE,
 )
-from graphkit._ledger._sql import Tx, dumps, path_text
+from graphkit._ledger._sql import Tx, dumps, loads, path_text
 from graphkit._ledger._values import stowed, unstowed
 from graphkit._state import TurnPlan
 
@@ -86,6 +86,21 @@ class Plans(LedgerBase):
                                (thread_id, path_text(agent_path), key))
         plan: TurnPlan | None = unstowed(self._sql.query, rows[0][0]) if rows else None
         return plan
+
+    def turn_and_queue(self, thread_id: str, agent_path: Sequence[str], key: str, agent: str
+                       ) -> tuple[TurnPlan | None, list[tuple[str, dict[str, Any]]]]:
+        """`turn` and `queue_of(thread_id, agent)` in one statement: a gate or model pass
+        reads both."""
+        rows = self._sql.query(
+            # (named columns: PostgreSQL's rows are dicts, which would merge unnamed ones)
+            "SELECT 0 AS part, 0 AS seq, plan AS a, NULL AS b FROM graphkit_turns "
+            "WHERE thread_id = ? AND agent_path = ? AND turn_key = ? UNION ALL "
+            "SELECT 1, seq, ai_message_id, message FROM graphkit_queue "
+            "WHERE thread_id = ? AND agent = ? ORDER BY part, seq",
+            (thread_id, path_text(agent_path), key, thread_id, agent))
+        plans = [r[2] for r in rows if r[0] == 0]
+        plan: TurnPlan | None = unstowed(self._sql.query, plans[0]) if plans else None
+        return plan, [(str(r[2]), loads(r[3]) or {}) for r in rows if r[0] == 1]
 
     def save_turn(self, thread_id: str, agent_path: Sequence[str], plan: TurnPlan) -> None:
         """Record the gate's plan of a turn as it now stands."""
