@@ -304,14 +304,18 @@ def _pending_record(
     )
 
 
+def last_turn_key(messages: Sequence[BaseMessage], scope: str = "") -> str | None:
+    """The ledger's key of the conversation's last model turn (None: it has no tool calls)."""
+    ai = last_ai(messages)  # type: ignore[arg-type]
+    return turn_key(ai, scope) if ai is not None and ai.tool_calls else None
+
+
 def last_turn_plan(ledger: Ledger, thread_id: str, agent_path: Sequence[str],
                    messages: Sequence[BaseMessage], scope: str = "") -> TurnPlan | None:
     """The ledger's plan of the conversation's last model turn (None: it has no tool calls,
     or no gate of this agent planned it in this thread)."""
-    ai = last_ai(messages)  # type: ignore[arg-type]
-    if ai is None or not ai.tool_calls:
-        return None
-    return ledger.turn(thread_id, agent_path, turn_key(ai, scope))
+    key = last_turn_key(messages, scope)
+    return ledger.turn(thread_id, agent_path, key) if key is not None else None
 
 
 def answered_ids(messages: Sequence[BaseMessage], ai_message_id: str) -> set[str]:

@@ -37,8 +37,8 @@ from langgraph.constants import TAG_NOSTREAM
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
-from graphkit._approvals import Extractor
-from graphkit._context import PATH_KEY, last_ai, thread_id_of
+from graphkit._approvals import Extractor, last_turn_key
+from graphkit._context import PATH_KEY, thread_id_of
 from graphkit._gate import (
     GateContext,
     Planner,
@@ -60,7 +60,7 @@ from graphkit._reply import (
 )
 from graphkit._review import audit_row, supersede
 from graphkit._secrets import scrub_exception
-from graphkit._state import AgentState, ToolTask, TurnPlan, turn_key
+from graphkit._state import AgentState, ToolTask, TurnPlan
 from graphkit._validate import declares_secrets, secret_paths_of
 from graphkit.tools import CONTEXT_KEY, DelegationTool, GraphkitTool, ToolContext, ToolSuspended
 from graphkit.types import args_digest
@@ -120,6 +120,11 @@ def _unique_id(response: _Reply, messages: Sequence[BaseMessage]) -> _Reply:
     if response.id is None or any(m.id == response.id for m in messages):
         return response.model_copy(update={"id": f"run-{uuid.uuid4()}"})
     return response
+
+
+def _calls_tools(reply: BaseMessage) -> TypeGuard[AIMessage]:
+    """Whether a model reply starts a turn of tool calls (else it ends the run)."""
+    return isinstance(reply, AIMessage) and bool(reply.tool_calls)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -303,9 +308,8 @@ def make_model_node(
         limit = options.get("max_steps")
         limit = limit if isinstance(limit, int) and limit > 0 else 25
         ctx = planner.context(state, config)
-        last = last_ai(state.get("messages") or [])  # type: ignore[arg-type]
-        plan = ctx.turn(turn_key(last, ctx.scope)) if last is not None and last.tool_calls \
-            else None  # (with the queue `left_queued` reads below)
+        key = last_turn_key(state.get("messages") or [], ctx.scope)
+        plan = ctx.turn(key) if key is not None else None  # (and the queue, read below)
         forged = _discard_forged(state, plan, ctx)
         messages = _with_fixes(list(state.get("messages") or []), forged)
         reply = reply_to_suspension(plan, messages, options, planner, ctx, config)
@@ -334,7 +338,7 @@ def make_model_node(
         return [*system, *messages], model_steps(messages) >= limit, [*forged, *moved], None
 
     def ended(response: BaseMessage, state: AgentState, fixes: list[BaseMessage]
-                 ) -> Command[ModelTarget]:
+              ) -> Command[ModelTarget]:
         """The run's end: a reply without tool calls (no storage is read or written)."""
         update: dict[str, Any] = {"messages": [*fixes, _unique_id(response, state.get(
             "messages") or [])]}
@@ -345,7 +349,7 @@ def make_model_node(
 
     def finish(response: BaseMessage, state: AgentState, config: RunnableConfig,
                fixes: list[BaseMessage]) -> Command[ModelTarget]:
-        if not (isinstance(response, AIMessage) and response.tool_calls):
+        if not _calls_tools(response):
             return ended(response, state, fixes)
         response = _unique_id(response, state.get("messages") or [])
         ctx = planner.context(state, config)
@@ -373,7 +377,7 @@ def make_model_node(
         if exhausted:
             return Command(update={"messages": fixes} if fixes else None, goto="__end__")
         response = await ainvoke(messages, hushed(config))
-        if not (isinstance(response, AIMessage) and response.tool_calls):
+        if not _calls_tools(response):
             return ended(response, state, fixes)  # no storage: no thread hop
         return await offload(finish, response, state, config, fixes)
 
