@@ -8,7 +8,12 @@ from typing import Any
 from graphkit._ledger._base import LedgerBase
 from graphkit._ledger._sql import dumps, loads
 
-__all__ = ["Messages"]
+__all__ = ["Messages", "queued"]
+
+
+def queued(rows: Iterable[Sequence[Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Queue rows (AI message id, stored message) as the ledger hands them out."""
+    return [(str(r[0]), loads(r[1]) or {}) for r in rows]
 
 
 class Messages(LedgerBase):
@@ -33,7 +38,7 @@ class Messages(LedgerBase):
         """(turn's AI message id, serialised message) of what waits in the queue, in order."""
         rows = self._sql.query("SELECT ai_message_id, message FROM graphkit_queue WHERE "
                                "thread_id = ? AND agent = ? ORDER BY seq", (thread_id, agent))
-        return [(str(r[0]), loads(r[1]) or {}) for r in rows]
+        return queued(rows)
 
     def dequeue(self, thread_id: str, agent: str, message_ids: Iterable[str]) -> None:
         """Forget queued messages that reached the conversation."""

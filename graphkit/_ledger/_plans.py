@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from graphkit._ledger._base import LedgerBase
+from graphkit._ledger._messages import queued
 from graphkit._ledger._rows import (
     APPROVAL_COLUMNS,
     ApprovalRow,
@@ -18,7 +19,7 @@ from graphkit._ledger._rows import (
 from graphkit._ledger._schema import (
     DONE,
 )
-from graphkit._ledger._sql import Tx, dumps, loads, path_text
+from graphkit._ledger._sql import Tx, dumps, path_text
 from graphkit._ledger._values import stowed, unstowed
 from graphkit._state import TurnPlan
 
@@ -100,7 +101,7 @@ class Plans(LedgerBase):
             (thread_id, path_text(agent_path), key, thread_id, agent))
         plans = [r[2] for r in rows if r[0] == 0]
         plan: TurnPlan | None = unstowed(self._sql.query, plans[0]) if plans else None
-        return plan, [(str(r[2]), loads(r[3]) or {}) for r in rows if r[0] == 1]
+        return plan, queued(r[2:] for r in rows if r[0] == 1)
 
     def save_turn(self, thread_id: str, agent_path: Sequence[str], plan: TurnPlan) -> None:
         """Record the gate's plan of a turn as it now stands."""
