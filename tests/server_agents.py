@@ -16,32 +16,64 @@ from graphkit import Agent, ToolContext, create_tool
 from graphkit.testing import ScriptedChatModel
 
 
+def _ran(line: str) -> None:
+    """Note one execution (or prompt) in $GRAPHKIT_TEST_RUNS, which a test reads from outside
+    the server."""
+    with open(os.environ["GRAPHKIT_TEST_RUNS"], "a") as log:
+        log.write(f"{line}\n")
+
+
+def _per_message(call_for: Any) -> Any:
+    """A scripted model: each user message gets the one call `call_for(its text)` names (tool
+    name, arguments); the call's result is then the answer."""
+
+    def reply(messages: list[Any]) -> Any:
+        from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+        last_human = max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage))
+        since = messages[last_human + 1:]
+        if not since:
+            name, args = call_for(str(messages[last_human].content))
+            return AIMessage("", tool_calls=[{"name": name, "args": args,
+                                              "id": f"call_{len(messages)}"}])
+        results = [m for m in since if isinstance(m, ToolMessage)]
+        return AIMessage(results[-1].content if results else "ok")
+
+    return reply
+
+
+def _once_then_echo(name: str, args: dict[str, Any], prefix: str) -> Any:
+    """A scripted model: one call, then the last tool result as the answer."""
+
+    def reply(messages: list[Any]) -> Any:
+        from langchain_core.messages import AIMessage, ToolMessage
+
+        results = [m for m in messages if isinstance(m, ToolMessage)]
+        if results:
+            return AIMessage(str(results[-1].content))
+        return AIMessage("", tool_calls=[{"name": name, "args": args,
+                                          "id": f"{prefix}{len(messages)}"}])
+
+    return reply
+
+
 @create_tool(needs_approval=True, approval_prompt="Send build {{version}} to prod?")
 def deploy_service(version: str) -> str:
     """Roll a build out to production."""
-    with open(os.environ["GRAPHKIT_TEST_RUNS"], "a") as log:
-        log.write(f"{version}\n")
+    _ran(version)
     return f"rolled out {version} to production"
 
 
-def _reply(messages: list[Any]) -> Any:
-    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-
-    last_human = max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage))
-    since = messages[last_human + 1:]
-    if not since:
-        version = str(messages[last_human].content).split()[-1]
-        return AIMessage("", tool_calls=[{"name": "deploy_service", "args": {"version": version},
-                                          "id": f"call_{len(messages)}"}])
-    results = [m for m in since if isinstance(m, ToolMessage)]
-    return AIMessage(results[-1].content if results else "ok")
+def _deploy_call(text: str) -> tuple[str, dict[str, Any]]:
+    return "deploy_service", {"version": text.split()[-1]}
 
 
 def _release_manager_only(decided_by: str | None, pending: Any) -> bool:
     return decided_by == "release-manager"
 
 
-graph = Agent(name="release", model=ScriptedChatModel(_reply), tools=[deploy_service],
+graph = Agent(name="release", model=ScriptedChatModel(_per_message(_deploy_call)),
+              tools=[deploy_service],
               approvers=_release_manager_only).graph
 
 
@@ -53,44 +85,33 @@ VAULT_KEY = "sk-live-51HxQvault"
 @create_tool(needs_approval=True, approval_prompt="Charge {{amount}}?")
 def charge(amount: int, api_key: SecretStr) -> str:
     """Charge a card with the payment provider's key."""
-    with open(os.environ["GRAPHKIT_TEST_RUNS"], "a") as log:
-        log.write(f"charge:{amount}:{api_key.get_secret_value()}\n")
+    _ran(f"charge:{amount}:{api_key.get_secret_value()}")
     return f"charged {amount}"
 
 
 @create_tool(needs_approval=True, allowed_decisions=["approve", "reject"])
 def transfer(amount: int) -> str:
     """Move money between accounts (a reviewer may not answer in its place)."""
-    with open(os.environ["GRAPHKIT_TEST_RUNS"], "a") as log:
-        log.write(f"transfer:{amount}\n")
+    _ran(f"transfer:{amount}")
     return f"transferred {amount}"
 
 
 @create_tool(needs_approval=True, allowed_decisions=["approve", "reject", "respond"])
 def pay_vendor(amount: int) -> str:
     """Pay a vendor (a reviewer may answer in its place)."""
-    with open(os.environ["GRAPHKIT_TEST_RUNS"], "a") as log:
-        log.write(f"pay_vendor:{amount}\n")
+    _ran(f"pay_vendor:{amount}")
     return f"paid {amount}"
 
 
-def _vault_reply(messages: list[Any]) -> Any:
-    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-
-    last_human = max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage))
-    since = messages[last_human + 1:]
-    if not since:
-        tool, amount = str(messages[last_human].content).split()
-        args: dict[str, Any] = {"amount": int(amount)}
-        if tool == "charge":
-            args["api_key"] = VAULT_KEY
-        return AIMessage("", tool_calls=[{"name": tool, "args": args,
-                                          "id": f"call_{len(messages)}"}])
-    results = [m for m in since if isinstance(m, ToolMessage)]
-    return AIMessage(results[-1].content if results else "ok")
+def _vault_call(text: str) -> tuple[str, dict[str, Any]]:
+    tool, amount = text.split()
+    args: dict[str, Any] = {"amount": int(amount)}
+    if tool == "charge":
+        args["api_key"] = VAULT_KEY
+    return tool, args
 
 
-vault = Agent(name="vault", model=ScriptedChatModel(_vault_reply),
+vault = Agent(name="vault", model=ScriptedChatModel(_per_message(_vault_call)),
               tools=[charge, transfer, pay_vendor]).graph
 
 
@@ -118,41 +139,20 @@ def _extract(schema: Any, messages: list[Any]) -> dict[str, Any]:
     each message) and takes the city from the user's reply, as graphkit's prompt asks."""
     from graphkit.testing import reply_text
 
-    with open(os.environ["GRAPHKIT_TEST_RUNS"], "a") as log:
-        log.write(json.dumps([[m.type, str(m.content)] for m in messages]) + "\n")
+    _ran(json.dumps([[m.type, str(m.content)] for m in messages]))
     return {"city": reply_text(messages)}
 
 
-def _weather_reply(messages: list[Any]) -> Any:
-    from langchain_core.messages import AIMessage, ToolMessage
-
-    results = [m for m in messages if isinstance(m, ToolMessage)]
-    if results:
-        return AIMessage(str(results[-1].content))
-    return AIMessage("", tool_calls=[{"name": "weather", "args": {"note": INJECTED},
-                                      "id": f"w{len(messages)}"}])
-
-
 forecast = Agent(name="forecast", tools=[weather], auto_resume_suspended_tools=True,
-                 model=ScriptedChatModel(_weather_reply, structured=_extract)).graph
+                 model=ScriptedChatModel(_once_then_echo("weather", {"note": INJECTED}, "w"),
+                                         structured=_extract)).graph
 
 
 @create_tool(needs_approval=True)
 def refund(amount: int) -> str:
     """Refund a customer."""
-    with open(os.environ["GRAPHKIT_TEST_RUNS"], "a") as log:
-        log.write(f"refund:{amount}\n")
+    _ran(f"refund:{amount}")
     return f"refunded {amount}"
-
-
-def _refund_reply(messages: list[Any]) -> Any:
-    from langchain_core.messages import AIMessage, ToolMessage
-
-    results = [m for m in messages if isinstance(m, ToolMessage)]
-    if results:
-        return AIMessage(str(results[-1].content))
-    return AIMessage("", tool_calls=[{"name": "refund", "args": {"amount": 30},
-                                      "id": f"r{len(messages)}"}])
 
 
 def _notified() -> Any:
@@ -160,7 +160,8 @@ def _notified() -> Any:
     from graphkit import Webhook
 
     hook = os.environ.get("GRAPHKIT_TEST_HOOK")
-    return Agent(name="refunds", tools=[refund], model=ScriptedChatModel(_refund_reply),
+    return Agent(name="refunds", tools=[refund],
+                 model=ScriptedChatModel(_once_then_echo("refund", {"amount": 30}, "r")),
                  notify=[Webhook(hook, secret="s")] if hook else ()).graph
 
 
