@@ -151,13 +151,19 @@ class _State(TypedDict):
     messages: Annotated[list[BaseMessage], add_messages]
 
 
-def _minimal_builder(on_call: Callable[[str], Any] | None = None) -> StateGraph[Any]:
-    """The least a LangGraph graph with an approval `interrupt()` needs (`on_call` hears each
-    call id as its tool runs)."""
-    bound = model()
+def _model_node(bound: ScriptedChatModel) -> Callable[[_State], dict[str, Any]]:
+    """A hand-written graph's model node: one turn of `bound` over the conversation."""
 
     def call_model(state: _State) -> dict[str, Any]:
         return {"messages": [bound.invoke(state["messages"])]}
+
+    return call_model
+
+
+def _minimal_builder(on_call: Callable[[str], Any] | None = None) -> StateGraph[Any]:
+    """The least a LangGraph graph with an approval `interrupt()` needs (`on_call` hears each
+    call id as its tool runs)."""
+    call_model = _model_node(model())
 
     def route(state: _State) -> str:
         last = state["messages"][-1]
@@ -197,10 +203,7 @@ def minimal_supervisor(kind: Storage, directory: Path) -> Any:
     """A hand-written supervisor: its `worker` node runs the minimal graph as a subgraph (on
     the parent's checkpointer), whose approval `interrupt()` pauses the parent."""
     sub = _minimal_builder().compile()
-    bound = ScriptedChatModel(top)
-
-    def call_model(state: _State) -> dict[str, Any]:
-        return {"messages": [bound.invoke(state["messages"])]}
+    call_model = _model_node(ScriptedChatModel(top))
 
     def route(state: _State) -> str:
         last = state["messages"][-1]
@@ -226,10 +229,7 @@ def minimal_parallel(reply_of: Callable[[list[BaseMessage]], AIMessage], run: Ca
     node that runs it (sync or async as `run` is), then back to the model."""
     import inspect
 
-    bound = ScriptedChatModel(reply_of)
-
-    def call_model(state: _State) -> dict[str, Any]:
-        return {"messages": [bound.invoke(state["messages"])]}
+    call_model = _model_node(ScriptedChatModel(reply_of))
 
     def route(state: _State) -> Any:
         last = state["messages"][-1]
