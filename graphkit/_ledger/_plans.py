@@ -119,8 +119,7 @@ class Plans(LedgerBase):
         """Record that the gate verified these approvals (id -> the arguments that will run,
         and their digest) and lets their calls run."""
         if cleared:
-            with self._sql.transaction() as tx:
-                self._clear(tx, cleared)
+            self._clear(self._sql, cleared)  # (one statement: atomic as it is)
 
     def _clear(self, tx: Tx, cleared: Mapping[str, Clearance]) -> None:
         rows = ", ".join(f"(?, ?, ?, {self._sql.now})" for _ in cleared)

@@ -44,22 +44,31 @@ class Waiting(LedgerBase):
         one a client replaced) is unmarked: no run waits on it, though it stays pending until
         decided, expired or superseded."""
         path = path_text(agent_path)
-        with self._sql.transaction() as tx:
-            if strays:
-                keep = list(waiting)
-                spare = f" AND approval_id NOT IN ({', '.join('?' for _ in keep)})" if keep else ""
-                tx.execute("UPDATE graphkit_approvals SET waiting = NULL WHERE thread_id = ? "
-                           "AND agent_path = ? AND COALESCE(scope, '') = ? "
-                           f"AND waiting IS NOT NULL{spare}", (thread_id, path, scope, *keep))
-            gone = list(done)
-            if gone:
-                tx.execute("UPDATE graphkit_approvals SET waiting = NULL WHERE approval_id IN "
-                           f"({', '.join('?' for _ in gone)}) AND thread_id = ? "
-                           "AND waiting IS NOT NULL", (*gone, thread_id))
-            for approval_id, place in waiting.items():
-                tx.execute("UPDATE graphkit_approvals SET waiting = ?, call_index = ?, "
-                           "scope = ? WHERE approval_id = ? AND thread_id = ? AND agent_path = ?",
-                           (run_id or "", place, scope, approval_id, thread_id, path))
+        statements: list[tuple[str, tuple[Any, ...]]] = []
+        if strays:
+            keep = list(waiting)
+            spare = f" AND approval_id NOT IN ({', '.join('?' for _ in keep)})" if keep else ""
+            statements.append((
+                "UPDATE graphkit_approvals SET waiting = NULL WHERE thread_id = ? "
+                "AND agent_path = ? AND COALESCE(scope, '') = ? "
+                f"AND waiting IS NOT NULL{spare}", (thread_id, path, scope, *keep)))
+        gone = list(done)
+        if gone:
+            statements.append((
+                "UPDATE graphkit_approvals SET waiting = NULL WHERE approval_id IN "
+                f"({', '.join('?' for _ in gone)}) AND thread_id = ? "
+                "AND waiting IS NOT NULL", (*gone, thread_id)))
+        statements.extend((
+            "UPDATE graphkit_approvals SET waiting = ?, call_index = ?, "
+            "scope = ? WHERE approval_id = ? AND thread_id = ? AND agent_path = ?",
+            (run_id or "", place, scope, approval_id, thread_id, path))
+            for approval_id, place in waiting.items())
+        if len(statements) == 1:  # (the common pass: one statement is atomic as it is)
+            self._sql.execute(*statements[0])
+        elif statements:
+            with self._sql.transaction() as tx:
+                for statement in statements:
+                    tx.execute(*statement)
 
     def waiting_rows(self, *, approval_id: str | None = None, thread_id: str | None = None
                      ) -> list[WaitingRow]:
