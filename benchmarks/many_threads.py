@@ -5,6 +5,11 @@ thread each), then approves every approval through `Inbox.approve`, noting when:
 (a burst), or at a steady rate (decisions/s). The tool notes when it runs. Reported: round
 trips per second, and the latency from `inbox.approve` to the tool running.
 
+A burst's deciding shares the machine with the workers (each `approve` is a transaction of its
+own). The floor's runs are decided beforehand (its `Command` carries the decision), so the
+like-for-like row is "decided": the workers are stopped (SIGSTOP) once they listen, every
+approval is recorded, and the workers are let go at once (SIGCONT); its rate counts from then.
+
 The floor beside it (PostgreSQL): N paused runs of the minimal hand-written graph on LangGraph's
 own `PostgresSaver`, resumed by 4 processes at once, a quarter each, with
 `graph.invoke(Command(resume=True))`: the rate LangGraph itself reaches on this machine.
@@ -64,7 +69,10 @@ def make(url: str) -> Agent:
     return Agent(name="bank", model=ScriptedChatModel(reply), tools=[transfer], checkpointer=url)
 
 
-def run(url: str, directory: Path, threads: int, *, rate: float | None) -> dict[str, Any]:
+def run(url: str, directory: Path, threads: int, *, rate: float | None,
+        decided: bool = False) -> dict[str, Any]:
+    """`decided`: every approval is recorded while the workers are stopped, then they resume
+    the runs (no deciding shares the machine with them, as for the floor)."""
     effects = str(directory / f"effects-{time.time_ns()}.db")
     os.environ[EFFECTS_ENV] = effects
     bot = make(url)
@@ -81,6 +89,9 @@ def run(url: str, directory: Path, threads: int, *, rate: float | None) -> dict[
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
              for _ in range(WORKERS)]
     time.sleep(3.0)  # let the workers import and start listening
+    if decided:
+        for proc in procs:
+            proc.send_signal(signal.SIGSTOP)
     approved_at: dict[str, float] = {}
     first = time.time()
     for index, item in enumerate(pending):
@@ -90,6 +101,10 @@ def run(url: str, directory: Path, threads: int, *, rate: float | None) -> dict[
                 time.sleep(delay)
         inbox.approve(item.id, decided_by="bench")
         approved_at[item.tool_call_id] = time.time()
+    if decided:
+        first = time.time()  # (the rate counts from when the workers may go)
+        for proc in procs:
+            proc.send_signal(signal.SIGCONT)
     conn = _effects(effects)
     deadline = time.time() + 1800
     while conn.execute("SELECT COUNT(*) FROM ran").fetchone()[0] < threads:
@@ -101,13 +116,13 @@ def run(url: str, directory: Path, threads: int, *, rate: float | None) -> dict[
         proc.wait(timeout=60)
     ran = dict(conn.execute("SELECT tool_call_id, at FROM ran").fetchall())
     assert set(ran) == set(approved_at), "every approved call ran exactly once"
-    latencies = sorted((ran[k] - approved_at[k]) * 1000 for k in ran)
+    latencies = sorted((ran[k] - max(approved_at[k], first)) * 1000 for k in ran)
     span = max(ran.values()) - first
     return {
         "threads": threads,
         "workers": WORKERS,
         "worker_threads": CONCURRENCY,
-        "decisions": "burst" if rate is None else f"{rate:g}/s",
+        "decisions": "decided" if decided else "burst" if rate is None else f"{rate:g}/s",
         "pause_s": pause_s,
         "throughput_per_s": threads / span,
         "latency_median_ms": statistics.median(latencies),
@@ -185,9 +200,10 @@ def many_threads(directory: Path, *, quick: bool = False) -> list[dict[str, Any]
     server.start()
     try:
         base = floor(server.create_database("many_floor"), directory, threads)
-        for rate in (None, STEADY_RATE):
-            url = server.create_database(f"many_{'burst' if rate is None else 'steady'}")
-            row = run(url, directory, threads, rate=rate)
+        for name, rate, decided in (("decided", None, True), ("burst", None, False),
+                                    ("steady", STEADY_RATE, False)):
+            url = server.create_database(f"many_{name}")
+            row = run(url, directory, threads, rate=rate, decided=decided)
             if rate is None:  # (at a steady rate the decisions, not the workers, set the pace)
                 row.update({"minimal_throughput_per_s": base["throughput_per_s"],
                             "graphkit/minimal": row["throughput_per_s"] / base["throughput_per_s"]})

@@ -12,7 +12,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from benchmarks import contestants as c
-from benchmarks.many_threads import floor
+from benchmarks import many_threads
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
@@ -61,6 +61,14 @@ def test_the_minimal_parallel_graph_runs_every_call_at_once(tmp_path: Path) -> N
 
 
 def test_the_floor_resumes_every_paused_run_once(postgres_url: str, tmp_path: Path) -> None:
-    row = floor(postgres_url, tmp_path, threads=8)
+    row = many_threads.floor(postgres_url, tmp_path, threads=8)
     assert row["threads"] == 8 and row["processes"] == 4
     assert row["throughput_per_s"] > 0
+
+
+def test_workers_stopped_while_every_run_is_decided_resume_each_once(postgres_url: str,
+                                                                    tmp_path: Path) -> None:
+    # (run asserts that each approved call ran once)
+    row = many_threads.run(postgres_url, tmp_path, 6, rate=None, decided=True)
+    assert row["decisions"] == "decided" and row["throughput_per_s"] > 0
+    assert row["latency_median_ms"] >= 0  # counted from when the workers were let go
