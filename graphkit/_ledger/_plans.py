@@ -93,7 +93,6 @@ class Plans(LedgerBase):
         """`turn` and `queue_of(thread_id, agent)` in one statement: a gate or model pass
         reads both."""
         rows = self._sql.query(
-            # (named columns: PostgreSQL's rows are dicts, which would merge unnamed ones)
             "SELECT 0 AS part, 0 AS seq, plan AS a, NULL AS b FROM graphkit_turns "
             "WHERE thread_id = ? AND agent_path = ? AND turn_key = ? UNION ALL "
             "SELECT 1, seq, ai_message_id, message FROM graphkit_queue "

@@ -145,6 +145,10 @@ class Sqlite:
 
 
 class PostgresTx:
+    """Statements on one connection, whose rows come as tuples whatever the connection's own
+    row factory (a saver's pool makes dicts, which cost a dict per row and merge columns of
+    one name)."""
+
     def __init__(self, conn: Any) -> None:
         self.conn = conn
 
@@ -152,12 +156,16 @@ class PostgresTx:
     def _sql(sql: str) -> str:
         return sql.replace("?", "%s")
 
+    def _cursor(self, sql: str, params: tuple[Any, ...]) -> Any:
+        from psycopg.rows import tuple_row
+
+        return self.conn.cursor(row_factory=tuple_row).execute(self._sql(sql), params)
+
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        return int(self.conn.execute(self._sql(sql), params).rowcount)
+        return int(self._cursor(sql, params).rowcount)
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        rows = self.conn.execute(self._sql(sql), params).fetchall()
-        return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]
+        return list(self._cursor(sql, params).fetchall())
 
 
 class Postgres:
