@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EFFECTS_ENV = "GRAPHKIT_BENCH_EFFECTS"
 
 
-def _effects(path: str) -> sqlite3.Connection:
+def effects_db(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("CREATE TABLE IF NOT EXISTS ran (tool_call_id TEXT PRIMARY KEY, at REAL)")
@@ -51,7 +51,7 @@ def _effects(path: str) -> sqlite3.Connection:
 
 def make(url: str) -> Agent:
     """The benchmark's agent (`graphkit worker --agent benchmarks.many_threads:make`)."""
-    conn = _effects(os.environ[EFFECTS_ENV])
+    conn = effects_db(os.environ[EFFECTS_ENV])
 
     @create_tool(needs_approval=True)
     def transfer(amount: int, ctx: ToolContext) -> str:
@@ -105,7 +105,7 @@ def run(url: str, directory: Path, threads: int, *, rate: float | None,
         first = time.time()  # (the rate counts from when the workers may go)
         for proc in procs:
             proc.send_signal(signal.SIGCONT)
-    conn = _effects(effects)
+    conn = effects_db(effects)
     deadline = time.time() + 1800
     while conn.execute("SELECT COUNT(*) FROM ran").fetchone()[0] < threads:
         assert time.time() < deadline, "the workers did not keep up"
@@ -130,7 +130,7 @@ def run(url: str, directory: Path, threads: int, *, rate: float | None,
     }
 
 
-def _floor_graph(url: str, effects: str) -> Any:
+def floor_graph(url: str, effects: str) -> Any:
     """The minimal graph on LangGraph's PostgresSaver (one connection, as
     `PostgresSaver.from_conn_string` opens it); its tool notes when it runs."""
     import psycopg
@@ -142,7 +142,7 @@ def _floor_graph(url: str, effects: str) -> Any:
     conn = psycopg.connect(url, autocommit=True, prepare_threshold=0, row_factory=dict_row)
     saver = PostgresSaver(conn)
     saver.setup()
-    ran = _effects(effects)
+    ran = effects_db(effects)
 
     def note(tool_call_id: str) -> None:
         ran.execute("INSERT INTO ran VALUES (?, ?) ON CONFLICT DO NOTHING",
@@ -155,7 +155,7 @@ def _floor_worker(url: str, effects: str, todo: str, index: int, start_at: float
     """One of the floor's processes: resume its share of the paused threads, from `start_at`."""
     from langgraph.types import Command
 
-    graph = _floor_graph(url, effects)
+    graph = floor_graph(url, effects)
     mine = json.loads(Path(todo).read_text())[index::WORKERS]
     time.sleep(max(0.0, start_at - time.time()))
     for thread_id in mine:
@@ -166,7 +166,7 @@ def _floor_worker(url: str, effects: str, todo: str, index: int, start_at: float
 def floor(url: str, directory: Path, threads: int) -> dict[str, Any]:
     """Round trips per second of 4 processes resuming the minimal graph's paused runs."""
     effects = str(directory / f"floor-effects-{time.time_ns()}.db")
-    graph = _floor_graph(url, effects)
+    graph = floor_graph(url, effects)
     ids = [os.urandom(8).hex() for _ in range(threads)]
     for thread_id in ids:
         out = graph.invoke({"messages": [("user", "ship 1.4.2")]},
@@ -181,7 +181,7 @@ def floor(url: str, directory: Path, threads: int) -> dict[str, Any]:
              for i in range(WORKERS)]
     for proc in procs:
         assert proc.wait(timeout=1800) == 0, "a floor process failed"
-    ran = dict(_effects(effects).execute("SELECT tool_call_id, at FROM ran").fetchall())
+    ran = dict(effects_db(effects).execute("SELECT tool_call_id, at FROM ran").fetchall())
     assert len(ran) == threads, "every resumed run ran its tool once"
     return {"threads": threads, "processes": WORKERS,
             "throughput_per_s": threads / (max(ran.values()) - start_at)}

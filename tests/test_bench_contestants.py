@@ -72,3 +72,12 @@ def test_workers_stopped_while_every_run_is_decided_resume_each_once(postgres_ur
     row = many_threads.run(postgres_url, tmp_path, 6, rate=None, decided=True)
     assert row["decisions"] == "decided" and row["throughput_per_s"] > 0
     assert row["latency_median_ms"] >= 0  # counted from when the workers were let go
+
+
+def test_the_resume_cost_counts_what_each_resume_sends(postgres_url: str, tmp_path: Path) -> None:
+    from benchmarks import resume_cost
+
+    for row in (resume_cost.graphkit(postgres_url, tmp_path, runs=2),  # (each ran once)
+                resume_cost.minimal(postgres_url, tmp_path, runs=2)):
+        assert row["statements_per_resume"] > 0 and row["cpu_ms"] > 0
+        assert any("checkpoints" in statement for statement in row["statements"])
