@@ -69,6 +69,14 @@ def make(url: str) -> Agent:
     return Agent(name="bank", model=ScriptedChatModel(reply), tools=[transfer], checkpointer=url)
 
 
+def close_storage(storage: Any) -> None:
+    """Close a PostgreSQL storage's connection pool now: a pool left to the garbage collector
+    joins its threads wherever that happens to run (an event loop, say)."""
+    pool = getattr(storage.ledger._sql, "pool", None)
+    if hasattr(pool, "close"):
+        pool.close()
+
+
 def run(url: str, directory: Path, threads: int, *, rate: float | None,
         decided: bool = False) -> dict[str, Any]:
     """`decided`: every approval is recorded while the workers are stopped, then they resume
@@ -116,6 +124,8 @@ def run(url: str, directory: Path, threads: int, *, rate: float | None,
         proc.wait(timeout=60)
     ran = dict(conn.execute("SELECT tool_call_id, at FROM ran").fetchall())
     assert set(ran) == set(approved_at), "every approved call ran exactly once"
+    close_storage(bot._storage)
+    close_storage(inbox._storage)
     latencies = sorted((ran[k] - max(approved_at[k], first)) * 1000 for k in ran)
     span = max(ran.values()) - first
     return {
@@ -181,6 +191,7 @@ def floor(url: str, directory: Path, threads: int) -> dict[str, Any]:
              for i in range(WORKERS)]
     for proc in procs:
         assert proc.wait(timeout=1800) == 0, "a floor process failed"
+    graph.checkpointer.conn.close()
     ran = dict(effects_db(effects).execute("SELECT tool_call_id, at FROM ran").fetchall())
     assert len(ran) == threads, "every resumed run ran its tool once"
     return {"threads": threads, "processes": WORKERS,

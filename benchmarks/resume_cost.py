@@ -111,7 +111,7 @@ def graphkit(url: str, directory: Path, runs: int) -> dict[str, Any]:
     bot = many_threads.make(url)
     for _ in range(total):
         assert bot.generate("move 1").finish_reason == "suspended"
-    inbox = Inbox(url)
+    inbox = Inbox(bot._storage)
     for item in inbox.pending():
         inbox.approve(item.id, decided_by="bench")
     ledger, owner = bot._storage.ledger, new_owner()
@@ -128,6 +128,7 @@ def graphkit(url: str, directory: Path, runs: int) -> dict[str, Any]:
     row = _measure(resume, runs)
     ran = many_threads.effects_db(os.environ[many_threads.EFFECTS_ENV])
     assert ran.execute("SELECT COUNT(*) FROM ran").fetchone()[0] == total, "each ran once"
+    many_threads.close_storage(bot._storage)
     return row
 
 
@@ -149,7 +150,9 @@ def minimal(url: str, directory: Path, runs: int) -> dict[str, Any]:
         out = graph.invoke(Command(resume=True), {"configurable": {"thread_id": thread_id}})
         return bool(out["messages"][-1].text == "Deployed.")
 
-    return _measure(resume, runs)
+    row = _measure(resume, runs)
+    graph.checkpointer.conn.close()
+    return row
 
 
 def main() -> None:
