@@ -5,11 +5,12 @@ graph on LangGraph's own `PostgresSaver`.
 
 In `many_threads`, 4 worker processes share the machine's cores with the database server, so
 their rate follows the CPU each resume costs, in the worker and in the server. This resumes N
-decided runs in one process, each way: graphkit's worker loop (claim the ready run, resume it,
-mark it done) and the minimal graph's `invoke(Command(resume=True))`. Per resume it prints the
-wall time, this process's CPU, the server's CPU (its processes' times in /proc: Linux), and the
-statements sent to the server, by kind (each is a round trip, but for LangGraph's batched
-writes, which go in one pipeline; a transaction adds two: BEGIN and COMMIT).
+decided runs in one process, each way: graphkit's worker, by its own step (claim the ready
+run, resume it, mark it done), and the minimal graph's `invoke(Command(resume=True))`. Per
+resume it prints the wall time, this process's CPU, the server's CPU (its processes' times in
+/proc: Linux), and the statements sent to the server, by kind (each is a round trip, but for
+LangGraph's batched writes, which go in one pipeline; a transaction adds two: BEGIN and
+COMMIT).
 """
 
 from __future__ import annotations
@@ -102,9 +103,10 @@ def _measure(resume: Callable[[], bool], runs: int) -> dict[str, Any]:
 
 
 def graphkit(url: str, directory: Path, runs: int) -> dict[str, Any]:
-    """graphkit's worker loop over `runs` (+ the counted ones) decided runs."""
+    """graphkit's worker, one run at a time, over `runs` (+ the counted ones) decided runs."""
     from graphkit import Inbox
     from graphkit._owner import new_owner
+    from graphkit._worker import Worker
 
     total = runs + COUNTED_RUNS
     os.environ[many_threads.EFFECTS_ENV] = str(directory / "graphkit-effects.db")
@@ -114,18 +116,9 @@ def graphkit(url: str, directory: Path, runs: int) -> dict[str, Any]:
     inbox = Inbox(bot._storage)
     for item in inbox.pending():
         inbox.approve(item.id, decided_by="bench")
-    ledger, owner = bot._storage.ledger, new_owner()
-
-    def resume() -> bool:
-        claimed = ledger.next_ready(owner, bot.name)
-        if claimed is None:
-            return False
-        run_id, ready_at, thread_id = claimed
-        bot._resume_ready(run_id, thread_id)
-        ledger.done_ready(run_id, owner, ready_at)
-        return True
-
-    row = _measure(resume, runs)
+    worker, owner = Worker(bot), new_owner()
+    row = _measure(lambda: worker._resume_one(owner), runs)
+    assert worker.resumed == total, "a resume failed (the worker logged why)"
     ran = many_threads.effects_db(os.environ[many_threads.EFFECTS_ENV])
     assert ran.execute("SELECT COUNT(*) FROM ran").fetchone()[0] == total, "each ran once"
     many_threads.close_storage(bot._storage)

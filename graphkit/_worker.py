@@ -87,23 +87,28 @@ class Worker:
     def _loop(self) -> None:
         owner = new_owner()
         while not self._stop.is_set():
-            claimed = self._ledger.next_ready(owner, self.agent.name)
-            if claimed is None:
+            if not self._resume_one(owner):
                 with self._wake:
                     self._wake.wait(LISTEN_SECONDS if self._listen_url else POLL_SECONDS)
-                continue
-            run_id, ready_at, thread_id = claimed
-            try:
-                self.agent._resume_ready(run_id, thread_id)
-            except Exception as exc:  # one failing run must not stop the worker, nor be lost
-                logger.warning("worker: resuming run %s failed (%s: %s); it will be tried "
-                               "again", run_id, type(exc).__name__, exc)
-                self._ledger.retry_ready(run_id, owner)
-            else:
-                self._ledger.done_ready(run_id, owner, ready_at)
-                self.resumed += 1
-                if self.on_resumed is not None:
-                    self.on_resumed(run_id)
+
+    def _resume_one(self, owner: str) -> bool:
+        """Claim the oldest ready run and resume it (False: none is ready)."""
+        claimed = self._ledger.next_ready(owner, self.agent.name)
+        if claimed is None:
+            return False
+        run_id, ready_at, thread_id = claimed
+        try:
+            self.agent._resume_ready(run_id, thread_id)
+        except Exception as exc:  # one failing run must not stop the worker, nor be lost
+            logger.warning("worker: resuming run %s failed (%s: %s); it will be tried "
+                           "again", run_id, type(exc).__name__, exc)
+            self._ledger.retry_ready(run_id, owner)
+        else:
+            self._ledger.done_ready(run_id, owner, ready_at)
+            self.resumed += 1
+            if self.on_resumed is not None:
+                self.on_resumed(run_id)
+        return True
 
     def _listen(self) -> None:
         """Wake the workers when PostgreSQL says a run became ready."""
