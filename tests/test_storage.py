@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -325,39 +328,145 @@ def test_lease_renewals_do_not_wait_on_a_single_connection_savers_lock(postgres_
         conn.close()
 
 
-def test_the_ledger_commits_durably_and_checkpoints_cheaply(sqlite_url: str,
-                                                           monkeypatch: pytest.MonkeyPatch
-                                                           ) -> None:
+def _wal_syncs(sql: Any, monkeypatch: pytest.MonkeyPatch, log: list[str],
+               then: Any = None) -> None:
+    """Log "synced" each time the ledger fsyncs its WAL file (after `then(fd)`, if given)."""
+    from graphkit._ledger import _sql
+
+    wal = Path(sql.path + "-wal")
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        if then is not None:
+            then(fd)
+        real(fd)
+        if os.fstat(fd).st_ino == wal.stat().st_ino:
+            log.append("synced")
+
+    monkeypatch.setattr(_sql.os, "fsync", fsync)
+
+
+def test_a_gated_call_is_on_disk_before_it_runs_and_checkpoints_stay_cheap(
+        sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Exactly once across a power loss: the commits that record a decision, an execution
-    claim, a result or a once-result are synchronous=FULL (2), and in WAL mode their sync makes
-    every earlier commit durable too, before the tool starts; the rest (leases, plans, the
-    checkpoints) stay NORMAL (1), whose loss only means a wait or a replay the ledger
-    answers."""
-    agent, tools = agent_with([turn(call("pay", {"amount": 1, "payee": {"name": "A"}}, "c1")),
-                               "done", turn(call("lookup", {"key": "k"}, "l1")), "done"],
-                              checkpointer=sqlite_url)
-    sql = agent._storage.ledger._sql
-    durable: list[int] = []
-    real = type(sql).durable
+    claim and a result are on disk (the WAL fsynced, which is what synchronous=FULL adds to a
+    commit) before the tool starts and before the run goes on, and in WAL mode that sync makes
+    every earlier commit durable too; the rest (leases, plans, the checkpoints) stay NORMAL
+    (1), whose loss only means a wait or a replay the ledger answers."""
+    from graphkit import Agent, create_tool
+    from graphkit.testing import ScriptedChatModel
 
-    def watched(self: Any) -> Any:
-        durable.append(1)
-        return real(self)
+    log: list[str] = []
 
-    monkeypatch.setattr(type(sql), "durable", watched)
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        log.append("ran")
+        return "paid"
+
+    @create_tool
+    def lookup(key: str) -> str:
+        """Look it up."""
+        log.append("looked up")
+        return "found"
+
+    agent = Agent(name="assistant", checkpointer=sqlite_url, tools=[pay, lookup],
+                  model=ScriptedChatModel([turn(call("pay", {"amount": 1}, "c1")), "done",
+                                           turn(call("lookup", {"key": "k"}, "l1")), "done"]))
     first = agent.generate("pay")
+    sql = agent._storage.ledger._sql
+    _wal_syncs(sql, monkeypatch, log)
+
+    def traced(statement: str) -> None:
+        words = " ".join(statement.split())
+        if words.startswith("UPDATE graphkit_approvals SET status = 'approved'"):
+            log.append("decided")
+        elif words.startswith("UPDATE graphkit_calls SET executed = 'done'"):
+            log.append("result")
+        elif words.startswith("UPDATE graphkit_calls SET executed ="):
+            log.append("claimed")
+        elif "synchronous" in words:
+            log.append(words)
+
+    sql.conn.set_trace_callback(traced)
+    try:
+        assert agent.approve_tool_call_generate(run_id=first.run_id).text == "done"
+        assert log == ["decided", "synced", "claimed", "synced", "ran", "result", "synced"]
+        log.clear()
+        agent.generate("look it up", thread_id=first.thread_id)  # a call no one decides
+        assert log == ["claimed", "looked up", "result"]  # claimed and kept, with no sync
+    finally:
+        sql.conn.set_trace_callback(None)
     assert sql.conn.execute("PRAGMA synchronous").fetchone()[0] == 1
-    with sql.durable():
-        assert sql.conn.execute("PRAGMA synchronous").fetchone()[0] == 2
-    assert sql.conn.execute("PRAGMA synchronous").fetchone()[0] == 1
-    durable.clear()
-    agent.approve_tool_call_generate(run_id=first.run_id)
-    assert len(durable) >= 3  # the decision, the execution claim, the result
-    durable.clear()
-    agent.generate("look it up", thread_id=first.thread_id)  # a call no one decides
-    assert tools.names()[-1] == "lookup" and durable == []  # costs no sync
     saver_conn = agent._storage.checkpointer.conn
     assert saver_conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+
+
+def test_commits_that_end_together_share_one_wal_sync_outside_the_lock(
+        sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Group commit: while one WAL sync runs, the ledger (and the saver that may share its
+    lock) goes on writing; every commit that ended meanwhile is covered by one next sync, and
+    no `durable()` returns before a sync that began after its commit."""
+    from graphkit._storage import open_storage
+
+    sql: Any = open_storage(sqlite_url).ledger._sql
+    sql.execute("CREATE TABLE t (x INTEGER)")
+    syncing, release = threading.Event(), threading.Event()
+    began: list[int] = []  # sync points taken when each sync began
+
+    def first_waits(fd: int) -> None:
+        began.append(sql._wal.marks)
+        if len(began) == 1:
+            syncing.set()
+            release.wait(10)
+
+    _wal_syncs(sql, monkeypatch, [], then=first_waits)
+    done: list[int] = []
+
+    def write(i: int) -> None:
+        with sql.durable():
+            sql.execute("INSERT INTO t VALUES (?)", (i,))
+        done.append(i)
+
+    first = threading.Thread(target=write, args=(0,))
+    first.start()
+    assert syncing.wait(10)
+    others = [threading.Thread(target=write, args=(i,)) for i in range(1, 8)]
+    for thread in others:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while sql._wal.marks < 8 and time.monotonic() < deadline:  # each wrote, under the lock
+        time.sleep(0.005)
+    assert sql._wal.marks == 8 and done == []
+    release.set()
+    for thread in (first, *others):
+        thread.join(10)
+    assert sorted(done) == list(range(8))
+    assert began == [1, 8]  # the first alone, then one for the seven others
+
+
+def test_a_wal_that_cannot_be_synced_apart_gets_a_full_commit(
+        sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where fsync refuses the WAL's handle (Windows wants a writable one), a sync is a
+    synchronous=FULL write instead: as durable, through SQLite itself."""
+    from graphkit._storage import open_storage
+
+    sql: Any = open_storage(sqlite_url).ledger._sql
+
+    def refused(fd: int) -> None:
+        raise OSError("fsync: bad file descriptor")
+
+    _wal_syncs(sql, monkeypatch, [], then=refused)
+    seen: list[str] = []
+    sql.conn.set_trace_callback(seen.append)
+    try:
+        with sql.durable():
+            sql.execute("UPDATE graphkit_meta SET value = value WHERE key = 'schema'")
+    finally:
+        sql.conn.set_trace_callback(None)
+    assert "PRAGMA synchronous=FULL" in seen and seen[-1] == "PRAGMA synchronous=NORMAL"
+    assert any("INSERT INTO graphkit_meta" in s for s in seen)
+    assert sql.query("SELECT value FROM graphkit_meta WHERE key = 'durable'") == [("1",)]
 
 
 def test_a_set_up_raced_by_another_process_is_run_again() -> None:

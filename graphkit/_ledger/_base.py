@@ -65,13 +65,8 @@ class LedgerBase:
         return [unstowed(self._sql.query, r[0]) for r in rows]
 
     def _flush(self) -> None:
-        """Make every commit so far durable: one synchronous=FULL write (in SQLite's WAL its
-        sync covers all the commits before it; PostgreSQL's commits already are)."""
-        if not self._sql.flushes:
-            return
-        with self._sql.durable():
-            self._sql.execute("INSERT INTO graphkit_meta (key, value) VALUES ('durable', '1') "
-                              "ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+        """Make every commit so far durable (`Sql.sync`)."""
+        self._sql.sync()
 
     _notify_cache: tuple[float, int, bool, str | None] | None = None
     """(when read, epoch, outbox on, review URL): the `notify` row, re-read every few seconds."""

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 __all__ = ["PAGE_SIZE", "Postgres", "PostgresTx", "RunBusyError", "Sql", "Sqlite", "SqliteTx", "Tx",
@@ -43,15 +44,16 @@ class Sql(Tx, Protocol):
     has_column: str
     """A query's tail (table, column as parameters) that yields a row if the column exists."""
     notify: str | None
-    flushes: bool
-    """Whether a commit may not be on disk yet, so `durable()` has work to do (SQLite files
-    in WAL with synchronous=NORMAL); a PostgreSQL commit is durable as it returns."""
 
     def transaction(self) -> contextlib.AbstractContextManager[Tx]: ...
 
     def durable(self) -> contextlib.AbstractContextManager[None]:
-        """What commits inside is on disk when it returns (SQLite: a synchronous=FULL commit,
-        whose WAL sync also makes every earlier commit durable; PostgreSQL commits are)."""
+        """What commits inside is on disk when it returns (`sync` once it committed)."""
+        ...
+
+    def sync(self) -> None:
+        """Every commit this process made so far is on disk when it returns (SQLite files:
+        one sync of the WAL; PostgreSQL's and in-memory commits need none)."""
         ...
 
     def execute_apart(self, sql: str, params: tuple[Any, ...] = ()) -> int:
@@ -71,6 +73,59 @@ class SqliteTx:
         return list(self.conn.execute(sql, params).fetchall())
 
 
+class _WalSync:
+    """Group commit for one SQLite file in WAL mode. `sync` fsyncs the WAL, which is all that
+    a synchronous=FULL commit adds to a NORMAL one, but outside the ledger's lock (which the
+    saver may share), and once for every commit marked before it began: calls that finish
+    together wait for one sync, not for one each in turn. Where the WAL cannot be synced
+    apart (a platform whose fsync needs a writable handle, say), `full_write` does it: a
+    synchronous=FULL commit, whose sync covers every commit before it."""
+
+    def __init__(self, path: str, full_write: Callable[[], None]) -> None:
+        self.path = path + "-wal"
+        self.full_write = full_write
+        self.marks = 0
+        """Sync points taken, each after its caller's commits (under the ledger's lock)."""
+        self.synced = 0
+        """The marks that the last sync covered."""
+        self.lock = threading.Lock()
+        self.fd: int | None = None
+
+    def mark(self) -> int:
+        self.marks += 1
+        return self.marks
+
+    def sync(self, mark: int) -> None:
+        with self.lock:
+            if self.synced >= mark:
+                return  # a sync that began after this mark covered it
+            covered = self.marks  # each taken after its commits were written to the WAL
+            try:
+                os.fsync(self._fd())
+            except OSError:
+                pass
+            else:
+                self.synced = covered
+                return
+        self.full_write()  # outside this lock: it takes the ledger's
+
+    def _fd(self) -> int:
+        """The WAL file, opened once (again if it was replaced)."""
+        found = os.stat(self.path)
+        if self.fd is not None:
+            held = os.fstat(self.fd)
+            if (held.st_ino, held.st_dev) == (found.st_ino, found.st_dev):
+                return self.fd
+            os.close(self.fd)
+            self.fd = None
+        self.fd = os.open(self.path, os.O_RDONLY)
+        return self.fd
+
+    def __del__(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+
+
 class Sqlite:
     now = "((julianday('now') - 2440587.5) * 86400.0)"
     serial = "INTEGER"  # an INTEGER PRIMARY KEY is SQLite's rowid: increasing
@@ -83,17 +138,20 @@ class Sqlite:
     notify: str | None = None
 
     def __init__(self, path: str) -> None:
-        self.flushes = path != ":memory:"
         self.conn = sqlite3.connect(path, check_same_thread=False, timeout=30.0,
                                     isolation_level=None)
+        self._wal: _WalSync | None = None
+        self._full = False
         if path != ":memory:":
             self.conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file only
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            # NORMAL, but `durable()` commits (a decision, an execution claim, a result, a
-            # once-result) are FULL: on disk before the tool starts, with every commit before
-            # them (one WAL), so a power loss cannot make a payment that ran run again. A lost
-            # lease or checkpoint only means a wait or a replay the ledger answers.
+            wal = self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+            # NORMAL, but the commits `durable()` and `sync()` cover (a decision, an execution
+            # claim, a result, a once-result) are on disk before the tool starts, with every
+            # commit before them (one WAL), so a power loss cannot make a payment that ran run
+            # again. A lost lease or checkpoint only means a wait or a replay the ledger answers.
             self.conn.execute("PRAGMA synchronous=NORMAL")
+            self._wal = _WalSync(path, self._full_write) if wal else None
+            self._full = not wal  # another journal: each sync is a synchronous=FULL write
         self.path = path
         self.lock = threading.RLock()
         """Reentrant: it may be shared with the saver and store of the same file, whose list
@@ -122,13 +180,24 @@ class Sqlite:
 
     @contextlib.contextmanager
     def durable(self) -> Iterator[None]:
-        if self.path == ":memory:":
-            yield
-            return
+        yield
+        self.sync()
+
+    def sync(self) -> None:
+        if self._wal is not None:
+            with self.lock:  # after this thread's commits: the mark covers them
+                mark = self._wal.mark()
+            self._wal.sync(mark)
+        elif self._full:
+            self._full_write()
+
+    def _full_write(self) -> None:
+        """One synchronous=FULL commit, whose sync makes every commit before it durable."""
         with self.lock:
             self.conn.execute("PRAGMA synchronous=FULL")
             try:
-                yield
+                self.conn.execute("INSERT INTO graphkit_meta (key, value) VALUES ('durable', "
+                                  "'1') ON CONFLICT (key) DO UPDATE SET value = excluded.value")
             finally:
                 self.conn.execute("PRAGMA synchronous=NORMAL")
 
@@ -178,8 +247,6 @@ class Postgres:
                   "AND table_name = ? AND column_name = ?")
     notify: str | None = "SELECT pg_notify('graphkit_ready', '')"
     """Workers LISTEN on this channel; a notification is sent when the transaction commits."""
-    flushes = False  # synchronous_commit: the server's default, on
-
     def __init__(self, pool: Any) -> None:
         self.pool = pool
 
@@ -201,6 +268,9 @@ class Postgres:
 
     def durable(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()  # synchronous_commit: the server's default, on
+
+    def sync(self) -> None:
+        pass  # every commit was durable as it returned
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Tx]:
