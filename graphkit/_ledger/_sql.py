@@ -73,8 +73,13 @@ class SqliteTx:
         return list(self.conn.execute(sql, params).fetchall())
 
 
+_sync_file = getattr(os, "fdatasync", os.fsync)
+"""What SQLite itself calls to sync its WAL on Linux (fdatasync: the data and the size, not
+the times); `os.fsync` where there is none."""
+
+
 class _WalSync:
-    """Group commit for one SQLite file in WAL mode. `sync` fsyncs the WAL, which is all that
+    """Group commit for one SQLite file in WAL mode. `sync` syncs the WAL file, which is all that
     a synchronous=FULL commit adds to a NORMAL one, but outside the ledger's lock (which the
     saver may share), and once for every commit marked before it began: calls that finish
     together wait for one sync, not for one each in turn. Where the WAL cannot be synced
@@ -101,7 +106,7 @@ class _WalSync:
                 return  # a sync that began after this mark covered it
             covered = self.marks  # each taken after its commits were written to the WAL
             try:
-                os.fsync(self._fd())
+                _sync_file(self._fd())
             except OSError:
                 pass
             else:
@@ -192,12 +197,16 @@ class Sqlite:
             self._full_write()
 
     def _full_write(self) -> None:
-        """One synchronous=FULL commit, whose sync makes every commit before it durable."""
+        """One synchronous=FULL commit, whose sync makes every commit before it durable. It
+        writes a new value: SQLite writes nothing for a row left as it was, and a commit that
+        wrote nothing syncs nothing."""
         with self.lock:
             self.conn.execute("PRAGMA synchronous=FULL")
             try:
-                self.conn.execute("INSERT INTO graphkit_meta (key, value) VALUES ('durable', "
-                                  "'1') ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+                self.conn.execute(
+                    "INSERT INTO graphkit_meta (key, value) VALUES ('durable', '1') "
+                    "ON CONFLICT (key) DO UPDATE SET value = CAST(CAST(graphkit_meta.value "
+                    "AS INTEGER) + 1 AS TEXT)")
             finally:
                 self.conn.execute("PRAGMA synchronous=NORMAL")
 
