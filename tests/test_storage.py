@@ -402,6 +402,69 @@ def test_a_gated_call_is_on_disk_before_it_runs_and_checkpoints_stay_cheap(
     assert saver_conn.execute("PRAGMA synchronous").fetchone()[0] == 1
 
 
+_SYNC_ORDER_SCRIPT = """
+import os, sys
+from langchain_core.messages import AIMessage, ToolMessage
+from graphkit import Agent, create_tool
+from graphkit.testing import ScriptedChatModel
+
+def reply(messages):
+    if isinstance(messages[-1], ToolMessage):
+        return AIMessage("done")
+    return AIMessage("", tool_calls=[{"name": "pay", "args": {"amount": 1}, "id": "p1"}])
+
+def pay(amount: int) -> str:
+    \"\"\"Pay.\"\"\"
+    os.write(2, b"TOOL RUNS\\n")
+    return "paid"
+
+agent = Agent(name="p", model=ScriptedChatModel(reply), checkpointer=sys.argv[1],
+              tools=[create_tool(pay, name="pay", needs_approval=True)])
+first = agent.generate("go")
+(pending,) = agent.pending_approvals(run_id=first.run_id)
+os.write(2, b"DECIDE\\n")
+agent.resolve_tool_approval(run_id=first.run_id, id=pending.id, approved=True)
+os.write(2, b"RESUME\\n")
+assert agent.resume(run_id=first.run_id).text == "done"
+os.write(2, b"END\\n")
+"""
+
+
+def test_the_kernel_is_asked_to_sync_the_wal_before_a_gated_call_runs(sqlite_url: str,
+                                                                        tmp_path: Path) -> None:
+    """The power-loss promise, seen from outside the process: between the decision and the
+    tool, and between the tool and the run's end, the process syncs the SQLite file's WAL
+    (strace's record of its fsync and fdatasync calls). An earlier flush rewrote a row with
+    the value it had, which SQLite writes (and syncs) not at all: no Python-side check saw it."""
+    import shutil
+
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace is not installed")
+    trace = tmp_path / "trace.log"
+    done = subprocess.run(
+        [strace, "-f", "-y", "-e", "trace=fsync,fdatasync,write", "-o", str(trace),
+         sys.executable, "-c", _SYNC_ORDER_SCRIPT, sqlite_url],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    if done.returncode != 0 and "ptrace" in done.stderr:
+        pytest.skip(f"strace cannot trace here: {done.stderr.strip()[:200]}")
+    assert done.returncode == 0, done.stderr
+    wal = sqlite_url.removeprefix("sqlite:///") + "-wal"
+    steps: list[str] = []
+    for line in trace.read_text().splitlines():
+        for marker in ("DECIDE", "RESUME", "TOOL RUNS", "END"):
+            if f'"{marker}\\n"' in line:
+                steps.append(marker)
+        if "sync(" in line and f"<{wal}>" in line and "resumed>" not in line:
+            steps.append("synced")
+    after = steps[steps.index("DECIDE"):]
+    assert after[:after.index("END") + 1] == [
+        "DECIDE", "synced",  # the decision
+        "RESUME", "synced",  # the execution claim, before the tool starts
+        "TOOL RUNS", "synced",  # the result, before the run goes on
+        "END"], steps
+
+
 def test_commits_that_end_together_share_one_wal_sync_outside_the_lock(
         sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Group commit: while one WAL sync runs, the ledger (and the saver that may share its
