@@ -207,7 +207,7 @@ def many_threads(directory: Path, *, quick: bool = False) -> list[dict[str, Any]
         name = f"many-{'burst' if rate is None else 'steady'}.db"
         rows.append({"storage": "sqlite",
                      **run(f"sqlite:///{directory / name}", directory, threads, rate=rate)})
-    server = PostgresServer()
+    server = PostgresServer(durable=True)  # commits synced, as in production
     server.start()
     try:
         base = floor(server.create_database("many_floor"), directory, threads)

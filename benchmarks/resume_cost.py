@@ -154,7 +154,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=300)
     args = parser.parse_args()
-    server = PostgresServer()
+    server = PostgresServer(durable=True)  # commits synced, as in production
     server.start()
     try:
         with tempfile.TemporaryDirectory() as tmp:

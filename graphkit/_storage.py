@@ -145,7 +145,7 @@ def _connect(path: str, *, autocommit: bool = False) -> sqlite3.Connection:
         conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file only
         # WAL with synchronous=NORMAL for checkpoints and the store: every commit is atomic
         # and survives a killed process; a power loss can drop the last ones, which only
-        # means a replay the ledger (synchronous=FULL, `graphkit._ledger`) answers.
+        # means a replay the ledger answers (its own records are synced: `Sql.sync`).
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
     return conn

@@ -36,8 +36,12 @@ def _free_port() -> int:
 class PostgresServer:
     """`start()` gives a URL; `stop()` shuts the server down and removes its files."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, durable: bool = False) -> None:
+        """`durable`: keep PostgreSQL's defaults (`fsync`, `synchronous_commit` and
+        `full_page_writes` on), as a production server does, for the benchmarks; the tests'
+        server turns them off, for speed."""
         self.bin = _bin_dir()
+        self.durable = durable
         self.root = Path(tempfile.mkdtemp(prefix="graphkit-pg-"))
         self.data = self.root / "data"
         self.port = _free_port()
@@ -60,8 +64,9 @@ class PostgresServer:
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust",
                   "--no-sync", "-E", "UTF8")
         options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
-                   "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
                    "-c max_connections=200")
+        if not self.durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l",
                   str(self.root / "server.log"), "-w", "-t", "60", "start")
         deadline = time.monotonic() + 30

@@ -534,6 +534,95 @@ def test_a_wal_that_cannot_be_synced_apart_gets_a_full_commit(
     assert sql.query("SELECT value FROM graphkit_meta WHERE key = 'durable'") == [("2",)]
 
 
+def _postgres_statements(monkeypatch: pytest.MonkeyPatch, log: list[str]) -> None:
+    """Log the ledger's durable steps as psycopg sends them."""
+    import psycopg
+
+    execute = psycopg.Cursor.execute
+
+    def traced(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        words = " ".join(str(query).split())
+        if words.startswith("UPDATE graphkit_approvals SET status = %s, decision = %s"):
+            log.append("decided")
+        elif words.startswith("UPDATE graphkit_calls SET executed = %s, outcome = %s"):
+            log.append("result")
+        elif words.startswith("UPDATE graphkit_calls SET executed = %s, claim_expires"):
+            log.append("claimed")
+        elif words == "SET LOCAL synchronous_commit = on":
+            log.append("synchronous")
+        elif words.startswith("INSERT INTO graphkit_meta (key, value) VALUES ('flush '"):
+            log.append("flushed")
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", traced)
+
+
+def _paying_agent(url: str, log: list[str]) -> Any:
+    from graphkit import Agent, create_tool
+    from graphkit.testing import ScriptedChatModel
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        log.append("ran")
+        return "paid"
+
+    return Agent(name="assistant", checkpointer=url, tools=[pay],
+                 model=ScriptedChatModel([turn(call("pay", {"amount": 1}, "c1")), "done"]))
+
+
+def test_on_postgresql_with_asynchronous_commits_a_gated_call_is_flushed_before_it_runs(
+        postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exactly once across a power loss where the server, database or role sets
+    `synchronous_commit = off` (the tests' server does): the decision, the execution claim and
+    the result are each followed by a synchronous commit, which returns once the WAL up to it
+    (every earlier commit's, from any connection) is flushed; checkpoints stay asynchronous."""
+    log: list[str] = []
+    agent = _paying_agent(postgres_url, log)
+    first = agent.generate("pay")
+    _postgres_statements(monkeypatch, log)
+    assert agent.approve_tool_call_generate(run_id=first.run_id).text == "done"
+    flush = ["synchronous", "flushed"]
+    assert log == ["decided", *flush, "claimed", *flush, "ran", "result", *flush]
+
+
+def test_a_postgresql_flush_covers_the_asynchronous_commits_before_it(postgres_url: str
+                                                                      ) -> None:
+    """The mechanism itself: after `sync`, the server's WAL is flushed past everything that
+    was written before it, asynchronous commits included."""
+    from graphkit._storage import open_storage
+
+    storage = open_storage(postgres_url)
+    sql: Any = storage.ledger._sql
+    try:
+        assert sql.query("SELECT current_setting('synchronous_commit')") == [("off",)]
+        for _ in range(3):
+            sql.execute("INSERT INTO graphkit_meta (key, value) VALUES ('t', '1') "
+                        "ON CONFLICT (key) DO UPDATE SET value = graphkit_meta.value || '1'")
+            ((written,),) = sql.query("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn")
+            sql.sync()
+            ((flushed,),) = sql.query("SELECT pg_current_wal_flush_lsn() - '0/0'::pg_lsn")
+            assert flushed >= written
+    finally:
+        storage.ledger._sql.pool.close()
+
+
+def test_on_postgresql_with_synchronous_commits_no_flush_is_added(
+        postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where commits are synchronous (the server's default), each durable record is on disk
+    as its own commit returns: nothing more is sent."""
+    import psycopg
+
+    name = postgres_url.rsplit("/", 1)[1]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = on')
+    log: list[str] = []
+    agent = _paying_agent(postgres_url, log)
+    first = agent.generate("pay")
+    _postgres_statements(monkeypatch, log)
+    assert agent.approve_tool_call_generate(run_id=first.run_id).text == "done"
+    assert log == ["decided", "claimed", "ran", "result"]
+
 def test_a_set_up_raced_by_another_process_is_run_again() -> None:
     """Processes that open one new SQLite file at once each run LangGraph's (and the
     ledger's) check-then-migrate set-up; the loser finds the column the winner just added

@@ -53,7 +53,8 @@ class Sql(Tx, Protocol):
 
     def sync(self) -> None:
         """Every commit this process made so far is on disk when it returns (SQLite files:
-        one sync of the WAL; PostgreSQL's and in-memory commits need none)."""
+        one sync of the WAL; PostgreSQL: a synchronous commit, where commits are not; in-memory
+        commits need none)."""
         ...
 
     def execute_apart(self, sql: str, params: tuple[Any, ...] = ()) -> int:
@@ -246,6 +247,13 @@ class PostgresTx:
         return list(self._cursor(sql, params).fetchall())
 
 
+_FLUSH = ("INSERT INTO graphkit_meta (key, value) VALUES ('flush ' || pg_backend_pid(), '1') "
+          "ON CONFLICT (key) DO UPDATE SET value = (CAST(graphkit_meta.value AS BIGINT) + 1)::TEXT")
+"""A write for a synchronous commit to flush (a transaction that writes nothing commits
+without a WAL record, and so flushes nothing): one row per server process, which one
+connection uses at a time, so that connections flushing together never wait on a row."""
+
+
 class Postgres:
     now = "EXTRACT(EPOCH FROM clock_timestamp())::DOUBLE PRECISION"
     serial = "BIGSERIAL"
@@ -256,8 +264,13 @@ class Postgres:
                   "AND table_name = ? AND column_name = ?")
     notify: str | None = "SELECT pg_notify('graphkit_ready', '')"
     """Workers LISTEN on this channel; a notification is sent when the transaction commits."""
+
     def __init__(self, pool: Any) -> None:
         self.pool = pool
+        self._flush: bool | None = None
+        """Whether this database's commits return before their WAL is flushed
+        (`synchronous_commit = off`, for the server, the database or the role), so that
+        `sync` must flush it; asked on the first `sync`."""
 
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
         with self.pool.connection() as conn:
@@ -275,11 +288,22 @@ class Postgres:
         with self.pool.connection() as conn:
             return PostgresTx(conn).query(sql, params)
 
-    def durable(self) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()  # synchronous_commit: the server's default, on
+    @contextlib.contextmanager
+    def durable(self) -> Iterator[None]:
+        yield
+        self.sync()
 
     def sync(self) -> None:
-        pass  # every commit was durable as it returned
+        """Nothing to do where a commit is durable as it returns (`synchronous_commit` on, the
+        server's default). Where it is off, one synchronous commit: it returns once the WAL
+        up to it is on disk, which holds every commit made before it, by any connection."""
+        if self._flush is None:
+            (setting,), = self.query("SELECT current_setting('synchronous_commit')")
+            self._flush = setting == "off"
+        if self._flush:
+            with self.transaction() as tx:
+                tx.execute("SET LOCAL synchronous_commit = on")
+                tx.execute(_FLUSH)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Tx]:
