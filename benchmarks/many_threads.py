@@ -42,6 +42,21 @@ ROOT = Path(__file__).resolve().parent.parent
 EFFECTS_ENV = "GRAPHKIT_BENCH_EFFECTS"
 
 
+READY_PAUSE = 0.5
+"""Seconds given to processes that said they are ready, to open their connections: the
+decisions and the floor's clock start after every process of a row is ready, not after a
+fixed wait that a slow start outlasts (the first decisions would then wait on imports)."""
+
+
+def ready(proc: subprocess.Popen[str], line: str) -> None:
+    """Wait until `proc` prints a line starting with `line`."""
+    assert proc.stdout is not None
+    for text in proc.stdout:
+        if text.startswith(line):
+            return
+    raise AssertionError(f"a process ended before it said {line!r}")
+
+
 def effects_db(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
@@ -93,10 +108,12 @@ def run(url: str, directory: Path, threads: int, *, rate: float | None,
     assert len(pending) == threads
     command = [sys.executable, "-m", "graphkit.cli", "worker", "--db", url, "--agent",
                "benchmarks.many_threads:make", "--concurrency", str(CONCURRENCY)]
-    procs = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
+    procs = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
              for _ in range(WORKERS)]
-    time.sleep(3.0)  # let the workers import and start listening
+    for proc in procs:  # each says so once it has imported and built its agent
+        ready(proc, "worker: resuming ready runs")
+    time.sleep(READY_PAUSE)  # (and opened its LISTEN connection)
     if decided:
         for proc in procs:
             proc.send_signal(signal.SIGSTOP)
@@ -161,12 +178,15 @@ def floor_graph(url: str, effects: str) -> Any:
     return minimal_graph("memory", Path(effects).parent, checkpointer=saver, on_call=note)
 
 
-def _floor_worker(url: str, effects: str, todo: str, index: int, start_at: float) -> None:
-    """One of the floor's processes: resume its share of the paused threads, from `start_at`."""
+def _floor_worker(url: str, effects: str, todo: str, index: int) -> None:
+    """One of the floor's processes: resume its share of the paused threads, from the moment
+    it is given once every floor process is ready."""
     from langgraph.types import Command
 
     graph = floor_graph(url, effects)
     mine = json.loads(Path(todo).read_text())[index::WORKERS]
+    print("floor: ready", flush=True)
+    start_at = float(sys.stdin.readline())  # the same moment for every floor process
     time.sleep(max(0.0, start_at - time.time()))
     for thread_id in mine:
         out = graph.invoke(Command(resume=True), {"configurable": {"thread_id": thread_id}})
@@ -184,11 +204,18 @@ def floor(url: str, directory: Path, threads: int) -> dict[str, Any]:
         assert "__interrupt__" in out
     todo = directory / f"floor-{time.time_ns()}.json"
     todo.write_text(json.dumps(ids))
-    start_at = time.time() + 3.0  # as the workers are given: time to import and connect
     procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.many_threads", "--floor", url,
-                               effects, str(todo), str(i), repr(start_at)], cwd=ROOT,
+                               effects, str(todo), str(i)], cwd=ROOT, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
              for i in range(WORKERS)]
+    for proc in procs:
+        ready(proc, "floor: ready")
+    start_at = time.time() + READY_PAUSE  # as the workers are given once ready
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(f"{start_at!r}\n")
+        proc.stdin.close()
     for proc in procs:
         assert proc.wait(timeout=1800) == 0, "a floor process failed"
     graph.checkpointer.conn.close()
@@ -228,8 +255,7 @@ if __name__ == "__main__":
     import tempfile
 
     if sys.argv[1:2] == ["--floor"]:
-        _floor_worker(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]),
-                      float(sys.argv[6]))
+        _floor_worker(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
         raise SystemExit(0)
     with tempfile.TemporaryDirectory() as tmp:
         print(json.dumps(many_threads(Path(tmp), quick="--quick" in sys.argv), indent=2))

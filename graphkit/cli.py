@@ -265,6 +265,7 @@ def _work(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     worker = Worker(_load_agent(args.agent, url), concurrency=args.concurrency)
     out(printable(f"worker: resuming ready runs of {worker.agent.name!r} from {url.split('@')[-1]}"
                   f" with {args.concurrency} thread(s); Ctrl-C stops"))
+    sys.stdout.flush()  # a supervisor's log (a pipe: buffered) shows it now, not at exit
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     try:

@@ -61,10 +61,21 @@ def test_a_worker_resumes_what_the_inbox_decided(tmp_path: Path,
         thread.join(timeout=10)
 
 
+def _first_line(proc: subprocess.Popen[str], timeout: float = 60.0) -> str:
+    """The first line `proc` wrote to its stdout pipe while it runs on ('' if none came)."""
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.append(proc.stdout.readline()),  # type: ignore[union-attr]
+                              daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return lines[0] if lines else ""
+
+
 def test_worker_processes_share_the_queue_and_each_run_runs_once(
         durable_url: str, tmp_path: Path) -> None:
     path = tmp_path / "effects.db"
     env = {**os.environ, "GRAPHKIT_TEST_EFFECTS": str(path), "PYTHONPATH": str(ROOT)}
+    env.pop("PYTHONUNBUFFERED", None)  # stdout to a pipe is buffered, as under a supervisor
     os.environ["GRAPHKIT_TEST_EFFECTS"] = str(path)
     try:
         agent = make(durable_url)
@@ -77,6 +88,8 @@ def test_worker_processes_share_the_queue_and_each_run_runs_once(
     procs = [subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
     try:
+        for proc in procs:  # said at once, through a pipe (as to a supervisor's log)
+            assert _first_line(proc).startswith("worker: resuming ready runs of 'bank'")
         inbox = Inbox(durable_url)
         pending = inbox.pending()
         assert len(pending) == 30
