@@ -328,6 +328,24 @@ def test_lease_renewals_do_not_wait_on_a_single_connection_savers_lock(postgres_
         conn.close()
 
 
+_DURABLE_STEPS = (
+    ("decided", ("UPDATE graphkit_approvals SET status = 'approved'",  # SQLite: values bound
+                 "UPDATE graphkit_approvals SET status = %s, decision = %s")),  # psycopg
+    ("result", ("UPDATE graphkit_calls SET executed = 'done'",
+                "UPDATE graphkit_calls SET executed = %s, outcome = %s")),
+    ("claimed", ("UPDATE graphkit_calls SET executed = '",
+                 "UPDATE graphkit_calls SET executed = %s, claim_expires")),
+)
+"""The statements that record a decision, a result and an execution claim (in that order of
+matching: a claim's prefix is a result's too), as SQLite's trace and psycopg show them."""
+
+
+def _durable_step(words: str) -> str | None:
+    """Which of the ledger's durable records a statement (its words) writes, if any."""
+    return next((step for step, prefixes in _DURABLE_STEPS if words.startswith(prefixes)),
+                None)
+
+
 def _wal_syncs(sql: Any, monkeypatch: pytest.MonkeyPatch, log: list[str],
                then: Any = None) -> None:
     """Log "synced" each time the ledger syncs its WAL file (after `then(fd)`, if given)."""
@@ -379,12 +397,9 @@ def test_a_gated_call_is_on_disk_before_it_runs_and_checkpoints_stay_cheap(
 
     def traced(statement: str) -> None:
         words = " ".join(statement.split())
-        if words.startswith("UPDATE graphkit_approvals SET status = 'approved'"):
-            log.append("decided")
-        elif words.startswith("UPDATE graphkit_calls SET executed = 'done'"):
-            log.append("result")
-        elif words.startswith("UPDATE graphkit_calls SET executed ="):
-            log.append("claimed")
+        step = _durable_step(words)
+        if step is not None:
+            log.append(step)
         elif "synchronous" in words:
             log.append(words)
 
@@ -542,12 +557,9 @@ def _postgres_statements(monkeypatch: pytest.MonkeyPatch, log: list[str]) -> Non
 
     def traced(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         words = " ".join(str(query).split())
-        if words.startswith("UPDATE graphkit_approvals SET status = %s, decision = %s"):
-            log.append("decided")
-        elif words.startswith("UPDATE graphkit_calls SET executed = %s, outcome = %s"):
-            log.append("result")
-        elif words.startswith("UPDATE graphkit_calls SET executed = %s, claim_expires"):
-            log.append("claimed")
+        step = _durable_step(words)
+        if step is not None:
+            log.append(step)
         elif words == "SET LOCAL synchronous_commit = on":
             log.append("synchronous")
         elif words.startswith("INSERT INTO graphkit_meta (key, value) VALUES ('flush '"):
@@ -604,7 +616,7 @@ def test_a_postgresql_flush_covers_the_asynchronous_commits_before_it(postgres_u
             ((flushed,),) = sql.query("SELECT pg_current_wal_flush_lsn() - '0/0'::pg_lsn")
             assert flushed >= written
     finally:
-        storage.ledger._sql.pool.close()
+        sql.pool.close()
 
 
 def test_on_postgresql_with_synchronous_commits_no_flush_is_added(
@@ -622,6 +634,7 @@ def test_on_postgresql_with_synchronous_commits_no_flush_is_added(
     _postgres_statements(monkeypatch, log)
     assert agent.approve_tool_call_generate(run_id=first.run_id).text == "done"
     assert log == ["decided", "claimed", "ran", "result"]
+
 
 def test_a_set_up_raced_by_another_process_is_run_again() -> None:
     """Processes that open one new SQLite file at once each run LangGraph's (and the

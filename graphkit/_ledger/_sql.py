@@ -47,9 +47,11 @@ class Sql(Tx, Protocol):
 
     def transaction(self) -> contextlib.AbstractContextManager[Tx]: ...
 
-    def durable(self) -> contextlib.AbstractContextManager[None]:
+    @contextlib.contextmanager
+    def durable(self) -> Iterator[None]:
         """What commits inside is on disk when it returns (`sync` once it committed)."""
-        ...
+        yield
+        self.sync()
 
     def sync(self) -> None:
         """Every commit this process made so far is on disk when it returns (SQLite files:
@@ -132,7 +134,7 @@ class _WalSync:
             os.close(self.fd)
 
 
-class Sqlite:
+class Sqlite(Sql):
     now = "((julianday('now') - 2440587.5) * 86400.0)"
     serial = "INTEGER"  # an INTEGER PRIMARY KEY is SQLite's rowid: increasing
     keyed = " WITHOUT ROWID"
@@ -183,11 +185,6 @@ class Sqlite:
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self.lock:
             return self._tx.query(sql, params)
-
-    @contextlib.contextmanager
-    def durable(self) -> Iterator[None]:
-        yield
-        self.sync()
 
     def sync(self) -> None:
         if self._wal is not None:
@@ -254,7 +251,7 @@ without a WAL record, and so flushes nothing): one row per server process, which
 connection uses at a time, so that connections flushing together never wait on a row."""
 
 
-class Postgres:
+class Postgres(Sql):
     now = "EXTRACT(EPOCH FROM clock_timestamp())::DOUBLE PRECISION"
     serial = "BIGSERIAL"
     keyed = ""
@@ -287,11 +284,6 @@ class Postgres:
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self.pool.connection() as conn:
             return PostgresTx(conn).query(sql, params)
-
-    @contextlib.contextmanager
-    def durable(self) -> Iterator[None]:
-        yield
-        self.sync()
 
     def sync(self) -> None:
         """Nothing to do where a commit is durable as it returns (`synchronous_commit` on, the
