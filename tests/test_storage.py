@@ -335,6 +335,7 @@ _DURABLE_STEPS = (
                 "UPDATE graphkit_calls SET executed = %s, outcome = %s")),
     ("claimed", ("UPDATE graphkit_calls SET executed = '",
                  "UPDATE graphkit_calls SET executed = %s, claim_expires")),
+    ("declined", ("UPDATE graphkit_approvals SET status = 'rejected'",)),  # by the system
 )
 """The statements that record a decision, a result and an execution claim (in that order of
 matching: a claim's prefix is a result's too), as SQLite's trace and psycopg show them."""
@@ -569,7 +570,7 @@ def _postgres_statements(monkeypatch: pytest.MonkeyPatch, log: list[str]) -> Non
     monkeypatch.setattr(psycopg.Cursor, "execute", traced)
 
 
-def _paying_agent(url: str, log: list[str]) -> Any:
+def _paying_agent(url: str, log: list[str], script: Any = None) -> Any:
     from graphkit import Agent, create_tool
     from graphkit.testing import ScriptedChatModel
 
@@ -579,8 +580,8 @@ def _paying_agent(url: str, log: list[str]) -> Any:
         log.append("ran")
         return "paid"
 
-    return Agent(name="assistant", checkpointer=url, tools=[pay],
-                 model=ScriptedChatModel([turn(call("pay", {"amount": 1}, "c1")), "done"]))
+    return Agent(name="assistant", checkpointer=url, tools=[pay], model=ScriptedChatModel(
+        script or [turn(call("pay", {"amount": 1}, "c1")), "done"]))
 
 
 def test_on_postgresql_with_asynchronous_commits_a_gated_call_is_flushed_before_it_runs(
@@ -634,6 +635,69 @@ def test_on_postgresql_with_synchronous_commits_no_flush_is_added(
     _postgres_statements(monkeypatch, log)
     assert agent.approve_tool_call_generate(run_id=first.run_id).text == "done"
     assert log == ["decided", "claimed", "ran", "result"]
+
+
+def test_a_decline_of_the_systems_is_on_disk_before_the_run_goes_on(
+        durable_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pending call superseded by a new message is declined by the system, and that decline
+    is synced before the model answers: lost to a power cut, the approval would be pending
+    again, and could be approved after the user was told the call would not run."""
+    from langchain_core.messages import AIMessage, BaseMessage
+
+    log: list[str] = []
+
+    def reply(messages: list[BaseMessage]) -> AIMessage:
+        if len(messages) == 1:
+            return turn(call("pay", {"amount": 1}, "c1"))
+        log.append("model")
+        return AIMessage("ok, not paying")
+
+    agent = _paying_agent(durable_url, log, reply)
+    first = agent.generate("pay")
+    if durable_url.startswith("sqlite"):
+        sql = agent._storage.ledger._sql
+        _wal_syncs(sql, monkeypatch, log)
+        sql.conn.set_trace_callback(
+            lambda statement: log.extend(filter(None, [_durable_step(statement)])))
+        synced = ["synced"]
+    else:
+        _postgres_statements(monkeypatch, log)
+        synced = ["synchronous", "flushed"]
+    second = agent.generate("never mind", thread_id=first.thread_id)
+    assert second.text == "ok, not paying"
+    assert log[:1 + len(synced)] == ["declined", *synced], log
+    assert "model" in log[1 + len(synced):] and "ran" not in log
+
+
+def test_a_postgresql_session_opened_after_the_setting_changed_is_asked_again(
+        postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`synchronous_commit` holds per session: one the ledger opens after it was turned off
+    (`ALTER DATABASE`, `ALTER ROLE`, a restart) makes `sync` flush, though the sessions it
+    asked before had it on."""
+    import psycopg
+
+    name = postgres_url.rsplit("/", 1)[1]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = on')
+    log: list[str] = []
+    agent = _paying_agent(postgres_url, log, [turn(call("pay", {"amount": 1}, "c1")), "done",
+                                              turn(call("pay", {"amount": 2}, "c2")), "done"])
+    _postgres_statements(monkeypatch, log)
+    first = agent.generate("pay")
+    assert agent.approve_tool_call_generate(run_id=first.run_id).text == "done"
+    assert "flushed" not in log
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{name}" RESET synchronous_commit')  # the server's: off
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+                     "%s AND pid <> pg_backend_pid()", (name,))
+    for pool in {id(p): p for p in (agent._storage.ledger._sql.pool,
+                                    agent._storage.checkpointer.conn)}.values():
+        pool.check()  # the pool replaces the sessions that ended
+    log.clear()
+    second = agent.generate("pay again", thread_id=first.thread_id)
+    assert agent.approve_tool_call_generate(run_id=second.run_id).text == "done"
+    flush = ["synchronous", "flushed"]
+    assert log == ["decided", *flush, "claimed", *flush, "ran", "result", *flush]
 
 
 def test_a_set_up_raced_by_another_process_is_run_again() -> None:

@@ -3,7 +3,8 @@ reviewed, bound to what the planner allowed), their expiry and withdrawal, and g
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from graphkit._ledger._base import LedgerBase
@@ -16,7 +17,7 @@ from graphkit._ledger._rows import (
     approval_row,
     grant_row,
 )
-from graphkit._ledger._sql import dumps, path_text
+from graphkit._ledger._sql import Tx, dumps, path_text
 from graphkit._ledger._values import unstowed
 from graphkit.types import ApprovalRecord
 
@@ -25,6 +26,15 @@ __all__ = ["Decisions"]
 
 class Decisions(LedgerBase):
     """Decisions on approvals and suspensions (claimed once, for exactly the arguments"""
+
+    @contextlib.contextmanager
+    def _settling(self) -> Iterator[Tx]:
+        """The transaction of every change of an approval's status (a person's decision, a
+        decline of the system's, a decision undone), on disk before it returns: a decline
+        lost to a power cut would be pending again, and could be approved after the run was
+        told its call would not run."""
+        with self._sql.durable(), self._sql.transaction() as tx:
+            yield tx
 
     def approvals(self, approval_ids: Iterable[str]) -> dict[str, ApprovalRow]:
         """The rows among `approval_ids` (chunked, for long inbox pages)."""
@@ -71,7 +81,7 @@ class Decisions(LedgerBase):
             params += (str(call.get("kind")), str(call.get("tool_name")),
                       path_text([str(p) for p in call.get("agent_path") or ()]),
                       str(call.get("call_key") or ""))
-        with self._sql.durable(), self._sql.transaction() as tx:
+        with self._settling() as tx:
             won = tx.execute(
                 f"UPDATE graphkit_approvals SET status = ?, decision = ?, decided_at = {now} "
                 "WHERE approval_id = ? AND thread_id = ? AND status = 'pending' "
@@ -148,7 +158,7 @@ class Decisions(LedgerBase):
         if thread_id is not None:
             due += " AND thread_id = ?"
             params = (thread_id,)
-        with self._sql.transaction() as tx:
+        with self._settling() as tx:
             done = tx.execute(
                 f"UPDATE graphkit_approvals SET status = 'rejected', decision = ?, "
                 f"decided_at = {now}{'' if still_waits else ', waiting = NULL'} "
@@ -165,7 +175,7 @@ class Decisions(LedgerBase):
         """Undo a claimed decision the gate refused, so the approval is pending again (and
         whatever a gate had cleared for it no longer admits its call, and a grant it made
         approves nothing more)."""
-        with self._sql.transaction() as tx:
+        with self._settling() as tx:
             done = tx.execute(
                 "UPDATE graphkit_approvals SET status = 'pending', decision = NULL, "
                 "decided_at = NULL WHERE approval_id = ? AND decision = ?",

@@ -9,6 +9,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
@@ -264,13 +265,25 @@ class Postgres(Sql):
 
     def __init__(self, pool: Any) -> None:
         self.pool = pool
-        self._flush: bool | None = None
-        """Whether this database's commits return before their WAL is flushed
-        (`synchronous_commit = off`, for the server, the database or the role), so that
-        `sync` must flush it; asked on the first `sync`."""
+        self._flush = False
+        """Whether a session the ledger commits in returns from a commit before its WAL is
+        flushed (`synchronous_commit = off`, for the server, the database or the role), so
+        that `sync` must flush it. Each session is asked once, as the ledger first uses it: a
+        setting changed later (`ALTER ROLE`, a restarted server) holds for new sessions."""
+        self._asked: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[Any]:
+        with self.pool.connection() as conn:
+            if conn not in self._asked:
+                (setting,), = PostgresTx(conn).query(
+                    "SELECT current_setting('synchronous_commit')")
+                self._flush = self._flush or setting == "off"
+                self._asked.add(conn)
+            yield conn
 
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        with self.pool.connection() as conn:
+        with self._connection() as conn:
             return PostgresTx(conn).execute(sql, params)
 
     def execute_apart(self, sql: str, params: tuple[Any, ...] = ()) -> int:
@@ -282,16 +295,13 @@ class Postgres(Sql):
         return self.execute(sql, params)
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with self.pool.connection() as conn:
+        with self._connection() as conn:
             return PostgresTx(conn).query(sql, params)
 
     def sync(self) -> None:
         """Nothing to do where a commit is durable as it returns (`synchronous_commit` on, the
         server's default). Where it is off, one synchronous commit: it returns once the WAL
         up to it is on disk, which holds every commit made before it, by any connection."""
-        if self._flush is None:
-            (setting,), = self.query("SELECT current_setting('synchronous_commit')")
-            self._flush = setting == "off"
         if self._flush:
             with self.transaction() as tx:
                 tx.execute("SET LOCAL synchronous_commit = on")
@@ -299,7 +309,7 @@ class Postgres(Sql):
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Tx]:
-        with self.pool.connection() as conn, conn.transaction():
+        with self._connection() as conn, conn.transaction():
             yield PostgresTx(conn)
 
 
