@@ -31,7 +31,7 @@ from graphkit._approvals import (
 )
 from graphkit._context import agent_path_of, delegation_of, emit, last_ai, thread_id_of
 from graphkit._journal import GateJournal
-from graphkit._ledger import ApprovalRow, Clearance, Ledger
+from graphkit._ledger import ApprovalRow, Clearance, Ledger, PendingTurn
 from graphkit._limits import check_value
 from graphkit._offload import offload
 from graphkit._owner import holder_is_dead
@@ -127,6 +127,9 @@ class GateContext:
     _queue: list[list[tuple[str, dict[str, Any]]]] = field(
         default_factory=list, init=False, repr=False, compare=False)
     """The agent's message queue as this pass last read it (empty: not read since it changed)."""
+    _pending: list[list[PendingTurn]] = field(
+        default_factory=list, init=False, repr=False, compare=False)
+    """What a top-level agent waits on, read with the turn (empty: not read, or taken)."""
 
     @property
     def agent(self) -> str:
@@ -134,11 +137,22 @@ class GateContext:
         return "/".join(self.path)
 
     def turn(self, key: str) -> TurnPlan | None:
-        """The ledger's plan of the turn of `key`, read with the agent's message queue (the
-        pass reads both: one statement)."""
-        plan, queue = self.ledger.turn_and_queue(self.thread_id, self.path, key, self.agent)
+        """The ledger's plan of the turn of `key`, read with the agent's message queue and,
+        for a top-level agent, what it waits on (the pass reads them all: one statement)."""
+        plan, queue, pending = self.ledger.turn_and_queue(
+            self.thread_id, self.path, key, self.agent, pending=len(self.path) == 1)
         self._queue[:] = [queue]
+        self._pending[:] = [pending] if pending is not None else []
         return plan
+
+    def pending_turns(self) -> list[PendingTurn]:
+        """`Ledger.pending_turns` of this agent, as `turn` read it, once (else read now). A
+        read older than this pass's own writes is safe for its one use, `supersede_abandoned`:
+        what the pass declined since is declined once (a decline needs a pending approval),
+        and what it filed since belongs to the turn at hand, which the conversation holds."""
+        if self._pending:
+            return self._pending.pop()
+        return self.ledger.pending_turns(self.thread_id, self.path)
 
     def queue(self) -> list[tuple[str, dict[str, Any]]]:
         """(turn's AI message id, serialised message) of what waits in the agent's queue, read
@@ -714,7 +728,7 @@ def supersede_abandoned(messages: Sequence[BaseMessage], ctx: GateContext) -> No
     each have their own)."""
     if len(ctx.path) != 1:
         return
-    pending = ctx.ledger.pending_turns(ctx.thread_id, ctx.path)
+    pending = ctx.pending_turns()
     if not pending:
         return
     present = {turn_key(m) for m in messages if isinstance(m, AIMessage) and m.tool_calls}

@@ -129,3 +129,23 @@ def test_time_travel_before_a_pending_approval_supersedes_it(sqlite_url: str) ->
     with pytest.raises(GraphkitError):
         Inbox(sqlite_url).approve(waiting.id, decided_by="cfo")
     assert ran.ran == [("pay", PAY)]
+
+
+def test_a_model_pass_reads_what_its_agent_waits_on_with_the_turns_plan(
+        sqlite_url: str) -> None:
+    """What the model pass after a resumed turn checks for abandoned turns is read in the
+    statement that reads the turn's plan (the time-travel test above shows the check still
+    declines what it must), not in a statement of its own."""
+    ran: list[str] = []
+    agent = _release(sqlite_url, ran)
+    paused = agent.generate("ship 1.4.2")
+    sql: Any = agent._storage.ledger._sql
+    seen: list[str] = []
+    sql.conn.set_trace_callback(seen.append)
+    try:
+        done = agent.approve_tool_call_generate(run_id=paused.run_id, decided_by="alice")
+    finally:
+        sql.conn.set_trace_callback(None)
+    assert done.text == "done: deployed 1.4.2" and ran == ["1.4.2"]
+    reads = [s for s in seen if "FROM graphkit_approvals a LEFT JOIN graphkit_calls" in s]
+    assert reads and all(s.lstrip().startswith("SELECT 0 AS part") for s in reads), reads

@@ -726,13 +726,17 @@ def test_a_set_up_raced_by_another_process_is_run_again() -> None:
         _set_up(broken)
 
 
-def test_a_turns_plan_and_its_agents_queue_are_read_in_one_statement(durable_url: str) -> None:
-    """`turn_and_queue` answers what `turn` and `queue_of` answer apart (the queue in the
-    order it came, another agent's or thread's entries left out), on either engine."""
+def test_a_turns_plan_its_agents_queue_and_what_it_waits_on_are_read_in_one_statement(
+        durable_url: str) -> None:
+    """`turn_and_queue` answers what `turn`, `queue_of` and (asked) `pending_turns` answer
+    apart (the queue in the order it came, another agent's or thread's entries left out, a
+    decided approval too), on either engine."""
+    from graphkit._ledger import ApprovalRow, CallRow
     from graphkit._storage import open_storage
 
     ledger = open_storage(durable_url).ledger
-    assert ledger.turn_and_queue("t1", ["a"], "k1", "a") == (None, [])
+    assert ledger.turn_and_queue("t1", ["a"], "k1", "a") == (None, [], None)
+    assert ledger.turn_and_queue("t1", ["a"], "k1", "a", pending=True) == (None, [], [])
     plan: Any = {"turn_key": "k1", "ai_message_id": "ai1", "calls": [], "error": None}
     ledger.save_turn("t1", ["a"], plan)
 
@@ -743,8 +747,29 @@ def test_a_turns_plan_and_its_agents_queue_are_read_in_one_statement(durable_url
     ledger.enqueue("t1", "a", "ai1", said("second"))
     ledger.enqueue("t1", "a/sub", "ai1", said("the subagent's"))
     ledger.enqueue("t2", "a", "ai9", said("another thread's"))
-    found = ledger.turn_and_queue("t1", ["a"], "k1", "a")
-    assert found == (ledger.turn("t1", ["a"], "k1"), ledger.queue_of("t1", "a"))
+
+    def waits(approval_id: str, thread_id: str, path: list[str], turn: str) -> None:
+        key = f"call-{approval_id}"
+        ledger.register(
+            calls=[CallRow(call_key=key, thread_id=thread_id, agent_path=path, tool_name="pay",
+                           args_digest="d", approval_id=approval_id, turn_key=turn)],
+            approvals=[ApprovalRow(approval_id=approval_id, thread_id=thread_id,
+                                   kind="approval", call_key=key, agent_path=path,
+                                   tool_name="pay", args_digest="d")])
+
+    waits("apr-k1", "t1", ["a"], "k1")
+    waits("apr-k0", "t1", ["a"], "k0")  # an earlier turn's
+    waits("apr-sub", "t1", ["a", "sub"], "k1")
+    waits("apr-t2", "t2", ["a"], "k1")
+    waits("apr-decided", "t1", ["a"], "k1")
+    assert ledger.decide("apr-decided", thread_id="t1", args_digest="d", status="rejected",
+                         decision={"type": "reject", "decided_by": "alice"}, audits=[])
+    found = ledger.turn_and_queue("t1", ["a"], "k1", "a", pending=True)
+    assert found[:2] == (ledger.turn("t1", ["a"], "k1"), ledger.queue_of("t1", "a"))
     assert found[0] == plan
     assert [m["data"]["content"] for _, m in found[1]] == ["first", "second"]
-    assert ledger.turn_and_queue("t1", ["a"], "k2", "a") == (None, ledger.queue_of("t1", "a"))
+    assert found[2] is not None
+    assert sorted(found[2]) == sorted(ledger.pending_turns("t1", ["a"])) == [
+        ("apr-k0", "approval", "pay", "k0"), ("apr-k1", "approval", "pay", "k1")]
+    assert ledger.turn_and_queue("t1", ["a"], "k2", "a") == (
+        None, ledger.queue_of("t1", "a"), None)

@@ -27,6 +27,7 @@ from graphkit._ledger._rows import (
     Clearance,
     GrantRow,
     OutboxEvent,
+    PendingTurn,
     Start,
 )
 from graphkit._ledger._schema import (
@@ -59,6 +60,7 @@ __all__ = [
     "GrantRow",
     "Ledger",
     "OutboxEvent",
+    "PendingTurn",
     "RunBusyError",
     "Start",
     "WaitingRow",

@@ -11,11 +11,14 @@ from graphkit._ledger._base import LedgerBase
 from graphkit._ledger._rows import (
     APPROVAL_READ,
     GRANT_COLUMNS,
+    PENDING_TURNS,
     ApprovalRow,
     AuditRow,
     GrantRow,
+    PendingTurn,
     approval_row,
     grant_row,
+    pending_turn,
 )
 from graphkit._ledger._sql import Tx, dumps, path_text
 from graphkit._ledger._values import unstowed
@@ -130,14 +133,11 @@ class Decisions(LedgerBase):
             (thread_id, len(prefix), prefix))
         return [approval_row(r) for r in rows]
 
-    def pending_turns(self, thread_id: str, agent_path: Sequence[str]
-                      ) -> list[tuple[str, str, str, str | None]]:
+    def pending_turns(self, thread_id: str, agent_path: Sequence[str]) -> list[PendingTurn]:
         """(approval id, kind, tool name, the turn key of the plan that asked) of what one
         agent waits on in one thread."""
-        return [(str(r[0]), str(r[1]), str(r[2]), r[3]) for r in self._sql.query(
-            "SELECT a.approval_id, a.kind, a.tool_name, c.turn_key FROM graphkit_approvals "
-            "a LEFT JOIN graphkit_calls c ON c.call_key = a.call_key WHERE a.thread_id = ? "
-            "AND a.agent_path = ? AND a.status = 'pending'", (thread_id, path_text(agent_path)))]
+        return [pending_turn(r) for r in self._sql.query(
+            f"SELECT {PENDING_TURNS}", (thread_id, path_text(agent_path)))]
 
     def pending_ids(self, thread_id: str, agent_path: Sequence[str]) -> set[str]:
         """The approvals and suspensions of one agent in one thread that wait on a decision."""

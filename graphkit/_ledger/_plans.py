@@ -10,11 +10,14 @@ from graphkit._ledger._base import LedgerBase
 from graphkit._ledger._messages import queued
 from graphkit._ledger._rows import (
     APPROVAL_COLUMNS,
+    PENDING_TURNS,
     ApprovalRow,
     AuditRow,
     CallRow,
     Clearance,
+    PendingTurn,
     allowed_text,
+    pending_turn,
 )
 from graphkit._ledger._schema import (
     DONE,
@@ -23,7 +26,10 @@ from graphkit._ledger._sql import Tx, dumps, path_text
 from graphkit._ledger._values import stowed, unstowed
 from graphkit._state import TurnPlan
 
-__all__ = ["Plans"]
+__all__ = ["Plans", "TurnReading"]
+
+TurnReading = tuple[TurnPlan | None, list[tuple[str, dict[str, Any]]], list[PendingTurn] | None]
+"""A turn's plan, its agent's message queue, and (when asked) what the agent waits on."""
 
 
 class Plans(LedgerBase):
@@ -88,19 +94,24 @@ class Plans(LedgerBase):
         plan: TurnPlan | None = unstowed(self._sql.query, rows[0][0]) if rows else None
         return plan
 
-    def turn_and_queue(self, thread_id: str, agent_path: Sequence[str], key: str, agent: str
-                       ) -> tuple[TurnPlan | None, list[tuple[str, dict[str, Any]]]]:
-        """`turn` and `queue_of(thread_id, agent)` in one statement: a gate or model pass
-        reads both."""
-        rows = self._sql.query(
-            "SELECT 0 AS part, 0 AS seq, plan AS a, NULL AS b FROM graphkit_turns "
-            "WHERE thread_id = ? AND agent_path = ? AND turn_key = ? UNION ALL "
-            "SELECT 1, seq, ai_message_id, message FROM graphkit_queue "
-            "WHERE thread_id = ? AND agent = ? ORDER BY part, seq",
-            (thread_id, path_text(agent_path), key, thread_id, agent))
+    def turn_and_queue(self, thread_id: str, agent_path: Sequence[str], key: str, agent: str,
+                       *, pending: bool = False) -> TurnReading:
+        """`turn`, `queue_of(thread_id, agent)` and, with `pending`, `pending_turns` in one
+        statement: a gate or model pass reads them all (None: pending turns not read)."""
+        path = path_text(agent_path)
+        sql = ("SELECT 0 AS part, 0 AS seq, plan AS a, NULL AS b, NULL AS c, NULL AS d "
+               "FROM graphkit_turns WHERE thread_id = ? AND agent_path = ? AND turn_key = ? "
+               "UNION ALL SELECT 1, seq, ai_message_id, message, NULL, NULL FROM graphkit_queue "
+               "WHERE thread_id = ? AND agent = ?")
+        params: tuple[str, ...] = (thread_id, path, key, thread_id, agent)
+        if pending:
+            sql += f" UNION ALL SELECT 2, 0, {PENDING_TURNS}"
+            params = (*params, thread_id, path)
+        rows = self._sql.query(sql + " ORDER BY part, seq", params)
         plans = [r[2] for r in rows if r[0] == 0]
         plan: TurnPlan | None = unstowed(self._sql.query, plans[0]) if plans else None
-        return plan, queued(r[2:] for r in rows if r[0] == 1)
+        return (plan, queued(r[2:4] for r in rows if r[0] == 1),
+                [pending_turn(r[2:]) for r in rows if r[0] == 2] if pending else None)
 
     def save_turn(self, thread_id: str, agent_path: Sequence[str], plan: TurnPlan) -> None:
         """Record the gate's plan of a turn as it now stands."""

@@ -140,6 +140,20 @@ def approval_row(row: tuple[Any, ...]) -> ApprovalRow:
                        run_id=row[11])
 
 
+PendingTurn = tuple[str, str, str, str | None]
+"""(approval id, kind, tool name, the turn key of the plan that asked) of what waits."""
+
+PENDING_TURNS = ("a.approval_id, a.kind, a.tool_name, c.turn_key FROM graphkit_approvals a "
+                 "LEFT JOIN graphkit_calls c ON c.call_key = a.call_key WHERE a.thread_id = ? "
+                 "AND a.agent_path = ? AND a.status = 'pending'")
+"""What one agent waits on in one thread, with the turn that asked (parameters: the thread,
+the agent's path), after a SELECT: read alone or beside the turn's plan."""
+
+
+def pending_turn(row: Sequence[Any]) -> PendingTurn:
+    return str(row[0]), str(row[1]), str(row[2]), row[3]
+
+
 GRANT_COLUMNS = ("grant_id, thread_id, agent_path, tool_name, grantor, approval_id, "
                   "created_at, expires_at, revoked")
 
