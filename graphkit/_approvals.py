@@ -350,13 +350,16 @@ def waiting_records(plan: TurnPlan, answered: set[str]) -> list[ApprovalRecord]:
 
 def interrupt_value(
     plan: TurnPlan, answered: set[str], *, agent_path: Sequence[str],
-    ledger: Any = None,
+    ledger: Any = None, rows: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The interrupt payload: graphkit's records beside LangChain's HITL request shape. What
-    a reviewer may decide comes from the ledger's rows (the plan is client-writable)."""
+    a reviewer may decide comes from the ledger's rows (the plan is client-writable): `rows`
+    the caller read already, the others read here."""
     records = waiting_records(plan, answered)
     if ledger is not None:
-        rows = ledger.approvals(r["id"] for r in records if r["kind"] == "approval")
+        known = dict(rows or {})
+        rows = {**known, **ledger.approvals(
+            r["id"] for r in records if r["kind"] == "approval" and r["id"] not in known)}
         records = [{**r, "allowed_decisions": list(rows[r["id"]].allowed or DEFAULT_DECISIONS)}
                    if r["id"] in rows else r for r in records]  # type: ignore[misc]
     # a view of the calls: their secret arguments masked (the plan keeps them, and runs them),

@@ -136,9 +136,10 @@ class GateContext:
         """The agent's path as one key (the ledger's message queue is kept per agent)."""
         return "/".join(self.path)
 
-    def turn(self, key: str) -> TurnPlan | None:
-        """The ledger's plan of the turn of `key`, read with the agent's message queue and,
-        for a top-level agent, what it waits on (the pass reads them all: one statement)."""
+    def turn(self, key: str | None) -> TurnPlan | None:
+        """The ledger's plan of the turn of `key` (None: no turn, no plan), read with the
+        agent's message queue and, for a top-level agent, what it waits on (the pass reads
+        them all: one statement)."""
         plan, queue, pending = self.ledger.turn_and_queue(
             self.thread_id, self.path, key, self.agent, pending=len(self.path) == 1)
         self._queue[:] = [queue]
@@ -321,6 +322,9 @@ class _Pass:
         self.cleared: dict[str, Clearance] = {}
         """Approvals (and resumed suspensions) this pass verified and lets run."""
         self._written: set[str] = set()
+        self.rows: dict[str, ApprovalRow] = {}
+        """The ledger's rows `apply_ledger` last read (what a row says a reviewer may decide
+        never changes: the pause's payload reads it here)."""
 
     def _call_of(self, record_id: str) -> tuple[CallPlan, ApprovalRecord] | None:
         for call in self.plan["calls"]:
@@ -476,7 +480,7 @@ class _Pass:
         for approval_id in ledger.overdue(r["id"] for r in expiring):
             record = next(r for r in expiring if r["id"] == approval_id)
             expire(ledger, record, thread_id=self.ctx.thread_id, run_id=self.ctx.run_id)
-        rows = ledger.approvals(r["id"] for r in waiting)
+        rows = self.rows = ledger.approvals(r["id"] for r in waiting)
         changed = False
         for record in waiting:
             row = rows.get(record["id"])
@@ -683,7 +687,7 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
             # Decisions taken since the pause (by any door) apply first; else pause.
             if not step.apply_ledger(answered):
                 value = interrupt(interrupt_value(plan, answered, agent_path=ctx.path,
-                                                  ledger=ctx.ledger))
+                                                  ledger=ctx.ledger, rows=step.rows))
                 plan["error"] = None
                 try:
                     step.resume(value, answered)

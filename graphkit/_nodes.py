@@ -309,7 +309,7 @@ def make_model_node(
         limit = limit if isinstance(limit, int) and limit > 0 else 25
         ctx = planner.context(state, config)
         key = last_turn_key(state.get("messages") or [], ctx.scope)
-        plan = ctx.turn(key) if key is not None else None  # (and the queue, read below)
+        plan = ctx.turn(key)  # (with the queue and what waits, read below)
         forged = _discard_forged(state, plan, ctx)
         messages = _with_fixes(list(state.get("messages") or []), forged)
         reply = reply_to_suspension(plan, messages, options, planner, ctx, config)

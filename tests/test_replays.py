@@ -131,21 +131,35 @@ def test_time_travel_before_a_pending_approval_supersedes_it(sqlite_url: str) ->
     assert ran.ran == [("pay", PAY)]
 
 
-def test_a_model_pass_reads_what_its_agent_waits_on_with_the_turns_plan(
+def test_a_pass_reads_what_the_ledger_holds_for_it_in_one_statement_each(
         sqlite_url: str) -> None:
-    """What the model pass after a resumed turn checks for abandoned turns is read in the
-    statement that reads the turn's plan (the time-travel test above shows the check still
-    declines what it must), not in a statement of its own."""
+    """What a model pass checks for abandoned turns, and the agent's message queue, are read
+    in the statement that reads the turn's plan (the time-travel test above shows the check
+    still declines what it must), not in statements of their own: in a run's first pass (no
+    turn yet) and in the pass after a resumed turn. The gate that pauses reads the approvals'
+    rows once: what it applies and what its pause says a reviewer may decide."""
     ran: list[str] = []
     agent = _release(sqlite_url, ran)
-    paused = agent.generate("ship 1.4.2")
     sql: Any = agent._storage.ledger._sql
     seen: list[str] = []
-    sql.conn.set_trace_callback(seen.append)
-    try:
-        done = agent.approve_tool_call_generate(run_id=paused.run_id, decided_by="alice")
-    finally:
-        sql.conn.set_trace_callback(None)
+
+    def reads(run: Any) -> tuple[Any, dict[str, int]]:
+        seen.clear()
+        sql.conn.set_trace_callback(seen.append)
+        try:
+            result = run()
+        finally:
+            sql.conn.set_trace_callback(None)
+        kinds = {"turn": "SELECT 0 AS part", "waits": "FROM graphkit_approvals a LEFT JOIN",
+                 "queue": "FROM graphkit_queue", "rows": "SELECT approval_id, thread_id, kind"}
+        return result, {k: sum(text in s for s in seen) for k, text in kinds.items()}
+
+    paused, first = reads(lambda: agent.generate("ship 1.4.2"))
+    assert paused.pending_approvals[0].allowed_decisions == ["approve", "edit", "reject"]
+    # the model pass and the gate's: each reads the plan, queue and what waits together
+    assert first == {"turn": 2, "waits": 2, "queue": 2, "rows": 1}, first
+    done, then = reads(lambda: agent.approve_tool_call_generate(run_id=paused.run_id,
+                                                                 decided_by="alice"))
     assert done.text == "done: deployed 1.4.2" and ran == ["1.4.2"]
-    reads = [s for s in seen if "FROM graphkit_approvals a LEFT JOIN graphkit_calls" in s]
-    assert reads and all(s.lstrip().startswith("SELECT 0 AS part") for s in reads), reads
+    # the decision reads its row, the gate reads it again (it verifies what it applies)
+    assert then == {"turn": 2, "waits": 2, "queue": 2, "rows": 2}, then

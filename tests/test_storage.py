@@ -773,3 +773,5 @@ def test_a_turns_plan_its_agents_queue_and_what_it_waits_on_are_read_in_one_stat
         ("apr-k0", "approval", "pay", "k0"), ("apr-k1", "approval", "pay", "k1")]
     assert ledger.turn_and_queue("t1", ["a"], "k2", "a") == (
         None, ledger.queue_of("t1", "a"), None)
+    first = ledger.turn_and_queue("t1", ["a"], None, "a", pending=True)  # no turn yet
+    assert first == (None, ledger.queue_of("t1", "a"), found[2])

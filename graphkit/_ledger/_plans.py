@@ -94,16 +94,17 @@ class Plans(LedgerBase):
         plan: TurnPlan | None = unstowed(self._sql.query, rows[0][0]) if rows else None
         return plan
 
-    def turn_and_queue(self, thread_id: str, agent_path: Sequence[str], key: str, agent: str,
-                       *, pending: bool = False) -> TurnReading:
-        """`turn`, `queue_of(thread_id, agent)` and, with `pending`, `pending_turns` in one
-        statement: a gate or model pass reads them all (None: pending turns not read)."""
+    def turn_and_queue(self, thread_id: str, agent_path: Sequence[str], key: str | None,
+                       agent: str, *, pending: bool = False) -> TurnReading:
+        """`turn` (None for a `key` of None), `queue_of(thread_id, agent)` and, with
+        `pending`, `pending_turns` in one statement: a gate or model pass reads them all
+        (None: pending turns not read)."""
         path = path_text(agent_path)
         sql = ("SELECT 0 AS part, 0 AS seq, plan AS a, NULL AS b, NULL AS c, NULL AS d "
                "FROM graphkit_turns WHERE thread_id = ? AND agent_path = ? AND turn_key = ? "
                "UNION ALL SELECT 1, seq, ai_message_id, message, NULL, NULL FROM graphkit_queue "
                "WHERE thread_id = ? AND agent = ?")
-        params: tuple[str, ...] = (thread_id, path, key, thread_id, agent)
+        params: tuple[str | None, ...] = (thread_id, path, key, thread_id, agent)
         if pending:
             sql += f" UNION ALL SELECT 2, 0, {PENDING_TURNS}"
             params = (*params, thread_id, path)
