@@ -3,17 +3,25 @@
 Deciding and resuming need what the thread waits on: the interrupts, which LangGraph keeps in
 the checkpoint's pending writes. `get_state` also restores every channel and prepares the next
 tasks, which the resumed run then does again; here the values are restored only when a
-request needs them (a new message on a thread, an error that explains itself).
+request needs them (a new message on a thread, an error that explains itself). The savers
+graphkit opens then hand that same read to the run's graph as its first (`ServesLatest`),
+instead of reading the checkpoint, its blobs and its writes a second time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any, Protocol
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
 from langgraph.pregel import Pregel
 from langgraph.types import Interrupt
 
@@ -23,7 +31,7 @@ try:
 except ImportError:  # pragma: no cover - a LangGraph before it: its full snapshot is read
     read_task_statuses = None  # type: ignore[assignment]
 
-__all__ = ["Latest", "Paused", "latest", "options_of"]
+__all__ = ["Latest", "Paused", "ServesLatest", "latest", "options_of"]
 
 
 class Paused(Protocol):
@@ -89,14 +97,77 @@ def _written_in(saved: CheckpointTuple | None) -> bool:
         for task_id, channel, _ in saved.pending_writes or ())
 
 
-def latest(graph: Pregel[Any, Any], config: RunnableConfig) -> Paused:
+def latest(graph: Pregel[Any, Any], config: RunnableConfig, *, serve: bool = False) -> Paused:
     """The thread's latest checkpoint, read once; LangGraph's own snapshot where the pending
     writes alone do not say what it shows (input written into the paused step), or for a graph
-    that has no checkpointer of its own (it then reads the one its caller configured)."""
+    that has no checkpointer of its own (it then reads the one its caller configured). With
+    `serve` (a run about to advance the thread, under its lease) the read is also what the
+    run's graph reads first, where the saver is one that serves it (`ServesLatest`)."""
     saver = graph.checkpointer
     if not isinstance(saver, BaseCheckpointSaver) or read_task_statuses is None:
         return graph.get_state(config)
     saved = saver.get_tuple(config)
+    if serve and isinstance(saver, ServesLatest):
+        saver.serve(config, saved)
     if _written_in(saved):
         return graph.get_state(config)
     return Latest(graph, config, saved)
+
+
+_UNSERVED: Any = object()
+
+
+class ServesLatest(BaseCheckpointSaver[Any]):
+    """Mixin for the savers graphkit opens: the checkpoint a run read as it took its thread's
+    lease (`serve`) is what its graph's first read of the thread returns, once.
+
+    Why it is the same row: every door advances a thread only under its lease, so nothing in
+    this process writes the thread between the two reads, and any write through this saver
+    (a checkpoint, a task's writes, a deleted thread) drops what was served first. A served
+    read not taken is dropped as the lease is released (`unserve`). Only the latest checkpoint
+    of the root graph is served: a read of a named checkpoint, or of a subgraph's, goes to the
+    database."""
+
+    def serve(self, config: RunnableConfig, saved: CheckpointTuple | None) -> None:
+        """Hand `saved` (None: the thread has no checkpoint) to the next read of the thread."""
+        served: dict[str, Any] = self.__dict__.setdefault("_served", {})
+        served[str(config["configurable"]["thread_id"])] = saved
+
+    def unserve(self, thread_id: str) -> None:
+        self.__dict__.get("_served", {}).pop(thread_id, None)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        served = self.__dict__.get("_served")
+        conf = config.get("configurable") or {}
+        if served and not conf.get("checkpoint_ns") and not conf.get("checkpoint_id"):
+            saved = served.pop(str(conf.get("thread_id")), _UNSERVED)
+            if saved is not _UNSERVED:
+                return saved  # type: ignore[no-any-return]
+        return super().get_tuple(config)
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        self.unserve(str(config["configurable"]["thread_id"]))
+        return super().put(config, checkpoint, metadata, new_versions)
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                   task_id: str, task_path: str = "") -> None:
+        self.unserve(str(config["configurable"]["thread_id"]))
+        super().put_writes(config, writes, task_id, task_path)
+
+    def delete_thread(self, thread_id: str) -> None:
+        self.unserve(str(thread_id))
+        super().delete_thread(thread_id)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self.unserve(str(target_thread_id))
+        super().copy_thread(source_thread_id, target_thread_id)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        for thread_id in thread_ids:
+            self.unserve(str(thread_id))
+        super().prune(thread_ids, strategy=strategy)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self.__dict__.get("_served", {}).clear()  # (which threads they ran on is not said)
+        super().delete_for_runs(run_ids)

@@ -17,7 +17,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,6 +29,7 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
 )
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -36,6 +37,7 @@ from langgraph.store.base import BaseStore, Op, Result
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.sqlite import SqliteStore
 
+from graphkit._latest import ServesLatest
 from graphkit._ledger import PAGE_SIZE, Ledger
 
 __all__ = ["Storage", "open_storage", "serve_agent", "served_agents", "served_storage"]
@@ -89,9 +91,26 @@ class ThreadedAsyncSaver(BaseCheckpointSaver[Any]):
     async def adelete_thread(self, thread_id: str) -> None:
         await asyncio.to_thread(self.delete_thread, thread_id)
 
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest"
+                     ) -> None:
+        await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))
 
-class ThreadedSqliteSaver(ThreadedAsyncSaver, SqliteSaver):
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        # The saver's one query for the messages' history; BaseCheckpointSaver's async
+        # default reads every checkpoint back to the channel's last snapshot instead (up to
+        # 100 reads as a thread grows, each a thread hop), on every async run's first step.
+        return await asyncio.to_thread(
+            lambda: self.get_delta_channel_history(config=config, channels=channels))
+
+
+class ThreadedSqliteSaver(ServesLatest, ThreadedAsyncSaver, SqliteSaver):
     """LangGraph's `SqliteSaver`, usable from async runs too."""
+
+
+class MemorySaver(ServesLatest, InMemorySaver):
+    """LangGraph's `InMemorySaver`, serving a run the checkpoint it read as it began."""
 
 
 class ThreadedSqliteStore(SqliteStore):
@@ -346,7 +365,7 @@ def _set_up(make: Callable[[], _T]) -> _T:
 def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:
     """Open the checkpointer (and a store beside it) described by `spec`."""
     if spec is None or spec == "memory":
-        return Storage(InMemorySaver(), InMemoryStore(), "memory (this process only)",
+        return Storage(MemorySaver(), InMemoryStore(), "memory (this process only)",
                        Ledger.sqlite())
     if isinstance(spec, BaseCheckpointSaver):
         return Storage(spec, InMemoryStore(), f"{type(spec).__name__} instance",
@@ -392,7 +411,7 @@ def _open_postgres(url: str) -> Storage:
     except ImportError as exc:
         raise ImportError(MISSING.format(url=url)) from exc
 
-    class ThreadedPostgresSaver(ThreadedAsyncSaver, PostgresSaver):
+    class ThreadedPostgresSaver(ServesLatest, ThreadedAsyncSaver, PostgresSaver):
         """LangGraph's `PostgresSaver`, usable from async runs too."""
 
     kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0,

@@ -38,7 +38,7 @@ from graphkit._control import (
 )
 from graphkit._events import finish_reason
 from graphkit._graph import build_graph
-from graphkit._latest import Paused, latest
+from graphkit._latest import Paused, ServesLatest, latest
 from graphkit._ledger import WAIT_SECONDS, Ledger
 from graphkit._notify import Dispatcher, Webhook, start_notifications
 from graphkit._review import Choice, Remember
@@ -306,16 +306,21 @@ class Agent:
     ) -> Prepare:
         """What a stream does first: take the thread's lease (recording a `new_run` with it),
         read the latest checkpoint (what it waits on), build the input; the same read serves
-        the graph, which needs no other."""
+        the graph (`ServesLatest`), which needs no other."""
         run = (run_id, self.name) if new_run else None
+        saver = self.graph.checkpointer
 
         def prepare(wait: bool = True) -> Invocation:
             lease = contextlib.ExitStack()
             lease.enter_context(self._storage.ledger.lease(
                 thread_id, wait=WAIT_SECONDS if wait else 0.0, run=run))
+            if isinstance(saver, ServesLatest):  # what the run did not read goes with the lease
+                lease.callback(saver.unserve, thread_id)
             try:
-                # A thread made just now has no state to read.
-                snapshot = _EMPTY if fresh else latest(self.graph, config)
+                # A thread made just now has no state to read (nor has its graph).
+                if fresh and isinstance(saver, ServesLatest):
+                    saver.serve(config, None)
+                snapshot = _EMPTY if fresh else latest(self.graph, config, serve=True)
                 payload = build(snapshot, self._request(run_id, thread_id))
             except BaseException:
                 if run is not None:  # a run refused before it ran leaves no record

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from graphkit import SnapshotNotFoundError
+from graphkit import GraphkitError, SnapshotNotFoundError
 from tests.helpers import agent_with, call, turn
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -775,3 +775,109 @@ def test_a_turns_plan_its_agents_queue_and_what_it_waits_on_are_read_in_one_stat
         None, ledger.queue_of("t1", "a"), None)
     first = ledger.turn_and_queue("t1", ["a"], None, "a", pending=True)  # no turn yet
     assert first == (None, ledger.queue_of("t1", "a"), found[2])
+
+
+def _database_reads(saver: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The reads of a thread's checkpoint that reach the saver's database (not served), by
+    the checkpoint namespace they ask for."""
+    from graphkit._latest import ServesLatest
+
+    mro = type(saver).__mro__
+    owner = next(k for k in mro[mro.index(ServesLatest) + 1:] if "get_tuple" in k.__dict__)
+    real = owner.__dict__["get_tuple"]
+    reads: list[str] = []
+
+    def counted(self: Any, config: Any) -> Any:
+        reads.append(str(config["configurable"].get("checkpoint_ns", "")))
+        return real(self, config)
+
+    monkeypatch.setattr(owner, "get_tuple", counted)
+    return reads
+
+
+@pytest.mark.parametrize("storage", ["memory", "sqlite", "postgres"])
+def test_a_run_reads_its_threads_checkpoint_once_as_it_begins(
+        storage: str, tmp_path: Path, request: pytest.FixtureRequest,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a run reads as it takes the thread's lease is what its graph starts from: a new
+    thread is not read at all, a resume reads the checkpoint once (the decision reads it
+    before, outside the lease), and nothing served is left behind once the run stops."""
+    url = {"memory": "memory", "sqlite": f"sqlite:///{tmp_path / 'r.db'}"}.get(storage) \
+        or request.getfixturevalue("postgres_url")
+    agent, ledger = agent_with([turn(call("pay", {"amount": 1, "payee": {"name": "x"}}, "c1")),
+                                "ok"], checkpointer=url)
+    saver: Any = agent.graph.checkpointer
+    reads = _database_reads(saver, monkeypatch)
+    paused = agent.generate("go")
+    assert paused.finish_reason == "suspended" and reads == []
+    assert agent.approve_tool_call_generate(run_id=paused.run_id).text == "ok"
+    assert reads == ["", ""], reads  # the decision's, the run's (not its graph's again)
+    assert ledger.names() == ["pay"]
+    assert not saver.__dict__.get("_served")
+
+
+async def test_an_async_run_reads_its_threads_checkpoint_once_however_long_the_thread(
+        durable_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Async runs too; and their graph rebuilds the messages from the saver's own query of
+    their history, not by reading every checkpoint back to the last snapshot of the channel
+    (BaseCheckpointSaver's async default: a round trip grew with each round on the thread)."""
+    rounds = 6
+    script: list[Any] = []
+    for i in range(rounds):
+        script += [turn(call("pay", {"amount": i, "payee": {"name": "x"}}, f"c{i}")), "ok"]
+    agent, ledger = agent_with(script, checkpointer=durable_url)
+    saver: Any = agent.graph.checkpointer
+    reads = _database_reads(saver, monkeypatch)
+    thread_id = None
+    for i in range(rounds):
+        reads.clear()
+        paused = await agent.agenerate("go", thread_id=thread_id)
+        thread_id = paused.thread_id
+        assert paused.finish_reason == "suspended"
+        # a new thread: none; a new message on one: the run's, and its graph's (the run read
+        # the values of the state, which LangGraph's snapshot computes on the checkpoint)
+        assert reads == ["", ""][:2 * (i > 0)], reads
+        reads.clear()
+        assert (await agent.aapprove_tool_call_generate(run_id=paused.run_id)).text == "ok"
+        assert reads == ["", ""], reads  # the decision's, the run's
+    assert ledger.names() == ["pay"] * rounds and not saver.__dict__.get("_served")
+
+
+def test_a_served_checkpoint_is_never_older_than_the_database(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A served read goes once, to the root graph's latest checkpoint only; any write through
+    the saver, and the end of the lease, drop it; a refused run leaves nothing served."""
+    from graphkit._latest import ServesLatest
+
+    agent, _ = agent_with([turn(call("pay", {"amount": 1, "payee": {"name": "x"}}, "c1")),
+                           "ok"], checkpointer=f"sqlite:///{tmp_path / 's.db'}")
+    saver: Any = agent.graph.checkpointer
+    assert isinstance(saver, ServesLatest)
+    paused = agent.generate("go")
+    config: Any = {"configurable": {"thread_id": paused.thread_id, "checkpoint_ns": ""}}
+    real = saver.get_tuple(config)
+    stale = real._replace(metadata={"stale": True})
+
+    def served(cfg: Any = config) -> bool:
+        return bool(saver.get_tuple(cfg).metadata == {"stale": True})
+
+    saver.serve(config, stale)
+    assert served() and not served()  # once
+    for other in ({**config["configurable"], "checkpoint_ns": "worker:1"},
+                  {**config["configurable"], "checkpoint_id": real.config["configurable"][
+                      "checkpoint_id"]}):
+        saver.serve(config, stale)
+        assert saver.get_tuple({"configurable": other}) is None or not served(
+            {"configurable": other})
+        saver.unserve(paused.thread_id)
+    saver.serve(config, stale)
+    saver.put_writes(real.config, [("x", 1)], "task-1")
+    assert not served()
+    saver.serve(config, stale)
+    saver.delete_thread("another thread")
+    assert served()
+    # a run refused as it begins (nothing to run on a thread with no state) leaves nothing
+    saver.unserve(paused.thread_id)
+    with pytest.raises(GraphkitError, match="nothing to run"):
+        agent.generate(None, thread_id="no such thread")
+    assert not saver.__dict__.get("_served")
