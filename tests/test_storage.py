@@ -777,6 +777,14 @@ def test_a_turns_plan_its_agents_queue_and_what_it_waits_on_are_read_in_one_stat
     assert first == (None, ledger.queue_of("t1", "a"), found[2])
 
 
+def _close(agent: Any) -> None:
+    """Close a PostgreSQL agent's pool now (the garbage collector would join its threads
+    wherever it runs: on a later test's event loop, say)."""
+    pool = getattr(agent._storage.ledger._sql, "pool", None)
+    if pool is not None:
+        pool.close()
+
+
 def _database_reads(saver: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The reads of a thread's checkpoint that reach the saver's database (not served), by
     the checkpoint namespace they ask for."""
@@ -814,6 +822,7 @@ def test_a_run_reads_its_threads_checkpoint_once_as_it_begins(
     assert reads == ["", ""], reads  # the decision's, the run's (not its graph's again)
     assert ledger.names() == ["pay"]
     assert not saver.__dict__.get("_served")
+    _close(agent)
 
 
 async def test_an_async_run_reads_its_threads_checkpoint_once_however_long_the_thread(
@@ -841,6 +850,7 @@ async def test_an_async_run_reads_its_threads_checkpoint_once_however_long_the_t
         assert (await agent.aapprove_tool_call_generate(run_id=paused.run_id)).text == "ok"
         assert reads == ["", ""], reads  # the decision's, the run's
     assert ledger.names() == ["pay"] * rounds and not saver.__dict__.get("_served")
+    _close(agent)
 
 
 def test_a_served_checkpoint_is_never_older_than_the_database(
