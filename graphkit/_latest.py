@@ -107,10 +107,10 @@ def latest(graph: Pregel[Any, Any], config: RunnableConfig, *, serve: bool = Fal
     if not isinstance(saver, BaseCheckpointSaver) or read_task_statuses is None:
         return graph.get_state(config)
     saved = saver.get_tuple(config)
-    if serve and isinstance(saver, ServesLatest):
-        saver.serve(config, saved)
     if _written_in(saved):
         return graph.get_state(config)
+    if serve and isinstance(saver, ServesLatest):  # (get_state above would take it, and
+        saver.serve(config, saved)                 # change it as it applies the writes)
     return Latest(graph, config, saved)
 
 

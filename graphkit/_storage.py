@@ -91,10 +91,6 @@ class ThreadedAsyncSaver(BaseCheckpointSaver[Any]):
     async def adelete_thread(self, thread_id: str) -> None:
         await asyncio.to_thread(self.delete_thread, thread_id)
 
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest"
-                     ) -> None:
-        await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))
-
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
