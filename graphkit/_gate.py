@@ -490,10 +490,14 @@ class _Pass:
             if taken is not None:
                 self._apply(record, taken)
                 changed = True
-        # Before any Send leaves this pass: the tools node runs only what a gate cleared.
-        ledger.clear({k: v for k, v in self.cleared.items() if k not in self._written})
-        self._written.update(self.cleared)
         return changed
+
+    def unwritten(self) -> dict[str, Clearance]:
+        """The clearances this pass took that are not in the ledger yet (the gate writes them
+        before any Send leaves the pass: the tools node runs only what a gate cleared)."""
+        new = {k: v for k, v in self.cleared.items() if k not in self._written}
+        self._written.update(new)
+        return new
 
     def _verified(self, row: ApprovalRow, record: ApprovalRecord) -> Taken | None:
         """A decision claimed elsewhere, checked again here; reopened when it fails."""
@@ -705,12 +709,14 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         if moved:
             # the state says the turn moved on (its hook runs, a reader sees a new checkpoint)
             update["turn"] = pointer(plan)
-            if previous is not None:
-                ctx.ledger.save_turn(ctx.thread_id, ctx.path, plan)
         command = _route(plan, answered, update, new_messages, ctx, state, tools)
-        if moved:
+        if moved:  # the plan as it now stands (a new one is recorded already), what the run
+            # waits on and what may run: in one write, before the pass's Sends leave
             done = answered | {m.tool_call_id for m in new_messages if isinstance(m, ToolMessage)}
-            ctx.journal.sync(previous, plan, done)
+            ctx.journal.sync(previous, plan, done, save=previous is not None,
+                             cleared=step.unwritten())
+        elif cleared := step.unwritten():  # pragma: no cover - what a pass clears moves it
+            ctx.ledger.clear(cleared)
         return command
 
     async def aapproval_gate(state: AgentState, config: RunnableConfig

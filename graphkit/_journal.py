@@ -8,11 +8,11 @@ where a LangGraph server's clients cannot write: there is no second copy for a d
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from graphkit._approvals import waiting_records
-from graphkit._ledger import Ledger
+from graphkit._ledger import Clearance, Ledger
 from graphkit._state import TurnPlan
 
 __all__ = ["GateJournal"]
@@ -36,8 +36,11 @@ class GateJournal:
         """The graph's checkpoint namespace: one agent's plans in one thread (a subagent's
         delegation has its own)."""
 
-    def sync(self, old: TurnPlan | None, new: TurnPlan, answered: set[str]) -> None:
-        """Mark what the run waits on after this pass, and unmark what it no longer does."""
+    def sync(self, old: TurnPlan | None, new: TurnPlan, answered: set[str], *,
+             save: bool = False, cleared: Mapping[str, Clearance] | None = None) -> None:
+        """Mark what the run waits on after this pass, and unmark what it no longer does;
+        with `save`, the plan `new` is recorded too, and with `cleared` the approvals the pass
+        lets run, in the same write (`Ledger.record_pass`)."""
         waiting = {r["id"] for r in waiting_records(new, answered) if r["status"] == "pending"}
         marks: dict[str, int] = {}
         done: set[str] = set()
@@ -53,9 +56,14 @@ class GateJournal:
             done |= {c["suspension"]["id"] for c in old["calls"]
                      if c["suspension"] is not None and c["suspension"]["id"] not in marks}
         new_turn = old is None or old["ai_message_id"] != new["ai_message_id"]
-        self.ledger.mark_waiting(self.thread_id, self.agent_path, run_id=self.run_id,
-                                 scope=self.scope, waiting=marks, done=done,
-                                 strays=new_turn and bool(self.agent_path))
+        strays = new_turn and bool(self.agent_path)
+        if save or cleared:
+            self.ledger.record_pass(self.thread_id, self.agent_path, run_id=self.run_id,
+                                    scope=self.scope, waiting=marks, done=done, strays=strays,
+                                    turn=new if save else None, cleared=cleared)
+        else:
+            self.ledger.mark_waiting(self.thread_id, self.agent_path, run_id=self.run_id,
+                                     scope=self.scope, waiting=marks, done=done, strays=strays)
 
     def _schema(self, tool_name: str) -> None:
         """Keep the tool's schemas once per agent and tool, written once per process."""

@@ -92,19 +92,21 @@ class Worker:
                     self._wake.wait(LISTEN_SECONDS if self._listen_url else POLL_SECONDS)
 
     def _resume_one(self, owner: str) -> bool:
-        """Claim the oldest ready run and resume it (False: none is ready)."""
-        claimed = self._ledger.next_ready(owner, self.agent.name)
+        """Claim the oldest ready run, with its thread's lease where that is free, and resume
+        it (False: none is ready)."""
+        claimed = self._ledger.next_ready(owner, self.agent.name, lease=True)
         if claimed is None:
             return False
-        run_id, ready_at, thread_id = claimed
+        run_id, thread = claimed.run_id, claimed.thread_id if claimed.leased else None
         try:
-            self.agent._resume_ready(run_id, thread_id)
+            self.agent._resume_ready(run_id, claimed.thread_id,
+                                     leased_by=owner if claimed.leased else None)
         except Exception as exc:  # one failing run must not stop the worker, nor be lost
             logger.warning("worker: resuming run %s failed (%s: %s); it will be tried "
                            "again", run_id, type(exc).__name__, exc)
-            self._ledger.retry_ready(run_id, owner)
+            self._ledger.retry_ready(run_id, owner, thread_id=thread)
         else:
-            self._ledger.done_ready(run_id, owner, ready_at)
+            self._ledger.done_ready(run_id, owner, claimed.ready_at, thread_id=thread)
             self.resumed += 1
             if self.on_resumed is not None:
                 self.on_resumed(run_id)

@@ -303,17 +303,19 @@ class Agent:
         on_state_change: StateHook | None = None,
         fresh: bool = False,
         new_run: bool = False,
+        leased_by: str | None = None,
     ) -> Prepare:
-        """What a stream does first: take the thread's lease (recording a `new_run` with it),
-        read the latest checkpoint (what it waits on), build the input; the same read serves
-        the graph (`ServesLatest`), which needs no other."""
+        """What a stream does first: take the thread's lease (recording a `new_run` with it;
+        `leased_by`: the owner holding it already), read the latest checkpoint (what it waits
+        on), build the input; the same read serves the graph (`ServesLatest`), which needs no
+        other."""
         run = (run_id, self.name) if new_run else None
         saver = self.graph.checkpointer
 
         def prepare(wait: bool = True) -> Invocation:
             lease = contextlib.ExitStack()
             lease.enter_context(self._storage.ledger.lease(
-                thread_id, wait=WAIT_SECONDS if wait else 0.0, run=run))
+                thread_id, wait=WAIT_SECONDS if wait else 0.0, run=run, held=leased_by))
             if isinstance(saver, ServesLatest):  # what the run did not read goes with the lease
                 lease.callback(saver.unserve, thread_id)
             try:
@@ -334,7 +336,8 @@ class Agent:
         return prepare
 
     def _advance(self, run_id: str, build: Build, on_state_change: StateHook | None = None,
-                 *, claim: Claim | None = None, thread_id: str | None = None) -> AgentStream:
+                 *, claim: Claim | None = None, thread_id: str | None = None,
+                 leased_by: str | None = None) -> AgentStream:
         thread_id = thread_id or self._thread_of(run_id)
         config = self._config(thread_id, run_id)
         if claim is not None:
@@ -342,7 +345,7 @@ class Agent:
             # gate to apply it.
             claim(latest(self.graph, config), self._request(run_id, thread_id))
         prepare = self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
-                                on_state_change=on_state_change)
+                                on_state_change=on_state_change, leased_by=leased_by)
         method = getattr(claim, "method", None)
         return AgentStream(self.graph, prepare, run_id, thread_id, decided_by=method)
 
@@ -706,11 +709,13 @@ class Agent:
         `on_state_change` stopped it."""
         return self._advance(run_id, continue_command, on_state_change).result()
 
-    def _resume_ready(self, run_id: str, thread_id: str) -> GenerateResult:
+    def _resume_ready(self, run_id: str, thread_id: str, *, leased_by: str | None = None
+                      ) -> GenerateResult:
         """`resume` for a worker, which claimed the run (and its thread, from the ledger)
-        from the ready queue: the gates apply what the ledger holds (a call still undecided
-        pauses the run again; the next decision queues it anew)."""
-        return self._advance(run_id, _apply, thread_id=thread_id).result()
+        from the ready queue, and maybe the thread's lease with it (`leased_by`, which then
+        releases it): the gates apply what the ledger holds (a call still undecided pauses
+        the run again; the next decision queues it anew)."""
+        return self._advance(run_id, _apply, thread_id=thread_id, leased_by=leased_by).result()
 
     async def aresume(
         self, *, run_id: str, on_state_change: StateHook | None = None

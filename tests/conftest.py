@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,14 +27,42 @@ def postgres_server() -> Iterator[object]:
         server.stop()
 
 
+_POOLS: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Every psycopg connection pool this process opened (`_track_pools`)."""
+
+
+def _track_pools() -> None:
+    from psycopg_pool import ConnectionPool
+
+    init = ConnectionPool.__init__
+    if getattr(init, "tracked", False):
+        return
+
+    def tracked(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        _POOLS.add(self)
+
+    tracked.tracked = True  # type: ignore[attr-defined]
+    ConnectionPool.__init__ = tracked  # type: ignore[method-assign]
+
+
 @pytest.fixture
-def postgres_url(postgres_server: object, request: pytest.FixtureRequest) -> str:
-    """A fresh database on the session's server, per test."""
+def postgres_url(postgres_server: object, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh database on the session's server, per test. The pools a test opened on it are
+    closed as it ends: one left to the garbage collector joins its threads wherever that runs
+    (a later test's event loop, where the blocking detector reports it)."""
     import re
     import uuid
 
+    _track_pools()
     name = re.sub(r"\W", "_", request.node.name)[:40] + "_" + uuid.uuid4().hex[:6]
-    return str(postgres_server.create_database(name.lower()))  # type: ignore[attr-defined]
+    database = name.lower()
+    yield str(postgres_server.create_database(database))  # type: ignore[attr-defined]
+    for pool in list(_POOLS):
+        conninfo = str(pool.conninfo)
+        if not pool.closed and (conninfo.endswith(f"/{database}")
+                                or f"dbname={database}" in conninfo.split()):
+            pool.close()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

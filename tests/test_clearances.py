@@ -172,8 +172,9 @@ def test_a_cleared_then_reopened_approval_edited_by_the_cfo(sqlite_url: str) -> 
 def test_a_crash_after_the_clear_then_a_stricter_policy_leaves_a_stale_clearance(
         sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """No client write at all: the gate clears the CFO's approval and dies before its
-    checkpoint (here: its store write raises); the agent is redeployed with a policy that no
-    longer admits the CFO, whose decision the gate then withdraws. The CEO edits the payment."""
+    checkpoint (here: right after its ledger write); the agent is redeployed with a policy
+    that no longer admits the CFO, whose decision the gate then withdraws. The CEO edits the
+    payment."""
     from graphkit._journal import GateJournal
 
     agent, ran = agent_with(pay_then_done, checkpointer=sqlite_url, approvers=cfo_for_pay,
@@ -184,6 +185,7 @@ def test_a_crash_after_the_clear_then_a_stricter_policy_leaves_a_stale_clearance
     real_sync = GateJournal.sync
 
     def crash(self: Any, *args: Any, **kwargs: Any) -> None:
+        real_sync(self, *args, **kwargs)
         raise RuntimeError("process died after the gate's clear, before its checkpoint")
 
     monkeypatch.setattr(GateJournal, "sync", crash)
@@ -206,6 +208,35 @@ def test_a_crash_after_the_clear_then_a_stricter_policy_leaves_a_stale_clearance
         agent2.approve_tool_call_generate(run_id=result.run_id, decided_by="ceo", args=EDIT)
     forge_alone(agent2, result.thread_id, task(pay_call(plan), ["billing"], args=EDIT))
     assert ran.ran == [("pay", PAY)]
+
+
+def test_a_pass_that_fails_as_it_writes_clears_nothing_and_plans_nothing(
+        durable_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gate's pass writes its clearance, its plan of the turn and what its run waits on
+    as one (one statement on PostgreSQL, one transaction on SQLite): a pass that fails in the
+    last of them leaves no clearance (which the tools node admits a gated call on) and the
+    plan as it was, and the next resume applies the decision from the start."""
+    from graphkit._ledger import Ledger
+
+    agent, ran = agent_with(pay_then_done, checkpointer=durable_url, name="billing")
+    result = agent.generate("pay")
+    inbox = Inbox(agent._storage)
+    (pending,) = inbox.pending()
+    inbox.approve(pending.id, decided_by="cfo")
+    real_marks = Ledger._marks
+
+    def broken(*args: Any, **kwargs: Any) -> list[Any]:
+        return [*real_marks(*args, **kwargs), ("UPDATE graphkit_no_such_table SET x = 1", ())]
+
+    monkeypatch.setattr(Ledger, "_marks", staticmethod(broken))
+    with pytest.raises(Exception, match="graphkit_no_such_table"):
+        agent.resume(run_id=result.run_id)
+    assert cleared(agent, pending.id) is None
+    assert pay_call(plan_of(agent, result.thread_id))["approval"]["status"] == "pending"
+    assert ran.ran == []
+    monkeypatch.setattr(Ledger, "_marks", staticmethod(real_marks))
+    assert agent.resume(run_id=result.run_id).finish_reason == "stop"
+    assert ran.ran == [("pay", PAY)] and cleared(agent, pending.id) is not None
 
 
 # ------------------------------------------------------------------ suspensions

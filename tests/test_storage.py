@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -777,6 +778,41 @@ def test_a_turns_plan_its_agents_queue_and_what_it_waits_on_are_read_in_one_stat
     assert first == (None, ledger.queue_of("t1", "a"), found[2])
 
 
+def test_writes_run_together_are_all_applied_and_one_row_written_twice_counts_twice(
+        durable_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Sql.write_all` (a gate pass's writes): on PostgreSQL, writes to distinct tables go as
+    one statement; two writes of one table never do (parts of one statement that wrote one
+    row twice would keep only one of the writes). Either way all apply, or none."""
+    from graphkit._storage import open_storage
+
+    sql = open_storage(durable_url).ledger._sql
+    sent: list[str] = []
+    real = type(sql).execute
+
+    def counted(self: Any, statement: str, params: tuple[Any, ...] = ()) -> int:
+        sent.append(statement)
+        return real(self, statement, params)
+
+    bump = ("UPDATE graphkit_meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) "
+            "WHERE key = ?", ("bumps",))
+    sql.execute("INSERT INTO graphkit_meta (key, value) VALUES ('bumps', '0')")
+    monkeypatch.setattr(type(sql), "execute", counted)
+    sql.write_all([bump, bump])  # one row, twice
+    assert sql.query("SELECT value FROM graphkit_meta WHERE key = 'bumps'") == [("2",)]
+    sql.write_all([("INSERT INTO graphkit_cleared (approval_id, run_digest, cleared_at) "
+                    "VALUES (?, ?, 0)", ("apr-1", "d")), bump])
+    assert sql.query("SELECT value FROM graphkit_meta WHERE key = 'bumps'") == [("3",)]
+    assert sql.query("SELECT run_digest FROM graphkit_cleared WHERE approval_id = 'apr-1'"
+                     ) == [("d",)]
+    assert len(sent) == (1 if sql.writes_with else 0)  # the rest ran in transactions
+    with pytest.raises(Exception, match="graphkit_no_such_table"):
+        sql.write_all([bump, ("INSERT INTO graphkit_no_such_table VALUES (1)", ())])
+    assert sql.query("SELECT value FROM graphkit_meta WHERE key = 'bumps'") == [("3",)]
+    pool = getattr(sql, "pool", None)
+    if pool is not None:
+        pool.close()
+
+
 def _close(agent: Any) -> None:
     """Close a PostgreSQL agent's pool now (the garbage collector would join its threads
     wherever it runs: on a later test's event loop, say)."""
@@ -891,3 +927,28 @@ def test_a_served_checkpoint_is_never_older_than_the_database(
     with pytest.raises(GraphkitError, match="nothing to run"):
         agent.generate(None, thread_id="no such thread")
     assert not saver.__dict__.get("_served")
+
+
+@pytest.mark.parametrize("change", ["copy_thread", "prune", "delete_for_runs"])
+def test_a_served_checkpoint_is_dropped_by_every_other_write_of_the_saver(
+        tmp_path: Path, change: str) -> None:
+    """Copying onto the thread, pruning it, deleting runs' checkpoints (which do not say their
+    threads): each drops what was served, before the saver's own method runs (which a saver
+    may not implement)."""
+    from graphkit._latest import ServesLatest
+
+    agent, _ = agent_with([turn(call("pay", {"amount": 1, "payee": {"name": "x"}}, "c1")),
+                           "ok"], checkpointer=f"sqlite:///{tmp_path / 's.db'}")
+    saver: Any = agent.graph.checkpointer
+    assert isinstance(saver, ServesLatest)
+    thread_id = agent.generate("go").thread_id
+    config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    stale = saver.get_tuple(config)._replace(metadata={"stale": True})
+    saver.serve(config, stale)
+    write = {"copy_thread": lambda: saver.copy_thread("another thread", thread_id),
+             "prune": lambda: saver.prune([thread_id], strategy="delete"),
+             "delete_for_runs": lambda: saver.delete_for_runs(["a run"])}[change]
+    with contextlib.suppress(NotImplementedError):
+        write()
+    found = saver.get_tuple(config)
+    assert found is None or found.metadata != {"stale": True}

@@ -12,11 +12,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from graphkit import Inbox
+from graphkit._ledger import RunBusyError
 from graphkit._worker import Worker
 from tests.worker_agent import effects, make
 
@@ -127,6 +130,75 @@ def test_a_dead_workers_claim_lapses_and_another_takes_the_run(tmp_path: Path) -
     assert second is not None and second[0] == "r1"
     ledger.done_ready("r1", "other", second[1])
     assert ledger.next_ready("third", "bank") is None
+
+
+@pytest.fixture
+def queue(durable_url: str) -> Iterator[Any]:
+    """The ledger of a storage on `durable_url` (its PostgreSQL pool closed after the test)."""
+    from graphkit._storage import open_storage
+
+    storage = open_storage(durable_url)
+    yield storage.ledger
+    pool = getattr(storage.ledger._sql, "pool", None)
+    if pool is not None:
+        pool.close()
+
+
+def _ready_run(ledger: Any, run_id: str, thread_id: str) -> None:
+    """One decided run of `bank`, ready for a worker."""
+    from graphkit._ledger import ApprovalRow
+
+    ledger.register(approvals=[ApprovalRow(
+        approval_id=f"a-{run_id}", thread_id=thread_id, kind="approval", call_key=f"k-{run_id}",
+        agent_path=["bank"], tool_name="x", args_digest="d", run_id=run_id)])
+    assert ledger.decide(f"a-{run_id}", thread_id=thread_id, args_digest="d", status="approved",
+                         decision={"type": "approve"}, audits=[], enqueue=True)
+
+
+def _lease_owner(ledger: Any, thread_id: str) -> str | None:
+    rows = ledger._sql.query("SELECT owner FROM graphkit_leases WHERE thread_id = ?",
+                             (thread_id,))
+    return str(rows[0][0]) if rows else None
+
+
+def test_a_workers_claim_takes_the_runs_thread_lease_and_its_done_releases_both(
+        queue: Any) -> None:
+    """One statement on PostgreSQL (one transaction on SQLite) claims the run and its thread;
+    another door cannot take the thread meanwhile; `done_ready` frees both."""
+    from graphkit._owner import new_owner
+
+    ledger = queue
+    _ready_run(ledger, "r1", "t1")
+    worker = new_owner()
+    claimed = ledger.next_ready(worker, "bank", lease=True)
+    assert claimed is not None and claimed.leased and claimed.thread_id == "t1"
+    assert _lease_owner(ledger, "t1") == worker
+    with pytest.raises(RunBusyError), ledger.lease("t1", wait=0.0):
+        pass  # someone else's resume of the thread waits for the worker
+    ledger.done_ready("r1", worker, claimed.ready_at, thread_id="t1")
+    assert _lease_owner(ledger, "t1") is None and not ledger.queued("r1")
+    with ledger.lease("t1", wait=0.0):
+        pass
+
+
+def test_a_workers_claim_leaves_a_thread_another_process_holds(queue: Any) -> None:
+    """The thread is being advanced elsewhere: the claim takes the run but not the lease,
+    and the resume then waits for the lease as any other door does (`Agent._prepare`)."""
+    from graphkit._owner import new_owner
+
+    ledger = queue
+    _ready_run(ledger, "r2", "t2")
+    with ledger.lease("t2") as holder:
+        claimed = ledger.next_ready(new_owner(), "bank", lease=True)
+        assert claimed is not None and claimed.run_id == "r2" and not claimed.leased
+        assert _lease_owner(ledger, "t2") == holder
+        ledger.retry_ready("r2", claimed_by(ledger, "r2"))
+    assert _lease_owner(ledger, "t2") is None
+
+
+def claimed_by(ledger: Any, run_id: str) -> str:
+    rows = ledger._sql.query("SELECT claimed_by FROM graphkit_ready WHERE run_id = ?", (run_id,))
+    return str(rows[0][0])
 
 
 def test_the_worker_cli_refuses_an_agent_on_other_storage(tmp_path: Path) -> None:

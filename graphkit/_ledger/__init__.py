@@ -11,6 +11,7 @@ clock inside the claim itself.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from graphkit._ledger._calls import Executions
@@ -41,8 +42,9 @@ from graphkit._ledger._schema import (
     SERVER_THREAD,
     WAIT_SECONDS,
 )
-from graphkit._ledger._sql import PAGE_SIZE, Postgres, RunBusyError, Sql, Sqlite
+from graphkit._ledger._sql import PAGE_SIZE, Batch, Postgres, RunBusyError, Sql, Sqlite
 from graphkit._ledger._waiting import Waiting, WaitingRow
+from graphkit._state import TurnPlan
 
 __all__ = [
     "DONE",
@@ -81,6 +83,22 @@ class Ledger(Plans, Decisions, Executions, Leases, Messages, Notifications, Wait
                 sql.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         for statement in LATE:
             sql.execute(statement)
+
+    def record_pass(self, thread_id: str, agent_path: Sequence[str], *, run_id: str | None,
+                    scope: str, waiting: Mapping[str, int], done: Iterable[str] = (),
+                    strays: bool = False, turn: TurnPlan | None = None,
+                    cleared: Mapping[str, Clearance] | None = None) -> None:
+        """A gate pass's writes, all or none (one statement on PostgreSQL): what its run now
+        waits on (`mark_waiting`), its plan of the turn as it now stands (`save_turn`), and
+        the approvals it verified and lets run (`clear`), before any of its Sends leaves."""
+        batch = Batch()
+        if cleared:
+            self._clear(batch, cleared)
+        if turn is not None:
+            self._save_turn(batch, thread_id, agent_path, turn)
+        self._sql.write_all([*batch.statements, *self._marks(
+            thread_id, agent_path, run_id=run_id, scope=scope, waiting=waiting, done=done,
+            strays=strays)])
 
     @classmethod
     def sqlite(cls, path: str = ":memory:") -> Ledger:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from graphkit._ledger import _keeper, _schema
 from graphkit._ledger._base import LedgerBase
@@ -22,7 +23,25 @@ from graphkit._ledger._schema import (
 from graphkit._ledger._sql import RunBusyError, Tx
 from graphkit._owner import holder_is_dead, new_owner
 
-__all__ = ["Leases"]
+__all__ = ["Leases", "ReadyRun"]
+
+_TAKE = ("INSERT INTO graphkit_leases (thread_id, owner, expires_at) {source} "
+         "ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, "
+         "expires_at = excluded.expires_at "
+         "WHERE graphkit_leases.expires_at < ? OR graphkit_leases.owner = ?")
+"""Take a thread's lease (thread, owner, expiry from `source`; then now, and the owner) if it
+is free, lapsed, or this owner's already."""
+_RELEASE = "DELETE FROM graphkit_leases WHERE thread_id = ? AND owner = ?"
+
+
+class ReadyRun(NamedTuple):
+    """A run a worker claimed from the ready queue."""
+
+    run_id: str
+    ready_at: float
+    thread_id: str
+    leased: bool
+    """Whether the claim took the run's thread lease too, for the claiming owner."""
 
 
 class Leases(LedgerBase):
@@ -49,21 +68,39 @@ class Leases(LedgerBase):
         if queued and self._sql.notify:
             tx.execute(self._sql.notify)
 
-    def next_ready(self, owner: str, agent: str) -> tuple[str, float, str] | None:
+    def next_ready(self, owner: str, agent: str, *, lease: bool = False) -> ReadyRun | None:
         """Claim the oldest run of `agent` the workers may resume (and whose claim is not
-        held), with the database's own locking; the claim is renewed while held."""
+        held), with the database's own locking; the claim is renewed while held. With `lease`,
+        take the run's thread lease for `owner` too if it is free (`ReadyRun.leased`), in the
+        same statement on PostgreSQL: `done_ready` or `retry_ready` release both."""
         now = self._sql.now
-        rows = self._sql.query(
-            f"UPDATE graphkit_ready SET claimed_by = ?, claimed_until = {now} + ? "
-            "WHERE run_id = (SELECT run_id FROM graphkit_ready WHERE agent = ? AND "
-            f"(claimed_until IS NULL OR claimed_until < {now}) ORDER BY ready_at LIMIT 1"
-            f"{self._sql.skip_locked}) RETURNING run_id, ready_at, thread_id",
-            (owner, _schema.LEASE_SECONDS, agent))
+        claim = (f"UPDATE graphkit_ready SET claimed_by = ?, claimed_until = {now} + ? "
+                 "WHERE run_id = (SELECT run_id FROM graphkit_ready WHERE agent = ? AND "
+                 f"(claimed_until IS NULL OR claimed_until < {now}) ORDER BY ready_at LIMIT 1"
+                 f"{self._sql.skip_locked}) RETURNING run_id, ready_at, thread_id")
+        params: tuple[object, ...] = (owner, _schema.LEASE_SECONDS, agent)
+        moment = time.time()
+        take = (owner, moment + _schema.LEASE_SECONDS, moment, owner)
+        if not lease:
+            rows = [(*r, False) for r in self._sql.query(claim, params)]
+        elif self._sql.writes_with:
+            rows = self._sql.query(
+                f"WITH c AS ({claim}), l AS ({_TAKE.format(source='SELECT thread_id, ?, ? FROM c')}"
+                " RETURNING 1) SELECT run_id, ready_at, thread_id, EXISTS (SELECT 1 FROM l) "
+                "FROM c", (*params, *take))
+        else:
+            with self._sql.transaction() as tx:
+                rows = tx.query(claim, params)
+                if rows:
+                    rows = [(*rows[0], tx.execute(_TAKE.format(source="VALUES (?, ?, ?)"),
+                                                  (rows[0][2], *take)) == 1)]
         if not rows:
             return None
-        run_id, ready_at, thread_id = str(rows[0][0]), float(rows[0][1]), str(rows[0][2])
-        _keeper.KEEPER.hold(self, ("ready", run_id), owner, _schema.LEASE_SECONDS)
-        return run_id, ready_at, thread_id
+        ready = ReadyRun(str(rows[0][0]), float(rows[0][1]), str(rows[0][2]), bool(rows[0][3]))
+        _keeper.KEEPER.hold(self, ("ready", ready.run_id), owner, _schema.LEASE_SECONDS)
+        if ready.leased:
+            _keeper.KEEPER.hold(self, ("thread", ready.thread_id), owner, _schema.LEASE_SECONDS)
+        return ready
 
     def take_ready(self, run_id: str, owner: str) -> float | None:
         """Claim this one run if it is ready and nobody holds it (the inbox mounted in a
@@ -101,19 +138,34 @@ class Leases(LedgerBase):
         return bool(self._sql.query("SELECT 1 FROM graphkit_ready WHERE run_id = ?",
                                     (run_id,)))
 
-    def done_ready(self, run_id: str, owner: str, ready_at: float) -> None:
-        """The run was resumed: forget it, unless it became ready again meanwhile."""
+    def done_ready(self, run_id: str, owner: str, ready_at: float, *,
+                   thread_id: str | None = None) -> None:
+        """The run was resumed: forget it, unless it became ready again meanwhile. With
+        `thread_id`, the thread lease its claim took (`next_ready(lease=True)`) is released
+        too (on PostgreSQL in the same statement)."""
         _keeper.KEEPER.drop(("ready", run_id), owner)
-        if self._sql.execute("DELETE FROM graphkit_ready WHERE run_id = ? AND claimed_by = ? "
-                             "AND ready_at = ?", (run_id, owner, ready_at)) == 1:
+        done = ("DELETE FROM graphkit_ready WHERE run_id = ? AND claimed_by = ? "
+                "AND ready_at = ?")
+        params: tuple[object, ...] = (run_id, owner, ready_at)
+        if thread_id is not None:
+            _keeper.KEEPER.drop(("thread", thread_id), owner)
+            if self._sql.writes_with:
+                done, params = f"WITH l AS ({_RELEASE}) {done}", (thread_id, owner, *params)
+            else:
+                self._release(thread_id, owner)
+        if self._sql.execute(done, params) == 1:
             return
         self._sql.execute("UPDATE graphkit_ready SET claimed_by = NULL, claimed_until = NULL "
                           "WHERE run_id = ? AND claimed_by = ?", (run_id, owner))
 
-    def retry_ready(self, run_id: str, owner: str) -> None:
+    def retry_ready(self, run_id: str, owner: str, *, thread_id: str | None = None) -> None:
         """The resume failed: hand the run back to the queue, to be tried again after a
-        growing pause (a transient failure must not strand it)."""
+        growing pause (a transient failure must not strand it); with `thread_id`, release the
+        thread lease its claim took."""
         _keeper.KEEPER.drop(("ready", run_id), owner)
+        if thread_id is not None:
+            _keeper.KEEPER.drop(("thread", thread_id), owner)
+            self._release(thread_id, owner)
         self._sql.execute(
             "UPDATE graphkit_ready SET claimed_by = NULL, attempts = attempts + 1, "
             f"claimed_until = {self._sql.now} + ? WHERE run_id = ? AND claimed_by = ?",
@@ -134,10 +186,7 @@ class Leases(LedgerBase):
         agent), record the run in the same transaction: a run is known once it holds its
         thread, and one that never got it leaves no record."""
         now = time.time()
-        take = ("INSERT INTO graphkit_leases (thread_id, owner, expires_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, "
-                "expires_at = excluded.expires_at "
-                "WHERE graphkit_leases.expires_at < ? OR graphkit_leases.owner = ?")
+        take = _TAKE.format(source="VALUES (?, ?, ?)")
         params = (thread_id, owner, now + _schema.LEASE_SECONDS, now, owner)
         if run is None:
             return self._sql.execute(take, params) == 1 or self._take_from_dead(thread_id, owner)
@@ -186,14 +235,17 @@ class Leases(LedgerBase):
                                 (time.time() + _schema.LEASE_SECONDS, thread_id, owner))
 
     def _release(self, thread_id: str, owner: str) -> None:
-        self._sql.execute("DELETE FROM graphkit_leases WHERE thread_id = ? AND owner = ?",
-                          (thread_id, owner))
+        self._sql.execute(_RELEASE, (thread_id, owner))
 
     @contextlib.contextmanager
     def lease(self, thread_id: str, *, wait: float = WAIT_SECONDS,
-              run: tuple[str, str] | None = None) -> Iterator[str]:
+              run: tuple[str, str] | None = None, held: str | None = None) -> Iterator[str]:
         """Hold the thread while the body advances it; renewed in the background. `run` (a
-        new run's id and agent) is recorded as the lease is taken."""
+        new run's id and agent) is recorded as the lease is taken. `held`: the owner that
+        holds it already (a worker's claim took it with the run), and releases it."""
+        if held is not None:
+            yield held
+            return
         owner = new_owner()
         deadline = time.monotonic() + wait
         pause = 0.005

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -13,8 +14,8 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
-__all__ = ["PAGE_SIZE", "Postgres", "PostgresTx", "RunBusyError", "Sql", "Sqlite", "SqliteTx", "Tx",
-           "dumps", "iso_now", "loads", "path_text"]
+__all__ = ["PAGE_SIZE", "Batch", "Postgres", "PostgresTx", "RunBusyError", "Sql", "Sqlite",
+           "SqliteTx", "Statement", "Tx", "dumps", "iso_now", "loads", "path_text"]
 
 PAGE_SIZE = 8192
 """Bytes per page of a SQLite file graphkit creates: a checkpoint row of about 2.5 KB left 40%
@@ -32,6 +33,27 @@ class Tx(Protocol):
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]: ...
 
 
+Statement = tuple[str, tuple[Any, ...]]
+
+_WRITES = re.compile(r"\s*(?:INSERT INTO|UPDATE|DELETE FROM)\s+(\w+)")
+
+
+class Batch:
+    """A `Tx` that keeps the writes it is given, for `Sql.write_all` to run together (their
+    row counts are not known until then: what a batch writes is never read back)."""
+
+    def __init__(self) -> None:
+        self.statements: list[Statement] = []
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        self.statements.append((sql, params))
+        return 0
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        msg = "a batch only writes: what it read would not be written yet"
+        raise TypeError(msg)
+
+
 class Sql(Tx, Protocol):
     """The few statements the ledger needs, in one SQL dialect."""
 
@@ -45,6 +67,9 @@ class Sql(Tx, Protocol):
     has_column: str
     """A query's tail (table, column as parameters) that yields a row if the column exists."""
     notify: str | None
+    writes_with: bool
+    """Whether a statement may carry others as data-modifying `WITH` parts (PostgreSQL): two
+    writes in one round trip and one commit, where SQLite runs them one after the other."""
 
     def transaction(self) -> contextlib.AbstractContextManager[Tx]: ...
 
@@ -53,6 +78,26 @@ class Sql(Tx, Protocol):
         """What commits inside is on disk when it returns (`sync` once it committed)."""
         yield
         self.sync()
+
+    def write_all(self, statements: Sequence[Statement]) -> None:
+        """Run writes whose row counts nobody reads, all or none: on PostgreSQL as one
+        statement (each but the last a `WITH` part: one round trip, one commit) where each
+        writes a table of its own (parts of one statement that wrote one row twice would leave
+        either write), else in one transaction."""
+        if len(statements) <= 1:
+            for statement in statements:
+                self.execute(*statement)
+            return
+        tables = [m.group(1) if (m := _WRITES.match(sql)) else None for sql, _ in statements]
+        if self.writes_with and None not in tables and len(set(tables)) == len(tables):
+            *parts, (last, _) = statements
+            sql = "WITH " + ", ".join(f"w{i} AS ({part})" for i, (part, _) in
+                                      enumerate(parts)) + f" {last}"
+            self.execute(sql, tuple(p for _, params in statements for p in params))
+            return
+        with self.transaction() as tx:
+            for statement in statements:
+                tx.execute(*statement)
 
     def sync(self) -> None:
         """Every commit this process made so far is on disk when it returns (SQLite files:
@@ -145,6 +190,7 @@ class Sqlite(Sql):
     first_segment = "substr({c}, 1, instr({c} || '/', '/') - 1)"
     has_column = "1 FROM pragma_table_info(?) WHERE name = ?"
     notify: str | None = None
+    writes_with = False  # in-process: a statement costs no round trip, nor its own sync
 
     def __init__(self, path: str) -> None:
         self.conn = sqlite3.connect(path, check_same_thread=False, timeout=30.0,
@@ -262,6 +308,7 @@ class Postgres(Sql):
                   "AND table_name = ? AND column_name = ?")
     notify: str | None = "SELECT pg_notify('graphkit_ready', '')"
     """Workers LISTEN on this channel; a notification is sent when the transaction commits."""
+    writes_with = True
 
     def __init__(self, pool: Any) -> None:
         self.pool = pool

@@ -13,7 +13,7 @@ from typing import Any
 
 from graphkit._ledger._base import LedgerBase
 from graphkit._ledger._rows import APPROVAL_READ, ApprovalRow, approval_row
-from graphkit._ledger._sql import dumps, loads, path_text
+from graphkit._ledger._sql import Statement, dumps, loads, path_text
 from graphkit._ledger._values import unstowed
 from graphkit.types import ApprovalRecord
 
@@ -43,8 +43,16 @@ class Waiting(LedgerBase):
         this agent marked waiting in this scope (a turn that never reached a checkpoint, or
         one a client replaced) is unmarked: no run waits on it, though it stays pending until
         decided, expired or superseded."""
+        self._sql.write_all(self._marks(thread_id, agent_path, run_id=run_id, scope=scope,
+                                        waiting=waiting, done=done, strays=strays))
+
+    @staticmethod
+    def _marks(thread_id: str, agent_path: Sequence[str], *, run_id: str | None, scope: str,
+               waiting: Mapping[str, int], done: Iterable[str] = (), strays: bool = False
+               ) -> list[Statement]:
+        """The statements of `mark_waiting`."""
         path = path_text(agent_path)
-        statements: list[tuple[str, tuple[Any, ...]]] = []
+        statements: list[Statement] = []
         if strays:
             keep = list(waiting)
             spare = f" AND approval_id NOT IN ({', '.join('?' for _ in keep)})" if keep else ""
@@ -63,12 +71,7 @@ class Waiting(LedgerBase):
             "scope = ? WHERE approval_id = ? AND thread_id = ? AND agent_path = ?",
             (run_id or "", place, scope, approval_id, thread_id, path))
             for approval_id, place in waiting.items())
-        if len(statements) == 1:  # (the common pass: one statement is atomic as it is)
-            self._sql.execute(*statements[0])
-        elif statements:
-            with self._sql.transaction() as tx:
-                for statement in statements:
-                    tx.execute(*statement)
+        return statements
 
     def waiting_rows(self, *, approval_id: str | None = None, thread_id: str | None = None
                      ) -> list[WaitingRow]:
