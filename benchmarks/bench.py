@@ -114,6 +114,28 @@ def round_trips(rounds: int, directory: Path) -> list[Row]:
 
 def _async_sqlite(directory: Path, rounds: int) -> dict[str, dict[str, float]]:
     """LangChain's async SQLite saver is bound to one loop: build both inside it."""
+    return {n: _stats(v[5:]) for n, v in _async_sqlite_samples(directory, rounds + 5).items()}
+
+
+def long_thread(directory: Path, rounds: int = 40) -> Row:
+    """Async approval round trips on SQLite, all on one thread per contestant: the first
+    rounds against the last, so a cost that grows with the thread shows (each round trip of
+    `round_trips` starts a new thread)."""
+    directory.mkdir()
+    samples = _async_sqlite_samples(directory, rounds, thread_id="one-thread")
+    row: Row = {"scenario": f"async approval round trips on one SQLite thread ({rounds})"}
+    for name, values in samples.items():
+        early, late = _stats(values[:5]), _stats(values[-10:])
+        row[name] = {"first_5_median_ms": early["median_ms"],
+                     "last_10_median_ms": late["median_ms"],
+                     "last/first": late["median_ms"] / early["median_ms"]}
+    return row
+
+
+def _async_sqlite_samples(directory: Path, rounds: int, thread_id: str | None = None
+                          ) -> dict[str, list[float]]:
+    """Each contestant's async round trips on SQLite, interleaved, in seconds (on new
+    threads, or each contestant's all on `thread_id`)."""
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
     loop = asyncio.new_event_loop()
@@ -134,23 +156,23 @@ def _async_sqlite(directory: Path, rounds: int) -> dict[str, dict[str, float]]:
                              checkpointer=AsyncSqliteSaver(conn))
         minimal = c.minimal_graph("sqlite", directory,
                                   checkpointer=AsyncSqliteSaver(minimal_conn))
-        return {"graphkit": c.graphkit_async_round(c.graphkit_agent("sqlite", directory)),
-                "langchain": c.langchain_async_round(graph),
-                "minimal": c.minimal_async_round(minimal)}
+        return {"graphkit": c.graphkit_async_round(c.graphkit_agent("sqlite", directory),
+                                                   thread_id),
+                "langchain": c.langchain_async_round(graph, thread_id),
+                "minimal": c.minimal_async_round(minimal, thread_id)}
 
     runs = loop.run_until_complete(build())
     samples: dict[str, list[float]] = {n: [] for n in runs}
-    for index in range(rounds + 5):
+    for index in range(rounds):
         names = list(runs)
         for name in names[index % len(names):] + names[: index % len(names)]:
             start = time.perf_counter()
             loop.run_until_complete(runs[name]())
-            if index >= 5:
-                samples[name].append(time.perf_counter() - start)
+            samples[name].append(time.perf_counter() - start)
     for conn in connections:
         loop.run_until_complete(conn.close())
     loop.close()
-    return {n: _stats(v) for n, v in samples.items()}
+    return samples
 
 
 def storage_growth(directory: Path, checkpoints: tuple[int, ...] = (1, 10, 100)) -> list[Row]:
@@ -321,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         results["round_trips"] = round_trips(rounds, directory)
+        results["long_thread"] = long_thread(directory / "long-thread", 15 if args.quick else 40)
         results["storage_growth"] = storage_growth(
             directory, (1, 10) if args.quick else (1, 10, 100))
         results["parallel_tools"] = parallel_tools(directory)
@@ -345,6 +368,12 @@ def report(results: dict[str, Any]) -> None:
               f"{s['graphkit']['median_ms']:>7.2f} p90 {s['graphkit']['p90_ms']:>5.1f} "
               f"{s['langchain']['median_ms']:>7.2f} p90 {s['langchain']['p90_ms']:>5.1f} "
               f"{mn:>9} {row['graphkit/langchain']:>6.2f} {gm:>6}")
+    if "long_thread" in results:
+        row = results["long_thread"]
+        print(f"\n{row['scenario']}: median of the first 5 -> of the last 10, ms")
+        for name in ("graphkit", "langchain", "minimal"):
+            print(f"  {name:<10} {row[name]['first_5_median_ms']:7.2f} -> "
+                  f"{row[name]['last_10_median_ms']:7.2f} ({row[name]['last/first']:.2f}x)")
     print("\nstorage on one thread (SQLite file after N approval rounds)")
     for row in results["storage_growth"]:
         gk, lc = row["graphkit"], row["langchain"]

@@ -76,9 +76,11 @@ def graphkit_round(agent: Agent, *, approval: bool = True) -> RoundTrip:
     return run
 
 
-def graphkit_async_round(agent: Agent) -> Callable[[], Any]:
+def graphkit_async_round(agent: Agent, thread_id: str | None = None) -> Callable[[], Any]:
+    """Each round on a new thread, or all on `thread_id`."""
+
     async def run() -> None:
-        result = await agent.agenerate("ship 1.4.2")
+        result = await agent.agenerate("ship 1.4.2", thread_id=thread_id)
         result = await agent.aapprove_tool_call_generate(run_id=result.run_id)
         assert result.text == "Deployed."
 
@@ -118,9 +120,9 @@ def langchain_round(graph: Any, *, approval: bool = True) -> RoundTrip:
     return run
 
 
-def langchain_async_round(graph: Any) -> Callable[[], Any]:
+def langchain_async_round(graph: Any, thread_id: str | None = None) -> Callable[[], Any]:
     async def run() -> None:
-        config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+        config = {"configurable": {"thread_id": thread_id or uuid.uuid4().hex}}
         await graph.ainvoke({"messages": [("user", "ship 1.4.2")]}, config)
         out = await graph.ainvoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
         assert out["messages"][-1].text == "Deployed."
@@ -263,9 +265,9 @@ def minimal_round(graph: Any) -> RoundTrip:
     return run
 
 
-def minimal_async_round(graph: Any) -> Callable[[], Any]:
+def minimal_async_round(graph: Any, thread_id: str | None = None) -> Callable[[], Any]:
     async def run() -> None:
-        config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+        config = {"configurable": {"thread_id": thread_id or uuid.uuid4().hex}}
         await graph.ainvoke({"messages": [("user", "ship 1.4.2")]}, config)
         out = await graph.ainvoke(Command(resume=True), config)
         assert out["messages"][-1].text == "Deployed."

@@ -36,6 +36,21 @@ def test_the_async_round_trips_reach_their_answer(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+def test_the_long_thread_rounds_all_run_on_one_thread_each(tmp_path: Path) -> None:
+    """`bench.long_thread`: every round of a contestant reaches its answer on that one thread,
+    whose conversation holds them all."""
+    from langchain_core.messages import HumanMessage
+
+    from benchmarks.bench import _async_sqlite_samples
+
+    samples = _async_sqlite_samples(tmp_path, 3, thread_id="one-thread")
+    assert sorted(samples) == ["graphkit", "langchain", "minimal"]
+    assert all(len(v) == 3 for v in samples.values())
+    agent = c.graphkit_agent("sqlite", tmp_path)
+    state = agent.graph.get_state({"configurable": {"thread_id": "one-thread"}})
+    assert sum(isinstance(m, HumanMessage) for m in state.values["messages"]) == 3
+
+
 def test_the_minimal_parallel_graph_runs_every_call_at_once(tmp_path: Path) -> None:
     def reply(messages: list[BaseMessage]) -> AIMessage:
         if isinstance(messages[-1], ToolMessage):
