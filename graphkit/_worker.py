@@ -87,26 +87,39 @@ class Worker:
     def _loop(self) -> None:
         owner = new_owner()
         while not self._stop.is_set():
-            if not self._resume_one(owner):
+            try:
+                worked = self._resume_one(owner)
+            except Exception:  # the queue's database is away: the worker waits, not dies
+                logger.warning("worker: the ready queue could not be read or updated; "
+                               "trying again", exc_info=True)
+                worked = False
+            if not worked:
                 with self._wake:
                     self._wake.wait(LISTEN_SECONDS if self._listen_url else POLL_SECONDS)
 
     def _resume_one(self, owner: str) -> bool:
         """Claim the oldest ready run, with its thread's lease where that is free, and resume
-        it (False: none is ready)."""
+        it (False: none is ready). Whatever the resume raises, the claim and the lease are
+        given back on the one path out (`finally`): a thread is never left held by a worker
+        that is no longer advancing it."""
         claimed = self._ledger.next_ready(owner, self.agent.name, lease=True)
         if claimed is None:
             return False
         run_id, thread = claimed.run_id, claimed.thread_id if claimed.leased else None
+        resumed = False
         try:
             self.agent._resume_ready(run_id, claimed.thread_id,
                                      leased_by=owner if claimed.leased else None)
+            resumed = True
         except Exception as exc:  # one failing run must not stop the worker, nor be lost
             logger.warning("worker: resuming run %s failed (%s: %s); it will be tried "
                            "again", run_id, type(exc).__name__, exc)
-            self._ledger.retry_ready(run_id, owner, thread_id=thread)
-        else:
-            self._ledger.done_ready(run_id, owner, claimed.ready_at, thread_id=thread)
+        finally:
+            if resumed:
+                self._ledger.done_ready(run_id, owner, claimed.ready_at, thread_id=thread)
+            else:  # (an exception, or whatever else ends this thread: SystemExit, say)
+                self._ledger.retry_ready(run_id, owner, thread_id=thread)
+        if resumed:
             self.resumed += 1
             if self.on_resumed is not None:
                 self.on_resumed(run_id)

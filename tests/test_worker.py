@@ -196,6 +196,68 @@ def test_a_workers_claim_leaves_a_thread_another_process_holds(queue: Any) -> No
     assert _lease_owner(ledger, "t2") is None
 
 
+def test_a_resume_ended_by_what_is_not_an_exception_gives_the_thread_back(
+        durable_url: str) -> None:
+    """A gated tool ends in SystemExit inside a worker (an in-process CLI's `sys.exit`): it
+    ends the worker's thread, but not before the claim and the thread lease its claim took are
+    given back; the keeper renews neither, and the user's next message on the thread runs."""
+    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+    from graphkit import Agent, create_tool
+    from graphkit._ledger import _keeper
+    from graphkit.testing import ScriptedChatModel
+
+    ran: list[str] = []
+
+    @create_tool(needs_approval=True)
+    def deploy(service: str) -> str:
+        """Deploy a service (by a CLI run in-process, which ends in sys.exit)."""
+        ran.append(service)
+        raise SystemExit(0)
+
+    def reply(messages: list[BaseMessage]) -> AIMessage:
+        if isinstance(messages[-1], ToolMessage):
+            return AIMessage("done")
+        return AIMessage("", tool_calls=[{"name": "deploy", "args": {"service": "api"},
+                                          "id": f"call-{time.time_ns()}"}])
+
+    agent = Agent(name="ops", model=ScriptedChatModel(reply), tools=[deploy],
+                  checkpointer=durable_url)
+    first = agent.generate("deploy api")
+    inbox = Inbox(agent._storage)
+    inbox.approve(inbox.pending()[0].id, decided_by="ops-lead")
+    with pytest.raises(SystemExit):
+        Worker(agent)._resume_one("gk-worker-thread")
+    assert ran == ["api"]
+    assert _lease_owner(agent._storage.ledger, first.thread_id) is None
+    assert not [w for w, _ in _keeper.KEEPER._held if w == ("thread", first.thread_id)]
+    later = agent.generate("status?", thread_id=first.thread_id)  # not RunBusyError
+    assert later.run_id != first.run_id and later.thread_id == first.thread_id
+
+
+def test_a_worker_thread_outlives_a_queue_it_cannot_read(
+        sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database is away for a moment (the claim raises): the worker's thread logs it and
+    looks again, instead of ending and leaving the worker with nothing resuming."""
+    from graphkit import Agent
+    from graphkit.testing import ScriptedChatModel
+
+    worker = Worker(Agent(name="ops", model=ScriptedChatModel(["hi"]), checkpointer=sqlite_url))
+    calls: list[int] = []
+
+    def flaky(owner: str) -> bool:
+        calls.append(1)
+        if len(calls) >= 3:
+            worker.stop()
+        raise OSError("connection lost")
+
+    monkeypatch.setattr(worker, "_resume_one", flaky)
+    runner = threading.Thread(target=worker._loop, daemon=True)
+    runner.start()
+    runner.join(timeout=10)
+    assert not runner.is_alive() and len(calls) == 3
+
+
 def claimed_by(ledger: Any, run_id: str) -> str:
     rows = ledger._sql.query("SELECT claimed_by FROM graphkit_ready WHERE run_id = ?", (run_id,))
     return str(rows[0][0])
