@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
-from langchain_core.messages import BaseMessage, ToolMessage, messages_to_dict
+from langchain_core.messages import BaseMessage, messages_to_dict
 from langchain_core.tools import BaseTool
 from langgraph.types import Command
 
 from graphkit._approvals import last_turn_plan
-from graphkit._context import last_ai
 from graphkit._events import pending_from_interrupts
-from graphkit._gate import BY_NEW_MESSAGE, supersede_unanswered
+from graphkit._gate import BY_NEW_MESSAGE
 from graphkit._latest import Paused, options_of
 from graphkit._ledger import ApprovalRow, Ledger
 from graphkit._review import (
@@ -234,18 +233,6 @@ def continue_command(snapshot: Paused, req: Request) -> Any:
     return apply_command(snapshot)  # None: continue a run stopped by on_state_change
 
 
-def _abandoned(snapshot: Paused, req: Request) -> list[ToolMessage]:
-    """A run stopped mid-turn (`on_state_change`, a crash) with calls of the model's last turn
-    unanswered: a new message supersedes them, and the model is told so right after its turn
-    (the model node does the same for input that does not come through this API)."""
-    ai = last_ai(snapshot.values.get("messages") or [])
-    if ai is None or not ai.tool_calls:
-        return []
-    return supersede_unanswered(str(ai.id or ""), list(snapshot.values.get("messages") or []),
-                                req.ledger, thread_id=req.thread_id, agent_path=req.agent_path,
-                                run_id=req.run_id)
-
-
 def _plan(snapshot: Paused, req: Request) -> Mapping[str, Any] | None:
     """The ledger's plan of the thread's last turn."""
     return last_turn_plan(req.ledger, req.thread_id, req.agent_path,
@@ -259,8 +246,6 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
     if not messages and not snapshot.values:
         msg = "nothing to run: pass a message to start a new thread"
         raise GraphkitError(msg)
-    if not found and messages and req is not None:
-        messages = [*_abandoned(snapshot, req), *messages]
     if not (found and messages):
         return {"messages": messages, "options": options} if messages else None
     # A message never approves anything, whatever it says: what waits is declined as
