@@ -31,6 +31,7 @@ _TAKE = ("INSERT INTO graphkit_leases (thread_id, owner, expires_at) {source} "
          "WHERE graphkit_leases.expires_at < ? OR graphkit_leases.owner = ?")
 """Take a thread's lease (thread, owner, expiry from `source`; then now, and the owner) if it
 is free, lapsed, or this owner's already."""
+_TAKE_ONE = _TAKE.format(source="VALUES (?, ?, ?)")
 _RELEASE = "DELETE FROM graphkit_leases WHERE thread_id = ? AND owner = ?"
 
 
@@ -92,8 +93,7 @@ class Leases(LedgerBase):
             with self._sql.transaction() as tx:
                 rows = tx.query(claim, params)
                 if rows:
-                    rows = [(*rows[0], tx.execute(_TAKE.format(source="VALUES (?, ?, ?)"),
-                                                  (rows[0][2], *take)) == 1)]
+                    rows = [(*rows[0], tx.execute(_TAKE_ONE, (rows[0][2], *take)) == 1)]
         if not rows:
             return None
         ready = ReadyRun(str(rows[0][0]), float(rows[0][1]), str(rows[0][2]), bool(rows[0][3]))
@@ -186,7 +186,7 @@ class Leases(LedgerBase):
         agent), record the run in the same transaction: a run is known once it holds its
         thread, and one that never got it leaves no record."""
         now = time.time()
-        take = _TAKE.format(source="VALUES (?, ?, ?)")
+        take = _TAKE_ONE
         params = (thread_id, owner, now + _schema.LEASE_SECONDS, now, owner)
         if run is None:
             return self._sql.execute(take, params) == 1 or self._take_from_dead(thread_id, owner)
