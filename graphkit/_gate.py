@@ -862,10 +862,8 @@ def _route(
     elif waiting_records(plan, answered):
         goto = "approval_gate"  # checkpoint the answers, then pause on the next pass
     else:
-        queued = _to_deliver(plan, state, ctx)
-        if queued:
-            new_messages.extend(queued)
-            ctx.dequeue(str(m.id) for m in queued)
+        # (kept queued until a checkpoint holds them: the model node forgets them then)
+        new_messages.extend(_to_deliver(plan, state, ctx))
         goto = "model"
     if new_messages:
         update["messages"] = new_messages

@@ -37,6 +37,11 @@ from langgraph.constants import TAG_NOSTREAM
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
+try:
+    from langgraph._internal._constants import CONFIG_KEY_DURABILITY
+except ImportError:  # pragma: no cover - a LangGraph without it: no run is known durable
+    CONFIG_KEY_DURABILITY = ""
+
 from graphkit._approvals import Extractor, last_turn_key
 from graphkit._context import PATH_KEY, thread_id_of
 from graphkit._gate import (
@@ -242,6 +247,21 @@ def _stopped_turn(messages: list[AnyMessage], ctx: GateContext
     return [*messages[:later], *answers, *newer], writes
 
 
+def _in_a_checkpoint(state: AgentState, queue: Sequence[tuple[str, dict[str, Any]]],
+                     config: RunnableConfig) -> list[str]:
+    """The queued messages that the conversation holds in a durable checkpoint, which the
+    queue may forget. A message appended to the conversation stays queued until then: a crash
+    before the checkpoint that appends it is written must find it queued still. Only a run
+    with "sync" durability knows that the state a node reads is written; under LangGraph's
+    "async" and "exit" the queue keeps it until such a run (the gate and `left_queued` never
+    append a message the conversation has)."""
+    if not queue or (config.get("configurable") or {}).get(CONFIG_KEY_DURABILITY) != "sync":
+        return []
+    present = {m.id for m in state.get("messages") or []}
+    return [str(m["data"]["id"]) for _, m in queue
+            if (m.get("data") or {}).get("id") in present]
+
+
 def _left_to_the_gate(plan: TurnPlan | None, messages: list[AnyMessage]) -> bool:
     """The conversation ends with a planned turn some of whose calls have no result, and no
     user message came after it: the gate still has to run, answer or ask about them."""
@@ -331,9 +351,10 @@ def make_model_node(
             return [], False, [], back
         supersede_abandoned(messages, ctx)
         messages, moved = _stopped_turn(messages, ctx)
+        delivered = _in_a_checkpoint(state, ctx.queue(), config)
         messages, unqueued = left_queued(messages, ctx.queue())
-        if unqueued:
-            ctx.dequeue(str(m.id) for m in unqueued if isinstance(m, HumanMessage))
+        if delivered:
+            ctx.dequeue(delivered)
         moved = [*moved, *unqueued]
         return [*system, *messages], model_steps(messages) >= limit, [*forged, *moved], None
 

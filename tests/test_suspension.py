@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +24,8 @@ from graphkit import (
 )
 from graphkit.testing import ScriptedChatModel
 from tests.helpers import Ledger, call, turn
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class Ask(BaseModel):
@@ -425,6 +431,58 @@ def test_graph_input_queued_but_not_read_is_kept_when_the_api_moves_on(sqlite_ur
     kinds = [type(m).__name__ for m in final.messages]
     assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "HumanMessage",
                      "HumanMessage", "AIMessage"]
+
+
+_DIES_DELIVERING = """
+import os, sys
+from langchain_core.messages import HumanMessage
+import graphkit._latest as latest
+from tests.test_suspension import say, weather_agent
+
+db, door, thread_file = sys.argv[1:4]
+agent = weather_agent([], auto_resume_suspended_tools=True, checkpointer=db)
+first = agent.generate("weather?")
+with open(thread_file, "w") as f:
+    f.write(first.thread_id)
+put_writes = latest.ServesLatest.put_writes
+
+def dies(self, config, writes, task_id, task_path=""):
+    said = [m for c, v in writes if c == "messages"
+            for m in (v if isinstance(v, list) else [v]) if isinstance(m, HumanMessage)]
+    if said and "approval_gate" in str(task_path):
+        os._exit(17)  # the process dies before the gate's delivery is in any checkpoint
+    return put_writes(self, config, writes, task_id, task_path)
+
+latest.ServesLatest.put_writes = dies
+if door == "api":
+    agent.generate("Paris", thread_id=first.thread_id)
+else:
+    say(agent, first.thread_id, "Paris")
+"""
+
+
+@pytest.mark.parametrize("door", ["api", "graph"])
+def test_a_queued_reply_survives_a_crash_as_the_gate_delivers_it(door: str, tmp_path: Path
+                                                                  ) -> None:
+    """'Paris' answers the suspended weather call and waits in the ledger's queue until the
+    turn has its answers; the process dies as the gate appends it, before any checkpoint holds
+    it. The queue must still hold it: the run continued in another process delivers it once,
+    and the weather call, which ran, does not run again."""
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    thread_file = tmp_path / "thread"
+    child = subprocess.run([sys.executable, "-c", _DIES_DELIVERING, db, door, str(thread_file)],
+                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == 17, child.stderr
+    thread_id = thread_file.read_text()
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True, checkpointer=db)
+    out = agent.graph.invoke(None, {"configurable": {"thread_id": thread_id}})
+    assert [m.text for m in out["messages"]] == [
+        "weather?", "", "Paris: sunny, +72F", "Paris", "The weather in Paris: sunny, +72F"]
+    assert log == []
+    agent.generate("thanks", thread_id=thread_id)  # a run that writes each step before the next
+    assert agent._storage.ledger.queue_of(thread_id, "wx") == []  # delivered: forgotten
 
 
 def weather_and_pay_agent(log: list[str], ledger: Ledger) -> Agent:
