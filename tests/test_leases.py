@@ -512,3 +512,86 @@ def test_a_run_is_recorded_with_its_first_lease_and_only_then(tmp_path: Path) ->
     with taken.lease("t2", run=("run-3", "someone else")):
         pass
     assert taken.run("run-3") == ("t2", "billing")  # a run id is recorded once, never moved
+
+
+STALLING_RUN = """\
+import sys, time
+import graphkit._ledger._schema as schema
+
+schema.LEASE_SECONDS = float(sys.argv[3])
+from langchain_core.messages import AIMessage, ToolMessage
+from graphkit import Agent, create_tool
+from graphkit.testing import ScriptedChatModel
+
+db, marks, flavour = sys.argv[1], sys.argv[2], sys.argv[4]
+
+def note(what):
+    with open(marks, "a") as f:
+        f.write(what + "\\n")
+
+def reply(messages):
+    note("model")
+    if isinstance(messages[-1], ToolMessage):
+        return AIMessage("done")
+    return AIMessage("", tool_calls=[{"name": "step", "args": {}, "id": "s1"}])
+
+def step() -> str:
+    \"\"\"One step.\"\"\"
+    note("tool")
+    print("in the tool", flush=True)
+    time.sleep(1.0)  # stopped (SIGSTOP) in here
+    return "stepped"
+
+agent = Agent(name="a", model=ScriptedChatModel(reply), tools=[create_tool(step, name="step")],
+              checkpointer=db)
+try:
+    if flavour == "async":
+        import asyncio
+        asyncio.run(agent.agenerate("go"))
+    else:
+        agent.generate("go")
+except Exception as error:
+    note(f"{type(error).__name__}: {error}")
+    sys.exit(3)
+note("finished")
+"""
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_run_whose_lease_was_taken_over_while_it_stalled_stops_before_its_next_step(
+        tmp_path: Path, flavour: str) -> None:
+    """A process stalls (SIGSTOP: a paused VM, a swap storm) in a tool for longer than its
+    thread lease; another process takes the lease over and may advance the thread. When the
+    stalled process wakes, its run must not go on beside the new holder (a model turn of its
+    own, its own checkpoints): it stops before its next step with RunBusyError."""
+    db = tmp_path / "runs.db"
+    marks = tmp_path / "marks"
+    (tmp_path / "run.py").write_text(STALLING_RUN)
+    lease_seconds = 1.0
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "run.py"), f"sqlite:///{db}",
+                             str(marks), str(lease_seconds), flavour], cwd=ROOT, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "in the tool", proc.communicate()
+        os.kill(proc.pid, signal.SIGSTOP)
+        conn = sqlite3.connect(db)
+        try:
+            ((thread_id, stalled),) = conn.execute(
+                "SELECT thread_id, owner FROM graphkit_leases").fetchall()
+        finally:
+            conn.close()
+        with Ledger.sqlite(str(db)).lease(thread_id, wait=lease_seconds + 5) as mine:
+            assert mine != stalled  # taken over once it expired: its holder did not renew
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+        _, err = proc.communicate()
+    said = marks.read_text().splitlines()
+    assert said[:2] == ["model", "tool"], err
+    assert len(said) == 3 and said[2].startswith("RunBusyError: "), (said, err)
+    assert "lapsed" in said[2]
+    assert proc.returncode == 3

@@ -155,7 +155,7 @@ class LedgerBase:
         raise NotImplementedError
 
     # implemented by `Leases`
-    def _renew(self, thread_id: str, owner: str) -> None:
+    def _renew(self, thread_id: str, owner: str) -> bool:
         raise NotImplementedError
 
     def _renew_ready(self, run_id: str, owner: str) -> None:

@@ -228,11 +228,13 @@ class Leases(LedgerBase):
             (owner, time.time() + _schema.LEASE_SECONDS, thread_id, rows[0][0]))
         return taken == 1
 
-    def _renew(self, thread_id: str, owner: str) -> None:
-        """Extend a lease this owner still holds; never bring back one it released."""
-        self._sql.execute_apart("UPDATE graphkit_leases SET expires_at = ? "
-                                "WHERE thread_id = ? AND owner = ?",
-                                (time.time() + _schema.LEASE_SECONDS, thread_id, owner))
+    def _renew(self, thread_id: str, owner: str) -> bool:
+        """Extend a lease this owner still holds; never bring back one it released or another
+        process took over (False)."""
+        renewed = self._sql.execute_apart(
+            "UPDATE graphkit_leases SET expires_at = ? WHERE thread_id = ? AND owner = ?",
+            (time.time() + _schema.LEASE_SECONDS, thread_id, owner))
+        return renewed == 1
 
     def _release(self, thread_id: str, owner: str) -> None:
         self._sql.execute(_RELEASE, (thread_id, owner))
