@@ -31,7 +31,7 @@ from graphkit._approvals import (
 )
 from graphkit._context import agent_path_of, delegation_of, emit, last_ai, thread_id_of
 from graphkit._journal import GateJournal
-from graphkit._ledger import ApprovalRow, Clearance, Ledger, PendingTurn
+from graphkit._ledger import ApprovalRow, Clearance, Ledger, PendingTurn, queued_id
 from graphkit._limits import check_value
 from graphkit._offload import offload
 from graphkit._owner import holder_is_dead
@@ -875,7 +875,7 @@ def _to_deliver(plan: TurnPlan, state: AgentState, ctx: GateContext) -> list[Bas
     came; user messages only, each once, none the conversation has already."""
     present = {m.id for m in state.get("messages") or []}
     kept = [m for ai_id, m in ctx.queue()
-            if ai_id == plan["ai_message_id"]]
+            if ai_id == plan["ai_message_id"] and queued_id(m) not in present]
     delivered: list[BaseMessage] = []
     for entry in kept:
         try:

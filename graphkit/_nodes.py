@@ -52,7 +52,7 @@ from graphkit._gate import (
     supersede_abandoned,
     supersede_unanswered,
 )
-from graphkit._ledger import DONE, ApprovalRow, CallRow, Ledger
+from graphkit._ledger import DONE, ApprovalRow, CallRow, Ledger, queued_id
 from graphkit._limits import check_value
 from graphkit._offload import offload
 from graphkit._owner import holder_is_dead, new_owner
@@ -258,8 +258,8 @@ def _in_a_checkpoint(state: AgentState, queue: Sequence[tuple[str, dict[str, Any
     if not queue or (config.get("configurable") or {}).get(CONFIG_KEY_DURABILITY) != "sync":
         return []
     present = {m.id for m in state.get("messages") or []}
-    return [str(m["data"]["id"]) for _, m in queue
-            if (m.get("data") or {}).get("id") in present]
+    return [found for _, entry in queue
+            if (found := queued_id(entry)) is not None and found in present]
 
 
 def _left_to_the_gate(plan: TurnPlan | None, messages: list[AnyMessage]) -> bool:

@@ -32,14 +32,14 @@ from langchain_core.runnables import RunnableConfig
 from graphkit._approvals import Extractor, parsed_messages
 from graphkit._gate import BY_NEW_MESSAGE, GateContext, Planner
 from graphkit._input import brought_by_this_run
-from graphkit._ledger import ApprovalRow
+from graphkit._ledger import ApprovalRow, queued_id
 from graphkit._review import auto_resume, identity_of, supersede
 from graphkit._state import CallPlan, TurnPlan
 from graphkit.errors import GraphkitError
 from graphkit.tools import GraphkitTool
 
-__all__ = ["Reply", "answer_reply", "left_queued", "reply_to_suspension", "turn_settled",
-           "turn_span"]
+__all__ = ["Reply", "answer_reply", "left_queued", "reply_to_suspension",
+           "turn_settled", "turn_span"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +139,11 @@ def left_queued(messages: list[AnyMessage], kept: Sequence[tuple[str, dict[str, 
     ledger's queue ((turn's AI message id, serialised message)); only user messages, each as
     it parses, are taken. A turn not yet settled is still the gate's: it appends its own
     when it settles. Returns the conversation and the writes."""
+    present = {m.id for m in messages}
     by_turn: dict[str, list[dict[str, Any]]] = {}
-    for ai_id, message in kept:
-        by_turn.setdefault(ai_id, []).append(message)
+    for ai_id, message in kept:  # (one the conversation has costs no parse, no turn lookup)
+        if queued_id(message) not in present:
+            by_turn.setdefault(ai_id, []).append(message)
     result = list(messages)
     first: int | None = None
     for ai_id, entries in by_turn.items():

@@ -485,6 +485,36 @@ def test_a_queued_reply_survives_a_crash_as_the_gate_delivers_it(door: str, tmp_
     assert agent._storage.ledger.queue_of(thread_id, "wx") == []  # delivered: forgotten
 
 
+def test_a_reply_delivered_under_async_durability_stays_queued_and_is_never_parsed_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Graph input runs under LangGraph's default durability ("async"): the step that appends
+    a queued reply may still be unwritten when the next one reads its input, so the entry
+    stays queued (a run with "sync" durability forgets it). Kept, it costs the passes that
+    read the queue no parse: the conversation already has it."""
+    from graphkit import _approvals
+
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True)
+    first = agent.generate("weather?")
+    say(agent, first.thread_id, "Paris")
+    assert len(agent._storage.ledger.queue_of(first.thread_id, "wx")) == 1
+    parsed: list[str] = []
+    real = _approvals.parsed_messages
+
+    def counted(data: Any, *, what: str) -> Any:
+        parsed.append(what)
+        return real(data, what=what)
+
+    for module in ("graphkit._reply", "graphkit._gate"):
+        monkeypatch.setattr(f"{module}.parsed_messages", counted)
+    out = say(agent, first.thread_id, "thanks")
+    assert "a queued message" not in parsed
+    said = [m.text for m in out["messages"] if isinstance(m, HumanMessage)]
+    assert said == ["weather?", "Paris", "thanks"]
+    agent.generate("bye", thread_id=first.thread_id)  # "sync": the entry is forgotten
+    assert agent._storage.ledger.queue_of(first.thread_id, "wx") == []
+
+
 def weather_and_pay_agent(log: list[str], ledger: Ledger) -> Agent:
     """An auto-resuming agent whose one turn suspends for a city (w1) beside a payment that
     needs approval (p1)."""

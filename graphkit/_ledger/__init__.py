@@ -17,7 +17,7 @@ from typing import Any
 from graphkit._ledger._calls import Executions
 from graphkit._ledger._decisions import Decisions
 from graphkit._ledger._leases import Leases
-from graphkit._ledger._messages import Messages
+from graphkit._ledger._messages import Messages, queued_id
 from graphkit._ledger._outbox import Notifications
 from graphkit._ledger._plans import Plans
 from graphkit._ledger._rows import (
@@ -66,6 +66,7 @@ __all__ = [
     "RunBusyError",
     "Start",
     "WaitingRow",
+    "queued_id",
 ]
 
 

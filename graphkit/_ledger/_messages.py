@@ -8,12 +8,20 @@ from typing import Any
 from graphkit._ledger._base import LedgerBase
 from graphkit._ledger._sql import dumps, loads
 
-__all__ = ["Messages", "queued"]
+__all__ = ["Messages", "queued", "queued_id"]
 
 
 def queued(rows: Iterable[Sequence[Any]]) -> list[tuple[str, dict[str, Any]]]:
     """Queue rows (AI message id, stored message) as the ledger hands them out."""
     return [(str(r[0]), loads(r[1]) or {}) for r in rows]
+
+
+def queued_id(entry: Any) -> str | None:
+    """The id of the message a queue entry (a serialised message) holds, read without parsing
+    it; None for an entry not of that shape."""
+    data = entry.get("data") if isinstance(entry, Mapping) else None
+    found = data.get("id") if isinstance(data, Mapping) else None
+    return found if isinstance(found, str) else None
 
 
 class Messages(LedgerBase):
