@@ -10,8 +10,14 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_store, get_stream_writer
 from langgraph.store.base import BaseStore
 
-__all__ = ["DELEGATION_KEY", "EVENT_KEY", "PATH_KEY", "agent_path_of", "delegation_of", "emit",
-           "last_ai", "store", "thread_id_of"]
+try:
+    from langgraph._internal._constants import CONFIG_KEY_DURABILITY
+except ImportError:  # pragma: no cover - a LangGraph without it: no run is known durable
+    CONFIG_KEY_DURABILITY = ""
+
+__all__ = ["DELEGATION_KEY", "EVENT_KEY", "LEASE_KEY", "PATH_KEY", "agent_path_of",
+           "delegation_of", "emit", "last_ai", "lease_of", "steps_durable", "store",
+           "thread_id_of"]
 
 PATH_KEY = "graphkit_agent_path"
 """Key of `config["configurable"]` holding the agent path of an enclosing supervisor."""
@@ -20,6 +26,10 @@ DELEGATION_KEY = "graphkit_delegation"
 it works for (its turns are planned under it: parallel delegations never share a plan)."""
 EVENT_KEY = "graphkit_event"
 """Key marking graphkit's custom stream events (telemetry) among other custom events."""
+LEASE_KEY = "__graphkit_lease"
+"""Key of `config["configurable"]` holding the owner token of the thread lease the run holds
+(graphkit's doors set it; LangGraph keeps keys starting with "__" out of checkpoint metadata).
+A client that sets it only names a lease this process does not hold: nothing is checked."""
 
 
 def agent_path_of(config: RunnableConfig, name: str) -> list[str]:
@@ -37,6 +47,20 @@ def delegation_of(config: RunnableConfig) -> str:
 
 def thread_id_of(config: RunnableConfig) -> str:
     return str((config.get("configurable") or {}).get("thread_id") or "")
+
+
+def lease_of(config: RunnableConfig) -> str | None:
+    """The owner token of the thread lease the run holds, None for a run without one (a
+    LangGraph server's: its own queue orders a thread's runs)."""
+    owner = (config.get("configurable") or {}).get(LEASE_KEY)
+    return owner if isinstance(owner, str) else None
+
+
+def steps_durable(config: RunnableConfig) -> bool:
+    """Whether the run writes each step's checkpoint before the next step starts (LangGraph's
+    "sync" durability, graphkit's own runs): the state a node reads is then on disk. Under
+    "async" and "exit" (LangGraph's defaults for `invoke` and for its server) it may not be."""
+    return (config.get("configurable") or {}).get(CONFIG_KEY_DURABILITY) == "sync"
 
 
 def last_ai(messages: Sequence[AnyMessage]) -> AIMessage | None:

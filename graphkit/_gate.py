@@ -29,7 +29,14 @@ from graphkit._approvals import (
     telemetry,
     waiting_records,
 )
-from graphkit._context import agent_path_of, delegation_of, emit, last_ai, thread_id_of
+from graphkit._context import (
+    agent_path_of,
+    delegation_of,
+    emit,
+    last_ai,
+    steps_durable,
+    thread_id_of,
+)
 from graphkit._journal import GateJournal
 from graphkit._ledger import ApprovalRow, Clearance, Ledger, PendingTurn, queued_id
 from graphkit._limits import check_value
@@ -124,6 +131,8 @@ class GateContext:
     ledger: Ledger
     scope: str = ""
     """For a subagent, the supervisor's call it works for (`turn_key`'s scope)."""
+    durable_steps: bool = False
+    """Whether the run writes each step's checkpoint before the next (`steps_durable`)."""
     _queue: list[list[tuple[str, dict[str, Any]]]] = field(
         default_factory=list, init=False, repr=False, compare=False)
     """The agent's message queue as this pass last read it (empty: not read since it changed)."""
@@ -228,7 +237,8 @@ class Planner:
                               agent_path=path)
         return GateContext(path=path, thread_id=thread_id,
                            run_id=journal.run_id, journal=journal, ledger=self.ledger,
-                           scope=delegation_of(config) if self.nested else "")
+                           scope=delegation_of(config) if self.nested else "",
+                           durable_steps=steps_durable(config))
 
     def plan(self, ai: AIMessage, state: AgentState, ctx: GateContext, *,
              stored: AIMessage | None = None) -> tuple[TurnPlan, list[ToolMessage], AIMessage]:
@@ -862,8 +872,12 @@ def _route(
     elif waiting_records(plan, answered):
         goto = "approval_gate"  # checkpoint the answers, then pause on the next pass
     else:
-        # (kept queued until a checkpoint holds them: the model node forgets them then)
-        new_messages.extend(_to_deliver(plan, state, ctx))
+        queued = _to_deliver(plan, state, ctx)
+        new_messages.extend(queued)
+        if queued and not ctx.durable_steps:
+            ctx.dequeue(str(m.id) for m in queued)
+        # else they stay queued until a checkpoint holds them: the model node forgets them
+        # then (a crash before this step's checkpoint is written must find them queued)
         goto = "model"
     if new_messages:
         update["messages"] = new_messages

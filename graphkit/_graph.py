@@ -15,13 +15,11 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 
 from graphkit._autoresume import make_extractor
-from graphkit._context import thread_id_of
+from graphkit._fence import fenced_node
 from graphkit._gate import Planner, make_gate_node
 from graphkit._input import note_input
-from graphkit._ledger import Ledger, RunBusyError
-from graphkit._ledger._keeper import KEEPER
+from graphkit._ledger import Ledger
 from graphkit._nodes import make_model_node, make_tools_nodes
-from graphkit._offload import offload
 from graphkit._settings import GateSettings
 from graphkit._state import AgentState, InputState, well_typed_state, well_typed_task
 from graphkit._supervisor import delegation_tool, make_delegate_nodes
@@ -31,19 +29,19 @@ __all__ = ["RESERVED_NODES", "Subagent", "build_graph"]
 
 def _node(func: Callable[..., Any], afunc: Callable[..., Any], name: str,
           accepts: Callable[[Any], bool] | None = well_typed_state, *,
-          ledger: Ledger | None = None) -> Runnable[Any, Any]:
+          fenced: bool = True) -> Runnable[Any, Any]:
     """A node with a sync and an async body, as LangGraph wraps its own nodes (no extra
     tracing run per call); LangChain's `RunnableLambda` where that class is not available.
 
     Its input is checked first: a `Send` carries any payload a client chose to its node, and
     a node that read a value not of its shape would fail with an untyped error, on every
-    later step of the thread. Such an input does nothing. With `ledger`, a run whose thread
-    lease this process lost stops before the node (`_fenced`)."""
+    later step of the thread. Such an input does nothing. A run whose thread lease another
+    process took over stops before the node (`graphkit._fence`)."""
 
     if accepts is not None:
         func, afunc = _guarded(func, afunc, accepts)
-    if ledger is not None:
-        func, afunc = _fenced(func, afunc, ledger)
+    if fenced:
+        func, afunc = fenced_node(func, afunc)
     # else the node checks its input itself (and LangGraph still finds its subgraph)
     try:
         from langgraph._internal._runnable import RunnableCallable
@@ -61,33 +59,6 @@ def _guarded(func: Callable[..., Any], afunc: Callable[..., Any], accepts: Calla
         return await afunc(value, config) if accepts(value) else Command()
 
     return guarded, aguarded
-
-
-def _fenced(func: Callable[..., Any], afunc: Callable[..., Any], ledger: Ledger
-            ) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """The node stops the run (`RunBusyError`) where this process held the thread's lease and
-    another process took it over (`LeaseKeeper.lapsed`): the two would otherwise advance the
-    thread side by side, each writing its own checkpoints."""
-
-    def stop(thread_id: str) -> None:
-        msg = (f"thread {thread_id!r}: this process's lease on it lapsed and another process "
-               "took it over; the run stopped before its next step")
-        raise RunBusyError(msg)
-
-    def fenced(value: Any, config: RunnableConfig) -> Any:
-        thread_id = thread_id_of(config)
-        if KEEPER.lapsed(ledger, thread_id):
-            stop(thread_id)
-        return func(value, config)
-
-    async def afenced(value: Any, config: RunnableConfig) -> Any:
-        thread_id = thread_id_of(config)
-        if (await offload(KEEPER.lapsed, ledger, thread_id) if KEEPER.late(ledger, thread_id)
-                else KEEPER.lapsed(ledger, thread_id)):
-            stop(thread_id)
-        return await afunc(value, config)
-
-    return fenced, afenced
 
 
 RESERVED_NODES = frozenset({"model", "approval_gate", "tools", "__start__", "__end__"})
@@ -143,12 +114,12 @@ def build_graph(
     builder = StateGraph(AgentState, input_schema=InputState)
     builder.add_node(
         "model",
-        _node(call_model, acall_model, "model", ledger=ledger),
+        _node(call_model, acall_model, "model"),
         destinations=("approval_gate", "tools", *subagents, "__end__"),
     )
     builder.add_node(
         "approval_gate",
-        _node(*make_gate_node(planner, extract), "approval_gate", ledger=ledger),
+        _node(*make_gate_node(planner, extract), "approval_gate"),
         destinations=("tools", "model", "approval_gate", *subagents),
     )
     # The tools and delegation nodes are reached by `Send` only, whose payload (a `ToolTask`)
@@ -156,12 +127,12 @@ def build_graph(
     # graph as channels that every step of every run carries.
     builder.add_node(
         "tools",
-        _node(run_tool, arun_tool, "tools", well_typed_task, ledger=ledger),
+        _node(run_tool, arun_tool, "tools", well_typed_task),
         destinations=("approval_gate", "model"),
     )
     builder.add_conditional_edges(START, _entry(planner), ["model"])
     for key, (subgraph, _) in subagents.items():
         delegate, adelegate = make_delegate_nodes(key, subgraph, ledger, planner.path_of)
-        builder.add_node(key, _node(delegate, adelegate, key, accepts=None),
+        builder.add_node(key, _node(delegate, adelegate, key, accepts=None, fenced=False),
                          destinations=("approval_gate", "model"))
     return builder

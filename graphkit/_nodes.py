@@ -37,11 +37,6 @@ from langgraph.constants import TAG_NOSTREAM
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
-try:
-    from langgraph._internal._constants import CONFIG_KEY_DURABILITY
-except ImportError:  # pragma: no cover - a LangGraph without it: no run is known durable
-    CONFIG_KEY_DURABILITY = ""
-
 from graphkit._approvals import Extractor, last_turn_key
 from graphkit._context import PATH_KEY, thread_id_of
 from graphkit._gate import (
@@ -247,16 +242,15 @@ def _stopped_turn(messages: list[AnyMessage], ctx: GateContext
     return [*messages[:later], *answers, *newer], writes
 
 
-def _in_a_checkpoint(state: AgentState, queue: Sequence[tuple[str, dict[str, Any]]],
-                     config: RunnableConfig) -> list[str]:
-    """The queued messages that the conversation holds in a durable checkpoint, which the
-    queue may forget. A message appended to the conversation stays queued until then: a crash
-    before the checkpoint that appends it is written must find it queued still. Only a run
-    with "sync" durability knows that the state a node reads is written; under LangGraph's
-    "async" and "exit" the queue keeps it until such a run (the gate and `left_queued` never
-    append a message the conversation has)."""
-    if not queue or (config.get("configurable") or {}).get(CONFIG_KEY_DURABILITY) != "sync":
-        return []
+def _in_a_checkpoint(state: AgentState, queue: Sequence[tuple[str, dict[str, Any]]]
+                     ) -> list[str]:
+    """The queued messages that the conversation holds in a written checkpoint, which the
+    queue may forget, in a run that writes each step's checkpoint before the next: there a
+    message appended to the conversation stays queued until then, so a crash before that
+    checkpoint is written finds it queued still. Under LangGraph's "async" and "exit"
+    durability a node cannot know what is written: a message is forgotten as it is appended
+    (a crash then loses it with the steps that durability gives up; a message kept instead
+    would come back after a client deleted it, or in a fork)."""
     present = {m.id for m in state.get("messages") or []}
     return [found for _, entry in queue
             if (found := queued_id(entry)) is not None and found in present]
@@ -351,8 +345,10 @@ def make_model_node(
             return [], False, [], back
         supersede_abandoned(messages, ctx)
         messages, moved = _stopped_turn(messages, ctx)
-        delivered = _in_a_checkpoint(state, ctx.queue(), config)
+        delivered = _in_a_checkpoint(state, ctx.queue()) if ctx.durable_steps else []
         messages, unqueued = left_queued(messages, ctx.queue())
+        if not ctx.durable_steps:
+            delivered = [str(m.id) for m in unqueued if isinstance(m, HumanMessage)]
         if delivered:
             ctx.dequeue(delivered)
         moved = [*moved, *unqueued]

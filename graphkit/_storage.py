@@ -37,6 +37,7 @@ from langgraph.store.base import BaseStore, Op, Result
 from langgraph.store.memory import InMemoryStore
 from langgraph.store.sqlite import SqliteStore
 
+from graphkit._fence import FencedWrites
 from graphkit._latest import ServesLatest
 from graphkit._ledger import PAGE_SIZE, Ledger
 
@@ -101,7 +102,7 @@ class ThreadedAsyncSaver(BaseCheckpointSaver[Any]):
             lambda: self.get_delta_channel_history(config=config, channels=channels))
 
 
-class ThreadedSqliteSaver(ServesLatest, ThreadedAsyncSaver, SqliteSaver):
+class ThreadedSqliteSaver(FencedWrites, ServesLatest, ThreadedAsyncSaver, SqliteSaver):
     """LangGraph's `SqliteSaver`, usable from async runs too."""
 
 
@@ -407,7 +408,7 @@ def _open_postgres(url: str) -> Storage:
     except ImportError as exc:
         raise ImportError(MISSING.format(url=url)) from exc
 
-    class ThreadedPostgresSaver(ServesLatest, ThreadedAsyncSaver, PostgresSaver):
+    class ThreadedPostgresSaver(FencedWrites, ServesLatest, ThreadedAsyncSaver, PostgresSaver):
         """LangGraph's `PostgresSaver`, usable from async runs too."""
 
     kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0,

@@ -25,7 +25,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import StateSnapshot
 
-from graphkit._context import thread_id_of
+from graphkit._context import LEASE_KEY, thread_id_of
 from graphkit._control import (
     Request,
     apply_command,
@@ -314,8 +314,11 @@ class Agent:
 
         def prepare(wait: bool = True) -> Invocation:
             lease = contextlib.ExitStack()
-            lease.enter_context(self._storage.ledger.lease(
+            owner = lease.enter_context(self._storage.ledger.lease(
                 thread_id, wait=WAIT_SECONDS if wait else 0.0, run=run, held=leased_by))
+            # the run's nodes and writes check that the lease is still its own (`_fence`)
+            leased: RunnableConfig = {**config, "configurable": {
+                **(config.get("configurable") or {}), LEASE_KEY: owner}}
             if isinstance(saver, ServesLatest):  # what the run did not read goes with the lease
                 lease.callback(saver.unserve, thread_id)
             try:
@@ -329,7 +332,7 @@ class Agent:
                     self._storage.ledger.forget_run(run_id)
                 lease.close()
                 raise
-            return Invocation(payload, config, run_id, thread_id, on_state_change, lease.close,
+            return Invocation(payload, leased, run_id, thread_id, on_state_change, lease.close,
                               agent=self.name, ledger=self._storage.ledger,
                               shown_args=self._shown_args)
 

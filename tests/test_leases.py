@@ -583,8 +583,11 @@ def test_a_run_whose_lease_was_taken_over_while_it_stalled_stops_before_its_next
             conn.close()
         with Ledger.sqlite(str(db)).lease(thread_id, wait=lease_seconds + 5) as mine:
             assert mine != stalled  # taken over once it expired: its holder did not renew
+            written = _written(db)
             os.kill(proc.pid, signal.SIGCONT)
             proc.wait(timeout=60)
+            # nor did the step it stalled in write (its result, a checkpoint) beside mine
+            assert _written(db) == written
     finally:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGCONT)
@@ -595,3 +598,46 @@ def test_a_run_whose_lease_was_taken_over_while_it_stalled_stops_before_its_next
     assert len(said) == 3 and said[2].startswith("RunBusyError: "), (said, err)
     assert "lapsed" in said[2]
     assert proc.returncode == 3
+
+
+def _written(db: Path) -> tuple[int, int]:
+    """How many checkpoints and pending writes the thread's database holds."""
+    conn = sqlite3.connect(db)
+    try:
+        return (conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0],
+                conn.execute("SELECT count(*) FROM writes").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_a_lease_taken_over_in_the_same_process_is_told_apart_from_the_new_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run A's lease on T expires unrenewed; run B of the same process takes T. A's lease has
+    lapsed and B's has not; when A ends, B's lease is still renewed, so no other process can
+    take T from B while it runs (the keeper once knew one lease per thread, and A's end
+    stopped B's renewals)."""
+    from graphkit._ledger import _schema as schema
+    from graphkit._ledger._keeper import KEEPER
+
+    monkeypatch.setattr(schema, "LEASE_SECONDS", 0.6)
+    ledger = Ledger.sqlite(str(tmp_path / "leases.db"))
+    run_a = ledger.lease("T")
+    a = run_a.__enter__()
+    try:
+        ledger._sql.execute("UPDATE graphkit_leases SET expires_at = 0")  # A stalled
+        with ledger.lease("T", wait=1.0) as b:
+            assert b != a
+            deadline = time.monotonic() + 5
+            while not KEEPER.lapsed("T", a):  # the keeper's next renewal finds it taken
+                assert time.monotonic() < deadline, "A's lapsed lease was never noticed"
+                time.sleep(0.05)
+            assert not KEEPER.lapsed("T", b)
+            run_a.__exit__(None, None, None)
+            run_a = None
+            time.sleep(1.5)  # more than B's lease: only renewals keep it
+            assert not KEEPER.lapsed("T", b)
+            assert _lease_row(tmp_path / "leases.db", "T")[0] == b
+            assert not ledger._take("T", new_owner())  # nobody takes it from B
+    finally:
+        if run_a is not None:
+            run_a.__exit__(None, None, None)

@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from pydantic import BaseModel
 
 from graphkit import (
@@ -437,7 +443,7 @@ _DIES_DELIVERING = """
 import os, sys
 from langchain_core.messages import HumanMessage
 import graphkit._latest as latest
-from tests.test_suspension import say, weather_agent
+from tests.test_suspension import weather_agent
 
 db, door, thread_file = sys.argv[1:4]
 agent = weather_agent([], auto_resume_suspended_tools=True, checkpointer=db)
@@ -456,8 +462,9 @@ def dies(self, config, writes, task_id, task_path=""):
 latest.ServesLatest.put_writes = dies
 if door == "api":
     agent.generate("Paris", thread_id=first.thread_id)
-else:
-    say(agent, first.thread_id, "Paris")
+else:  # graph input, as durable as the API's runs
+    agent.graph.invoke({"messages": [HumanMessage("Paris")]},
+                       {"configurable": {"thread_id": first.thread_id}}, durability="sync")
 """
 
 
@@ -466,8 +473,9 @@ def test_a_queued_reply_survives_a_crash_as_the_gate_delivers_it(door: str, tmp_
                                                                   ) -> None:
     """'Paris' answers the suspended weather call and waits in the ledger's queue until the
     turn has its answers; the process dies as the gate appends it, before any checkpoint holds
-    it. The queue must still hold it: the run continued in another process delivers it once,
-    and the weather call, which ran, does not run again."""
+    it. In a run that writes each step before the next (the API's; graph input with
+    durability="sync") the queue must still hold it: the run continued in another process
+    delivers it once, and the weather call, which ran, does not run again."""
     db = f"sqlite:///{tmp_path / 'runs.db'}"
     thread_file = tmp_path / "thread"
     child = subprocess.run([sys.executable, "-c", _DIES_DELIVERING, db, door, str(thread_file)],
@@ -485,34 +493,23 @@ def test_a_queued_reply_survives_a_crash_as_the_gate_delivers_it(door: str, tmp_
     assert agent._storage.ledger.queue_of(thread_id, "wx") == []  # delivered: forgotten
 
 
-def test_a_reply_delivered_under_async_durability_stays_queued_and_is_never_parsed_again(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Graph input runs under LangGraph's default durability ("async"): the step that appends
-    a queued reply may still be unwritten when the next one reads its input, so the entry
-    stays queued (a run with "sync" durability forgets it). Kept, it costs the passes that
-    read the queue no parse: the conversation already has it."""
-    from graphkit import _approvals
-
+def test_a_reply_delivered_under_async_durability_is_forgotten_and_a_deleted_one_stays_gone(
+        ) -> None:
+    """Graph input runs under LangGraph's default durability ("async"): a node cannot know
+    that the step appending a queued reply is written, so the queue forgets the reply as it is
+    appended, as that durability gives up the steps a crash interrupts. Kept instead, a reply
+    the client then deletes (a UI's "delete message") would come back on the next input."""
     log: list[str] = []
     agent = weather_agent(log, auto_resume_suspended_tools=True)
     first = agent.generate("weather?")
-    say(agent, first.thread_id, "Paris")
-    assert len(agent._storage.ledger.queue_of(first.thread_id, "wx")) == 1
-    parsed: list[str] = []
-    real = _approvals.parsed_messages
-
-    def counted(data: Any, *, what: str) -> Any:
-        parsed.append(what)
-        return real(data, what=what)
-
-    for module in ("graphkit._reply", "graphkit._gate"):
-        monkeypatch.setattr(f"{module}.parsed_messages", counted)
-    out = say(agent, first.thread_id, "thanks")
-    assert "a queued message" not in parsed
-    said = [m.text for m in out["messages"] if isinstance(m, HumanMessage)]
-    assert said == ["weather?", "Paris", "thanks"]
-    agent.generate("bye", thread_id=first.thread_id)  # "sync": the entry is forgotten
+    cfg: Any = {"configurable": {"thread_id": first.thread_id}}
+    out = say(agent, first.thread_id, "Paris")
     assert agent._storage.ledger.queue_of(first.thread_id, "wx") == []
+    paris = next(m for m in out["messages"] if isinstance(m, HumanMessage) and m.text == "Paris")
+    agent.graph.update_state(cfg, {"messages": [RemoveMessage(id=str(paris.id))]})
+    out = say(agent, first.thread_id, "thanks")
+    said = [m.text for m in out["messages"] if isinstance(m, HumanMessage)]
+    assert said == ["weather?", "thanks"]
 
 
 def weather_and_pay_agent(log: list[str], ledger: Ledger) -> Agent:

@@ -23,8 +23,9 @@ class LeaseKeeper:
 
     def __init__(self) -> None:
         self._held: dict[tuple[tuple[str, str], str], LedgerBase] = {}
-        self._threads: dict[tuple[int, str], _ThreadLease] = {}
-        """The thread leases held, by (id of the ledger, thread id): what `lapsed` reads."""
+        self._threads: dict[tuple[str, str], _ThreadLease] = {}
+        """The thread leases held, by (thread id, owner): what `lapsed` reads. An owner is
+        one lease's own token, so two leases (two runs, two ledgers) never share an entry."""
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.lease_seconds = LEASE_SECONDS
@@ -35,7 +36,7 @@ class LeaseKeeper:
         with self._lock:
             self._held[(what, owner)] = ledger
             if what[0] == "thread":
-                self._threads[(id(ledger), what[1])] = _ThreadLease(owner, time.monotonic())
+                self._threads[(what[1], owner)] = _ThreadLease(ledger, time.monotonic())
             self.lease_seconds = min(self.lease_seconds, lease_seconds)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="graphkit-leases",
@@ -44,38 +45,37 @@ class LeaseKeeper:
 
     def drop(self, what: tuple[str, str], owner: str) -> None:
         with self._lock:
-            ledger = self._held.pop((what, owner), None)
-            if ledger is not None and what[0] == "thread":
-                self._threads.pop((id(ledger), what[1]), None)
+            self._held.pop((what, owner), None)
+            if what[0] == "thread":
+                self._threads.pop((what[1], owner), None)
 
-    def lapsed(self, ledger: LedgerBase, thread_id: str) -> bool:
-        """Whether this process's lease on the thread is no longer its own: another process
-        took it over after it expired (the process stalled, or its renewals could not reach
-        the database, for longer than the lease), so that process may be advancing the
-        thread. A run checks before each step and stops instead of writing beside it. A lease
-        this process does not hold (a LangGraph server's run) has not lapsed. Costs no
-        statement unless the renewals are late; then one, to renew the lease or learn it was
-        taken."""
-        held = self._threads.get((id(ledger), thread_id))
+    def lapsed(self, thread_id: str, owner: str) -> bool:
+        """Whether the thread lease `owner` (taken by this process) is no longer its own:
+        another process took it over after it expired (this one stalled, or its renewals
+        could not reach the database, for longer than the lease), so that process may be
+        advancing the thread. A run checks before each step and each checkpoint write, and
+        stops instead of writing beside it. A lease this process does not hold has not
+        lapsed. Costs no statement unless the renewals are late; then one, to renew the lease
+        or learn it was taken."""
+        held = self._threads.get((thread_id, owner))
         if held is None:
             return False
-        if held.lost or not self.late(ledger, thread_id):
-            return held.lost  # (renewed on time: every third of the lease)
-        self._renewed(ledger, thread_id, held)
+        if not held.lost and self.late(thread_id, owner):
+            self._renew(thread_id, owner, held)
         return held.lost
 
-    def late(self, ledger: LedgerBase, thread_id: str) -> bool:
+    def late(self, thread_id: str, owner: str) -> bool:
         """Whether `lapsed` would need a statement (the renewals are late)."""
-        held = self._threads.get((id(ledger), thread_id))
+        held = self._threads.get((thread_id, owner))
         return (held is not None and not held.lost
                 and time.monotonic() - held.confirmed >= self.lease_seconds / 2)
 
-    def _renewed(self, ledger: LedgerBase, thread_id: str, held: _ThreadLease) -> None:
+    def _renew(self, thread_id: str, owner: str, held: _ThreadLease) -> None:
         at = time.monotonic()
-        if ledger._renew(thread_id, held.owner):
+        if held.ledger._renew(thread_id, owner):
             held.confirmed = max(held.confirmed, at)
         else:
-            held.lost = True  # taken over: it is never this process's again
+            held.lost = True  # taken over: it is never this owner's again
 
     def _run(self) -> None:
         while True:
@@ -85,9 +85,9 @@ class LeaseKeeper:
             for ((kind, key), owner), ledger in held:
                 with contextlib.suppress(Exception):  # retried on the next round
                     if kind == "thread":
-                        lease = self._threads.get((id(ledger), key))
-                        if lease is not None and lease.owner == owner:
-                            self._renewed(ledger, key, lease)
+                        lease = self._threads.get((key, owner))
+                        if lease is not None and not lease.lost:
+                            self._renew(key, owner, lease)
                     elif kind == "ready":
                         ledger._renew_ready(key, owner)
                     else:
@@ -96,10 +96,11 @@ class LeaseKeeper:
 
 @dataclass(slots=True)
 class _ThreadLease:
-    owner: str
+    ledger: LedgerBase
     confirmed: float
     """When (monotonic) the lease was last known to be this owner's."""
     lost: bool = False
 
 
 KEEPER = LeaseKeeper()
+
