@@ -11,12 +11,12 @@ from langgraph.config import get_store, get_stream_writer
 from langgraph.store.base import BaseStore
 
 try:
-    from langgraph._internal._constants import CONFIG_KEY_DURABILITY
-except ImportError:  # pragma: no cover - a LangGraph without it: no run is known durable
-    CONFIG_KEY_DURABILITY = ""
+    from langgraph._internal._constants import CONFIG_KEY_CHECKPOINT_MAP, CONFIG_KEY_DURABILITY
+except ImportError:  # pragma: no cover - a LangGraph without them: no run is known durable
+    CONFIG_KEY_CHECKPOINT_MAP = CONFIG_KEY_DURABILITY = ""
 
 __all__ = ["DELEGATION_KEY", "EVENT_KEY", "LEASE_KEY", "PATH_KEY", "agent_path_of",
-           "delegation_of", "emit", "last_ai", "lease_of", "steps_durable", "store",
+           "delegation_of", "emit", "last_ai", "lease_of", "step_of", "steps_durable", "store",
            "thread_id_of"]
 
 PATH_KEY = "graphkit_agent_path"
@@ -54,6 +54,14 @@ def lease_of(config: RunnableConfig) -> str | None:
     LangGraph server's: its own queue orders a thread's runs)."""
     owner = (config.get("configurable") or {}).get(LEASE_KEY)
     return owner if isinstance(owner, str) else None
+
+
+def step_of(config: RunnableConfig) -> str | None:
+    """The id of the checkpoint the node's step runs from (a replay of the step after a crash
+    runs from the same one); None in a graph without a checkpointer."""
+    found = (config.get("configurable") or {}).get(CONFIG_KEY_CHECKPOINT_MAP)
+    step = list(found.values())[-1] if isinstance(found, dict) and found else None
+    return step if isinstance(step, str) else None
 
 
 def steps_durable(config: RunnableConfig) -> bool:

@@ -34,11 +34,12 @@ from graphkit._context import (
     delegation_of,
     emit,
     last_ai,
+    step_of,
     steps_durable,
     thread_id_of,
 )
 from graphkit._journal import GateJournal
-from graphkit._ledger import ApprovalRow, Clearance, Ledger, PendingTurn, queued_id
+from graphkit._ledger import ApprovalRow, Clearance, Ledger, PendingTurn, Queued, queued_id
 from graphkit._limits import check_value
 from graphkit._offload import offload
 from graphkit._owner import holder_is_dead
@@ -133,7 +134,9 @@ class GateContext:
     """For a subagent, the supervisor's call it works for (`turn_key`'s scope)."""
     durable_steps: bool = False
     """Whether the run writes each step's checkpoint before the next (`steps_durable`)."""
-    _queue: list[list[tuple[str, dict[str, Any]]]] = field(
+    step: str | None = None
+    """The checkpoint the pass's step runs from (`step_of`)."""
+    _queue: list[list[Queued]] = field(
         default_factory=list, init=False, repr=False, compare=False)
     """The agent's message queue as this pass last read it (empty: not read since it changed)."""
     _pending: list[list[PendingTurn]] = field(
@@ -165,11 +168,28 @@ class GateContext:
         return self.ledger.pending_turns(self.thread_id, self.path)
 
     def queue(self) -> list[tuple[str, dict[str, Any]]]:
-        """(turn's AI message id, serialised message) of what waits in the agent's queue, read
-        once per pass; this pass's own `enqueue` and `dequeue` have it read again."""
+        """(turn's AI message id, serialised message) of what waits in the agent's queue to be
+        appended to the conversation: not yet appended, or appended by this very step (a
+        replay of it, after a crash before its checkpoint was written)."""
+        return [(q.ai_message_id, q.message) for q in self.queue_rows()
+                if q.delivered_at is None or q.delivered_at == self.step]
+
+    def queue_rows(self) -> list[Queued]:
+        """The agent's whole queue, read once per pass; this pass's own `enqueue`, `deliver`
+        and `dequeue` have it read again."""
         if not self._queue:
-            self._queue.append(self.ledger.queue_of(self.thread_id, self.agent))
+            self._queue.append(self.ledger.queue_rows(self.thread_id, self.agent))
         return self._queue[0]
+
+    def deliver(self, message_ids: Iterable[str]) -> None:
+        """These queued messages are appended to the conversation by this step: they stay
+        queued, for a replay of the step only, until a written checkpoint holds them (the
+        model node forgets them then). A graph without checkpoints replays nothing."""
+        if self.step is None:
+            self.dequeue(message_ids)
+            return
+        self.ledger.deliver(self.thread_id, self.agent, message_ids, self.step)
+        self._queue.clear()
 
     def enqueue(self, ai_message_id: str, messages: Sequence[Mapping[str, Any]]) -> None:
         self.ledger.enqueue(self.thread_id, self.agent, ai_message_id, messages)
@@ -238,7 +258,7 @@ class Planner:
         return GateContext(path=path, thread_id=thread_id,
                            run_id=journal.run_id, journal=journal, ledger=self.ledger,
                            scope=delegation_of(config) if self.nested else "",
-                           durable_steps=steps_durable(config))
+                           durable_steps=steps_durable(config), step=step_of(config))
 
     def plan(self, ai: AIMessage, state: AgentState, ctx: GateContext, *,
              stored: AIMessage | None = None) -> tuple[TurnPlan, list[ToolMessage], AIMessage]:
@@ -873,11 +893,9 @@ def _route(
         goto = "approval_gate"  # checkpoint the answers, then pause on the next pass
     else:
         queued = _to_deliver(plan, state, ctx)
-        new_messages.extend(queued)
-        if queued and not ctx.durable_steps:
-            ctx.dequeue(str(m.id) for m in queued)
-        # else they stay queued until a checkpoint holds them: the model node forgets them
-        # then (a crash before this step's checkpoint is written must find them queued)
+        if queued:
+            new_messages.extend(queued)
+            ctx.deliver(str(m.id) for m in queued)
         goto = "model"
     if new_messages:
         update["messages"] = new_messages

@@ -242,18 +242,15 @@ def _stopped_turn(messages: list[AnyMessage], ctx: GateContext
     return [*messages[:later], *answers, *newer], writes
 
 
-def _in_a_checkpoint(state: AgentState, queue: Sequence[tuple[str, dict[str, Any]]]
-                     ) -> list[str]:
+def _in_a_checkpoint(state: AgentState, ctx: GateContext) -> list[str]:
     """The queued messages that the conversation holds in a written checkpoint, which the
-    queue may forget, in a run that writes each step's checkpoint before the next: there a
-    message appended to the conversation stays queued until then, so a crash before that
-    checkpoint is written finds it queued still. Under LangGraph's "async" and "exit"
-    durability a node cannot know what is written: a message is forgotten as it is appended
-    (a crash then loses it with the steps that durability gives up; a message kept instead
-    would come back after a client deleted it, or in a fork)."""
+    queue may forget: appended by an earlier step (whose checkpoint the step that reads it
+    follows), or, in a run that writes each step's checkpoint before the next, any the state
+    this node reads holds."""
     present = {m.id for m in state.get("messages") or []}
-    return [found for _, entry in queue
-            if (found := queued_id(entry)) is not None and found in present]
+    return [found for q in ctx.queue_rows()
+            if (found := queued_id(q.message)) is not None and found in present
+            and (ctx.durable_steps or q.delivered_at not in (None, ctx.step))]
 
 
 def _left_to_the_gate(plan: TurnPlan | None, messages: list[AnyMessage]) -> bool:
@@ -345,12 +342,12 @@ def make_model_node(
             return [], False, [], back
         supersede_abandoned(messages, ctx)
         messages, moved = _stopped_turn(messages, ctx)
-        delivered = _in_a_checkpoint(state, ctx.queue()) if ctx.durable_steps else []
+        written = _in_a_checkpoint(state, ctx)
         messages, unqueued = left_queued(messages, ctx.queue())
-        if not ctx.durable_steps:
-            delivered = [str(m.id) for m in unqueued if isinstance(m, HumanMessage)]
-        if delivered:
-            ctx.dequeue(delivered)
+        if written:
+            ctx.dequeue(written)
+        if unqueued:
+            ctx.deliver(str(m.id) for m in unqueued if isinstance(m, HumanMessage))
         moved = [*moved, *unqueued]
         return [*system, *messages], model_steps(messages) >= limit, [*forged, *moved], None
 

@@ -462,20 +462,21 @@ def dies(self, config, writes, task_id, task_path=""):
 latest.ServesLatest.put_writes = dies
 if door == "api":
     agent.generate("Paris", thread_id=first.thread_id)
-else:  # graph input, as durable as the API's runs
+else:  # graph input, with the durability the API's runs have
     agent.graph.invoke({"messages": [HumanMessage("Paris")]},
-                       {"configurable": {"thread_id": first.thread_id}}, durability="sync")
+                       {"configurable": {"thread_id": first.thread_id}},
+                       durability=door.partition(":")[2])
 """
 
 
-@pytest.mark.parametrize("door", ["api", "graph"])
+@pytest.mark.parametrize("door", ["api", "graph:sync"])
 def test_a_queued_reply_survives_a_crash_as_the_gate_delivers_it(door: str, tmp_path: Path
                                                                   ) -> None:
     """'Paris' answers the suspended weather call and waits in the ledger's queue until the
     turn has its answers; the process dies as the gate appends it, before any checkpoint holds
-    it. In a run that writes each step before the next (the API's; graph input with
-    durability="sync") the queue must still hold it: the run continued in another process
-    delivers it once, and the weather call, which ran, does not run again."""
+    it. The queue must still hold it for the replay of that step (which runs from the same
+    checkpoint): the run continued in another process delivers it once, and the weather call,
+    which ran, does not run again."""
     db = f"sqlite:///{tmp_path / 'runs.db'}"
     thread_file = tmp_path / "thread"
     child = subprocess.run([sys.executable, "-c", _DIES_DELIVERING, db, door, str(thread_file)],
@@ -510,6 +511,30 @@ def test_a_reply_delivered_under_async_durability_is_forgotten_and_a_deleted_one
     out = say(agent, first.thread_id, "thanks")
     said = [m.text for m in out["messages"] if isinstance(m, HumanMessage)]
     assert said == ["weather?", "thanks"]
+
+
+@pytest.mark.parametrize("after", ["deleted", "forked"])
+def test_a_delivered_reply_is_appended_by_its_own_step_only(sqlite_url: str, after: str
+                                                             ) -> None:
+    """A queued reply stays queued once appended (until a written checkpoint holds it), for a
+    replay of the step that appended it: no other step appends it. Not after the user deleted
+    it from the conversation, nor in a fork from before it was said."""
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True, checkpointer=sqlite_url)
+    first = agent.generate("weather?")
+    cfg: Any = {"configurable": {"thread_id": first.thread_id}}
+    before = agent.graph.get_state(cfg).config
+    agent.graph.invoke({"messages": [HumanMessage("I am in Paris", id="m1")]}, cfg,
+                       interrupt_before=["approval_gate"])
+    agent.generate("never mind", thread_id=first.thread_id)  # appends it (the model node)
+    if after == "deleted":
+        agent.graph.update_state(cfg, {"messages": [RemoveMessage(id="m1")]})
+        expected = ["weather?", "never mind", "thanks"]
+    else:
+        agent.graph.update_state(before, None)
+        expected = ["weather?", "thanks"]
+    out = agent.generate("thanks", thread_id=first.thread_id)
+    assert [m.text for m in out.messages if isinstance(m, HumanMessage)] == expected
 
 
 def weather_and_pay_agent(log: list[str], ledger: Ledger) -> Agent:

@@ -17,7 +17,7 @@ from typing import Any
 from graphkit._ledger._calls import Executions
 from graphkit._ledger._decisions import Decisions
 from graphkit._ledger._leases import Leases
-from graphkit._ledger._messages import Messages, queued_id
+from graphkit._ledger._messages import Messages, Queued, queued_id
 from graphkit._ledger._outbox import Notifications
 from graphkit._ledger._plans import Plans
 from graphkit._ledger._rows import (
@@ -63,6 +63,7 @@ __all__ = [
     "Ledger",
     "OutboxEvent",
     "PendingTurn",
+    "Queued",
     "RunBusyError",
     "Start",
     "WaitingRow",

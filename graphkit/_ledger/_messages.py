@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from graphkit._ledger._base import LedgerBase
 from graphkit._ledger._sql import dumps, loads
 
-__all__ = ["Messages", "queued", "queued_id"]
+__all__ = ["Messages", "Queued", "queued", "queued_id"]
 
 
-def queued(rows: Iterable[Sequence[Any]]) -> list[tuple[str, dict[str, Any]]]:
-    """Queue rows (AI message id, stored message) as the ledger hands them out."""
-    return [(str(r[0]), loads(r[1]) or {}) for r in rows]
+class Queued(NamedTuple):
+    """A user message queued for after a turn's answers."""
+
+    ai_message_id: str
+    message: dict[str, Any]
+    """Serialised (`messages_to_dict`), with its id."""
+    delivered_at: str | None
+    """The checkpoint whose step appended it to the conversation (None: not yet). It stays
+    queued until a checkpoint holding it is written: a crash before then replays that step,
+    from that checkpoint, which appends it again; any other step leaves it out."""
+
+
+def queued(rows: Iterable[Sequence[Any]]) -> list[Queued]:
+    """Queue rows (AI message id, stored message, delivered at) as the ledger hands them."""
+    return [Queued(str(r[0]), loads(r[1]) or {}, None if r[2] is None else str(r[2]))
+            for r in rows]
 
 
 def queued_id(entry: Any) -> str | None:
@@ -43,13 +56,30 @@ class Messages(LedgerBase):
                            "(thread_id, agent, message_id) DO NOTHING", row)
 
     def queue_of(self, thread_id: str, agent: str) -> list[tuple[str, dict[str, Any]]]:
-        """(turn's AI message id, serialised message) of what waits in the queue, in order."""
-        rows = self._sql.query("SELECT ai_message_id, message FROM graphkit_queue WHERE "
-                               "thread_id = ? AND agent = ? ORDER BY seq", (thread_id, agent))
+        """(turn's AI message id, serialised message) of what waits in the queue, in order
+        (not yet delivered)."""
+        return [(q.ai_message_id, q.message) for q in self.queue_rows(thread_id, agent)
+                if q.delivered_at is None]
+
+    def queue_rows(self, thread_id: str, agent: str) -> list[Queued]:
+        """Every message of the agent's queue, delivered or not, in order."""
+        rows = self._sql.query("SELECT ai_message_id, message, delivered_at FROM "
+                               "graphkit_queue WHERE thread_id = ? AND agent = ? ORDER BY seq",
+                               (thread_id, agent))
         return queued(rows)
 
+    def deliver(self, thread_id: str, agent: str, message_ids: Iterable[str], step: str
+                ) -> None:
+        """Note that the step run from checkpoint `step` appended these queued messages."""
+        ids = list(dict.fromkeys(message_ids))
+        if ids:
+            marks = ", ".join("?" for _ in ids)
+            self._sql.execute(f"UPDATE graphkit_queue SET delivered_at = ? WHERE thread_id = ? "
+                              f"AND agent = ? AND message_id IN ({marks})",
+                              (step, thread_id, agent, *ids))
+
     def dequeue(self, thread_id: str, agent: str, message_ids: Iterable[str]) -> None:
-        """Forget queued messages that reached the conversation."""
+        """Forget queued messages that reached the conversation (in a written checkpoint)."""
         ids = list(dict.fromkeys(message_ids))
         if ids:
             marks = ", ".join("?" for _ in ids)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from graphkit._ledger._base import LedgerBase
-from graphkit._ledger._messages import queued
+from graphkit._ledger._messages import Queued, queued
 from graphkit._ledger._rows import (
     APPROVAL_COLUMNS,
     PENDING_TURNS,
@@ -28,7 +28,7 @@ from graphkit._state import TurnPlan
 
 __all__ = ["Plans", "TurnReading"]
 
-TurnReading = tuple[TurnPlan | None, list[tuple[str, dict[str, Any]]], list[PendingTurn] | None]
+TurnReading = tuple[TurnPlan | None, list[Queued], list[PendingTurn] | None]
 """A turn's plan, its agent's message queue, and (when asked) what the agent waits on."""
 
 
@@ -96,14 +96,14 @@ class Plans(LedgerBase):
 
     def turn_and_queue(self, thread_id: str, agent_path: Sequence[str], key: str | None,
                        agent: str, *, pending: bool = False) -> TurnReading:
-        """`turn` (None for a `key` of None), `queue_of(thread_id, agent)` and, with
+        """`turn` (None for a `key` of None), `queue_rows(thread_id, agent)` and, with
         `pending`, `pending_turns` in one statement: a gate or model pass reads them all
         (None: pending turns not read)."""
         path = path_text(agent_path)
         sql = ("SELECT 0 AS part, 0 AS seq, plan AS a, NULL AS b, NULL AS c, NULL AS d "
                "FROM graphkit_turns WHERE thread_id = ? AND agent_path = ? AND turn_key = ? "
-               "UNION ALL SELECT 1, seq, ai_message_id, message, NULL, NULL FROM graphkit_queue "
-               "WHERE thread_id = ? AND agent = ?")
+               "UNION ALL SELECT 1, seq, ai_message_id, message, delivered_at, NULL "
+               "FROM graphkit_queue WHERE thread_id = ? AND agent = ?")
         params: tuple[str | None, ...] = (thread_id, path, key, thread_id, agent)
         if pending:
             sql += f" UNION ALL SELECT 2, 0, {PENDING_TURNS}"
@@ -111,7 +111,7 @@ class Plans(LedgerBase):
         rows = self._sql.query(sql + " ORDER BY part, seq", params)
         plans = [r[2] for r in rows if r[0] == 0]
         plan: TurnPlan | None = unstowed(self._sql.query, plans[0]) if plans else None
-        return (plan, queued(r[2:4] for r in rows if r[0] == 1),
+        return (plan, queued(r[2:5] for r in rows if r[0] == 1),
                 [pending_turn(r[2:]) for r in rows if r[0] == 2] if pending else None)
 
     def save_turn(self, thread_id: str, agent_path: Sequence[str], plan: TurnPlan) -> None:

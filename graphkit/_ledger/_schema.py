@@ -186,7 +186,9 @@ MIGRATIONS = (("graphkit_approvals", "allowed", "TEXT"),
                ("graphkit_calls", "args", "TEXT"),
                ("graphkit_cleared", "run_args", "TEXT"),
                # the model's id of the call: a task names it, and only it takes the result
-               ("graphkit_calls", "tool_call_id", "TEXT"))
+               ("graphkit_calls", "tool_call_id", "TEXT"),
+               # the checkpoint whose step appended a queued message to the conversation
+               ("graphkit_queue", "delivered_at", "TEXT"))
 """Columns added after a table was first made: added to an existing database on open."""
 LATE = ("CREATE INDEX IF NOT EXISTS graphkit_approvals_waiting ON graphkit_approvals "
         "(waiting) WHERE waiting IS NOT NULL",)
