@@ -641,3 +641,26 @@ def test_a_lease_taken_over_in_the_same_process_is_told_apart_from_the_new_one(
     finally:
         if run_a is not None:
             run_a.__exit__(None, None, None)
+
+
+def test_a_database_that_stops_answering_lets_only_its_own_leases_lapse(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One process holds a lease on each of two databases; the first is locked by another
+    connection for longer than the lease. The second's lease is still renewed, so no process
+    takes it from the run that holds it (renewals of both once waited on the locked one)."""
+    from graphkit._ledger import _schema as schema
+
+    monkeypatch.setattr(schema, "LEASE_SECONDS", 0.6)
+    stuck = Ledger.sqlite(str(tmp_path / "one.db"))
+    healthy = Ledger.sqlite(str(tmp_path / "two.db"))
+    with stuck.lease("a"), healthy.lease("b") as mine:
+        blocker = sqlite3.connect(tmp_path / "one.db", isolation_level=None)
+        try:
+            blocker.execute("BEGIN EXCLUSIVE")
+            time.sleep(2.0)  # more than three leases: only renewals keep "b"
+            assert _lease_row(tmp_path / "two.db", "b")[0] == mine
+            assert not healthy._take("b", new_owner())
+            assert _lease_row(tmp_path / "two.db", "b")[1] > time.time()
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()

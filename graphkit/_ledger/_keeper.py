@@ -17,9 +17,10 @@ __all__ = ["KEEPER", "LeaseKeeper"]
 
 
 class LeaseKeeper:
-    """One daemon thread per process renews every lease this process holds (on a thread, or
-    on a call's execution), so a lease costs no thread of its own and still outlives a slow
-    run (but not a dead process)."""
+    """A daemon thread per database renews every lease this process holds there (on a thread,
+    on a call's execution, on a queued run), so a lease costs no thread of its own and still
+    outlives a slow run (but not a dead process). Per database: a database that stops
+    answering (locked for long, unreachable) lets its own leases lapse, never another's."""
 
     def __init__(self) -> None:
         self._held: dict[tuple[tuple[str, str], str], LedgerBase] = {}
@@ -27,7 +28,8 @@ class LeaseKeeper:
         """The thread leases held, by (thread id, owner): what `lapsed` reads. An owner is
         one lease's own token, so two leases (two runs, two ledgers) never share an entry."""
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._loops: dict[int, threading.Thread] = {}
+        """The renewing thread of each ledger (by id) with leases held."""
         self.lease_seconds = LEASE_SECONDS
         """The shortest lease held: renewed three times in its span."""
 
@@ -38,10 +40,11 @@ class LeaseKeeper:
             if what[0] == "thread":
                 self._threads[(what[1], owner)] = _ThreadLease(ledger, time.monotonic())
             self.lease_seconds = min(self.lease_seconds, lease_seconds)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="graphkit-leases",
-                                                daemon=True)
-                self._thread.start()
+            loop = self._loops.get(id(ledger))
+            if loop is None or not loop.is_alive():
+                loop = self._loops[id(ledger)] = threading.Thread(
+                    target=self._run, args=(id(ledger),), name="graphkit-leases", daemon=True)
+                loop.start()
 
     def drop(self, what: tuple[str, str], owner: str) -> None:
         with self._lock:
@@ -77,11 +80,15 @@ class LeaseKeeper:
         else:
             held.lost = True  # taken over: it is never this owner's again
 
-    def _run(self) -> None:
+    def _run(self, ledger_id: int) -> None:
         while True:
             time.sleep(self.lease_seconds / 3)
             with self._lock:
-                held = list(self._held.items())
+                held = [(k, ledger) for k, ledger in self._held.items()
+                        if id(ledger) == ledger_id]
+                if not held:  # nothing left to renew here: `hold` starts another
+                    self._loops.pop(ledger_id, None)
+                    return
             for ((kind, key), owner), ledger in held:
                 with contextlib.suppress(Exception):  # retried on the next round
                     if kind == "thread":
