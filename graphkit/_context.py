@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, AnyMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.config import get_store, get_stream_writer
 from langgraph.store.base import BaseStore
 
 try:
-    from langgraph._internal._constants import CONFIG_KEY_CHECKPOINT_MAP, CONFIG_KEY_DURABILITY
+    from langgraph._internal._constants import (
+        CONFIG_KEY_CHECKPOINT_MAP,
+        CONFIG_KEY_CHECKPOINTER,
+        CONFIG_KEY_DURABILITY,
+    )
 except ImportError:  # pragma: no cover - a LangGraph without them: no run is known durable
-    CONFIG_KEY_CHECKPOINT_MAP = CONFIG_KEY_DURABILITY = ""
+    CONFIG_KEY_CHECKPOINT_MAP = CONFIG_KEY_CHECKPOINTER = CONFIG_KEY_DURABILITY = ""
 
 __all__ = ["DELEGATION_KEY", "EVENT_KEY", "LEASE_KEY", "PATH_KEY", "agent_path_of",
-           "delegation_of", "emit", "last_ai", "lease_of", "step_of", "steps_durable", "store",
-           "thread_id_of"]
+           "delegation_of", "emit", "last_ai", "lease_of", "never_written", "step_of",
+           "steps_durable", "store", "thread_id_of"]
 
 PATH_KEY = "graphkit_agent_path"
 """Key of `config["configurable"]` holding the agent path of an enclosing supervisor."""
@@ -62,6 +67,25 @@ def step_of(config: RunnableConfig) -> str | None:
     found = (config.get("configurable") or {}).get(CONFIG_KEY_CHECKPOINT_MAP)
     step = list(found.values())[-1] if isinstance(found, dict) and found else None
     return step if isinstance(step, str) else None
+
+
+def never_written(config: RunnableConfig) -> Callable[[str], bool]:
+    """Whether the checkpoint of an id (of the node's graph and thread) is missing from the
+    saver: the step run from it was given up (a crash under LangGraph's "async" durability
+    before the checkpoint was written), and the run replays from an earlier one. Reads the
+    saver; False without one."""
+    conf = config.get("configurable") or {}
+    saver, found = conf.get(CONFIG_KEY_CHECKPOINTER), conf.get(CONFIG_KEY_CHECKPOINT_MAP)
+    if not isinstance(saver, BaseCheckpointSaver) or not isinstance(found, dict) or not found:
+        return lambda _checkpoint_id: False
+    namespace, thread_id = list(found)[-1], conf.get("thread_id")
+
+    def missing(checkpoint_id: str) -> bool:
+        return saver.get_tuple({"configurable": {
+            "thread_id": thread_id, "checkpoint_ns": namespace,
+            "checkpoint_id": checkpoint_id}}) is None
+
+    return missing
 
 
 def steps_durable(config: RunnableConfig) -> bool:

@@ -10,7 +10,7 @@ the tools node runs nothing the ledger does not allow.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -34,6 +34,7 @@ from graphkit._context import (
     delegation_of,
     emit,
     last_ai,
+    never_written,
     step_of,
     steps_durable,
     thread_id_of,
@@ -136,6 +137,9 @@ class GateContext:
     """Whether the run writes each step's checkpoint before the next (`steps_durable`)."""
     step: str | None = None
     """The checkpoint the pass's step runs from (`step_of`)."""
+    never_written: Callable[[str], bool] = field(
+        default=lambda _checkpoint_id: False, repr=False, compare=False)
+    """Whether a checkpoint of this graph and thread is missing (`never_written`)."""
     _queue: list[list[Queued]] = field(
         default_factory=list, init=False, repr=False, compare=False)
     """The agent's message queue as this pass last read it (empty: not read since it changed)."""
@@ -167,12 +171,15 @@ class GateContext:
             return self._pending.pop()
         return self.ledger.pending_turns(self.thread_id, self.path)
 
-    def queue(self) -> list[tuple[str, dict[str, Any]]]:
+    def queue(self, present: Collection[str | None] = ()) -> list[tuple[str, dict[str, Any]]]:
         """(turn's AI message id, serialised message) of what waits in the agent's queue to be
         appended to the conversation: not yet appended, or appended by this very step (a
-        replay of it, after a crash before its checkpoint was written)."""
+        replay of it, after a crash before its checkpoint was written), or, missing from the
+        conversation (`present`: its message ids), by a step whose checkpoint was never
+        written (under "async" durability the run may replay from an earlier one)."""
         return [(q.ai_message_id, q.message) for q in self.queue_rows()
-                if q.delivered_at is None or q.delivered_at == self.step]
+                if q.delivered_at is None or q.delivered_at == self.step
+                or (queued_id(q.message) not in present and self.never_written(q.delivered_at))]
 
     def queue_rows(self) -> list[Queued]:
         """The agent's whole queue, read once per pass; this pass's own `enqueue`, `deliver`
@@ -258,7 +265,8 @@ class Planner:
         return GateContext(path=path, thread_id=thread_id,
                            run_id=journal.run_id, journal=journal, ledger=self.ledger,
                            scope=delegation_of(config) if self.nested else "",
-                           durable_steps=steps_durable(config), step=step_of(config))
+                           durable_steps=steps_durable(config), step=step_of(config),
+                           never_written=never_written(config))
 
     def plan(self, ai: AIMessage, state: AgentState, ctx: GateContext, *,
              stored: AIMessage | None = None) -> tuple[TurnPlan, list[ToolMessage], AIMessage]:
@@ -906,7 +914,7 @@ def _to_deliver(plan: TurnPlan, state: AgentState, ctx: GateContext) -> list[Bas
     """The user's messages queued (in the ledger) for after this turn, in the order they
     came; user messages only, each once, none the conversation has already."""
     present = {m.id for m in state.get("messages") or []}
-    kept = [m for ai_id, m in ctx.queue()
+    kept = [m for ai_id, m in ctx.queue(present)
             if ai_id == plan["ai_message_id"] and queued_id(m) not in present]
     delivered: list[BaseMessage] = []
     for entry in kept:
@@ -930,8 +938,8 @@ def _then(plan: TurnPlan, answered: set[str], batch: list[CallPlan],
     in_batch = {c["tool_call_id"] for c in batch}
     rest = [c for c in plan["calls"]
             if c["tool_call_id"] not in answered and c["tool_call_id"] not in in_batch]
-    if rest or any(ai_id == plan["ai_message_id"]
-                   for ai_id, _ in ctx.queue()):
+    if rest or any(q.ai_message_id == plan["ai_message_id"] and q.delivered_at in (None, ctx.step)
+                   for q in ctx.queue_rows()):
         return "approval_gate"
     for call in batch:
         tool = tools.get(call["tool_name"])

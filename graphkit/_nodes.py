@@ -343,7 +343,7 @@ def make_model_node(
         supersede_abandoned(messages, ctx)
         messages, moved = _stopped_turn(messages, ctx)
         written = _in_a_checkpoint(state, ctx)
-        messages, unqueued = left_queued(messages, ctx.queue())
+        messages, unqueued = left_queued(messages, ctx.queue({m.id for m in messages}))
         if written:
             ctx.dequeue(written)
         if unqueued:

@@ -462,14 +462,14 @@ def dies(self, config, writes, task_id, task_path=""):
 latest.ServesLatest.put_writes = dies
 if door == "api":
     agent.generate("Paris", thread_id=first.thread_id)
-else:  # graph input, with the durability the API's runs have
+else:  # graph input, with the API's durability ("sync") or LangGraph's default ("async")
     agent.graph.invoke({"messages": [HumanMessage("Paris")]},
                        {"configurable": {"thread_id": first.thread_id}},
                        durability=door.partition(":")[2])
 """
 
 
-@pytest.mark.parametrize("door", ["api", "graph:sync"])
+@pytest.mark.parametrize("door", ["api", "graph:sync", "graph:async"])
 def test_a_queued_reply_survives_a_crash_as_the_gate_delivers_it(door: str, tmp_path: Path
                                                                   ) -> None:
     """'Paris' answers the suspended weather call and waits in the ledger's queue until the
@@ -496,16 +496,16 @@ def test_a_queued_reply_survives_a_crash_as_the_gate_delivers_it(door: str, tmp_
 
 def test_a_reply_delivered_under_async_durability_is_forgotten_and_a_deleted_one_stays_gone(
         ) -> None:
-    """Graph input runs under LangGraph's default durability ("async"): a node cannot know
-    that the step appending a queued reply is written, so the queue forgets the reply as it is
-    appended, as that durability gives up the steps a crash interrupts. Kept instead, a reply
-    the client then deletes (a UI's "delete message") would come back on the next input."""
+    """Graph input runs under LangGraph's default durability ("async"). The queued reply,
+    once appended, is forgotten by the next step that reads it in the conversation; and a
+    reply the client then deletes (a UI's "delete message") does not come back on the next
+    input."""
     log: list[str] = []
     agent = weather_agent(log, auto_resume_suspended_tools=True)
     first = agent.generate("weather?")
     cfg: Any = {"configurable": {"thread_id": first.thread_id}}
     out = say(agent, first.thread_id, "Paris")
-    assert agent._storage.ledger.queue_of(first.thread_id, "wx") == []
+    assert agent._storage.ledger.queue_rows(first.thread_id, "wx") == []
     paris = next(m for m in out["messages"] if isinstance(m, HumanMessage) and m.text == "Paris")
     agent.graph.update_state(cfg, {"messages": [RemoveMessage(id=str(paris.id))]})
     out = say(agent, first.thread_id, "thanks")
