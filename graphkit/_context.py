@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,8 +22,8 @@ except ImportError:  # pragma: no cover - a LangGraph without them: no run is kn
     CONFIG_KEY_CHECKPOINT_MAP = CONFIG_KEY_CHECKPOINTER = CONFIG_KEY_DURABILITY = ""
 
 __all__ = ["DELEGATION_KEY", "EVENT_KEY", "LEASE_KEY", "PATH_KEY", "agent_path_of",
-           "delegation_of", "emit", "last_ai", "lease_of", "never_written", "step_of",
-           "steps_durable", "store", "thread_id_of"]
+           "delegation_of", "durability_of", "emit", "last_ai", "lease_of", "never_written",
+           "step_of", "store", "thread_id_of"]
 
 PATH_KEY = "graphkit_agent_path"
 """Key of `config["configurable"]` holding the agent path of an enclosing supervisor."""
@@ -69,6 +70,11 @@ def step_of(config: RunnableConfig) -> str | None:
     return step if isinstance(step, str) else None
 
 
+_WRITTEN: OrderedDict[tuple[int, str, str, str], None] = OrderedDict()
+"""Checkpoints `never_written` found written: (saver, thread, namespace, checkpoint id)."""
+_KEPT_WRITTEN = 10_000
+
+
 def never_written(config: RunnableConfig) -> Callable[[str], bool]:
     """Whether the checkpoint of an id (of the node's graph and thread) is missing from the
     saver: the step run from it was given up (a crash under LangGraph's "async" durability
@@ -81,18 +87,28 @@ def never_written(config: RunnableConfig) -> Callable[[str], bool]:
     namespace, thread_id = list(found)[-1], conf.get("thread_id")
 
     def missing(checkpoint_id: str) -> bool:
-        return saver.get_tuple({"configurable": {
+        key = (id(saver), str(thread_id), namespace, checkpoint_id)
+        if key in _WRITTEN:
+            return False
+        found = saver.get_tuple({"configurable": {
             "thread_id": thread_id, "checkpoint_ns": namespace,
-            "checkpoint_id": checkpoint_id}}) is None
+            "checkpoint_id": checkpoint_id}}) is not None
+        if found:  # (a written checkpoint stays written: asked again, no read)
+            _WRITTEN[key] = None
+            while len(_WRITTEN) > _KEPT_WRITTEN:
+                _WRITTEN.popitem(last=False)
+        return not found
 
     return missing
 
 
-def steps_durable(config: RunnableConfig) -> bool:
-    """Whether the run writes each step's checkpoint before the next step starts (LangGraph's
-    "sync" durability, graphkit's own runs): the state a node reads is then on disk. Under
-    "async" and "exit" (LangGraph's defaults for `invoke` and for its server) it may not be."""
-    return (config.get("configurable") or {}).get(CONFIG_KEY_DURABILITY) == "sync"
+def durability_of(config: RunnableConfig) -> str:
+    """The run's LangGraph durability: "sync" (graphkit's own runs: each step's checkpoint is
+    written before the next step starts, so the state a node reads is on disk), "async"
+    (LangGraph's default for `invoke` and its server: written while the next step runs) or
+    "exit" (written when the run ends)."""
+    found = (config.get("configurable") or {}).get(CONFIG_KEY_DURABILITY)
+    return found if found in ("sync", "exit") else "async"
 
 
 def last_ai(messages: Sequence[AnyMessage]) -> AIMessage | None:

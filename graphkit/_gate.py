@@ -32,11 +32,11 @@ from graphkit._approvals import (
 from graphkit._context import (
     agent_path_of,
     delegation_of,
+    durability_of,
     emit,
     last_ai,
     never_written,
     step_of,
-    steps_durable,
     thread_id_of,
 )
 from graphkit._journal import GateJournal
@@ -133,13 +133,15 @@ class GateContext:
     ledger: Ledger
     scope: str = ""
     """For a subagent, the supervisor's call it works for (`turn_key`'s scope)."""
-    durable_steps: bool = False
-    """Whether the run writes each step's checkpoint before the next (`steps_durable`)."""
+    durability: str = "async"
+    """The run's LangGraph durability (`durability_of`)."""
     step: str | None = None
     """The checkpoint the pass's step runs from (`step_of`)."""
     never_written: Callable[[str], bool] = field(
         default=lambda _checkpoint_id: False, repr=False, compare=False)
     """Whether a checkpoint of this graph and thread is missing (`never_written`)."""
+    _written: dict[str, bool] = field(default_factory=dict, init=False, repr=False,
+                                      compare=False)
     _queue: list[list[Queued]] = field(
         default_factory=list, init=False, repr=False, compare=False)
     """The agent's message queue as this pass last read it (empty: not read since it changed)."""
@@ -179,7 +181,14 @@ class GateContext:
         written (under "async" durability the run may replay from an earlier one)."""
         return [(q.ai_message_id, q.message) for q in self.queue_rows()
                 if q.delivered_at is None or q.delivered_at == self.step
-                or (queued_id(q.message) not in present and self.never_written(q.delivered_at))]
+                or (queued_id(q.message) not in present and not self.written(q.delivered_at))]
+
+    def written(self, checkpoint_id: str) -> bool:
+        """Whether the saver holds that checkpoint of this graph and thread (read once per
+        pass; only for a queued message delivered by another step)."""
+        if checkpoint_id not in self._written:
+            self._written[checkpoint_id] = not self.never_written(checkpoint_id)
+        return self._written[checkpoint_id]
 
     def queue_rows(self) -> list[Queued]:
         """The agent's whole queue, read once per pass; this pass's own `enqueue`, `deliver`
@@ -191,8 +200,9 @@ class GateContext:
     def deliver(self, message_ids: Iterable[str]) -> None:
         """These queued messages are appended to the conversation by this step: they stay
         queued, for a replay of the step only, until a written checkpoint holds them (the
-        model node forgets them then). A graph without checkpoints replays nothing."""
-        if self.step is None:
+        model node forgets them then). A graph without checkpoints replays nothing, nor does a
+        run under "exit" durability (a crash gives up the whole run)."""
+        if self.step is None or self.durability == "exit":
             self.dequeue(message_ids)
             return
         self.ledger.deliver(self.thread_id, self.agent, message_ids, self.step)
@@ -265,7 +275,7 @@ class Planner:
         return GateContext(path=path, thread_id=thread_id,
                            run_id=journal.run_id, journal=journal, ledger=self.ledger,
                            scope=delegation_of(config) if self.nested else "",
-                           durable_steps=steps_durable(config), step=step_of(config),
+                           durability=durability_of(config), step=step_of(config),
                            never_written=never_written(config))
 
     def plan(self, ai: AIMessage, state: AgentState, ctx: GateContext, *,

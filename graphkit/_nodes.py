@@ -243,14 +243,24 @@ def _stopped_turn(messages: list[AnyMessage], ctx: GateContext
 
 
 def _in_a_checkpoint(state: AgentState, ctx: GateContext) -> list[str]:
-    """The queued messages that the conversation holds in a written checkpoint, which the
-    queue may forget: appended by an earlier step (whose checkpoint the step that reads it
-    follows), or, in a run that writes each step's checkpoint before the next, any the state
-    this node reads holds."""
+    """The queued messages the queue may forget, in a run that writes each step's checkpoint
+    and writes before the next step starts ("sync" durability, graphkit's own runs): those the
+    state this node reads holds (it is written), and those a step whose checkpoint is written
+    delivered and the conversation lacks now (deleted since, or a fork from before it: only
+    a replay of that very step would append them again). Under "async" a step's checkpoint
+    may be written before the writes it holds (the messages channel is kept as deltas), so
+    nothing the node reads proves a message written: its row stays, marked delivered (and
+    read without a parse); under "exit" rows go as they are delivered."""
+    if ctx.durability != "sync":
+        return []
     present = {m.id for m in state.get("messages") or []}
-    return [found for q in ctx.queue_rows()
-            if (found := queued_id(q.message)) is not None and found in present
-            and (ctx.durable_steps or q.delivered_at not in (None, ctx.step))]
+    forget: list[str] = []
+    for q in ctx.queue_rows():
+        found = queued_id(q.message)
+        if found is not None and (found in present or (
+                q.delivered_at not in (None, ctx.step) and ctx.written(q.delivered_at))):
+            forget.append(found)
+    return forget
 
 
 def _left_to_the_gate(plan: TurnPlan | None, messages: list[AnyMessage]) -> bool:

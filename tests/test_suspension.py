@@ -440,7 +440,7 @@ def test_graph_input_queued_but_not_read_is_kept_when_the_api_moves_on(sqlite_ur
 
 
 _DIES_DELIVERING = """
-import os, sys
+import os, sys, time
 from langchain_core.messages import HumanMessage
 import graphkit._latest as latest
 from tests.test_suspension import weather_agent
@@ -456,6 +456,8 @@ def dies(self, config, writes, task_id, task_path=""):
     said = [m for c, v in writes if c == "messages"
             for m in (v if isinstance(v, list) else [v]) if isinstance(m, HumanMessage)]
     if said and "approval_gate" in str(task_path):
+        if door.endswith(":slow"):  # a slow write: under "async" the next step runs meanwhile
+            time.sleep(1.5)
         os._exit(17)  # the process dies before the gate's delivery is in any checkpoint
     return put_writes(self, config, writes, task_id, task_path)
 
@@ -465,11 +467,11 @@ if door == "api":
 else:  # graph input, with the API's durability ("sync") or LangGraph's default ("async")
     agent.graph.invoke({"messages": [HumanMessage("Paris")]},
                        {"configurable": {"thread_id": first.thread_id}},
-                       durability=door.partition(":")[2])
+                       durability=door.split(":")[1])
 """
 
 
-@pytest.mark.parametrize("door", ["api", "graph:sync", "graph:async"])
+@pytest.mark.parametrize("door", ["api", "graph:sync", "graph:async", "graph:async:slow"])
 def test_a_queued_reply_survives_a_crash_as_the_gate_delivers_it(door: str, tmp_path: Path
                                                                   ) -> None:
     """'Paris' answers the suspended weather call and waits in the ledger's queue until the
@@ -497,15 +499,15 @@ def test_a_queued_reply_survives_a_crash_as_the_gate_delivers_it(door: str, tmp_
 def test_a_reply_delivered_under_async_durability_is_forgotten_and_a_deleted_one_stays_gone(
         ) -> None:
     """Graph input runs under LangGraph's default durability ("async"). The queued reply,
-    once appended, is forgotten by the next step that reads it in the conversation; and a
-    reply the client then deletes (a UI's "delete message") does not come back on the next
-    input."""
+    once appended, no longer waits (its row stays, marked with the step that appended it: no
+    step under "async" can prove it written), and a reply the client then deletes (a UI's
+    "delete message") does not come back on the next input."""
     log: list[str] = []
     agent = weather_agent(log, auto_resume_suspended_tools=True)
     first = agent.generate("weather?")
     cfg: Any = {"configurable": {"thread_id": first.thread_id}}
     out = say(agent, first.thread_id, "Paris")
-    assert agent._storage.ledger.queue_rows(first.thread_id, "wx") == []
+    assert agent._storage.ledger.queue_of(first.thread_id, "wx") == []
     paris = next(m for m in out["messages"] if isinstance(m, HumanMessage) and m.text == "Paris")
     agent.graph.update_state(cfg, {"messages": [RemoveMessage(id=str(paris.id))]})
     out = say(agent, first.thread_id, "thanks")
@@ -513,9 +515,10 @@ def test_a_reply_delivered_under_async_durability_is_forgotten_and_a_deleted_one
     assert said == ["weather?", "thanks"]
 
 
+@pytest.mark.parametrize("durability", ["sync", "async", "exit"])
 @pytest.mark.parametrize("after", ["deleted", "forked"])
-def test_a_delivered_reply_is_appended_by_its_own_step_only(sqlite_url: str, after: str
-                                                             ) -> None:
+def test_a_delivered_reply_is_appended_by_its_own_step_only(sqlite_url: str, after: str,
+                                                             durability: str) -> None:
     """A queued reply stays queued once appended (until a written checkpoint holds it), for a
     replay of the step that appended it: no other step appends it. Not after the user deleted
     it from the conversation, nor in a fork from before it was said."""
@@ -526,7 +529,8 @@ def test_a_delivered_reply_is_appended_by_its_own_step_only(sqlite_url: str, aft
     before = agent.graph.get_state(cfg).config
     agent.graph.invoke({"messages": [HumanMessage("I am in Paris", id="m1")]}, cfg,
                        interrupt_before=["approval_gate"])
-    agent.generate("never mind", thread_id=first.thread_id)  # appends it (the model node)
+    agent.graph.invoke({"messages": [HumanMessage("never mind")]}, cfg,  # appends it (the
+                       durability=durability)                             # model node)
     if after == "deleted":
         agent.graph.update_state(cfg, {"messages": [RemoveMessage(id="m1")]})
         expected = ["weather?", "never mind", "thanks"]
