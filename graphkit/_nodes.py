@@ -321,10 +321,13 @@ def make_model_node(
         return {**config, "tags": [*(config.get("tags") or []), TAG_NOSTREAM]} if quiet else config
 
     def route(state: AgentState, config: RunnableConfig
-              ) -> tuple[list[BaseMessage], bool, list[BaseMessage], Command[ModelTarget] | None]:
+              ) -> tuple[list[BaseMessage], bool, list[BaseMessage], Command[ModelTarget] | None,
+                         Callable[[], None] | None]:
         """The conversation the model reads, whether the run used its steps, the writes that
-        fix the state, and the command to send instead of a model turn (a reply that answered,
-        or will be queued beside, a suspended tool)."""
+        fix the state, the command to send instead of a model turn (a reply that answered, or
+        will be queued beside, a suspended tool), and what notes the queued messages these
+        writes append as delivered: called once the step's command is ready (a model call
+        that fails leaves them to be appended by the next step)."""
         options = state.get("options") or {}
         limit = options.get("max_steps")
         limit = limit if isinstance(limit, int) and limit > 0 else 25
@@ -343,23 +346,23 @@ def make_model_node(
             removed = [RemoveMessage(id=str(m.id)) for m in reply.messages]
             to_gate: Command[ModelTarget] = Command(
                 update={"messages": [*forged, *removed]}, goto="approval_gate")
-            return [], False, [], to_gate
+            return [], False, [], to_gate, None
         if _left_to_the_gate(plan, messages):
             # the gate's turn is not over (a client sent the run here): back to the gate,
             # never a model turn over a call without its result
             back: Command[ModelTarget] = Command(
                 update={"messages": forged} if forged else None, goto="approval_gate")
-            return [], False, [], back
+            return [], False, [], back, None
         supersede_abandoned(messages, ctx)
         messages, moved = _stopped_turn(messages, ctx)
         written = _in_a_checkpoint(state, ctx)
         messages, unqueued = left_queued(messages, ctx.queue({m.id for m in messages}))
         if written:
             ctx.dequeue(written)
-        if unqueued:
-            ctx.deliver(str(m.id) for m in unqueued if isinstance(m, HumanMessage))
+        appended = [str(m.id) for m in unqueued if isinstance(m, HumanMessage)]
         moved = [*moved, *unqueued]
-        return [*system, *messages], model_steps(messages) >= limit, [*forged, *moved], None
+        return ([*system, *messages], model_steps(messages) >= limit, [*forged, *moved], None,
+                (lambda: ctx.deliver(appended)) if appended else None)
 
     def ended(response: BaseMessage, state: AgentState, fixes: list[BaseMessage]
               ) -> Command[ModelTarget]:
@@ -385,25 +388,35 @@ def make_model_node(
         return Command(update={"messages": [*fixes, stored, *errors],
                                "turn": pointer(plan)}, goto=sends or "approval_gate")
 
+    def noted(command: Command[ModelTarget], delivered: Callable[[], None] | None
+              ) -> Command[ModelTarget]:
+        if delivered is not None:
+            delivered()
+        return command
+
     def call_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:
-        messages, exhausted, fixes, to_gate = route(state, config)
+        messages, exhausted, fixes, to_gate, delivered = route(state, config)
         if to_gate is not None:
             return to_gate
         if exhausted:
-            return Command(update={"messages": fixes} if fixes else None, goto="__end__")
-        return finish(invoke(messages, hushed(config)), state, config, fixes)
+            return noted(Command(update={"messages": fixes} if fixes else None, goto="__end__"),
+                         delivered)
+        return noted(finish(invoke(messages, hushed(config)), state, config, fixes), delivered)
 
     async def acall_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:
         # Reading and writing the ledger and store is synchronous: keep it off the event loop.
-        messages, exhausted, fixes, to_gate = await offload(route, state, config)
+        messages, exhausted, fixes, to_gate, delivered = await offload(route, state, config)
         if to_gate is not None:
             return to_gate
         if exhausted:
-            return Command(update={"messages": fixes} if fixes else None, goto="__end__")
+            stop: Command[ModelTarget] = Command(update={"messages": fixes} if fixes else None,
+                                                 goto="__end__")
+            return await offload(noted, stop, delivered) if delivered else stop
         response = await ainvoke(messages, hushed(config))
         if not _calls_tools(response):
-            return ended(response, state, fixes)  # no storage: no thread hop
-        return await offload(finish, response, state, config, fixes)
+            end = ended(response, state, fixes)  # no storage: no thread hop (unless noted)
+            return await offload(noted, end, delivered) if delivered else end
+        return await offload(lambda: noted(finish(response, state, config, fixes), delivered))
 
     return call_model, acall_model
 

@@ -541,6 +541,38 @@ def test_a_delivered_reply_is_appended_by_its_own_step_only(sqlite_url: str, aft
     assert [m.text for m in out.messages if isinstance(m, HumanMessage)] == expected
 
 
+@pytest.mark.parametrize("durability", ["sync", "async", "exit"])
+def test_a_reply_appended_by_a_step_whose_model_call_failed_is_appended_again(
+        sqlite_url: str, durability: str) -> None:
+    """The model node appends a queued reply, then its model call fails (a provider's error):
+    the step's writes are thrown away. The user's next message must still find the reply in
+    the conversation: a reply is noted as delivered only once its step's model call answered
+    (before, a new step took it for delivered and deleted by the user)."""
+    armed = {"boom": False}
+
+    def replies(messages: list[BaseMessage]) -> Any:
+        if armed["boom"]:
+            armed["boom"] = False
+            raise RuntimeError("the provider failed")
+        results = [m for m in messages if isinstance(m, ToolMessage)]
+        return turn(call("weather", {}, "w1")) if not results else "noted"
+
+    agent = Agent(name="wx", tools=[weather_tool([])], auto_resume_suspended_tools=True,
+                  checkpointer=sqlite_url,
+                  model=ScriptedChatModel(replies, structured=city_from_reply))
+    first = agent.generate("weather?")
+    cfg: Any = {"configurable": {"thread_id": first.thread_id}}
+    agent.graph.invoke({"messages": [HumanMessage("I am in Paris", id="m1")]}, cfg,
+                       interrupt_before=["approval_gate"])
+    armed["boom"] = True
+    with pytest.raises(RuntimeError, match="the provider failed"):
+        agent.graph.invoke({"messages": [HumanMessage("never mind")]}, cfg,
+                           durability=durability)
+    out = agent.generate("thanks", thread_id=first.thread_id)
+    assert [m.text for m in out.messages if isinstance(m, HumanMessage)] == [
+        "weather?", "I am in Paris", "never mind", "thanks"]
+
+
 def weather_and_pay_agent(log: list[str], ledger: Ledger) -> Agent:
     """An auto-resuming agent whose one turn suspends for a city (w1) beside a payment that
     needs approval (p1)."""
