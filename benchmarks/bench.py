@@ -219,8 +219,8 @@ def parallel_tools(directory: Path, runs: int = 15) -> list[Row]:
     """N tools sleeping 50 ms each, in one model turn, sync and async, on SQLite: the tools'
     phase (first tool start to last tool end) and the whole run (two model turns and every
     checkpoint), for an agent that serves many runs (as in an application; the first runs,
-    which warm it up, are not counted); beside LangChain's `create_agent` on the same tools,
-    model and storage, interleaved."""
+    which warm it up, are not counted); beside LangChain's `create_agent` and the minimal graph
+    on the same tools, model, storage and concurrency (graphkit's), interleaved."""
     from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
     rows: list[Row] = []
@@ -294,6 +294,7 @@ async def _parallel_contestants(directory: Path, nap: Any, reply: Any, flavour: 
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
     from graphkit import Agent, create_tool
+    from graphkit.agent import MAX_CONCURRENCY
     from graphkit.testing import ScriptedChatModel
 
     directory.mkdir()
@@ -311,7 +312,10 @@ async def _parallel_contestants(directory: Path, nap: Any, reply: Any, flavour: 
     minimal = c.minimal_parallel(reply, nap, minimal_saver)
 
     def config() -> dict[str, Any]:
-        return {"configurable": {"thread_id": os.urandom(8).hex()}}
+        # graphkit runs up to MAX_CONCURRENCY tasks of a step at once; LangGraph's default is
+        # its thread pool's (cpu count + 4), which would run the peers' calls in waves
+        return {"configurable": {"thread_id": os.urandom(8).hex()},
+                "max_concurrency": MAX_CONCURRENCY}
 
     if flavour == "sync":
         return {"graphkit": lambda: agent.generate("go"),
