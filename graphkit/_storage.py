@@ -40,6 +40,7 @@ from langgraph.store.sqlite import SqliteStore
 from graphkit._fence import FencedWrites
 from graphkit._latest import ServesLatest
 from graphkit._ledger import PAGE_SIZE, Ledger
+from graphkit._review import withdraw_thread
 
 __all__ = ["Storage", "open_storage", "serve_agent", "served_agents", "served_storage"]
 
@@ -102,11 +103,37 @@ class ThreadedAsyncSaver(BaseCheckpointSaver[Any]):
             lambda: self.get_delta_channel_history(config=config, channels=channels))
 
 
-class ThreadedSqliteSaver(FencedWrites, ServesLatest, ThreadedAsyncSaver, SqliteSaver):
+class WithdrawsDeleted(BaseCheckpointSaver[Any]):
+    """Mixin for graphkit's savers: LangGraph's `delete_thread` also withdraws, in the ledger
+    beside the saver, what waits on a decision in the thread (declined as superseded; an
+    inbox would show it for ever, and a decision on it would queue a resume that fails for
+    ever) and the thread's runs queued to be continued."""
+
+    graphkit_ledger: Ledger | None = None
+
+    def delete_thread(self, thread_id: str) -> None:
+        super().delete_thread(thread_id)
+        if self.graphkit_ledger is not None:
+            withdraw_thread(self.graphkit_ledger, str(thread_id))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+
+_Saver = TypeVar("_Saver", bound=WithdrawsDeleted)
+
+
+def _beside(saver: _Saver, ledger: Ledger) -> _Saver:
+    saver.graphkit_ledger = ledger
+    return saver
+
+
+class ThreadedSqliteSaver(WithdrawsDeleted, FencedWrites, ServesLatest, ThreadedAsyncSaver,
+                          SqliteSaver):
     """LangGraph's `SqliteSaver`, usable from async runs too."""
 
 
-class MemorySaver(ServesLatest, InMemorySaver):
+class MemorySaver(WithdrawsDeleted, ServesLatest, InMemorySaver):
     """LangGraph's `InMemorySaver`, serving a run the checkpoint it read as it began."""
 
 
@@ -362,8 +389,9 @@ def _set_up(make: Callable[[], _T]) -> _T:
 def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:
     """Open the checkpointer (and a store beside it) described by `spec`."""
     if spec is None or spec == "memory":
-        return Storage(MemorySaver(), InMemoryStore(), "memory (this process only)",
-                       Ledger.sqlite())
+        ledger = Ledger.sqlite()
+        return Storage(_beside(MemorySaver(), ledger), InMemoryStore(),
+                       "memory (this process only)", ledger)
     if isinstance(spec, BaseCheckpointSaver):
         return Storage(spec, InMemoryStore(), f"{type(spec).__name__} instance",
                        _ledger_beside(spec))
@@ -382,7 +410,7 @@ def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:
         # renewals keep a connection of their own: a lazily read checkpoint list holds this
         # lock, and must not starve them.
         saver.lock = store.lock = ledger.lock  # type: ignore[misc]
-        return Storage(saver, store, f"sqlite file {path}", ledger, spec)
+        return Storage(_beside(saver, ledger), store, f"sqlite file {path}", ledger, spec)
     if spec.startswith(("postgresql://", "postgres://")):
         return _open_postgres(spec)
     raise ValueError(UNKNOWN_URL.format(value=spec))
@@ -408,7 +436,8 @@ def _open_postgres(url: str) -> Storage:
     except ImportError as exc:
         raise ImportError(MISSING.format(url=url)) from exc
 
-    class ThreadedPostgresSaver(FencedWrites, ServesLatest, ThreadedAsyncSaver, PostgresSaver):
+    class ThreadedPostgresSaver(WithdrawsDeleted, FencedWrites, ServesLatest,
+                                ThreadedAsyncSaver, PostgresSaver):
         """LangGraph's `PostgresSaver`, usable from async runs too."""
 
     kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0,
@@ -420,4 +449,5 @@ def _open_postgres(url: str) -> Storage:
     store = PostgresStore(pool)
     store.setup()
     safe = url.split("@")[-1]
-    return Storage(saver, store, f"postgresql {safe}", Ledger.postgres(pool), url)
+    ledger = Ledger.postgres(pool)
+    return Storage(_beside(saver, ledger), store, f"postgresql {safe}", ledger, url)

@@ -952,3 +952,45 @@ def test_a_served_checkpoint_is_dropped_by_every_other_write_of_the_saver(
         write()
     found = saver.get_tuple(config)
     assert found is None or found.metadata != {"stale": True}
+
+
+@pytest.mark.parametrize("durable_url", ["sqlite", "postgres"], indirect=True)
+def test_deleting_a_thread_withdraws_what_waits_in_it(durable_url: str) -> None:
+    """LangGraph's `delete_thread` (sync or async) on graphkit's saver: what waited on a
+    decision in the thread leaves the inbox, declined as superseded and audited, and a run
+    decided before the delete is no longer queued for a worker (whose resume of a thread
+    without checkpoints would fail, and be tried again, for ever). Other threads keep theirs."""
+    from graphkit import ApprovalAlreadyResolvedError, Inbox
+
+    pay = {"amount": 40, "payee": {"name": "ACME"}}
+    agent, ledger = agent_with([turn(call("pay", pay, "c1")), "paid"], checkpointer=durable_url)
+    (gone,) = agent.generate("pay", thread_id="gone").pending_approvals
+    kept_run = agent.generate("pay", thread_id="kept")
+    (kept,) = kept_run.pending_approvals
+    decided = agent.generate("pay", thread_id="decided")
+    (later,) = agent.generate("pay", thread_id="later").pending_approvals
+    inbox = Inbox(durable_url, agents=[agent])
+    inbox.approve(decided.pending_approvals[0].id, decided_by="cfo")
+    assert ledger_of(agent).queued(decided.run_id)
+
+    saver = agent.graph.checkpointer
+    assert saver is not None and not isinstance(saver, bool)
+    saver.delete_thread("gone")
+    saver.delete_thread("decided")
+    asyncio.run(saver.adelete_thread("later"))
+
+    assert [p.id for p in Inbox(durable_url).pending()] == [kept.id]
+    for withdrawn in (gone, later):
+        assert Inbox(durable_url).get(withdrawn.id).status == "rejected"
+        last = Inbox(durable_url).audit(id=withdrawn.id)[-1]
+        assert last["event"] == "superseded" and "thread was deleted" in last["comment"]
+        with pytest.raises(ApprovalAlreadyResolvedError):
+            Inbox(durable_url).approve(withdrawn.id, decided_by="cfo")
+    assert not ledger_of(agent).queued(decided.run_id)
+    assert ledger.ran == []
+    assert agent.approve_tool_call_generate(run_id=kept_run.run_id).text == "paid"
+    assert len(ledger.ran) == 1
+
+
+def ledger_of(agent: Any) -> Any:
+    return agent._storage.ledger

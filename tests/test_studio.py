@@ -315,3 +315,53 @@ def test_a_reviewer_approves_in_the_mounted_inbox_in_a_browser_and_sees_the_outc
             browser.close()
     assert "rolled out 8.8.8" in tool_results(client.threads.get_state(thread_id)["values"])[
         -1]["content"]
+
+
+def test_what_waits_in_a_thread_deleted_on_the_server_leaves_the_inbox_and_never_runs(
+        server: str) -> None:
+    """Studio (or any client) deletes a thread while approvals of it wait: the mounted inbox
+    no longer asks for them (declined as superseded, audited), a decision on one is refused,
+    and one decided before the delete is not handed to the server again and again (the
+    server answers 404 for ever): its card says the thread is gone."""
+    import time
+
+    from langgraph_sdk import get_sync_client
+
+    client = get_sync_client(url=server)
+    web = _reviewer(server)
+    kept, kept_request = ask(client, "deploy", "Roll out build 5.5.5")
+    (kept_id,) = [a["id"] for a in kept_request["approvals"]]
+    deleted, request = ask(client, "deploy", "Roll out build 6.6.6")
+    (deleted_id,) = [a["id"] for a in request["approvals"]]
+    both, request = ask(client, "bash", "run: rm /srv/x; rm /srv/y")
+    first, second = (a["id"] for a in request["approvals"])
+    listing = web.get("/").text
+    assert all(i in listing for i in (kept_id, deleted_id, first, second))
+
+    _decide(web, first)  # the run waits for the second decision
+    client.threads.delete(deleted)
+    client.threads.delete(both)
+
+    time.sleep(3.5)  # the lists take a thread found a moment ago to be there for 3 s
+    listing = web.get("/").text
+    assert kept_id in listing
+    assert deleted_id not in listing and second not in listing, listing
+    card = web.get(f"/approvals/{deleted_id}").text
+    assert "Send build 6.6.6" in card and "status rejected" in card, card[-3000:]
+    assert "data-status='deleted'" in card and "The call did not run" in card
+    trail = web.get(f"/approvals/{deleted_id}/audit").text
+    assert "superseded" in trail and "deleted on the LangGraph server" in trail, trail[-3000:]
+    import re
+
+    csrf = re.search(r"name='csrf' value='([0-9a-f]+)'", web.get(f"/approvals/{kept_id}").text)
+    assert csrf is not None
+    refused = web.post(f"/approvals/{second}/approve", data={"csrf": csrf.group(1)})
+    assert refused.status_code == 303 and "refused" in refused.headers["location"]
+
+    time.sleep(5)  # two rounds of the inbox's retries
+    card = web.get(f"/approvals/{first}").text
+    assert "status approved" in card and "data-status='deleted'" in card, card[-3000:]
+    assert "The call did not run" in card
+    # the thread that was not deleted still waits, and goes on as before
+    _decide(web, kept_id)
+    wait_for_tool_result(client, kept, "rolled out 5.5.5")

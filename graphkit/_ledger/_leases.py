@@ -171,6 +171,14 @@ class Leases(LedgerBase):
             f"claimed_until = {self._sql.now} + ? WHERE run_id = ? AND claimed_by = ?",
             (min(300.0, 2.0 ** self._attempts(run_id)), run_id, owner))
 
+    def forget_ready(self, thread_id: str, *, served_only: bool = False) -> None:
+        """The thread was deleted: none of its runs will be continued (a resume of a thread
+        without checkpoints fails, and would be tried again for as long as the queue lives).
+        `served_only`: only the LangGraph server's runs (their thread lives on the server)."""
+        where = " AND agent LIKE ?" if served_only else ""
+        self._sql.execute(f"DELETE FROM graphkit_ready WHERE thread_id = ?{where}",
+                          (thread_id, SERVER_AGENT + "%") if served_only else (thread_id,))
+
     def _attempts(self, run_id: str) -> int:
         rows = self._sql.query("SELECT attempts FROM graphkit_ready WHERE run_id = ?",
                                (run_id,))

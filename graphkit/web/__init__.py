@@ -101,6 +101,14 @@ class _Web:
             self._retrying = asyncio.get_running_loop().create_task(
                 self.server.keep_continuing())
 
+    async def present(self, items: list[PendingApproval], *, fresh: bool = False
+                      ) -> list[PendingApproval]:
+        """The items a reviewer may still be asked about: inside a LangGraph server, not
+        those of a thread deleted on it (`ServerRuns.present` declines them)."""
+        if self.server is None:
+            return items
+        return await self.server.present(items, fresh=fresh)
+
     async def messages(self, item: PendingApproval, viewer: str) -> list[BaseMessage]:
         """The run's messages for a card, as the viewer may see them: the agent's own state,
         else (inside the LangGraph server, which keeps the state of the graphs it serves) the
@@ -290,9 +298,9 @@ def _routes(web: _Web) -> list[Any]:
         response.delete_cookie(SESSION_COOKIE, path=_base(request))
         return response
 
-    def listing(request: Request, who: str
-                ) -> tuple[list[PendingApproval], list[PendingApproval]]:
-        everything = web.inbox.pending(viewer=who)
+    async def listing(request: Request, who: str
+                      ) -> tuple[list[PendingApproval], list[PendingApproval]]:
+        everything = await web.present(await asyncio.to_thread(web.inbox.pending, viewer=who))
         agent = request.query_params.get("agent") or None
         tool = request.query_params.get("tool") or None
         chosen = [p for p in everything if (agent is None or p.agent_path[:1] == [agent])
@@ -301,7 +309,7 @@ def _routes(web: _Web) -> list[Any]:
 
     async def index(request: Request, who: str, session: str, form: dict[str, str]
                     ) -> Response:
-        everything, chosen = await asyncio.to_thread(listing, request, who)
+        everything, chosen = await listing(request, who)
         if request.query_params.get("fragment"):
             return HTMLResponse(render.pending_rows(chosen))
         body = render.pending_table(chosen, (p.agent_path[0] for p in everything if
@@ -314,8 +322,8 @@ def _routes(web: _Web) -> list[Any]:
         async def stream() -> AsyncIterator[str]:
             seen: list[str] | None = None
             while not await request.is_disconnected():
-                now = sorted(p.id for p in await asyncio.to_thread(web.inbox.pending,
-                                                                    viewer=who))
+                now = sorted(p.id for p in await web.present(
+                    await asyncio.to_thread(web.inbox.pending, viewer=who)))
                 if now != seen:
                     seen = now
                     yield f"event: pending\ndata: {json.dumps(now)}\n\n"
@@ -368,6 +376,8 @@ def _routes(web: _Web) -> list[Any]:
         approval_id = request.path_params["id"]
         try:
             item = await asyncio.to_thread(web.inbox.get, approval_id, viewer=who)
+            if not await web.present([item], fresh=True):  # declined (its thread is gone)
+                item = await asyncio.to_thread(web.inbox.get, approval_id, viewer=who)
             messages = await web.messages(item, who)
             schemas = await asyncio.to_thread(web.inbox.schema, approval_id)
         except GraphkitError as exc:
@@ -399,7 +409,10 @@ def _routes(web: _Web) -> list[Any]:
         action = request.path_params["action"]
         where = _base(request) + f"approvals/{approval_id}"
         try:
-            await asyncio.to_thread(web.inbox.get, approval_id, viewer=who)  # theirs to see
+            # theirs to see; and (inside a LangGraph server) of a thread it still holds, else
+            # declined now, and the decision refused as for any decided request
+            await web.present([await asyncio.to_thread(web.inbox.get, approval_id,
+                                                       viewer=who)], fresh=True)
             if action == "decline":
                 await asyncio.to_thread(web.inbox.decline, approval_id, decided_by=who,
                                         comment=form.get("comment") or None)
@@ -512,6 +525,7 @@ CONTINUATION = {
     "success": "Decided. The run continued on the LangGraph server and finished.",
     "continued": "Decided. The run continued.",
     "interrupted": "Decided. The run continued and now waits for another decision.",
+    "deleted": "Its thread was deleted on the LangGraph server: nothing continues the run.",
 }
 
 

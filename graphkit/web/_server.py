@@ -13,15 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import BaseMessage, convert_to_messages
 
 from graphkit._ledger import SERVER_THREAD, Ledger
-from graphkit._review import audit_row
+from graphkit._review import audit_row, withdraw_thread
 from graphkit.types import PendingApproval
 
 __all__ = ["Continuation", "ServerRuns", "thread_messages"]
@@ -30,6 +31,14 @@ logger = logging.getLogger("graphkit")
 RETRY_SECONDS = 2.0
 """How often the mounted inbox looks for continuations to start again."""
 DECISION_EVENTS = ("approved", "edited", "rejected", "responded", "resumed", "cancelled")
+THREAD_DELETED = "its thread was deleted on the LangGraph server"
+ALIVE_SECONDS = 3.0
+"""How long the lists take a thread the server was found to hold to be there still (the live
+list asks every half second); a card and a decision ask every time."""
+LOOKUPS = 8
+"""Threads looked up on the server at once."""
+MAX_ALIVE = 4096
+"""Past this many threads remembered, those whose time is up are forgotten."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +58,19 @@ class Continuation:
         return self.status not in ("pending", "running", "waiting", "queued", "ready")
 
 
+DELETED = Continuation(status="deleted", outcome=None)
+"""A decided run whose thread was deleted on the server: nothing continues it."""
+
+
 def _queue_key(item: PendingApproval) -> str:
     """The ready-queue key of the item's run (a server's run: its thread stands for it)."""
     return item.run_id or SERVER_THREAD + str(item.thread_id)
+
+
+def _served(item: PendingApproval) -> bool:
+    """Whether the item is of a run of the server's (a run of graphkit's API on a shared
+    database has a run id, and its thread lives in its own agent's checkpointer)."""
+    return bool(item.thread_id) and not item.run_id
 
 
 def _recorded(ledger: Ledger, item: PendingApproval
@@ -86,6 +105,24 @@ def _client() -> Any:
     return get_client(url=None, api_key=None)
 
 
+async def _holds(thread_id: str) -> bool:
+    """Whether the server holds the thread: False only when it says so (404). Asked as the
+    server itself, with no one's auth context: a reviewer's (a request of the inbox, where
+    the deployment authenticates its custom routes) would let the deployment's thread filters
+    hide a live thread, whose approvals would then be declined."""
+    from langgraph_sdk.errors import NotFoundError
+
+    try:
+        async with _as_nobody():
+            await _client().threads.get(thread_id)
+    except NotFoundError:
+        return False
+    except Exception:  # not known now: taken to be there
+        logger.warning("inbox: could not look up thread %s on the server", thread_id,
+                       exc_info=True)
+    return True
+
+
 @contextlib.asynccontextmanager
 async def _as_reviewer(identity: str) -> AsyncIterator[None]:
     """Requests of the loopback client skip the server's auth; the run they create takes its
@@ -100,6 +137,22 @@ async def _as_reviewer(identity: str) -> AsyncIterator[None]:
     token = AuthContext.set(AuthContext.get())
     try:
         set_auth_ctx(SimpleUser(identity), [])
+        yield
+    finally:
+        AuthContext.reset(token)
+
+
+@contextlib.asynccontextmanager
+async def _as_nobody() -> AsyncIterator[None]:
+    """Loopback requests made here carry no auth context (the server's handlers and filters
+    do not run for them)."""
+    try:
+        from langgraph_api.utils import AuthContext
+    except ImportError:  # pragma: no cover - not inside a LangGraph server
+        yield
+        return
+    token = AuthContext.set(None)
+    try:
         yield
     finally:
         AuthContext.reset(token)
@@ -126,6 +179,46 @@ class ServerRuns:
 
     def __init__(self, ledger: Ledger) -> None:
         self._ledger = ledger
+        self._alive: dict[str, float] = {}
+        """Threads the server was found to hold, and until when that is taken to hold."""
+
+    async def present(self, items: Sequence[PendingApproval], *, fresh: bool = False
+                      ) -> list[PendingApproval]:
+        """The items whose thread the server still holds. What waits in a thread deleted on
+        the server (Studio's delete, the API's) is declined as superseded, audited: no run
+        will ever take its decision, so no reviewer is asked for one. `fresh`: ask the server
+        now, whatever it answered a moment ago."""
+        gone = await self.deleted({str(i.thread_id) for i in items if _served(i)},
+                                  fresh=fresh)
+        for thread_id in gone:
+            await asyncio.to_thread(self._withdraw, thread_id)
+        return [i for i in items if i.thread_id not in gone]
+
+    async def deleted(self, thread_ids: set[str], *, fresh: bool = False) -> set[str]:
+        """Those of `thread_ids` the server answers it does not hold (a thread it cannot be
+        asked about now is taken to be there)."""
+        now = time.monotonic()
+        asked = [t for t in thread_ids if fresh or self._alive.get(t, 0.0) <= now]
+        if not asked:
+            return set()
+        limit = asyncio.Semaphore(LOOKUPS)
+
+        async def held(thread_id: str) -> bool:
+            async with limit:
+                return await _holds(thread_id)
+
+        found = await asyncio.gather(*(held(t) for t in asked))
+        if len(self._alive) > MAX_ALIVE:
+            self._alive = {t: until for t, until in self._alive.items() if until > now}
+        for thread_id, there in zip(asked, found, strict=True):
+            if there:
+                self._alive[thread_id] = now + ALIVE_SECONDS
+            else:
+                self._alive.pop(thread_id, None)
+        return {t for t, there in zip(asked, found, strict=True) if not there}
+
+    def _withdraw(self, thread_id: str) -> None:
+        withdraw_thread(self._ledger, thread_id, comment=THREAD_DELETED, served_only=True)
 
     async def continue_run(self, item: PendingApproval, reviewer: str) -> str | None:
         """Start the continuation of `item`'s run on the server if nothing of it waits any
@@ -163,9 +256,21 @@ class ServerRuns:
         ready_at = await asyncio.to_thread(self._ledger.take_ready, key, owner)
         if ready_at is None:
             return None
+        from langgraph_sdk.errors import NotFoundError
+
         try:
             client = _client()
-            thread = await client.threads.get(thread_id)
+            try:
+                async with _as_nobody():  # as the server: no reviewer's filters hide it
+                    thread = await client.threads.get(thread_id)
+            except NotFoundError:
+                # deleted on the server: nothing will ever continue the run, so the entry is
+                # dropped (retried, it would fail every few seconds for as long as it serves)
+                logger.warning("inbox: thread %s was deleted on the LangGraph server; its "
+                               "decided run is not continued", thread_id)
+                await asyncio.to_thread(self._ledger.done_ready, key, owner, ready_at)
+                await asyncio.to_thread(self._withdraw, thread_id)  # (and its other runs)
+                return None
             metadata = thread.get("metadata") or {}
             assistant = metadata.get("assistant_id") or metadata.get("graph_id")
             state = await client.threads.get_state(thread_id)
@@ -203,6 +308,9 @@ class ServerRuns:
             return Continuation(status="queued", outcome=outcome)
         server_run = await asyncio.to_thread(self._continued, item)
         if server_run is None:
+            if outcome is None and _served(item) and await self.deleted({item.thread_id},
+                                                                        fresh=True):
+                return DELETED
             return Continuation(status="waiting", outcome=outcome)
         try:
             run = await _client().runs.get(item.thread_id, server_run)
