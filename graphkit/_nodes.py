@@ -242,7 +242,7 @@ def _stopped_turn(messages: list[AnyMessage], ctx: GateContext
     return [*messages[:later], *answers, *newer], writes
 
 
-def _in_a_checkpoint(state: AgentState, ctx: GateContext) -> list[str]:
+def _forgettable(state: AgentState, ctx: GateContext) -> list[str]:
     """The queued messages the queue may forget, in a run that writes each step's checkpoint
     and writes before the next step starts ("sync" durability, graphkit's own runs): those the
     state this node reads holds (it is written), and those a step whose checkpoint is written
@@ -355,10 +355,10 @@ def make_model_node(
             return [], False, [], back, None
         supersede_abandoned(messages, ctx)
         messages, moved = _stopped_turn(messages, ctx)
-        written = _in_a_checkpoint(state, ctx)
+        forget = _forgettable(state, ctx)
         messages, unqueued = left_queued(messages, ctx.queue({m.id for m in messages}))
-        if written:
-            ctx.dequeue(written)
+        if forget:
+            ctx.dequeue(forget)
         appended = [str(m.id) for m in unqueued if isinstance(m, HumanMessage)]
         moved = [*moved, *unqueued]
         return ([*system, *messages], model_steps(messages) >= limit, [*forged, *moved], None,
