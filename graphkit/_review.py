@@ -431,16 +431,25 @@ THREAD_DELETED = "its thread was deleted"
 def withdraw_thread(ledger: Ledger, thread_id: str, *, comment: str = THREAD_DELETED,
                     served_only: bool = False) -> list[str]:
     """A thread was deleted from the checkpointer that held it: decline, as superseded, what
-    waits on a decision in it (no run will ever take one) and forget its runs queued to be
-    continued. `served_only`: only what the LangGraph server's runs wait on (a run of
-    graphkit's API on a shared database keeps its thread in its own agent's checkpointer).
-    The ids declined."""
+    waits on a decision in it (no run will ever take one), revoke the grants its reviewers
+    made for it (a new conversation under the same id asks again), and forget its runs
+    queued to be continued. `served_only`: only what the LangGraph server's runs wait on (a
+    run of graphkit's API on a shared database keeps its thread in its own agent's
+    checkpointer). The ids declined."""
     withdrawn = [found.row.approval_id for found in ledger.waiting_rows(thread_id=thread_id)
                  if found.row.status == "pending"
                  and not (served_only and found.run_id is not None)
                  and supersede(ledger, {**found.record, "id": found.row.approval_id},
                                comment=comment, thread_id=thread_id, run_id=found.run_id,
                                detail=comment)]
+    for grant in ledger.grants(thread_id):
+        if grant.revoked is None:
+            ledger.revoke(grant.grant_id, {"by": None, "at": now_iso(), "reason": comment},
+                          [audit_row("revoked", {"id": grant.approval_id,
+                                                 "tool_name": grant.tool_name,
+                                                 "agent_path": list(grant.agent_path)},
+                                     thread_id=thread_id, run_id=None, comment=comment,
+                                     detail=f"grant {grant.grant_id} revoked: {comment}")])
     ledger.forget_ready(thread_id, served_only=served_only)
     return withdrawn
 

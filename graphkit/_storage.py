@@ -113,7 +113,10 @@ class WithdrawsDeleted(BaseCheckpointSaver[Any]):
 
     def delete_thread(self, thread_id: str) -> None:
         super().delete_thread(thread_id)
-        if self.graphkit_ledger is not None:
+        # only a thread the saver no longer holds (LangGraph's InMemorySaver deletes nothing
+        # for an id given as, say, a UUID object, while the ledger knows it by its text)
+        if self.graphkit_ledger is not None and self.get_tuple(
+                {"configurable": {"thread_id": str(thread_id), "checkpoint_ns": ""}}) is None:
             withdraw_thread(self.graphkit_ledger, str(thread_id))
 
     async def adelete_thread(self, thread_id: str) -> None:

@@ -994,3 +994,38 @@ def test_deleting_a_thread_withdraws_what_waits_in_it(durable_url: str) -> None:
 
 def ledger_of(agent: Any) -> Any:
     return agent._storage.ledger
+
+
+def test_a_deleted_thread_takes_its_grants_and_a_delete_that_deletes_nothing_withdraws_nothing(
+        sqlite_url: str) -> None:
+    """Attacks (adversary review): a reviewer's "remember for this thread" outlived the
+    thread's delete, and approved a call of a new conversation under the same id that nobody
+    reviewed; and LangGraph's InMemorySaver, given the id as a UUID object, deleted nothing
+    while the ledger (which knows it as text) withdrew its live approval."""
+    import uuid
+
+    pay = {"amount": 40, "payee": {"name": "ACME"}}
+    agent, ledger = agent_with([turn(call("pay", pay, "c1")), "paid"], checkpointer=sqlite_url)
+    first = agent.generate("pay ACME", thread_id="ticket-1")
+    agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo", remember="thread")
+    assert len(ledger.ran) == 1
+    saver = agent.graph.checkpointer
+    assert saver is not None and not isinstance(saver, bool)
+    saver.delete_thread("ticket-1")
+    again = agent.generate("pay ACME", thread_id="ticket-1")  # a new conversation, same id
+    assert again.finish_reason == "suspended" and len(ledger.ran) == 1
+    from graphkit import Inbox
+
+    (grant,) = Inbox(sqlite_url).grants()
+    assert grant["revoked"] is not None
+
+    memory, memory_ledger = agent_with([turn(call("pay", pay, "c1")), "paid"])
+    thread = uuid.uuid4()
+    paused = memory.generate("pay", thread_id=str(thread))
+    memory_saver = memory.graph.checkpointer
+    assert memory_saver is not None and not isinstance(memory_saver, bool)
+    memory_saver.delete_thread(thread)  # type: ignore[arg-type]  # (deletes nothing)
+    assert [p.id for p in memory.pending_approvals(run_id=paused.run_id)] == [
+        p.id for p in paused.pending_approvals]
+    assert memory.approve_tool_call_generate(run_id=paused.run_id).text == "paid"
+    assert len(memory_ledger.ran) == 1

@@ -365,3 +365,62 @@ def test_what_waits_in_a_thread_deleted_on_the_server_leaves_the_inbox_and_never
     # the thread that was not deleted still waits, and goes on as before
     _decide(web, kept_id)
     wait_for_tool_result(client, kept, "rolled out 5.5.5")
+
+
+def test_the_mounted_inbox_withdraws_nothing_whose_thread_is_not_gone(tmp_path: Any) -> None:
+    """Attacks (adversary review of the deleted-thread withdrawal), on a server whose agents
+    share GRAPHKIT_DB with another service and whose threads routes are disabled: a server run
+    on a thread a client named (`GET /threads/{id}` answers a route's 404, not the thread's),
+    a graph driven directly on the shared database (no run id, as a server's run; its thread
+    was never the server's), and a run of graphkit's API there (decided in the mounted inbox, a
+    worker continues it). Each approval stays pending through the inbox's listings, and the
+    API run's decision leaves its queue entry to the worker, which runs the call once."""
+    import threading
+    import time
+    import uuid
+
+    from langgraph_sdk import get_sync_client
+
+    from graphkit import Inbox
+    from graphkit._worker import Worker
+    from graphkit.examples import deploy_agent
+
+    db = f"sqlite:///{tmp_path / 'shared.db'}"
+    config = {"dependencies": [str(ROOT)],
+              "graphs": {"deploy": f"{ROOT / 'graphs' / 'deploy.py'}:graph"},
+              "http": {"app": f"{ROOT / 'graphs' / 'inbox.py'}:app", "disable_threads": True}}
+    env = {"GRAPHKIT_TOKENS": '{"tok-rm": "release-manager"}', "GRAPHKIT_DB": db}
+    with langgraph_dev(tmp_path, config, env=env) as url:
+        client = get_sync_client(url=url)
+        served = str(uuid.uuid4())
+        client.runs.wait(served, "deploy", if_not_exists="create",
+                         input={"messages": [{"role": "user", "content": "Roll out build 4.0.0"}]})
+        agent = deploy_agent(checkpointer=db)
+        direct = str(uuid.uuid4())
+        agent.graph.invoke({"messages": [("user", "Roll out build 9.9.1")]},
+                           {"configurable": {"thread_id": direct}})
+        api = agent.generate("Roll out build 7.1.0")
+        by_thread = {p.thread_id: p.id for p in Inbox(db).pending()}
+        assert set(by_thread) == {served, direct, api.thread_id}, by_thread
+
+        web = _reviewer(url)
+        for _ in range(2):
+            listing = web.get("/").text
+            assert all(i in listing for i in by_thread.values()), listing[-3000:]
+            time.sleep(3.5)  # past the lists' memory of threads found there
+        assert {p.id for p in Inbox(db).pending()} == set(by_thread.values())
+
+        _decide(web, by_thread[api.thread_id])
+        worker = Worker(agent)
+        working = threading.Thread(target=worker.run, daemon=True)
+        working.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not any("rolled out 7.1.0" in str(m.content) for m in agent.graph.get_state(
+                    {"configurable": {"thread_id": api.thread_id}}).values["messages"]):
+                assert time.monotonic() < deadline, "the worker never continued the API run"
+                time.sleep(0.2)
+        finally:
+            worker.stop()
+            working.join(10)
+        assert {p.id for p in Inbox(db).pending()} == {by_thread[served], by_thread[direct]}

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import BaseMessage, convert_to_messages
+from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from graphkit._ledger import SERVER_THREAD, Ledger
 from graphkit._review import audit_row, withdraw_thread
@@ -105,21 +106,32 @@ def _client() -> Any:
     return get_client(url=None, api_key=None)
 
 
-async def _holds(thread_id: str) -> bool:
-    """Whether the server holds the thread: False only when it says so (404). Asked as the
-    server itself, with no one's auth context: a reviewer's (a request of the inbox, where
-    the deployment authenticates its custom routes) would let the deployment's thread filters
-    hide a live thread, whose approvals would then be declined."""
+def _no_such_thread(exc: Exception, thread_id: str) -> bool:
+    """Whether `exc` is the server's own answer that it holds no such thread: a 404 whose
+    detail names the thread (a 404 of a route the deployment disabled, `disable_threads`,
+    names none)."""
     from langgraph_sdk.errors import NotFoundError
 
+    if not isinstance(exc, NotFoundError):
+        return False
+    body = exc.body if isinstance(exc.body, Mapping) else {}
+    detail = str(body.get("detail") or "").lower()
+    return "thread" in detail and thread_id.lower() in detail
+
+
+async def _holds(thread_id: str) -> bool:
+    """Whether the server holds the thread: False only when it says so (`_no_such_thread`).
+    Asked as the server itself, with no one's auth context: a reviewer's (a request of the
+    inbox, where the deployment authenticates its custom routes) would let the deployment's
+    thread filters hide a live thread, whose approvals would then be declined."""
     try:
         async with _as_nobody():
             await _client().threads.get(thread_id)
-    except NotFoundError:
-        return False
-    except Exception:  # not known now: taken to be there
+    except Exception as exc:
+        if _no_such_thread(exc, thread_id):
+            return False
         logger.warning("inbox: could not look up thread %s on the server", thread_id,
-                       exc_info=True)
+                       exc_info=True)  # not known now: taken to be there
     return True
 
 
@@ -177,8 +189,12 @@ async def thread_messages(thread_id: str) -> list[BaseMessage]:
 class ServerRuns:
     """The loopback face of the server for the mounted inbox."""
 
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, ledger: Ledger, checkpointer: BaseCheckpointSaver[Any] | None = None
+                 ) -> None:
         self._ledger = ledger
+        self._own = checkpointer
+        """graphkit's saver on the database the served agents share (`GRAPHKIT_DB`): a graph
+        driven directly on it (no run id, as a server's run) keeps its threads there."""
         self._alive: dict[str, float] = {}
         """Threads the server was found to hold, and until when that is taken to hold."""
 
@@ -208,6 +224,10 @@ class ServerRuns:
                 return await _holds(thread_id)
 
         found = await asyncio.gather(*(held(t) for t in asked))
+        if self._own is not None and not all(found):
+            kept = await asyncio.to_thread(self._kept_here, [t for t, there in zip(
+                asked, found, strict=True) if not there])
+            found = [there or t in kept for t, there in zip(asked, found, strict=True)]
         if len(self._alive) > MAX_ALIVE:
             self._alive = {t: until for t, until in self._alive.items() if until > now}
         for thread_id, there in zip(asked, found, strict=True):
@@ -217,6 +237,13 @@ class ServerRuns:
                 self._alive.pop(thread_id, None)
         return {t for t, there in zip(asked, found, strict=True) if not there}
 
+    def _kept_here(self, thread_ids: Sequence[str]) -> set[str]:
+        """Those of `thread_ids` whose checkpoints graphkit's own saver holds: threads of a
+        graph driven directly on the shared database, which the server never held."""
+        assert self._own is not None
+        return {t for t in thread_ids if self._own.get_tuple(
+            {"configurable": {"thread_id": t, "checkpoint_ns": ""}}) is not None}
+
     def _withdraw(self, thread_id: str) -> None:
         withdraw_thread(self._ledger, thread_id, comment=THREAD_DELETED, served_only=True)
 
@@ -225,9 +252,9 @@ class ServerRuns:
         more; the server's run id, or None (something still waits, another reviewer's
         decision started it, or the server refused: then it stays queued, and `retry_due`
         tries it again)."""
-        if not item.thread_id:
+        if not _served(item):  # a run of graphkit's API: a `graphkit worker` continues it
             return None
-        return await self._start(_queue_key(item), item.thread_id, reviewer)
+        return await self._start(_queue_key(item), str(item.thread_id), reviewer)
 
     async def retry_due(self) -> None:
         """Start every continuation that is due again (its last attempt failed), as the
@@ -256,14 +283,15 @@ class ServerRuns:
         ready_at = await asyncio.to_thread(self._ledger.take_ready, key, owner)
         if ready_at is None:
             return None
-        from langgraph_sdk.errors import NotFoundError
-
         try:
             client = _client()
             try:
                 async with _as_nobody():  # as the server: no reviewer's filters hide it
                     thread = await client.threads.get(thread_id)
-            except NotFoundError:
+            except Exception as exc:
+                if not (_no_such_thread(exc, thread_id) and await self.deleted(
+                        {thread_id}, fresh=True)):
+                    raise
                 # deleted on the server: nothing will ever continue the run, so the entry is
                 # dropped (retried, it would fail every few seconds for as long as it serves)
                 logger.warning("inbox: thread %s was deleted on the LangGraph server; its "
