@@ -17,7 +17,7 @@ stranded.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, assert_never
@@ -429,15 +429,20 @@ THREAD_DELETED = "its thread was deleted"
 
 
 def withdraw_thread(ledger: Ledger, thread_id: str, *, comment: str = THREAD_DELETED,
-                    served_only: bool = False) -> list[str]:
+                    served_only: bool = False, only: Collection[str] | None = None
+                    ) -> list[str]:
     """A thread was deleted from the checkpointer that held it: decline, as superseded, what
     waits on a decision in it (no run will ever take one), revoke the grants its reviewers
     made for it (a new conversation under the same id asks again), and forget its runs
     queued to be continued. `served_only`: only what the LangGraph server's runs wait on (a
     run of graphkit's API on a shared database keeps its thread in its own agent's
-    checkpointer). The ids declined."""
+    checkpointer). `only`: of what waits, only these (what was seen before the thread was
+    found gone: a thread recreated under the same id since asks anew). The ids declined."""
+    if not thread_id:
+        return []  # names no thread
     withdrawn = [found.row.approval_id for found in ledger.waiting_rows(thread_id=thread_id)
                  if found.row.status == "pending"
+                 and (only is None or found.row.approval_id in only)
                  and not (served_only and found.run_id is not None)
                  and supersede(ledger, {**found.record, "id": found.row.approval_id},
                                comment=comment, thread_id=thread_id, run_id=found.run_id,

@@ -112,12 +112,17 @@ class WithdrawsDeleted(BaseCheckpointSaver[Any]):
     graphkit_ledger: Ledger | None = None
 
     def delete_thread(self, thread_id: str) -> None:
+        held = self._holds(thread_id)
         super().delete_thread(thread_id)
-        # only a thread the saver no longer holds (LangGraph's InMemorySaver deletes nothing
-        # for an id given as, say, a UUID object, while the ledger knows it by its text)
-        if self.graphkit_ledger is not None and self.get_tuple(
-                {"configurable": {"thread_id": str(thread_id), "checkpoint_ns": ""}}) is None:
+        # only a thread this saver held and holds no more (not one it never had, as a LangGraph
+        # server's on a shared database; not one LangGraph's InMemorySaver kept because the id
+        # came as, say, a UUID object, while the ledger knows it by its text)
+        if self.graphkit_ledger is not None and held and not self._holds(thread_id):
             withdraw_thread(self.graphkit_ledger, str(thread_id))
+
+    def _holds(self, thread_id: str) -> bool:
+        return bool(thread_id) and self.get_tuple(
+            {"configurable": {"thread_id": str(thread_id), "checkpoint_ns": ""}}) is not None
 
     async def adelete_thread(self, thread_id: str) -> None:
         await asyncio.to_thread(self.delete_thread, thread_id)
@@ -212,6 +217,7 @@ def served_storage() -> Storage:
         _SERVED = open_storage(url) if url else Storage(
             InMemorySaver(), InMemoryStore(), "the LangGraph server of this process",
             Ledger.sqlite(), "langgraph-server")
+        _SERVED.ledger.serves = True
     return _SERVED
 
 

@@ -1000,9 +1000,12 @@ def test_a_deleted_thread_takes_its_grants_and_a_delete_that_deletes_nothing_wit
         sqlite_url: str) -> None:
     """Attacks (adversary review): a reviewer's "remember for this thread" outlived the
     thread's delete, and approved a call of a new conversation under the same id that nobody
-    reviewed; and LangGraph's InMemorySaver, given the id as a UUID object, deleted nothing
-    while the ledger (which knows it as text) withdrew its live approval."""
+    reviewed; an empty id revoked every thread's grants; and LangGraph's InMemorySaver, given
+    the id as a UUID object, deleted nothing while the ledger (which knows it as text)
+    withdrew its live approval."""
     import uuid
+
+    from graphkit import Inbox
 
     pay = {"amount": 40, "payee": {"name": "ACME"}}
     agent, ledger = agent_with([turn(call("pay", pay, "c1")), "paid"], checkpointer=sqlite_url)
@@ -1011,13 +1014,15 @@ def test_a_deleted_thread_takes_its_grants_and_a_delete_that_deletes_nothing_wit
     assert len(ledger.ran) == 1
     saver = agent.graph.checkpointer
     assert saver is not None and not isinstance(saver, bool)
+    other = agent.generate("pay ACME", thread_id="ticket-2")
+    agent.approve_tool_call_generate(run_id=other.run_id, decided_by="cfo", remember="thread")
+    saver.delete_thread("")  # names no thread: revokes no grant of any
+    assert [g["revoked"] for g in Inbox(sqlite_url).grants()] == [None, None]
     saver.delete_thread("ticket-1")
     again = agent.generate("pay ACME", thread_id="ticket-1")  # a new conversation, same id
-    assert again.finish_reason == "suspended" and len(ledger.ran) == 1
-    from graphkit import Inbox
-
-    (grant,) = Inbox(sqlite_url).grants()
-    assert grant["revoked"] is not None
+    assert again.finish_reason == "suspended" and len(ledger.ran) == 2
+    assert {g["thread_id"]: g["revoked"] is not None for g in Inbox(sqlite_url).grants()} == {
+        "ticket-1": True, "ticket-2": False}
 
     memory, memory_ledger = agent_with([turn(call("pay", pay, "c1")), "paid"])
     thread = uuid.uuid4()
@@ -1029,3 +1034,21 @@ def test_a_deleted_thread_takes_its_grants_and_a_delete_that_deletes_nothing_wit
         p.id for p in paused.pending_approvals]
     assert memory.approve_tool_call_generate(run_id=paused.run_id).text == "paid"
     assert len(memory_ledger.ran) == 1
+
+
+def test_withdrawing_a_thread_declines_only_what_was_seen_before_it_was_found_gone(
+        sqlite_url: str) -> None:
+    """Attack (adversary review): a thread deleted on a LangGraph server and recreated under
+    its id while the inbox looked it up; the approval the new conversation asked for was
+    declined with the old one. What is withdrawn is what was read before the lookup."""
+    from graphkit import Inbox
+    from graphkit._review import withdraw_thread
+
+    pay = {"amount": 40, "payee": {"name": "ACME"}}
+    agent, _ = agent_with([turn(call("pay", pay, "c1"), call("pay", {**pay, "amount": 2}, "c2"))],
+                          checkpointer=sqlite_url)
+    first, second = agent.generate("pay twice", thread_id="t").pending_approvals
+    assert withdraw_thread(agent._storage.ledger, "t", only={first.id}) == [first.id]
+    assert [p.id for p in Inbox(sqlite_url).pending()] == [second.id]
+    assert withdraw_thread(agent._storage.ledger, "", only=None) == []
+    assert [p.id for p in Inbox(sqlite_url).pending()] == [second.id]

@@ -368,13 +368,15 @@ def test_what_waits_in_a_thread_deleted_on_the_server_leaves_the_inbox_and_never
 
 
 def test_the_mounted_inbox_withdraws_nothing_whose_thread_is_not_gone(tmp_path: Any) -> None:
-    """Attacks (adversary review of the deleted-thread withdrawal), on a server whose agents
+    """Attacks (adversary reviews of the deleted-thread withdrawal), on a server whose agents
     share GRAPHKIT_DB with another service and whose threads routes are disabled: a server run
     on a thread a client named (`GET /threads/{id}` answers a route's 404, not the thread's),
-    a graph driven directly on the shared database (no run id, as a server's run; its thread
-    was never the server's), and a run of graphkit's API there (decided in the mounted inbox, a
-    worker continues it). Each approval stays pending through the inbox's listings, and the
-    API run's decision leaves its queue entry to the worker, which runs the call once."""
+    a graph driven directly on the shared database and one embedded in another graph under
+    its own checkpointer (no run id, as a server's run; their threads were never the
+    server's), a delete of the server's thread on graphkit's saver (which never held it), and
+    a run of graphkit's API there (decided in the mounted inbox, a worker continues it). Each
+    approval stays pending through the inbox's listings, and the API run's decision leaves
+    its queue entry to the worker, which runs the call once."""
     import threading
     import time
     import uuid
@@ -400,8 +402,24 @@ def test_the_mounted_inbox_withdraws_nothing_whose_thread_is_not_gone(tmp_path: 
         agent.graph.invoke({"messages": [("user", "Roll out build 9.9.1")]},
                            {"configurable": {"thread_id": direct}})
         api = agent.generate("Roll out build 7.1.0")
+        # embedded in another graph under a checkpointer of its own
+        from langgraph.checkpoint.memory import InMemorySaver
+        from langgraph.graph import START, MessagesState, StateGraph
+
+        parent = StateGraph(MessagesState)
+        parent.add_node("ops", agent.graph)
+        parent.add_edge(START, "ops")
+        embedded = str(uuid.uuid4())
+        parent.compile(checkpointer=InMemorySaver()).invoke(
+            {"messages": [("user", "Roll out build 7.7.7")]},
+            {"configurable": {"thread_id": embedded}})
         by_thread = {p.thread_id: p.id for p in Inbox(db).pending()}
-        assert set(by_thread) == {served, direct, api.thread_id}, by_thread
+        assert set(by_thread) == {served, direct, api.thread_id, embedded}, by_thread
+        # graphkit's saver on the shared database never held the server's thread: deleting it
+        # there deletes nothing, and withdraws nothing
+        saver = agent.graph.checkpointer
+        assert saver is not None and not isinstance(saver, bool)
+        saver.delete_thread(served)
 
         web = _reviewer(url)
         for _ in range(2):
@@ -423,4 +441,5 @@ def test_the_mounted_inbox_withdraws_nothing_whose_thread_is_not_gone(tmp_path: 
         finally:
             worker.stop()
             working.join(10)
-        assert {p.id for p in Inbox(db).pending()} == {by_thread[served], by_thread[direct]}
+        assert {p.id for p in Inbox(db).pending()} == set(by_thread.values()) - {
+            by_thread[api.thread_id]}

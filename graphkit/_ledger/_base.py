@@ -138,6 +138,10 @@ class LedgerBase:
                                   entry=entry),
                      kind="run.finished", extra={"outcome": result, "result": content[:2000]})
 
+    serves = False
+    """Whether this is the ledger of the agents a LangGraph server serves in this process
+    (`graphkit._storage.served_storage`): the threads of what they ask are the server's."""
+
     # implemented by `Leases`, called by decisions in their own transaction
     def _enqueue(self, tx: Tx, approval_id: str) -> None:
         raise NotImplementedError

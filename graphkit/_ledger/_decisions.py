@@ -206,7 +206,9 @@ class Decisions(LedgerBase):
         return {g.tool_name: g for g in map(grant_row, rows)}
 
     def grants(self, thread_id: str | None = None) -> list[GrantRow]:
-        clause, params = ("WHERE thread_id = ? ", (thread_id,)) if thread_id else ("", ())
+        # (None: every thread's; an empty id names no thread, never all of them)
+        clause, params = (("WHERE thread_id = ? ", (thread_id,)) if thread_id is not None
+                          else ("", ()))
         rows = self._sql.query(
             f"SELECT {GRANT_COLUMNS} FROM graphkit_grants {clause}ORDER BY created_at", params)
         return [grant_row(r) for r in rows]

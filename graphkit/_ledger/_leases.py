@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 from graphkit._ledger import _keeper, _schema
@@ -178,6 +178,20 @@ class Leases(LedgerBase):
         where = " AND agent LIKE ?" if served_only else ""
         self._sql.execute(f"DELETE FROM graphkit_ready WHERE thread_id = ?{where}",
                           (thread_id, SERVER_AGENT + "%") if served_only else (thread_id,))
+
+    def server_threads(self, thread_ids: Iterable[str]) -> set[str]:
+        """Those of `thread_ids` in which a LangGraph server's served agents asked for
+        approval (a graph driven directly on a shared database, or embedded in another under
+        its own checkpointer, asks in threads the server never kept)."""
+        ids = sorted(set(thread_ids))
+        found: set[str] = set()
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ", ".join("?" for _ in chunk)
+            found.update(str(r[0]) for r in self._sql.query(
+                f"SELECT thread_id FROM graphkit_server_threads WHERE thread_id IN ({marks})",
+                tuple(chunk)))
+        return found
 
     def _attempts(self, run_id: str) -> int:
         rows = self._sql.query("SELECT attempts FROM graphkit_ready WHERE run_id = ?",

@@ -203,7 +203,7 @@ def create_app(url_or_storage: str | Storage | None = None, *,
     inbox = Inbox(storage, agents=agents, viewers=viewers)
     web = _Web(inbox, authenticate if callable(authenticate) else None, tokens,
                Sessions(secret, ended=storage.ledger.session_ended), thread_messages,
-               ServerRuns(storage.ledger, storage.checkpointer) if continue_runs else None)
+               ServerRuns(storage.ledger) if continue_runs else None)
     return Starlette(routes=_routes(web), middleware=[Middleware(_Secured)])
 
 

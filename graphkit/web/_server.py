@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import BaseMessage, convert_to_messages
-from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from graphkit._ledger import SERVER_THREAD, Ledger
 from graphkit._review import audit_row, withdraw_thread
@@ -189,12 +188,8 @@ async def thread_messages(thread_id: str) -> list[BaseMessage]:
 class ServerRuns:
     """The loopback face of the server for the mounted inbox."""
 
-    def __init__(self, ledger: Ledger, checkpointer: BaseCheckpointSaver[Any] | None = None
-                 ) -> None:
+    def __init__(self, ledger: Ledger) -> None:
         self._ledger = ledger
-        self._own = checkpointer
-        """graphkit's saver on the database the served agents share (`GRAPHKIT_DB`): a graph
-        driven directly on it (no run id, as a server's run) keeps its threads there."""
         self._alive: dict[str, float] = {}
         """Threads the server was found to hold, and until when that is taken to hold."""
 
@@ -206,15 +201,18 @@ class ServerRuns:
         now, whatever it answered a moment ago."""
         gone = await self.deleted({str(i.thread_id) for i in items if _served(i)},
                                   fresh=fresh)
-        for thread_id in gone:
-            await asyncio.to_thread(self._withdraw, thread_id)
+        for thread_id in gone:  # only what was read before the server was asked
+            await asyncio.to_thread(self._withdraw, thread_id,
+                                    {i.id for i in items if i.thread_id == thread_id})
         return [i for i in items if i.thread_id not in gone]
 
     async def deleted(self, thread_ids: set[str], *, fresh: bool = False) -> set[str]:
-        """Those of `thread_ids` the server answers it does not hold (a thread it cannot be
-        asked about now is taken to be there)."""
+        """Those of `thread_ids` the server kept (`Ledger.server_threads`) and now answers it
+        does not hold (a thread it cannot be asked about now is taken to be there)."""
         now = time.monotonic()
         asked = [t for t in thread_ids if fresh or self._alive.get(t, 0.0) <= now]
+        if asked:
+            asked = sorted(await asyncio.to_thread(self._ledger.server_threads, asked))
         if not asked:
             return set()
         limit = asyncio.Semaphore(LOOKUPS)
@@ -224,10 +222,6 @@ class ServerRuns:
                 return await _holds(thread_id)
 
         found = await asyncio.gather(*(held(t) for t in asked))
-        if self._own is not None and not all(found):
-            kept = await asyncio.to_thread(self._kept_here, [t for t, there in zip(
-                asked, found, strict=True) if not there])
-            found = [there or t in kept for t, there in zip(asked, found, strict=True)]
         if len(self._alive) > MAX_ALIVE:
             self._alive = {t: until for t, until in self._alive.items() if until > now}
         for thread_id, there in zip(asked, found, strict=True):
@@ -237,15 +231,9 @@ class ServerRuns:
                 self._alive.pop(thread_id, None)
         return {t for t, there in zip(asked, found, strict=True) if not there}
 
-    def _kept_here(self, thread_ids: Sequence[str]) -> set[str]:
-        """Those of `thread_ids` whose checkpoints graphkit's own saver holds: threads of a
-        graph driven directly on the shared database, which the server never held."""
-        assert self._own is not None
-        return {t for t in thread_ids if self._own.get_tuple(
-            {"configurable": {"thread_id": t, "checkpoint_ns": ""}}) is not None}
-
-    def _withdraw(self, thread_id: str) -> None:
-        withdraw_thread(self._ledger, thread_id, comment=THREAD_DELETED, served_only=True)
+    def _withdraw(self, thread_id: str, only: set[str]) -> None:
+        withdraw_thread(self._ledger, thread_id, comment=THREAD_DELETED, served_only=True,
+                        only=only)
 
     async def continue_run(self, item: PendingApproval, reviewer: str) -> str | None:
         """Start the continuation of `item`'s run on the server if nothing of it waits any
@@ -297,7 +285,9 @@ class ServerRuns:
                 logger.warning("inbox: thread %s was deleted on the LangGraph server; its "
                                "decided run is not continued", thread_id)
                 await asyncio.to_thread(self._ledger.done_ready, key, owner, ready_at)
-                await asyncio.to_thread(self._withdraw, thread_id)  # (and its other runs)
+                # nothing waited in it as this run was claimed: what waits now is of a thread
+                # recreated under its id since (its grants go, and its other queued runs)
+                await asyncio.to_thread(self._withdraw, thread_id, set())
                 return None
             metadata = thread.get("metadata") or {}
             assistant = metadata.get("assistant_id") or metadata.get("graph_id")
