@@ -369,9 +369,9 @@ def test_what_waits_in_a_thread_deleted_on_the_server_leaves_the_inbox_and_never
 
 def test_the_mounted_inbox_withdraws_nothing_whose_thread_is_not_gone(tmp_path: Any) -> None:
     """Attacks (adversary reviews of the deleted-thread withdrawal), on a server whose agents
-    share GRAPHKIT_DB with another service and whose threads routes are disabled: a server run
-    on a thread a client named (`GET /threads/{id}` answers a route's 404, not the thread's),
-    a graph driven directly on the shared database and one embedded in another graph under
+    share GRAPHKIT_DB with another service: a server run on a thread a client named, a graph
+    driven directly on the shared database (and a server client that runs another graph
+    under its thread id, then deletes that server thread) and one embedded in another graph under
     its own checkpointer (no run id, as a server's run; their threads were never the
     server's), a delete of the server's thread on graphkit's saver (which never held it), and
     a run of graphkit's API there (decided in the mounted inbox, a worker continues it). Each
@@ -389,8 +389,9 @@ def test_the_mounted_inbox_withdraws_nothing_whose_thread_is_not_gone(tmp_path: 
 
     db = f"sqlite:///{tmp_path / 'shared.db'}"
     config = {"dependencies": [str(ROOT)],
-              "graphs": {"deploy": f"{ROOT / 'graphs' / 'deploy.py'}:graph"},
-              "http": {"app": f"{ROOT / 'graphs' / 'inbox.py'}:app", "disable_threads": True}}
+              "graphs": {"deploy": f"{ROOT / 'graphs' / 'deploy.py'}:graph",
+                         "bash": f"{ROOT / 'graphs' / 'bash.py'}:graph"},
+              "http": {"app": f"{ROOT / 'graphs' / 'inbox.py'}:app"}}
     env = {"GRAPHKIT_TOKENS": '{"tok-rm": "release-manager"}', "GRAPHKIT_DB": db}
     with langgraph_dev(tmp_path, config, env=env) as url:
         client = get_sync_client(url=url)
@@ -415,6 +416,13 @@ def test_the_mounted_inbox_withdraws_nothing_whose_thread_is_not_gone(tmp_path: 
             {"configurable": {"thread_id": embedded}})
         by_thread = {p.thread_id: p.id for p in Inbox(db).pending()}
         assert set(by_thread) == {served, direct, api.thread_id, embedded}, by_thread
+        # a server client that knows the direct graph's thread id runs another graph there and
+        # deletes it: what the server's run asked goes, the direct graph's approval stays
+        client.runs.wait(direct, "bash", if_not_exists="create",
+                         input={"messages": [{"role": "user", "content": "run: rm /srv/z"}]})
+        (planted,) = [p.id for p in Inbox(db).pending() if p.thread_id == direct
+                      and p.id != by_thread[direct]]
+        client.threads.delete(direct)
         # graphkit's saver on the shared database never held the server's thread: deleting it
         # there deletes nothing, and withdraws nothing
         saver = agent.graph.checkpointer
@@ -425,8 +433,10 @@ def test_the_mounted_inbox_withdraws_nothing_whose_thread_is_not_gone(tmp_path: 
         for _ in range(2):
             listing = web.get("/").text
             assert all(i in listing for i in by_thread.values()), listing[-3000:]
+            assert planted not in listing
             time.sleep(3.5)  # past the lists' memory of threads found there
         assert {p.id for p in Inbox(db).pending()} == set(by_thread.values())
+        assert Inbox(db).get(planted).status == "rejected"
 
         _decide(web, by_thread[api.thread_id])
         worker = Worker(agent)
@@ -443,3 +453,26 @@ def test_the_mounted_inbox_withdraws_nothing_whose_thread_is_not_gone(tmp_path: 
             working.join(10)
         assert {p.id for p in Inbox(db).pending()} == set(by_thread.values()) - {
             by_thread[api.thread_id]}
+
+
+def test_only_the_servers_answer_that_it_has_no_such_thread_counts_as_deleted() -> None:
+    """Attack (adversary review): with `"http": {"disable_threads": true}` the threads route
+    answers 404 for every thread, live or not; that 404 names no thread."""
+    import httpx
+    from langgraph_sdk.errors import NotFoundError
+
+    from graphkit.web._server import _no_such_thread
+
+    thread = "0b6b3a7e-2f7e-4c0e-9f43-2d1f1f6f3c55"
+    request = httpx.Request("GET", f"http://server/threads/{thread}")
+
+    def not_found(body: object) -> NotFoundError:
+        return NotFoundError("404", response=httpx.Response(404, request=request), body=body)
+
+    assert _no_such_thread(not_found({"detail": f"Thread with ID {thread} not found"}), thread)
+    assert _no_such_thread(not_found({"detail": f"Thread {thread.upper()} not found."}), thread)
+    assert not _no_such_thread(not_found({"detail": "Not Found"}), thread)
+    assert not _no_such_thread(not_found("Not Found"), thread)
+    assert not _no_such_thread(not_found({"detail": f"Assistant for {thread} not found"}),
+                               thread)
+    assert not _no_such_thread(RuntimeError(f"Thread {thread} not found"), thread)

@@ -179,18 +179,28 @@ class Leases(LedgerBase):
         self._sql.execute(f"DELETE FROM graphkit_ready WHERE thread_id = ?{where}",
                           (thread_id, SERVER_AGENT + "%") if served_only else (thread_id,))
 
+    def server_approvals(self, approval_ids: Iterable[str]) -> set[str]:
+        """Those of `approval_ids` that a LangGraph server's served agents asked (a graph
+        driven directly on a shared database, or embedded in another under its own
+        checkpointer, asks in threads the server never kept, maybe under the same id)."""
+        return self._marked("approval_id IN ({marks})", approval_ids)
+
     def server_threads(self, thread_ids: Iterable[str]) -> set[str]:
-        """Those of `thread_ids` in which a LangGraph server's served agents asked for
-        approval (a graph driven directly on a shared database, or embedded in another under
-        its own checkpointer, asks in threads the server never kept)."""
-        ids = sorted(set(thread_ids))
+        """Those of `thread_ids` in which the served agents asked something."""
+        return self._marked("approval_id IN (SELECT approval_id FROM graphkit_approvals "
+                            "WHERE thread_id IN ({marks}))", thread_ids, thread=True)
+
+    def _marked(self, where: str, keys: Iterable[str], *, thread: bool = False) -> set[str]:
+        ids = sorted(set(keys))
         found: set[str] = set()
+        column = "a.thread_id" if thread else "s.approval_id"
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
             marks = ", ".join("?" for _ in chunk)
             found.update(str(r[0]) for r in self._sql.query(
-                f"SELECT thread_id FROM graphkit_server_threads WHERE thread_id IN ({marks})",
-                tuple(chunk)))
+                f"SELECT DISTINCT {column} FROM graphkit_server_approvals s JOIN "
+                "graphkit_approvals a ON a.approval_id = s.approval_id WHERE "
+                f"s.{where.format(marks=marks)}", tuple(chunk)))
         return found
 
     def _attempts(self, run_id: str) -> int:

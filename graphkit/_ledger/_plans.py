@@ -79,9 +79,9 @@ class Plans(LedgerBase):
                 if not grant_id:
                     self._insert_approval(tx, row)
             if self.serves:
-                for served in sorted({r.thread_id for r in approvals if r.run_id is None}):
-                    tx.execute("INSERT INTO graphkit_server_threads (thread_id) VALUES (?) "
-                               "ON CONFLICT (thread_id) DO NOTHING", (served,))
+                for served in sorted({r.approval_id for r in approvals if r.run_id is None}):
+                    tx.execute("INSERT INTO graphkit_server_approvals (approval_id) VALUES (?) "
+                               "ON CONFLICT (approval_id) DO NOTHING", (served,))
             self._audit(tx, [a for a in audits if not (a.approval_id in fell_back and
                                                         a.entry.get("event") == "auto_approved")])
             if turn is not None:  # the plan, as the rows just written say (with the fallbacks)

@@ -64,10 +64,10 @@ SCHEMA = (
         cleared_at DOUBLE PRECISION NOT NULL
     ){keyed}""",
     "CREATE INDEX IF NOT EXISTS graphkit_approvals_run ON graphkit_approvals (run_id, status)",
-    # Threads whose state a LangGraph server keeps (its served agents' approvals were asked
-    # in them): the only ones the inbox mounted in a server may find deleted there.
-    """CREATE TABLE IF NOT EXISTS graphkit_server_threads (
-        thread_id TEXT PRIMARY KEY
+    # What a LangGraph server's served agents asked (the server keeps its thread's state): the
+    # only approvals the inbox mounted in a server may withdraw as of a thread deleted there.
+    """CREATE TABLE IF NOT EXISTS graphkit_server_approvals (
+        approval_id TEXT PRIMARY KEY
     ){keyed}""",
     """CREATE TABLE IF NOT EXISTS graphkit_ready (
         run_id TEXT PRIMARY KEY,

@@ -199,20 +199,24 @@ class ServerRuns:
         the server (Studio's delete, the API's) is declined as superseded, audited: no run
         will ever take its decision, so no reviewer is asked for one. `fresh`: ask the server
         now, whatever it answered a moment ago."""
-        gone = await self.deleted({str(i.thread_id) for i in items if _served(i)},
-                                  fresh=fresh)
+        served = [i for i in items if _served(i)]
+        marked = (await asyncio.to_thread(self._ledger.server_approvals, [i.id for i in served])
+                  if served else set())
+        asked = [i for i in served if i.id in marked]
+        gone = await self.deleted({str(i.thread_id) for i in asked}, fresh=fresh)
+        withdrawn: set[str] = set()
         for thread_id in gone:  # only what was read before the server was asked
-            await asyncio.to_thread(self._withdraw, thread_id,
-                                    {i.id for i in items if i.thread_id == thread_id})
-        return [i for i in items if i.thread_id not in gone]
+            ids = {i.id for i in asked if i.thread_id == thread_id}
+            await asyncio.to_thread(self._withdraw, thread_id, ids)
+            withdrawn |= ids
+        return [i for i in items if i.id not in withdrawn]
 
     async def deleted(self, thread_ids: set[str], *, fresh: bool = False) -> set[str]:
-        """Those of `thread_ids` the server kept (`Ledger.server_threads`) and now answers it
-        does not hold (a thread it cannot be asked about now is taken to be there)."""
+        """Those of `thread_ids` the server now answers it does not hold (a thread it cannot
+        be asked about now is taken to be there). Callers ask only of threads the served
+        agents asked in (`Ledger.server_approvals`, `server_threads`)."""
         now = time.monotonic()
         asked = [t for t in thread_ids if fresh or self._alive.get(t, 0.0) <= now]
-        if asked:
-            asked = sorted(await asyncio.to_thread(self._ledger.server_threads, asked))
         if not asked:
             return set()
         limit = asyncio.Semaphore(LOOKUPS)
@@ -277,8 +281,8 @@ class ServerRuns:
                 async with _as_nobody():  # as the server: no reviewer's filters hide it
                     thread = await client.threads.get(thread_id)
             except Exception as exc:
-                if not (_no_such_thread(exc, thread_id) and await self.deleted(
-                        {thread_id}, fresh=True)):
+                asked_here = await asyncio.to_thread(self._ledger.server_threads, [thread_id])
+                if not (_no_such_thread(exc, thread_id) and asked_here):
                     raise
                 # deleted on the server: nothing will ever continue the run, so the entry is
                 # dropped (retried, it would fail every few seconds for as long as it serves)
@@ -326,8 +330,9 @@ class ServerRuns:
             return Continuation(status="queued", outcome=outcome)
         server_run = await asyncio.to_thread(self._continued, item)
         if server_run is None:
-            if outcome is None and _served(item) and await self.deleted({item.thread_id},
-                                                                        fresh=True):
+            marked = await asyncio.to_thread(self._ledger.server_approvals, [item.id]) \
+                if outcome is None and _served(item) else set()
+            if marked and await self.deleted({str(item.thread_id)}, fresh=True):
                 return DELETED
             return Continuation(status="waiting", outcome=outcome)
         try:
