@@ -183,24 +183,23 @@ class Leases(LedgerBase):
         """Those of `approval_ids` that a LangGraph server's served agents asked (a graph
         driven directly on a shared database, or embedded in another under its own
         checkpointer, asks in threads the server never kept, maybe under the same id)."""
-        return self._marked("approval_id IN ({marks})", approval_ids)
+        return self._marked("s.approval_id", approval_ids)
 
     def server_threads(self, thread_ids: Iterable[str]) -> set[str]:
         """Those of `thread_ids` in which the served agents asked something."""
-        return self._marked("approval_id IN (SELECT approval_id FROM graphkit_approvals "
-                            "WHERE thread_id IN ({marks}))", thread_ids, thread=True)
+        return self._marked("a.thread_id", thread_ids)
 
-    def _marked(self, where: str, keys: Iterable[str], *, thread: bool = False) -> set[str]:
+    def _marked(self, column: str, keys: Iterable[str]) -> set[str]:
+        """Those of `keys` (values of `column`) of a marked approval."""
         ids = sorted(set(keys))
         found: set[str] = set()
-        column = "a.thread_id" if thread else "s.approval_id"
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
             marks = ", ".join("?" for _ in chunk)
             found.update(str(r[0]) for r in self._sql.query(
                 f"SELECT DISTINCT {column} FROM graphkit_server_approvals s JOIN "
-                "graphkit_approvals a ON a.approval_id = s.approval_id WHERE "
-                f"s.{where.format(marks=marks)}", tuple(chunk)))
+                "graphkit_approvals a ON a.approval_id = s.approval_id "
+                f"WHERE {column} IN ({marks})", tuple(chunk)))
         return found
 
     def _attempts(self, run_id: str) -> int:

@@ -101,6 +101,10 @@ class _Web:
             self._retrying = asyncio.get_running_loop().create_task(
                 self.server.keep_continuing())
 
+    async def pending(self, viewer: str) -> list[PendingApproval]:
+        """What waits on a decision the viewer may see, as `present` lets it be shown."""
+        return await self.present(await asyncio.to_thread(self.inbox.pending, viewer=viewer))
+
     async def present(self, items: list[PendingApproval], *, fresh: bool = False
                       ) -> list[PendingApproval]:
         """The items a reviewer may still be asked about: inside a LangGraph server, not
@@ -300,7 +304,7 @@ def _routes(web: _Web) -> list[Any]:
 
     async def listing(request: Request, who: str
                       ) -> tuple[list[PendingApproval], list[PendingApproval]]:
-        everything = await web.present(await asyncio.to_thread(web.inbox.pending, viewer=who))
+        everything = await web.pending(who)
         agent = request.query_params.get("agent") or None
         tool = request.query_params.get("tool") or None
         chosen = [p for p in everything if (agent is None or p.agent_path[:1] == [agent])
@@ -322,8 +326,7 @@ def _routes(web: _Web) -> list[Any]:
         async def stream() -> AsyncIterator[str]:
             seen: list[str] | None = None
             while not await request.is_disconnected():
-                now = sorted(p.id for p in await web.present(
-                    await asyncio.to_thread(web.inbox.pending, viewer=who)))
+                now = sorted(p.id for p in await web.pending(who))
                 if now != seen:
                     seen = now
                     yield f"event: pending\ndata: {json.dumps(now)}\n\n"

@@ -281,8 +281,8 @@ class ServerRuns:
                 async with _as_nobody():  # as the server: no reviewer's filters hide it
                     thread = await client.threads.get(thread_id)
             except Exception as exc:
-                asked_here = await asyncio.to_thread(self._ledger.server_threads, [thread_id])
-                if not (_no_such_thread(exc, thread_id) and asked_here):
+                if not _no_such_thread(exc, thread_id) or not await asyncio.to_thread(
+                        self._ledger.server_threads, [thread_id]):
                     raise
                 # deleted on the server: nothing will ever continue the run, so the entry is
                 # dropped (retried, it would fail every few seconds for as long as it serves)
