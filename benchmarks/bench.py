@@ -194,8 +194,8 @@ def storage_growth(directory: Path, checkpoints: tuple[int, ...] = (1, 10, 100))
     for n in range(1, max(checkpoints) + 1):
         result = agent.generate(f"ship round {n}", thread_id=thread)
         agent.approve_tool_call_generate(run_id=result.run_id)
-        lc.invoke({"messages": [("user", f"ship round {n}")]}, config)
-        lc.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+        lc.invoke({"messages": [("user", f"ship round {n}")]}, config, **c.EQUAL)
+        lc.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config, **c.EQUAL)
         if n in checkpoints:
             rows.append({"rounds": n, "graphkit": _size(gk_path),
                          "langchain": _size(lc_dir / "langchain.db")})
@@ -319,17 +319,19 @@ async def _parallel_contestants(directory: Path, nap: Any, reply: Any, flavour: 
 
     if flavour == "sync":
         return {"graphkit": lambda: agent.generate("go"),
-                "langchain": lambda: graph.invoke({"messages": [("user", "go")]}, config()),
-                "minimal": lambda: minimal.invoke({"messages": [("user", "go")]}, config())}
+                "langchain": lambda: graph.invoke({"messages": [("user", "go")]}, config(),
+                                                  **c.EQUAL),
+                "minimal": lambda: minimal.invoke({"messages": [("user", "go")]}, config(),
+                                                  **c.EQUAL)}
 
     async def gk() -> Any:
         return await agent.agenerate("go")
 
     async def lc() -> Any:
-        return await graph.ainvoke({"messages": [("user", "go")]}, config())
+        return await graph.ainvoke({"messages": [("user", "go")]}, config(), **c.EQUAL)
 
     async def mn() -> Any:
-        return await minimal.ainvoke({"messages": [("user", "go")]}, config())
+        return await minimal.ainvoke({"messages": [("user", "go")]}, config(), **c.EQUAL)
 
     return {"graphkit": gk, "langchain": lc, "minimal": mn}
 

@@ -18,10 +18,17 @@ from langgraph.graph.message import add_messages
 from langgraph.types import Command, Send, interrupt
 
 from graphkit import Agent, create_tool
+from graphkit._runs import DURABILITY
 from graphkit.testing import ScriptedChatModel
 
 Storage = Literal["memory", "sqlite"]
 RoundTrip = Callable[[], Any]
+
+EQUAL: dict[str, Any] = {"durability": DURABILITY}
+"""How the peers are run: at the LangGraph durability graphkit runs its graphs at ("sync":
+each step's checkpoint is written before the next step starts). LangGraph's default, "async",
+writes it beside the next step, which is cheaper and loses the step on a crash: the issue asks
+for figures at equal durability."""
 
 
 def reply(messages: list[BaseMessage]) -> AIMessage:
@@ -111,10 +118,11 @@ def langchain_agent(kind: Storage, directory: Path, *, approval: bool = True) ->
 def langchain_round(graph: Any, *, approval: bool = True) -> RoundTrip:
     def run() -> None:
         config = {"configurable": {"thread_id": uuid.uuid4().hex}}
-        out = graph.invoke({"messages": [("user", "ship 1.4.2")]}, config)
+        out = graph.invoke({"messages": [("user", "ship 1.4.2")]}, config, **EQUAL)
         if approval:
             assert "__interrupt__" in out
-            out = graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+            out = graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config,
+                               **EQUAL)
         assert out["messages"][-1].text == "Deployed."
 
     return run
@@ -123,8 +131,9 @@ def langchain_round(graph: Any, *, approval: bool = True) -> RoundTrip:
 def langchain_async_round(graph: Any, thread_id: str | None = None) -> Callable[[], Any]:
     async def run() -> None:
         config = {"configurable": {"thread_id": thread_id or uuid.uuid4().hex}}
-        await graph.ainvoke({"messages": [("user", "ship 1.4.2")]}, config)
-        out = await graph.ainvoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+        await graph.ainvoke({"messages": [("user", "ship 1.4.2")]}, config, **EQUAL)
+        out = await graph.ainvoke(Command(resume={"decisions": [{"type": "approve"}]}), config,
+                                  **EQUAL)
         assert out["messages"][-1].text == "Deployed."
 
     return run
@@ -258,8 +267,8 @@ def minimal_parallel(reply_of: Callable[[list[BaseMessage]], AIMessage], run: Ca
 def minimal_round(graph: Any) -> RoundTrip:
     def run() -> None:
         config = {"configurable": {"thread_id": uuid.uuid4().hex}}
-        graph.invoke({"messages": [("user", "ship 1.4.2")]}, config)
-        out = graph.invoke(Command(resume=True), config)
+        graph.invoke({"messages": [("user", "ship 1.4.2")]}, config, **EQUAL)
+        out = graph.invoke(Command(resume=True), config, **EQUAL)
         assert out["messages"][-1].text == "Deployed."
 
     return run
@@ -268,8 +277,8 @@ def minimal_round(graph: Any) -> RoundTrip:
 def minimal_async_round(graph: Any, thread_id: str | None = None) -> Callable[[], Any]:
     async def run() -> None:
         config = {"configurable": {"thread_id": thread_id or uuid.uuid4().hex}}
-        await graph.ainvoke({"messages": [("user", "ship 1.4.2")]}, config)
-        out = await graph.ainvoke(Command(resume=True), config)
+        await graph.ainvoke({"messages": [("user", "ship 1.4.2")]}, config, **EQUAL)
+        out = await graph.ainvoke(Command(resume=True), config, **EQUAL)
         assert out["messages"][-1].text == "Deployed."
 
     return run

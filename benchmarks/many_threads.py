@@ -30,6 +30,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
+from benchmarks.contestants import EQUAL
 from graphkit import Agent, Inbox, ToolContext, create_tool
 from graphkit.testing import ScriptedChatModel
 
@@ -189,7 +190,8 @@ def _floor_worker(url: str, effects: str, todo: str, index: int) -> None:
     start_at = float(sys.stdin.readline())  # the same moment for every floor process
     time.sleep(max(0.0, start_at - time.time()))
     for thread_id in mine:
-        out = graph.invoke(Command(resume=True), {"configurable": {"thread_id": thread_id}})
+        out = graph.invoke(Command(resume=True), {"configurable": {"thread_id": thread_id}},
+                           **EQUAL)
         assert out["messages"][-1].text == "Deployed."
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import many_threads
+from benchmarks.contestants import EQUAL
 
 COUNTED_RUNS = 20
 """Runs resumed again with every statement counted (the counting costs CPU of its own)."""
@@ -140,7 +141,8 @@ def minimal(url: str, directory: Path, runs: int) -> dict[str, Any]:
         thread_id = next(todo, None)
         if thread_id is None:
             return False
-        out = graph.invoke(Command(resume=True), {"configurable": {"thread_id": thread_id}})
+        out = graph.invoke(Command(resume=True), {"configurable": {"thread_id": thread_id}},
+                           **EQUAL)
         return bool(out["messages"][-1].text == "Deployed.")
 
     row = _measure(resume, runs)
