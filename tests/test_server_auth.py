@@ -254,3 +254,58 @@ def test_the_mounted_inbox_shows_a_threads_messages_to_its_reviewers_only(server
     assert "Roll out build 3.1.4" in card.text
     stranger = httpx.get(f"{server}/inbox/approvals/{found.group(1)}", timeout=30)
     assert stranger.status_code == 303 and "Roll out build" not in stranger.text
+
+
+@pytest.fixture(scope="module")
+def owner_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A server whose deployment keeps each thread its creator's (`tests/owner_auth.py`)."""
+    config = {
+        "dependencies": [str(ROOT)],
+        "graphs": {"deploy": f"{ROOT / 'graphs' / 'deploy.py'}:graph"},
+        "auth": {"path": f"{ROOT / 'tests' / 'owner_auth.py'}:auth"},
+        "http": {"app": f"{ROOT / 'graphs' / 'inbox.py'}:app"},
+        "env": {},
+    }
+    workdir = tmp_path_factory.mktemp("langgraph-dev-owner-auth")
+    with langgraph_dev(workdir, config, env={"GRAPHKIT_TOKENS": json.dumps(TOKENS)}) as url:
+        yield url
+
+
+def test_a_decision_continues_a_thread_the_deployment_hides_from_its_reviewer(
+        owner_server: str) -> None:
+    """Under a deployment's owner filter a reviewer may not create runs on the developer's
+    thread: the server answers the continuation the inbox starts as the reviewer with "no such
+    thread". It used to be queued and tried again for ever (the card said "queued"); the inbox
+    now continues the run as the server, as a worker continues a run of graphkit's API."""
+    import re
+    import time
+
+    developer = client(owner_server, "tok-dev")
+    thread_id = paused_thread(developer, "deploy",
+                              messages=[{"role": "user", "content": "Roll out build 6.0.1"}])
+    stranger = client(owner_server, "tok-rm")
+    assert status_of(lambda: stranger.threads.get(thread_id)) == 404  # the filter holds
+    approval_id = developer.threads.get_state(thread_id)["tasks"][0]["interrupts"][0][
+        "value"]["approvals"][0]["id"]
+    web = httpx.Client(base_url=f"{owner_server}/inbox", follow_redirects=False, timeout=30)
+    login = re.search(r"name='login' value='([0-9a-f]+)'", web.get("/login").text)
+    assert login is not None
+    assert web.post("/login", data={"token": "tok-rm", "login": login.group(1)}
+                    ).status_code == 303
+    csrf = re.search(r"name='csrf' value='([0-9a-f]+)'", web.get(f"/approvals/{approval_id}").text)
+    assert csrf is not None
+    done = web.post(f"/approvals/{approval_id}/approve", data={"csrf": csrf.group(1)})
+    assert done.status_code == 303 and "refused" not in done.headers["location"]
+    deadline = time.monotonic() + 60
+    while True:
+        values = developer.threads.get_state(thread_id)["values"]
+        if any(m.get("type") == "tool" and "rolled out 6.0.1" in str(m.get("content"))
+               for m in values.get("messages") or []):
+            break
+        assert time.monotonic() < deadline, "the decided run was never continued"
+        time.sleep(0.5)
+    card = web.get(f"/approvals/{approval_id}").text
+    assert "rolled out 6.0.1" in card and "queued" not in card, card[-2000:]
+    (continued,) = [r for r in developer.runs.list(thread_id, limit=10)
+                    if (r.get("kwargs") or {}).get("command")]
+    assert continued["status"] in ("success", "pending", "running")

@@ -169,6 +169,31 @@ async def _as_nobody() -> AsyncIterator[None]:
         AuthContext.reset(token)
 
 
+async def _create_run(client: Any, thread_id: str, assistant: Any,
+                      command: dict[str, Any], reviewer: str) -> tuple[Any, str]:
+    """The server run that continues a decided thread, and as whom it was created.
+
+    As the reviewer who decided, so the run is theirs, as one they sent with their token.
+    Where the deployment's auth keeps the thread from them (an owner filter: the server,
+    which holds the thread, answers "not found"; or a handler's 403), as the server itself:
+    the decision was theirs to make (the inbox checked it), and the run only applies what
+    the ledger holds (`command` resumes each waiting gate with nothing), as a `graphkit
+    worker` continues a run of graphkit's API. Retried as the reviewer, it would fail every
+    few seconds for as long as the server ran, and the run would never go on."""
+    from langgraph_sdk.errors import NotFoundError, PermissionDeniedError
+
+    try:
+        async with _as_reviewer(reviewer):
+            return await client.runs.create(thread_id, assistant, command=command,
+                                            multitask_strategy="enqueue"), "as the reviewer"
+    except (NotFoundError, PermissionDeniedError):
+        logger.info("inbox: the deployment's auth keeps thread %s from reviewer %r; the server "
+                    "continues its decided run itself", thread_id, reviewer)
+    async with _as_nobody():
+        return await client.runs.create(thread_id, assistant, command=command,
+                                        multitask_strategy="enqueue"), "as the server"
+
+
 def _interrupt_ids(state: Mapping[str, Any]) -> list[str]:
     found = list(state.get("interrupts") or [])
     for task in state.get("tasks") or []:
@@ -295,12 +320,11 @@ class ServerRuns:
                 return None
             metadata = thread.get("metadata") or {}
             assistant = metadata.get("assistant_id") or metadata.get("graph_id")
-            state = await client.threads.get_state(thread_id)
+            async with _as_nobody():
+                state = await client.threads.get_state(thread_id)
             # each waiting gate applies what the ledger holds (the Agent API resumes so too)
             command: dict[str, Any] = {"resume": {i: {} for i in _interrupt_ids(state)}}
-            async with _as_reviewer(reviewer):
-                run = await client.runs.create(thread_id, assistant, command=command,
-                                               multitask_strategy="enqueue")
+            run, by = await _create_run(client, thread_id, assistant, command, reviewer)
         except Exception:
             logger.warning("inbox: the server did not take the continuation of thread %s; "
                            "it is tried again", thread_id, exc_info=True)
@@ -308,17 +332,17 @@ class ServerRuns:
             return None
         server_run = str(run["run_id"])
         await asyncio.to_thread(self._done, key, thread_id, reviewer, server_run, owner,
-                                ready_at)
+                                ready_at, by)
         return server_run
 
     def _done(self, key: str, thread_id: str, reviewer: str, server_run: str, owner: str,
-              ready_at: float) -> None:
+              ready_at: float, by: str) -> None:
         self._ledger.done_ready(key, owner, ready_at)
         run_id = None if key.startswith(SERVER_THREAD) else key
         self._ledger.audit([audit_row(
             "continued", None, thread_id=thread_id, run_id=run_id, decided_by=reviewer,
             comment=server_run, detail=f"the LangGraph server continues the run (its run "
-                                       f"{server_run}), started by the inbox")])
+                                       f"{server_run}), started by the inbox {by}")])
 
     async def continuation(self, item: PendingApproval) -> Continuation | None:
         """What became of a decided approval's run: the status of the server run that

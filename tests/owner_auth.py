@@ -1,0 +1,35 @@
+"""A deployment's own auth with LangGraph's owner filter (the pattern of LangGraph's resource
+authorization docs): bearer tokens ($GRAPHKIT_TOKENS) -> identities, and every thread and run
+is its creator's alone. A reviewer of the mounted inbox is then a stranger to the threads
+whose approvals they decide."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from langgraph_sdk import Auth
+
+from graphkit.server_auth import TOKENS_ENV, parse_tokens
+
+TOKENS = parse_tokens(os.environ.get(TOKENS_ENV, ""))
+auth = Auth()
+
+
+@auth.authenticate
+async def authenticate(authorization: str | None = None) -> Auth.types.MinimalUserDict:
+    scheme, _, token = (authorization or "").strip().partition(" ")
+    identity = TOKENS.get(token.strip()) if scheme.lower() == "bearer" else None
+    if identity is None:
+        raise Auth.exceptions.HTTPException(status_code=401, detail="Invalid bearer token")
+    return {"identity": identity, "display_name": identity, "permissions": []}
+
+
+@auth.on
+async def owner_only(ctx: Auth.types.AuthContext, value: Any) -> dict[str, str]:
+    filters = {"owner": ctx.user.identity}
+    if isinstance(value, dict):
+        metadata = value.setdefault("metadata", {})
+        if isinstance(metadata, dict):
+            metadata.update(filters)
+    return filters
