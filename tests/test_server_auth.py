@@ -21,21 +21,27 @@ from tests.langgraph_server import ROOT, langgraph_dev
 TOKENS = {"tok-rm": "release-manager", "tok-dev": "developer"}
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def serve(tmp_path_factory: pytest.TempPathFactory, name: str, graphs: dict[str, str],
+          auth: str) -> Iterator[str]:
+    """A real `langgraph dev` serving `graphs` behind `auth`, with the inbox mounted."""
     config = {
         "dependencies": [str(ROOT)],
-        "graphs": {
-            "deploy": f"{ROOT / 'graphs' / 'deploy.py'}:graph",
-            "identity": f"{ROOT / 'tests' / 'server_graphs.py'}:graph",
-        },
-        "auth": {"path": f"{ROOT / 'graphs' / 'auth.py'}:auth"},
+        "graphs": graphs,
+        "auth": {"path": auth},
         "http": {"app": f"{ROOT / 'graphs' / 'inbox.py'}:app"},
         "env": {},
     }
-    workdir = tmp_path_factory.mktemp("langgraph-dev-auth")
+    workdir = tmp_path_factory.mktemp(name)
     with langgraph_dev(workdir, config, env={"GRAPHKIT_TOKENS": json.dumps(TOKENS)}) as url:
         yield url
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from serve(tmp_path_factory, "langgraph-dev-auth", {
+        "deploy": f"{ROOT / 'graphs' / 'deploy.py'}:graph",
+        "identity": f"{ROOT / 'tests' / 'server_graphs.py'}:graph",
+    }, f"{ROOT / 'graphs' / 'auth.py'}:auth")
 
 
 def client(url: str, token: str | None = None, **headers: str) -> Any:
@@ -259,16 +265,9 @@ def test_the_mounted_inbox_shows_a_threads_messages_to_its_reviewers_only(server
 @pytest.fixture(scope="module")
 def owner_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A server whose deployment keeps each thread its creator's (`tests/owner_auth.py`)."""
-    config = {
-        "dependencies": [str(ROOT)],
-        "graphs": {"deploy": f"{ROOT / 'graphs' / 'deploy.py'}:graph"},
-        "auth": {"path": f"{ROOT / 'tests' / 'owner_auth.py'}:auth"},
-        "http": {"app": f"{ROOT / 'graphs' / 'inbox.py'}:app"},
-        "env": {},
-    }
-    workdir = tmp_path_factory.mktemp("langgraph-dev-owner-auth")
-    with langgraph_dev(workdir, config, env={"GRAPHKIT_TOKENS": json.dumps(TOKENS)}) as url:
-        yield url
+    yield from serve(tmp_path_factory, "langgraph-dev-owner-auth",
+                     {"deploy": f"{ROOT / 'graphs' / 'deploy.py'}:graph"},
+                     f"{ROOT / 'tests' / 'owner_auth.py'}:auth")
 
 
 def test_a_decision_continues_a_thread_the_deployment_hides_from_its_reviewer(
