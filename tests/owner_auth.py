@@ -33,3 +33,11 @@ async def owner_only(ctx: Auth.types.AuthContext, value: Any) -> dict[str, str]:
         if isinstance(metadata, dict):
             metadata.update(filters)
     return filters
+
+
+@auth.on.threads.create_run
+async def no_runs_for_auditors(ctx: Auth.types.AuthContext, value: Any) -> dict[str, str]:
+    """Auditors may read, never start a run: a refusal (403), not a filter."""
+    if ctx.user.identity == "auditor":
+        raise Auth.exceptions.HTTPException(status_code=403, detail="auditors start no runs")
+    return await owner_only(ctx, value)

@@ -166,3 +166,36 @@ def _notified() -> Any:
 
 
 refunds = _notified()
+
+
+@create_tool(needs_approval=True, approval_prompt="Delete {{path}}?")
+def rm_file(path: str) -> str:
+    """Delete a file (simulated)."""
+    return f"deleted {path}"
+
+
+@create_tool
+def wire_money(amount: int) -> str:
+    """Wire money, once the account holder says so (LangGraph's own `interrupt()`, a question
+    of the tool's own, not an approval of graphkit's)."""
+    from langgraph.types import interrupt
+
+    answer = interrupt({"question": f"Wire {amount} EUR?"})
+    if not (isinstance(answer, dict) and answer.get("go") is True):
+        return f"not wired: the holder answered {answer!r}"
+    return f"wired {amount} EUR"
+
+
+def _both_calls(messages: list[Any]) -> Any:
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    if not any(isinstance(m, AIMessage) for m in messages):
+        return AIMessage("", tool_calls=[
+            {"name": "rm_file", "args": {"path": "/tmp/x"}, "id": "call_rm"},
+            {"name": "wire_money", "args": {"amount": 1000}, "id": "call_wire"}])
+    return AIMessage("; ".join(str(m.content) for m in messages if isinstance(m, ToolMessage)))
+
+
+wirer = Agent(name="wirer", tools=[rm_file, wire_money], model=ScriptedChatModel(_both_calls)
+              ).graph
+"""One turn, two pauses: `rm_file` waits on an approval, `wire_money` on its own question."""

@@ -10,6 +10,7 @@ reviewer, whatever the client puts in config, context or an assistant's config.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 
 from tests.langgraph_server import ROOT, langgraph_dev
 
-TOKENS = {"tok-rm": "release-manager", "tok-dev": "developer"}
+TOKENS = {"tok-rm": "release-manager", "tok-dev": "developer", "tok-audit": "auditor"}
 
 
 def serve(tmp_path_factory: pytest.TempPathFactory, name: str, graphs: dict[str, str],
@@ -41,6 +42,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     yield from serve(tmp_path_factory, "langgraph-dev-auth", {
         "deploy": f"{ROOT / 'graphs' / 'deploy.py'}:graph",
         "identity": f"{ROOT / 'tests' / 'server_graphs.py'}:graph",
+        "wirer": f"{ROOT / 'tests' / 'server_agents.py'}:wirer",
     }, f"{ROOT / 'graphs' / 'auth.py'}:auth")
 
 
@@ -270,13 +272,83 @@ def owner_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                      f"{ROOT / 'tests' / 'owner_auth.py'}:auth")
 
 
+def reviewer(url: str, token: str) -> httpx.Client:
+    """A browser-less reviewer signed into the mounted inbox with `token`."""
+    import re
+
+    web = httpx.Client(base_url=f"{url}/inbox", follow_redirects=False, timeout=30)
+    login = re.search(r"name='login' value='([0-9a-f]+)'", web.get("/login").text)
+    assert login is not None
+    assert web.post("/login", data={"token": token, "login": login.group(1)}).status_code == 303
+    return web
+
+
+def decide(web: httpx.Client, approval_id: str, action: str = "approve") -> None:
+    """Decide through the card's form; the inbox starts the continuation before it answers."""
+    import re
+
+    csrf = re.search(r"name='csrf' value='([0-9a-f]+)'", web.get(f"/approvals/{approval_id}").text)
+    assert csrf is not None
+    done = web.post(f"/approvals/{approval_id}/{action}", data={"csrf": csrf.group(1)})
+    assert done.status_code == 303 and "refused" not in done.headers["location"], done.headers
+
+
+def interrupts(c: Any, thread_id: str) -> list[dict[str, Any]]:
+    state = c.threads.get_state(thread_id)
+    found = list(state.get("interrupts") or [])
+    for task in state.get("tasks") or []:
+        found.extend(task.get("interrupts") or [])
+    return list({i["id"]: i for i in found}.values())
+
+
+def continuations(c: Any, thread_id: str) -> list[dict[str, Any]]:
+    return [r for r in c.runs.list(thread_id, limit=20) if (r.get("kwargs") or {}).get("command")]
+
+
+def settled(c: Any, thread_id: str) -> dict[str, Any]:
+    """The one continuation of the thread, once it has ended."""
+    import time
+
+    deadline = time.monotonic() + 60
+    while True:
+        runs = continuations(c, thread_id)
+        if runs and all(r["status"] not in ("pending", "running") for r in runs):
+            (run,) = runs
+            return run
+        assert time.monotonic() < deadline, f"no continuation ended: {runs}"
+        time.sleep(0.3)
+
+
+def test_a_decision_never_answers_a_tools_own_question(server: str) -> None:
+    """One turn: `rm_file` waits on an approval, `wire_money` (sent at once) asks the account
+    holder its own question with `interrupt()`. A reviewer approving `rm_file` in the inbox
+    used to have the continuation resume every interrupt of the thread with nothing, which
+    answered the holder's question with `{}` in their place. No gate waits yet, so nothing is
+    resumed; the approval applies once the holder answers and the run reaches the gate."""
+    dev = client(server, "tok-dev")
+    thread_id = dev.threads.create()["thread_id"]
+    dev.runs.wait(thread_id, "wirer", input={"messages": [{"role": "user", "content": "go"}]})
+    (question,) = interrupts(dev, thread_id)
+    assert "question" in question["value"]
+    web = reviewer(server, "tok-rm")
+    found = re.search(r"approvals/(apr_[0-9a-z_]+)", web.get("/").text)
+    assert found is not None
+    decide(web, found.group(1))  # its continuation is started (or not) before this returns
+    assert continuations(dev, thread_id) == []
+    assert [i["id"] for i in interrupts(dev, thread_id)] == [question["id"]]  # still asked
+    messages = dev.threads.get_state(thread_id)["values"]["messages"]
+    assert not [m for m in messages if m["type"] == "tool"]
+    out = dev.runs.wait(thread_id, "wirer", command={"resume": {question["id"]: {"go": True}}})
+    tools = sorted(str(m["content"]) for m in out["messages"] if m["type"] == "tool")
+    assert tools == ["deleted /tmp/x", "wired 1000 EUR"], out["messages"]
+
+
 def test_a_decision_continues_a_thread_the_deployment_hides_from_its_reviewer(
         owner_server: str) -> None:
     """Under a deployment's owner filter a reviewer may not create runs on the developer's
     thread: the server answers the continuation the inbox starts as the reviewer with "no such
     thread". It used to be queued and tried again for ever (the card said "queued"); the inbox
     now continues the run as the server, as a worker continues a run of graphkit's API."""
-    import re
     import time
 
     developer = client(owner_server, "tok-dev")
@@ -286,15 +358,8 @@ def test_a_decision_continues_a_thread_the_deployment_hides_from_its_reviewer(
     assert status_of(lambda: stranger.threads.get(thread_id)) == 404  # the filter holds
     approval_id = developer.threads.get_state(thread_id)["tasks"][0]["interrupts"][0][
         "value"]["approvals"][0]["id"]
-    web = httpx.Client(base_url=f"{owner_server}/inbox", follow_redirects=False, timeout=30)
-    login = re.search(r"name='login' value='([0-9a-f]+)'", web.get("/login").text)
-    assert login is not None
-    assert web.post("/login", data={"token": "tok-rm", "login": login.group(1)}
-                    ).status_code == 303
-    csrf = re.search(r"name='csrf' value='([0-9a-f]+)'", web.get(f"/approvals/{approval_id}").text)
-    assert csrf is not None
-    done = web.post(f"/approvals/{approval_id}/approve", data={"csrf": csrf.group(1)})
-    assert done.status_code == 303 and "refused" not in done.headers["location"]
+    web = reviewer(owner_server, "tok-rm")
+    decide(web, approval_id)
     deadline = time.monotonic() + 60
     while True:
         values = developer.threads.get_state(thread_id)["values"]
@@ -308,3 +373,25 @@ def test_a_decision_continues_a_thread_the_deployment_hides_from_its_reviewer(
     (continued,) = [r for r in developer.runs.list(thread_id, limit=10)
                     if (r.get("kwargs") or {}).get("command")]
     assert continued["status"] in ("success", "pending", "running")
+
+
+def test_a_refusal_of_the_deployment_is_never_overridden(owner_server: str) -> None:
+    """The deployment forbids the auditor any run (a 403 of its own handler). A decision the
+    auditor makes in the inbox is kept, but its continuation is not started around that
+    refusal (as the server): it stays queued until someone the deployment lets run resumes."""
+    import time
+
+    developer = client(owner_server, "tok-dev")
+    thread_id = paused_thread(developer, "deploy",
+                              messages=[{"role": "user", "content": "Roll out build 6.0.2"}])
+    (gate,) = interrupts(developer, thread_id)
+    decide(reviewer(owner_server, "tok-audit"), gate["value"]["approvals"][0]["id"])
+    deadline = time.monotonic() + 5  # the inbox tries again every few seconds
+    while time.monotonic() < deadline:
+        assert continuations(developer, thread_id) == []
+        time.sleep(0.5)
+    values = developer.threads.get_state(thread_id)["values"]
+    assert not [m for m in values["messages"] if "rolled out" in str(m["content"])]
+    out = developer.runs.wait(thread_id, "deploy", command={"resume": {}})  # the owner goes on
+    assert any("rolled out 6.0.2" in str(m["content"]) for m in out["messages"]
+               if m["type"] == "tool"), out["messages"]

@@ -21,6 +21,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, convert_to_messages
 
+from graphkit._approvals import INTERRUPT_MARKER
 from graphkit._ledger import SERVER_THREAD, Ledger
 from graphkit._review import audit_row, withdraw_thread
 from graphkit.types import PendingApproval
@@ -174,31 +175,41 @@ async def _create_run(client: Any, thread_id: str, assistant: Any,
     """The server run that continues a decided thread, and as whom it was created.
 
     As the reviewer who decided, so the run is theirs, as one they sent with their token.
-    Where the deployment's auth keeps the thread from them (an owner filter: the server,
-    which holds the thread, answers "not found"; or a handler's 403), as the server itself:
-    the decision was theirs to make (the inbox checked it), and the run only applies what
-    the ledger holds (`command` resumes each waiting gate with nothing), as a `graphkit
-    worker` continues a run of graphkit's API. Retried as the reviewer, it would fail every
-    few seconds for as long as the server ran, and the run would never go on."""
-    from langgraph_sdk.errors import NotFoundError, PermissionDeniedError
+    Where the deployment's filters hide the thread from them (LangGraph's owner filter: each
+    thread its creator's alone), the server answers "not found" although it holds the
+    thread (`_start` read it) and the assistant (read here): then as the server itself. The
+    decision was the reviewer's to make (graphkit's approvers policy, which the inbox
+    checked; the ledger holds it, and any later resume of the thread would apply it), and
+    the run only resumes graphkit's gates with nothing, so that they apply what the ledger
+    holds, as a `graphkit worker` continues a run of graphkit's API. A refusal (403: a
+    handler that forbids this user runs, or all runs for a while) is the deployment's to
+    make: the continuation stays queued and is tried again."""
+    from langgraph_sdk.errors import NotFoundError
 
     try:
         async with _as_reviewer(reviewer):
             return await client.runs.create(thread_id, assistant, command=command,
                                             multitask_strategy="enqueue"), "as the reviewer"
-    except (NotFoundError, PermissionDeniedError):
-        logger.info("inbox: the deployment's auth keeps thread %s from reviewer %r; the server "
-                    "continues its decided run itself", thread_id, reviewer)
+    except NotFoundError:
+        async with _as_nobody():
+            await client.assistants.get(assistant)  # gone for all: raises, tried again
+        logger.info("inbox: the deployment's filters hide thread %s from reviewer %r; the "
+                    "server continues its decided run itself", thread_id, reviewer)
     async with _as_nobody():
         return await client.runs.create(thread_id, assistant, command=command,
                                         multitask_strategy="enqueue"), "as the server"
 
 
-def _interrupt_ids(state: Mapping[str, Any]) -> list[str]:
+def _gate_interrupts(state: Mapping[str, Any]) -> list[str]:
+    """The ids of the interrupts graphkit's gates wait on in a thread's state (their values
+    carry `INTERRUPT_MARKER`). A tool's own `interrupt()` asks a question of its own: a
+    decision in the inbox never answers it."""
     found = list(state.get("interrupts") or [])
     for task in state.get("tasks") or []:
         found.extend(task.get("interrupts") or [])
-    return list(dict.fromkeys(str(i["id"]) for i in found if i.get("id")))
+    return list(dict.fromkeys(
+        str(i["id"]) for i in found if isinstance(i, Mapping) and i.get("id")
+        and isinstance(i.get("value"), Mapping) and INTERRUPT_MARKER in i["value"]))
 
 
 async def thread_messages(thread_id: str) -> list[BaseMessage]:
@@ -322,8 +333,17 @@ class ServerRuns:
             assistant = metadata.get("assistant_id") or metadata.get("graph_id")
             async with _as_nobody():
                 state = await client.threads.get_state(thread_id)
+            gates = _gate_interrupts(state)
+            if not gates:
+                # No gate waits: the run waits on something else (a tool's own question), or
+                # runs. Whoever answers, or the run itself, passes the gate, which applies
+                # what the ledger holds: nothing is answered here in anyone's place.
+                logger.info("inbox: no approval gate waits in thread %s; its decision applies "
+                            "as the run next passes its gate", thread_id)
+                await asyncio.to_thread(self._ledger.done_ready, key, owner, ready_at)
+                return None
             # each waiting gate applies what the ledger holds (the Agent API resumes so too)
-            command: dict[str, Any] = {"resume": {i: {} for i in _interrupt_ids(state)}}
+            command: dict[str, Any] = {"resume": {i: {} for i in gates}}
             run, by = await _create_run(client, thread_id, assistant, command, reviewer)
         except Exception:
             logger.warning("inbox: the server did not take the continuation of thread %s; "
