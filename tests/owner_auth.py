@@ -1,7 +1,8 @@
 """A deployment's own auth with LangGraph's owner filter (the pattern of LangGraph's resource
 authorization docs): bearer tokens ($GRAPHKIT_TOKENS) -> identities, and every thread and run
-is its creator's alone. A reviewer of the mounted inbox is then a stranger to the threads
-whose approvals they decide."""
+is its creator's alone, but for the release manager, whom the deployment lets read and run
+any thread (so the continuations of what they decide in the inbox run). The auditor may
+start no run at all (a 403 of its own handler)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from langgraph_sdk import Auth
 from graphkit.server_auth import TOKENS_ENV, parse_tokens
 
 TOKENS = parse_tokens(os.environ.get(TOKENS_ENV, ""))
+REVIEWERS = {"release-manager"}
 auth = Auth()
 
 
@@ -26,17 +28,17 @@ async def authenticate(authorization: str | None = None) -> Auth.types.MinimalUs
 
 
 @auth.on
-async def owner_only(ctx: Auth.types.AuthContext, value: Any) -> dict[str, str]:
+async def owner_only(ctx: Auth.types.AuthContext, value: Any) -> dict[str, str] | None:
     filters = {"owner": ctx.user.identity}
     if isinstance(value, dict):
         metadata = value.setdefault("metadata", {})
         if isinstance(metadata, dict):
             metadata.update(filters)
-    return filters
+    return None if ctx.user.identity in REVIEWERS else filters
 
 
 @auth.on.threads.create_run
-async def no_runs_for_auditors(ctx: Auth.types.AuthContext, value: Any) -> dict[str, str]:
+async def no_runs_for_auditors(ctx: Auth.types.AuthContext, value: Any) -> dict[str, str] | None:
     """Auditors may read, never start a run: a refusal (403), not a filter."""
     if ctx.user.identity == "auditor":
         raise Auth.exceptions.HTTPException(status_code=403, detail="auditors start no runs")

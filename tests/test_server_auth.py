@@ -19,7 +19,8 @@ import pytest
 
 from tests.langgraph_server import ROOT, langgraph_dev
 
-TOKENS = {"tok-rm": "release-manager", "tok-dev": "developer", "tok-audit": "auditor"}
+TOKENS = {"tok-rm": "release-manager", "tok-dev": "developer", "tok-audit": "auditor",
+          "tok-other": "other"}
 
 
 def serve(tmp_path_factory: pytest.TempPathFactory, name: str, graphs: dict[str, str],
@@ -43,6 +44,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "deploy": f"{ROOT / 'graphs' / 'deploy.py'}:graph",
         "identity": f"{ROOT / 'tests' / 'server_graphs.py'}:graph",
         "wirer": f"{ROOT / 'tests' / 'server_agents.py'}:wirer",
+        "spoofer": f"{ROOT / 'tests' / 'server_agents.py'}:spoofer",
+        "parallel": f"{ROOT / 'tests' / 'server_agents.py'}:parallel",
     }, f"{ROOT / 'graphs' / 'auth.py'}:auth")
 
 
@@ -319,74 +322,98 @@ def settled(c: Any, thread_id: str) -> dict[str, Any]:
         time.sleep(0.3)
 
 
-def test_a_decision_never_answers_a_tools_own_question(server: str) -> None:
-    """One turn: `rm_file` waits on an approval, `wire_money` (sent at once) asks the account
+def approval_of(web: httpx.Client, thread_id: str, deadline_s: float = 30) -> str:
+    """The id of the approval the reviewer's inbox lists for the thread, once it does (the
+    module's server serves every test's threads)."""
+    import time
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        for approval_id in dict.fromkeys(re.findall(r"approvals/(apr_[0-9a-z_]+)",
+                                                    web.get("/").text)):
+            if f"threads/{thread_id}/audit" in web.get(f"/approvals/{approval_id}").text:
+                return approval_id
+        assert time.monotonic() < deadline, f"no approval of {thread_id} listed"
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("graph", ["wirer", "spoofer"])
+def test_a_decision_never_answers_a_tools_own_question(server: str, graph: str) -> None:
+    """One turn: `rm_file` waits on an approval, a tool (sent at once) asks the account
     holder its own question with `interrupt()`. A reviewer approving `rm_file` in the inbox
     used to have the continuation resume every interrupt of the thread with nothing, which
-    answered the holder's question with `{}` in their place. No gate waits yet, so nothing is
-    resumed; the approval applies once the holder answers and the run reaches the gate."""
+    answered the holder's question with `{}` in their place; `spoofer`'s question also carries
+    graphkit's marker and an approval id, written by the model. Only interrupts that name
+    approvals the ledger holds for the thread are the gate's: none waits yet, so nothing is
+    resumed, and the approval applies once the holder answers and the run reaches the gate."""
     dev = client(server, "tok-dev")
     thread_id = dev.threads.create()["thread_id"]
-    dev.runs.wait(thread_id, "wirer", input={"messages": [{"role": "user", "content": "go"}]})
+    dev.runs.wait(thread_id, graph, input={"messages": [{"role": "user", "content": "go"}]})
     (question,) = interrupts(dev, thread_id)
-    assert "question" in question["value"]
     web = reviewer(server, "tok-rm")
-    found = re.search(r"approvals/(apr_[0-9a-z_]+)", web.get("/").text)
-    assert found is not None
-    decide(web, found.group(1))  # its continuation is started (or not) before this returns
-    assert continuations(dev, thread_id) == []
+    decide(web, approval_of(web, thread_id))
+    assert continuations(dev, thread_id) == []  # (started, or not, before `decide` returned)
     assert [i["id"] for i in interrupts(dev, thread_id)] == [question["id"]]  # still asked
     messages = dev.threads.get_state(thread_id)["values"]["messages"]
     assert not [m for m in messages if m["type"] == "tool"]
-    out = dev.runs.wait(thread_id, "wirer", command={"resume": {question["id"]: {"go": True}}})
+    out = dev.runs.wait(thread_id, graph, command={"resume": {question["id"]: {"go": True}}})
     tools = sorted(str(m["content"]) for m in out["messages"] if m["type"] == "tool")
-    assert tools == ["deleted /tmp/x", "wired 1000 EUR"], out["messages"]
+    assert tools == ["deleted /tmp/x", "paid" if graph == "spoofer" else "wired 1000 EUR"], tools
 
 
-def test_a_decision_continues_a_thread_the_deployment_hides_from_its_reviewer(
-        owner_server: str) -> None:
-    """Under a deployment's owner filter a reviewer may not create runs on the developer's
-    thread: the server answers the continuation the inbox starts as the reviewer with "no such
-    thread". It used to be queued and tried again for ever (the card said "queued"); the inbox
-    now continues the run as the server, as a worker continues a run of graphkit's API."""
-    import time
+def test_a_decision_made_while_the_run_goes_on_is_continued_once_its_gate_waits(
+        server: str) -> None:
+    """A supervisor delegates to two subagents in one step: `fast` pauses at its gate while
+    `slow` still naps, in a run with "exit" durability (a client's choice), whose pause is
+    written only as the run ends. A decision made meanwhile finds no gate waiting in the
+    thread's state; the inbox used to drop its continuation, and the run stayed paused with
+    everything decided. It is tried again while the thread is busy, and continues it."""
+    dev = client(server, "tok-dev")
+    thread_id = dev.threads.create()["thread_id"]
+    first = dev.runs.create(thread_id, "parallel", durability="exit",
+                            input={"messages": [{"role": "user", "content": "go"}]})
+    web = reviewer(server, "tok-rm")
+    decide(web, approval_of(web, thread_id))
+    assert dev.threads.get(thread_id)["status"] == "busy"  # `slow` naps 3 s
+    dev.runs.join(thread_id, first["run_id"])
+    run = settled(dev, thread_id)
+    assert run["status"] == "success", run
+    out = dev.threads.get_state(thread_id)["values"]["messages"]
+    assert out[-1]["content"] == "slept 3.0; zapped beta", out[-1]
 
+
+def test_a_reviewer_the_deployment_lets_run_continues_what_they_decide(owner_server: str
+                                                                      ) -> None:
+    """Under the deployment's owner filter, the release manager (whom it lets run any
+    thread) decides on the developer's thread in the inbox, and the server continues it."""
     developer = client(owner_server, "tok-dev")
     thread_id = paused_thread(developer, "deploy",
                               messages=[{"role": "user", "content": "Roll out build 6.0.1"}])
-    stranger = client(owner_server, "tok-rm")
-    assert status_of(lambda: stranger.threads.get(thread_id)) == 404  # the filter holds
-    approval_id = developer.threads.get_state(thread_id)["tasks"][0]["interrupts"][0][
-        "value"]["approvals"][0]["id"]
-    web = reviewer(owner_server, "tok-rm")
-    decide(web, approval_id)
-    deadline = time.monotonic() + 60
-    while True:
-        values = developer.threads.get_state(thread_id)["values"]
-        if any(m.get("type") == "tool" and "rolled out 6.0.1" in str(m.get("content"))
-               for m in values.get("messages") or []):
-            break
-        assert time.monotonic() < deadline, "the decided run was never continued"
-        time.sleep(0.5)
-    card = web.get(f"/approvals/{approval_id}").text
-    assert "rolled out 6.0.1" in card and "queued" not in card, card[-2000:]
-    (continued,) = [r for r in developer.runs.list(thread_id, limit=10)
-                    if (r.get("kwargs") or {}).get("command")]
-    assert continued["status"] in ("success", "pending", "running")
+    assert status_of(lambda: client(owner_server, "tok-other").threads.get(thread_id)) == 404
+    (gate,) = interrupts(developer, thread_id)
+    decide(reviewer(owner_server, "tok-rm"), gate["value"]["approvals"][0]["id"])
+    run = settled(client(owner_server, "tok-rm"), thread_id)  # theirs: the developer's filter
+    assert run["status"] == "success", run                    # hides it from the developer
+    values = developer.threads.get_state(thread_id)["values"]
+    assert any("rolled out 6.0.1" in str(m["content"]) for m in values["messages"])
 
 
-def test_a_refusal_of_the_deployment_is_never_overridden(owner_server: str) -> None:
-    """The deployment forbids the auditor any run (a 403 of its own handler). A decision the
-    auditor makes in the inbox is kept, but its continuation is not started around that
-    refusal (as the server): it stays queued until someone the deployment lets run resumes."""
+@pytest.mark.parametrize("token", ["tok-audit", "tok-other"])
+def test_a_continuation_never_goes_around_the_deployments_auth(owner_server: str, token: str
+                                                               ) -> None:
+    """The deployment refuses the auditor any run (its handler's 403) and hides the
+    developer's thread from "other" (its owner filter: "not found"). A decision either makes
+    in the inbox is kept, but its continuation is created as them or not at all: never as the
+    server around that auth (a first version of this fix did, and a deploy ran during a
+    freeze). It stays queued, and the decision applies when the owner resumes."""
     import time
 
     developer = client(owner_server, "tok-dev")
     thread_id = paused_thread(developer, "deploy",
                               messages=[{"role": "user", "content": "Roll out build 6.0.2"}])
     (gate,) = interrupts(developer, thread_id)
-    decide(reviewer(owner_server, "tok-audit"), gate["value"]["approvals"][0]["id"])
-    deadline = time.monotonic() + 5  # the inbox tries again every few seconds
+    decide(reviewer(owner_server, token), gate["value"]["approvals"][0]["id"])
+    deadline = time.monotonic() + 5  # the inbox tries again after 1 s, 2 s, ...
     while time.monotonic() < deadline:
         assert continuations(developer, thread_id) == []
         time.sleep(0.5)

@@ -170,46 +170,50 @@ async def _as_nobody() -> AsyncIterator[None]:
         AuthContext.reset(token)
 
 
-async def _create_run(client: Any, thread_id: str, assistant: Any,
-                      command: dict[str, Any], reviewer: str) -> tuple[Any, str]:
-    """The server run that continues a decided thread, and as whom it was created.
+class _Refused(Exception):
+    """The server refused the reviewer the continuation (their auth does not reach it)."""
 
-    As the reviewer who decided, so the run is theirs, as one they sent with their token.
-    Where the deployment's filters hide the thread from them (LangGraph's owner filter: each
-    thread its creator's alone), the server answers "not found" although it holds the
-    thread (`_start` read it) and the assistant (read here): then as the server itself. The
-    decision was the reviewer's to make (graphkit's approvers policy, which the inbox
-    checked; the ledger holds it, and any later resume of the thread would apply it), and
-    the run only resumes graphkit's gates with nothing, so that they apply what the ledger
-    holds, as a `graphkit worker` continues a run of graphkit's API. A refusal (403: a
-    handler that forbids this user runs, or all runs for a while) is the deployment's to
-    make: the continuation stays queued and is tried again."""
-    from langgraph_sdk.errors import NotFoundError
+
+async def _create_run(client: Any, thread_id: str, assistant: Any,
+                      command: dict[str, Any], reviewer: str) -> Any:
+    """The server run that continues a decided thread, created as the reviewer who decided:
+    the run is theirs, as one they sent with their token, and the deployment's auth judges
+    it as it would theirs. Never with more: where it refuses them (a handler's 403) or hides
+    the thread from them (an owner filter's "not found"), the continuation stays queued (it
+    is tried again, after a growing pause), and the decision, which the ledger keeps, applies
+    when someone the deployment lets run resumes the thread."""
+    from langgraph_sdk.errors import NotFoundError, PermissionDeniedError
 
     try:
         async with _as_reviewer(reviewer):
             return await client.runs.create(thread_id, assistant, command=command,
-                                            multitask_strategy="enqueue"), "as the reviewer"
-    except NotFoundError:
-        async with _as_nobody():
-            await client.assistants.get(assistant)  # gone for all: raises, tried again
-        logger.info("inbox: the deployment's filters hide thread %s from reviewer %r; the "
-                    "server continues its decided run itself", thread_id, reviewer)
-    async with _as_nobody():
-        return await client.runs.create(thread_id, assistant, command=command,
-                                        multitask_strategy="enqueue"), "as the server"
+                                             multitask_strategy="enqueue")
+    except (NotFoundError, PermissionDeniedError) as exc:
+        logger.warning(
+            "inbox: the server refuses reviewer %r the continuation of thread %s (%s: the "
+            "deployment's auth); it is tried again, and the decision applies when someone the "
+            "deployment lets run resumes the thread", reviewer, thread_id, type(exc).__name__)
+        raise _Refused from exc
 
 
-def _gate_interrupts(state: Mapping[str, Any]) -> list[str]:
-    """The ids of the interrupts graphkit's gates wait on in a thread's state (their values
-    carry `INTERRUPT_MARKER`). A tool's own `interrupt()` asks a question of its own: a
-    decision in the inbox never answers it."""
+def _said_gates(state: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
+    """(interrupt id, the approval ids its value names) of each interrupt of the thread whose
+    value says it is a gate's (`INTERRUPT_MARKER`, and the approvals it waits on)."""
     found = list(state.get("interrupts") or [])
     for task in state.get("tasks") or []:
         found.extend(task.get("interrupts") or [])
-    return list(dict.fromkeys(
-        str(i["id"]) for i in found if isinstance(i, Mapping) and i.get("id")
-        and isinstance(i.get("value"), Mapping) and INTERRUPT_MARKER in i["value"]))
+    said: dict[str, list[str]] = {}
+    for item in found:
+        value = item.get("value") if isinstance(item, Mapping) else None
+        if not isinstance(value, Mapping) or INTERRUPT_MARKER not in value or not item.get("id"):
+            continue
+        records = value.get("approvals")
+        if not isinstance(records, list):
+            continue
+        ids = [str(r["id"]) for r in records if isinstance(r, Mapping) and r.get("id")]
+        if ids and len(ids) == len(records):
+            said[str(item["id"])] = ids
+    return list(said.items())
 
 
 async def thread_messages(thread_id: str) -> list[BaseMessage]:
@@ -333,18 +337,25 @@ class ServerRuns:
             assistant = metadata.get("assistant_id") or metadata.get("graph_id")
             async with _as_nobody():
                 state = await client.threads.get_state(thread_id)
-            gates = _gate_interrupts(state)
+            gates = await asyncio.to_thread(self._gates, thread_id, state)
+            if not gates and thread.get("status") == "busy":
+                # a run goes on: its gate may be about to pause (its interrupt not written yet)
+                await asyncio.to_thread(self._ledger.retry_ready, key, owner)
+                return None
             if not gates:
-                # No gate waits: the run waits on something else (a tool's own question), or
-                # runs. Whoever answers, or the run itself, passes the gate, which applies
-                # what the ledger holds: nothing is answered here in anyone's place.
+                # Nothing of graphkit's waits: the run waits on something else (a tool's own
+                # question) or is over. Whoever answers passes the gate, which applies what the
+                # ledger holds: nothing is answered here in anyone's place.
                 logger.info("inbox: no approval gate waits in thread %s; its decision applies "
                             "as the run next passes its gate", thread_id)
                 await asyncio.to_thread(self._ledger.done_ready, key, owner, ready_at)
                 return None
             # each waiting gate applies what the ledger holds (the Agent API resumes so too)
             command: dict[str, Any] = {"resume": {i: {} for i in gates}}
-            run, by = await _create_run(client, thread_id, assistant, command, reviewer)
+            run = await _create_run(client, thread_id, assistant, command, reviewer)
+        except _Refused:
+            await asyncio.to_thread(self._ledger.retry_ready, key, owner)
+            return None
         except Exception:
             logger.warning("inbox: the server did not take the continuation of thread %s; "
                            "it is tried again", thread_id, exc_info=True)
@@ -352,17 +363,27 @@ class ServerRuns:
             return None
         server_run = str(run["run_id"])
         await asyncio.to_thread(self._done, key, thread_id, reviewer, server_run, owner,
-                                ready_at, by)
+                                ready_at)
         return server_run
 
+    def _gates(self, thread_id: str, state: Mapping[str, Any]) -> list[str]:
+        """The ids of the interrupts graphkit's gates wait on in the thread: each names only
+        approvals the ledger holds for this thread. A tool's own `interrupt()` asks a question
+        of its own, with any value (graphkit's marker too, where a model chose its
+        arguments): a decision in the inbox never answers it."""
+        said = _said_gates(state)
+        rows = self._ledger.approvals(a for _, ids in said for a in ids)
+        return [interrupt_id for interrupt_id, ids in said
+                if all(a in rows and rows[a].thread_id == thread_id for a in ids)]
+
     def _done(self, key: str, thread_id: str, reviewer: str, server_run: str, owner: str,
-              ready_at: float, by: str) -> None:
+              ready_at: float) -> None:
         self._ledger.done_ready(key, owner, ready_at)
         run_id = None if key.startswith(SERVER_THREAD) else key
         self._ledger.audit([audit_row(
             "continued", None, thread_id=thread_id, run_id=run_id, decided_by=reviewer,
             comment=server_run, detail=f"the LangGraph server continues the run (its run "
-                                       f"{server_run}), started by the inbox {by}")])
+                                       f"{server_run}), started by the inbox")])
 
     async def continuation(self, item: PendingApproval) -> Continuation | None:
         """What became of a decided approval's run: the status of the server run that
