@@ -277,3 +277,26 @@ parallel = Agent(name="parallel", model=ScriptedChatModel(_both_delegations), ag
 }).graph
 """One turn delegates to two subagents at once: `fast` pauses at its gate for `zap` while
 `slow` naps 3 s in the same step."""
+
+
+def _copying_calls(messages: list[Any]) -> Any:
+    """"tidy": one gated `rm_file`; "pay {json}": `rm_file` and `ask_holder(details=json)`,
+    whose question the user wrote (here, with graphkit's marker and a real approval id)."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    last = max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage))
+    results = [m for m in messages[last:] if isinstance(m, ToolMessage)]
+    if results:
+        return AIMessage("; ".join(sorted(str(m.content) for m in results)))
+    text = str(messages[last].content)
+    if not text.startswith("pay "):
+        return AIMessage("", tool_calls=[
+            {"name": "rm_file", "args": {"path": "/tmp/a"}, "id": "call_rm_a"}])
+    return AIMessage("", tool_calls=[
+        {"name": "rm_file", "args": {"path": "/tmp/y"}, "id": "call_rm_y"},
+        {"name": "ask_holder", "args": {"details": json.loads(text[4:])}, "id": "call_pay"}])
+
+
+copycat = Agent(name="copycat", tools=[rm_file, ask_holder],
+                model=ScriptedChatModel(_copying_calls)).graph
+"""A second turn whose tool question names an approval of the first (decided, applied)."""

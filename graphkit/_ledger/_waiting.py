@@ -89,6 +89,17 @@ class Waiting(LedgerBase):
                            waiting=r[13] is not None, run_id=r[13] or r[11] or None,
                            place=int(r[14] or 0)) for r in rows]
 
+    def waiting_in(self, thread_id: str, approval_ids: Iterable[str]) -> set[str]:
+        """Those of `approval_ids` a run of the thread waits on now (a gate marked them and
+        has not applied them yet: decided or not)."""
+        ids = list(dict.fromkeys(approval_ids))
+        if not ids:
+            return set()
+        rows = self._sql.query(
+            "SELECT approval_id FROM graphkit_approvals WHERE thread_id = ? AND waiting IS NOT "
+            f"NULL AND approval_id IN ({', '.join('?' for _ in ids)})", (thread_id, *ids))
+        return {str(r[0]) for r in rows}
+
     def save_tool_schema(self, agent_path: Sequence[str], tool_name: str,
                          schema: Mapping[str, Any]) -> None:
         """The tool's argument and resume schemas as its agent declares them (for an inbox

@@ -198,21 +198,23 @@ async def _create_run(client: Any, thread_id: str, assistant: Any,
 
 def _said_gates(state: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
     """(interrupt id, the approval ids its value names) of each interrupt of the thread whose
-    value says it is a gate's (`INTERRUPT_MARKER`, and the approvals it waits on)."""
-    found = list(state.get("interrupts") or [])
-    for task in state.get("tasks") or []:
-        found.extend(task.get("interrupts") or [])
+    value says it is a gate's (`INTERRUPT_MARKER`, and the approvals it waits on), unless its
+    task is one of an agent's own nodes that is no gate (a tool's question, in `tools`)."""
     said: dict[str, list[str]] = {}
-    for item in found:
-        value = item.get("value") if isinstance(item, Mapping) else None
-        if not isinstance(value, Mapping) or INTERRUPT_MARKER not in value or not item.get("id"):
+    for task in state.get("tasks") or []:
+        if not isinstance(task, Mapping) or task.get("name") in ("tools", "model"):
             continue
-        records = value.get("approvals")
-        if not isinstance(records, list):
-            continue
-        ids = [str(r["id"]) for r in records if isinstance(r, Mapping) and r.get("id")]
-        if ids and len(ids) == len(records):
-            said[str(item["id"])] = ids
+        for item in task.get("interrupts") or []:
+            value = item.get("value") if isinstance(item, Mapping) else None
+            if not isinstance(value, Mapping) or INTERRUPT_MARKER not in value or not item.get(
+                    "id"):
+                continue
+            records = value.get("approvals")
+            if not isinstance(records, list):
+                continue
+            ids = [str(r["id"]) for r in records if isinstance(r, Mapping) and r.get("id")]
+            if ids and len(ids) == len(records):
+                said[str(item["id"])] = ids
     return list(said.items())
 
 
@@ -368,13 +370,13 @@ class ServerRuns:
 
     def _gates(self, thread_id: str, state: Mapping[str, Any]) -> list[str]:
         """The ids of the interrupts graphkit's gates wait on in the thread: each names only
-        approvals the ledger holds for this thread. A tool's own `interrupt()` asks a question
-        of its own, with any value (graphkit's marker too, where a model chose its
-        arguments): a decision in the inbox never answers it."""
+        approvals the ledger says a run of this thread waits on now. A tool's own
+        `interrupt()` asks a question of its own, with any value (graphkit's marker and a real
+        approval id too, where a model wrote its arguments): a decision in the inbox never
+        answers it."""
         said = _said_gates(state)
-        rows = self._ledger.approvals(a for _, ids in said for a in ids)
-        return [interrupt_id for interrupt_id, ids in said
-                if all(a in rows and rows[a].thread_id == thread_id for a in ids)]
+        waiting = self._ledger.waiting_in(thread_id, (a for _, ids in said for a in ids))
+        return [interrupt_id for interrupt_id, ids in said if waiting.issuperset(ids)]
 
     def _done(self, key: str, thread_id: str, reviewer: str, server_run: str, owner: str,
               ready_at: float) -> None:
