@@ -1,4 +1,5 @@
-"""Graphkit agents for tests/test_server_enforcement.py, served by the real `langgraph dev`.
+"""Graphkit agents for tests/test_server_enforcement.py and tests/test_server_auth.py, served
+by the real `langgraph dev`.
 
 `deploy` may be approved by the release manager only; every real rollout appends a line to
 the file named by $GRAPHKIT_TEST_RUNS, so a test can count executions from outside the server.
@@ -8,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
+from langchain_core.messages import AnyMessage
+from langgraph.graph.message import add_messages
 from pydantic import BaseModel, SecretStr
 
 from graphkit import Agent, ToolContext, create_tool
@@ -300,3 +303,25 @@ def _copying_calls(messages: list[Any]) -> Any:
 copycat = Agent(name="copycat", tools=[rm_file, ask_holder],
                 model=ScriptedChatModel(_copying_calls)).graph
 """A second turn whose tool question names an approval of the first (decided, applied)."""
+
+
+class _Outer(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def _outer() -> Any:
+    """A user's own graph that runs a graphkit agent in a node it named `tools`."""
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import START, StateGraph
+
+    inner = Agent(name="inner", tools=[rm_file], model=ScriptedChatModel([
+        AIMessage("", tool_calls=[{"name": "rm_file", "args": {"path": "/tmp/z"},
+                                   "id": "call_rm_z"}]), "removed"])).graph
+    builder = StateGraph(_Outer)
+    builder.add_node("tools", inner)
+    builder.add_edge(START, "tools")
+    return builder.compile()
+
+
+outer = _outer()
+"""graphkit's gate inside a user's graph, in a node named like graphkit's own `tools`."""

@@ -47,6 +47,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "spoofer": f"{ROOT / 'tests' / 'server_agents.py'}:spoofer",
         "parallel": f"{ROOT / 'tests' / 'server_agents.py'}:parallel",
         "copycat": f"{ROOT / 'tests' / 'server_agents.py'}:copycat",
+        "outer": f"{ROOT / 'tests' / 'server_agents.py'}:outer",
     }, f"{ROOT / 'graphs' / 'auth.py'}:auth")
 
 
@@ -387,6 +388,22 @@ def test_a_tools_question_naming_an_earlier_approval_is_no_gate(server: str) -> 
     out = dev.runs.wait(thread_id, "copycat", command={"resume": {question["id"]: {"go": True}}})
     tools = sorted(str(m["content"]) for m in out["messages"] if m["type"] == "tool")
     assert tools == ["deleted /tmp/a", "deleted /tmp/y", "paid"], tools
+
+
+def test_a_gate_inside_a_users_own_graph_is_continued_whatever_its_node_is_named(
+        server: str) -> None:
+    """A user's graph runs a graphkit agent in a node it named `tools`: the gate's pause
+    surfaces in that task, and the decision made in the inbox continues it."""
+    dev = client(server, "tok-dev")
+    thread_id = dev.threads.create()["thread_id"]
+    dev.runs.wait(thread_id, "outer", input={"messages": [{"role": "user", "content": "go"}]})
+    (gate,) = interrupts(dev, thread_id)
+    assert "graphkit" in gate["value"]
+    web = reviewer(server, "tok-rm")
+    decide(web, approval_of(web, thread_id))
+    assert settled(dev, thread_id)["status"] == "success"
+    messages = dev.threads.get_state(thread_id)["values"]["messages"]
+    assert [m["content"] for m in messages if m["type"] == "tool"] == ["deleted /tmp/z"]
 
 
 def test_a_decision_made_while_the_run_goes_on_is_continued_once_its_gate_waits(

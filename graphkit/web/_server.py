@@ -198,11 +198,12 @@ async def _create_run(client: Any, thread_id: str, assistant: Any,
 
 def _said_gates(state: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
     """(interrupt id, the approval ids its value names) of each interrupt of the thread whose
-    value says it is a gate's (`INTERRUPT_MARKER`, and the approvals it waits on), unless its
-    task is one of an agent's own nodes that is no gate (a tool's question, in `tools`)."""
+    value says it is a gate's (`INTERRUPT_MARKER`, and the approvals it waits on). Whatever
+    task it surfaces in: a graphkit agent may run inside a user's own graph, in a node of any
+    name (`ServerRuns._gates` asks the ledger whether it is one)."""
     said: dict[str, list[str]] = {}
     for task in state.get("tasks") or []:
-        if not isinstance(task, Mapping) or task.get("name") in ("tools", "model"):
+        if not isinstance(task, Mapping):
             continue
         for item in task.get("interrupts") or []:
             value = item.get("value") if isinstance(item, Mapping) else None
