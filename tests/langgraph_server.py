@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -86,3 +87,62 @@ def interrupt_of(client: Any, thread_id: str) -> dict[str, Any]:
     assert len(interrupts) == 1, state
     value: dict[str, Any] = interrupts[0]["value"]
     return value
+
+
+# ------------------------------------------------ the mounted inbox, as a reviewer drives it
+
+
+def reviewer(url: str, token: str) -> httpx.Client:
+    """A browser-less reviewer signed into the mounted inbox with `token`."""
+    web = httpx.Client(base_url=f"{url}/inbox", follow_redirects=False, timeout=30)
+    login = re.search(r"name='login' value='([0-9a-f]+)'", web.get("/login").text)
+    assert login is not None
+    assert web.post("/login", data={"token": token, "login": login.group(1)}).status_code == 303
+    return web
+
+
+def decide(web: httpx.Client, approval_id: str, action: str = "approve") -> None:
+    """Decide through the card's form; the inbox starts the continuation before it answers."""
+    csrf = re.search(r"name='csrf' value='([0-9a-f]+)'", web.get(f"/approvals/{approval_id}").text)
+    assert csrf is not None
+    done = web.post(f"/approvals/{approval_id}/{action}", data={"csrf": csrf.group(1)})
+    assert done.status_code == 303 and "refused" not in done.headers["location"], done.headers
+
+
+def interrupts(c: Any, thread_id: str) -> list[dict[str, Any]]:
+    state = c.threads.get_state(thread_id)
+    found = list(state.get("interrupts") or [])
+    for task in state.get("tasks") or []:
+        found.extend(task.get("interrupts") or [])
+    return list({i["id"]: i for i in found}.values())
+
+
+def continuations(c: Any, thread_id: str) -> list[dict[str, Any]]:
+    return [r for r in c.runs.list(thread_id, limit=20) if (r.get("kwargs") or {}).get("command")]
+
+
+def settled(c: Any, thread_id: str) -> dict[str, Any]:
+    """The one continuation of the thread, once it has ended."""
+    deadline = time.monotonic() + 60
+    while True:
+        runs = continuations(c, thread_id)
+        if runs and all(r["status"] not in ("pending", "running") for r in runs):
+            (run,) = runs
+            return run
+        assert time.monotonic() < deadline, f"no continuation ended: {runs}"
+        time.sleep(0.3)
+
+
+def approval_of(web: httpx.Client, thread_id: str, deadline_s: float = 30, *,
+                but: str = "") -> str:
+    """The id of the approval (not `but`) the reviewer's inbox lists for the thread, once it
+    does (the module's server serves every test's threads)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        for approval_id in dict.fromkeys(re.findall(r"approvals/(apr_[0-9a-z_]+)",
+                                                    web.get("/").text)):
+            if approval_id != but and f"threads/{thread_id}/audit" in web.get(
+                    f"/approvals/{approval_id}").text:
+                return approval_id
+        assert time.monotonic() < deadline, f"no approval of {thread_id} listed"
+        time.sleep(0.2)
