@@ -9,6 +9,7 @@ reviewer, whatever the client puts in config, context or an assistant's config.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -31,9 +32,15 @@ TOKENS = {"tok-rm": "release-manager", "tok-dev": "developer", "tok-audit": "aud
           "tok-other": "other"}
 
 
+DATABASES: dict[str, str] = {}
+"""The ledger's database of each server started `serve(..., database=True)`, by its url."""
+
+
 def serve(tmp_path_factory: pytest.TempPathFactory, name: str, graphs: dict[str, str],
-          auth: str) -> Iterator[str]:
-    """A real `langgraph dev` serving `graphs` behind `auth`, with the inbox mounted."""
+          auth: str, *, database: bool = False) -> Iterator[str]:
+    """A real `langgraph dev` serving `graphs` behind `auth`, with the inbox mounted (and
+    with `database`, the served agents' ledger in `graphkit.db` of its workdir, where
+    another door, `Inbox` or the CLI, decides too)."""
     config = {
         "dependencies": [str(ROOT)],
         "graphs": graphs,
@@ -42,7 +49,12 @@ def serve(tmp_path_factory: pytest.TempPathFactory, name: str, graphs: dict[str,
         "env": {},
     }
     workdir = tmp_path_factory.mktemp(name)
-    with langgraph_dev(workdir, config, env={"GRAPHKIT_TOKENS": json.dumps(TOKENS)}) as url:
+    env = {"GRAPHKIT_TOKENS": json.dumps(TOKENS)}
+    if database:
+        env["GRAPHKIT_DB"] = f"sqlite:///{workdir / 'graphkit.db'}"
+    with langgraph_dev(workdir, config, env=env) as url:
+        if database:
+            DATABASES[url] = env["GRAPHKIT_DB"]
         yield url
 
 
@@ -271,7 +283,7 @@ def owner_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A server whose deployment keeps each thread its creator's (`tests/owner_auth.py`)."""
     yield from serve(tmp_path_factory, "langgraph-dev-owner-auth",
                      {"deploy": f"{ROOT / 'graphs' / 'deploy.py'}:graph"},
-                     f"{ROOT / 'tests' / 'owner_auth.py'}:auth")
+                     f"{ROOT / 'tests' / 'owner_auth.py'}:auth", database=True)
 
 
 def test_a_reviewer_the_deployment_lets_run_continues_what_they_decide(owner_server: str
@@ -283,11 +295,14 @@ def test_a_reviewer_the_deployment_lets_run_continues_what_they_decide(owner_ser
                               messages=[{"role": "user", "content": "Roll out build 6.0.1"}])
     assert status_of(lambda: client(owner_server, "tok-other").threads.get(thread_id)) == 404
     (gate,) = interrupts(developer, thread_id)
-    decide(reviewer(owner_server, "tok-rm"), gate["value"]["approvals"][0]["id"])
+    web = reviewer(owner_server, "tok-rm")
+    decide(web, gate["value"]["approvals"][0]["id"])
     run = settled(client(owner_server, "tok-rm"), thread_id)  # theirs: the developer's filter
     assert run["status"] == "success", run                    # hides it from the developer
     values = developer.threads.get_state(thread_id)["values"]
     assert any("rolled out 6.0.1" in str(m["content"]) for m in values["messages"])
+    audit = web.get(f"/threads/{thread_id}/audit").text  # the continuation, under its approval
+    assert "continued" in audit and run["run_id"] in audit, audit
 
 
 @pytest.mark.parametrize("token", ["tok-audit", "tok-other"])
@@ -304,13 +319,49 @@ def test_a_continuation_never_goes_around_the_deployments_auth(owner_server: str
     thread_id = paused_thread(developer, "deploy",
                               messages=[{"role": "user", "content": "Roll out build 6.0.2"}])
     (gate,) = interrupts(developer, thread_id)
-    decide(reviewer(owner_server, token), gate["value"]["approvals"][0]["id"])
+    approval_id = gate["value"]["approvals"][0]["id"]
+    web = reviewer(owner_server, token)
+    decide(web, approval_id)
     deadline = time.monotonic() + 5  # the inbox tries again after 1 s, 2 s, ...
     while time.monotonic() < deadline:
         assert continuations(developer, thread_id) == []
         time.sleep(0.5)
+    card = html.unescape(web.get(f"/approvals/{approval_id}").text)  # the card says why
+    how = "refuses auditor" if token == "tok-audit" else "hides the thread from other"
+    assert f"did not start: the deployment's auth {how}" in card, card
     values = developer.threads.get_state(thread_id)["values"]
     assert not [m for m in values["messages"] if "rolled out" in str(m["content"])]
     out = developer.runs.wait(thread_id, "deploy", command={"resume": {}})  # the owner goes on
     assert any("rolled out 6.0.2" in str(m["content"]) for m in out["messages"]
+               if m["type"] == "tool"), out["messages"]
+
+
+def test_a_decision_of_another_door_is_never_continued_as_the_name_it_gives(
+        owner_server: str) -> None:
+    """`Inbox` and the CLI take `decided_by` as their caller writes it: no authentication
+    stands behind it. A decision made there on the developer's thread, "by" the release
+    manager (whom the deployment lets run any thread), is kept, but the mounted inbox never
+    creates a run as that name (it did, retrying the queued run as the thread's last
+    decider): the decision applies when someone the deployment lets run resumes the thread,
+    or as the inbox continues a decision its own sign-in vouches for."""
+    import time
+
+    from graphkit import Inbox
+
+    developer, rm = client(owner_server, "tok-dev"), client(owner_server, "tok-rm")
+    thread_id = paused_thread(developer, "deploy",
+                              messages=[{"role": "user", "content": "Roll out build 6.0.3"}])
+    (gate,) = interrupts(developer, thread_id)
+    reviewer(owner_server, "tok-dev").close()  # the inbox's retries run from its first request
+    inbox = Inbox(DATABASES[owner_server])
+    approval_id = gate["value"]["approvals"][0]["id"]
+    inbox.approve(approval_id, decided_by="release-manager")
+    deadline = time.monotonic() + 6  # the inbox looks every 2 s
+    while time.monotonic() < deadline:
+        assert continuations(rm, thread_id) == []
+        time.sleep(0.5)
+    card = html.unescape(reviewer(owner_server, "tok-rm").get(f"/approvals/{approval_id}").text)
+    assert "Decided outside this inbox" in card, card
+    out = developer.runs.wait(thread_id, "deploy", command={"resume": {}})  # the owner goes on
+    assert any("rolled out 6.0.3" in str(m["content"]) for m in out["messages"]
                if m["type"] == "tool"), out["messages"]

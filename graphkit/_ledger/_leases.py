@@ -64,7 +64,8 @@ class Leases(LedgerBase):
             "((a.run_id IS NOT NULL AND p.run_id = a.run_id) OR "
             "(a.run_id IS NULL AND p.thread_id = a.thread_id))) "
             "ON CONFLICT (run_id) DO UPDATE SET ready_at = excluded.ready_at, "
-            "claimed_by = NULL, claimed_until = NULL",
+            "claimed_by = NULL, claimed_until = NULL, continue_as = NULL, continue_for = NULL, "
+            "held_back = NULL",
             (SERVER_THREAD, SERVER_AGENT, approval_id))
         if queued and self._sql.notify:
             tx.execute(self._sql.notify)
@@ -102,30 +103,39 @@ class Leases(LedgerBase):
             _keeper.KEEPER.hold(self, ("thread", ready.thread_id), owner, _schema.LEASE_SECONDS)
         return ready
 
-    def take_ready(self, run_id: str, owner: str) -> float | None:
-        """Claim this one run if it is ready and nobody holds it (the inbox mounted in a
-        LangGraph server hands it to the server's own queue); its `ready_at`, else None. Two
-        reviewers who decide at once get one claim between them."""
+    def take_ready(self, run_id: str, owner: str, *, continue_as: str, continue_for: str
+                   ) -> float | None:
+        """Claim this one run of a LangGraph server if it is ready and nobody holds it (the
+        inbox mounted in the server hands it to the server's own queue, as `continue_as`, the
+        reviewer its sign-in vouched for, whose decision of approval `continue_for` made it
+        ready: its retries continue it as them too); its `ready_at`, else None. Two reviewers
+        who decide at once get one claim between them."""
         now = self._sql.now
         # Nothing of the run (for a server's run: of its thread) may wait on a decision now: a
         # queue entry left by a continuation that failed must not continue a later turn.
         rows = self._sql.query(
-            f"UPDATE graphkit_ready SET claimed_by = ?, claimed_until = {now} + ? "
+            f"UPDATE graphkit_ready SET claimed_by = ?, claimed_until = {now} + ?, "
+            "continue_as = ?, continue_for = ? "
             f"WHERE run_id = ? AND (claimed_until IS NULL OR claimed_until < {now}) "
             "AND NOT EXISTS (SELECT 1 FROM graphkit_approvals p WHERE p.status = 'pending' "
             "AND (p.run_id = graphkit_ready.run_id OR (graphkit_ready.run_id = ? || "
             "graphkit_ready.thread_id AND p.thread_id = graphkit_ready.thread_id))) "
-            "RETURNING ready_at", (owner, _schema.LEASE_SECONDS, run_id, SERVER_THREAD))
+            "RETURNING ready_at", (owner, _schema.LEASE_SECONDS, continue_as, continue_for,
+                                   run_id, SERVER_THREAD))
         return float(rows[0][0]) if rows else None
 
-    def server_runs_due(self) -> list[tuple[str, str]]:
-        """(queue key, thread) of the LangGraph server's runs waiting to be continued whose
-        claim is free: a continuation that failed is tried again after its pause."""
+    def server_runs_due(self) -> list[tuple[str, str, str, str]]:
+        """(queue key, thread, reviewer, approval) of the LangGraph server's runs the mounted inbox
+        continues whose claim is free: a continuation that did not start is tried again
+        after its pause, as the reviewer it was first started as. A run another door made
+        ready (`Inbox`, the CLI: their `decided_by` is their caller's word) is not here: no
+        sign-in vouches for anyone to run it as."""
         rows = self._sql.query(
-            "SELECT run_id, thread_id FROM graphkit_ready WHERE agent LIKE ? AND "
+            "SELECT run_id, thread_id, continue_as, continue_for FROM graphkit_ready "
+            "WHERE agent LIKE ? AND continue_as IS NOT NULL AND "
             f"(claimed_until IS NULL OR claimed_until < {self._sql.now}) ORDER BY ready_at",
             (SERVER_AGENT + "%",))
-        return [(str(r[0]), str(r[1])) for r in rows]
+        return [(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
 
     def approvals_of_run(self, run_id: str) -> list[ApprovalRow]:
         """Every approval and suspension filed under the run."""
@@ -137,6 +147,16 @@ class Leases(LedgerBase):
         """Whether the run waits in the queue to be continued."""
         return bool(self._sql.query("SELECT 1 FROM graphkit_ready WHERE run_id = ?",
                                     (run_id,)))
+
+    def server_queued(self, run_id: str) -> tuple[bool, str | None, str | None]:
+        """Of a LangGraph server's run in the queue: whether it is there, whom the mounted
+        inbox continues it as (None: nobody, another door made it ready), and why its last
+        attempt did not start (None: it did not fail)."""
+        rows = self._sql.query("SELECT continue_as, held_back FROM graphkit_ready "
+                               "WHERE run_id = ?", (run_id,))
+        if not rows:
+            return False, None, None
+        return True, rows[0][0], rows[0][1]
 
     def done_ready(self, run_id: str, owner: str, ready_at: float, *,
                    thread_id: str | None = None) -> None:
@@ -158,18 +178,20 @@ class Leases(LedgerBase):
         self._sql.execute("UPDATE graphkit_ready SET claimed_by = NULL, claimed_until = NULL "
                           "WHERE run_id = ? AND claimed_by = ?", (run_id, owner))
 
-    def retry_ready(self, run_id: str, owner: str, *, thread_id: str | None = None) -> None:
-        """The resume failed: hand the run back to the queue, to be tried again after a
-        growing pause (a transient failure must not strand it); with `thread_id`, release the
-        thread lease its claim took."""
+    def retry_ready(self, run_id: str, owner: str, *, thread_id: str | None = None,
+                    why: str | None = None) -> None:
+        """The resume failed (`why`, as a reviewer may read it): hand the run back to the
+        queue, to be tried again after a growing pause (a transient failure must not strand
+        it); with `thread_id`, release the thread lease its claim took."""
         _keeper.KEEPER.drop(("ready", run_id), owner)
         if thread_id is not None:
             _keeper.KEEPER.drop(("thread", thread_id), owner)
             self._release(thread_id, owner)
         self._sql.execute(
             "UPDATE graphkit_ready SET claimed_by = NULL, attempts = attempts + 1, "
-            f"claimed_until = {self._sql.now} + ? WHERE run_id = ? AND claimed_by = ?",
-            (min(300.0, 2.0 ** self._attempts(run_id)), run_id, owner))
+            f"held_back = ?, claimed_until = {self._sql.now} + ? "
+            "WHERE run_id = ? AND claimed_by = ?",
+            (why, min(300.0, 2.0 ** self._attempts(run_id)), run_id, owner))
 
     def forget_ready(self, thread_id: str, *, served_only: bool = False) -> None:
         """The thread was deleted: none of its runs will be continued (a resume of a thread

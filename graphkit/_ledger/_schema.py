@@ -193,7 +193,13 @@ MIGRATIONS = (("graphkit_approvals", "allowed", "TEXT"),
                # the model's id of the call: a task names it, and only it takes the result
                ("graphkit_calls", "tool_call_id", "TEXT"),
                # the checkpoint whose step appended a queued message to the conversation
-               ("graphkit_queue", "delivered_at", "TEXT"))
+               ("graphkit_queue", "delivered_at", "TEXT"),
+               # a LangGraph server's run: the reviewer the mounted inbox continues it as (its
+               # sign-in vouched for them; NULL: another door made it ready), the approval
+               # whose decision they took, and why its last attempt did not start
+               ("graphkit_ready", "continue_as", "TEXT"),
+               ("graphkit_ready", "continue_for", "TEXT"),
+               ("graphkit_ready", "held_back", "TEXT"))
 """Columns added after a table was first made: added to an existing database on open."""
 LATE = ("CREATE INDEX IF NOT EXISTS graphkit_approvals_waiting ON graphkit_approvals "
         "(waiting) WHERE waiting IS NOT NULL",)

@@ -523,6 +523,9 @@ CONTINUATION = {
               "module:attr`."),
     "queued": ("Decided. The run's continuation has not started on the LangGraph server yet; "
                "the inbox hands it over again shortly."),
+    "resume": ("Decided outside this inbox (the CLI or `Inbox`), where no sign-in vouches for "
+               "whom the run would continue as: it continues when a client resumes its "
+               "thread (`command={\"resume\": {}}`)."),
     "pending": "Decided. The LangGraph server has queued the run's continuation.",
     "running": "Decided. The run continues on the LangGraph server…",
     "success": "Decided. The run continued on the LangGraph server and finished.",
@@ -536,6 +539,8 @@ def _continuation(after: Continuation) -> str:
     """What became of a decided run on the server, on its card."""
     text = CONTINUATION.get(after.status,
                             f"Decided. The run continued on the LangGraph server: {after.status}.")
+    if after.why:
+        text = f"{text} Its last attempt did not start: {after.why}."
     result = ""
     if after.outcome is not None:
         result = (f"<p class='outcome {render._e(str(after.outcome.get('status')))}'>Result of "

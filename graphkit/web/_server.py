@@ -31,7 +31,6 @@ __all__ = ["Continuation", "ServerRuns", "thread_messages"]
 logger = logging.getLogger("graphkit")
 RETRY_SECONDS = 2.0
 """How often the mounted inbox looks for continuations to start again."""
-DECISION_EVENTS = ("approved", "edited", "rejected", "responded", "resumed", "cancelled")
 THREAD_DELETED = "its thread was deleted on the LangGraph server"
 ALIVE_SECONDS = 3.0
 """How long the lists take a thread the server was found to hold to be there still (the live
@@ -49,14 +48,18 @@ class Continuation:
     status: str
     """The status of the server run that continued it (pending, running, success, error,
     interrupted, timeout); or `waiting` (other decisions are still to be taken), `queued`
-    (the continuation did not start yet: it is tried again); without a server, `ready`
+    (the continuation did not start yet: it is tried again), `resume` (the last decision was
+    taken through another door: a client's resume continues the run); `ready`
     (nothing is left to decide) or `continued` (the call has its result)."""
     outcome: dict[str, Any] | None
     """The decided call's recorded result (`content`, `status`), once it has one."""
+    why: str | None = None
+    """Of a `queued` continuation: why its last attempt did not start, if it failed."""
 
     @property
     def finished(self) -> bool:
-        return self.status not in ("pending", "running", "waiting", "queued", "ready")
+        return self.status not in ("pending", "running", "waiting", "queued", "ready",
+                                   "resume")
 
 
 DELETED = Continuation(status="deleted", outcome=None)
@@ -170,6 +173,11 @@ async def _as_nobody() -> AsyncIterator[None]:
         AuthContext.reset(token)
 
 
+REFUSED = ("the deployment's auth {how} {reviewer} (whose decision this is): it is tried "
+           "again, and the decision applies when someone it lets run resumes the thread")
+BUSY = "the thread's run still goes on: it is continued once its approval gate waits"
+
+
 class _Refused(Exception):
     """The server refused the reviewer the continuation (their auth does not reach it)."""
 
@@ -193,7 +201,9 @@ async def _create_run(client: Any, thread_id: str, assistant: Any,
             "inbox: the server refuses reviewer %r the continuation of thread %s (%s: the "
             "deployment's auth); it is tried again, and the decision applies when someone the "
             "deployment lets run resumes the thread", reviewer, thread_id, type(exc).__name__)
-        raise _Refused from exc
+        hidden = isinstance(exc, NotFoundError)
+        raise _Refused(REFUSED.format(
+            reviewer=reviewer, how="hides the thread from" if hidden else "refuses")) from exc
 
 
 def _said_gates(state: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
@@ -283,21 +293,20 @@ class ServerRuns:
                         only=only)
 
     async def continue_run(self, item: PendingApproval, reviewer: str) -> str | None:
-        """Start the continuation of `item`'s run on the server if nothing of it waits any
-        more; the server's run id, or None (something still waits, another reviewer's
-        decision started it, or the server refused: then it stays queued, and `retry_due`
-        tries it again)."""
+        """Start the continuation of `item`'s run on the server, as `reviewer` (the inbox's
+        sign-in vouched for them), if nothing of it waits any more; the server's run id, or
+        None (something still waits, another reviewer's decision started it, or the server
+        refused: then it stays queued, and `retry_due` tries it again as them)."""
         if not _served(item):  # a run of graphkit's API: a `graphkit worker` continues it
             return None
-        return await self._start(_queue_key(item), str(item.thread_id), reviewer)
+        return await self._start(_queue_key(item), str(item.thread_id), reviewer, item.id)
 
     async def retry_due(self) -> None:
-        """Start every continuation that is due again (its last attempt failed), as the
-        reviewer whose decision made its run ready."""
-        for key, thread_id in await asyncio.to_thread(self._ledger.server_runs_due):
-            reviewer = await asyncio.to_thread(self._last_decider, thread_id)
-            if reviewer is not None:
-                await self._start(key, thread_id, reviewer)
+        """Start every continuation that is due again (its last attempt did not start), as
+        the reviewer whose decision in this inbox made its run ready."""
+        for key, thread_id, reviewer, approval_id in await asyncio.to_thread(
+                self._ledger.server_runs_due):
+            await self._start(key, thread_id, reviewer, approval_id)
 
     async def keep_continuing(self) -> None:
         """`retry_due`, every few seconds, for as long as the app serves."""
@@ -308,16 +317,17 @@ class ServerRuns:
             except Exception:  # the next round tries again
                 logger.warning("inbox: retrying continuations failed", exc_info=True)
 
-    def _last_decider(self, thread_id: str) -> str | None:
-        decided = [e for e in self._ledger.read_audit(thread_id=thread_id)
-                   if e.get("event") in DECISION_EVENTS and e.get("decided_by")]
-        return str(decided[-1]["decided_by"]) if decided else None
-
-    async def _start(self, key: str, thread_id: str, reviewer: str) -> str | None:
+    async def _start(self, key: str, thread_id: str, reviewer: str, approval_id: str
+                     ) -> str | None:
         owner = f"inbox-{uuid.uuid4().hex[:12]}"
-        ready_at = await asyncio.to_thread(self._ledger.take_ready, key, owner)
+        ready_at = await asyncio.to_thread(self._ledger.take_ready, key, owner,
+                                           continue_as=reviewer, continue_for=approval_id)
         if ready_at is None:
             return None
+
+        async def again(why: str) -> None:
+            await asyncio.to_thread(self._ledger.retry_ready, key, owner, why=why)
+
         try:
             client = _client()
             try:
@@ -343,7 +353,7 @@ class ServerRuns:
             gates = await asyncio.to_thread(self._gates, thread_id, state)
             if not gates and thread.get("status") == "busy":
                 # a run goes on: its gate may be about to pause (its interrupt not written yet)
-                await asyncio.to_thread(self._ledger.retry_ready, key, owner)
+                await again(BUSY)
                 return None
             if not gates:
                 # Nothing of graphkit's waits: the run waits on something else (a tool's own
@@ -356,17 +366,17 @@ class ServerRuns:
             # each waiting gate applies what the ledger holds (the Agent API resumes so too)
             command: dict[str, Any] = {"resume": {i: {} for i in gates}}
             run = await _create_run(client, thread_id, assistant, command, reviewer)
-        except _Refused:
-            await asyncio.to_thread(self._ledger.retry_ready, key, owner)
+        except _Refused as refused:
+            await again(str(refused))
             return None
-        except Exception:
+        except Exception as exc:
             logger.warning("inbox: the server did not take the continuation of thread %s; "
                            "it is tried again", thread_id, exc_info=True)
-            await asyncio.to_thread(self._ledger.retry_ready, key, owner)
+            await again(f"the LangGraph server did not take it ({type(exc).__name__})")
             return None
         server_run = str(run["run_id"])
-        await asyncio.to_thread(self._done, key, thread_id, reviewer, server_run, owner,
-                                ready_at)
+        await asyncio.to_thread(self._done, key, thread_id, reviewer, approval_id, server_run,
+                                owner, ready_at)
         return server_run
 
     def _gates(self, thread_id: str, state: Mapping[str, Any]) -> list[str]:
@@ -379,27 +389,36 @@ class ServerRuns:
         waiting = self._ledger.waiting_in(thread_id, (a for _, ids in said for a in ids))
         return [interrupt_id for interrupt_id, ids in said if waiting.issuperset(ids)]
 
-    def _done(self, key: str, thread_id: str, reviewer: str, server_run: str, owner: str,
-              ready_at: float) -> None:
+    def _done(self, key: str, thread_id: str, reviewer: str, approval_id: str,
+              server_run: str, owner: str, ready_at: float) -> None:
         self._ledger.done_ready(key, owner, ready_at)
         run_id = None if key.startswith(SERVER_THREAD) else key
+        row = self._ledger.approval(approval_id)
+        # under the approval whose decision made the run ready: its viewers see it in the audit
         self._ledger.audit([audit_row(
-            "continued", None, thread_id=thread_id, run_id=run_id, decided_by=reviewer,
-            comment=server_run, detail=f"the LangGraph server continues the run (its run "
-                                       f"{server_run}), started by the inbox")])
+            "continued", {"id": approval_id, "tool_name": row.tool_name if row else None},
+            thread_id=thread_id, run_id=run_id, decided_by=reviewer, comment=server_run,
+            detail=f"the LangGraph server continues the run (its run {server_run}), started "
+                   "by the inbox")])
 
     async def continuation(self, item: PendingApproval) -> Continuation | None:
         """What became of a decided approval's run: the status of the server run that
         continued it (the inbox recorded its id) and the call's recorded result."""
         if item.status == "pending" or not item.thread_id:
             return None
-        key, outcome, queued = await asyncio.to_thread(_recorded, self._ledger, item)
-        if queued:
-            return Continuation(status="queued", outcome=outcome)
+        key, outcome, _ = await asyncio.to_thread(_recorded, self._ledger, item)
+        queued, continue_as, why = await asyncio.to_thread(self._ledger.server_queued,
+                                                           _queue_key(item))
+        if queued and continue_as is not None:
+            return Continuation(status="queued", outcome=outcome, why=why)
+        if queued and outcome is None:  # made ready by another door: no sign-in vouches
+            return Continuation(status="resume", outcome=None)  # for anyone to run it as
         server_run = await asyncio.to_thread(self._continued, item)
         if server_run is None:
+            if outcome is not None:
+                return Continuation(status="continued", outcome=outcome)
             marked = await asyncio.to_thread(self._ledger.server_approvals, [item.id]) \
-                if outcome is None and _served(item) else set()
+                if _served(item) else set()
             if marked and await self.deleted({str(item.thread_id)}, fresh=True):
                 return DELETED
             return Continuation(status="waiting", outcome=outcome)
