@@ -13,6 +13,7 @@ import html
 import json
 import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -361,7 +362,58 @@ def test_a_decision_of_another_door_is_never_continued_as_the_name_it_gives(
         assert continuations(rm, thread_id) == []
         time.sleep(0.5)
     card = html.unescape(reviewer(owner_server, "tok-rm").get(f"/approvals/{approval_id}").text)
-    assert "Decided outside this inbox" in card, card
+    assert "its last decision was taken outside it" in card, card
     out = developer.runs.wait(thread_id, "deploy", command={"resume": {}})  # the owner goes on
     assert any("rolled out 6.0.3" in str(m["content"]) for m in out["messages"]
                if m["type"] == "tool"), out["messages"]
+
+
+def test_why_a_continuation_did_not_start_is_told_on_its_own_approvals_card_only(
+        tmp_path: Path) -> None:
+    """Why a queued continuation did not start names the reviewer it runs as. A thread's
+    approvals share its queued run, but each has its own viewers: a viewer of another
+    approval of the thread is told it is queued, not who decided what (helper-5 read "the
+    deployment's auth refuses auditor" on the card of an approval it alone could see)."""
+    import asyncio
+
+    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+    from graphkit import Agent, Inbox, create_tool
+    from graphkit.testing import ScriptedChatModel
+    from graphkit.web._server import ServerRuns, _queue_key
+
+    @create_tool(needs_approval=True)
+    def wire(amount: int) -> str:
+        """Wire money."""
+        return "wired"
+
+    @create_tool(needs_approval=True)
+    def notify(text: str) -> str:
+        """Notify the team."""
+        return "sent"
+
+    def reply(messages: list[BaseMessage]) -> AIMessage:
+        if isinstance(messages[-1], ToolMessage):
+            return AIMessage("done")
+        return AIMessage("", tool_calls=[{"name": "wire", "args": {"amount": 5}, "id": "w"},
+                                         {"name": "notify", "args": {"text": "hi"}, "id": "n"}])
+
+    agent = Agent(name="pay", model=ScriptedChatModel(reply), tools=[wire, notify],
+                  checkpointer=f"sqlite:///{tmp_path / 'graphkit.db'}")
+    agent.graph.invoke({"messages": [("user", "pay")]}, {"configurable": {"thread_id": "t"}})
+    inbox = Inbox(agent._storage)  # (driven raw, as the server drives it: a served thread)
+    items = {i.tool_name: i for i in inbox.pending()}
+    inbox.approve(items["notify"].id, decided_by="developer")
+    inbox.approve(items["wire"].id, decided_by="auditor")  # last: the run is ready
+    ledger = agent._storage.ledger
+    key = _queue_key(items["wire"])
+    assert ledger.take_ready(key, "inbox-1", continue_as="auditor",
+                             continue_for=items["wire"].id) is not None
+    ledger.retry_ready(key, "inbox-1", why="the deployment's auth refuses auditor")
+    runs = ServerRuns(ledger)
+    wire_card, notify_card = (asyncio.run(runs.continuation(inbox.get(items[name].id)))
+                              for name in ("wire", "notify"))
+    assert wire_card is not None and notify_card is not None
+    assert (wire_card.status, wire_card.why) == ("queued",
+                                                 "the deployment's auth refuses auditor")
+    assert (notify_card.status, notify_card.why) == ("queued", None)

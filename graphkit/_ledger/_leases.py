@@ -149,14 +149,16 @@ class Leases(LedgerBase):
                                     (run_id,)))
 
     def server_queued(self, run_id: str) -> tuple[bool, str | None, str | None]:
-        """Of a LangGraph server's run in the queue: whether it is there, whom the mounted
-        inbox continues it as (None: nobody, another door made it ready), and why its last
-        attempt did not start (None: it did not fail)."""
-        rows = self._sql.query("SELECT continue_as, held_back FROM graphkit_ready "
+        """Of a LangGraph server's run in the queue: whether it is there, the approval whose
+        decision in the mounted inbox it is continued for (None: nobody continues it there;
+        another door made it ready), and why its last attempt did not start (None: it did not
+        fail)."""
+        rows = self._sql.query("SELECT continue_as, continue_for, held_back FROM graphkit_ready "
                                "WHERE run_id = ?", (run_id,))
         if not rows:
             return False, None, None
-        return True, rows[0][0], rows[0][1]
+        continue_as, continue_for, why = rows[0]
+        return True, continue_for if continue_as is not None else None, why
 
     def done_ready(self, run_id: str, owner: str, ready_at: float, *,
                    thread_id: str | None = None) -> None:

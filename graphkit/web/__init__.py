@@ -523,8 +523,9 @@ CONTINUATION = {
               "module:attr`."),
     "queued": ("Decided. The run's continuation has not started on the LangGraph server yet; "
                "the inbox hands it over again shortly."),
-    "resume": ("Decided outside this inbox (the CLI or `Inbox`), where no sign-in vouches for "
-               "whom the run would continue as: it continues when a client resumes its "
+    "resume": ("Decided. Nothing continues the run from this inbox: its last decision was "
+               "taken outside it (the CLI or `Inbox`, where no sign-in vouches for whom the "
+               "run would continue as), or expired. It continues when a client resumes its "
                "thread (`command={\"resume\": {}}`)."),
     "pending": "Decided. The LangGraph server has queued the run's continuation.",
     "running": "Decided. The run continues on the LangGraph server…",

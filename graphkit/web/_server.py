@@ -407,10 +407,13 @@ class ServerRuns:
         if item.status == "pending" or not item.thread_id:
             return None
         key, outcome, _ = await asyncio.to_thread(_recorded, self._ledger, item)
-        queued, continue_as, why = await asyncio.to_thread(self._ledger.server_queued,
-                                                           _queue_key(item))
-        if queued and continue_as is not None:
-            return Continuation(status="queued", outcome=outcome, why=why)
+        queued, continued_for, why = await asyncio.to_thread(self._ledger.server_queued,
+                                                             _queue_key(item))
+        if queued and continued_for is not None:
+            # why it did not start names its reviewer: said on their approval's card alone
+            # (a viewer of another approval of the thread may not see who decided that one)
+            return Continuation(status="queued", outcome=outcome,
+                                why=why if continued_for == item.id else None)
         if queued and outcome is None:  # made ready by another door: no sign-in vouches
             return Continuation(status="resume", outcome=None)  # for anyone to run it as
         server_run = await asyncio.to_thread(self._continued, item)
