@@ -49,8 +49,8 @@ class Continuation:
     """The status of the server run that continued it (pending, running, success, error,
     interrupted, timeout); or `waiting` (other decisions are still to be taken), `queued`
     (the continuation did not start yet: it is tried again), `resume` (the last decision was
-    taken through another door: a client's resume continues the run); `ready`
-    (nothing is left to decide) or `continued` (the call has its result)."""
+    taken through another door: a client's resume continues the run); without a server,
+    `ready` (nothing is left to decide) or `continued` (the call has its result)."""
     outcome: dict[str, Any] | None
     """The decided call's recorded result (`content`, `status`), once it has one."""
     why: str | None = None
