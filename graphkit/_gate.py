@@ -51,10 +51,10 @@ from graphkit._review import (
     auto_resume,
     expire,
     identity_of,
+    judge,
     parse_choice,
     refuse,
     supersede,
-    take,
     verify,
 )
 from graphkit._secrets import masked_ai, record_paths, with_secrets
@@ -438,15 +438,20 @@ class _Pass:
                 refuse(self.ctx.ledger, record, exc, decided_by=identity,
                        thread_id=self.ctx.thread_id, run_id=self.ctx.run_id)
                 raise exc
-        for record, (choice, _, _, _) in zip(targets, parsed, strict=True):
-            self.taken[record["id"]] = self._take(record, choice, identity)
+        # every decision is checked before any is claimed: one refused changes nothing
+        claims = [self._judge(record, choice, identity)
+                  for record, (choice, _, _, _) in zip(targets, parsed, strict=True)]
+        for record, claim in zip(targets, claims, strict=True):
+            self.taken[record["id"]] = claim()
 
-    def _take(self, record: ApprovalRecord, choice: Choice, decided_by: str | None) -> Taken:
+    def _judge(self, record: ApprovalRecord, choice: Choice, decided_by: str | None
+               ) -> Callable[[], Taken]:
         settings = self.planner.settings
-        return take(self.ctx.ledger, record, choice, decided_by=decided_by,
-                    approvers=settings.approvers, tool=self.planner.tools.get(record["tool_name"]),
-                    thread_id=self.ctx.thread_id, run_id=self.ctx.run_id, source="resume",
-                    grant_ttl=settings.grant_ttl, identity_required=True)
+        return judge(self.ctx.ledger, record, choice, decided_by=decided_by,
+                     approvers=settings.approvers,
+                     tool=self.planner.tools.get(record["tool_name"]),
+                     thread_id=self.ctx.thread_id, run_id=self.ctx.run_id, source="resume",
+                     grant_ttl=settings.grant_ttl, identity_required=True)
 
     @staticmethod
     def _target(waiting: Sequence[ApprovalRecord], call_id: str | None,
@@ -476,6 +481,11 @@ class _Pass:
         # Resume data is read from this message only: an earlier one, queued, may already
         # have answered an earlier question of the same tool, or come from someone else.
         said = parsed_messages(said_now, what="'supersede'")
+        if not any(isinstance(m, HumanMessage) for m in said):
+            # only what a user says declines what waits (a decision is judged by the policy)
+            msg = ("'supersede' must carry the user's new message (a 'human' message): it is "
+                   "what declines what waits")
+            raise GraphkitError(msg)
         auto = (self.planner.settings.auto_resume_suspended_tools
                 or bool(value.get("auto_resume"))) and self.extract is not None
         for call in self.plan["calls"]:
@@ -506,7 +516,7 @@ class _Pass:
             if record is None or record["status"] != "pending":
                 continue
             supersede(self.ctx.ledger, record, comment=comment, thread_id=self.ctx.thread_id,
-                      run_id=self.ctx.run_id)
+                      run_id=self.ctx.run_id, decided_by=identity_of(self.config))
             record["status"] = "rejected"
             record["comment"] = comment
             record["decided_at"] = now_iso()

@@ -128,7 +128,7 @@ def answer_reply(reply: Reply, ctx: GateContext, planner: Planner, extract: Extr
         for record in (call["approval"], suspension):
             if record is not None and record["id"] in reply.pending:
                 supersede(ctx.ledger, record, comment=BY_NEW_MESSAGE, thread_id=ctx.thread_id,
-                          run_id=ctx.run_id)
+                          run_id=ctx.run_id, decided_by=identity_of(config))
 
 
 def left_queued(messages: list[AnyMessage], kept: Sequence[tuple[str, dict[str, Any]]] = ()

@@ -415,14 +415,16 @@ def expire(ledger: Ledger, record: ApprovalRecord, *, thread_id: str,
 
 
 def supersede(ledger: Ledger, record: Mapping[str, Any], *, comment: str, thread_id: str,
-              run_id: str | None, detail: str | None = None) -> bool:
+              run_id: str | None, detail: str | None = None, decided_by: str | None = None
+              ) -> bool:
     """Decline a pending approval or suspension for the system's reason (a new message, a
-    result a client wrote); audited as superseded."""
+    result a client wrote); audited as superseded, with who sent the new message where it
+    was one (`identity_of` the run that brought it)."""
     decision = {"type": "reject", "event": "superseded", "status": "rejected",
-                "decided_by": None, "comment": comment}
+                "decided_by": decided_by, "comment": comment}
     return ledger.close(record["id"], decision=decision, audits=[audit_row(
         "superseded", record, thread_id=thread_id, run_id=run_id, comment=comment,
-        detail=detail)], thread_id=thread_id, still_waits=False)
+        decided_by=decided_by, detail=detail)], thread_id=thread_id, still_waits=False)
 
 
 THREAD_DELETED = "its thread was deleted"
@@ -487,6 +489,33 @@ def take(
     """Check and claim one decision, with its audit entry (and a grant); audit a refusal.
     The record is judged as the ledger recorded it when it was planned (a door's copy is a
     view: its secrets are masked), with the status the door saw."""
+    return judge(ledger, record, choice, decided_by=decided_by, comment=comment,
+                 approvers=approvers, tool=tool, thread_id=thread_id, run_id=run_id,
+                 reviewed_digest=reviewed_digest, remember=remember, grant_ttl=grant_ttl,
+                 check_args=check_args, source=source, identity_required=identity_required)()
+
+
+def judge(
+    ledger: Ledger,
+    record: ApprovalRecord,
+    choice: Choice,
+    *,
+    decided_by: str | None,
+    comment: str | None = None,
+    approvers: Approvers | None,
+    tool: BaseTool | None,
+    thread_id: str,
+    run_id: str | None,
+    reviewed_digest: str | None = None,
+    remember: Remember = "once",
+    grant_ttl: timedelta | None = DEFAULT_GRANT_TTL,
+    check_args: ArgsCheck | None = None,
+    source: str = "api",
+    identity_required: bool = False,
+) -> Callable[[], Taken]:
+    """`take`'s check alone (a refusal is audited and raised), returning what claims the
+    decision: a door taking several decisions at once checks them all before it claims any,
+    so that one refused changes nothing of the others."""
     recorded = ledger.record(record["id"]) if isinstance(record.get("id"), str) else None
     if recorded is not None:
         record = {**recorded, "status": record.get("status", recorded["status"])}  # type: ignore[typeddict-item]
@@ -503,40 +532,46 @@ def take(
         taken = check(record, choice, decided_by=decided_by, comment=comment,
                       approvers=approvers, tool=tool, check_args=check_args,
                       identity_required=identity_required)
-        decision = {**taken.decision, "source": source, "decided_at": now_iso(),
-                    "identity_required": identity_required}
-        if choice.type == "edit" and tool is None and check_args is not None:
-            decision["read_by"] = "schema"  # a door without the tool: see `verify`
-        taken = Taken(status=taken.status, event=taken.event, decision=decision,
-                      run_args=taken.run_args)
-        grant = None
-        audits = [audit_row(
-            taken.event, with_secrets(record, decision), thread_id=thread_id, run_id=run_id,
-            decided_by=decided_by, comment=decision["comment"], args_before=record["args"],
-            args_after=taken.run_args if choice.type == "edit" else None)]
-        if remember == "thread" and taken.status == "approved" and choice.type != "resume":
-            grant = GrantRow(
-                grant_id=f"grant_{uuid.uuid4().hex[:20]}", thread_id=thread_id,
-                agent_path=record["agent_path"], tool_name=record["tool_name"],
-                grantor=decided_by, approval_id=record["id"],
-                ttl=grant_ttl.total_seconds() if grant_ttl is not None else None)
-            audits.append(audit_row(
-                "granted", record, thread_id=thread_id, run_id=run_id, decided_by=decided_by,
-                detail=f"{grant.grant_id}: later {record['tool_name']} calls in this thread "
-                       "that the grantor may approve need no approval"))
-        def claim() -> bool:
-            return ledger.decide(record["id"], thread_id=thread_id,
-                                 args_digest=record["args_digest"], status=taken.status,
-                                 decision=decision, audits=audits, grant=grant,
-                                 enqueue=source == "inbox", call=record)
-
-        if not claim():
-            raise _explain_lost(ledger, record, record["args_digest"], thread_id=thread_id,
-                                run_id=run_id, kind=choice.type)
-        return taken
     except GraphkitError as exc:
         refuse(ledger, record, exc, decided_by=decided_by, thread_id=thread_id, run_id=run_id)
         raise
+    decision = {**taken.decision, "source": source, "decided_at": now_iso(),
+                "identity_required": identity_required}
+    if choice.type == "edit" and tool is None and check_args is not None:
+        decision["read_by"] = "schema"  # a door without the tool: see `verify`
+    taken = Taken(status=taken.status, event=taken.event, decision=decision,
+                  run_args=taken.run_args)
+    grant = None
+    audits = [audit_row(
+        taken.event, with_secrets(record, decision), thread_id=thread_id, run_id=run_id,
+        decided_by=decided_by, comment=decision["comment"], args_before=record["args"],
+        args_after=taken.run_args if choice.type == "edit" else None)]
+    if remember == "thread" and taken.status == "approved" and choice.type != "resume":
+        grant = GrantRow(
+            grant_id=f"grant_{uuid.uuid4().hex[:20]}", thread_id=thread_id,
+            agent_path=record["agent_path"], tool_name=record["tool_name"],
+            grantor=decided_by, approval_id=record["id"],
+            ttl=grant_ttl.total_seconds() if grant_ttl is not None else None)
+        audits.append(audit_row(
+            "granted", record, thread_id=thread_id, run_id=run_id, decided_by=decided_by,
+            detail=f"{grant.grant_id}: later {record['tool_name']} calls in this thread "
+                   "that the grantor may approve need no approval"))
+
+    def claim() -> Taken:
+        try:
+            if not ledger.decide(record["id"], thread_id=thread_id,
+                                 args_digest=record["args_digest"], status=taken.status,
+                                 decision=decision, audits=audits, grant=grant,
+                                 enqueue=source == "inbox", call=record):
+                raise _explain_lost(ledger, record, record["args_digest"], thread_id=thread_id,
+                                    run_id=run_id, kind=choice.type)
+        except GraphkitError as exc:
+            refuse(ledger, record, exc, decided_by=decided_by, thread_id=thread_id,
+                   run_id=run_id)
+            raise
+        return taken
+
+    return claim
 
 
 def auto_resume(ledger: Ledger, record: ApprovalRecord, data: Any, *, decided_by: str | None,

@@ -463,6 +463,53 @@ def test_a_resume_value_outside_its_closed_shape_is_refused(value: dict[str, Any
     assert ran.ran == [] and pending_status(agent, result.run_id) == ["pending"]
 
 
+@pytest.mark.parametrize("order", ["allowed first", "refused first"])
+def test_the_decisions_of_one_resume_are_all_checked_before_any_is_claimed(order: str) -> None:
+    """Bob may decide payments under 100. One resume approves a small and a large one: the
+    large one is refused, and so nothing of the resume is taken, whatever the order (the
+    small one ran when it came first, helper-6)."""
+    small, large = {"amount": 5, "payee": {"name": "ACME"}}, {"amount": 5000,
+                                                             "payee": {"name": "ACME"}}
+    agent, ran = agent_with(
+        [turn(call("pay", small, "c1"), call("pay", large, "c2")), "done"],
+        approvers=lambda who, p: who == "alice" or (who == "bob" and p.args["amount"] < 100))
+    result = agent.generate("pay both")
+    decisions = [{"type": "approve", "tool_call_id": "c1"},
+                 {"type": "approve", "tool_call_id": "c2"}]
+    if order == "refused first":
+        decisions.reverse()
+    raw(agent, result.thread_id, {"decisions": decisions}, "bob")
+    assert ran.ran == [] and pending_status(agent, result.run_id) == ["pending", "pending"]
+    state = agent.graph.get_state(config(result.thread_id))
+    assert "may not approve" in state.interrupts[0].value["error"]
+    raw(agent, result.thread_id, {"decisions": [{"type": "approve", "tool_call_id": "c1"}]},
+        "bob")
+    raw(agent, result.thread_id, {"decisions": [{"type": "reject", "tool_call_id": "c2"}]},
+        "alice")
+    assert ran.ran == [("pay", small)]
+
+
+@pytest.mark.parametrize("said", [[], [{"type": "ai", "data": {"content": "never mind"}}]])
+def test_a_resume_that_supersedes_must_carry_a_users_message(said: list[Any]) -> None:
+    """`{"supersede": [...]}` stands for a new user message, which declines what waits: with
+    no message, or none of the user's, it declined the call past the approvers policy, and
+    nothing joined the conversation (helper-6). Refused now; a user's message declines, and
+    the audit names who sent it."""
+    agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done"],
+                            approvers=release_manager_only)
+    result = agent.generate("pay")
+    raw(agent, result.thread_id, {"supersede": said}, "mallory")
+    assert pending_status(agent, result.run_id) == ["pending"]
+    assert "user's new message" in agent.graph.get_state(
+        config(result.thread_id)).interrupts[0].value["error"]
+    raw(agent, result.thread_id,
+        {"supersede": [{"type": "human", "data": {"content": "stop that"}}]}, "mallory")
+    assert ran.ran == [] and pending_status(agent, result.run_id) == []
+    (superseded,) = [e for e in agent._storage.ledger.read_audit(thread_id=result.thread_id)
+                     if e["event"] == "superseded"]
+    assert superseded["decided_by"] == "mallory"
+
+
 def test_a_grant_is_revoked_only_by_its_grantor_or_someone_who_may_decide_its_tool(
         sqlite_url: str) -> None:
     """Any signed-in reviewer could revoke any grant, whatever the approvers policy said of
