@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeGuard, TypeVar
 
 from langchain_core.language_models import BaseChatModel
@@ -47,7 +48,16 @@ from graphkit._gate import (
     supersede_abandoned,
     supersede_unanswered,
 )
-from graphkit._ledger import DONE, ApprovalRow, CallRow, Ledger, queued_id
+from graphkit._ledger import (
+    DONE,
+    ApprovalRow,
+    CallRow,
+    Ledger,
+    RunBusyError,
+    Start,
+    _schema,
+    queued_id,
+)
 from graphkit._limits import check_value
 from graphkit._offload import offload
 from graphkit._owner import holder_is_dead, new_owner
@@ -428,6 +438,21 @@ class _Admitted:
     once: dict[str, Any]
     args: dict[str, Any]
     """The arguments the ledger holds for the call: those it runs with."""
+    claimed_at: float = field(default_factory=time.monotonic)
+    """When (monotonic) its execution claim was taken: `confirm_claim`."""
+
+
+def confirm_claim(ledger: Ledger, key: str, admitted: _Admitted) -> None:
+    """Right before the tool starts. A claim taken long enough ago to have lapsed (the
+    process stalled since: paused, swapped out, its renewals late) is confirmed in the
+    ledger as still this owner's; one another process took over (and maybe ran) stops the
+    run, the tool not started. A fresh claim costs no statement."""
+    if time.monotonic() - admitted.claimed_at < _schema.LEASE_SECONDS / 2:
+        return
+    if not ledger.confirm(key, admitted.owner):
+        msg = (f"call {key!r}: this process's claim on it lapsed and another process took it "
+               "over; the run stopped before starting the tool again")
+        raise RunBusyError(msg)
 
 
 def _why_not(row: CallRow | None, approval: ApprovalRow | None, task: Mapping[str, Any],
@@ -499,7 +524,7 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
     row, approval = ledger.admission(key) if _comparable(key) else (None, None)
     why = _why_not(row, approval, task, config)
     if why is None and row is not None and row.args is not None:
-        outcome, held = ledger.start(row.call_key, owner, holder_dead=holder_is_dead)
+        outcome, held = _start_when_free(ledger, row.call_key, owner, name)
         if outcome == "won":
             if not context:
                 return _Admitted(owner, [], {}, dict(row.args))
@@ -520,6 +545,27 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
     return ToolMessage(REFUSED.format(name=name, why=why),
                        tool_call_id=str(task.get("tool_call_id") or ""), name=name,
                        status="error")
+
+
+def _start_when_free(ledger: Ledger, key: str, owner: str, name: str
+                     ) -> tuple[Start, CallRow | None]:
+    """`Ledger.start`, waiting while another process holds the call's claim (it may be
+    running the call, or have died without being provably dead): for its result, or for its
+    claim to lapse, when this run takes the call over. Never an answer in its place: a call
+    refused as "running elsewhere" would end its turn unrun, if its holder had died.
+    Waiting longer than a thread's lease wait stops the run; a later resume looks again."""
+    deadline = time.monotonic() + _schema.WAIT_SECONDS
+    pause = 0.02
+    while True:
+        outcome, held = ledger.start(key, owner, holder_dead=holder_is_dead)
+        if outcome != "busy":
+            return outcome, held
+        if time.monotonic() >= deadline:
+            msg = (f"call {name!r} ({key}) is claimed by another process that neither "
+                   "finished it nor let its claim lapse; the run stopped without answering it")
+            raise RunBusyError(msg)
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
 
 
 def _prepare(
@@ -617,9 +663,11 @@ def make_tools_nodes(
         ledger.finish(task["key"], owner, {"content": content, "status": "error"})
 
     def execute(tool: BaseTool, call: dict[str, Any], tool_config: RunnableConfig,
-                task: ToolTask, owner: str) -> Command[ToolTarget]:
+                task: ToolTask, admitted: _Admitted) -> Command[ToolTarget]:
         """Run a sync tool and record its outcome, whatever becomes of whoever awaits it (a
         cancelled async run leaves the tool running in its thread; it still records)."""
+        owner = admitted.owner
+        confirm_claim(ledger, task["key"], admitted)
         try:
             output = tool.invoke(call, tool_config)
         except ToolSuspended as signal:
@@ -639,14 +687,14 @@ def make_tools_nodes(
         if not isinstance(admitted, _Admitted):
             return _refused(admitted)
         tool, call, tool_config = _prepare(tools, task, config, ledger, admitted)
-        return execute(tool, call, tool_config, task, admitted.owner)
+        return execute(tool, call, tool_config, task, admitted)
 
     def begin(task: ToolTask, config: RunnableConfig
-              ) -> tuple[BaseTool, dict[str, Any], RunnableConfig, str] | ToolMessage | None:
+              ) -> tuple[BaseTool, dict[str, Any], RunnableConfig, _Admitted] | ToolMessage | None:
         admitted = admit(task, config)
         if not isinstance(admitted, _Admitted):
             return admitted
-        return (*_prepare(tools, task, config, ledger, admitted), admitted.owner)
+        return (*_prepare(tools, task, config, ledger, admitted), admitted)
 
     async def arun_tool(task: ToolTask, config: RunnableConfig) -> Command[ToolTarget]:
         named = tools.get(str(task.get("tool_name")))
@@ -658,7 +706,10 @@ def make_tools_nodes(
         begun = await offload(begin, task, config)
         if not isinstance(begun, tuple):
             return _refused(begun)
-        tool, call, tool_config, owner = begun
+        tool, call, tool_config, admitted = begun
+        owner = admitted.owner
+        if time.monotonic() - admitted.claimed_at >= _schema.LEASE_SECONDS / 2:
+            await offload(confirm_claim, ledger, task["key"], admitted)  # a statement
         try:
             output = await tool.ainvoke(call, tool_config)
         except ToolSuspended as signal:

@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -664,3 +665,70 @@ def test_a_database_that_stops_answering_lets_only_its_own_leases_lapse(
         finally:
             blocker.execute("ROLLBACK")
             blocker.close()
+
+
+def _paused_deploy(tmp_path: Path) -> tuple[Any, Any, list[str]]:
+    """An agent on SQLite whose `deploy` call is approved in the inbox, its run paused."""
+    from graphkit import Agent, Inbox, create_tool
+    from graphkit.testing import ScriptedChatModel
+    from tests.helpers import call, turn
+
+    runs: list[str] = []
+
+    @create_tool(needs_approval=True)
+    def deploy(service: str) -> str:
+        """Deploy a service."""
+        runs.append(service)
+        return f"deployed {service}"
+
+    agent = Agent(name="ops", tools=[deploy], checkpointer=f"sqlite:///{tmp_path / 'g.db'}",
+                  model=ScriptedChatModel([turn(call("deploy", {"service": "api"}, "c1")),
+                                           "done"]))
+    first = agent.generate("deploy the api")
+    (item,) = Inbox(agent._storage).pending()
+    Inbox(agent._storage).approve(item.id, decided_by="release-manager")
+    return agent, first, runs
+
+
+def test_a_call_claimed_by_a_holder_not_proven_dead_is_waited_for_never_answered(
+        tmp_path: Path) -> None:
+    """A process claimed the approved call and died where it cannot be proven dead (another
+    host; its claim lapses a moment after its thread lease). The run resumed elsewhere found
+    the call 'already running in another process', took that for the call's answer, and
+    ended: the approved call never ran, and nothing waited on it any more (helper-7). Now
+    the tools node waits for the claim to end (a result, or its lapse) and runs it once."""
+    agent, first, runs = _paused_deploy(tmp_path)
+    ledger = agent._storage.ledger
+    (key,) = [r[0] for r in ledger._sql.query("SELECT call_key FROM graphkit_calls")]
+    remote = "gk1:other-boot:1.2:3.4:77:99:nonce:elsewhere"  # a live holder, as seen here
+    ledger._sql.execute("UPDATE graphkit_calls SET executed = ?, claim_expires = ? "
+                        "WHERE call_key = ?", (remote, time.time() + 1.5, key))
+    result = agent.resume(run_id=first.run_id)
+    assert runs == ["api"] and result.text == "done", result
+
+
+def test_a_claim_that_lapsed_before_its_tool_started_is_confirmed_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process claims a call, then stalls (paused, swapped out) before the tool starts,
+    longer than the claim's lease: another process takes the call over, runs it and records
+    its result. Woken, the first ran the tool again (helper-7, with SIGSTOP). Now a claim
+    old enough to have lapsed is confirmed in the ledger before the tool starts: the run
+    stops, the tool not started again."""
+    from graphkit import _nodes
+    from graphkit._ledger import _schema
+
+    agent, first, runs = _paused_deploy(tmp_path)
+    prepare = _nodes._prepare
+
+    def stalled(tools: Any, task: Any, config: Any, led: Any, admitted: Any) -> Any:
+        # the stall: a claim this old may have lapsed (any age, with a lease of 0 s)
+        monkeypatch.setattr(_schema, "LEASE_SECONDS", 0.0)
+        led._sql.execute("UPDATE graphkit_calls SET executed = 'done', outcome = ? "
+                         "WHERE call_key = ?",
+                         ('{"content": "deployed api", "status": "success"}', task["key"]))
+        return prepare(tools, task, config, led, admitted)
+
+    monkeypatch.setattr(_nodes, "_prepare", stalled)
+    with pytest.raises(RunBusyError, match="claim on it lapsed"):
+        agent.resume(run_id=first.run_id)
+    assert runs == []

@@ -176,6 +176,15 @@ class Executions(LedgerBase):
                 "WHERE call_key = ? AND executed = ?",
                 (owner, _schema.LEASE_SECONDS, call_key, holder)) == 1
 
+    def confirm(self, call_key: str, owner: str) -> bool:
+        """Whether `owner` still holds the call's execution claim, renewing it if so: a
+        process that stalled since it claimed the call (longer than the claim's lease) may
+        find another one took it over, ran it and recorded its result."""
+        return self._sql.execute(
+            f"UPDATE graphkit_calls SET claim_expires = {self._sql.now} + ? "
+            "WHERE call_key = ? AND executed = ?",
+            (_schema.LEASE_SECONDS, call_key, owner)) == 1
+
     def _renew_call(self, call_key: str, owner: str) -> None:
         self._sql.execute_apart(
             f"UPDATE graphkit_calls SET claim_expires = {self._sql.now} + ? "
