@@ -12,12 +12,13 @@ process to claim its execution runs it (a replay gets the recorded result).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard, TypeVar
 
 from langchain_core.language_models import BaseChatModel
@@ -54,7 +55,6 @@ from graphkit._ledger import (
     CallRow,
     Ledger,
     RunBusyError,
-    Start,
     _schema,
     queued_id,
 )
@@ -438,8 +438,9 @@ class _Admitted:
     once: dict[str, Any]
     args: dict[str, Any]
     """The arguments the ledger holds for the call: those it runs with."""
-    claimed_at: float = field(default_factory=time.monotonic)
-    """When (monotonic) its execution claim was taken: `confirm_claim`."""
+    claimed_at: float
+    """When (monotonic) its claim statement was sent (its age counts from there, whatever
+    ran since): `confirm_claim`."""
 
 
 def confirm_claim(ledger: Ledger, key: str, admitted: _Admitted) -> None:
@@ -502,34 +503,39 @@ def _plain(task: Mapping[str, Any]) -> bool:
 
 
 def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: bool
-           ) -> _Admitted | ToolMessage | None:
+           ) -> _Admitted | ToolMessage | _Busy | None:
     """Verify a task against the ledger and claim its one execution (with what a tool that
     takes a `ToolContext` needs: its resume data and once-results). A call that already ran
-    gets its recorded result, one another process runs is told so; a task refused is audited
+    gets its recorded result; one another run holds is BUSY (the caller waits and asks
+    again); a task refused is audited
     and answers nothing (None): an answer in the conversation would end a turn whose call
     still waits on its approval, with no run waiting on that approval any more."""
     name = str(task.get("tool_name"))
     key = task.get("key")
     owner = new_owner()
     thread_id = thread_id_of(config)
+    at = time.monotonic()
     claimed = ledger.start_admitted(
         str(key), owner, thread_id=thread_id, agent_path=task["agent_path"],
         tool_name=name, tool_call_id=str(task.get("tool_call_id"))) if _plain(task) else None
     if claimed is not None and runs_as_recorded(claimed.args, claimed.digest):
         return _Admitted(owner, ledger.resume_values(str(key), thread_id)
                          if context and claimed.resumed else [], claimed.once,
-                         dict(claimed.args))
+                         dict(claimed.args), at)
     if claimed is not None:  # arguments the gate never digested: never run them
         ledger.release(str(key), owner)
     row, approval = ledger.admission(key) if _comparable(key) else (None, None)
     why = _why_not(row, approval, task, config)
     if why is None and row is not None and row.args is not None:
-        outcome, held = _start_when_free(ledger, row.call_key, owner, name)
+        at = time.monotonic()
+        outcome, held = ledger.start(row.call_key, owner, holder_dead=holder_is_dead)
+        if outcome == "busy":
+            return BUSY  # the caller waits, and asks again
         if outcome == "won":
             if not context:
-                return _Admitted(owner, [], {}, dict(row.args))
+                return _Admitted(owner, [], {}, dict(row.args), at)
             return _Admitted(owner, ledger.resume_values(row.call_key, row.thread_id),
-                             dict(row.once_results or {}), dict(row.args))
+                             dict(row.once_results or {}), dict(row.args), at)
         if outcome == "done" and held is not None and held.outcome is not None:
             return ToolMessage(held.outcome.get("content", ""),
                                tool_call_id=task["tool_call_id"], name=name,
@@ -547,25 +553,32 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
                        status="error")
 
 
-def _start_when_free(ledger: Ledger, key: str, owner: str, name: str
-                     ) -> tuple[Start, CallRow | None]:
-    """`Ledger.start`, waiting while another process holds the call's claim (it may be
-    running the call, or have died without being provably dead): for its result, or for its
-    claim to lapse, when this run takes the call over. Never an answer in its place: a call
-    refused as "running elsewhere" would end its turn unrun, if its holder had died.
-    Waiting longer than a thread's lease wait stops the run; a later resume looks again."""
-    deadline = time.monotonic() + _schema.WAIT_SECONDS
-    pause = 0.02
-    while True:
-        outcome, held = ledger.start(key, owner, holder_dead=holder_is_dead)
-        if outcome != "busy":
-            return outcome, held
-        if time.monotonic() >= deadline:
-            msg = (f"call {name!r} ({key}) is claimed by another process that neither "
-                   "finished it nor let its claim lapse; the run stopped without answering it")
+class _Busy:
+    """Another process holds the call's claim (`_admit`): wait for its result, or for the
+    claim to lapse, and ask again (`Waiting`); never answer the call in its place."""
+
+
+BUSY = _Busy()
+
+
+class Waiting:
+    """The pauses of one task waiting on a call another process holds: growing, up to a
+    thread lease's wait, after which the run stops unanswered (a later resume looks again).
+    A call refused as "running elsewhere" would end its turn unrun, if its holder had died
+    where it cannot be proven dead (its claim lapses a moment after its thread lease)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.deadline = time.monotonic() + _schema.WAIT_SECONDS
+        self.pause = 0.01
+
+    def next_pause(self) -> float:
+        if time.monotonic() >= self.deadline:
+            msg = (f"call {self.name!r} is claimed by another run that neither finished it "
+                   "nor let its claim lapse; the run stopped without answering it")
             raise RunBusyError(msg)
-        time.sleep(pause)
-        pause = min(pause * 2, 1.0)
+        self.pause = min(self.pause * 2, 1.0)
+        return self.pause
 
 
 def _prepare(
@@ -644,7 +657,8 @@ def make_tools_nodes(
         ledger.finish(task["key"], owner, {"content": message.content, "status": message.status})
         return command
 
-    def admit(task: ToolTask, config: RunnableConfig) -> _Admitted | ToolMessage | None:
+    def admit(task: ToolTask, config: RunnableConfig
+              ) -> _Admitted | ToolMessage | _Busy | None:
         tool = tools.get(str(task.get("tool_name")))
         if path_of is not None and task.get("agent_path") != path_of(config):
             tool = None  # another agent's call (a subagent's, say): never this agent's tool
@@ -655,6 +669,14 @@ def make_tools_nodes(
                           context=False)
         context = isinstance(tool, GraphkitTool) and tool.context_param is not None
         return _admit(ledger, task, config, context=context)
+
+    def admit_when_free(task: ToolTask, config: RunnableConfig
+                        ) -> _Admitted | ToolMessage | None:
+        """`admit`, waiting (in this task's own thread) while another run holds the call."""
+        waiting = Waiting(str(task.get("tool_name")))
+        while isinstance(admitted := admit(task, config), _Busy):
+            time.sleep(waiting.next_pause())
+        return admitted
 
     def stopped(task: ToolTask, owner: str, text: str, exc: BaseException | None = None
                 ) -> None:
@@ -683,18 +705,45 @@ def make_tools_nodes(
         return finish(task, owner, output)
 
     def run_tool(task: ToolTask, config: RunnableConfig) -> Command[ToolTarget]:
-        admitted = admit(task, config)
+        admitted = admit_when_free(task, config)
         if not isinstance(admitted, _Admitted):
             return _refused(admitted)
         tool, call, tool_config = _prepare(tools, task, config, ledger, admitted)
         return execute(tool, call, tool_config, task, admitted)
 
     def begin(task: ToolTask, config: RunnableConfig
-              ) -> tuple[BaseTool, dict[str, Any], RunnableConfig, _Admitted] | ToolMessage | None:
+              ) -> (tuple[BaseTool, dict[str, Any], RunnableConfig, _Admitted] | ToolMessage
+                    | _Busy | None):
         admitted = admit(task, config)
         if not isinstance(admitted, _Admitted):
             return admitted
         return (*_prepare(tools, task, config, ledger, admitted), admitted)
+
+    def released(key: str, begun: asyncio.Future[Any]) -> None:
+        """A cancelled run's `begin`, done in its thread after all: give back the claim it
+        took (the tool never started; it may run again), not leave it to this process's
+        keeper, which would renew it for as long as the process lives."""
+        if begun.cancelled() or begun.exception() is not None:
+            return
+        result = begun.result()
+        if isinstance(result, tuple):
+            asyncio.get_running_loop().run_in_executor(None, ledger.release, key,
+                                                       result[3].owner)
+
+    async def abegin(task: ToolTask, config: RunnableConfig) -> Any:
+        """`begin` off the event loop, waiting on the loop (no thread held) while another
+        run holds the call; a cancellation meanwhile never leaves a claim behind."""
+        waiting = Waiting(str(task.get("tool_name")))
+        while True:
+            pending = asyncio.ensure_future(offload(begin, task, config))
+            try:
+                begun = await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                pending.add_done_callback(functools.partial(released, task["key"]))
+                raise
+            if not isinstance(begun, _Busy):
+                return begun
+            await asyncio.sleep(waiting.next_pause())
 
     async def arun_tool(task: ToolTask, config: RunnableConfig) -> Command[ToolTarget]:
         named = tools.get(str(task.get("tool_name")))
@@ -703,13 +752,17 @@ def make_tools_nodes(
             command: Command[ToolTarget] = await run_in_executor(
                 _SYNC_TOOL_POOL, run_tool, task, config)
             return command
-        begun = await offload(begin, task, config)
+        begun = await abegin(task, config)
         if not isinstance(begun, tuple):
             return _refused(begun)
         tool, call, tool_config, admitted = begun
         owner = admitted.owner
         if time.monotonic() - admitted.claimed_at >= _schema.LEASE_SECONDS / 2:
-            await offload(confirm_claim, ledger, task["key"], admitted)  # a statement
+            try:
+                await offload(confirm_claim, ledger, task["key"], admitted)  # a statement
+            except asyncio.CancelledError:
+                await asyncio.shield(offload(ledger.release, task["key"], owner))
+                raise
         try:
             output = await tool.ainvoke(call, tool_config)
         except ToolSuspended as signal:

@@ -732,3 +732,138 @@ def test_a_claim_that_lapsed_before_its_tool_started_is_confirmed_first(
     with pytest.raises(RunBusyError, match="claim on it lapsed"):
         agent.resume(run_id=first.run_id)
     assert runs == []
+
+
+def _approved_async_deploy(tmp_path: Path, seconds: float, turns: int
+                           ) -> tuple[Any, Any, list[str]]:
+    """An agent on SQLite whose async `deploy` (taking `seconds`) is approved in the inbox."""
+    import asyncio
+
+    from graphkit import Agent, Inbox, create_tool
+    from graphkit.testing import ScriptedChatModel
+    from tests.helpers import call, turn
+
+    runs: list[str] = []
+
+    @create_tool(needs_approval=True)
+    async def deploy(service: str) -> str:
+        """Deploy a service."""
+        runs.append(service)
+        await asyncio.sleep(seconds)
+        return f"deployed {service}"
+
+    agent = Agent(name="ops", tools=[deploy], checkpointer=f"sqlite:///{tmp_path / 'g.db'}",
+                  model=ScriptedChatModel([turn(call("deploy", {"service": "api"}, "c1")),
+                                           *["done"] * turns]))
+    first = agent.generate("deploy the api")
+    (item,) = Inbox(agent._storage).pending()
+    Inbox(agent._storage).approve(item.id, decided_by="release-manager")
+    return agent, first, runs
+
+
+def test_runs_waiting_on_a_call_hold_no_thread_its_holder_needs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight resumes of one thread at once (as a LangGraph server's runs, without a thread
+    lease): one runs the 1 s call, seven wait for it. Waiting inside a pool thread, they
+    filled the event loop's default pool, which the holder needs to record its result, and
+    every run stalled for the whole wait (helper-8). They wait on the loop now."""
+    import asyncio
+
+    from langgraph.types import Command
+
+    from graphkit._ledger import _schema
+
+    monkeypatch.setattr(_schema, "WAIT_SECONDS", 20.0)
+    agent, first, runs = _approved_async_deploy(tmp_path, 1.0, 9)
+    config = {"configurable": {"thread_id": first.thread_id}}
+
+    async def resumes() -> float:
+        start = time.monotonic()
+        await asyncio.gather(*(agent.graph.ainvoke(Command(resume={}), config)
+                               for _ in range(8)))
+        return time.monotonic() - start
+
+    took = asyncio.run(resumes())
+    assert runs == ["api"] and took < 10, (runs, took)
+
+
+def test_a_run_cancelled_as_it_claims_a_call_gives_the_claim_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An async run cancelled while its tools node claims the call (in a worker thread):
+    the claim was left to this process's keeper, renewed for as long as it lives, and every
+    later resume waited on it (helper-8). The claim is given back; the next resume runs the
+    call once."""
+    import asyncio
+
+    from langgraph.types import Command
+
+    from graphkit import _nodes
+    from graphkit._ledger import _schema
+
+    monkeypatch.setattr(_schema, "WAIT_SECONDS", 5.0)
+    agent, first, runs = _approved_async_deploy(tmp_path, 0.0, 2)
+    prepare = _nodes._prepare
+
+    def slow(*args: Any) -> Any:
+        time.sleep(0.5)  # claimed, not yet started: the run is cancelled now
+        return prepare(*args)
+
+    monkeypatch.setattr(_nodes, "_prepare", slow)
+    config = {"configurable": {"thread_id": first.thread_id}}
+
+    async def cancelled_then_resumed() -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(agent.graph.ainvoke(Command(resume={}), config), 0.2)
+        await asyncio.sleep(0.8)  # the claim is taken, and given back
+        monkeypatch.setattr(_nodes, "_prepare", prepare)
+        start = time.monotonic()
+        await agent.graph.ainvoke(Command(resume={}), config)
+        assert time.monotonic() - start < 3
+
+    asyncio.run(cancelled_then_resumed())
+    assert runs == ["api"]
+
+
+def test_a_claims_age_counts_from_its_statement(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stall right after the claim statement, while a context tool's resume data is read:
+    its age counted from after that read, so a claim that lapsed meanwhile, taken over and
+    run elsewhere, looked fresh and the tool ran again (helper-8). The age counts from the
+    statement: the run stops, the tool not started again."""
+    from pydantic import BaseModel
+
+    from graphkit import Agent, ToolContext, create_tool
+    from graphkit._ledger import _schema
+    from graphkit.testing import ScriptedChatModel
+    from tests.helpers import call, turn
+
+    class City(BaseModel):
+        city: str
+
+    runs: list[str] = []
+
+    @create_tool(resume_schema=City)
+    def weather(ctx: ToolContext) -> str:
+        """Weather for a city."""
+        if ctx.resume_data is None:
+            return ctx.suspend({"message": "Which city?"})
+        runs.append(ctx.resume_data.city)
+        return f"{ctx.resume_data.city}: sunny"
+
+    agent = Agent(name="w", tools=[weather], checkpointer=f"sqlite:///{tmp_path / 'g.db'}",
+                  model=ScriptedChatModel([turn(call("weather", {}, "w1")), "sunny"]))
+    asked = agent.generate("weather?")
+    read = Ledger.resume_values
+
+    def stalled(self: Ledger, key: str, thread_id: str) -> Any:
+        monkeypatch.setattr(_schema, "LEASE_SECONDS", 1.0)
+        time.sleep(1.2)  # longer than the lease: another process runs the call meanwhile
+        self._sql.execute("UPDATE graphkit_calls SET executed = 'done', outcome = ? "
+                          "WHERE call_key = ?",
+                          ('{"content": "Oslo: sunny", "status": "success"}', key))
+        return read(self, key, thread_id)
+
+    monkeypatch.setattr(Ledger, "resume_values", stalled)
+    with pytest.raises(RunBusyError, match="claim on it lapsed"):
+        agent.resume_generate({"city": "Oslo"}, run_id=asked.run_id)
+    assert runs == []
