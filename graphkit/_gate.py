@@ -481,10 +481,17 @@ class _Pass:
         # Resume data is read from this message only: an earlier one, queued, may already
         # have answered an earlier question of the same tool, or come from someone else.
         said = parsed_messages(said_now, what="'supersede'")
-        if not any(isinstance(m, HumanMessage) for m in said):
+        users = [m for m in said if isinstance(m, HumanMessage)]
+        if not users:
             # only what a user says declines what waits (a decision is judged by the policy)
             msg = ("'supersede' must carry the user's new message (a 'human' message): it is "
                    "what declines what waits")
+            raise GraphkitError(msg)
+        if value.get("queue", True) and not any(m.id and m.content for m in users):
+            # queued by its id, delivered if it says something: else it would decline what
+            # waits and never join the conversation
+            msg = ("'supersede' must carry the user's new message with its id and content "
+                   "(as messages_to_dict gives them): it joins the conversation")
             raise GraphkitError(msg)
         auto = (self.planner.settings.auto_resume_suspended_tools
                 or bool(value.get("auto_resume"))) and self.extract is not None

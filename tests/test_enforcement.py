@@ -489,12 +489,17 @@ def test_the_decisions_of_one_resume_are_all_checked_before_any_is_claimed(order
     assert ran.ran == [("pay", small)]
 
 
-@pytest.mark.parametrize("said", [[], [{"type": "ai", "data": {"content": "never mind"}}]])
+@pytest.mark.parametrize("said", [
+    [], [{"type": "ai", "data": {"content": "never mind", "id": "m-0"}}],
+    [{"type": "human", "data": {"content": "stop that"}}],  # no id: never delivered
+    [{"type": "human", "data": {"content": "", "id": "m-1"}}],  # says nothing
+])
 def test_a_resume_that_supersedes_must_carry_a_users_message(said: list[Any]) -> None:
     """`{"supersede": [...]}` stands for a new user message, which declines what waits: with
-    no message, or none of the user's, it declined the call past the approvers policy, and
-    nothing joined the conversation (helper-6). Refused now; a user's message declines, and
-    the audit names who sent it."""
+    no message, or none of the user's (helper-6), or one that is never delivered, without an
+    id or content (helper-8), it declined the call past the approvers policy, and nothing
+    joined the conversation. Refused now; a user's message declines, joins the conversation,
+    and the audit names who sent it."""
     agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done"],
                             approvers=release_manager_only)
     result = agent.generate("pay")
@@ -503,11 +508,14 @@ def test_a_resume_that_supersedes_must_carry_a_users_message(said: list[Any]) ->
     assert "user's new message" in agent.graph.get_state(
         config(result.thread_id)).interrupts[0].value["error"]
     raw(agent, result.thread_id,
-        {"supersede": [{"type": "human", "data": {"content": "stop that"}}]}, "mallory")
+        {"supersede": [{"type": "human", "data": {"content": "stop that", "id": "m-2"}}]},
+        "mallory")
     assert ran.ran == [] and pending_status(agent, result.run_id) == []
     (superseded,) = [e for e in agent._storage.ledger.read_audit(thread_id=result.thread_id)
                      if e["event"] == "superseded"]
     assert superseded["decided_by"] == "mallory"
+    messages = agent.graph.get_state(config(result.thread_id)).values["messages"]
+    assert any(m.id == "m-2" and m.content == "stop that" for m in messages)
 
 
 def test_a_grant_is_revoked_only_by_its_grantor_or_someone_who_may_decide_its_tool(
