@@ -383,8 +383,9 @@ class _Pass:
 
     # ---------------------------------------------------------------- raw resume values
 
-    def resume(self, value: Any, answered: set[str]) -> None:
-        """Handle what the interrupt was resumed with; raise on anything refused."""
+    def resume(self, value: Any, answered: set[str], present: set[str]) -> None:
+        """Handle what the interrupt was resumed with (`present`: the ids of the messages of
+        the conversation); raise on anything refused."""
         if not isinstance(value, Mapping):
             msg = f"resume value must be an object with 'decisions', got {type(value).__name__}"
             raise GraphkitError(msg)
@@ -395,7 +396,7 @@ class _Pass:
                    "or nothing")
             raise GraphkitError(msg)
         if "supersede" in value:
-            self.supersede(value, answered)
+            self.supersede(value, answered, present)
         elif "decisions" in value:
             self.decide(value["decisions"], answered)
         # Anything else only asks the gate to apply what the ledger holds (the Agent API and
@@ -470,7 +471,8 @@ class _Pass:
         msg = f"no pending approval with {given}; pending tool_call_ids: {ids}"
         raise ApprovalNotFoundError(msg)
 
-    def supersede(self, value: Mapping[str, Any], answered: set[str]) -> None:
+    def supersede(self, value: Mapping[str, Any], answered: set[str], present: set[str]
+                  ) -> None:
         """A new user message: what waits is declined as superseded, except suspensions whose
         resume data auto-resume can read from the message. A message never approves."""
         said_now = value.get("supersede")
@@ -487,11 +489,12 @@ class _Pass:
             msg = ("'supersede' must carry the user's new message (a 'human' message): it is "
                    "what declines what waits")
             raise GraphkitError(msg)
-        if value.get("queue", True) and not any(m.id and m.content for m in users):
-            # queued by its id, delivered if it says something: else it would decline what
-            # waits and never join the conversation
-            msg = ("'supersede' must carry the user's new message with its id and content "
-                   "(as messages_to_dict gives them): it joins the conversation")
+        if value.get("queue", True) and not all(
+                m.id and m.id not in present and m.content for m in users):
+            # queued by its id, delivered if it says something and is not in the conversation
+            # already: else it would decline what waits and never join the conversation
+            msg = ("'supersede' must carry the user's new messages each with an id new to the "
+                   "conversation, and content (as messages_to_dict gives them): they join it")
             raise GraphkitError(msg)
         auto = (self.planner.settings.auto_resume_suspended_tools
                 or bool(value.get("auto_resume"))) and self.extract is not None
@@ -759,7 +762,7 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
                                                   ledger=ctx.ledger, rows=step.rows))
                 plan["error"] = None
                 try:
-                    step.resume(value, answered)
+                    step.resume(value, answered, {m.id for m in messages if m.id})
                 except GraphkitError as exc:
                     plan["error"] = str(exc)
                 step.apply_ledger(answered)

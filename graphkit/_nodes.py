@@ -12,8 +12,8 @@ process to claim its execution runs it (a replay gets the recorded result).
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -581,6 +581,45 @@ class Waiting:
         return self.pause
 
 
+class _Handoff:
+    """A claim taken in a worker thread for a run that awaits it: given back by whichever
+    side learns last that the run was cancelled (the thread, if it lands after; the run, if
+    the thread landed before), so a cancelled run never leaves a claim behind, whatever
+    cancels it (a timeout, `asyncio.run` ending). Once taken by whoever starts the tool, it
+    is theirs: a cancellation then leaves the tool to run and record, as always."""
+
+    def __init__(self, ledger: Ledger, key: str) -> None:
+        self._ledger, self._key = ledger, key
+        self._lock = threading.Lock()
+        self.cancelled = False
+        self._landed: _Admitted | None = None
+
+    def landed(self, admitted: _Admitted, *, take: bool = False) -> bool:
+        """In the thread, the claim taken (`take`: by this thread, which starts the tool):
+        False, and the claim given back, if the run was cancelled meanwhile."""
+        with self._lock:
+            if not self.cancelled:
+                self._landed = None if take else admitted
+                return True
+        self._ledger.release(self._key, admitted.owner)
+        return False
+
+    def take(self) -> None:
+        """The run starts the tool: the claim is its own now."""
+        with self._lock:
+            self._landed = None
+
+    def cancel(self) -> None:
+        """The run was cancelled: a claim landed and not taken is given back (in a thread of
+        its own: not the event loop's, nor an executor an ending loop shuts down)."""
+        with self._lock:
+            self.cancelled = True
+            left, self._landed = self._landed, None
+        if left is not None:
+            threading.Thread(target=self._ledger.release, args=(self._key, left.owner),
+                             name="graphkit-give-back", daemon=True).start()
+
+
 def _prepare(
     tools: Mapping[str, BaseTool], task: ToolTask, config: RunnableConfig, ledger: Ledger,
     admitted: _Admitted,
@@ -670,12 +709,21 @@ def make_tools_nodes(
         context = isinstance(tool, GraphkitTool) and tool.context_param is not None
         return _admit(ledger, task, config, context=context)
 
-    def admit_when_free(task: ToolTask, config: RunnableConfig
-                        ) -> _Admitted | ToolMessage | None:
-        """`admit`, waiting (in this task's own thread) while another run holds the call."""
+    def admit_when_free(task: ToolTask, config: RunnableConfig,
+                        handoff: _Handoff | None = None) -> _Admitted | ToolMessage | None:
+        """`admit`, waiting (in this task's own thread) while another run holds the call;
+        with `handoff` (an async run's), never past the run's cancellation."""
         waiting = Waiting(str(task.get("tool_name")))
-        while isinstance(admitted := admit(task, config), _Busy):
+        while True:
+            if handoff is not None and handoff.cancelled:
+                return None  # (nobody reads it)
+            admitted = admit(task, config)
+            if not isinstance(admitted, _Busy):
+                break
             time.sleep(waiting.next_pause())
+        if isinstance(admitted, _Admitted) and handoff is not None and not handoff.landed(
+                admitted, take=True):
+            return None
         return admitted
 
     def stopped(task: ToolTask, owner: str, text: str, exc: BaseException | None = None
@@ -704,44 +752,37 @@ def make_tools_nodes(
             raise
         return finish(task, owner, output)
 
-    def run_tool(task: ToolTask, config: RunnableConfig) -> Command[ToolTarget]:
-        admitted = admit_when_free(task, config)
+    def run_tool(task: ToolTask, config: RunnableConfig, handoff: _Handoff | None = None
+                 ) -> Command[ToolTarget]:
+        admitted = admit_when_free(task, config, handoff)
         if not isinstance(admitted, _Admitted):
             return _refused(admitted)
         tool, call, tool_config = _prepare(tools, task, config, ledger, admitted)
         return execute(tool, call, tool_config, task, admitted)
 
-    def begin(task: ToolTask, config: RunnableConfig
+    def begin(task: ToolTask, config: RunnableConfig, handoff: _Handoff
               ) -> (tuple[BaseTool, dict[str, Any], RunnableConfig, _Admitted] | ToolMessage
                     | _Busy | None):
         admitted = admit(task, config)
         if not isinstance(admitted, _Admitted):
             return admitted
+        if not handoff.landed(admitted):
+            return None  # the run was cancelled: the claim is given back (nobody reads this)
         return (*_prepare(tools, task, config, ledger, admitted), admitted)
-
-    def released(key: str, begun: asyncio.Future[Any]) -> None:
-        """A cancelled run's `begin`, done in its thread after all: give back the claim it
-        took (the tool never started; it may run again), not leave it to this process's
-        keeper, which would renew it for as long as the process lives."""
-        if begun.cancelled() or begun.exception() is not None:
-            return
-        result = begun.result()
-        if isinstance(result, tuple):
-            asyncio.get_running_loop().run_in_executor(None, ledger.release, key,
-                                                       result[3].owner)
 
     async def abegin(task: ToolTask, config: RunnableConfig) -> Any:
         """`begin` off the event loop, waiting on the loop (no thread held) while another
-        run holds the call; a cancellation meanwhile never leaves a claim behind."""
+        run holds the call; a cancellation never leaves a claim behind (`_Handoff`)."""
         waiting = Waiting(str(task.get("tool_name")))
+        handoff = _Handoff(ledger, task["key"])
         while True:
-            pending = asyncio.ensure_future(offload(begin, task, config))
             try:
-                begun = await asyncio.shield(pending)
+                begun = await offload(begin, task, config, handoff)
             except asyncio.CancelledError:
-                pending.add_done_callback(functools.partial(released, task["key"]))
+                handoff.cancel()
                 raise
             if not isinstance(begun, _Busy):
+                handoff.take()
                 return begun
             await asyncio.sleep(waiting.next_pause())
 
@@ -749,8 +790,13 @@ def make_tools_nodes(
         named = tools.get(str(task.get("tool_name")))
         if named is not None and _is_sync(named):
             # the whole call in one hop: admitted, run and recorded in the tool's thread
-            command: Command[ToolTarget] = await run_in_executor(
-                _SYNC_TOOL_POOL, run_tool, task, config)
+            handoff = _Handoff(ledger, task["key"])
+            try:
+                command: Command[ToolTarget] = await run_in_executor(
+                    _SYNC_TOOL_POOL, run_tool, task, config, handoff)
+            except asyncio.CancelledError:
+                handoff.cancel()  # a waiting thread stops waiting, and never starts the tool
+                raise
             return command
         begun = await abegin(task, config)
         if not isinstance(begun, tuple):

@@ -153,10 +153,11 @@ class GateResume(TypedDict, total=False):
     without `supersede`) the gate applies what the ledger holds (the Agent API and the inbox
     take decisions there first)."""
     supersede: list[dict[str, Any]]
-    """A new user message (as message dicts, `messages_to_dict`; at least one of them the
-    user's, "human", with its id and content): decline what is pending, as superseded by
-    the run's authenticated user, and go on with it. Each decision is judged by the approvers policy; a message is
-    not a decision, so the policy does not judge it, but only a user's message declines."""
+    """A new user message (as message dicts, `messages_to_dict`; the user's, "human", each
+    with an id new to the conversation, and content): decline what is pending, as
+    superseded by the run's authenticated user, and go on with it. Each decision is judged
+    by the approvers policy; a message is not a decision, so the policy does not judge it,
+    but only a user's message declines."""
     auto_resume: bool
     """With `supersede`: read suspended tools' resume data from the message instead."""
     queue: bool

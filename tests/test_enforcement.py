@@ -493,16 +493,22 @@ def test_the_decisions_of_one_resume_are_all_checked_before_any_is_claimed(order
     [], [{"type": "ai", "data": {"content": "never mind", "id": "m-0"}}],
     [{"type": "human", "data": {"content": "stop that"}}],  # no id: never delivered
     [{"type": "human", "data": {"content": "", "id": "m-1"}}],  # says nothing
+    [{"type": "human", "data": {"content": "stop that", "id": "<first>"}}],  # not new
+    [{"type": "human", "data": {"content": "stop that", "id": "m-3"}},
+     {"type": "human", "data": {"content": "pay BETA instead"}}],  # one never delivered
 ])
 def test_a_resume_that_supersedes_must_carry_a_users_message(said: list[Any]) -> None:
     """`{"supersede": [...]}` stands for a new user message, which declines what waits: with
-    no message, or none of the user's (helper-6), or one that is never delivered, without an
-    id or content (helper-8), it declined the call past the approvers policy, and nothing
-    joined the conversation. Refused now; a user's message declines, joins the conversation,
-    and the audit names who sent it."""
+    no message, or none of the user's (helper-6), or one that is never delivered, without
+    an id or content (helper-8) or under an id the conversation has (helper-9), it declined
+    the call past the approvers policy, and nothing joined the conversation. Refused now; a
+    user's message declines, joins the conversation, and the audit names who sent it."""
     agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done"],
                             approvers=release_manager_only)
     result = agent.generate("pay")
+    first = agent.graph.get_state(config(result.thread_id)).values["messages"][0].id
+    said = [{**m, "data": {**m["data"], "id": first}} if m["data"].get("id") == "<first>"
+            else m for m in said]
     raw(agent, result.thread_id, {"supersede": said}, "mallory")
     assert pending_status(agent, result.run_id) == ["pending"]
     assert "user's new message" in agent.graph.get_state(

@@ -785,12 +785,13 @@ def test_runs_waiting_on_a_call_hold_no_thread_its_holder_needs(
     assert runs == ["api"] and not [o for o in outs if isinstance(o, BaseException)], outs
 
 
+@pytest.mark.parametrize("ending", ["the loop goes on", "asyncio.run ends"])
 def test_a_run_cancelled_as_it_claims_a_call_gives_the_claim_back(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str) -> None:
     """An async run cancelled while its tools node claims the call (in a worker thread):
     the claim was left to this process's keeper, renewed for as long as it lives, and every
-    later resume waited on it (helper-8). The claim is given back; the next resume runs the
-    call once."""
+    later resume waited on it (helper-8; helper-9 when `asyncio.run` ends on the timeout,
+    cancelling every task). The claim is given back; the next resume runs the call once."""
     import asyncio
 
     from langgraph.types import Command
@@ -817,7 +818,14 @@ def test_a_run_cancelled_as_it_claims_a_call_gives_the_claim_back(
         # (waited on the claim left behind, and ended in RunBusyError after the wait)
         await agent.graph.ainvoke(Command(resume={}), config)
 
-    asyncio.run(cancelled_then_resumed())
+    if ending == "the loop goes on":
+        asyncio.run(cancelled_then_resumed())
+    else:
+        with pytest.raises(asyncio.TimeoutError):
+            asyncio.run(asyncio.wait_for(agent.graph.ainvoke(Command(resume={}), config), 0.2))
+        time.sleep(0.8)  # the claim lands in its thread, and is given back
+        monkeypatch.setattr(_nodes, "_prepare", prepare)
+        agent.graph.invoke(Command(resume={}), config)
     assert runs == ["api"]
 
 
@@ -864,3 +872,31 @@ def test_a_claims_age_counts_from_its_statement(tmp_path: Path,
     with pytest.raises(RunBusyError, match="claim on it lapsed"):
         agent.resume_generate({"city": "Oslo"}, run_id=asked.run_id)
     assert runs == []
+
+
+def test_a_cancelled_runs_sync_tool_never_starts_after_the_cancel(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sync tool in an async run waits (in its pool thread) for a call another process
+    holds; the run is cancelled. The thread went on waiting, claimed the call once free and
+    ran it, a second after its run was cancelled (helper-9). It stops waiting now; the next
+    resume runs the call once."""
+    import asyncio
+
+    from langgraph.types import Command
+
+    from graphkit._ledger import _schema
+
+    monkeypatch.setattr(_schema, "WAIT_SECONDS", 10.0)
+    agent, first, runs = _paused_deploy(tmp_path)  # (a sync tool)
+    ledger = agent._storage.ledger
+    (key,) = [r[0] for r in ledger._sql.query("SELECT call_key FROM graphkit_calls")]
+    remote = "gk1:other-boot:1.2:3.4:77:99:nonce:elsewhere"
+    ledger._sql.execute("UPDATE graphkit_calls SET executed = ?, claim_expires = ? "
+                        "WHERE call_key = ?", (remote, time.time() + 1.0, key))
+    config = {"configurable": {"thread_id": first.thread_id}}
+    with pytest.raises(asyncio.TimeoutError):
+        asyncio.run(asyncio.wait_for(agent.graph.ainvoke(Command(resume={}), config), 0.3))
+    time.sleep(2.0)  # the other claim lapsed a second ago
+    assert runs == []
+    agent.graph.invoke(Command(resume={}), config)
+    assert runs == ["api"]
