@@ -12,11 +12,12 @@ process to claim its execution runs it (a replay gets the recorded result).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard, TypeVar
@@ -72,7 +73,14 @@ from graphkit._review import audit_row, supersede
 from graphkit._secrets import scrub_exception
 from graphkit._state import AgentState, ToolTask, TurnPlan
 from graphkit._validate import declares_secrets, secret_paths_of
-from graphkit.tools import CONTEXT_KEY, DelegationTool, GraphkitTool, ToolContext, ToolSuspended
+from graphkit.tools import (
+    CONTEXT_KEY,
+    STARTED_KEY,
+    DelegationTool,
+    GraphkitTool,
+    ToolContext,
+    ToolSuspended,
+)
 from graphkit.types import args_digest
 
 __all__ = ["make_model_node", "make_tools_nodes", "model_steps", "result_command",
@@ -519,9 +527,10 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
         str(key), owner, thread_id=thread_id, agent_path=task["agent_path"],
         tool_name=name, tool_call_id=str(task.get("tool_call_id"))) if _plain(task) else None
     if claimed is not None and runs_as_recorded(claimed.args, claimed.digest):
-        return _Admitted(owner, ledger.resume_values(str(key), thread_id)
-                         if context and claimed.resumed else [], claimed.once,
-                         dict(claimed.args), at)
+        with _given_back(ledger, str(key), owner):
+            return _Admitted(owner, ledger.resume_values(str(key), thread_id)
+                             if context and claimed.resumed else [], claimed.once,
+                             dict(claimed.args), at)
     if claimed is not None:  # arguments the gate never digested: never run them
         ledger.release(str(key), owner)
     row, approval = ledger.admission(key) if _comparable(key) else (None, None)
@@ -534,8 +543,9 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
         if outcome == "won":
             if not context:
                 return _Admitted(owner, [], {}, dict(row.args), at)
-            return _Admitted(owner, ledger.resume_values(row.call_key, row.thread_id),
-                             dict(row.once_results or {}), dict(row.args), at)
+            with _given_back(ledger, row.call_key, owner):
+                return _Admitted(owner, ledger.resume_values(row.call_key, row.thread_id),
+                                 dict(row.once_results or {}), dict(row.args), at)
         if outcome == "done" and held is not None and held.outcome is not None:
             return ToolMessage(held.outcome.get("content", ""),
                                tool_call_id=task["tool_call_id"], name=name,
@@ -551,6 +561,19 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
     return ToolMessage(REFUSED.format(name=name, why=why),
                        tool_call_id=str(task.get("tool_call_id") or ""), name=name,
                        status="error")
+
+
+@contextlib.contextmanager
+def _given_back(ledger: Ledger, key: str, owner: str) -> Iterator[None]:
+    """Between a call's claim and its tool's start: anything raised (a database error, a
+    bug) gives the claim back, so the call may run again, not left to this process's
+    keeper, which would renew it for as long as the process lives."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            ledger.release(key, owner)
+        raise
 
 
 class _Busy:
@@ -757,7 +780,8 @@ def make_tools_nodes(
         admitted = admit_when_free(task, config, handoff)
         if not isinstance(admitted, _Admitted):
             return _refused(admitted)
-        tool, call, tool_config = _prepare(tools, task, config, ledger, admitted)
+        with _given_back(ledger, task["key"], admitted.owner):
+            tool, call, tool_config = _prepare(tools, task, config, ledger, admitted)
         return execute(tool, call, tool_config, task, admitted)
 
     def begin(task: ToolTask, config: RunnableConfig, handoff: _Handoff
@@ -768,7 +792,8 @@ def make_tools_nodes(
             return admitted
         if not handoff.landed(admitted):
             return None  # the run was cancelled: the claim is given back (nobody reads this)
-        return (*_prepare(tools, task, config, ledger, admitted), admitted)
+        with _given_back(ledger, task["key"], admitted.owner):
+            return (*_prepare(tools, task, config, ledger, admitted), admitted)
 
     async def abegin(task: ToolTask, config: RunnableConfig) -> Any:
         """`begin` off the event loop, waiting on the loop (no thread held) while another
@@ -803,6 +828,11 @@ def make_tools_nodes(
             return _refused(begun)
         tool, call, tool_config, admitted = begun
         owner = admitted.owner
+        started: threading.Event | None = None
+        if isinstance(tool, GraphkitTool):  # it says when its body starts (`STARTED_KEY`)
+            started = threading.Event()
+            tool_config = {**tool_config, "configurable": {
+                **(tool_config.get("configurable") or {}), STARTED_KEY: started}}
         if time.monotonic() - admitted.claimed_at >= _schema.LEASE_SECONDS / 2:
             try:
                 await offload(confirm_claim, ledger, task["key"], admitted)  # a statement
@@ -818,6 +848,10 @@ def make_tools_nodes(
             await offload(ledger.release, task["key"], owner)
             raise
         except asyncio.CancelledError:
+            if started is not None and not started.is_set():
+                # cancelled before its body started: it did not run, and may run again
+                await asyncio.shield(offload(ledger.release, task["key"], owner))
+                raise
             # recorded before the cancellation goes on (in its thread even if cancelled again)
             await asyncio.shield(offload(stopped, task, owner, INTERRUPTED))
             raise

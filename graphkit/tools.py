@@ -12,6 +12,7 @@ import functools
 import inspect
 import json
 import re
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Literal, get_type_hints, overload
@@ -47,6 +48,9 @@ Predicate = Callable[[dict[str, Any]], bool]
 PromptFn = Callable[[dict[str, Any]], str]
 
 CONTEXT_KEY = "graphkit_tool_context"
+STARTED_KEY = "graphkit_tool_started"
+"""Where the tools node hands a tool an event to set as its body starts: a run cancelled
+before that gives the call's claim back (it may run again), not "interrupted while it ran"."""
 """Key of `config["configurable"]` under which the tools node hands a tool its context."""
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)\s*\}\}")
@@ -227,9 +231,14 @@ class GraphkitTool(StructuredTool):
         **kwargs: Any,
     ) -> Any:
         self._with_context(config, kwargs)
+        started = (config.get("configurable") or {}).get(STARTED_KEY)
         if self.coroutine is None:
+            if isinstance(started, threading.Event):
+                started.set()
             return await super()._arun(*args, config=config, run_manager=run_manager, **kwargs)
         _inject(self.coroutine, kwargs, config, run_manager)
+        if isinstance(started, threading.Event):
+            started.set()  # no await from here to the body's first line
         return await self.coroutine(*args, **kwargs)
 
 

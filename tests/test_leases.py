@@ -900,3 +900,59 @@ def test_a_cancelled_runs_sync_tool_never_starts_after_the_cancel(
     assert runs == []
     agent.graph.invoke(Command(resume={}), config)
     assert runs == ["api"]
+
+
+@pytest.mark.parametrize("flavour", ["sync run", "async run"])
+def test_a_claim_is_given_back_when_anything_raises_before_its_tool_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flavour: str) -> None:
+    """Between a call's claim and its tool's start, something raises (a database error, a
+    bug): the claim was left to this process's keeper, renewed for as long as it lived, and
+    every later resume waited on it and stopped (helper-10). It is given back: the next
+    resume runs the call once."""
+    import asyncio
+
+    from langgraph.types import Command
+
+    from graphkit import _nodes
+    from graphkit._ledger import _schema
+
+    monkeypatch.setattr(_schema, "WAIT_SECONDS", 5.0)
+    agent, first, runs = _paused_deploy(tmp_path)
+    prepare = _nodes._prepare
+
+    def broken(*args: Any) -> Any:
+        raise OSError("a transient failure")
+
+    monkeypatch.setattr(_nodes, "_prepare", broken)
+    config = {"configurable": {"thread_id": first.thread_id}}
+    with pytest.raises(OSError, match="transient"):
+        if flavour == "sync run":
+            agent.graph.invoke(Command(resume={}), config)
+        else:
+            asyncio.run(agent.graph.ainvoke(Command(resume={}), config))
+    monkeypatch.setattr(_nodes, "_prepare", prepare)
+    agent.graph.invoke(Command(resume={}), config)  # (waited, and stopped in RunBusyError)
+    assert runs == ["api"]
+
+
+def test_an_async_tool_cancelled_before_its_body_starts_may_run_again(tmp_path: Path) -> None:
+    """An async run cancelled after its call's claim, but before the tool's body started (an
+    async callback's `on_tool_start` awaiting): the call was recorded "interrupted while it
+    ran", and never ran (helper-10). It did not start, so its claim is given back: the next
+    resume runs it once."""
+    import asyncio
+
+    from langchain_core.callbacks import AsyncCallbackHandler
+    from langgraph.types import Command
+
+    class SlowStart(AsyncCallbackHandler):
+        async def on_tool_start(self, *args: Any, **kwargs: Any) -> None:
+            await asyncio.sleep(0.5)
+
+    agent, first, runs = _approved_async_deploy(tmp_path, 0.0, 2)
+    config = {"configurable": {"thread_id": first.thread_id}}
+    with pytest.raises(asyncio.TimeoutError):
+        asyncio.run(asyncio.wait_for(agent.graph.ainvoke(
+            Command(resume={}), {**config, "callbacks": [SlowStart()]}), 0.3))
+    agent.graph.invoke(Command(resume={}), config)
+    assert runs == ["api"]
