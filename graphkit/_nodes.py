@@ -627,15 +627,26 @@ class _Handoff:
         self._ledger.release(self._key, admitted.owner)
         return False
 
+    @contextlib.contextmanager
+    def _on_the_loop(self) -> Iterator[None]:
+        """The lock, taken on the event loop without a blocking wait (the thread holds it for
+        a few instructions; `langgraph dev` refuses a blocking lock wait on its loop)."""
+        while not self._lock.acquire(blocking=False):
+            pass
+        try:
+            yield
+        finally:
+            self._lock.release()
+
     def take(self) -> None:
         """The run starts the tool: the claim is its own now."""
-        with self._lock:
+        with self._on_the_loop():
             self._landed = None
 
     def cancel(self) -> None:
         """The run was cancelled: a claim landed and not taken is given back (in a thread of
         its own: not the event loop's, nor an executor an ending loop shuts down)."""
-        with self._lock:
+        with self._on_the_loop():
             self.cancelled = True
             left, self._landed = self._landed, None
         if left is not None:

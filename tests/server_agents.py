@@ -325,3 +325,14 @@ def _outer() -> Any:
 
 outer = _outer()
 """graphkit's gate inside a user's graph, in a node named like graphkit's own `tools`."""
+
+
+@create_tool(needs_approval=True, approval_prompt="Send build {{version}} to staging?")
+async def deploy_staging(version: str) -> str:
+    """Roll a build out to staging (an async tool: its claim and start run on the loop)."""
+    return f"rolled out {version} to staging"
+
+
+asyncer = Agent(name="asyncer", tools=[deploy_staging], model=ScriptedChatModel(
+    _once_then_echo("deploy_staging", {"version": "7.0.0"}, "call_stg_"))).graph
+"""An agent whose gated tool is async, served under `langgraph dev`'s blocking-call check."""

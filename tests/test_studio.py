@@ -477,7 +477,8 @@ def agents_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     config = {
         "dependencies": [str(ROOT)],
         "graphs": {name: f"{agents}:{name}"
-                   for name in ("wirer", "spoofer", "parallel", "copycat", "outer")},
+                   for name in ("wirer", "spoofer", "parallel", "copycat", "outer",
+                                "asyncer")},
         "auth": {"path": f"{ROOT / 'graphs' / 'auth.py'}:auth"},
         "http": {"app": f"{ROOT / 'graphs' / 'inbox.py'}:app"},
         "env": {},
@@ -486,6 +487,8 @@ def agents_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     workdir = tmp_path_factory.mktemp("langgraph-dev-agents")
     with langgraph_dev(workdir, config, env={"GRAPHKIT_TOKENS": json.dumps(tokens)}) as url:
         yield url
+    log = (workdir / "server.log").read_text()
+    assert "BlockingError" not in log, log[log.index("BlockingError") - 3000:][:6000]
 
 
 def developer(url: str) -> Any:
@@ -578,3 +581,19 @@ def test_a_decision_made_while_the_run_goes_on_is_continued_once_its_gate_waits(
     assert run["status"] == "success", run
     out = dev.threads.get_state(thread_id)["values"]["messages"]
     assert out[-1]["content"] == "slept 3.0; zapped beta", out[-1]
+
+
+def test_an_async_tool_is_claimed_and_run_on_the_servers_loop(agents_server: str) -> None:
+    """An approved async tool is admitted, handed over (`_Handoff`) and started on the
+    server's event loop, under `langgraph dev`'s blocking-call check (the fixture reads its
+    log): the call runs once, and the run ends with its result."""
+    dev = developer(agents_server)
+    thread_id = dev.threads.create()["thread_id"]
+    dev.runs.wait(thread_id, "asyncer",
+                  input={"messages": [{"role": "user", "content": "stage 7.0.0"}]})
+    (gate,) = interrupts(dev, thread_id)
+    assert [a["name"] for a in gate["value"]["action_requests"]] == ["deploy_staging"]
+    out = dev.runs.wait(thread_id, "asyncer",
+                        command={"resume": {"decisions": [{"type": "approve"}]}})
+    assert [m["content"] for m in out["messages"] if m["type"] == "tool"] == [
+        "rolled out 7.0.0 to staging"]
