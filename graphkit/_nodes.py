@@ -604,6 +604,17 @@ class Waiting:
         return self.pause
 
 
+def _says_when_it_starts(tool: BaseTool) -> bool:
+    """Whether the tool's body starts only through `GraphkitTool._arun`, which sets
+    `STARTED_KEY` right before it: not a subclass that runs its body another way (which
+    would never say so, and a cancelled call that did run would be given back, to run
+    again)."""
+    kind = type(tool)
+    return isinstance(tool, GraphkitTool) and all(
+        getattr(kind, name) is getattr(GraphkitTool, name)
+        for name in ("_arun", "arun", "ainvoke"))
+
+
 class _Handoff:
     """A claim taken in a worker thread for a run that awaits it: given back by whichever
     side learns last that the run was cancelled (the thread, if it lands after; the run, if
@@ -840,7 +851,7 @@ def make_tools_nodes(
         tool, call, tool_config, admitted = begun
         owner = admitted.owner
         started: threading.Event | None = None
-        if isinstance(tool, GraphkitTool):  # it says when its body starts (`STARTED_KEY`)
+        if _says_when_it_starts(tool):
             started = threading.Event()
             tool_config = {**tool_config, "configurable": {
                 **(tool_config.get("configurable") or {}), STARTED_KEY: started}}

@@ -956,3 +956,47 @@ def test_an_async_tool_cancelled_before_its_body_starts_may_run_again(tmp_path: 
             Command(resume={}), {**config, "callbacks": [SlowStart()]}), 0.3))
     agent.graph.invoke(Command(resume={}), config)
     assert runs == ["api"]
+
+
+def test_a_tool_subclass_that_starts_its_body_its_own_way_is_never_given_back(
+        tmp_path: Path) -> None:
+    """A `GraphkitTool` subclass whose `_arun` runs the body itself never says when it
+    starts: a run cancelled mid-body gave its claim back, and the next resume ran the body a
+    second time (helper-11). Only a tool that starts through `GraphkitTool._arun` is given
+    back; this one is recorded interrupted, and ran once."""
+    import asyncio
+
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.types import Command
+
+    from graphkit import Agent, GraphkitTool, Inbox, create_tool
+    from graphkit.testing import ScriptedChatModel
+    from tests.helpers import call, turn
+
+    runs: list[str] = []
+
+    async def body(service: str) -> str:
+        runs.append(service)  # the side effect, then the rest of the call
+        await asyncio.sleep(1.0)
+        return "ok"
+
+    class Audited(GraphkitTool):
+        async def _arun(self, *args: Any, config: RunnableConfig | None = None,
+                        run_manager: Any = None, **kwargs: Any) -> Any:
+            assert self.coroutine is not None
+            return await self.coroutine(*args, **kwargs)
+
+    made = create_tool(needs_approval=True)(body)
+    tool = Audited(name="deploy", description="Deploy.", coroutine=body, func=None,
+                   args_schema=made.args_schema, needs_approval=True)
+    agent = Agent(name="ops", tools=[tool], checkpointer=f"sqlite:///{tmp_path / 'g.db'}",
+                  model=ScriptedChatModel([turn(call("deploy", {"service": "api"}, "c1")),
+                                           "done", "done"]))
+    first = agent.generate("deploy the api")
+    (item,) = Inbox(agent._storage).pending()
+    Inbox(agent._storage).approve(item.id, decided_by="release-manager")
+    config = {"configurable": {"thread_id": first.thread_id}}
+    with pytest.raises(asyncio.TimeoutError):
+        asyncio.run(asyncio.wait_for(agent.graph.ainvoke(Command(resume={}), config), 0.3))
+    agent.graph.invoke(Command(resume={}), config)
+    assert runs == ["api"]
