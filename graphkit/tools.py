@@ -48,10 +48,10 @@ Predicate = Callable[[dict[str, Any]], bool]
 PromptFn = Callable[[dict[str, Any]], str]
 
 CONTEXT_KEY = "graphkit_tool_context"
+"""Key of `config["configurable"]` under which the tools node hands a tool its context."""
 STARTED_KEY = "graphkit_tool_started"
 """Where the tools node hands a tool an event to set as its body starts: a run cancelled
 before that gives the call's claim back (it may run again), not "interrupted while it ran"."""
-"""Key of `config["configurable"]` under which the tools node hands a tool its context."""
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)\s*\}\}")
 _MISSING = object()
