@@ -28,11 +28,11 @@ from graphkit._review import (
     Choice,
     Remember,
     expire,
+    judge,
     refuse,
     resolved_message,
     shown,
     supersede,
-    take,
 )
 from graphkit._settings import Approvers
 from graphkit._state import RunOptions
@@ -206,10 +206,10 @@ def decide(
         raise
     record = item.record
     path, name = record["agent_path"], record["tool_name"]
-    take(req.ledger, record, choice, decided_by=decided_by, comment=comment,
-         approvers=req.find_policy(path),
-         tool=req.find_tool(path, name), thread_id=req.thread_id, run_id=req.run_id,
-         reviewed_digest=args_digest, remember=remember, grant_ttl=req.grant_ttl)
+    judge(req.ledger, record, choice, decided_by=decided_by, comment=comment,
+          approvers=req.find_policy(path),
+          tool=req.find_tool(path, name), thread_id=req.thread_id, run_id=req.run_id,
+          reviewed_digest=args_digest, remember=remember, grant_ttl=req.grant_ttl)()
     return record
 
 

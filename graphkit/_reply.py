@@ -3,7 +3,7 @@
 The Agent API hands a new message to the paused gate in its resume value. A LangGraph server
 client (Studio, Agent Chat UI) sends it as plain graph input, which LangGraph runs from the
 model node. With auto-resume on, the model node answers the suspension here, in the same node
-execution: from that input alone, as its authenticated sender, in the ledger (`take`; the gate
+execution: from that input alone, as its authenticated sender, in the ledger (`judge`; the gate
 verifies the decision again before it applies it). What else waits is declined as superseded,
 as the API's message declines it. The reply is queued in the same write that takes it out of
 the conversation, and the gate appends it once every call of the turn has its answer.

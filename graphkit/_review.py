@@ -1,7 +1,7 @@
 """Taking a human decision, the one way every door takes it: check, claim, audit.
 
 The Agent API, the inbox, the CLI and the approval gate itself (for a raw
-`Command(resume=...)` from the LangGraph server, Studio or Agent Chat UI) all call `take`.
+`Command(resume=...)` from the LangGraph server, Studio or Agent Chat UI) all call `judge`.
 It checks who decides (the approvers policy, called with the arguments that will run), the
 digest of what was reviewed, edited arguments (by the tool's own model where the tool is at
 hand), and size bounds; then claims the approval in the ledger, where only a pending,
@@ -62,7 +62,6 @@ __all__ = [
     "resolved_message",
     "shown",
     "supersede",
-    "take",
     "verify",
 ]
 
@@ -468,33 +467,6 @@ def refuse(ledger: Ledger, record: Mapping[str, Any] | None, exc: Exception, *,
                             decided_by=decided_by, detail=f"{type(exc).__name__}: {exc}")])
 
 
-def take(
-    ledger: Ledger,
-    record: ApprovalRecord,
-    choice: Choice,
-    *,
-    decided_by: str | None,
-    comment: str | None = None,
-    approvers: Approvers | None,
-    tool: BaseTool | None,
-    thread_id: str,
-    run_id: str | None,
-    reviewed_digest: str | None = None,
-    remember: Remember = "once",
-    grant_ttl: timedelta | None = DEFAULT_GRANT_TTL,
-    check_args: ArgsCheck | None = None,
-    source: str = "api",
-    identity_required: bool = False,
-) -> Taken:
-    """Check and claim one decision, with its audit entry (and a grant); audit a refusal.
-    The record is judged as the ledger recorded it when it was planned (a door's copy is a
-    view: its secrets are masked), with the status the door saw."""
-    return judge(ledger, record, choice, decided_by=decided_by, comment=comment,
-                 approvers=approvers, tool=tool, thread_id=thread_id, run_id=run_id,
-                 reviewed_digest=reviewed_digest, remember=remember, grant_ttl=grant_ttl,
-                 check_args=check_args, source=source, identity_required=identity_required)()
-
-
 def judge(
     ledger: Ledger,
     record: ApprovalRecord,
@@ -513,9 +485,12 @@ def judge(
     source: str = "api",
     identity_required: bool = False,
 ) -> Callable[[], Taken]:
-    """`take`'s check alone (a refusal is audited and raised), returning what claims the
-    decision: a door taking several decisions at once checks them all before it claims any,
-    so that one refused changes nothing of the others."""
+    """Check one decision (a refusal is audited and raised) and return what claims it, with
+    its audit entry (and a grant), a lost claim audited and raised too: `judge(...)()` takes
+    one decision; a door taking several checks them all before it claims any, so that one
+    refused changes nothing of the others. The record is judged as the ledger recorded it
+    when it was planned (a door's copy is a view: its secrets are masked), with the status
+    the door saw."""
     recorded = ledger.record(record["id"]) if isinstance(record.get("id"), str) else None
     if recorded is not None:
         record = {**recorded, "status": record.get("status", recorded["status"])}  # type: ignore[typeddict-item]
@@ -582,9 +557,9 @@ def auto_resume(ledger: Ledger, record: ApprovalRecord, data: Any, *, decided_by
     if data is None:
         return None
     try:
-        return take(ledger, record, Choice(type="resume", data=data), decided_by=decided_by,
-                    approvers=approvers, tool=tool, thread_id=thread_id, run_id=run_id,
-                    source="auto_resume", identity_required=identity_required)
+        return judge(ledger, record, Choice(type="resume", data=data), decided_by=decided_by,
+                     approvers=approvers, tool=tool, thread_id=thread_id, run_id=run_id,
+                     source="auto_resume", identity_required=identity_required)()
     except GraphkitError:
         return None
 

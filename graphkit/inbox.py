@@ -28,11 +28,11 @@ from graphkit._review import (
     Remember,
     audit_row,
     expire,
+    judge,
     refuse,
     resolved_message,
     shown,
     supersede,
-    take,
 )
 from graphkit._secrets import masked, masked_record, record_paths
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers
@@ -488,12 +488,12 @@ class Inbox:
             refuse(ledger, entry, refused, decided_by=decided_by, thread_id=thread_id,
                    run_id=run_id)
             raise refused
-        take(ledger, record, choice, decided_by=decided_by, comment=comment,
-             approvers=approvers, tool=tool, thread_id=thread_id, run_id=run_id,
-             reviewed_digest=args_digest, remember=remember,
-             grant_ttl=agent.grant_ttl if agent else DEFAULT_GRANT_TTL,
-             check_args=None if tool else lambda edited: self._check_args(entry, edited),
-             source="inbox")
+        judge(ledger, record, choice, decided_by=decided_by, comment=comment,
+              approvers=approvers, tool=tool, thread_id=thread_id, run_id=run_id,
+              reviewed_digest=args_digest, remember=remember,
+              grant_ttl=agent.grant_ttl if agent else DEFAULT_GRANT_TTL,
+              check_args=None if tool else lambda edited: self._check_args(entry, edited),
+              source="inbox")()
         return _pending({**entry, **shown(record, ledger.approval(approval_id))})
 
     def _check_args(self, entry: dict[str, Any], args: Any) -> dict[str, Any]:
