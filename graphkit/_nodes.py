@@ -450,13 +450,17 @@ class _Admitted:
     """When (monotonic) its claim statement was sent (its age counts from there, whatever
     ran since): `confirm_claim`."""
 
+    def may_have_lapsed(self) -> bool:
+        """Whether the claim is old enough to have lapsed (the process stalled since:
+        paused, swapped out, its renewals late)."""
+        return time.monotonic() - self.claimed_at >= _schema.LEASE_SECONDS / 2
+
 
 def confirm_claim(ledger: Ledger, key: str, admitted: _Admitted) -> None:
-    """Right before the tool starts. A claim taken long enough ago to have lapsed (the
-    process stalled since: paused, swapped out, its renewals late) is confirmed in the
+    """Right before the tool starts. A claim that may have lapsed is confirmed in the
     ledger as still this owner's; one another process took over (and maybe ran) stops the
     run, the tool not started. A fresh claim costs no statement."""
-    if time.monotonic() - admitted.claimed_at < _schema.LEASE_SECONDS / 2:
+    if not admitted.may_have_lapsed():
         return
     if not ledger.confirm(key, admitted.owner):
         msg = (f"call {key!r}: this process's claim on it lapsed and another process took it "
@@ -855,7 +859,7 @@ def make_tools_nodes(
             started = threading.Event()
             tool_config = {**tool_config, "configurable": {
                 **(tool_config.get("configurable") or {}), STARTED_KEY: started}}
-        if time.monotonic() - admitted.claimed_at >= _schema.LEASE_SECONDS / 2:
+        if admitted.may_have_lapsed():
             try:
                 await offload(confirm_claim, ledger, task["key"], admitted)  # a statement
             except asyncio.CancelledError:
