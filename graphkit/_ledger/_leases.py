@@ -145,14 +145,13 @@ class Leases(LedgerBase):
 
     def queued(self, run_id: str) -> bool:
         """Whether the run waits in the queue to be continued."""
-        return bool(self._sql.query("SELECT 1 FROM graphkit_ready WHERE run_id = ?",
-                                    (run_id,)))
+        return self.queue_entry(run_id)[0]
 
-    def server_queued(self, run_id: str) -> tuple[bool, str | None, str | None]:
-        """Of a LangGraph server's run in the queue: whether it is there, the approval whose
-        decision in the mounted inbox it is continued for (None: nobody continues it there;
-        another door made it ready), and why its last attempt did not start (None: it did not
-        fail)."""
+    def queue_entry(self, run_id: str) -> tuple[bool, str | None, str | None]:
+        """Of a run: whether it waits in the queue to be continued; for a LangGraph server's
+        run, the approval whose decision in the mounted inbox it is continued for (None:
+        nobody continues it there; another door made it ready), and why its last attempt did
+        not start (None: it did not fail)."""
         rows = self._sql.query("SELECT continue_as, continue_for, held_back FROM graphkit_ready "
                                "WHERE run_id = ?", (run_id,))
         if not rows:

@@ -78,13 +78,14 @@ def _served(item: PendingApproval) -> bool:
 
 
 def _recorded(ledger: Ledger, item: PendingApproval
-              ) -> tuple[str | None, dict[str, Any] | None, bool]:
-    """The item's call key, the call's recorded result (if any), and whether its run waits in
-    the ready queue: what the ledger says of a decided approval, in one place."""
+              ) -> tuple[str | None, dict[str, Any] | None, tuple[bool, str | None, str | None]]:
+    """The item's call key, the call's recorded result (if any), and its run's entry in the
+    ready queue (`Ledger.queue_entry`): what the ledger says of a decided approval, in one
+    place."""
     row = ledger.approval(item.id)
     key = row.call_key if row is not None else None
     outcome = ledger.outcomes([key], thread_id=item.thread_id).get(key) if key else None
-    return key, outcome, ledger.queued(_queue_key(item))
+    return key, outcome, ledger.queue_entry(_queue_key(item))
 
 
 def local_continuation(ledger: Ledger, item: PendingApproval) -> Continuation | None:
@@ -93,7 +94,7 @@ def local_continuation(ledger: Ledger, item: PendingApproval) -> Continuation | 
     decisions, or done, with the call's result."""
     if item.status == "pending" or not item.thread_id:
         return None
-    _, outcome, queued = _recorded(ledger, item)
+    _, outcome, (queued, _, _) = _recorded(ledger, item)
     if outcome is not None:
         return Continuation(status="continued", outcome=outcome)
     if queued:
@@ -406,9 +407,8 @@ class ServerRuns:
         continued it (the inbox recorded its id) and the call's recorded result."""
         if item.status == "pending" or not item.thread_id:
             return None
-        key, outcome, _ = await asyncio.to_thread(_recorded, self._ledger, item)
-        queued, continued_for, why = await asyncio.to_thread(self._ledger.server_queued,
-                                                             _queue_key(item))
+        key, outcome, (queued, continued_for, why) = await asyncio.to_thread(
+            _recorded, self._ledger, item)
         if queued and continued_for is not None:
             # why it did not start names its reviewer: said on their approval's card alone
             # (a viewer of another approval of the thread may not see who decided that one)
