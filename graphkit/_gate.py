@@ -148,21 +148,38 @@ class GateContext:
     _pending: list[list[PendingTurn]] = field(
         default_factory=list, init=False, repr=False, compare=False)
     """What a top-level agent waits on, read with the turn (empty: not read, or taken)."""
+    _outcomes: list[dict[str, dict[str, Any] | None]] = field(
+        default_factory=list, init=False, repr=False, compare=False)
+    """The outcomes of the turn's calls, read with it when asked (empty: not read)."""
 
     @property
     def agent(self) -> str:
         """The agent's path as one key (the ledger's message queue is kept per agent)."""
         return "/".join(self.path)
 
-    def turn(self, key: str | None) -> TurnPlan | None:
+    def turn(self, key: str | None, *, outcomes: bool = False) -> TurnPlan | None:
         """The ledger's plan of the turn of `key` (None: no turn, no plan), read with the
-        agent's message queue and, for a top-level agent, what it waits on (the pass reads
-        them all: one statement)."""
-        plan, queue, pending = self.ledger.turn_and_queue(
-            self.thread_id, self.path, key, self.agent, pending=len(self.path) == 1)
+        agent's message queue, for a top-level agent what it waits on, and with `outcomes`,
+        the recorded outcomes of the turn's calls (the pass reads them all: one statement)."""
+        plan, queue, pending, recorded = self.ledger.turn_and_queue(
+            self.thread_id, self.path, key, self.agent, pending=len(self.path) == 1,
+            outcomes=outcomes)
         self._queue[:] = [queue]
         self._pending[:] = [pending] if pending is not None else []
+        self._outcomes[:] = [recorded] if recorded is not None else []
         return plan
+
+    def outcomes(self, call_keys: Iterable[str]) -> dict[str, dict[str, Any] | None]:
+        """`Ledger.outcomes` of these calls of this thread, as `turn` read them with its plan
+        (a call it did not find, which a turn's plan and its calls written together never
+        leave out, is read now)."""
+        keys = list(dict.fromkeys(call_keys))
+        known = self._outcomes[0] if self._outcomes else {}
+        found = {k: known[k] for k in keys if k in known}
+        missing = [k for k in keys if k not in known]
+        if missing:
+            found.update(self.ledger.outcomes(missing, thread_id=self.thread_id))
+        return found
 
     def pending_turns(self) -> list[PendingTurn]:
         """`Ledger.pending_turns` of this agent, as `turn` read it, once (else read now). A

@@ -191,7 +191,7 @@ def _discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
             break
     if not answers:
         return fixes
-    outcomes = ctx.ledger.outcomes((call["key"] for _, call in answers), thread_id=ctx.thread_id)
+    outcomes = ctx.outcomes(call["key"] for _, call in answers)
     for message, call in answers:
         outcome = outcomes.get(call["key"])
         if outcome is not None and _same(outcome.get("content"), message.content):
@@ -351,7 +351,7 @@ def make_model_node(
         limit = limit if isinstance(limit, int) and limit > 0 else 25
         ctx = planner.context(state, config)
         key = last_turn_key(state.get("messages") or [], ctx.scope)
-        plan = ctx.turn(key)  # (with the queue and what waits, read below)
+        plan = ctx.turn(key, outcomes=True)  # (with the queue, what waits, what ran: below)
         forged = _discard_forged(state, plan, ctx)
         messages = _with_fixes(list(state.get("messages") or []), forged)
         reply = reply_to_suspension(plan, messages, options, planner, ctx, config)

@@ -729,15 +729,16 @@ def test_a_set_up_raced_by_another_process_is_run_again() -> None:
 
 def test_a_turns_plan_its_agents_queue_and_what_it_waits_on_are_read_in_one_statement(
         durable_url: str) -> None:
-    """`turn_and_queue` answers what `turn`, `queue_rows` and (asked) `pending_turns` answer
-    apart (the queue in the order it came, another agent's or thread's entries left out, a
-    decided approval too), on either engine."""
+    """`turn_and_queue` answers what `turn`, `queue_rows` and (asked) `pending_turns` and
+    `outcomes` of the turn's calls answer apart (the queue in the order it came, another
+    agent's or thread's entries left out, a decided approval too), on either engine."""
     from graphkit._ledger import ApprovalRow, CallRow
     from graphkit._storage import open_storage
 
     ledger = open_storage(durable_url).ledger
-    assert ledger.turn_and_queue("t1", ["a"], "k1", "a") == (None, [], None)
-    assert ledger.turn_and_queue("t1", ["a"], "k1", "a", pending=True) == (None, [], [])
+    assert ledger.turn_and_queue("t1", ["a"], "k1", "a") == (None, [], None, None)
+    assert ledger.turn_and_queue("t1", ["a"], "k1", "a", pending=True) == (None, [], [], None)
+    assert ledger.turn_and_queue("t1", ["a"], "k1", "a", outcomes=True) == (None, [], None, {})
     plan: Any = {"turn_key": "k1", "ai_message_id": "ai1", "calls": [], "error": None}
     ledger.save_turn("t1", ["a"], plan)
 
@@ -765,7 +766,14 @@ def test_a_turns_plan_its_agents_queue_and_what_it_waits_on_are_read_in_one_stat
     waits("apr-decided", "t1", ["a"], "k1")
     assert ledger.decide("apr-decided", thread_id="t1", args_digest="d", status="rejected",
                          decision={"type": "reject", "decided_by": "alice"}, audits=[])
-    found = ledger.turn_and_queue("t1", ["a"], "k1", "a", pending=True)
+    ledger.settle({"call-apr-k1": {"content": "paid", "status": "success"},
+                   "call-apr-sub": {"content": "the subagent's", "status": "success"}},
+                  thread_id="t1")
+    ledger.settle({"call-apr-t2": {"content": "another thread's", "status": "success"}},
+                  thread_id="t2")
+    found = ledger.turn_and_queue("t1", ["a"], "k1", "a", pending=True, outcomes=True)
+    assert found[3] == ledger.outcomes(["call-apr-k1", "call-apr-decided"], thread_id="t1") == {
+        "call-apr-k1": {"content": "paid", "status": "success"}, "call-apr-decided": None}
     assert found[:2] == (ledger.turn("t1", ["a"], "k1"), ledger.queue_rows("t1", "a"))
     assert found[0] == plan
     assert [m["data"]["content"] for _, m, _ in found[1]] == ["first", "second"]
@@ -773,9 +781,10 @@ def test_a_turns_plan_its_agents_queue_and_what_it_waits_on_are_read_in_one_stat
     assert sorted(found[2]) == sorted(ledger.pending_turns("t1", ["a"])) == [
         ("apr-k0", "approval", "pay", "k0"), ("apr-k1", "approval", "pay", "k1")]
     assert ledger.turn_and_queue("t1", ["a"], "k2", "a") == (
-        None, ledger.queue_rows("t1", "a"), None)
-    first = ledger.turn_and_queue("t1", ["a"], None, "a", pending=True)  # no turn yet
-    assert first == (None, ledger.queue_rows("t1", "a"), found[2])
+        None, ledger.queue_rows("t1", "a"), None, None)
+    first = ledger.turn_and_queue("t1", ["a"], None, "a", pending=True,
+                                  outcomes=True)  # no turn yet
+    assert first == (None, ledger.queue_rows("t1", "a"), found[2], {})
 
 
 def test_writes_run_together_are_all_applied_and_one_row_written_twice_counts_twice(

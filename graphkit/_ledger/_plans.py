@@ -22,14 +22,16 @@ from graphkit._ledger._rows import (
 from graphkit._ledger._schema import (
     DONE,
 )
-from graphkit._ledger._sql import Tx, dumps, path_text
+from graphkit._ledger._sql import Tx, dumps, loads, path_text
 from graphkit._ledger._values import stowed, unstowed
 from graphkit._state import TurnPlan
 
 __all__ = ["Plans", "TurnReading"]
 
-TurnReading = tuple[TurnPlan | None, list[Queued], list[PendingTurn] | None]
-"""A turn's plan, its agent's message queue, and (when asked) what the agent waits on."""
+TurnReading = tuple[TurnPlan | None, list[Queued], list[PendingTurn] | None,
+                    dict[str, dict[str, Any] | None] | None]
+"""A turn's plan, its agent's message queue, and (when asked) what the agent waits on and
+the recorded outcomes of the turn's calls (`Executions.outcomes` of them)."""
 
 
 class Plans(LedgerBase):
@@ -99,10 +101,12 @@ class Plans(LedgerBase):
         return plan
 
     def turn_and_queue(self, thread_id: str, agent_path: Sequence[str], key: str | None,
-                       agent: str, *, pending: bool = False) -> TurnReading:
-        """`turn` (None for a `key` of None), `queue_rows(thread_id, agent)` and, with
-        `pending`, `pending_turns` in one statement: a gate or model pass reads them all
-        (None: pending turns not read)."""
+                       agent: str, *, pending: bool = False, outcomes: bool = False
+                       ) -> TurnReading:
+        """`turn` (None for a `key` of None), `queue_rows(thread_id, agent)`, with `pending`,
+        `pending_turns`, and with `outcomes`, `outcomes` of the calls planned in the turn (by
+        their `turn_key`), in one statement: a gate or model pass reads them all (None: not
+        read)."""
         path = path_text(agent_path)
         sql = ("SELECT 0 AS part, 0 AS seq, plan AS a, NULL AS b, NULL AS c, NULL AS d "
                "FROM graphkit_turns WHERE thread_id = ? AND agent_path = ? AND turn_key = ? "
@@ -112,11 +116,17 @@ class Plans(LedgerBase):
         if pending:
             sql += f" UNION ALL SELECT 2, 0, {PENDING_TURNS}"
             params = (*params, thread_id, path)
+        if outcomes:
+            sql += (" UNION ALL SELECT 3, 0, call_key, executed, outcome, NULL FROM "
+                    "graphkit_calls WHERE thread_id = ? AND agent_path = ? AND turn_key = ?")
+            params = (*params, thread_id, path, key)
         rows = self._sql.query(sql + " ORDER BY part, seq", params)
         plans = [r[2] for r in rows if r[0] == 0]
         plan: TurnPlan | None = unstowed(self._sql.query, plans[0]) if plans else None
         return (plan, queued(r[2:5] for r in rows if r[0] == 1),
-                [pending_turn(r[2:]) for r in rows if r[0] == 2] if pending else None)
+                [pending_turn(r[2:]) for r in rows if r[0] == 2] if pending else None,
+                {str(r[2]): loads(r[4]) if r[3] == DONE else None for r in rows if r[0] == 3}
+                if outcomes else None)
 
     def save_turn(self, thread_id: str, agent_path: Sequence[str], plan: TurnPlan) -> None:
         """Record the gate's plan of a turn as it now stands."""

@@ -202,7 +202,9 @@ MIGRATIONS = (("graphkit_approvals", "allowed", "TEXT"),
                ("graphkit_ready", "held_back", "TEXT"))
 """Columns added after a table was first made: added to an existing database on open."""
 LATE = ("CREATE INDEX IF NOT EXISTS graphkit_approvals_waiting ON graphkit_approvals "
-        "(waiting) WHERE waiting IS NOT NULL",)
+        "(waiting) WHERE waiting IS NOT NULL",
+        # a turn's calls, read with its plan (`turn_and_queue`)
+        "CREATE INDEX IF NOT EXISTS graphkit_calls_turn ON graphkit_calls (thread_id, turn_key)")
 """Statements on migrated columns: run after `MIGRATIONS`."""
 
 NOTIFY_RECHECK = 5.0
