@@ -151,23 +151,45 @@ class GateContext:
     _outcomes: list[dict[str, dict[str, Any] | None]] = field(
         default_factory=list, init=False, repr=False, compare=False)
     """The outcomes of the turn's calls, read with it when asked (empty: not read)."""
+    _approvals: list[dict[str, ApprovalRow]] = field(
+        default_factory=list, init=False, repr=False, compare=False)
+    """The approval rows of the turn's calls, read with it when asked (empty: not read, or
+    taken, or out of date)."""
 
     @property
     def agent(self) -> str:
         """The agent's path as one key (the ledger's message queue is kept per agent)."""
         return "/".join(self.path)
 
-    def turn(self, key: str | None, *, outcomes: bool = False) -> TurnPlan | None:
+    def turn(self, key: str | None, *, outcomes: bool = False, approvals: bool = False
+             ) -> TurnPlan | None:
         """The ledger's plan of the turn of `key` (None: no turn, no plan), read with the
-        agent's message queue, for a top-level agent what it waits on, and with `outcomes`,
-        the recorded outcomes of the turn's calls (the pass reads them all: one statement)."""
-        plan, queue, pending, recorded = self.ledger.turn_and_queue(
+        agent's message queue, for a top-level agent what it waits on, and as asked the
+        outcomes and the approval rows of the turn's calls (one statement for them all)."""
+        found = self.ledger.turn_and_queue(
             self.thread_id, self.path, key, self.agent, pending=len(self.path) == 1,
-            outcomes=outcomes)
-        self._queue[:] = [queue]
-        self._pending[:] = [pending] if pending is not None else []
-        self._outcomes[:] = [recorded] if recorded is not None else []
-        return plan
+            outcomes=outcomes, approvals=approvals)
+        self._queue[:] = [found.queue]
+        self._pending[:] = [found.pending] if found.pending is not None else []
+        self._outcomes[:] = [found.outcomes] if found.outcomes is not None else []
+        self._approvals[:] = [found.approvals] if found.approvals is not None else []
+        return found.plan
+
+    def approvals(self, approval_ids: Iterable[str]) -> dict[str, ApprovalRow]:
+        """`Ledger.approvals` of these ids, as `turn` read them with its plan, once (a later
+        call, or an id it did not find, is read now): the gate's first look at what waits
+        reads nothing more; a look after the pass changed a row reads it again."""
+        ids = list(dict.fromkeys(approval_ids))
+        known = self._approvals.pop() if self._approvals else {}
+        found = {i: known[i] for i in ids if i in known}
+        missing = [i for i in ids if i not in known]
+        if missing:
+            found.update(self.ledger.approvals(missing))
+        return found
+
+    def forget_approvals(self) -> None:
+        """The pass changed approval rows: what `turn` read of them is out of date."""
+        self._approvals.clear()
 
     def outcomes(self, call_keys: Iterable[str]) -> dict[str, dict[str, Any] | None]:
         """`Ledger.outcomes` of these calls of this thread, as `turn` read them with its plan
@@ -565,7 +587,8 @@ class _Pass:
         for approval_id in ledger.overdue(r["id"] for r in expiring):
             record = next(r for r in expiring if r["id"] == approval_id)
             expire(ledger, record, thread_id=self.ctx.thread_id, run_id=self.ctx.run_id)
-        rows = self.rows = ledger.approvals(r["id"] for r in waiting)
+            self.ctx.forget_approvals()
+        rows = self.rows = self.ctx.approvals(r["id"] for r in waiting)
         changed = False
         for record in waiting:
             row = rows.get(record["id"])
@@ -755,7 +778,7 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         update: dict[str, Any] = {}
         new_messages: list[BaseMessage] = []
         # The ledger's plan of this turn, which only gates write (the state only points to it).
-        previous = ctx.turn(turn_key(ai, ctx.scope))
+        previous = ctx.turn(turn_key(ai, ctx.scope), approvals=True)
         changed = False
         if previous is None:
             plan, errors, _ = planner.plan(ai, state, ctx)

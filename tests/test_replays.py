@@ -133,11 +133,12 @@ def test_time_travel_before_a_pending_approval_supersedes_it(sqlite_url: str) ->
 
 def test_a_pass_reads_what_the_ledger_holds_for_it_in_one_statement_each(
         sqlite_url: str) -> None:
-    """What a model pass checks for abandoned turns, and the agent's message queue, are read
-    in the statement that reads the turn's plan (the time-travel test above shows the check
-    still declines what it must), not in statements of their own: in a run's first pass (no
-    turn yet) and in the pass after a resumed turn. The gate that pauses reads the approvals'
-    rows once: what it applies and what its pause says a reviewer may decide."""
+    """What a model pass checks for abandoned turns, the agent's message queue, the outcomes
+    of the turn's calls (which the model pass checks its tool results against) and the rows
+    of their approvals (which the gate applies, and its pause says a reviewer may decide) are
+    read in the statement that reads the turn's plan (the time-travel test above shows the
+    check still declines what it must), not in statements of their own: in a run's first pass
+    (no turn yet) and in the pass after a resumed turn."""
     ran: list[str] = []
     agent = _release(sqlite_url, ran)
     sql: Any = agent._storage.ledger._sql
@@ -151,15 +152,17 @@ def test_a_pass_reads_what_the_ledger_holds_for_it_in_one_statement_each(
         finally:
             sql.conn.set_trace_callback(None)
         kinds = {"turn": "SELECT 0 AS part", "waits": "FROM graphkit_approvals a LEFT JOIN",
-                 "queue": "FROM graphkit_queue", "rows": "SELECT approval_id, thread_id, kind"}
+                 "queue": "FROM graphkit_queue", "rows": "SELECT approval_id, thread_id, kind",
+                 "outcomes": "SELECT call_key, executed, outcome"}
         return result, {k: sum(text in s for s in seen) for k, text in kinds.items()}
 
     paused, first = reads(lambda: agent.generate("ship 1.4.2"))
     assert paused.pending_approvals[0].allowed_decisions == ["approve", "edit", "reject"]
     # the model pass and the gate's: each reads the plan, queue and what waits together
-    assert first == {"turn": 2, "waits": 2, "queue": 2, "rows": 1}, first
+    assert first == {"turn": 2, "waits": 2, "queue": 2, "rows": 0, "outcomes": 0}, first
     done, then = reads(lambda: agent.approve_tool_call_generate(run_id=paused.run_id,
                                                                  decided_by="alice"))
     assert done.text == "done: deployed 1.4.2" and ran == ["1.4.2"]
-    # the decision reads its row, the gate reads it again (it verifies what it applies)
-    assert then == {"turn": 2, "waits": 2, "queue": 2, "rows": 2}, then
+    # the decision reads its row; the gate reads it again, with its plan (it verifies what it
+    # applies), and the model pass reads the call's outcome with its plan
+    assert then == {"turn": 2, "waits": 2, "queue": 2, "rows": 1, "outcomes": 0}, then

@@ -729,16 +729,17 @@ def test_a_set_up_raced_by_another_process_is_run_again() -> None:
 
 def test_a_turns_plan_its_agents_queue_and_what_it_waits_on_are_read_in_one_statement(
         durable_url: str) -> None:
-    """`turn_and_queue` answers what `turn`, `queue_rows` and (asked) `pending_turns` and
-    `outcomes` of the turn's calls answer apart (the queue in the order it came, another
-    agent's or thread's entries left out, a decided approval too), on either engine."""
-    from graphkit._ledger import ApprovalRow, CallRow
+    """`turn_and_queue` answers what `turn`, `queue_rows` and (asked) `pending_turns`, and
+    `outcomes` and `approvals` of the turn's calls answer apart (the queue in the order it
+    came, another agent's, thread's or turn's entries left out, a decided approval too), on
+    either engine."""
+    from graphkit._ledger import ApprovalRow, CallRow, TurnReading
     from graphkit._storage import open_storage
 
     ledger = open_storage(durable_url).ledger
-    assert ledger.turn_and_queue("t1", ["a"], "k1", "a") == (None, [], None, None)
-    assert ledger.turn_and_queue("t1", ["a"], "k1", "a", pending=True) == (None, [], [], None)
-    assert ledger.turn_and_queue("t1", ["a"], "k1", "a", outcomes=True) == (None, [], None, {})
+    assert ledger.turn_and_queue("t1", ["a"], "k1", "a") == TurnReading(None, [])
+    assert ledger.turn_and_queue("t1", ["a"], "k1", "a", pending=True, outcomes=True,
+                                 approvals=True) == TurnReading(None, [], [], {}, {})
     plan: Any = {"turn_key": "k1", "ai_message_id": "ai1", "calls": [], "error": None}
     ledger.save_turn("t1", ["a"], plan)
 
@@ -757,7 +758,7 @@ def test_a_turns_plan_its_agents_queue_and_what_it_waits_on_are_read_in_one_stat
                            args_digest="d", approval_id=approval_id, turn_key=turn)],
             approvals=[ApprovalRow(approval_id=approval_id, thread_id=thread_id,
                                    kind="approval", call_key=key, agent_path=path,
-                                   tool_name="pay", args_digest="d")])
+                                   tool_name="pay", args_digest="d", ttl=60.0)])
 
     waits("apr-k1", "t1", ["a"], "k1")
     waits("apr-k0", "t1", ["a"], "k0")  # an earlier turn's
@@ -771,20 +772,25 @@ def test_a_turns_plan_its_agents_queue_and_what_it_waits_on_are_read_in_one_stat
                   thread_id="t1")
     ledger.settle({"call-apr-t2": {"content": "another thread's", "status": "success"}},
                   thread_id="t2")
-    found = ledger.turn_and_queue("t1", ["a"], "k1", "a", pending=True, outcomes=True)
-    assert found[3] == ledger.outcomes(["call-apr-k1", "call-apr-decided"], thread_id="t1") == {
-        "call-apr-k1": {"content": "paid", "status": "success"}, "call-apr-decided": None}
-    assert found[:2] == (ledger.turn("t1", ["a"], "k1"), ledger.queue_rows("t1", "a"))
-    assert found[0] == plan
-    assert [m["data"]["content"] for _, m, _ in found[1]] == ["first", "second"]
-    assert found[2] is not None
-    assert sorted(found[2]) == sorted(ledger.pending_turns("t1", ["a"])) == [
+    found = ledger.turn_and_queue("t1", ["a"], "k1", "a", pending=True, outcomes=True,
+                                  approvals=True)
+    assert found.plan == ledger.turn("t1", ["a"], "k1") == plan
+    assert found.queue == ledger.queue_rows("t1", "a")
+    assert [m["data"]["content"] for _, m, _ in found.queue] == ["first", "second"]
+    assert found.pending is not None
+    assert sorted(found.pending) == sorted(ledger.pending_turns("t1", ["a"])) == [
         ("apr-k0", "approval", "pay", "k0"), ("apr-k1", "approval", "pay", "k1")]
-    assert ledger.turn_and_queue("t1", ["a"], "k2", "a") == (
-        None, ledger.queue_rows("t1", "a"), None, None)
-    first = ledger.turn_and_queue("t1", ["a"], None, "a", pending=True,
-                                  outcomes=True)  # no turn yet
-    assert first == (None, ledger.queue_rows("t1", "a"), found[2], {})
+    assert found.outcomes == ledger.outcomes(["call-apr-k1", "call-apr-decided"],
+                                             thread_id="t1") == {
+        "call-apr-k1": {"content": "paid", "status": "success"}, "call-apr-decided": None}
+    assert found.approvals == ledger.approvals(["apr-k1", "apr-decided"])
+    assert found.approvals is not None and found.approvals["apr-k1"].expires_at is not None
+    assert found.approvals["apr-decided"].status == "rejected"
+    assert ledger.turn_and_queue("t1", ["a"], "k2", "a") == TurnReading(
+        None, ledger.queue_rows("t1", "a"))
+    first = ledger.turn_and_queue("t1", ["a"], None, "a", pending=True, outcomes=True,
+                                  approvals=True)  # no turn yet
+    assert first == TurnReading(None, ledger.queue_rows("t1", "a"), found.pending, {}, {})
 
 
 def test_writes_run_together_are_all_applied_and_one_row_written_twice_counts_twice(

@@ -19,7 +19,7 @@ from graphkit._ledger._decisions import Decisions
 from graphkit._ledger._leases import Leases
 from graphkit._ledger._messages import Messages, Queued, queued_id
 from graphkit._ledger._outbox import Notifications
-from graphkit._ledger._plans import Plans
+from graphkit._ledger._plans import Plans, TurnReading
 from graphkit._ledger._rows import (
     ApprovalRow,
     AuditRow,
@@ -66,6 +66,7 @@ __all__ = [
     "Queued",
     "RunBusyError",
     "Start",
+    "TurnReading",
     "WaitingRow",
     "queued_id",
 ]

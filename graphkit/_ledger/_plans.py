@@ -4,12 +4,14 @@ clearances that let a verified call run."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from graphkit._ledger._base import LedgerBase
 from graphkit._ledger._messages import Queued, queued
 from graphkit._ledger._rows import (
     APPROVAL_COLUMNS,
+    APPROVAL_READ,
     PENDING_TURNS,
     ApprovalRow,
     AuditRow,
@@ -17,6 +19,7 @@ from graphkit._ledger._rows import (
     Clearance,
     PendingTurn,
     allowed_text,
+    approval_row,
     pending_turn,
 )
 from graphkit._ledger._schema import (
@@ -28,10 +31,38 @@ from graphkit._state import TurnPlan
 
 __all__ = ["Plans", "TurnReading"]
 
-TurnReading = tuple[TurnPlan | None, list[Queued], list[PendingTurn] | None,
-                    dict[str, dict[str, Any] | None] | None]
-"""A turn's plan, its agent's message queue, and (when asked) what the agent waits on and
-the recorded outcomes of the turn's calls (`Executions.outcomes` of them)."""
+@dataclass(frozen=True, slots=True)
+class TurnReading:
+    """What a gate or model pass reads of a turn, in one statement (`turn_and_queue`); a part
+    not asked for is None."""
+
+    plan: TurnPlan | None
+    queue: list[Queued]
+    """The agent's message queue (`queue_rows`)."""
+    pending: list[PendingTurn] | None = None
+    """What the agent waits on (`pending_turns`)."""
+    outcomes: dict[str, dict[str, Any] | None] | None = None
+    """The recorded outcome of each call planned in the turn (`outcomes`)."""
+    approvals: dict[str, ApprovalRow] | None = None
+    """The approvals and suspensions of the calls planned in the turn (`approvals`)."""
+
+
+_WIDTH = 14
+"""Columns of each part of `turn_and_queue`'s statement: part, order, and an approval row."""
+
+
+def _part(number: int, order: str, columns: str, source: str) -> str:
+    """One part of `turn_and_queue`'s statement, its row padded to `_WIDTH` columns (the
+    first part's NULLs are typed: PostgreSQL types a union's column by its earlier parts)."""
+    given = [c.strip() for c in columns.split(",")]
+    if number == 0:
+        pad = ["NULL"] * (_WIDTH - 2 - len(given))
+        pad[APPROVAL_READ.split(", ").index("expires_at") - len(given)] = (
+            "CAST(NULL AS DOUBLE PRECISION)")
+        names = ["0 AS part", "0 AS seq", *given, *pad]
+        return f"SELECT {', '.join(names)} FROM {source}"
+    return (f"SELECT {number}, {order}, {', '.join(given)}"
+            f"{', NULL' * (_WIDTH - 2 - len(given))} FROM {source}")
 
 
 class Plans(LedgerBase):
@@ -101,32 +132,41 @@ class Plans(LedgerBase):
         return plan
 
     def turn_and_queue(self, thread_id: str, agent_path: Sequence[str], key: str | None,
-                       agent: str, *, pending: bool = False, outcomes: bool = False
-                       ) -> TurnReading:
-        """`turn` (None for a `key` of None), `queue_rows(thread_id, agent)`, with `pending`,
-        `pending_turns`, and with `outcomes`, `outcomes` of the calls planned in the turn (by
-        their `turn_key`), in one statement: a gate or model pass reads them all (None: not
-        read)."""
+                       agent: str, *, pending: bool = False, outcomes: bool = False,
+                       approvals: bool = False) -> TurnReading:
+        """`turn` (None for a `key` of None) and `queue_rows(thread_id, agent)`, with
+        `pending`, `pending_turns`, and with `outcomes` and `approvals`, the outcomes and the
+        approval rows of the calls planned in the turn (by their `turn_key`), in one
+        statement: a gate or model pass reads them all."""
         path = path_text(agent_path)
-        sql = ("SELECT 0 AS part, 0 AS seq, plan AS a, NULL AS b, NULL AS c, NULL AS d "
-               "FROM graphkit_turns WHERE thread_id = ? AND agent_path = ? AND turn_key = ? "
-               "UNION ALL SELECT 1, seq, ai_message_id, message, delivered_at, NULL "
-               "FROM graphkit_queue WHERE thread_id = ? AND agent = ?")
+        turn_calls = ("graphkit_calls WHERE thread_id = ? AND agent_path = ? AND "
+                      "turn_key = ?")
+        parts = [_part(0, "0", "plan", "graphkit_turns WHERE thread_id = ? AND "
+                       "agent_path = ? AND turn_key = ?"),
+                 _part(1, "seq", "ai_message_id, message, delivered_at",
+                       "graphkit_queue WHERE thread_id = ? AND agent = ?")]
         params: tuple[str | None, ...] = (thread_id, path, key, thread_id, agent)
         if pending:
-            sql += f" UNION ALL SELECT 2, 0, {PENDING_TURNS}"
+            columns, _, source = PENDING_TURNS.partition(" FROM ")
+            parts.append(_part(2, "0", columns, source))
             params = (*params, thread_id, path)
         if outcomes:
-            sql += (" UNION ALL SELECT 3, 0, call_key, executed, outcome, NULL FROM "
-                    "graphkit_calls WHERE thread_id = ? AND agent_path = ? AND turn_key = ?")
+            parts.append(_part(3, "0", "call_key, executed, outcome", turn_calls))
             params = (*params, thread_id, path, key)
-        rows = self._sql.query(sql + " ORDER BY part, seq", params)
+        if approvals:
+            parts.append(_part(4, "0", APPROVAL_READ, "graphkit_approvals WHERE thread_id = ? "
+                               f"AND call_key IN (SELECT call_key FROM {turn_calls})"))
+            params = (*params, thread_id, thread_id, path, key)
+        rows = self._sql.query(" UNION ALL ".join(parts) + " ORDER BY part, seq", params)
         plans = [r[2] for r in rows if r[0] == 0]
-        plan: TurnPlan | None = unstowed(self._sql.query, plans[0]) if plans else None
-        return (plan, queued(r[2:5] for r in rows if r[0] == 1),
-                [pending_turn(r[2:]) for r in rows if r[0] == 2] if pending else None,
-                {str(r[2]): loads(r[4]) if r[3] == DONE else None for r in rows if r[0] == 3}
-                if outcomes else None)
+        return TurnReading(
+            plan=unstowed(self._sql.query, plans[0]) if plans else None,
+            queue=queued(r[2:5] for r in rows if r[0] == 1),
+            pending=[pending_turn(r[2:6]) for r in rows if r[0] == 2] if pending else None,
+            outcomes={str(r[2]): loads(r[4]) if r[3] == DONE else None
+                      for r in rows if r[0] == 3} if outcomes else None,
+            approvals={str(r[2]): approval_row(r[2:]) for r in rows if r[0] == 4}
+            if approvals else None)
 
     def save_turn(self, thread_id: str, agent_path: Sequence[str], plan: TurnPlan) -> None:
         """Record the gate's plan of a turn as it now stands."""
