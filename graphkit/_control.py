@@ -106,6 +106,9 @@ class Request:
     grant_ttl: timedelta | None
     agent_path: tuple[str, ...] = ()
     """The path of the agent the API serves (its name: the top of the delegation chain)."""
+    held_by: str | None = None
+    """The owner under which the caller holds the run it resumes right after its decision
+    (`Ledger.decide`'s `held_by`); None: the decision is only recorded."""
 
 
 def _raise_decided(snapshot: Paused, req: Request, tool_call_id: str | None,
@@ -209,7 +212,8 @@ def decide(
     judge(req.ledger, record, choice, decided_by=decided_by, comment=comment,
           approvers=req.find_policy(path),
           tool=req.find_tool(path, name), thread_id=req.thread_id, run_id=req.run_id,
-          reviewed_digest=args_digest, remember=remember, grant_ttl=req.grant_ttl)()
+          reviewed_digest=args_digest, remember=remember, grant_ttl=req.grant_ttl,
+          held_by=req.held_by)()
     return record
 
 

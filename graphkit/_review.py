@@ -484,13 +484,15 @@ def judge(
     check_args: ArgsCheck | None = None,
     source: str = "api",
     identity_required: bool = False,
+    held_by: str | None = None,
 ) -> Callable[[], Taken]:
     """Check one decision (a refusal is audited and raised) and return what claims it, with
     its audit entry (and a grant), a lost claim audited and raised too: `judge(...)()` takes
     one decision; a door taking several checks them all before it claims any, so that one
     refused changes nothing of the others. The record is judged as the ledger recorded it
     when it was planned (a door's copy is a view: its secrets are masked), with the status
-    the door saw."""
+    the door saw. `held_by`: the door resumes the run next, under this owner
+    (`Ledger.decide`)."""
     recorded = ledger.record(record["id"]) if isinstance(record.get("id"), str) else None
     if recorded is not None:
         record = {**recorded, "status": record.get("status", recorded["status"])}  # type: ignore[typeddict-item]
@@ -537,7 +539,8 @@ def judge(
             if not ledger.decide(record["id"], thread_id=thread_id,
                                  args_digest=record["args_digest"], status=taken.status,
                                  decision=decision, audits=audits, grant=grant,
-                                 enqueue=source == "inbox", call=record):
+                                 enqueue=source == "inbox", held_by=held_by,
+                                 call=record):
                 raise _explain_lost(ledger, record, record["args_digest"], thread_id=thread_id,
                                     run_id=run_id, kind=choice.type)
         except GraphkitError as exc:

@@ -54,8 +54,9 @@ class Invocation:
     run_id: str
     thread_id: str
     on_state_change: StateHook | None = None
-    release: Callable[[], None] | None = None
-    """Called when the run stops advancing (frees the thread's lease)."""
+    release: Callable[[bool], None] | None = None
+    """Called when the run stops advancing (frees the thread's lease), with whether it ended
+    without an error (else a decided run it held is left to the workers)."""
     agent: str | None = None
     """The agent that runs (the root of its subagents' `agent_path`)."""
     ledger: Ledger | None = None
@@ -157,7 +158,8 @@ class _Run:
 
 DROPPED = ("{method}() recorded its decision for run {run_id!r}, but the stream it returned "
            "was dropped unread, so the run did not continue. Iterate the stream or call its "
-           ".result() (or use {method}_generate()); agent.resume(run_id=...) continues it now.")
+           ".result() (or use {method}_generate()); agent.resume(run_id=...) continues it now, "
+           "and a `graphkit worker` of this agent does once this process lets it go.")
 NEVER_AWAITED = ("{method}() returned a stream that was never awaited or iterated: nothing was "
                  "decided for run {run_id!r} and the run did not continue. Await it (`await "
                  "stream.result()`), or use {method}_generate().")
@@ -179,7 +181,8 @@ class AgentStream:
 
     def __init__(self, graph: CompiledStateGraph[Any, Any, Any, Any],
                  prepare: Prepare, run_id: str, thread_id: str, *,
-                 decided_by: str | None = None) -> None:
+                 decided_by: str | None = None,
+                 dropped: Callable[[], None] | None = None) -> None:
         self._graph = graph
         self._prepare = prepare
         self._run: _Run | None = None
@@ -187,17 +190,22 @@ class AgentStream:
         self._modes = STREAM_MODES
         self._decided_by = decided_by
         """The method that recorded a decision before returning this stream, if one did."""
+        self._dropped = dropped
+        """Called if the stream is dropped unread (its decided run is left to the workers)."""
         self.run_id = run_id
         self.thread_id = thread_id
 
     def __del__(self) -> None:
         if self._chunks is None and self._decided_by is not None:
+            if self._dropped is not None:
+                self._dropped()
             warnings.warn(DROPPED.format(method=self._decided_by, run_id=self.run_id),
                           RuntimeWarning, stacklevel=2)
 
     def _generate(self) -> Generator[StreamChunk, None, None]:
         inv = self._prepare(True)
         run = self._run = _Run(inv)
+        resumed = False
         try:
             yield run.start()
             parts: Any = self._graph.stream(inv.input, inv.config, stream_mode=self._modes,
@@ -212,9 +220,10 @@ class AgentStream:
             finally:
                 parts.close()
             final = run.finish(run.observed() or self._graph.get_state(inv.config))
+            resumed = True
         finally:
             if inv.release is not None:
-                inv.release()
+                inv.release(resumed)
         yield from final
 
     def __iter__(self) -> Iterator[StreamChunk]:
@@ -292,6 +301,7 @@ class AsyncAgentStream:
     async def _generate(self) -> AsyncIterator[StreamChunk]:
         run = await self._ready()
         inv = run.invocation
+        resumed = False
         try:
             yield run.start()
             parts: Any = self._graph.astream(inv.input, inv.config, stream_mode=self._modes,
@@ -307,9 +317,10 @@ class AsyncAgentStream:
             finally:
                 await parts.aclose()
             final = run.finish(run.observed() or await self._graph.aget_state(inv.config))
+            resumed = True
         finally:
             if inv.release is not None:
-                await offload(inv.release)
+                await offload(inv.release, resumed)
         for chunk in final:
             yield chunk
 

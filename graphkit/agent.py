@@ -41,6 +41,7 @@ from graphkit._graph import build_graph
 from graphkit._latest import Paused, ServesLatest, latest
 from graphkit._ledger import WAIT_SECONDS, Ledger
 from graphkit._notify import Dispatcher, Webhook, start_notifications
+from graphkit._owner import new_owner
 from graphkit._review import Choice, Remember
 from graphkit._runs import (
     AgentStream,
@@ -304,17 +305,25 @@ class Agent:
         fresh: bool = False,
         new_run: bool = False,
         leased_by: str | None = None,
+        held_by: str | None = None,
     ) -> Prepare:
         """What a stream does first: take the thread's lease (recording a `new_run` with it;
         `leased_by`: the owner holding it already), read the latest checkpoint (what it waits
         on), build the input; the same read serves the graph (`ServesLatest`), which needs no
-        other."""
+        other. `held_by`: the owner under which a decision just taken holds its run in the
+        ready queue (`Ledger.decide`): let go once the run went on, else left to lapse, so
+        that a worker takes the run over (a stream that fails, or this process dying)."""
         run = (run_id, self.name) if new_run else None
         saver = self.graph.checkpointer
+        ledger = self._storage.ledger
 
-        def prepare(wait: bool = True) -> Invocation:
+        def let_go(resumed: bool) -> None:
+            if held_by is not None:
+                ledger.let_go(run_id, held_by, resumed=resumed)
+
+        def take(wait: bool) -> Invocation:
             lease = contextlib.ExitStack()
-            owner = lease.enter_context(self._storage.ledger.lease(
+            owner = lease.enter_context(ledger.lease(
                 thread_id, wait=WAIT_SECONDS if wait else 0.0, run=run, held=leased_by))
             # the run's nodes and writes check that the lease is still its own (`_fence`)
             leased: RunnableConfig = {**config, "configurable": {
@@ -329,12 +338,25 @@ class Agent:
                 payload = build(snapshot, self._request(run_id, thread_id))
             except BaseException:
                 if run is not None:  # a run refused before it ran leaves no record
-                    self._storage.ledger.forget_run(run_id)
+                    ledger.forget_run(run_id)
                 lease.close()
                 raise
-            return Invocation(payload, leased, run_id, thread_id, on_state_change, lease.close,
-                              agent=self.name, ledger=self._storage.ledger,
-                              shown_args=self._shown_args)
+
+            def release(resumed: bool) -> None:
+                try:
+                    let_go(resumed)
+                finally:
+                    lease.close()
+
+            return Invocation(payload, leased, run_id, thread_id, on_state_change, release,
+                              agent=self.name, ledger=ledger, shown_args=self._shown_args)
+
+        def prepare(wait: bool = True) -> Invocation:
+            try:
+                return take(wait)
+            except BaseException:
+                let_go(False)
+                raise
 
         return prepare
 
@@ -343,14 +365,20 @@ class Agent:
                  leased_by: str | None = None) -> AgentStream:
         thread_id = thread_id or self._thread_of(run_id)
         config = self._config(thread_id, run_id)
+        held = new_owner() if claim is not None else None
         if claim is not None:
             # The decision is taken now (a refused one raises here); the stream then asks the
             # gate to apply it.
-            claim(latest(self.graph, config), self._request(run_id, thread_id))
+            claim(latest(self.graph, config), dataclasses.replace(
+                self._request(run_id, thread_id), held_by=held))
         prepare = self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
-                                on_state_change=on_state_change, leased_by=leased_by)
+                                on_state_change=on_state_change, leased_by=leased_by,
+                                held_by=held)
         method = getattr(claim, "method", None)
-        return AgentStream(self.graph, prepare, run_id, thread_id, decided_by=method)
+        ledger = self._storage.ledger
+        return AgentStream(self.graph, prepare, run_id, thread_id, decided_by=method,
+                           dropped=None if held is None else (
+                               lambda: ledger.let_go(run_id, held, resumed=False)))
 
     def _aadvance(self, run_id: str, build: Build, on_state_change: StateHook | None = None,
                   *, claim: Claim | None = None) -> AsyncAgentStream:
@@ -362,10 +390,13 @@ class Agent:
             if not claimed:  # once: a retry that waits for the lease does not decide again
                 thread_id = self._thread_of(run_id)
                 config = self._config(thread_id, run_id)
+                held = new_owner() if claim is not None else None
                 if claim is not None:
-                    claim(latest(self.graph, config), self._request(run_id, thread_id))
+                    claim(latest(self.graph, config), dataclasses.replace(
+                        self._request(run_id, thread_id), held_by=held))
                 claimed.append(self._prepare(run_id=run_id, thread_id=thread_id, config=config,
-                                             build=build, on_state_change=on_state_change))
+                                             build=build, on_state_change=on_state_change,
+                                             held_by=held))
             return claimed[0](wait)
 
         return AsyncAgentStream(self.graph, prepare, run_id, "",

@@ -132,6 +132,104 @@ def test_a_dead_workers_claim_lapses_and_another_takes_the_run(tmp_path: Path) -
     assert ledger.next_ready("third", "bank") is None
 
 
+def _ready_rows(url: str) -> list[tuple[Any, ...]]:
+    from graphkit._storage import open_storage
+
+    return open_storage(url).ledger._sql.query(
+        "SELECT run_id, claimed_by FROM graphkit_ready")
+
+
+def test_a_run_the_api_decides_and_resumes_is_held_from_the_workers_until_it_went_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Agent API's decision queues its run held by the caller, which resumes it: no
+    worker takes it meanwhile, and once the run went on the queue forgets it."""
+    from graphkit._owner import new_owner
+
+    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(tmp_path / "effects.db"))
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = make(url)
+    paused = agent.generate("move 1")
+    ledger = agent._storage.ledger
+    seen: list[Any] = []
+    real = agent.graph.nodes["tools"].bound.func
+
+    def tools(*args: Any, **kwargs: Any) -> Any:
+        seen.append((_ready_rows(url), ledger.next_ready(new_owner(), "bank")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(agent.graph.nodes["tools"].bound, "func", tools)
+    done = agent.approve_tool_call_generate(run_id=paused.run_id, decided_by="ops")
+    assert done.text == "done"
+    [(rows, taken)] = seen
+    assert [r[0] for r in rows] == [paused.run_id] and rows[0][1] is not None  # held
+    assert taken is None  # no worker takes it
+    assert _ready_rows(url) == []
+
+
+def test_a_run_whose_deciding_process_died_before_it_went_on_is_resumed_by_a_worker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`approve_tool_call` took the decision and this process died before the run went on:
+    nothing is pending, so nothing would ever continue the run but a hand `resume`. The run
+    stays queued, held by the dead caller, until its claim lapses; then a worker resumes it,
+    and the approved call runs once."""
+    path = tmp_path / "effects.db"
+    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(path))
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    paused = make(url).generate("move 1")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-m", "tests.worker_agent", url, paused.run_id, "1.0"],
+                   cwd=ROOT, env=env, check=True, timeout=120)
+    assert ran(path) == [] and Inbox(url).pending() == []
+    assert [r[0] for r in _ready_rows(url)] == [paused.run_id]
+    worker = Worker(make(url))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: worker.resumed == 1)
+    finally:
+        worker.stop()
+        thread.join(timeout=10)
+    assert [c for c, _ in ran(path)] == [paused.pending_approvals[0].tool_call_id]
+    assert make(url).snapshot(run_id=paused.run_id)["status"] == "stop"
+    assert _ready_rows(url) == []
+
+
+def test_a_run_whose_resume_failed_is_left_to_the_workers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API's resume raised after the approved call ran: its hold is left to lapse, a
+    worker then finishes the run, and the call does not run again."""
+    from graphkit._ledger import _schema
+
+    path = tmp_path / "effects.db"
+    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(path))
+    monkeypatch.setattr(_schema, "LEASE_SECONDS", 1.0)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = make(url)
+    paused = agent.generate("move 1")
+    real = agent.graph.nodes["model"].bound.func
+
+    def model(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the model's provider is down")
+
+    monkeypatch.setattr(agent.graph.nodes["model"].bound, "func", model)
+    with pytest.raises(RuntimeError, match="provider is down"):
+        agent.approve_tool_call_generate(run_id=paused.run_id, decided_by="ops")
+    monkeypatch.setattr(agent.graph.nodes["model"].bound, "func", real)
+    assert len(ran(path)) == 1
+    assert [r[0] for r in _ready_rows(url)] == [paused.run_id]
+    worker = Worker(make(url))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: worker.resumed == 1)
+    finally:
+        worker.stop()
+        thread.join(timeout=10)
+    assert len(ran(path)) == 1
+    assert agent.snapshot(run_id=paused.run_id)["status"] == "stop"
+    assert _ready_rows(url) == []
+
+
 @pytest.fixture
 def queue(durable_url: str) -> Iterator[Any]:
     """The ledger of a storage on `durable_url` (its PostgreSQL pool closed after the test)."""

@@ -40,3 +40,19 @@ def make(url: str) -> Agent:
                                           "id": f"call-{time.time_ns()}"}])
 
     return Agent(name="bank", model=ScriptedChatModel(reply), tools=[transfer], checkpointer=url)
+
+
+def decide_and_exit(url: str, run_id: str, lease_seconds: str) -> None:
+    """Approve the run's call through the Agent API, which resumes the run itself, and have
+    this process end before the run goes on (the stream it returned is never read)."""
+    from graphkit._ledger import _schema
+
+    _schema.LEASE_SECONDS = float(lease_seconds)
+    make(url).approve_tool_call(run_id=run_id, decided_by="ops")
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    import sys
+
+    decide_and_exit(*sys.argv[1:4])

@@ -143,7 +143,10 @@ class LedgerBase:
     (`graphkit._storage.served_storage`): the threads of what they ask are the server's."""
 
     # implemented by `Leases`, called by decisions in their own transaction
-    def _enqueue(self, tx: Tx, approval_id: str) -> None:
+    def _enqueue(self, tx: Tx, approval_id: str, *, held_by: str | None = None) -> str | None:
+        raise NotImplementedError
+
+    def hold_ready(self, run_id: str, owner: str) -> None:
         raise NotImplementedError
 
     # implemented by `Executions`

@@ -66,13 +66,16 @@ class Decisions(LedgerBase):
     def decide(self, approval_id: str, *, thread_id: str, args_digest: str, status: str,
                decision: Mapping[str, Any], audits: Sequence[AuditRow],
                grant: GrantRow | None = None, enqueue: bool = False,
-               call: Mapping[str, Any] | None = None) -> bool:
+               held_by: str | None = None, call: Mapping[str, Any] | None = None) -> bool:
         """Claim a pending, unexpired approval for exactly these arguments; True if this call
         won. The claim, its audit entry (and a grant) commit together or not at all; with
         `enqueue`, a run left with nothing pending is handed to the workers in the same
-        transaction. `call` (the record the decision was checked on: its kind, tool, agent
-        path and call key) must be the ledger's own, so that a policy never judges a copy a
-        client rewrote."""
+        transaction. With `held_by`, such a run is queued too, but held for the caller, which
+        resumes it next (`hold_ready`, `let_go`): should it die first, the workers take the
+        run over once its claim lapses, and the decision is not left waiting on nobody.
+        `call` (the record the decision was checked on: its kind, tool, agent path and call
+        key) must be the ledger's own, so that a policy never judges a copy a client
+        rewrote."""
         now = self._sql.now
         # the decision's type must be one the planner recorded as allowed for the call
         bound = (" AND (kind <> 'approval' OR COALESCE(allowed, ',approve,edit,reject,') "
@@ -93,8 +96,9 @@ class Decisions(LedgerBase):
             if won != 1:
                 return False
             self._audit(tx, audits)
-            if enqueue:
-                self._enqueue(tx, approval_id)
+            held = None
+            if enqueue or held_by is not None:
+                held = self._enqueue(tx, approval_id, held_by=held_by)
             if grant is not None:
                 expires = f"{now} + ?" if grant.ttl is not None else "?"
                 tx.execute(
@@ -102,6 +106,8 @@ class Decisions(LedgerBase):
                     f"(?, ?, ?, ?, ?, ?, {now}, {expires}, NULL)",
                     (grant.grant_id, grant.thread_id, path_text(grant.agent_path), grant.tool_name,
                      grant.grantor, grant.approval_id, grant.ttl))
+        if held is not None and held_by is not None:
+            self.hold_ready(held, held_by)
         return True
 
     def expire(self, approval_id: str, *, decision: Mapping[str, Any],

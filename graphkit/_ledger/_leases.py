@@ -48,27 +48,50 @@ class ReadyRun(NamedTuple):
 class Leases(LedgerBase):
     """Per-thread leases (one process advances a thread at a time), the runs they name, and the"""
 
-    def _enqueue(self, tx: Tx, approval_id: str) -> None:
+    def _enqueue(self, tx: Tx, approval_id: str, *, held_by: str | None = None) -> str | None:
         """Hand the approval's run to the workers if nothing of it is pending any more (a
-        readiness that arrives while a worker resumes the run re-arms it)."""
+        readiness that arrives while a worker resumes the run re-arms it); the run's queue key,
+        None when something is still pending. `held_by`: the caller resumes the run itself
+        next, and holds it under this owner (`hold_ready`): no worker takes it unless that
+        claim lapses (the caller died before the run went on)."""
         now = self._sql.now
         agent = self._sql.first_segment.format(c="a.agent_path")
         # A run the LangGraph server started has no graphkit run id: its thread stands for it,
         # under a key and agent no `graphkit worker` claims (the server's queue continues it).
-        queued = tx.execute(
-            "INSERT INTO graphkit_ready (run_id, agent, thread_id, ready_at) "
-            f"SELECT COALESCE(a.run_id, ? || a.thread_id), CASE WHEN a.run_id IS NULL "
-            f"THEN ? || {agent} ELSE {agent} END, a.thread_id, {now} "
+        rows = tx.query(
+            "INSERT INTO graphkit_ready (run_id, agent, thread_id, ready_at, claimed_by, "
+            f"claimed_until) SELECT COALESCE(a.run_id, ? || a.thread_id), CASE WHEN a.run_id "
+            f"IS NULL THEN ? || {agent} ELSE {agent} END, a.thread_id, {now}, ?, {now} + ? "
             "FROM graphkit_approvals a WHERE a.approval_id = ? AND NOT EXISTS ("
             "SELECT 1 FROM graphkit_approvals p WHERE p.status = 'pending' AND "
             "((a.run_id IS NOT NULL AND p.run_id = a.run_id) OR "
             "(a.run_id IS NULL AND p.thread_id = a.thread_id))) "
             "ON CONFLICT (run_id) DO UPDATE SET ready_at = excluded.ready_at, "
-            "claimed_by = NULL, claimed_until = NULL, continue_as = NULL, continue_for = NULL, "
-            "held_back = NULL",
-            (SERVER_THREAD, SERVER_AGENT, approval_id))
-        if queued and self._sql.notify:
+            "claimed_by = excluded.claimed_by, claimed_until = excluded.claimed_until, "
+            "continue_as = NULL, continue_for = NULL, held_back = NULL RETURNING run_id",
+            (SERVER_THREAD, SERVER_AGENT, held_by,
+             _schema.LEASE_SECONDS if held_by is not None else None, approval_id))
+        if rows and held_by is None and self._sql.notify:
             tx.execute(self._sql.notify)
+        return str(rows[0][0]) if rows else None
+
+    def hold_ready(self, run_id: str, owner: str) -> None:
+        """Keep the claim a decision took on its run for the caller that resumes it
+        (`_enqueue(held_by=...)`), renewed while this process lives, until `let_go`."""
+        _keeper.KEEPER.hold(self, ("ready", run_id), owner, _schema.LEASE_SECONDS)
+
+    def let_go(self, run_id: str, owner: str, *, resumed: bool) -> None:
+        """The caller that holds its decided run (`hold_ready`) is done with it. `resumed`:
+        the run went on (to its end, or to its next pause), so the queue forgets it, unless
+        another decision made it ready again meanwhile (that one took the claim back for the
+        workers). Else (the resume failed, or never started) the claim is left to lapse, and a
+        worker takes the run over then. Costs no statement where nothing was held."""
+        if not _keeper.KEEPER.holds(("ready", run_id), owner):
+            return
+        _keeper.KEEPER.drop(("ready", run_id), owner)
+        if resumed:
+            self._sql.execute("DELETE FROM graphkit_ready WHERE run_id = ? AND claimed_by = ?",
+                              (run_id, owner))
 
     def next_ready(self, owner: str, agent: str, *, lease: bool = False) -> ReadyRun | None:
         """Claim the oldest run of `agent` the workers may resume (and whose claim is not
