@@ -6,6 +6,7 @@ drains it. Both share one `_Run`, so streaming and `generate` cannot drift apart
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass
@@ -159,7 +160,7 @@ class _Run:
 DROPPED = ("{method}() recorded its decision for run {run_id!r}, but the stream it returned "
            "was dropped unread, so the run did not continue. Iterate the stream or call its "
            ".result() (or use {method}_generate()); agent.resume(run_id=...) continues it now, "
-           "and a `graphkit worker` of this agent does once this process lets it go.")
+           "and a `graphkit worker` of this agent does once the decision's hold on it lapses.")
 NEVER_AWAITED = ("{method}() returned a stream that was never awaited or iterated: nothing was "
                  "decided for run {run_id!r} and the run did not continue. Await it (`await "
                  "stream.result()`), or use {method}_generate().")
@@ -181,8 +182,7 @@ class AgentStream:
 
     def __init__(self, graph: CompiledStateGraph[Any, Any, Any, Any],
                  prepare: Prepare, run_id: str, thread_id: str, *,
-                 decided_by: str | None = None,
-                 dropped: Callable[[], None] | None = None) -> None:
+                 decided_by: str | None = None) -> None:
         self._graph = graph
         self._prepare = prepare
         self._run: _Run | None = None
@@ -190,19 +190,17 @@ class AgentStream:
         self._modes = STREAM_MODES
         self._decided_by = decided_by
         """The method that recorded a decision before returning this stream, if one did."""
-        self._dropped = dropped
-        """Called if the stream is dropped unread (its decided run is left to the workers)."""
+        self._started = False
         self.run_id = run_id
         self.thread_id = thread_id
 
     def __del__(self) -> None:
-        if self._chunks is None and self._decided_by is not None:
-            if self._dropped is not None:
-                self._dropped()
+        if not self._started and self._decided_by is not None:
             warnings.warn(DROPPED.format(method=self._decided_by, run_id=self.run_id),
                           RuntimeWarning, stacklevel=2)
 
     def _generate(self) -> Generator[StreamChunk, None, None]:
+        self._started = True
         inv = self._prepare(True)
         run = self._run = _Run(inv)
         resumed = False
@@ -275,6 +273,7 @@ class AsyncAgentStream:
         self._decides = decides
         """The method whose decision this stream takes when first awaited, if any."""
         self._awaited = False
+        self._started = False
         self._run: _Run | None = None
         self._chunks: AsyncIterator[StreamChunk] | None = None
         self._modes = STREAM_MODES
@@ -299,6 +298,7 @@ class AsyncAgentStream:
         return ready().__await__()
 
     async def _generate(self) -> AsyncIterator[StreamChunk]:
+        self._started = True
         run = await self._ready()
         inv = run.invocation
         resumed = False
@@ -328,6 +328,13 @@ class AsyncAgentStream:
         if not self._awaited and self._decides is not None:
             warnings.warn(NEVER_AWAITED.format(method=self._decides, run_id=self.run_id),
                           RuntimeWarning, stacklevel=2)
+        release = self._run.invocation.release if self._run is not None else None
+        if release is not None and not self._started:
+            # Awaited (it holds the thread), never read: give the thread back, in a thread of
+            # its own (this may run on an event loop, which must not wait on storage). A run
+            # a decision held is left to the workers (`Agent._prepare`).
+            threading.Thread(target=release, args=(False,), name="graphkit-release",
+                             daemon=True).start()
 
     def __aiter__(self) -> AsyncIterator[StreamChunk]:
         if self._chunks is None:

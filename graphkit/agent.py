@@ -311,20 +311,19 @@ class Agent:
         `leased_by`: the owner holding it already), read the latest checkpoint (what it waits
         on), build the input; the same read serves the graph (`ServesLatest`), which needs no
         other. `held_by`: the owner under which a decision just taken holds its run in the
-        ready queue (`Ledger.decide`): let go once the run went on, else left to lapse, so
-        that a worker takes the run over (a stream that fails, or this process dying)."""
+        ready queue (`Ledger.decide`): renewed while the run advances, let go once it went
+        on, else left to lapse, so that a worker takes the run over (a stream that fails, or
+        is dropped unread, or this process dying)."""
         run = (run_id, self.name) if new_run else None
         saver = self.graph.checkpointer
         ledger = self._storage.ledger
 
-        def let_go(resumed: bool) -> None:
-            if held_by is not None:
-                ledger.let_go(run_id, held_by, resumed=resumed)
-
-        def take(wait: bool) -> Invocation:
+        def prepare(wait: bool = True) -> Invocation:
             lease = contextlib.ExitStack()
             owner = lease.enter_context(ledger.lease(
                 thread_id, wait=WAIT_SECONDS if wait else 0.0, run=run, held=leased_by))
+            if held_by is not None:  # renewed while the run advances, let go with the lease
+                lease.enter_context(ledger.holding_ready(run_id, held_by))
             # the run's nodes and writes check that the lease is still its own (`_fence`)
             leased: RunnableConfig = {**config, "configurable": {
                 **(config.get("configurable") or {}), LEASE_KEY: owner}}
@@ -344,19 +343,13 @@ class Agent:
 
             def release(resumed: bool) -> None:
                 try:
-                    let_go(resumed)
+                    if resumed and held_by is not None:
+                        ledger.let_go(run_id, held_by)
                 finally:
                     lease.close()
 
             return Invocation(payload, leased, run_id, thread_id, on_state_change, release,
                               agent=self.name, ledger=ledger, shown_args=self._shown_args)
-
-        def prepare(wait: bool = True) -> Invocation:
-            try:
-                return take(wait)
-            except BaseException:
-                let_go(False)
-                raise
 
         return prepare
 
@@ -375,10 +368,7 @@ class Agent:
                                 on_state_change=on_state_change, leased_by=leased_by,
                                 held_by=held)
         method = getattr(claim, "method", None)
-        ledger = self._storage.ledger
-        return AgentStream(self.graph, prepare, run_id, thread_id, decided_by=method,
-                           dropped=None if held is None else (
-                               lambda: ledger.let_go(run_id, held, resumed=False)))
+        return AgentStream(self.graph, prepare, run_id, thread_id, decided_by=method)
 
     def _aadvance(self, run_id: str, build: Build, on_state_change: StateHook | None = None,
                   *, claim: Claim | None = None) -> AsyncAgentStream:

@@ -194,15 +194,95 @@ def test_a_run_whose_deciding_process_died_before_it_went_on_is_resumed_by_a_wor
     assert _ready_rows(url) == []
 
 
+def _short_leases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Leases and holds of 1 s (the keeper's pace restored after the test)."""
+    from graphkit._ledger import _keeper, _schema
+
+    monkeypatch.setattr(_schema, "LEASE_SECONDS", 1.0)
+    monkeypatch.setattr(_keeper.KEEPER, "lease_seconds", _keeper.KEEPER.lease_seconds)
+
+
+def _worker_resumes(url: str, count: int = 1) -> None:
+    worker = Worker(make(url))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: worker.resumed == count)
+    finally:
+        worker.stop()
+        thread.join(timeout=10)
+
+
+@pytest.mark.parametrize("unread", ["iterator never advanced", "awaited, never iterated"])
+def test_a_decided_runs_stream_never_read_leaves_the_run_to_the_workers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unread: str) -> None:
+    """A stream the API returned after its decision, that nobody reads (its iterator made but
+    never advanced; an async one awaited, which takes the thread, but never iterated): its
+    hold lapses, the thread is free, and a worker finishes the run, its call run once."""
+    import asyncio
+    import gc
+
+    path = tmp_path / "effects.db"
+    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(path))
+    _short_leases(monkeypatch)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = make(url)
+    paused = agent.generate("move 1")
+    if unread == "iterator never advanced":
+        with pytest.warns(RuntimeWarning, match="dropped unread"):
+            stream = agent.approve_tool_call(run_id=paused.run_id, decided_by="ops")
+            chunks = stream.full_stream
+            del chunks, stream
+            gc.collect()
+    else:
+        async def awaited() -> None:
+            await agent.aapprove_tool_call(run_id=paused.run_id, decided_by="ops")
+
+        asyncio.run(awaited())
+        gc.collect()
+    assert [r[0] for r in _ready_rows(url)] == [paused.run_id] and ran(path) == []
+    _worker_resumes(url)
+    assert [c for c, _ in ran(path)] == [paused.pending_approvals[0].tool_call_id]
+    assert agent.snapshot(run_id=paused.run_id)["status"] == "stop"
+    assert _ready_rows(url) == []
+
+
+def test_a_decided_run_that_outlasts_its_hold_is_renewed_while_it_advances(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caller's hold is renewed while its run advances: a worker never takes a run whose
+    tool outlasts the hold's span, and the queue forgets the run once it went on."""
+    from graphkit._owner import new_owner
+
+    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(tmp_path / "effects.db"))
+    _short_leases(monkeypatch)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = make(url)
+    paused = agent.generate("move 1")
+    ledger = agent._storage.ledger
+    taken: list[Any] = []
+    real = agent.graph.nodes["tools"].bound.func
+
+    def slow_tools(*args: Any, **kwargs: Any) -> Any:
+        deadline = time.monotonic() + 3.0  # three spans of the hold
+        while time.monotonic() < deadline:
+            taken.append(ledger.next_ready(new_owner(), "bank"))
+            time.sleep(0.1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(agent.graph.nodes["tools"].bound, "func", slow_tools)
+    done = agent.approve_tool_call_generate(run_id=paused.run_id, decided_by="ops")
+    assert done.text == "done" and len(taken) > 20
+    assert set(taken) == {None}  # never taken from the caller
+    assert _ready_rows(url) == []
+
+
 def test_a_run_whose_resume_failed_is_left_to_the_workers(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The API's resume raised after the approved call ran: its hold is left to lapse, a
     worker then finishes the run, and the call does not run again."""
-    from graphkit._ledger import _schema
-
     path = tmp_path / "effects.db"
     monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(path))
-    monkeypatch.setattr(_schema, "LEASE_SECONDS", 1.0)
+    _short_leases(monkeypatch)
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     agent = make(url)
     paused = agent.generate("move 1")

@@ -76,22 +76,39 @@ class Leases(LedgerBase):
         return str(rows[0][0]) if rows else None
 
     def hold_ready(self, run_id: str, owner: str) -> None:
-        """Keep the claim a decision took on its run for the caller that resumes it
-        (`_enqueue(held_by=...)`), renewed while this process lives, until `let_go`."""
-        _keeper.KEEPER.hold(self, ("ready", run_id), owner, _schema.LEASE_SECONDS)
+        """A decision just queued its run held by `owner` (`_enqueue(held_by=...)`): for
+        `LEASE_SECONDS` unless the caller renews it by advancing the run (`holding_ready`).
+        (What is held but never advanced nor let go is forgotten, oldest first, past 10,000:
+        its hold lapses as it would anyway.)"""
+        self._holds[(run_id, owner)] = None
+        if len(self._holds) > 10_000:
+            del self._holds[next(iter(self._holds))]
 
-    def let_go(self, run_id: str, owner: str, *, resumed: bool) -> None:
-        """The caller that holds its decided run (`hold_ready`) is done with it. `resumed`:
-        the run went on (to its end, or to its next pause), so the queue forgets it, unless
-        another decision made it ready again meanwhile (that one took the claim back for the
-        workers). Else (the resume failed, or never started) the claim is left to lapse, and a
-        worker takes the run over then. Costs no statement where nothing was held."""
-        if not _keeper.KEEPER.holds(("ready", run_id), owner):
+    @contextlib.contextmanager
+    def holding_ready(self, run_id: str, owner: str) -> Iterator[None]:
+        """While the body advances the run, renew the hold a decision took on it (if it took
+        one): entered with the thread's lease, and let go with it, also when the stream that
+        entered it is dropped unread (the hold then lapses, and a worker takes the run)."""
+        if (run_id, owner) not in self._holds:
+            yield
+            return
+        _keeper.KEEPER.hold(self, ("ready", run_id), owner, _schema.LEASE_SECONDS)
+        try:
+            yield
+        finally:
+            _keeper.KEEPER.drop(("ready", run_id), owner)
+            self._holds.pop((run_id, owner), None)
+
+    def let_go(self, run_id: str, owner: str) -> None:
+        """The run its caller held (`hold_ready`) went on (to its end, or to its next pause):
+        the queue forgets it, unless another decision made it ready again meanwhile (that one
+        took the claim back for the workers). Costs no statement where nothing was held; a
+        hold whose caller failed, or never advanced the run, is left to lapse instead."""
+        if self._holds.pop((run_id, owner), 0) is not None:
             return
         _keeper.KEEPER.drop(("ready", run_id), owner)
-        if resumed:
-            self._sql.execute("DELETE FROM graphkit_ready WHERE run_id = ? AND claimed_by = ?",
-                              (run_id, owner))
+        self._sql.execute("DELETE FROM graphkit_ready WHERE run_id = ? AND claimed_by = ?",
+                          (run_id, owner))
 
     def next_ready(self, owner: str, agent: str, *, lease: bool = False) -> ReadyRun | None:
         """Claim the oldest run of `agent` the workers may resume (and whose claim is not
