@@ -276,6 +276,37 @@ def test_a_decided_run_that_outlasts_its_hold_is_renewed_while_it_advances(
     assert _ready_rows(url) == []
 
 
+def test_a_hold_whose_stream_starts_late_is_renewed_as_it_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream started near the end of its decision's hold renews the hold as it takes the
+    thread: the keeper's first renewal, a third of a lease later, would come after the hold
+    lapsed, and a worker would take the run mid-advance (helper-13)."""
+    from graphkit._owner import new_owner
+
+    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(tmp_path / "effects.db"))
+    _short_leases(monkeypatch)  # a hold of 1 s, renewed every 1/3 s
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = make(url)
+    paused = agent.generate("move 1")
+    ledger = agent._storage.ledger
+    taken: list[Any] = []
+    real = agent.graph.nodes["tools"].bound.func
+
+    def slow_tools(*args: Any, **kwargs: Any) -> Any:
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            taken.append(ledger.next_ready(new_owner(), "bank"))
+            time.sleep(0.02)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(agent.graph.nodes["tools"].bound, "func", slow_tools)
+    stream = agent.approve_tool_call(run_id=paused.run_id, decided_by="ops")
+    time.sleep(0.9)  # the hold has 0.1 s left as the stream starts
+    assert stream.result().text == "done" and len(taken) > 30
+    assert set(taken) == {None}
+    assert _ready_rows(url) == []
+
+
 def test_a_run_whose_resume_failed_is_left_to_the_workers(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The API's resume raised after the approved call ran: its hold is left to lapse, a

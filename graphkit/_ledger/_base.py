@@ -30,8 +30,9 @@ class LedgerBase:
     """What every part of the ledger shares: its SQL connection, the database's clock, durable"""
 
     _sql: Sql
-    _holds: dict[tuple[str, str], None]
-    """(run id, owner) of the runs this process queued held for itself (`hold_ready`)."""
+    _holds: dict[tuple[str, str], float]
+    """(run id, owner) of the runs this process queued held for itself (`hold_ready`), and
+    when (monotonic)."""
 
     def now(self) -> float:
         """The database's clock (seconds since the epoch)."""

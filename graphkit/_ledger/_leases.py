@@ -80,7 +80,7 @@ class Leases(LedgerBase):
         `LEASE_SECONDS` unless the caller renews it by advancing the run (`holding_ready`).
         (What is held but never advanced nor let go is forgotten, oldest first, past 10,000:
         its hold lapses as it would anyway.)"""
-        self._holds[(run_id, owner)] = None
+        self._holds[(run_id, owner)] = time.monotonic()
         if len(self._holds) > 10_000:
             del self._holds[next(iter(self._holds))]
 
@@ -89,9 +89,14 @@ class Leases(LedgerBase):
         """While the body advances the run, renew the hold a decision took on it (if it took
         one): entered with the thread's lease, and let go with it, also when the stream that
         entered it is dropped unread (the hold then lapses, and a worker takes the run)."""
-        if (run_id, owner) not in self._holds:
+        held_at = self._holds.get((run_id, owner))
+        if held_at is None:
             yield
             return
+        if time.monotonic() - held_at > _schema.LEASE_SECONDS / 3:
+            # the keeper's first renewal comes up to a third of a lease from now: a hold this
+            # old could lapse before it (a worker would take the run mid-advance)
+            self._renew_ready(run_id, owner)
         _keeper.KEEPER.hold(self, ("ready", run_id), owner, _schema.LEASE_SECONDS)
         try:
             yield
@@ -104,7 +109,7 @@ class Leases(LedgerBase):
         the queue forgets it, unless another decision made it ready again meanwhile (that one
         took the claim back for the workers). Costs no statement where nothing was held; a
         hold whose caller failed, or never advanced the run, is left to lapse instead."""
-        if self._holds.pop((run_id, owner), 0) is not None:
+        if self._holds.pop((run_id, owner), None) is None:
             return
         _keeper.KEEPER.drop(("ready", run_id), owner)
         self._sql.execute("DELETE FROM graphkit_ready WHERE run_id = ? AND claimed_by = ?",
