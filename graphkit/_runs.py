@@ -6,6 +6,7 @@ drains it. Both share one `_Run`, so streaming and `generate` cannot drift apart
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import warnings
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
@@ -274,6 +275,8 @@ class AsyncAgentStream:
         """The method whose decision this stream takes when first awaited, if any."""
         self._awaited = False
         self._started = False
+        self._preparing: asyncio.Lock | None = None
+        """Held while the stream prepares (once, however many tasks await it at a time)."""
         self._run: _Run | None = None
         self._chunks: AsyncIterator[StreamChunk] | None = None
         self._modes = STREAM_MODES
@@ -282,12 +285,15 @@ class AsyncAgentStream:
 
     async def _ready(self) -> _Run:
         self._awaited = True
-        if self._run is None:
-            # in a thread: it reads storage, may wait for the thread's lease, and may run an
-            # approvers policy
-            invocation = await offload(self._prepare, True)
-            self._run = _Run(invocation)
-            self.thread_id = invocation.thread_id
+        if self._preparing is None:
+            self._preparing = asyncio.Lock()
+        async with self._preparing:
+            if self._run is None:
+                # in a thread: it reads storage, may wait for the thread's lease, and may run
+                # an approvers policy
+                invocation = await offload(self._prepare, True)
+                self._run = _Run(invocation)
+                self.thread_id = invocation.thread_id
         return self._run
 
     def __await__(self) -> Generator[Any, None, AsyncAgentStream]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from graphkit import AgentStream, AsyncAgentStream, StreamChunk
@@ -135,3 +137,19 @@ def test_a_decision_stream_dropped_unread_warns_that_the_run_did_not_continue() 
     (warning,) = [w for w in seen if issubclass(w.category, RuntimeWarning)]
     assert "never awaited" in str(warning.message) and "nothing was decided" in str(
         warning.message)
+
+
+async def test_a_stream_awaited_by_two_tasks_at_once_prepares_once() -> None:
+    """Two tasks awaiting one decision stream at the same time take its decision once (the
+    second got "already approved" for its own stream's decision) and share one run."""
+    agent, ledger = agent_with([turn(call("pay", PAY, "c1")), "Paid."])
+    paused = await agent.agenerate("go")
+    stream = agent.aapprove_tool_call(run_id=paused.run_id, decided_by="alice")
+
+    async def awaited() -> AsyncAgentStream:
+        return await stream
+
+    first, second = await asyncio.gather(awaited(), awaited())
+    assert first is stream and second is stream
+    assert (await stream.result()).text == "Paid."
+    assert ledger.names() == ["pay"]
