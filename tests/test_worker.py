@@ -139,25 +139,67 @@ def _ready_rows(url: str) -> list[tuple[Any, ...]]:
         "SELECT run_id, claimed_by FROM graphkit_ready")
 
 
+def _short_leases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Leases and holds of 1 s (the keeper's pace restored after the test)."""
+    from graphkit._ledger import _keeper, _schema
+
+    monkeypatch.setattr(_schema, "LEASE_SECONDS", 1.0)
+    monkeypatch.setattr(_keeper.KEEPER, "lease_seconds", _keeper.KEEPER.lease_seconds)
+
+
+def _worker_resumes(url: str, count: int = 1) -> None:
+    worker = Worker(make(url))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: worker.resumed == count)
+    finally:
+        worker.stop()
+        thread.join(timeout=10)
+
+
+def _paused_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, short: bool = True
+                ) -> tuple[Any, str, Any, Path]:
+    """`bank` on a SQLite file, a run of it paused on its call, and the file of what ran;
+    `short`: leases and holds of 1 s."""
+    path = tmp_path / "effects.db"
+    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(path))
+    if short:
+        _short_leases(monkeypatch)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = make(url)
+    return agent, url, agent.generate("move 1"), path
+
+
+def _claims_while_the_tool_runs(agent: Any, url: str, monkeypatch: pytest.MonkeyPatch, *,
+                                seconds: float = 0.0, every: float = 0.1
+                                ) -> list[tuple[list[tuple[Any, ...]], Any]]:
+    """Have the agent's tools node, as it starts, try a worker's claim (every `every` s for
+    `seconds`; once for 0): the list gets the queue's rows and what each try took."""
+    from graphkit._owner import new_owner
+
+    ledger = agent._storage.ledger
+    tries: list[tuple[list[tuple[Any, ...]], Any]] = []
+    real = agent.graph.nodes["tools"].bound.func
+
+    def tools(*args: Any, **kwargs: Any) -> Any:
+        deadline = time.monotonic() + seconds
+        while True:
+            tries.append((_ready_rows(url), ledger.next_ready(new_owner(), "bank")))
+            if time.monotonic() >= deadline:
+                return real(*args, **kwargs)
+            time.sleep(every)
+
+    monkeypatch.setattr(agent.graph.nodes["tools"].bound, "func", tools)
+    return tries
+
+
 def test_a_run_the_api_decides_and_resumes_is_held_from_the_workers_until_it_went_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The Agent API's decision queues its run held by the caller, which resumes it: no
     worker takes it meanwhile, and once the run went on the queue forgets it."""
-    from graphkit._owner import new_owner
-
-    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(tmp_path / "effects.db"))
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
-    agent = make(url)
-    paused = agent.generate("move 1")
-    ledger = agent._storage.ledger
-    seen: list[Any] = []
-    real = agent.graph.nodes["tools"].bound.func
-
-    def tools(*args: Any, **kwargs: Any) -> Any:
-        seen.append((_ready_rows(url), ledger.next_ready(new_owner(), "bank")))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(agent.graph.nodes["tools"].bound, "func", tools)
+    agent, url, paused, _ = _paused_run(tmp_path, monkeypatch, short=False)
+    seen = _claims_while_the_tool_runs(agent, url, monkeypatch)
     done = agent.approve_tool_call_generate(run_id=paused.run_id, decided_by="ops")
     assert done.text == "done"
     [(rows, taken)] = seen
@@ -181,36 +223,10 @@ def test_a_run_whose_deciding_process_died_before_it_went_on_is_resumed_by_a_wor
                    cwd=ROOT, env=env, check=True, timeout=120)
     assert ran(path) == [] and Inbox(url).pending() == []
     assert [r[0] for r in _ready_rows(url)] == [paused.run_id]
-    worker = Worker(make(url))
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: worker.resumed == 1)
-    finally:
-        worker.stop()
-        thread.join(timeout=10)
+    _worker_resumes(url)
     assert [c for c, _ in ran(path)] == [paused.pending_approvals[0].tool_call_id]
     assert make(url).snapshot(run_id=paused.run_id)["status"] == "stop"
     assert _ready_rows(url) == []
-
-
-def _short_leases(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Leases and holds of 1 s (the keeper's pace restored after the test)."""
-    from graphkit._ledger import _keeper, _schema
-
-    monkeypatch.setattr(_schema, "LEASE_SECONDS", 1.0)
-    monkeypatch.setattr(_keeper.KEEPER, "lease_seconds", _keeper.KEEPER.lease_seconds)
-
-
-def _worker_resumes(url: str, count: int = 1) -> None:
-    worker = Worker(make(url))
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: worker.resumed == count)
-    finally:
-        worker.stop()
-        thread.join(timeout=10)
 
 
 @pytest.mark.parametrize("unread", ["iterator never advanced", "awaited, never iterated"])
@@ -222,12 +238,7 @@ def test_a_decided_runs_stream_never_read_leaves_the_run_to_the_workers(
     import asyncio
     import gc
 
-    path = tmp_path / "effects.db"
-    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(path))
-    _short_leases(monkeypatch)
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
-    agent = make(url)
-    paused = agent.generate("move 1")
+    agent, url, paused, path = _paused_run(tmp_path, monkeypatch)
     if unread == "iterator never advanced":
         with pytest.warns(RuntimeWarning, match="dropped unread"):
             stream = agent.approve_tool_call(run_id=paused.run_id, decided_by="ops")
@@ -251,28 +262,11 @@ def test_a_decided_run_that_outlasts_its_hold_is_renewed_while_it_advances(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The caller's hold is renewed while its run advances: a worker never takes a run whose
     tool outlasts the hold's span, and the queue forgets the run once it went on."""
-    from graphkit._owner import new_owner
-
-    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(tmp_path / "effects.db"))
-    _short_leases(monkeypatch)
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
-    agent = make(url)
-    paused = agent.generate("move 1")
-    ledger = agent._storage.ledger
-    taken: list[Any] = []
-    real = agent.graph.nodes["tools"].bound.func
-
-    def slow_tools(*args: Any, **kwargs: Any) -> Any:
-        deadline = time.monotonic() + 3.0  # three spans of the hold
-        while time.monotonic() < deadline:
-            taken.append(ledger.next_ready(new_owner(), "bank"))
-            time.sleep(0.1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(agent.graph.nodes["tools"].bound, "func", slow_tools)
+    agent, url, paused, _ = _paused_run(tmp_path, monkeypatch)
+    tries = _claims_while_the_tool_runs(agent, url, monkeypatch, seconds=3.0)  # 3 holds' span
     done = agent.approve_tool_call_generate(run_id=paused.run_id, decided_by="ops")
-    assert done.text == "done" and len(taken) > 20
-    assert set(taken) == {None}  # never taken from the caller
+    assert done.text == "done" and len(tries) > 20
+    assert {claim for _, claim in tries} == {None}  # never taken from the caller
     assert _ready_rows(url) == []
 
 
@@ -281,29 +275,12 @@ def test_a_hold_whose_stream_starts_late_is_renewed_as_it_starts(
     """A stream started near the end of its decision's hold renews the hold as it takes the
     thread: the keeper's first renewal, a third of a lease later, would come after the hold
     lapsed, and a worker would take the run mid-advance (helper-13)."""
-    from graphkit._owner import new_owner
-
-    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(tmp_path / "effects.db"))
-    _short_leases(monkeypatch)  # a hold of 1 s, renewed every 1/3 s
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
-    agent = make(url)
-    paused = agent.generate("move 1")
-    ledger = agent._storage.ledger
-    taken: list[Any] = []
-    real = agent.graph.nodes["tools"].bound.func
-
-    def slow_tools(*args: Any, **kwargs: Any) -> Any:
-        deadline = time.monotonic() + 1.5
-        while time.monotonic() < deadline:
-            taken.append(ledger.next_ready(new_owner(), "bank"))
-            time.sleep(0.02)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(agent.graph.nodes["tools"].bound, "func", slow_tools)
+    agent, url, paused, _ = _paused_run(tmp_path, monkeypatch)  # holds of 1 s, renewed every 1/3
+    tries = _claims_while_the_tool_runs(agent, url, monkeypatch, seconds=1.5, every=0.02)
     stream = agent.approve_tool_call(run_id=paused.run_id, decided_by="ops")
     time.sleep(0.9)  # the hold has 0.1 s left as the stream starts
-    assert stream.result().text == "done" and len(taken) > 30
-    assert set(taken) == {None}
+    assert stream.result().text == "done" and len(tries) > 30
+    assert {claim for _, claim in tries} == {None}
     assert _ready_rows(url) == []
 
 
@@ -311,12 +288,7 @@ def test_a_run_whose_resume_failed_is_left_to_the_workers(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The API's resume raised after the approved call ran: its hold is left to lapse, a
     worker then finishes the run, and the call does not run again."""
-    path = tmp_path / "effects.db"
-    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(path))
-    _short_leases(monkeypatch)
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
-    agent = make(url)
-    paused = agent.generate("move 1")
+    agent, url, paused, path = _paused_run(tmp_path, monkeypatch)
     real = agent.graph.nodes["model"].bound.func
 
     def model(*args: Any, **kwargs: Any) -> Any:
@@ -328,14 +300,7 @@ def test_a_run_whose_resume_failed_is_left_to_the_workers(
     monkeypatch.setattr(agent.graph.nodes["model"].bound, "func", real)
     assert len(ran(path)) == 1
     assert [r[0] for r in _ready_rows(url)] == [paused.run_id]
-    worker = Worker(make(url))
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: worker.resumed == 1)
-    finally:
-        worker.stop()
-        thread.join(timeout=10)
+    _worker_resumes(url)
     assert len(ran(path)) == 1
     assert agent.snapshot(run_id=paused.run_id)["status"] == "stop"
     assert _ready_rows(url) == []
