@@ -7,6 +7,7 @@ drains it. Both share one `_Run`, so streaming and `generate` cannot drift apart
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import warnings
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
@@ -336,11 +337,15 @@ class AsyncAgentStream:
                           RuntimeWarning, stacklevel=2)
         release = self._run.invocation.release if self._run is not None else None
         if release is not None and not self._started:
+            if self._decides is not None:
+                warnings.warn(DROPPED.format(method=self._decides, run_id=self.run_id),
+                              RuntimeWarning, stacklevel=2)
             # Awaited (it holds the thread), never read: give the thread back, in a thread of
             # its own (this may run on an event loop, which must not wait on storage). A run
             # a decision held is left to the workers (`Agent._prepare`).
-            threading.Thread(target=release, args=(False,), name="graphkit-release",
-                             daemon=True).start()
+            with contextlib.suppress(RuntimeError):  # no new thread at interpreter exit:
+                threading.Thread(target=release, args=(False,),  # the lease then lapses
+                                 name="graphkit-release", daemon=True).start()
 
     def __aiter__(self) -> AsyncIterator[StreamChunk]:
         if self._chunks is None:
