@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import threading
 import warnings
+import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -48,9 +49,11 @@ Prepare = Callable[[bool], "Invocation"]
 `False` it does not wait for a lease another run holds: it raises `RunBusyError` at once."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Invocation:
-    """One call into the graph: its input (or resume Command) and where it runs."""
+    """One call into the graph: its input (or resume Command) and where it runs. One that is
+    dropped unreleased (its stream never read, or cancelled while it was prepared) releases
+    itself as it is collected (`released_when_dropped`)."""
 
     input: Any
     config: RunnableConfig
@@ -168,6 +171,23 @@ NEVER_AWAITED = ("{method}() returned a stream that was never awaited or iterate
                  "stream.result()`), or use {method}_generate().")
 
 
+def released_when_dropped(invocation: Invocation) -> Invocation:
+    """Have `invocation.release` (idempotent) called with False if the invocation is
+    collected before it was: in a thread of its own, since the collection may happen on an
+    event loop, which must not wait on storage. Whatever drops an invocation (a stream never
+    read, a task cancelled while its invocation was prepared in a thread) then gives back the
+    thread's lease and the checkpoint it served, and leaves a decided run to the workers."""
+    if invocation.release is not None:
+        weakref.finalize(invocation, _release_apart, invocation.release)
+    return invocation
+
+
+def _release_apart(release: Callable[[bool], None]) -> None:
+    with contextlib.suppress(RuntimeError):  # no new thread at interpreter exit: it lapses
+        threading.Thread(target=release, args=(False,), name="graphkit-release",
+                         daemon=True).start()
+
+
 def _finished_html(run: _Run | None, how: str) -> str:
     """A finished stream shows as its result; an unfinished one says how to finish it."""
     if run is None or run.result is None:
@@ -276,8 +296,9 @@ class AsyncAgentStream:
         """The method whose decision this stream takes when first awaited, if any."""
         self._awaited = False
         self._started = False
-        self._preparing: asyncio.Lock | None = None
-        """Held while the stream prepares (once, however many tasks await it at a time)."""
+        self._preparing: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        """Held while the stream prepares (once, however many tasks await it at a time), on
+        the loop it was made for (an earlier loop's, from a try that failed, is not reused)."""
         self._run: _Run | None = None
         self._chunks: AsyncIterator[StreamChunk] | None = None
         self._modes = STREAM_MODES
@@ -286,9 +307,10 @@ class AsyncAgentStream:
 
     async def _ready(self) -> _Run:
         self._awaited = True
-        if self._preparing is None:
-            self._preparing = asyncio.Lock()
-        async with self._preparing:
+        loop = asyncio.get_running_loop()
+        if self._preparing is None or self._preparing[0] is not loop:
+            self._preparing = (loop, asyncio.Lock())
+        async with self._preparing[1]:
             if self._run is None:
                 # in a thread: it reads storage, may wait for the thread's lease, and may run
                 # an approvers policy
@@ -335,17 +357,10 @@ class AsyncAgentStream:
         if not self._awaited and self._decides is not None:
             warnings.warn(NEVER_AWAITED.format(method=self._decides, run_id=self.run_id),
                           RuntimeWarning, stacklevel=2)
-        release = self._run.invocation.release if self._run is not None else None
-        if release is not None and not self._started:
-            if self._decides is not None:
-                warnings.warn(DROPPED.format(method=self._decides, run_id=self.run_id),
-                              RuntimeWarning, stacklevel=2)
-            # Awaited (it holds the thread), never read: give the thread back, in a thread of
-            # its own (this may run on an event loop, which must not wait on storage). A run
-            # a decision held is left to the workers (`Agent._prepare`).
-            with contextlib.suppress(RuntimeError):  # no new thread at interpreter exit:
-                threading.Thread(target=release, args=(False,),  # the lease then lapses
-                                 name="graphkit-release", daemon=True).start()
+        if self._run is not None and not self._started and self._decides is not None:
+            # awaited (it holds the thread), never read: its invocation releases itself
+            warnings.warn(DROPPED.format(method=self._decides, run_id=self.run_id),
+                          RuntimeWarning, stacklevel=2)
 
     def __aiter__(self) -> AsyncIterator[StreamChunk]:
         if self._chunks is None:

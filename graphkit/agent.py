@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
@@ -50,6 +51,7 @@ from graphkit._runs import (
     Prepare,
     StateHook,
     pending_of,
+    released_when_dropped,
 )
 from graphkit._secrets import masked, masked_message
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers, GateSettings
@@ -341,15 +343,20 @@ class Agent:
                 lease.close()
                 raise
 
+            released = threading.Lock()
+
             def release(resumed: bool) -> None:
+                if not released.acquire(blocking=False):
+                    return  # once (the stream's end, or its invocation dropped)
                 try:
                     if resumed and held_by is not None:
                         ledger.let_go(run_id, held_by)
                 finally:
                     lease.close()
 
-            return Invocation(payload, leased, run_id, thread_id, on_state_change, release,
-                              agent=self.name, ledger=ledger, shown_args=self._shown_args)
+            return released_when_dropped(Invocation(
+                payload, leased, run_id, thread_id, on_state_change, release, agent=self.name,
+                ledger=ledger, shown_args=self._shown_args))
 
         return prepare
 

@@ -153,3 +153,85 @@ async def test_a_stream_awaited_by_two_tasks_at_once_prepares_once() -> None:
     assert first is stream and second is stream
     assert (await stream.result()).text == "Paid."
     assert ledger.names() == ["pay"]
+
+
+def _slow_reads(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """The API's read of a thread's latest checkpoint takes `seconds` (slow storage)."""
+    import time
+
+    import graphkit.agent
+
+    real = graphkit.agent.latest
+
+    def slow(*args: object, **kwargs: object) -> object:
+        time.sleep(seconds)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(graphkit.agent, "latest", slow)
+
+
+def test_a_decision_stream_cancelled_while_it_is_prepared_leaves_nothing_held(
+        tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task cancelled while its decision stream is prepared in a thread (a timeout): the
+    invocation that thread then makes is dropped, and releases itself (`Invocation`): the
+    thread's lease and the checkpoint it served go, and the agent reads the thread as it is
+    after another process finished the run, not as it was (helper-14: its next run started
+    from the stale checkpoint, and the thread's history lost the run's end)."""
+    import gc
+    import time
+    from pathlib import Path
+
+    from tests.worker_agent import make
+
+    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(Path(str(tmp_path)) / "effects.db"))
+    url = f"sqlite:///{Path(str(tmp_path)) / 'runs.db'}"
+    agent = make(url)
+    paused = agent.generate("move 1")
+
+    async def cancelled() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(agent.aapprove_tool_call(run_id=paused.run_id,
+                                                            decided_by="ops"), 0.2)
+        await asyncio.sleep(1.0)  # the thread finishes preparing, for nobody
+
+    with monkeypatch.context() as slow:
+        _slow_reads(slow, 0.5)
+        asyncio.run(cancelled())
+        gc.collect()
+    deadline = time.monotonic() + 10
+    while agent._storage.ledger._sql.query("SELECT 1 FROM graphkit_leases"):
+        assert time.monotonic() < deadline, "the thread was never given back"
+        time.sleep(0.05)
+    assert make(url).resume(run_id=paused.run_id).text == "done"  # another process finishes
+    assert agent.snapshot(run_id=paused.run_id)["status"] == "stop"
+    again = agent.generate("move 2", thread_id=paused.thread_id)
+    assert again.finish_reason == "suspended"  # a new call to approve, as after any run
+
+
+def test_a_stream_awaited_again_on_another_loop_prepares_there(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream whose first awaits failed (timed out on one event loop) is awaited by two
+    tasks on another: both get it (helper-14: the lock of the first loop raised)."""
+    agent, ledger = agent_with([turn(call("pay", PAY, "c1")), "Paid."])
+    paused = agent.generate("go")
+    stream = agent.aapprove_tool_call(run_id=paused.run_id, decided_by="alice")
+
+    async def first() -> list[object]:
+        async def once() -> object:
+            return await asyncio.wait_for(stream._ready(), 0.2)
+
+        return await asyncio.gather(once(), once(), return_exceptions=True)
+
+    with monkeypatch.context() as slow:
+        _slow_reads(slow, 0.5)
+        assert all(isinstance(r, TimeoutError) for r in asyncio.run(first()))
+
+    async def second() -> str:
+        async def awaited() -> AsyncAgentStream:
+            return await stream
+
+        assert await asyncio.gather(awaited(), awaited()) == [stream, stream]
+        return (await stream.result()).text
+
+    assert asyncio.run(second()) == "Paid."
+    assert ledger.names() == ["pay"]
