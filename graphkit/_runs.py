@@ -171,18 +171,37 @@ NEVER_AWAITED = ("{method}() returned a stream that was never awaited or iterate
                  "stream.result()`), or use {method}_generate().")
 
 
+class Release:
+    """Frees what an invocation holds (the thread's lease, the checkpoint it served, a
+    decision's hold on its run), once: at its stream's end, or when it is dropped."""
+
+    def __init__(self, free: Callable[[bool], None]) -> None:
+        self._free = free
+        self._lock = threading.Lock()
+        self.done = False
+
+    def __call__(self, resumed: bool) -> None:
+        with self._lock:
+            if self.done:
+                return
+            self.done = True
+        self._free(resumed)
+
+
 def released_when_dropped(invocation: Invocation) -> Invocation:
-    """Have `invocation.release` (idempotent) called with False if the invocation is
-    collected before it was: in a thread of its own, since the collection may happen on an
-    event loop, which must not wait on storage. Whatever drops an invocation (a stream never
-    read, a task cancelled while its invocation was prepared in a thread) then gives back the
-    thread's lease and the checkpoint it served, and leaves a decided run to the workers."""
-    if invocation.release is not None:
+    """Have the invocation's `Release` called with False if the invocation is collected
+    before it was: in a thread of its own, since the collection may happen on an event loop,
+    which must not wait on storage. Whatever drops an invocation (a stream never read, a task
+    cancelled while its invocation was prepared in a thread) then gives back the thread's
+    lease and the checkpoint it served, and leaves a decided run to the workers."""
+    if isinstance(invocation.release, Release):
         weakref.finalize(invocation, _release_apart, invocation.release)
     return invocation
 
 
-def _release_apart(release: Callable[[bool], None]) -> None:
+def _release_apart(release: Release) -> None:
+    if release.done:  # (the stream's end released it: no thread to start)
+        return
     with contextlib.suppress(RuntimeError):  # no new thread at interpreter exit: it lapses
         threading.Thread(target=release, args=(False,), name="graphkit-release",
                          daemon=True).start()

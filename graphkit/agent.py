@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
@@ -49,6 +48,7 @@ from graphkit._runs import (
     AsyncAgentStream,
     Invocation,
     Prepare,
+    Release,
     StateHook,
     pending_of,
     released_when_dropped,
@@ -343,11 +343,7 @@ class Agent:
                 lease.close()
                 raise
 
-            released = threading.Lock()
-
-            def release(resumed: bool) -> None:
-                if not released.acquire(blocking=False):
-                    return  # once (the stream's end, or its invocation dropped)
+            def free(resumed: bool) -> None:
                 try:
                     if resumed and held_by is not None:
                         ledger.let_go(run_id, held_by)
@@ -355,8 +351,8 @@ class Agent:
                     lease.close()
 
             return released_when_dropped(Invocation(
-                payload, leased, run_id, thread_id, on_state_change, release, agent=self.name,
-                ledger=ledger, shown_args=self._shown_args))
+                payload, leased, run_id, thread_id, on_state_change, Release(free),
+                agent=self.name, ledger=ledger, shown_args=self._shown_args))
 
         return prepare
 
