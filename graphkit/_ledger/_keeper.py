@@ -46,10 +46,6 @@ class LeaseKeeper:
                     target=self._run, args=(id(ledger),), name="graphkit-leases", daemon=True)
                 loop.start()
 
-    def holds(self, what: tuple[str, str], owner: str) -> bool:
-        with self._lock:
-            return (what, owner) in self._held
-
     def drop(self, what: tuple[str, str], owner: str) -> None:
         with self._lock:
             self._held.pop((what, owner), None)
