@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -122,6 +122,20 @@ FORGED_DECIDER = (
 )
 
 
+
+_Found = TypeVar("_Found")
+
+
+def _read_through(known: Mapping[str, _Found], keys: Iterable[str],
+                  read: Callable[[list[str]], Mapping[str, _Found]]) -> dict[str, _Found]:
+    """`read(keys)`, from what a pass read already (`known`), reading only the keys it
+    lacks."""
+    wanted = list(dict.fromkeys(keys))
+    found = {k: known[k] for k in wanted if k in known}
+    if missing := [k for k in wanted if k not in known]:
+        found.update(read(missing))
+    return found
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GateContext:
     """Where one pass of a node runs: its agent path, thread and run, journal and ledger."""
@@ -179,13 +193,8 @@ class GateContext:
         """`Ledger.approvals` of these ids, as `turn` read them with its plan, once (a later
         call, or an id it did not find, is read now): the gate's first look at what waits
         reads nothing more; a look after the pass changed a row reads it again."""
-        ids = list(dict.fromkeys(approval_ids))
-        known = self._approvals.pop() if self._approvals else {}
-        found = {i: known[i] for i in ids if i in known}
-        missing = [i for i in ids if i not in known]
-        if missing:
-            found.update(self.ledger.approvals(missing))
-        return found
+        return _read_through(self._approvals.pop() if self._approvals else {}, approval_ids,
+                             self.ledger.approvals)
 
     def forget_approvals(self) -> None:
         """The pass changed approval rows: what `turn` read of them is out of date."""
@@ -195,13 +204,8 @@ class GateContext:
         """`Ledger.outcomes` of these calls of this thread, as `turn` read them with its plan
         (a call it did not find, which a turn's plan and its calls written together never
         leave out, is read now)."""
-        keys = list(dict.fromkeys(call_keys))
-        known = self._outcomes[0] if self._outcomes else {}
-        found = {k: known[k] for k in keys if k in known}
-        missing = [k for k in keys if k not in known]
-        if missing:
-            found.update(self.ledger.outcomes(missing, thread_id=self.thread_id))
-        return found
+        return _read_through(self._outcomes[0] if self._outcomes else {}, call_keys,
+                             lambda keys: self.ledger.outcomes(keys, thread_id=self.thread_id))
 
     def pending_turns(self) -> list[PendingTurn]:
         """`Ledger.pending_turns` of this agent, as `turn` read it, once (else read now). A
