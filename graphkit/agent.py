@@ -356,17 +356,25 @@ class Agent:
 
         return prepare
 
+    def _decide(self, claim: Claim | None, run_id: str, thread_id: str,
+                config: RunnableConfig) -> str | None:
+        """Take a method's decision (if it takes one) on the run's latest state; the owner
+        under which the decision holds the run for the stream that resumes it next."""
+        if claim is None:
+            return None
+        held = new_owner()
+        claim(latest(self.graph, config), dataclasses.replace(
+            self._request(run_id, thread_id), held_by=held))
+        return held
+
     def _advance(self, run_id: str, build: Build, on_state_change: StateHook | None = None,
                  *, claim: Claim | None = None, thread_id: str | None = None,
                  leased_by: str | None = None) -> AgentStream:
         thread_id = thread_id or self._thread_of(run_id)
         config = self._config(thread_id, run_id)
-        held = new_owner() if claim is not None else None
-        if claim is not None:
-            # The decision is taken now (a refused one raises here); the stream then asks the
-            # gate to apply it.
-            claim(latest(self.graph, config), dataclasses.replace(
-                self._request(run_id, thread_id), held_by=held))
+        # The decision is taken now (a refused one raises here); the stream then asks the gate
+        # to apply it.
+        held = self._decide(claim, run_id, thread_id, config)
         prepare = self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
                                 on_state_change=on_state_change, leased_by=leased_by,
                                 held_by=held)
@@ -383,10 +391,7 @@ class Agent:
             if not claimed:  # once: a retry that waits for the lease does not decide again
                 thread_id = self._thread_of(run_id)
                 config = self._config(thread_id, run_id)
-                held = new_owner() if claim is not None else None
-                if claim is not None:
-                    claim(latest(self.graph, config), dataclasses.replace(
-                        self._request(run_id, thread_id), held_by=held))
+                held = self._decide(claim, run_id, thread_id, config)
                 claimed.append(self._prepare(run_id=run_id, thread_id=thread_id, config=config,
                                              build=build, on_state_change=on_state_change,
                                              held_by=held))
