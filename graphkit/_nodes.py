@@ -60,7 +60,7 @@ from graphkit._ledger import (
     queued_id,
 )
 from graphkit._limits import check_value
-from graphkit._offload import offload
+from graphkit._offload import apart, offload
 from graphkit._owner import holder_is_dead, new_owner
 from graphkit._reply import (
     answer_reply,
@@ -665,8 +665,7 @@ class _Handoff:
             self.cancelled = True
             left, self._landed = self._landed, None
         if left is not None:
-            threading.Thread(target=self._ledger.release, args=(self._key, left.owner),
-                             name="graphkit-give-back", daemon=True).start()
+            apart(self._ledger.release, self._key, left.owner, name="graphkit-give-back")
 
 
 def _prepare(

@@ -7,7 +7,6 @@ drains it. Both share one `_Run`, so streaming and `generate` cannot drift apart
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import warnings
 import weakref
@@ -32,7 +31,7 @@ from graphkit._events import (
     suspend_payload,
 )
 from graphkit._ledger import Ledger
-from graphkit._offload import offload
+from graphkit._offload import apart, offload
 from graphkit.types import GenerateResult, PendingApproval, RunState, StreamChunk
 
 __all__ = ["AgentStream", "AsyncAgentStream", "Invocation"]
@@ -200,11 +199,8 @@ def released_when_dropped(invocation: Invocation) -> Invocation:
 
 
 def _release_apart(release: Release) -> None:
-    if release.done:  # (the stream's end released it: no thread to start)
-        return
-    with contextlib.suppress(RuntimeError):  # no new thread at interpreter exit: it lapses
-        threading.Thread(target=release, args=(False,), name="graphkit-release",
-                         daemon=True).start()
+    if not release.done:  # (the stream's end released it: no thread to start)
+        apart(release, False, name="graphkit-release")
 
 
 def _finished_html(run: _Run | None, how: str) -> str:
