@@ -364,16 +364,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(results: dict[str, Any]) -> None:
-    print(f"{'scenario':<58} {'graphkit':>17} {'langchain':>17} {'minimal':>9} "
+    print(f"{'scenario':<58} {'graphkit':>17} {'langchain':>17} {'minimal':>17} "
           f"{'gk/lc':>6} {'gk/min':>6}")
     for row in results["round_trips"]:
         s = row["stats"]
-        mn = f"{s['minimal']['median_ms']:.2f}" if "minimal" in s else "-"
+        mn = (f"{s['minimal']['median_ms']:7.2f} p90 {s['minimal']['p90_ms']:>5.1f}"
+              if "minimal" in s else "-")
         gm = f"{row['graphkit/minimal']:.2f}" if "graphkit/minimal" in row else "-"
         print(f"{row['scenario']:<58} "
               f"{s['graphkit']['median_ms']:>7.2f} p90 {s['graphkit']['p90_ms']:>5.1f} "
               f"{s['langchain']['median_ms']:>7.2f} p90 {s['langchain']['p90_ms']:>5.1f} "
-              f"{mn:>9} {row['graphkit/langchain']:>6.2f} {gm:>6}")
+              f"{mn:>17} {row['graphkit/langchain']:>6.2f} {gm:>6}")
     if "long_thread" in results:
         row = results["long_thread"]
         print(f"\n{row['scenario']}: median of the first 5 -> of the last 10, ms")
