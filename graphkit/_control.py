@@ -229,10 +229,19 @@ def apply_command(snapshot: Paused) -> Command[Any] | None:
 def continue_command(snapshot: Paused, req: Request) -> Any:
     """Continue once every waiting call is decided (here, or in the inbox)."""
     items = _expire(waiting(snapshot, req.ledger), snapshot, req)
-    undecided = [i.record["tool_call_id"] for i in items if i.shown["status"] == "pending"]
+    undecided = [i for i in items if i.shown["status"] == "pending"]
     if undecided:
-        msg = (f"run {req.run_id!r} still has undecided tool calls {undecided}; decide them "
-               "(resolve_tool_approval / approve_tool_call / resume_stream / the inbox) first")
+        ids = [i.record["tool_call_id"] for i in undecided]
+        later = options_of(snapshot).get("run_id")
+        if later and later != req.run_id and not of_run(undecided, snapshot, req.run_id):
+            # what waits was asked by the run that continued the thread, not by this one (a
+            # decision naming this run is refused there: say where it belongs)
+            msg = (f"run {req.run_id!r} is over: its thread went on in run {later!r}, whose "
+                   f"tool calls {ids} are undecided; decide them and resume that run")
+        else:
+            msg = (f"run {req.run_id!r} still has undecided tool calls {ids}; decide them "
+                   "(resolve_tool_approval / approve_tool_call / resume_stream / the inbox) "
+                   "first")
         raise ApprovalsPendingError(msg)
     return apply_command(snapshot)  # None: continue a run stopped by on_state_change
 

@@ -70,6 +70,29 @@ def test_a_decision_for_an_earlier_run_never_lands_on_the_newer_call(
     assert [e["run_id"] for e in approved] == [newer.run_id]
 
 
+def test_resuming_an_earlier_run_names_the_run_that_waits(sqlite_url: str) -> None:
+    """The thread went on in a newer run, whose call waits: a resume of the earlier run is
+    refused, and says which run the undecided call belongs to (a decision naming the earlier
+    run would be refused: "run A still waits on it" sent its caller in a circle)."""
+    from graphkit.errors import ApprovalsPendingError
+
+    ran: list[str] = []
+    agent = _release(sqlite_url, ran)
+    older = agent.generate("ship 1.4.2")
+    newer = agent.generate("no wait, ship 6.6.6", thread_id=older.thread_id)
+    with pytest.raises(ApprovalsPendingError) as refused:
+        agent.resume(run_id=older.run_id)
+    assert f"went on in run {newer.run_id!r}" in str(refused.value)
+    assert "call_1" in str(refused.value)
+    assert ran == []
+    (waiting,) = agent.pending_approvals(run_id=newer.run_id)
+    assert waiting.status == "pending"
+    # the newer run's own resume still says its call is undecided, as before
+    with pytest.raises(ApprovalsPendingError, match="still has undecided tool calls"):
+        agent.resume(run_id=newer.run_id)
+    assert agent.approve_tool_call_generate(run_id=newer.run_id).text == "done: deployed 6.6.6"
+
+
 def test_a_suspension_answer_for_an_earlier_run_is_refused(sqlite_url: str) -> None:
     from pydantic import BaseModel
 
