@@ -28,8 +28,10 @@ from langgraph.types import StateSnapshot
 from graphkit._context import LEASE_KEY, thread_id_of
 from graphkit._control import (
     Request,
+    RunLeftBehind,
     apply_command,
     continue_command,
+    current_command,
     decide,
     of_run,
     policy_finder,
@@ -742,12 +744,17 @@ class Agent:
         return self._advance(run_id, continue_command, on_state_change).result()
 
     def _resume_ready(self, run_id: str, thread_id: str, *, leased_by: str | None = None
-                      ) -> GenerateResult:
+                      ) -> GenerateResult | None:
         """`resume` for a worker, which claimed the run (and its thread, from the ledger)
         from the ready queue, and maybe the thread's lease with it (`leased_by`, which then
         releases it): the gates apply what the ledger holds (a call still undecided pauses
-        the run again; the next decision queues it anew)."""
-        return self._advance(run_id, _apply, thread_id=thread_id, leased_by=leased_by).result()
+        the run again; the next decision queues it anew). None: the thread went on in a later
+        run, which the run's queue row predates (nothing of this run is left to resume)."""
+        try:
+            return self._advance(run_id, current_command, thread_id=thread_id,
+                                 leased_by=leased_by).result()
+        except RunLeftBehind:
+            return None  # (a queue row left from before the thread went on: nothing to do)
 
     async def aresume(
         self, *, run_id: str, on_state_change: StateHook | None = None

@@ -319,6 +319,41 @@ def queue(durable_url: str) -> Iterator[Any]:
         pool.close()
 
 
+def test_a_queued_run_whose_thread_went_on_in_a_later_run_is_not_resumed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inbox decided run A (queued for the workers); before a worker took it, a new
+    message started run B in the thread, which paused on its own call. A's row is over: the
+    worker drops it without resuming anything (before, it resumed B's pause under A's id,
+    one more pass and checkpoint, and would have run B's call once decided, under A)."""
+    from graphkit._owner import new_owner
+
+    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(tmp_path / "effects.db"))
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = make(url)
+    older = agent.generate("move 1")
+    (item,) = Inbox(url).pending()
+    Inbox(url).approve(item.id, decided_by="ops")
+    assert [r[0] for r in _ready_rows(url)] == [older.run_id]
+    newer = agent.generate("move 2", thread_id=older.thread_id)
+    assert newer.finish_reason == "suspended"
+    config = {"configurable": {"thread_id": older.thread_id}}
+    before = [c.config["configurable"]["checkpoint_id"]
+              for c in agent.graph.get_state_history(config)]
+    worker = Worker(make(url))
+    assert worker._resume_one(new_owner()) is True  # it took A's row...
+    assert [c.config["configurable"]["checkpoint_id"]
+            for c in agent.graph.get_state_history(config)] == before  # ...and ran nothing
+    assert _ready_rows(url) == []
+    (waiting,) = agent.pending_approvals(run_id=newer.run_id)
+    assert waiting.status == "pending" and agent.snapshot(run_id=newer.run_id)[
+        "status"] == "suspended"
+    # B goes on under its own id once decided
+    Inbox(url).approve(waiting.id, decided_by="ops")
+    assert worker._resume_one(new_owner()) is True
+    assert agent.snapshot(run_id=newer.run_id)["status"] == "stop"
+    assert waiting.tool_call_id in [c for c, _ in ran(tmp_path / "effects.db")]
+
+
 def _ready_run(ledger: Any, run_id: str, thread_id: str) -> None:
     """One decided run of `bank`, ready for a worker."""
     from graphkit._ledger import ApprovalRow
