@@ -47,12 +47,11 @@ from graphkit.types import ApprovalRecord, GateResume, PendingApproval
 
 __all__ = [
     "Request",
-    "RunLeftBehind",
     "Waiting",
     "apply_command",
     "continue_command",
-    "current_command",
     "decide",
+    "left_by",
     "of_run",
     "start_payload",
     "waiting",
@@ -228,15 +227,6 @@ def apply_command(snapshot: Paused) -> Command[Any] | None:
     return Command(resume={interrupt_id: GateResume() for interrupt_id in interrupts})
 
 
-class RunLeftBehind(Exception):
-    """The run has nothing left to resume: its thread went on in a later run."""
-
-    def __init__(self, run_id: str, later: str) -> None:
-        super().__init__(f"run {run_id!r} has nothing to resume: its thread went on in run "
-                         f"{later!r}")
-        self.run_id, self.later = run_id, later
-
-
 def left_by(snapshot: Paused, run_id: str, items: Callable[[], list[Waiting]]) -> str | None:
     """The later run the thread went on in, if `run_id` was left behind: the thread's current
     run is another, and nothing of `items()` (what waits in the thread, read only then) was
@@ -248,32 +238,13 @@ def left_by(snapshot: Paused, run_id: str, items: Callable[[], list[Waiting]]) -
     return str(later)
 
 
-def current_command(snapshot: Paused, req: Request) -> Any:
-    """`apply_command` for a run still current in its thread; `RunLeftBehind` for one the
-    thread left (a worker's queued run whose thread went on in a later run: resuming it would
-    advance the later run under this one's id)."""
-    later = left_by(snapshot, req.run_id, lambda: waiting(snapshot, req.ledger))
-    if later is not None:
-        raise RunLeftBehind(req.run_id, later)
-    return apply_command(snapshot)
-
-
 def continue_command(snapshot: Paused, req: Request) -> Any:
     """Continue once every waiting call is decided (here, or in the inbox)."""
     items = _expire(waiting(snapshot, req.ledger), snapshot, req)
-    undecided = [i for i in items if i.shown["status"] == "pending"]
+    undecided = [i.record["tool_call_id"] for i in items if i.shown["status"] == "pending"]
     if undecided:
-        ids = [i.record["tool_call_id"] for i in undecided]
-        later = left_by(snapshot, req.run_id, lambda: undecided)
-        if later is not None:
-            # what waits was asked by the run that continued the thread, not by this one (a
-            # decision naming this run is refused there: say where it belongs)
-            msg = (f"run {req.run_id!r} is over: its thread went on in run {later!r}, whose "
-                   f"tool calls {ids} are undecided; decide them and resume that run")
-        else:
-            msg = (f"run {req.run_id!r} still has undecided tool calls {ids}; decide them "
-                   "(resolve_tool_approval / approve_tool_call / resume_stream / the inbox) "
-                   "first")
+        msg = (f"run {req.run_id!r} still has undecided tool calls {undecided}; decide them "
+               "(resolve_tool_approval / approve_tool_call / resume_stream / the inbox) first")
         raise ApprovalsPendingError(msg)
     return apply_command(snapshot)  # None: continue a run stopped by on_state_change
 

@@ -28,11 +28,10 @@ from langgraph.types import StateSnapshot
 from graphkit._context import LEASE_KEY, thread_id_of
 from graphkit._control import (
     Request,
-    RunLeftBehind,
     apply_command,
     continue_command,
-    current_command,
     decide,
+    left_by,
     of_run,
     policy_finder,
     start_payload,
@@ -64,6 +63,7 @@ from graphkit.errors import (
     SNAPSHOT_NOT_FOUND,
     ApprovalNotFoundError,
     GraphkitError,
+    RunSupersededError,
     SnapshotNotFoundError,
 )
 from graphkit.tools import HumanDecision, create_tool, decisions_of
@@ -368,6 +368,24 @@ class Agent:
         claim(latest(self.graph, config), dataclasses.replace(
             self._request(run_id, thread_id), held_by=held))
         return held
+
+    def _current(self, build: Build) -> Build:
+        """`build`, for a run its thread has not left behind. A resume that names a run the
+        thread went on from (a new message started a later run, whose own calls wait, or which
+        ended) would advance the later run under the earlier one's id: `RunSupersededError`,
+        nothing changed. A later run caught mid-step (its process died, or `on_state_change`
+        stopped it) is continued, as before: its next step may be a call already cleared."""
+
+        def current(snapshot: Paused, req: Request) -> Any:
+            later = left_by(snapshot, req.run_id, lambda: waiting(snapshot, req.ledger))
+            if later is not None and _at_rest(self.graph.get_state(
+                    self._config(req.thread_id, req.run_id))):
+                msg = (f"run {req.run_id!r} is over: its thread went on in run {later!r}; "
+                       "decide and resume that run")
+                raise RunSupersededError(msg, later_run_id=later)
+            return build(snapshot, req)
+
+        return current
 
     def _advance(self, run_id: str, build: Build, on_state_change: StateHook | None = None,
                  *, claim: Claim | None = None, thread_id: str | None = None,
@@ -741,7 +759,7 @@ class Agent:
     ) -> GenerateResult:
         """Continue a run once all its calls are decided (here, or in the inbox), or after
         `on_state_change` stopped it."""
-        return self._advance(run_id, continue_command, on_state_change).result()
+        return self._advance(run_id, self._current(continue_command), on_state_change).result()
 
     def _resume_ready(self, run_id: str, thread_id: str, *, leased_by: str | None = None
                       ) -> GenerateResult | None:
@@ -751,16 +769,17 @@ class Agent:
         the run again; the next decision queues it anew). None: the thread went on in a later
         run, which the run's queue row predates (nothing of this run is left to resume)."""
         try:
-            return self._advance(run_id, current_command, thread_id=thread_id,
+            return self._advance(run_id, self._current(_apply), thread_id=thread_id,
                                  leased_by=leased_by).result()
-        except RunLeftBehind:
+        except RunSupersededError:
             return None  # (a queue row left from before the thread went on: nothing to do)
 
     async def aresume(
         self, *, run_id: str, on_state_change: StateHook | None = None
     ) -> GenerateResult:
         """Async twin of `resume`."""
-        return await self._aadvance(run_id, continue_command, on_state_change).result()
+        return await self._aadvance(run_id, self._current(continue_command),
+                                    on_state_change).result()
 
     # ------------------------------------------------------------------ reading state
 
@@ -849,6 +868,12 @@ def _claim(choice: Choice, *, tool_call_id: str | None = None, approval_id: str 
 
     claim.method = method  # type: ignore[attr-defined]
     return claim
+
+
+def _at_rest(state: StateSnapshot) -> bool:
+    """Whether the thread's run stopped where only a human moves it on: ended, or each of its
+    next tasks waiting on an interrupt (not one caught mid-step)."""
+    return all(task.interrupts for task in state.tasks)
 
 
 def _apply(snapshot: Paused, req: Request) -> Any:

@@ -10,6 +10,7 @@ GraphkitError
 ├── AmbiguousApprovalError         (LookupError)   several pending, none named
 ├── ApprovalAlreadyResolvedError                   decided before
 ├── ApprovalsPendingError                          resume() while some are undecided
+├── RunSupersededError                             resume() of a run its thread went on from
 ├── InvalidApprovedArgsError       (ValueError)    edited args fail the tool's schema
 │   └── ArgsDigestMismatchError                    the reviewed args_digest is not the one waiting
 ├── ResumeDataError                (ValueError)    resume data fails the tool's resume_schema
@@ -35,6 +36,7 @@ __all__ = [
     "GraphkitError",
     "InvalidApprovedArgsError",
     "ResumeDataError",
+    "RunSupersededError",
     "SnapshotNotFoundError",
     "SuspendPayloadError",
 ]
@@ -74,6 +76,17 @@ class ApprovalAlreadyResolvedError(GraphkitError):
 
 class ApprovalsPendingError(GraphkitError):
     """`resume()` was asked to continue while some approvals are still undecided."""
+
+
+class RunSupersededError(GraphkitError):
+    """`resume()` named a run whose thread went on in a later run (a new message started it),
+    which now rests on its own calls or has ended: nothing of this run is left to continue,
+    and continuing the thread under its id would run the later run's calls as this one's."""
+
+    def __init__(self, message: str, *, later_run_id: str) -> None:
+        super().__init__(message)
+        self.later_run_id = later_run_id
+        """The run the thread went on in: decide and resume that one."""
 
 
 class InvalidApprovedArgsError(GraphkitError, ValueError):

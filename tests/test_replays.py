@@ -3,6 +3,7 @@ tool_call_id, which models reuse), it never lands on a newer call of the thread.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -70,27 +71,48 @@ def test_a_decision_for_an_earlier_run_never_lands_on_the_newer_call(
     assert [e["run_id"] for e in approved] == [newer.run_id]
 
 
-def test_resuming_an_earlier_run_names_the_run_that_waits(sqlite_url: str) -> None:
-    """The thread went on in a newer run, whose call waits: a resume of the earlier run is
-    refused, and says which run the undecided call belongs to (a decision naming the earlier
-    run would be refused: "run A still waits on it" sent its caller in a circle)."""
-    from graphkit.errors import ApprovalsPendingError
+@pytest.mark.parametrize("newer_call", ["undecided", "approved", "expired"])
+def test_resuming_an_earlier_run_is_refused_once_the_thread_went_on(
+        sqlite_url: str, newer_call: str) -> None:
+    """The thread went on in a newer run, which rests on its own call: a resume naming the
+    earlier run is refused (typed, naming the newer run) and changes nothing, whatever became
+    of the newer run's call. Before, it said the earlier run "still has undecided tool calls"
+    (the newer run's, which a decision naming it is refused), or, once they were decided or
+    overdue, ran the newer run's call under the earlier run's id."""
+    import time
+
+    from graphkit.errors import RunSupersededError
 
     ran: list[str] = []
-    agent = _release(sqlite_url, ran)
+    ttl = {"approval_ttl": timedelta(seconds=1)} if newer_call == "expired" else {}
+    agent = _release(sqlite_url, ran, **ttl)
     older = agent.generate("ship 1.4.2")
     newer = agent.generate("no wait, ship 6.6.6", thread_id=older.thread_id)
-    with pytest.raises(ApprovalsPendingError) as refused:
+    (waiting,) = newer.pending_approvals
+    if newer_call == "approved":
+        Inbox(sqlite_url).approve(waiting.id, decided_by="alice")
+    elif newer_call == "expired":
+        time.sleep(1.2)
+    config = {"configurable": {"thread_id": older.thread_id}}
+    history = [c.config["configurable"]["checkpoint_id"]
+               for c in agent.graph.get_state_history(config)]
+    with pytest.raises(RunSupersededError) as refused:
         agent.resume(run_id=older.run_id)
+    assert refused.value.later_run_id == newer.run_id
     assert f"went on in run {newer.run_id!r}" in str(refused.value)
-    assert "call_1" in str(refused.value)
     assert ran == []
-    (waiting,) = agent.pending_approvals(run_id=newer.run_id)
-    assert waiting.status == "pending"
-    # the newer run's own resume still says its call is undecided, as before
-    with pytest.raises(ApprovalsPendingError, match="still has undecided tool calls"):
-        agent.resume(run_id=newer.run_id)
-    assert agent.approve_tool_call_generate(run_id=newer.run_id).text == "done: deployed 6.6.6"
+    assert [c.config["configurable"]["checkpoint_id"]
+            for c in agent.graph.get_state_history(config)] == history
+    status = {"undecided": "pending", "approved": "approved", "expired": "pending"}[newer_call]
+    assert [p.status for p in agent.pending_approvals(run_id=newer.run_id)] == [status]
+    if newer_call == "undecided":
+        Inbox(sqlite_url).approve(waiting.id, decided_by="alice")
+    done = agent.resume(run_id=newer.run_id)
+    assert done.run_id == newer.run_id
+    if newer_call == "expired":
+        assert ran == [] and "expired" in done.text
+    else:
+        assert ran == ["6.6.6"] and done.text == "done: deployed 6.6.6"
 
 
 def test_a_suspension_answer_for_an_earlier_run_is_refused(sqlite_url: str) -> None:

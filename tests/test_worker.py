@@ -354,6 +354,32 @@ def test_a_queued_run_whose_thread_went_on_in_a_later_run_is_not_resumed(
     assert waiting.tool_call_id in [c for c, _ in ran(tmp_path / "effects.db")]
 
 
+def test_a_queued_run_whose_later_run_stopped_mid_step_is_continued(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inbox approved run A's call (A queued); a new message started run B, whose gate
+    cleared that call, and B stopped before its tools ran (`on_state_change` here; a process
+    that died there leaves the same checkpoint). The thread did not come to rest in B: the
+    worker continues it (the approved call runs, once), rather than dropping A's row with
+    nothing else queued (helper-15 against 531986f: the call never ran)."""
+    from graphkit._owner import new_owner
+
+    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(tmp_path / "effects.db"))
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = make(url)
+    older = agent.generate("move 1")
+    (item,) = Inbox(url).pending()
+    Inbox(url).approve(item.id, decided_by="ops")
+    newer = agent.generate("move 2", thread_id=older.thread_id,
+                           on_state_change=lambda state: state.step >= 2)
+    assert newer.finish_reason == "checkpoint"
+    state = agent.graph.get_state({"configurable": {"thread_id": older.thread_id}})
+    assert state.next == ("tools",) and not state.interrupts and ran(tmp_path / "effects.db") == []
+    worker = Worker(make(url))
+    assert worker._resume_one(new_owner()) is True
+    assert [c for c, _ in ran(tmp_path / "effects.db")] == [item.tool_call_id]
+    assert _ready_rows(url) == []
+
+
 def _ready_run(ledger: Any, run_id: str, thread_id: str) -> None:
     """One decided run of `bank`, ready for a worker."""
     from graphkit._ledger import ApprovalRow
