@@ -271,22 +271,27 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
                              for m in messages])
     auto = bool(options.get("auto_resume_suspended_tools"))
     plan = _plan(snapshot, req) if req is not None else None
-    # A gate that finds a decision recorded meanwhile (the inbox, the CLI) applies it and
-    # never reads its resume value: the message then goes into the plan's queue here, to
-    # reach the conversation once the turn settles (the recorded decision, taken before the
-    # message, still runs first). So does a message for a supervisor whose subagent waits.
+    # What the message does is recorded here, before the graph runs, not only carried in the
+    # resume value: a run stopped before its gate read that value (`on_state_change` at its
+    # first step, a process that died) would lose it, and the next resume (any door's) asks
+    # afresh. So the message goes into the plan's queue, to reach the conversation once the
+    # turn settles, and what waits is superseded in the ledger (a decision recorded before
+    # the message, in the inbox say, still runs first): the gate applies those declines like
+    # any other, whoever resumes it. A supervisor whose subagent waits queues it the same way.
+    # Where auto-resume may read a suspended tool's data from the message, and nothing was
+    # decided, the gate takes the message from the resume value (it answers the tool with it).
     rows = req.ledger.approvals(r["id"] for _, r in found) if req is not None else {}
     decided = any(row.decided for row in rows.values())
-    if decided and req is not None:
-        # ... and what still waits beside it is superseded in the ledger, as the gate would
-        # have done with the message: the gate applies that decline like any other
+    reads_data = auto and any(r["kind"] == "suspension" for _, r in found)
+    durable = req is not None and (decided or (plan is not None and not reads_data))
+    if durable and req is not None:
         for _, record in found:
             row = rows.get(record["id"])
             if row is not None and not row.decided and not (
                     auto and record["kind"] == "suspension"):
                 supersede(req.ledger, record, comment=BY_NEW_MESSAGE, thread_id=req.thread_id,
                           run_id=req.run_id)
-    queue_here = decided or any(len(r["agent_path"]) > 1 for _, r in found)
+    queue_here = durable or any(len(r["agent_path"]) > 1 for _, r in found)
     resume = {interrupt_id: GateResume(supersede=said, auto_resume=auto, queue=not queue_here)
               for interrupt_id, _ in found}
     # the new message starts a new run: what the turn records from here on is filed under it

@@ -41,6 +41,36 @@ def test_new_message_supersedes_pending_calls_and_the_run_goes_on() -> None:
         agent.approve_tool_call(run_id=first.run_id, tool_call_id="c1")
 
 
+@pytest.mark.parametrize("then", ["resume", "decide in the inbox"])
+def test_a_superseding_message_holds_when_its_run_stops_before_the_gate(
+        sqlite_url: str, then: str) -> None:
+    """The new message's run stops at its first step, before the gate read the message
+    (`on_state_change` on what waits, as a process dying there would). What the message does
+    is in the ledger already: the call it superseded cannot be approved any more, and the
+    next resume delivers the message. Before, it travelled only in that run's resume value:
+    the message was lost, and the call stayed approvable (helper-16)."""
+    from graphkit import Inbox
+
+    script = [turn(call("pay", PAY, "c1")), "Sure, I will not pay.", "(unused)"]
+    agent, ledger = agent_with(script, checkpointer=sqlite_url)
+    first = agent.generate("pay ACME")
+    (item,) = Inbox(sqlite_url).pending()
+    second = agent.generate("no, do not pay", thread_id=first.thread_id,
+                            on_state_change=lambda state: state.awaiting_approval)
+    assert second.finish_reason == "checkpoint"
+    assert Inbox(sqlite_url).pending() == []
+    if then == "decide in the inbox":
+        with pytest.raises(ApprovalAlreadyResolvedError, match="superseded"):
+            Inbox(sqlite_url).approve(item.id, decided_by="ops")
+    done = agent.resume(run_id=second.run_id)
+    assert ledger.ran == []
+    assert done.finish_reason == "stop" and done.text == "Sure, I will not pay."
+    said = [(type(m).__name__, m.text) for m in done.messages]
+    assert said[2][0] == "ToolMessage" and "superseded" in said[2][1]
+    assert said[3:] == [("HumanMessage", "no, do not pay"),
+                        ("AIMessage", "Sure, I will not pay.")]
+
+
 def test_a_message_saying_approved_never_approves() -> None:
     agent, ledger = agent_with([turn(call("pay", PAY, "c1")), "ok"])
     first = agent.generate("pay")
