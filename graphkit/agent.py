@@ -369,21 +369,25 @@ class Agent:
             self._request(run_id, thread_id), held_by=held))
         return held
 
-    def _current(self, build: Build) -> Build:
+    def _current(self, build: Build, *, worker: bool = False) -> Build:
         """`build`, for a run its thread has not left behind. A resume that names a run the
-        thread went on from (a new message started a later run, whose own calls wait, or which
-        ended) would advance the later run under the earlier one's id: `RunSupersededError`,
-        nothing changed. A later run caught mid-step (its process died, or `on_state_change`
-        stopped it) is continued, as before: its next step may be a call already cleared."""
+        thread went on from (a new message started a later run) would advance the later run
+        under the earlier one's id: `RunSupersededError`, nothing changed. For a `worker`
+        (which took the earlier run's queue row), a later run caught mid-step (its process
+        died, or `on_state_change` stopped it; its next step may be a call already cleared)
+        is continued under its own id instead (`_LaterRunMidStep`)."""
 
         def current(snapshot: Paused, req: Request) -> Any:
             later = left_by(snapshot, req.run_id, lambda: waiting(snapshot, req.ledger))
-            if later is not None and _at_rest(self.graph.get_state(
-                    self._config(req.thread_id, req.run_id))):
-                msg = (f"run {req.run_id!r} is over: its thread went on in run {later!r}; "
-                       "decide and resume that run")
-                raise RunSupersededError(msg, later_run_id=later)
-            return build(snapshot, req)
+            if later is None:
+                return build(snapshot, req)
+            mid_step = not _at_rest(self.graph.get_state(self._config(req.thread_id,
+                                                                      req.run_id)))
+            if worker and mid_step:
+                raise _LaterRunMidStep(later)
+            msg = (f"run {req.run_id!r} is over: its thread went on in run {later!r}"
+                   f"{', stopped mid-step' if mid_step else ''}; decide and resume that run")
+            raise RunSupersededError(msg, later_run_id=later)
 
         return current
 
@@ -767,12 +771,16 @@ class Agent:
         from the ready queue, and maybe the thread's lease with it (`leased_by`, which then
         releases it): the gates apply what the ledger holds (a call still undecided pauses
         the run again; the next decision queues it anew). None: the thread went on in a later
-        run, which the run's queue row predates (nothing of this run is left to resume)."""
+        run, which the run's queue row predates (nothing of this run is left to resume); a
+        later run that stopped mid-step is continued, and its result returned."""
         try:
-            return self._advance(run_id, self._current(_apply), thread_id=thread_id,
-                                 leased_by=leased_by).result()
+            return self._advance(run_id, self._current(_apply, worker=True),
+                                 thread_id=thread_id, leased_by=leased_by).result()
         except RunSupersededError:
             return None  # (a queue row left from before the thread went on: nothing to do)
+        except _LaterRunMidStep as later:  # (under the lease the worker's claim took)
+            return self._advance(later.run_id, _apply, thread_id=thread_id,
+                                 leased_by=leased_by).result()
 
     async def aresume(
         self, *, run_id: str, on_state_change: StateHook | None = None
@@ -868,6 +876,14 @@ def _claim(choice: Choice, *, tool_call_id: str | None = None, approval_id: str 
 
     claim.method = method  # type: ignore[attr-defined]
     return claim
+
+
+class _LaterRunMidStep(Exception):
+    """The run a worker took was left behind by a later run that stopped mid-step."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id)
+        self.run_id = run_id
 
 
 def _at_rest(state: StateSnapshot) -> bool:
