@@ -51,7 +51,6 @@ __all__ = [
     "apply_command",
     "continue_command",
     "decide",
-    "left_by",
     "of_run",
     "start_payload",
     "waiting",
@@ -225,17 +224,6 @@ def apply_command(snapshot: Paused) -> Command[Any] | None:
     if not interrupts:
         return None
     return Command(resume={interrupt_id: GateResume() for interrupt_id in interrupts})
-
-
-def left_by(snapshot: Paused, run_id: str, items: Callable[[], list[Waiting]]) -> str | None:
-    """The later run the thread went on in, if `run_id` was left behind: the thread's current
-    run is another, and nothing of `items()` (what waits in the thread, read only then) was
-    asked by `run_id` (a later run may carry on an earlier run's turn: that run still waits
-    there)."""
-    later = options_of(snapshot).get("run_id")
-    if not later or later == run_id or of_run(items(), snapshot, run_id):
-        return None
-    return str(later)
 
 
 def continue_command(snapshot: Paused, req: Request) -> Any:

@@ -15,7 +15,7 @@ import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, convert_to_messages, messages_to_dict
@@ -31,7 +31,6 @@ from graphkit._control import (
     apply_command,
     continue_command,
     decide,
-    left_by,
     of_run,
     policy_finder,
     start_payload,
@@ -39,7 +38,7 @@ from graphkit._control import (
 )
 from graphkit._events import finish_reason
 from graphkit._graph import build_graph
-from graphkit._latest import Paused, ServesLatest, latest
+from graphkit._latest import Paused, ServesLatest, latest, options_of
 from graphkit._ledger import WAIT_SECONDS, Ledger
 from graphkit._notify import Dispatcher, Webhook, start_notifications
 from graphkit._owner import new_owner
@@ -369,27 +368,44 @@ class Agent:
             self._request(run_id, thread_id), held_by=held))
         return held
 
-    def _current(self, build: Build, *, worker: bool = False) -> Build:
-        """`build`, for a run its thread has not left behind. A resume that names a run the
-        thread went on from (a new message started a later run) would advance the later run
-        under the earlier one's id: `RunSupersededError`, nothing changed. For a `worker`
-        (which took the earlier run's queue row), a later run caught mid-step (its process
-        died, or `on_state_change` stopped it; its next step may be a call already cleared)
-        is continued under its own id instead (`_LaterRunMidStep`)."""
+    def _current(self, build: Build) -> Build:
+        """`build`, for a run its thread has not left behind: a resume that names a run the
+        thread went on from (a later run started on it, as the ledger recorded) never advances
+        the later run under the earlier one's id. Where the later run rests (paused on calls
+        nobody decided yet, or ended), nothing can go on: `RunSupersededError`, naming it,
+        nothing changed. Else (a decided call waits to be applied, or it stopped mid-step: its
+        process died, or `on_state_change`), the thread goes on as that run (`_LaterRun`). A
+        run whose own undecided calls still wait in the thread (a later run carries its turn
+        on) is resumed as itself."""
 
         def current(snapshot: Paused, req: Request) -> Any:
-            later = left_by(snapshot, req.run_id, lambda: waiting(snapshot, req.ledger))
+            if options_of(snapshot).get("run_id") == req.run_id:  # (no statement: the common
+                return build(snapshot, req)  # case, a run resuming its own thread)
+            later = req.ledger.later_run(req.run_id)
             if later is None:
                 return build(snapshot, req)
-            mid_step = not _at_rest(self.graph.get_state(self._config(req.thread_id,
-                                                                      req.run_id)))
-            if worker and mid_step:
-                raise _LaterRunMidStep(later)
-            msg = (f"run {req.run_id!r} is over: its thread went on in run {later!r}"
-                   f"{', stopped mid-step' if mid_step else ''}; decide and resume that run")
+            items = waiting(snapshot, req.ledger)
+            undecided = [i for i in items if i.row is not None and not i.row.decided]
+            if of_run(undecided, snapshot, req.run_id):
+                return build(snapshot, req)
+            if len(undecided) < len(items) or not _at_rest(
+                    self.graph.get_state(self._config(req.thread_id, req.run_id))):
+                raise _LaterRun(later)  # (a decision waits to be applied, or a step to end)
+            msg = (f"run {req.run_id!r} is over: its thread went on in run {later!r}; decide "
+                   "and resume that run")
             raise RunSupersededError(msg, later_run_id=later)
 
         return current
+
+    def _resumed(self, run_id: str, build: Build, go: Callable[[str, Build], Any]) -> Any:
+        """`go(run_id, self._current(build))`, or the same for the later run the thread went
+        on in (`_LaterRun`: at most twice more, for runs started meanwhile)."""
+        for _ in range(3):
+            try:
+                return go(run_id, self._current(build))
+            except _LaterRun as later:
+                run_id = later.run_id
+        return go(run_id, build)
 
     def _advance(self, run_id: str, build: Build, on_state_change: StateHook | None = None,
                  *, claim: Claim | None = None, thread_id: str | None = None,
@@ -763,7 +779,9 @@ class Agent:
     ) -> GenerateResult:
         """Continue a run once all its calls are decided (here, or in the inbox), or after
         `on_state_change` stopped it."""
-        return self._advance(run_id, self._current(continue_command), on_state_change).result()
+        return cast(GenerateResult, self._resumed(
+            run_id, continue_command,
+            lambda run, build: self._advance(run, build, on_state_change).result()))
 
     def _resume_ready(self, run_id: str, thread_id: str, *, leased_by: str | None = None
                       ) -> GenerateResult | None:
@@ -771,23 +789,26 @@ class Agent:
         from the ready queue, and maybe the thread's lease with it (`leased_by`, which then
         releases it): the gates apply what the ledger holds (a call still undecided pauses
         the run again; the next decision queues it anew). None: the thread went on in a later
-        run, which the run's queue row predates (nothing of this run is left to resume); a
-        later run that stopped mid-step is continued, and its result returned."""
+        run, which rests on calls nobody decided (nothing of this run is left to resume); a
+        later run with something to go on with is continued, and its result returned."""
         try:
-            return self._advance(run_id, self._current(_apply, worker=True),
-                                 thread_id=thread_id, leased_by=leased_by).result()
+            return cast(GenerateResult, self._resumed(  # (under the lease the claim took)
+                run_id, _apply, lambda run, build: self._advance(
+                    run, build, thread_id=thread_id, leased_by=leased_by).result()))
         except RunSupersededError:
             return None  # (a queue row left from before the thread went on: nothing to do)
-        except _LaterRunMidStep as later:  # (under the lease the worker's claim took)
-            return self._advance(later.run_id, _apply, thread_id=thread_id,
-                                 leased_by=leased_by).result()
 
     async def aresume(
         self, *, run_id: str, on_state_change: StateHook | None = None
     ) -> GenerateResult:
         """Async twin of `resume`."""
-        return await self._aadvance(run_id, self._current(continue_command),
-                                    on_state_change).result()
+        for _ in range(3):
+            try:
+                return await self._aadvance(run_id, self._current(continue_command),
+                                            on_state_change).result()
+            except _LaterRun as later:  # (`_resumed`, awaited)
+                run_id = later.run_id
+        return await self._aadvance(run_id, continue_command, on_state_change).result()
 
     # ------------------------------------------------------------------ reading state
 
@@ -878,8 +899,8 @@ def _claim(choice: Choice, *, tool_call_id: str | None = None, approval_id: str 
     return claim
 
 
-class _LaterRunMidStep(Exception):
-    """The run a worker took was left behind by a later run that stopped mid-step."""
+class _LaterRun(Exception):
+    """The run a resume named was left behind by a later run, which goes on instead."""
 
     def __init__(self, run_id: str) -> None:
         super().__init__(run_id)

@@ -71,14 +71,14 @@ def test_a_decision_for_an_earlier_run_never_lands_on_the_newer_call(
     assert [e["run_id"] for e in approved] == [newer.run_id]
 
 
-@pytest.mark.parametrize("newer_call", ["undecided", "approved", "expired"])
+@pytest.mark.parametrize("newer_call", ["undecided", "expired"])
 def test_resuming_an_earlier_run_is_refused_once_the_thread_went_on(
         sqlite_url: str, newer_call: str) -> None:
-    """The thread went on in a newer run, which rests on its own call: a resume naming the
-    earlier run is refused (typed, naming the newer run) and changes nothing, whatever became
-    of the newer run's call. Before, it said the earlier run "still has undecided tool calls"
-    (the newer run's, which a decision naming it is refused), or, once they were decided or
-    overdue, ran the newer run's call under the earlier run's id."""
+    """The thread went on in a newer run, which rests on its own call, undecided: a resume
+    naming the earlier run is refused (typed, naming the newer run) and changes nothing, even
+    once that call is overdue. Before, it said the earlier run "still has undecided tool calls"
+    (the newer run's, which a decision naming it is refused), or, once they were overdue,
+    ran the newer run on under the earlier run's id."""
     import time
 
     from graphkit.errors import RunSupersededError
@@ -89,9 +89,7 @@ def test_resuming_an_earlier_run_is_refused_once_the_thread_went_on(
     older = agent.generate("ship 1.4.2")
     newer = agent.generate("no wait, ship 6.6.6", thread_id=older.thread_id)
     (waiting,) = newer.pending_approvals
-    if newer_call == "approved":
-        Inbox(sqlite_url).approve(waiting.id, decided_by="alice")
-    elif newer_call == "expired":
+    if newer_call == "expired":
         time.sleep(1.2)
     config = {"configurable": {"thread_id": older.thread_id}}
     history = [c.config["configurable"]["checkpoint_id"]
@@ -103,8 +101,7 @@ def test_resuming_an_earlier_run_is_refused_once_the_thread_went_on(
     assert ran == []
     assert [c.config["configurable"]["checkpoint_id"]
             for c in agent.graph.get_state_history(config)] == history
-    status = {"undecided": "pending", "approved": "approved", "expired": "pending"}[newer_call]
-    assert [p.status for p in agent.pending_approvals(run_id=newer.run_id)] == [status]
+    assert [p.status for p in agent.pending_approvals(run_id=newer.run_id)] == ["pending"]
     if newer_call == "undecided":
         Inbox(sqlite_url).approve(waiting.id, decided_by="alice")
     done = agent.resume(run_id=newer.run_id)
@@ -113,6 +110,40 @@ def test_resuming_an_earlier_run_is_refused_once_the_thread_went_on(
         assert ran == [] and "expired" in done.text
     else:
         assert ran == ["6.6.6"] and done.text == "done: deployed 6.6.6"
+
+
+def test_resuming_an_earlier_run_goes_on_as_the_run_its_thread_went_on_in(
+        sqlite_url: str) -> None:
+    """The newer run's call was approved in the inbox: a resume naming the earlier run goes on
+    as the newer run, under its id (before, the newer run's call ran under the earlier id)."""
+    ran: list[str] = []
+    agent = _release(sqlite_url, ran)
+    older = agent.generate("ship 1.4.2")
+    newer = agent.generate("no wait, ship 6.6.6", thread_id=older.thread_id)
+    (waiting,) = newer.pending_approvals
+    Inbox(sqlite_url).approve(waiting.id, decided_by="alice")
+    done = agent.resume(run_id=older.run_id)
+    assert done.run_id == newer.run_id
+    assert ran == ["6.6.6"] and done.text == "done: deployed 6.6.6"
+    approved = [e for e in Inbox(sqlite_url).audit(thread_id=older.thread_id)
+                if e["event"] == "approved"]
+    assert [e["run_id"] for e in approved] == [newer.run_id]
+
+
+def test_a_run_continued_without_a_message_resumes_as_itself(sqlite_url: str) -> None:
+    """`generate(None, thread_id=...)` starts a run that writes no options of its own into
+    the state: it is still the thread's latest run (the ledger says), and resumes as itself
+    (helper-17 against ed8c05b: it was refused as left behind by the run before it)."""
+    ran: list[str] = []
+    agent = _release(sqlite_url, ran)
+    older = agent.generate("ship 1.4.2", on_state_change=lambda state: state.step >= 1)
+    assert older.finish_reason == "checkpoint"
+    later = agent.generate(None, thread_id=older.thread_id)
+    assert later.finish_reason == "suspended"
+    (waiting,) = later.pending_approvals
+    Inbox(sqlite_url).approve(waiting.id, decided_by="alice")
+    done = agent.resume(run_id=later.run_id)
+    assert ran == ["1.4.2"] and done.text == "done: deployed 1.4.2"
 
 
 def test_a_suspension_answer_for_an_earlier_run_is_refused(sqlite_url: str) -> None:

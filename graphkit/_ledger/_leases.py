@@ -314,6 +314,15 @@ class Leases(LedgerBase):
                                (run_id,))
         return (str(rows[0][0]), str(rows[0][1])) if rows else None
 
+    def later_run(self, run_id: str) -> str | None:
+        """The latest run this database recorded on the run's thread after it, if any (None
+        too for a run it never recorded: a LangGraph server's, a graph driven directly)."""
+        rows = self._sql.query(
+            "SELECT r.run_id FROM graphkit_runs r JOIN graphkit_runs me ON me.run_id = ? "
+            "AND r.thread_id = me.thread_id AND r.created_at > me.created_at "
+            "ORDER BY r.created_at DESC LIMIT 1", (run_id,))
+        return str(rows[0][0]) if rows else None
+
     def _take_from_dead(self, thread_id: str, owner: str) -> bool:
         """A lease whose holder provably no longer runs is free now, not when it expires: a
         worker restarted after a crash need not wait."""

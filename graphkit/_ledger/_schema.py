@@ -204,7 +204,9 @@ MIGRATIONS = (("graphkit_approvals", "allowed", "TEXT"),
 LATE = ("CREATE INDEX IF NOT EXISTS graphkit_approvals_waiting ON graphkit_approvals "
         "(waiting) WHERE waiting IS NOT NULL",
         # a turn's calls, read with its plan (`turn_and_queue`)
-        "CREATE INDEX IF NOT EXISTS graphkit_calls_turn ON graphkit_calls (thread_id, turn_key)")
+        "CREATE INDEX IF NOT EXISTS graphkit_calls_turn ON graphkit_calls (thread_id, turn_key)",
+        # a thread's runs in the order they started (`later_run`)
+        "CREATE INDEX IF NOT EXISTS graphkit_runs_thread ON graphkit_runs (thread_id, created_at)")
 """Statements on migrated columns: run after `MIGRATIONS`."""
 
 NOTIFY_RECHECK = 5.0
