@@ -18,6 +18,7 @@ from graphkit.errors import (
     GraphkitError,
     InvalidApprovedArgsError,
     ResumeDataError,
+    RunSupersededError,
     SnapshotNotFoundError,
     SuspendPayloadError,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "PendingApproval",
     "ResumeDataError",
     "RunState",
+    "RunSupersededError",
     "SnapshotNotFoundError",
     "StreamChunk",
     "SuspendPayloadError",
