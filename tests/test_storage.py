@@ -1067,3 +1067,24 @@ def test_withdrawing_a_thread_declines_only_what_was_seen_before_it_was_found_go
     assert [p.id for p in Inbox(sqlite_url).pending()] == [second.id]
     assert withdraw_thread(agent._storage.ledger, "", only=None) == []
     assert [p.id for p in Inbox(sqlite_url).pending()] == [second.id]
+
+
+def test_a_threads_later_run_is_the_last_its_agent_started_after_it(durable_url: str) -> None:
+    """`later_run`: runs started one after another on a thread are told apart in that order,
+    even within one tick of the database's clock (SQLite's is a millisecond: helper-18 found
+    13 of 30 back-to-back runs tied, which hid each other); another agent's runs under the same
+    thread id, and another thread's, do not count, on either engine."""
+    from graphkit._storage import open_storage
+
+    ledger = open_storage(durable_url).ledger
+    started = [("r1", "t1", "bank"), ("r2", "t1", "bank"), ("r3", "t1", "bank"),
+               ("s1", "t1", "shop"), ("o1", "t2", "bank")]
+    for run_id, thread_id, agent in started:
+        with ledger.lease(thread_id, run=(run_id, agent)):
+            pass
+    assert [ledger.later_run(r) for r in ("r1", "r2", "r3", "s1", "o1", "unknown")] == [
+        "r3", "r3", None, None, None, None]
+    times = [t for (t,) in ledger._sql.query(
+        "SELECT created_at FROM graphkit_runs WHERE thread_id = 't1' AND agent = 'bank' "
+        "ORDER BY created_at")]
+    assert len(set(times)) == 3

@@ -300,9 +300,13 @@ class Leases(LedgerBase):
         return taken
 
     def _record_run(self, tx: Tx, run_id: str, thread_id: str, agent: str) -> None:
+        # A thread's runs start one at a time (under its lease), each after the one before
+        # it: later than it, even within the clock's tick (SQLite's is a millisecond).
         tx.execute("INSERT INTO graphkit_runs (run_id, thread_id, agent, created_at) "
-                   f"VALUES (?, ?, ?, {self._sql.now}) ON CONFLICT (run_id) DO NOTHING",
-                   (run_id, thread_id, agent))
+                   f"SELECT ?, ?, ?, {self._sql.greatest}({self._sql.now}, COALESCE(("
+                   "SELECT MAX(created_at) FROM graphkit_runs WHERE thread_id = ?), 0) + 0.00001)"
+                   " WHERE TRUE ON CONFLICT (run_id) DO NOTHING",
+                   (run_id, thread_id, agent, thread_id))
 
     def forget_run(self, run_id: str) -> None:
         """Drop the record of a run refused before it ran (its lease is released next)."""
@@ -315,12 +319,13 @@ class Leases(LedgerBase):
         return (str(rows[0][0]), str(rows[0][1])) if rows else None
 
     def later_run(self, run_id: str) -> str | None:
-        """The latest run this database recorded on the run's thread after it, if any (None
-        too for a run it never recorded: a LangGraph server's, a graph driven directly)."""
+        """The latest run of the same agent this database recorded on the run's thread after
+        it, if any (None too for a run it never recorded: a LangGraph server's, a graph driven
+        directly)."""
         rows = self._sql.query(
             "SELECT r.run_id FROM graphkit_runs r JOIN graphkit_runs me ON me.run_id = ? "
-            "AND r.thread_id = me.thread_id AND r.created_at > me.created_at "
-            "ORDER BY r.created_at DESC LIMIT 1", (run_id,))
+            "AND r.thread_id = me.thread_id AND r.agent = me.agent "
+            "AND r.created_at > me.created_at ORDER BY r.created_at DESC LIMIT 1", (run_id,))
         return str(rows[0][0]) if rows else None
 
     def _take_from_dead(self, thread_id: str, owner: str) -> bool:

@@ -59,6 +59,8 @@ class Sql(Tx, Protocol):
 
     now: str
     """An SQL expression: the database's clock, in seconds since the epoch."""
+    greatest: str
+    """The function that gives the greatest of its arguments."""
     serial: str
     skip_locked: str
     keyed: str
@@ -182,6 +184,7 @@ class _WalSync:
 
 class Sqlite(Sql):
     now = "((julianday('now') - 2440587.5) * 86400.0)"
+    greatest = "MAX"
     serial = "INTEGER"  # an INTEGER PRIMARY KEY is SQLite's rowid: increasing
     keyed = " WITHOUT ROWID"
     """Tables looked up by their text key are that key's b-tree alone: a write changes one
@@ -300,6 +303,7 @@ connection uses at a time, so that connections flushing together never wait on a
 
 class Postgres(Sql):
     now = "EXTRACT(EPOCH FROM clock_timestamp())::DOUBLE PRECISION"
+    greatest = "GREATEST"
     serial = "BIGSERIAL"
     keyed = ""
     skip_locked = " FOR UPDATE SKIP LOCKED"
