@@ -18,7 +18,6 @@ from graphkit.errors import (
     GraphkitError,
     InvalidApprovedArgsError,
     ResumeDataError,
-    RunSupersededError,
     SnapshotNotFoundError,
     SuspendPayloadError,
 )
@@ -44,7 +43,6 @@ __all__ = [
     "PendingApproval",
     "ResumeDataError",
     "RunState",
-    "RunSupersededError",
     "SnapshotNotFoundError",
     "StreamChunk",
     "SuspendPayloadError",
