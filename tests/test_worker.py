@@ -319,6 +319,19 @@ def queue(durable_url: str) -> Iterator[Any]:
         pool.close()
 
 
+def _decided_in_the_inbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                          ) -> tuple[str, Any, Any, Any]:
+    """A run A paused on a call the inbox then approved (A is queued for the workers): the
+    database's url, the agent, A's result and the approved item."""
+    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(tmp_path / "effects.db"))
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = make(url)
+    older = agent.generate("move 1")
+    (item,) = Inbox(url).pending()
+    Inbox(url).approve(item.id, decided_by="ops")
+    return url, agent, older, item
+
+
 def test_a_queued_run_whose_thread_went_on_in_a_later_run_is_not_resumed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The inbox decided run A (queued for the workers); before a worker took it, a new
@@ -327,12 +340,7 @@ def test_a_queued_run_whose_thread_went_on_in_a_later_run_is_not_resumed(
     one more pass and checkpoint, and would have run B's call once decided, under A)."""
     from graphkit._owner import new_owner
 
-    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(tmp_path / "effects.db"))
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
-    agent = make(url)
-    older = agent.generate("move 1")
-    (item,) = Inbox(url).pending()
-    Inbox(url).approve(item.id, decided_by="ops")
+    url, agent, older, _ = _decided_in_the_inbox(tmp_path, monkeypatch)
     assert [r[0] for r in _ready_rows(url)] == [older.run_id]
     newer = agent.generate("move 2", thread_id=older.thread_id)
     assert newer.finish_reason == "suspended"
@@ -365,12 +373,7 @@ def test_a_queued_run_whose_later_run_stopped_mid_step_is_continued(
     531986f: the call never ran), or going on under A's id (helper-16 against a0251df)."""
     from graphkit._owner import new_owner
 
-    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(tmp_path / "effects.db"))
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
-    agent = make(url)
-    older = agent.generate("move 1")
-    (item,) = Inbox(url).pending()
-    Inbox(url).approve(item.id, decided_by="ops")
+    url, agent, older, item = _decided_in_the_inbox(tmp_path, monkeypatch)
     newer = agent.generate("move 2", thread_id=older.thread_id,
                            on_state_change=lambda state: state.step >= 2)
     assert newer.finish_reason == "checkpoint"
