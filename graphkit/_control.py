@@ -23,7 +23,7 @@ from graphkit._approvals import last_turn_plan
 from graphkit._events import pending_from_interrupts
 from graphkit._gate import BY_NEW_MESSAGE
 from graphkit._latest import Paused, options_of
-from graphkit._ledger import ApprovalRow, Ledger
+from graphkit._ledger import ApprovalRow, Ledger, NewRun, QueuedFor
 from graphkit._review import (
     Choice,
     Remember,
@@ -32,7 +32,7 @@ from graphkit._review import (
     refuse,
     resolved_message,
     shown,
-    supersede,
+    superseded,
 )
 from graphkit._settings import Approvers
 from graphkit._state import RunOptions
@@ -272,22 +272,28 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
     decided = any(row.decided for row in rows.values())
     reads_data = auto and any(r["kind"] == "suspension" for _, r in found)
     durable = req is not None and (decided or (plan is not None and not reads_data))
-    if durable and req is not None:
-        for _, record in found:
-            row = rows.get(record["id"])
-            if row is not None and not row.decided and not (
-                    auto and record["kind"] == "suspension"):
-                supersede(req.ledger, record, comment=BY_NEW_MESSAGE, thread_id=req.thread_id,
-                          run_id=req.run_id)
     queue_here = durable or any(len(r["agent_path"]) > 1 for _, r in found)
+    if req is not None:
+        undecided = [record for _, record in found
+                     if (row := rows.get(record["id"])) is not None and not row.decided]
+        declines = [superseded(record, comment=BY_NEW_MESSAGE, thread_id=req.thread_id,
+                               run_id=req.run_id) for record in undecided
+                    if durable and not (auto and record["kind"] == "suspension")]
+        # (`_reply.left_queued` reads the queue too)
+        queue = (QueuedFor("/".join(req.agent_path), str(plan.get("ai_message_id")), said)
+                 if queue_here and plan else None)
+        # The run can go on from the ledger alone once nothing waits on a person: it is
+        # queued for the workers, held by this caller, who runs it next (a stream left, or
+        # a process dying, before the run went on lets the hold lapse: a worker goes on).
+        run = (NewRun(req.run_id, req.agent_path[0], options, req.held_by)
+               if durable and req.held_by is not None and req.agent_path
+               and len(declines) == len(undecided) else None)
+        if declines or queue is not None or run is not None:
+            req.ledger.take_message(req.thread_id, declines=declines, queue=queue, run=run)
     resume = {interrupt_id: GateResume(supersede=said, auto_resume=auto, queue=not queue_here)
               for interrupt_id, _ in found}
     # the new message starts a new run: what the turn records from here on is filed under it
-    update: dict[str, Any] = {"options": options}
-    if queue_here and plan and req is not None:  # (`_reply.left_queued` reads it too)
-        req.ledger.enqueue(req.thread_id, "/".join(req.agent_path),
-                           str(plan.get("ai_message_id")), said)
-    return Command(resume=resume, update=update)
+    return Command(resume=resume, update={"options": options})
 
 
 def policy_finder(root: Any) -> PolicyFinder:

@@ -25,7 +25,7 @@ from typing import Any, Literal, assert_never
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
-from graphkit._ledger import ApprovalRow, AuditRow, GrantRow, Ledger
+from graphkit._ledger import ApprovalRow, AuditRow, Decline, GrantRow, Ledger
 from graphkit._limits import MAX_TEXT, check_text, check_value
 from graphkit._secrets import (
     PATHS_KEY,
@@ -62,6 +62,7 @@ __all__ = [
     "resolved_message",
     "shown",
     "supersede",
+    "superseded",
     "verify",
 ]
 
@@ -419,11 +420,20 @@ def supersede(ledger: Ledger, record: Mapping[str, Any], *, comment: str, thread
     """Decline a pending approval or suspension for the system's reason (a new message, a
     result a client wrote); audited as superseded, with who sent the new message where it
     was one (`identity_of` the run that brought it)."""
+    decline = superseded(record, comment=comment, thread_id=thread_id, run_id=run_id,
+                         detail=detail, decided_by=decided_by)
+    return ledger.close(decline.approval_id, decision=decline.decision, audits=decline.audits,
+                        thread_id=thread_id, still_waits=False)
+
+
+def superseded(record: Mapping[str, Any], *, comment: str, thread_id: str, run_id: str | None,
+               detail: str | None = None, decided_by: str | None = None) -> Decline:
+    """The decline of `supersede`, for the ledger to take with what else goes with it."""
     decision = {"type": "reject", "event": "superseded", "status": "rejected",
                 "decided_by": decided_by, "comment": comment}
-    return ledger.close(record["id"], decision=decision, audits=[audit_row(
+    return Decline(record["id"], decision, [audit_row(
         "superseded", record, thread_id=thread_id, run_id=run_id, comment=comment,
-        decided_by=decided_by, detail=detail)], thread_id=thread_id, still_waits=False)
+        decided_by=decided_by, detail=detail)])
 
 
 THREAD_DELETED = "its thread was deleted"

@@ -23,7 +23,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import StateSnapshot
+from langgraph.types import Command, StateSnapshot
 
 from graphkit._context import LEASE_KEY, thread_id_of
 from graphkit._control import (
@@ -320,13 +320,14 @@ class Agent:
         run = (run_id, self.name) if new_run else None
         saver = self.graph.checkpointer
         ledger = self._storage.ledger
+        # a new message may queue its run held for this caller (`start_payload`), as a
+        # decision does
+        held = held_by if held_by is not None or not new_run else new_owner()
 
         def prepare(wait: bool = True) -> Invocation:
             lease = contextlib.ExitStack()
             owner = lease.enter_context(ledger.lease(
                 thread_id, wait=WAIT_SECONDS if wait else 0.0, run=run, held=leased_by))
-            if held_by is not None:  # renewed while the run advances, let go with the lease
-                lease.enter_context(ledger.holding_ready(run_id, held_by))
             # the run's nodes and writes check that the lease is still its own (`_fence`)
             leased: RunnableConfig = {**config, "configurable": {
                 **(config.get("configurable") or {}), LEASE_KEY: owner}}
@@ -337,17 +338,20 @@ class Agent:
                 if fresh and isinstance(saver, ServesLatest):
                     saver.serve(config, None)
                 snapshot = _EMPTY if fresh else latest(self.graph, config, serve=True)
-                payload = build(snapshot, self._request(run_id, thread_id))
+                payload = build(snapshot, dataclasses.replace(
+                    self._request(run_id, thread_id), held_by=held))
             except BaseException:
                 if run is not None:  # a run refused before it ran leaves no record
                     ledger.forget_run(run_id)
                 lease.close()
                 raise
+            if held is not None:  # renewed while the run advances, let go with the lease
+                lease.enter_context(ledger.holding_ready(run_id, held))
 
             def free(resumed: bool) -> None:
                 try:
-                    if resumed and held_by is not None:
-                        ledger.let_go(run_id, held_by)
+                    if resumed and held is not None:
+                        ledger.let_go(run_id, held)
                 finally:
                     lease.close()
 
@@ -383,7 +387,7 @@ class Agent:
                 return build(snapshot, req)  # case, a run resuming its own thread)
             later = req.ledger.later_run(req.run_id)
             if later is None:
-                return build(snapshot, req)
+                return _with_options(build(snapshot, req), req.ledger.run_options(req.run_id))
             items = waiting(snapshot, req.ledger)
             undecided = [i for i in items if i.row is not None and not i.row.decided]
             if of_run(undecided, snapshot, req.run_id):
@@ -876,6 +880,15 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, tools={[t.name for t in self.tools]})"
+
+
+def _with_options(payload: Any, options: Mapping[str, Any] | None) -> Any:
+    """A resume of a run its graph has not taken the options of yet (a new message started
+    it, then its stream was left or its process died: `Ledger.take_message`): the options go
+    in with the resume, as the message's own would have."""
+    if options is None or not isinstance(payload, Command) or payload.resume is None:
+        return payload
+    return Command(resume=payload.resume, update={"options": options})
 
 
 def _approval(args: Mapping[str, Any] | None) -> Choice:

@@ -392,6 +392,36 @@ def test_a_queued_run_whose_later_run_stopped_mid_step_is_continued(
     assert agent.graph.get_state(config).metadata["graphkit_run_id"] == newer.run_id
 
 
+@pytest.mark.parametrize("when", ["before the graph ran", "after its first step"])
+def test_a_new_message_whose_stream_was_left_leaves_its_run_to_the_workers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str) -> None:
+    """A new message declined the call run A waited on and was queued, both in the ledger,
+    then its stream was left (the same as its process dying there): the run it started, B,
+    is queued for the workers, held by the stream until the hold lapses; a worker then goes
+    on as B, with B's options: the declined call never runs, the message reaches the
+    conversation, and what the model asks next waits under B (helper-18: nothing was queued,
+    and the thread stood still until someone resumed it by hand)."""
+    agent, url, older, path = _paused_run(tmp_path, monkeypatch)
+    stream = agent.stream("stop, move nothing", thread_id=older.thread_id)
+    events = iter(stream)
+    next(events)  # the run's start: the ledger took the message, the graph has not run
+    if when == "after its first step":
+        next(events)
+    events.close()  # type: ignore[attr-defined]
+    newer = stream.run_id
+    assert [r[0] for r in _ready_rows(url)] == [newer]
+    assert Inbox(url).pending() == []  # A's call was declined
+    _worker_resumes(url)
+    assert ran(path) == []
+    state = agent.graph.get_state({"configurable": {"thread_id": older.thread_id}})
+    assert "stop, move nothing" in [m.content for m in state.values["messages"]]
+    assert state.values["options"]["run_id"] == newer
+    (waiting,) = agent.pending_approvals(run_id=newer)  # asked anew, under B
+    assert waiting.tool_call_id != older.pending_approvals[0].tool_call_id
+    assert agent.decline_tool_call_generate(run_id=newer, decided_by="ops").text == "done"
+    assert _ready_rows(url) == []
+
+
 def _ready_run(ledger: Any, run_id: str, thread_id: str) -> None:
     """One decided run of `bank`, ready for a worker."""
     from graphkit._ledger import ApprovalRow

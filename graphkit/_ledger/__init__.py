@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from graphkit._ledger._calls import Executions
-from graphkit._ledger._decisions import Decisions
+from graphkit._ledger._decisions import Decisions, Decline, NewRun, QueuedFor
 from graphkit._ledger._leases import Leases
 from graphkit._ledger._messages import Messages, Queued, queued_id
 from graphkit._ledger._outbox import Notifications
@@ -59,11 +59,14 @@ __all__ = [
     "CallRow",
     "Claimed",
     "Clearance",
+    "Decline",
     "GrantRow",
     "Ledger",
+    "NewRun",
     "OutboxEvent",
     "PendingTurn",
     "Queued",
+    "QueuedFor",
     "RunBusyError",
     "Start",
     "TurnReading",

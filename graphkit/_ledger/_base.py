@@ -152,6 +152,15 @@ class LedgerBase:
     def hold_ready(self, run_id: str, owner: str) -> None:
         raise NotImplementedError
 
+    def _hold_new_run(self, tx: Tx, run_id: str, agent: str, thread_id: str,
+                      options: Mapping[str, Any], owner: str) -> None:
+        raise NotImplementedError
+
+    # implemented by `Messages`
+    def _queue(self, tx: Tx, thread_id: str, agent: str, ai_message_id: str,
+               messages: Sequence[Mapping[str, Any]]) -> None:
+        raise NotImplementedError
+
     # implemented by `Executions`
     def call(self, call_key: str) -> CallRow | None:
         raise NotImplementedError

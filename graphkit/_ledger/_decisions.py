@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from graphkit._ledger._base import LedgerBase
 from graphkit._ledger._rows import (
@@ -24,7 +24,32 @@ from graphkit._ledger._sql import Tx, dumps, path_text
 from graphkit._ledger._values import unstowed
 from graphkit.types import ApprovalRecord
 
-__all__ = ["Decisions"]
+__all__ = ["Decisions", "Decline", "NewRun", "QueuedFor"]
+
+
+class Decline(NamedTuple):
+    """An approval or suspension the system declines, with its decision and audit entries."""
+
+    approval_id: str
+    decision: Mapping[str, Any]
+    audits: Sequence[AuditRow]
+
+
+class QueuedFor(NamedTuple):
+    """User messages (serialised, with ids) queued for after the turn of `ai_message_id`."""
+
+    agent: str
+    ai_message_id: str
+    messages: Sequence[Mapping[str, Any]]
+
+
+class NewRun(NamedTuple):
+    """A run a new message started, held for the caller that runs it next."""
+
+    run_id: str
+    agent: str
+    options: Mapping[str, Any]
+    held_by: str
 
 
 class Decisions(LedgerBase):
@@ -158,23 +183,50 @@ class Decisions(LedgerBase):
         expired, with `overdue`, only if its time is up); with `thread_id`, only that thread's
         (a copied thread's state names the original's approvals). Without `still_waits` (it
         was superseded: the run went on), no run waits on it any more."""
+        with self._settling() as tx:
+            done = self._close(tx, approval_id, decision=decision, audits=audits,
+                               overdue=overdue, thread_id=thread_id, still_waits=still_waits)
+            if done and enqueue:
+                self._enqueue(tx, approval_id)
+        return done
+
+    def _close(self, tx: Tx, approval_id: str, *, decision: Mapping[str, Any],
+               audits: Sequence[AuditRow], overdue: bool, thread_id: str | None,
+               still_waits: bool) -> bool:
         now = self._sql.now
         due = f" AND expires_at IS NOT NULL AND expires_at <= {now}" if overdue else ""
         params: tuple[str, ...] = ()
         if thread_id is not None:
             due += " AND thread_id = ?"
             params = (thread_id,)
-        with self._settling() as tx:
-            done = tx.execute(
-                f"UPDATE graphkit_approvals SET status = 'rejected', decision = ?, "
-                f"decided_at = {now}{'' if still_waits else ', waiting = NULL'} "
-                f"WHERE approval_id = ? AND status = 'pending'{due}",
-                (dumps(dict(decision)), approval_id, *params))
-            if done == 1:
-                self._audit(tx, audits)
-                if enqueue:
-                    self._enqueue(tx, approval_id)
+        done = tx.execute(
+            f"UPDATE graphkit_approvals SET status = 'rejected', decision = ?, "
+            f"decided_at = {now}{'' if still_waits else ', waiting = NULL'} "
+            f"WHERE approval_id = ? AND status = 'pending'{due}",
+            (dumps(dict(decision)), approval_id, *params))
+        if done == 1:
+            self._audit(tx, audits)
         return done == 1
+
+    def take_message(self, thread_id: str, *, declines: Sequence[Decline],
+                     queue: QueuedFor | None, run: NewRun | None) -> set[str]:
+        """What a new message does to a paused thread, all or nothing, on disk before its run
+        goes on: it declines what waits (superseded; a decision taken before it stands), is
+        queued for after the turn (`queue`), and with `run`, the run it started is queued for
+        the workers, held by its caller (`hold_ready`), with its options. The ids it declined.
+        """
+        with self._settling() as tx:
+            declined = {d.approval_id for d in declines if self._close(
+                tx, d.approval_id, decision=d.decision, audits=d.audits, overdue=False,
+                thread_id=thread_id, still_waits=False)}
+            if queue is not None:
+                self._queue(tx, thread_id, queue.agent, queue.ai_message_id, queue.messages)
+            if run is not None:
+                self._hold_new_run(tx, run.run_id, run.agent, thread_id, run.options,
+                                   run.held_by)
+        if run is not None:
+            self.hold_ready(run.run_id, run.held_by)
+        return declined
 
     def reopen(self, approval_id: str, *, decision: Mapping[str, Any],
                audits: Sequence[AuditRow]) -> bool:

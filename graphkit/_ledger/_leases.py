@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, NamedTuple
 
 from graphkit._ledger import _keeper, _schema
 from graphkit._ledger._base import LedgerBase
@@ -20,7 +20,7 @@ from graphkit._ledger._schema import (
     SERVER_THREAD,
     WAIT_SECONDS,
 )
-from graphkit._ledger._sql import RunBusyError, Tx
+from graphkit._ledger._sql import RunBusyError, Tx, dumps, loads
 from graphkit._owner import holder_is_dead, new_owner
 
 __all__ = ["Leases", "ReadyRun"]
@@ -74,6 +74,22 @@ class Leases(LedgerBase):
         if rows and held_by is None and self._sql.notify:
             tx.execute(self._sql.notify)
         return str(rows[0][0]) if rows else None
+
+    def _hold_new_run(self, tx: Tx, run_id: str, agent: str, thread_id: str,
+                      options: Mapping[str, Any], owner: str) -> None:
+        """Queue a run a new message started (its decisions are in the ledger: what the message
+        declined), held by `owner`, which runs it next, with the options it started with: if
+        its stream is left, or its process dies, before its graph took them, a worker goes on
+        as that run once the hold lapses."""
+        now = self._sql.now
+        tx.execute("INSERT INTO graphkit_ready (run_id, agent, thread_id, ready_at, claimed_by, "
+                   f"claimed_until) VALUES (?, ?, ?, {now}, ?, {now} + ?) ON CONFLICT (run_id) "
+                   "DO UPDATE SET ready_at = excluded.ready_at, claimed_by = excluded.claimed_by, "
+                   "claimed_until = excluded.claimed_until, continue_as = NULL, "
+                   "continue_for = NULL, held_back = NULL",
+                   (run_id, agent, thread_id, owner, _schema.LEASE_SECONDS))
+        tx.execute("UPDATE graphkit_runs SET options = ? WHERE run_id = ?",
+                   (dumps(dict(options)), run_id))
 
     def hold_ready(self, run_id: str, owner: str) -> None:
         """A decision just queued its run held by `owner` (`_enqueue(held_by=...)`): for
@@ -327,6 +343,13 @@ class Leases(LedgerBase):
             "AND r.thread_id = me.thread_id AND r.agent = me.agent "
             "AND r.created_at > me.created_at ORDER BY r.created_at DESC LIMIT 1", (run_id,))
         return str(rows[0][0]) if rows else None
+
+    def run_options(self, run_id: str) -> dict[str, Any] | None:
+        """The options a run a new message started was queued with (`_hold_new_run`), else
+        None."""
+        rows = self._sql.query("SELECT options FROM graphkit_runs WHERE run_id = ?", (run_id,))
+        found = loads(rows[0][0]) if rows and rows[0][0] else None
+        return found if isinstance(found, dict) else None
 
     def _take_from_dead(self, thread_id: str, owner: str) -> bool:
         """A lease whose holder provably no longer runs is free now, not when it expires: a

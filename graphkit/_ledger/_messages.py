@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from graphkit._ledger._base import LedgerBase
-from graphkit._ledger._sql import dumps, loads
+from graphkit._ledger._sql import Tx, dumps, loads
 
 __all__ = ["Messages", "Queued", "queued", "queued_id"]
 
@@ -44,16 +44,19 @@ class Messages(LedgerBase):
                 messages: Sequence[Mapping[str, Any]]) -> None:
         """Keep user messages (serialised, with ids) queued for after the turn of
         `ai_message_id`; a message already queued is not queued twice."""
+        if any(isinstance(m, Mapping) and (m.get("data") or {}).get("id") for m in messages):
+            with self._sql.transaction() as tx:
+                self._queue(tx, thread_id, agent, ai_message_id, messages)
+
+    def _queue(self, tx: Tx, thread_id: str, agent: str, ai_message_id: str,
+               messages: Sequence[Mapping[str, Any]]) -> None:
         rows = [(thread_id, agent, ai_message_id, str((m.get("data") or {}).get("id")),
                  dumps(dict(m))) for m in messages
                 if isinstance(m, Mapping) and (m.get("data") or {}).get("id")]
-        if not rows:
-            return
-        with self._sql.transaction() as tx:
-            for row in rows:
-                tx.execute("INSERT INTO graphkit_queue (thread_id, agent, ai_message_id, "
-                           "message_id, message) VALUES (?, ?, ?, ?, ?) ON CONFLICT "
-                           "(thread_id, agent, message_id) DO NOTHING", row)
+        for row in rows:
+            tx.execute("INSERT INTO graphkit_queue (thread_id, agent, ai_message_id, "
+                       "message_id, message) VALUES (?, ?, ?, ?, ?) ON CONFLICT "
+                       "(thread_id, agent, message_id) DO NOTHING", row)
 
     def queue_of(self, thread_id: str, agent: str) -> list[tuple[str, dict[str, Any]]]:
         """(turn's AI message id, serialised message) of what waits in the queue, in order

@@ -199,7 +199,10 @@ MIGRATIONS = (("graphkit_approvals", "allowed", "TEXT"),
                # whose decision they took, and why its last attempt did not start
                ("graphkit_ready", "continue_as", "TEXT"),
                ("graphkit_ready", "continue_for", "TEXT"),
-               ("graphkit_ready", "held_back", "TEXT"))
+               ("graphkit_ready", "held_back", "TEXT"),
+               # the options of a run a new message started, kept until its graph has them
+               # (`take_message`): a worker that takes the run over goes on with them
+               ("graphkit_runs", "options", "TEXT"))
 """Columns added after a table was first made: added to an existing database on open."""
 LATE = ("CREATE INDEX IF NOT EXISTS graphkit_approvals_waiting ON graphkit_approvals "
         "(waiting) WHERE waiting IS NOT NULL",
