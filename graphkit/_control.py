@@ -51,6 +51,7 @@ __all__ = [
     "apply_command",
     "continue_command",
     "decide",
+    "is_current",
     "of_run",
     "start_payload",
     "waiting",
@@ -84,12 +85,21 @@ def waiting(snapshot: Paused, ledger: Ledger) -> list[Waiting]:
     return [Waiting(i, r, rows.get(r["id"])) for i, r in found]
 
 
-def of_run(items: list[Waiting], snapshot: Paused, run_id: str) -> list[Waiting]:
+def is_current(snapshot: Paused, ledger: Ledger, *, thread_id: str, agent: str,
+               run_id: str) -> bool:
+    """Whether `run_id` is the thread's current run: the last its agent started there, as
+    the ledger recorded (the state's word only for a thread the ledger has no run of: a
+    client may write the state, and make an earlier run look current)."""
+    last = ledger.current_run(thread_id, agent)
+    return last == run_id if last is not None else options_of(snapshot).get("run_id") == run_id
+
+
+def of_run(items: list[Waiting], run_id: str, *, current: bool) -> list[Waiting]:
     """What waits in the thread that a decision naming `run_id` may take: a call asked in
-    that run, or anything, when it is the thread's current run (which carries on turns of
+    that run, or anything, when it is the thread's `current` run (which carries on turns of
     earlier runs). A decision that names an earlier run never lands on a call asked later
     (models reuse tool_call_ids): it is refused."""
-    if options_of(snapshot).get("run_id") == run_id:
+    if current:
         return items
     return [i for i in items if i.row is None or i.row.run_id in (None, run_id)]
 
@@ -193,8 +203,10 @@ def decide(
     remember: Remember = "once",
 ) -> ApprovalRecord:
     """Take one decision on a waiting call of this run (checked, claimed, audited)."""
-    items = of_run(_expire(waiting(snapshot, req.ledger), snapshot, req), snapshot,
-                   req.run_id)
+    current = is_current(snapshot, req.ledger, thread_id=req.thread_id,
+                         agent=req.agent_path[0] if req.agent_path else "", run_id=req.run_id)
+    items = of_run(_expire(waiting(snapshot, req.ledger), snapshot, req), req.run_id,
+                   current=current)
     kind: Literal["approval", "suspension"] | None = (
         "suspension" if choice.type == "resume" else "approval" if choice.type != "reject"
         else None)

@@ -31,6 +31,7 @@ from graphkit._control import (
     apply_command,
     continue_command,
     decide,
+    is_current,
     of_run,
     policy_finder,
     start_payload,
@@ -390,7 +391,7 @@ class Agent:
                 return _with_options(build(snapshot, req), req.ledger.run_options(req.run_id))
             items = waiting(snapshot, req.ledger)
             undecided = [i for i in items if i.row is not None and not i.row.decided]
-            if of_run(undecided, snapshot, req.run_id):
+            if of_run(undecided, req.run_id, current=False):
                 return build(snapshot, req)
             if len(undecided) < len(items) or not _at_rest(
                     self.graph.get_state(self._config(req.thread_id, req.run_id))):
@@ -828,13 +829,17 @@ class Agent:
     def _pending(self, snapshot: StateSnapshot, run_id: str | None = None
                  ) -> list[PendingApproval]:
         """What the thread waits on; with `run_id`, on behalf of that run only."""
-        everything = waiting(snapshot, self._storage.ledger)
-        mine = everything if run_id is None else of_run(everything, snapshot, run_id)
+        ledger = self._storage.ledger
+        everything = waiting(snapshot, ledger)
+        thread_id = thread_id_of(snapshot.config)
+        mine = everything if run_id is None or not everything else of_run(
+            everything, run_id, current=is_current(
+            snapshot, ledger, thread_id=thread_id, agent=self.name, run_id=run_id))
         found = [w.pending() for w in mine]
         if everything and not found:
             return []  # what waits in the thread now belongs to a later run
-        return found or pending_of(snapshot, stopped=True, ledger=self._storage.ledger,
-                                   thread_id=thread_id_of(snapshot.config), agent=self.name)
+        return found or pending_of(snapshot, stopped=True, ledger=ledger, thread_id=thread_id,
+                                   agent=self.name)
 
     def snapshot(self, *, run_id: str) -> dict[str, Any]:
         """The run's state as JSON-serialisable data (messages, pending approvals, status)."""

@@ -146,6 +146,47 @@ def test_a_run_continued_without_a_message_resumes_as_itself(sqlite_url: str) ->
     assert ran == ["1.4.2"] and done.text == "done: deployed 1.4.2"
 
 
+def test_a_run_continued_without_a_message_is_decided_under_its_own_id(
+        sqlite_url: str) -> None:
+    """The run `generate(None, thread_id=...)` started is the thread's current run, which the
+    ledger's run registry says, not the state (whose options still name the run before): its
+    call is decided and listed under its id (helper-17: refused as not its own)."""
+    ran: list[str] = []
+    agent = _release(sqlite_url, ran)
+    older = agent.generate("ship 1.4.2", on_state_change=lambda state: state.step >= 1)
+    later = agent.generate(None, thread_id=older.thread_id)
+    (waiting,) = agent.pending_approvals(run_id=later.run_id)
+    assert waiting.args == {"version": "1.4.2"}
+    done = agent.approve_tool_call_generate(run_id=later.run_id, decided_by="alice")
+    assert ran == ["1.4.2"] and done.text == "done: deployed 1.4.2"
+
+
+def test_a_state_rewritten_to_name_an_earlier_run_does_not_make_it_current(
+        sqlite_url: str) -> None:
+    """A client who can write the thread's state (a LangGraph server's, a raw `Command`)
+    names the earlier run in its options: a decision naming that run still never lands on
+    the newer run's call, since the ledger, not the state, tells which run is current
+    (helper-15: the state's word made the earlier run current, and its decision ran the
+    newer call)."""
+    from langgraph.types import Command
+
+    ran: list[str] = []
+    agent = _release(sqlite_url, ran)
+    older = agent.generate("ship 1.4.2")
+    newer = agent.generate("no wait, ship 6.6.6", thread_id=older.thread_id)
+    config = {"configurable": {"thread_id": older.thread_id}}
+    options = agent.graph.get_state(config).values["options"]
+    agent.graph.invoke(Command(update={"options": {**options, "run_id": older.run_id}}),
+                       config)
+    assert agent.graph.get_state(config).values["options"]["run_id"] == older.run_id
+    assert agent.pending_approvals(run_id=older.run_id) == []
+    with pytest.raises(GraphkitError):
+        agent.approve_tool_call_generate(run_id=older.run_id, decided_by="alice")
+    assert ran == []
+    (waiting,) = agent.pending_approvals(run_id=newer.run_id)
+    assert waiting.status == "pending" and waiting.args == {"version": "6.6.6"}
+
+
 def test_a_suspension_answer_for_an_earlier_run_is_refused(sqlite_url: str) -> None:
     from pydantic import BaseModel
 

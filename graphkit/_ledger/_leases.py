@@ -344,6 +344,14 @@ class Leases(LedgerBase):
             "AND r.created_at > me.created_at ORDER BY r.created_at DESC LIMIT 1", (run_id,))
         return str(rows[0][0]) if rows else None
 
+    def current_run(self, thread_id: str, agent: str) -> str | None:
+        """The last run of `agent` this database recorded on the thread (the one a decision
+        may take anything waiting in it for), or None if it recorded none."""
+        rows = self._sql.query(
+            "SELECT run_id FROM graphkit_runs WHERE thread_id = ? AND agent = ? "
+            "ORDER BY created_at DESC LIMIT 1", (thread_id, agent))
+        return str(rows[0][0]) if rows else None
+
     def run_options(self, run_id: str) -> dict[str, Any] | None:
         """The options a run a new message started was queued with (`_hold_new_run`), else
         None."""
