@@ -108,8 +108,9 @@ class Worker:
         run_id, thread = claimed.run_id, claimed.thread_id if claimed.leased else None
         resumed = False
         try:
-            self.agent._resume_ready(run_id, claimed.thread_id,
-                                     leased_by=owner if claimed.leased else None)
+            self.agent._resume_ready(
+                run_id, claimed.thread_id, leased_by=owner if claimed.leased else None,
+                known=(run_id, claimed.later_run) if claimed.leased else None)
             resumed = True
         except Exception as exc:  # one failing run must not stop the worker, nor be lost
             logger.warning("worker: resuming run %s failed (%s: %s); it will be tried "

@@ -373,7 +373,7 @@ class Agent:
             self._request(run_id, thread_id), held_by=held))
         return held
 
-    def _current(self, build: Build) -> Build:
+    def _current(self, build: Build, known: tuple[str, str | None] | None = None) -> Build:
         """`build`, for a run its thread has not left behind: a resume that names a run the
         thread went on from (a later run started on it, as the ledger recorded) never advances
         the later run under the earlier one's id. Where the later run rests (paused on calls
@@ -381,14 +381,18 @@ class Agent:
         nothing changed. Else (a decided call waits to be applied, or it stopped mid-step: its
         process died, or `on_state_change`), the thread goes on as that run (`_LaterRun`). A
         run whose own undecided calls still wait in the thread (a later run carries its turn
-        on) is resumed as itself."""
+        on) is resumed as itself. The ledger says which run is later, never the state: a run
+        a new message started may not have reached the state yet (its stream was left, its
+        process died), and a client may write the state. `known`: a run id and its later run
+        as read under the thread's lease already (a worker's claim), which saves the read."""
 
         def current(snapshot: Paused, req: Request) -> Any:
-            if options_of(snapshot).get("run_id") == req.run_id:  # (no statement: the common
-                return build(snapshot, req)  # case, a run resuming its own thread)
-            later = req.ledger.later_run(req.run_id)
+            later = (known[1] if known is not None and known[0] == req.run_id
+                     else req.ledger.later_run(req.run_id))
             if later is None:
-                return _with_options(build(snapshot, req), req.ledger.run_options(req.run_id))
+                named = options_of(snapshot).get("run_id") == req.run_id
+                return _with_options(build(snapshot, req),
+                                     None if named else req.ledger.run_options(req.run_id))
             items = waiting(snapshot, req.ledger)
             undecided = [i for i in items if i.row is not None and not i.row.decided]
             if of_run(undecided, req.run_id, current=False):
@@ -402,12 +406,13 @@ class Agent:
 
         return current
 
-    def _resumed(self, run_id: str, build: Build, go: Callable[[str, Build], Any]) -> Any:
+    def _resumed(self, run_id: str, build: Build, go: Callable[[str, Build], Any],
+                 known: tuple[str, str | None] | None = None) -> Any:
         """`go(run_id, self._current(build))`, or the same for the later run the thread went
         on in (`_LaterRun`: at most twice more, for runs started meanwhile)."""
         for _ in range(3):
             try:
-                return go(run_id, self._current(build))
+                return go(run_id, self._current(build, known))
             except _LaterRun as later:
                 run_id = later.run_id
         return go(run_id, build)
@@ -788,18 +793,19 @@ class Agent:
             run_id, continue_command,
             lambda run, build: self._advance(run, build, on_state_change).result()))
 
-    def _resume_ready(self, run_id: str, thread_id: str, *, leased_by: str | None = None
-                      ) -> GenerateResult | None:
+    def _resume_ready(self, run_id: str, thread_id: str, *, leased_by: str | None = None,
+                      known: tuple[str, str | None] | None = None) -> GenerateResult | None:
         """`resume` for a worker, which claimed the run (and its thread, from the ledger)
         from the ready queue, and maybe the thread's lease with it (`leased_by`, which then
         releases it): the gates apply what the ledger holds (a call still undecided pauses
         the run again; the next decision queues it anew). None: the thread went on in a later
         run, which rests on calls nobody decided (nothing of this run is left to resume); a
-        later run with something to go on with is continued, and its result returned."""
+        later run with something to go on with is continued, and its result returned.
+        `known`: the run and its later run as the claim read them (`ReadyRun.later_run`)."""
         try:
             return cast(GenerateResult, self._resumed(  # (under the lease the claim took)
                 run_id, _apply, lambda run, build: self._advance(
-                    run, build, thread_id=thread_id, leased_by=leased_by).result()))
+                    run, build, thread_id=thread_id, leased_by=leased_by).result(), known))
         except RunSupersededError:
             return None  # (a queue row left from before the thread went on: nothing to do)
 

@@ -422,6 +422,38 @@ def test_a_new_message_whose_stream_was_left_leaves_its_run_to_the_workers(
     assert _ready_rows(url) == []
 
 
+def test_an_earlier_runs_row_never_advances_a_later_runs_turn_under_its_id(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inbox approved run A's call (A queued); a new message started run B and its stream
+    was left before B's graph ran, so the state still names A. A worker that takes A's row
+    first asks the ledger which run is the thread's, not the state: it goes on as B (the
+    approved call runs once, B's message and what the model asks next are filed under B), and
+    B's row finds nothing more to do (helper-19: the turn after B's message was filed under
+    A, then the state switched to B, which left the ledger and the state disagreeing)."""
+    _short_leases(monkeypatch)
+    url, agent, older, item = _decided_in_the_inbox(tmp_path, monkeypatch)
+    stream = agent.stream("move 2", thread_id=older.thread_id)
+    events = iter(stream)
+    next(events)
+    events.close()  # type: ignore[attr-defined]
+    newer = stream.run_id
+    config = {"configurable": {"thread_id": older.thread_id}}
+    assert agent.graph.get_state(config).values["options"]["run_id"] == older.run_id
+    assert sorted(r[0] for r in _ready_rows(url)) == sorted([older.run_id, newer])
+    time.sleep(1.1)  # B's hold lapses
+    _worker_resumes(url, count=2)
+    assert [c for c, _ in ran(tmp_path / "effects.db")] == [item.tool_call_id]
+    assert agent.graph.get_state(config).values["options"]["run_id"] == newer
+    (waiting,) = Inbox(url).pending()
+    assert waiting.run_id == newer and waiting.tool_call_id != item.tool_call_id
+    steps = [c.metadata.get("graphkit_run_id") for c in agent.graph.get_state_history(config)
+             if c.metadata.get("step", -1) > 1]  # (steps 0 and 1: A's first turn)
+    assert older.run_id not in steps and _ready_rows(url) == []
+    requested = [e for e in Inbox(url).audit(thread_id=older.thread_id)
+                 if e["event"] == "requested"]
+    assert [e["run_id"] for e in requested] == [older.run_id, newer]
+
+
 def _ready_run(ledger: Any, run_id: str, thread_id: str) -> None:
     """One decided run of `bank`, ready for a worker."""
     from graphkit._ledger import ApprovalRow
@@ -457,6 +489,25 @@ def test_a_workers_claim_takes_the_runs_thread_lease_and_its_done_releases_both(
     assert _lease_owner(ledger, "t1") is None and not ledger.queued("r1")
     with ledger.lease("t1", wait=0.0):
         pass
+
+
+def test_a_workers_claim_reads_the_later_run_under_the_lease_it_took(queue: Any) -> None:
+    """The claim says which later run of its agent the thread went on in, read with the lease
+    it took (the resume then asks nothing more): none, or the last one."""
+    from graphkit._owner import new_owner
+
+    ledger = queue
+    for run, thread in (("r1", "t1"), ("r2", "t2")):
+        with ledger.lease(thread, run=(run, "bank")):
+            pass
+        _ready_run(ledger, run, thread)
+    for run, agent in (("r3", "bank"), ("r4", "bank"), ("x1", "other")):
+        with ledger.lease("t2", run=(run, agent)):
+            pass
+    first = ledger.next_ready(new_owner(), "bank", lease=True)
+    second = ledger.next_ready(new_owner(), "bank", lease=True)
+    assert (first.run_id, first.later_run) == ("r1", None)
+    assert (second.run_id, second.later_run) == ("r2", "r4")
 
 
 def test_a_workers_claim_leaves_a_thread_another_process_holds(queue: Any) -> None:

@@ -33,6 +33,10 @@ _TAKE = ("INSERT INTO graphkit_leases (thread_id, owner, expires_at) {source} "
 is free, lapsed, or this owner's already."""
 _TAKE_ONE = _TAKE.format(source="VALUES (?, ?, ?)")
 _RELEASE = "DELETE FROM graphkit_leases WHERE thread_id = ? AND owner = ?"
+_LATER = ("SELECT r.run_id FROM graphkit_runs r JOIN graphkit_runs me ON me.run_id = {run} "
+          "AND r.thread_id = me.thread_id AND r.agent = me.agent "
+          "AND r.created_at > me.created_at ORDER BY r.created_at DESC LIMIT 1")
+"""The latest run its agent started on a run's thread after it (`later_run`)."""
 
 
 class ReadyRun(NamedTuple):
@@ -43,6 +47,9 @@ class ReadyRun(NamedTuple):
     thread_id: str
     leased: bool
     """Whether the claim took the run's thread lease too, for the claiming owner."""
+    later_run: str | None = None
+    """With `leased`: the later run of its agent the thread went on in (`later_run`), as read
+    under that lease (no run starts on the thread while the claim holds it)."""
 
 
 class Leases(LedgerBase):
@@ -145,20 +152,23 @@ class Leases(LedgerBase):
         moment = time.time()
         take = (owner, moment + _schema.LEASE_SECONDS, moment, owner)
         if not lease:
-            rows = [(*r, False) for r in self._sql.query(claim, params)]
+            rows = [(*r, False, None) for r in self._sql.query(claim, params)]
         elif self._sql.writes_with:
             rows = self._sql.query(
                 f"WITH c AS ({claim}), l AS ({_TAKE.format(source='SELECT thread_id, ?, ? FROM c')}"
-                " RETURNING 1) SELECT run_id, ready_at, thread_id, EXISTS (SELECT 1 FROM l) "
-                "FROM c", (*params, *take))
+                " RETURNING 1) SELECT run_id, ready_at, thread_id, EXISTS (SELECT 1 FROM l), "
+                f"({_LATER.format(run='c.run_id')}) FROM c", (*params, *take))
         else:
             with self._sql.transaction() as tx:
                 rows = tx.query(claim, params)
                 if rows:
-                    rows = [(*rows[0], tx.execute(_TAKE_ONE, (rows[0][2], *take)) == 1)]
+                    leased = tx.execute(_TAKE_ONE, (rows[0][2], *take)) == 1
+                    later = tx.query(_LATER.format(run="?"), (rows[0][0],)) if leased else []
+                    rows = [(*rows[0], leased, later[0][0] if later else None)]
         if not rows:
             return None
-        ready = ReadyRun(str(rows[0][0]), float(rows[0][1]), str(rows[0][2]), bool(rows[0][3]))
+        ready = ReadyRun(str(rows[0][0]), float(rows[0][1]), str(rows[0][2]), bool(rows[0][3]),
+                         None if rows[0][4] is None else str(rows[0][4]))
         _keeper.KEEPER.hold(self, ("ready", ready.run_id), owner, _schema.LEASE_SECONDS)
         if ready.leased:
             _keeper.KEEPER.hold(self, ("thread", ready.thread_id), owner, _schema.LEASE_SECONDS)
@@ -338,10 +348,7 @@ class Leases(LedgerBase):
         """The latest run of the same agent this database recorded on the run's thread after
         it, if any (None too for a run it never recorded: a LangGraph server's, a graph driven
         directly)."""
-        rows = self._sql.query(
-            "SELECT r.run_id FROM graphkit_runs r JOIN graphkit_runs me ON me.run_id = ? "
-            "AND r.thread_id = me.thread_id AND r.agent = me.agent "
-            "AND r.created_at > me.created_at ORDER BY r.created_at DESC LIMIT 1", (run_id,))
+        rows = self._sql.query(_LATER.format(run="?"), (run_id,))
         return str(rows[0][0]) if rows else None
 
     def current_run(self, thread_id: str, agent: str) -> str | None:
