@@ -83,6 +83,7 @@ class Ledger(Plans, Decisions, Executions, Leases, Messages, Notifications, Wait
     def __init__(self, sql: Sql) -> None:
         self._sql = sql
         self._holds = {}
+        self._recorded = {}
         for statement in SCHEMA:
             sql.execute(statement.format(serial=sql.serial, keyed=sql.keyed))
         for table, column, kind in MIGRATIONS:

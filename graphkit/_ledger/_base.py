@@ -33,6 +33,9 @@ class LedgerBase:
     _holds: dict[tuple[str, str], float]
     """(run id, owner) of the runs this process queued held for itself (`hold_ready`), and
     when (monotonic)."""
+    _recorded: dict[str, tuple[str, str]]
+    """The runs this process recorded (`Leases.run`: their thread and agent, which never
+    change), so that it reads none of them back."""
 
     def now(self) -> float:
         """The database's clock (seconds since the epoch)."""

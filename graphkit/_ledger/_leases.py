@@ -315,31 +315,42 @@ class Leases(LedgerBase):
         params = (thread_id, owner, now + _schema.LEASE_SECONDS, now, owner)
         if run is None:
             return self._sql.execute(take, params) == 1 or self._take_from_dead(thread_id, owner)
+        recorded = False
         with self._sql.transaction() as tx:
             taken = tx.execute(take, params) == 1
             if taken:
-                self._record_run(tx, run[0], thread_id, run[1])
+                recorded = self._record_run(tx, run[0], thread_id, run[1])
         if not taken and self._take_from_dead(thread_id, owner):
             with self._sql.transaction() as tx:
-                self._record_run(tx, run[0], thread_id, run[1])
+                recorded = self._record_run(tx, run[0], thread_id, run[1])
             taken = True
+        if recorded:  # (committed)
+            if len(self._recorded) >= 10_000:
+                del self._recorded[next(iter(self._recorded))]
+            self._recorded[run[0]] = (thread_id, run[1])
         return taken
 
-    def _record_run(self, tx: Tx, run_id: str, thread_id: str, agent: str) -> None:
+    def _record_run(self, tx: Tx, run_id: str, thread_id: str, agent: str) -> bool:
+        """Whether the run is recorded now (not before: a run id is recorded once)."""
         # A thread's runs start one at a time (under its lease), each after the one before
         # it: later than it, even within the clock's tick (SQLite's is a millisecond).
-        tx.execute("INSERT INTO graphkit_runs (run_id, thread_id, agent, created_at) "
-                   f"SELECT ?, ?, ?, {self._sql.greatest}({self._sql.now}, COALESCE(("
-                   "SELECT MAX(created_at) FROM graphkit_runs WHERE thread_id = ?), 0) + 0.00001)"
-                   " WHERE TRUE ON CONFLICT (run_id) DO NOTHING",
-                   (run_id, thread_id, agent, thread_id))
+        return tx.execute(
+            "INSERT INTO graphkit_runs (run_id, thread_id, agent, created_at) "
+            f"SELECT ?, ?, ?, {self._sql.greatest}({self._sql.now}, COALESCE(("
+            "SELECT MAX(created_at) FROM graphkit_runs WHERE thread_id = ?), 0) + 0.00001)"
+            " WHERE TRUE ON CONFLICT (run_id) DO NOTHING",
+            (run_id, thread_id, agent, thread_id)) == 1
 
     def forget_run(self, run_id: str) -> None:
         """Drop the record of a run refused before it ran (its lease is released next)."""
+        self._recorded.pop(run_id, None)
         self._sql.execute("DELETE FROM graphkit_runs WHERE run_id = ?", (run_id,))
 
     def run(self, run_id: str) -> tuple[str, str] | None:
         """The thread and agent of a run this database recorded, or None."""
+        known = self._recorded.get(run_id)
+        if known is not None:
+            return known
         rows = self._sql.query("SELECT thread_id, agent FROM graphkit_runs WHERE run_id = ?",
                                (run_id,))
         return (str(rows[0][0]), str(rows[0][1])) if rows else None
