@@ -142,7 +142,6 @@ class GateContext:
 
     path: list[str]
     thread_id: str
-    run_id: str | None
     journal: GateJournal
     ledger: Ledger
     scope: str = ""
@@ -171,6 +170,12 @@ class GateContext:
     taken, or out of date)."""
 
     @property
+    def run_id(self) -> str | None:
+        """The thread's current run, which the pass files what it records under
+        (`GateJournal.run_id`)."""
+        return self.journal.run_id
+
+    @property
     def agent(self) -> str:
         """The agent's path as one key (the ledger's message queue is kept per agent)."""
         return "/".join(self.path)
@@ -182,7 +187,10 @@ class GateContext:
         outcomes and the approval rows of the turn's calls (one statement for them all)."""
         found = self.ledger.turn_and_queue(
             self.thread_id, self.path, key, self.agent, pending=len(self.path) == 1,
-            outcomes=outcomes, approvals=approvals)
+            outcomes=outcomes, approvals=approvals,
+            run_of=None if self.journal.run_known else self.path[0])
+        if found.runs is not None:
+            self.journal.known_run(found.runs)
         self._queue[:] = [found.queue]
         self._pending[:] = [found.pending] if found.pending is not None else []
         self._outcomes[:] = [found.outcomes] if found.outcomes is not None else []
@@ -272,7 +280,6 @@ class Planner:
                  ledger: Ledger, *, nested: bool = False) -> None:
         self.tools = tools
         self.name = name
-        self._runs: dict[str, str] = {}
         """Run id -> its thread, as the ledger recorded it (a run never changes thread)."""
         self.nested = nested
         """A subagent's graph: its supervisor's delegation node gives it its agent path. A
@@ -284,39 +291,24 @@ class Planner:
                                     "policy": settings.approvers is not None}
                         for tool_name, tool in tools.items()}
 
-    def _run_of(self, run_id: object, thread_id: str) -> str | None:
-        """The run id the state names, if the ledger recorded that run for this thread (the
-        API records each run as it takes the thread's lease); else None, as for a LangGraph
-        server's run. The state is client-writable: a run id written there never files a call
-        under another thread's run (which would hold that run back, or route it here)."""
-        if not isinstance(run_id, str) or not run_id:
-            return None
-        known = self._runs.get(run_id)
-        if known is None:
-            found = self.ledger.run(run_id)
-            if found is None:
-                return None
-            if len(self._runs) >= 10_000:
-                self._runs.clear()
-            known = self._runs.setdefault(run_id, found[0])
-        return run_id if known == thread_id else None
-
     def path_of(self, config: RunnableConfig) -> list[str]:
         """This agent's path in the delegation chain."""
         return agent_path_of(config, self.name) if self.nested else [self.name]
 
-    def context(self, state: AgentState, config: RunnableConfig) -> GateContext:
-        options: RunOptions = state.get("options") or {}
+    def context(self, state: AgentState, config: RunnableConfig, *,
+                like: GateContext | None = None) -> GateContext:
+        """The context of a pass (`like`: another context of the same node's pass, whose read
+        of the thread's current run stands: no run starts on the thread while this one holds
+        its lease)."""
         # The node's namespace ends with its own task; the agent's scope is what precedes it.
         task_ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
         thread_id = thread_id_of(config)
         path = self.path_of(config)
-        journal = GateJournal(self.ledger, thread_id=thread_id,
-                              run_id=self._run_of(options.get("run_id"), thread_id),
-                              schemas=self.schemas, scope=task_ns.rpartition("|")[0],
-                              agent_path=path)
-        return GateContext(path=path, thread_id=thread_id,
-                           run_id=journal.run_id, journal=journal, ledger=self.ledger,
+        journal = GateJournal(self.ledger, thread_id=thread_id, schemas=self.schemas,
+                              scope=task_ns.rpartition("|")[0], agent_path=path)
+        if like is not None and like.journal.run_known:
+            journal.known_run([run] if (run := like.journal.run_id) is not None else [])
+        return GateContext(path=path, thread_id=thread_id, journal=journal, ledger=self.ledger,
                            scope=delegation_of(config) if self.nested else "",
                            durability=durability_of(config), step=step_of(config),
                            never_written=never_written(config))

@@ -24,17 +24,36 @@ _SCHEMAS_WRITTEN: weakref.WeakKeyDictionary[Ledger, set[tuple[str, ...]]] = (
 class GateJournal:
     """The approval gate's marks in the ledger during one pass: what its run waits on."""
 
-    def __init__(self, ledger: Ledger, *, thread_id: str, run_id: str | None,
-                 schemas: dict[str, dict[str, Any]], scope: str = "",
-                 agent_path: Sequence[str] = ()) -> None:
+    def __init__(self, ledger: Ledger, *, thread_id: str, schemas: dict[str, dict[str, Any]],
+                 scope: str = "", agent_path: Sequence[str] = ()) -> None:
         self.ledger = ledger
         self.agent_path = list(agent_path)
         self.thread_id = thread_id
-        self.run_id = run_id
         self.schemas = schemas
         self.scope = scope
         """The graph's checkpoint namespace: one agent's plans in one thread (a subagent's
         delegation has its own)."""
+        self._run: list[str | None] = []
+
+    @property
+    def run_id(self) -> str | None:
+        """The run this pass files what it records under: the thread's current run, the last
+        its (top) agent started on it, as the ledger recorded (None: it recorded none, as for
+        a LangGraph server's threads). Never the state's word: a client who can write the
+        state would file a later run's calls under an earlier run, whose decisions may take
+        them. Read once a pass (with the turn, `known_run`, where the pass reads that first)."""
+        if not self._run:
+            agent = self.agent_path[0] if self.agent_path else ""
+            self._run.append(self.ledger.current_run(self.thread_id, agent))
+        return self._run[0]
+
+    @property
+    def run_known(self) -> bool:
+        return bool(self._run)
+
+    def known_run(self, runs: Sequence[str]) -> None:
+        """The thread's current run as a read of this pass found it (`turn_and_queue`)."""
+        self._run[:] = [runs[0] if runs else None]
 
     def sync(self, old: TurnPlan | None, new: TurnPlan, answered: set[str], *,
              save: bool = False, cleared: Mapping[str, Clearance] | None = None) -> None:

@@ -340,12 +340,12 @@ def make_model_node(
 
     def route(state: AgentState, config: RunnableConfig
               ) -> tuple[list[BaseMessage], bool, list[BaseMessage], Command[ModelTarget] | None,
-                         Callable[[], None] | None]:
+                         Callable[[], None] | None, GateContext]:
         """The conversation the model reads, whether the run used its steps, the writes that
         fix the state, the command to send instead of a model turn (a reply that answered, or
-        will be queued beside, a suspended tool), and what notes the queued messages these
+        will be queued beside, a suspended tool), what notes the queued messages these
         writes append as delivered: called once the step's command is ready (a model call
-        that fails leaves them to be appended by the next step)."""
+        that fails leaves them to be appended by the next step), and the pass's context."""
         options = state.get("options") or {}
         limit = options.get("max_steps")
         limit = limit if isinstance(limit, int) and limit > 0 else 25
@@ -364,13 +364,13 @@ def make_model_node(
             removed = [RemoveMessage(id=str(m.id)) for m in reply.messages]
             to_gate: Command[ModelTarget] = Command(
                 update={"messages": [*forged, *removed]}, goto="approval_gate")
-            return [], False, [], to_gate, None
+            return [], False, [], to_gate, None, ctx
         if _left_to_the_gate(plan, messages):
             # the gate's turn is not over (a client sent the run here): back to the gate,
             # never a model turn over a call without its result
             back: Command[ModelTarget] = Command(
                 update={"messages": forged} if forged else None, goto="approval_gate")
-            return [], False, [], back, None
+            return [], False, [], back, None, ctx
         supersede_abandoned(messages, ctx)
         messages, moved = _stopped_turn(messages, ctx)
         forget = _forgettable(state, ctx)
@@ -380,7 +380,7 @@ def make_model_node(
         appended = [str(m.id) for m in unqueued if isinstance(m, HumanMessage)]
         moved = [*moved, *unqueued]
         return ([*system, *messages], model_steps(messages) >= limit, [*forged, *moved], None,
-                (lambda: ctx.deliver(appended)) if appended else None)
+                (lambda: ctx.deliver(appended)) if appended else None, ctx)
 
     def ended(response: BaseMessage, state: AgentState, fixes: list[BaseMessage]
               ) -> Command[ModelTarget]:
@@ -393,11 +393,11 @@ def make_model_node(
         return Command(update=update, goto="__end__")
 
     def finish(response: BaseMessage, state: AgentState, config: RunnableConfig,
-               fixes: list[BaseMessage]) -> Command[ModelTarget]:
+               fixes: list[BaseMessage], routed: GateContext) -> Command[ModelTarget]:
         if not _calls_tools(response):
             return ended(response, state, fixes)
         response = _unique_id(response, state.get("messages") or [])
-        ctx = planner.context(state, config)
+        ctx = planner.context(state, config, like=routed)
         # the conversation keeps the reply with its secrets masked: the ledger has them
         plan, errors, stored = planner.plan(response, state, ctx, stored=_storable(response))
         answered = {m.tool_call_id for m in errors}
@@ -413,17 +413,19 @@ def make_model_node(
         return command
 
     def call_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:
-        messages, exhausted, fixes, to_gate, delivered = route(state, config)
+        messages, exhausted, fixes, to_gate, delivered, routed = route(state, config)
         if to_gate is not None:
             return to_gate
         if exhausted:
             return noted(Command(update={"messages": fixes} if fixes else None, goto="__end__"),
                          delivered)
-        return noted(finish(invoke(messages, hushed(config)), state, config, fixes), delivered)
+        return noted(finish(invoke(messages, hushed(config)), state, config, fixes, routed),
+                     delivered)
 
     async def acall_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:
         # Reading and writing the ledger and store is synchronous: keep it off the event loop.
-        messages, exhausted, fixes, to_gate, delivered = await offload(route, state, config)
+        messages, exhausted, fixes, to_gate, delivered, routed = await offload(
+            route, state, config)
         if to_gate is not None:
             return to_gate
         if exhausted:
@@ -434,7 +436,8 @@ def make_model_node(
         if not _calls_tools(response):
             end = ended(response, state, fixes)  # no storage: no thread hop (unless noted)
             return await offload(noted, end, delivered) if delivered else end
-        return await offload(lambda: noted(finish(response, state, config, fixes), delivered))
+        return await offload(lambda: noted(finish(response, state, config, fixes, routed),
+                                           delivered))
 
     return call_model, acall_model
 

@@ -283,3 +283,71 @@ def test_a_pass_reads_what_the_ledger_holds_for_it_in_one_statement_each(
     # the decision reads its row; the gate reads it again, with its plan (it verifies what it
     # applies), and the model pass reads the call's outcome with its plan
     assert then == {"turn": 2, "waits": 2, "queue": 2, "rows": 1, "outcomes": 0}, then
+
+
+def _two_calls(url: str, ran: list[str]) -> Agent:
+    """`release`, whose model asks two calls one after the other for each message (reusing
+    its tool_call_id), then answers."""
+    @create_tool(needs_approval=True)
+    def deploy(version: str) -> str:
+        """Deploy a build."""
+        ran.append(version)
+        return f"deployed {version}"
+
+    def reply(messages: list[Any]) -> Any:
+        asked = max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage))
+        results = [m for m in messages[asked:] if isinstance(m, ToolMessage)]
+        if len(results) >= 2:
+            return "done"
+        version = f"{str(messages[asked].content).split()[-1]}-{len(results) + 1}"
+        return AIMessage("", tool_calls=[{"name": "deploy", "args": {"version": version},
+                                          "id": "call_1"}])
+
+    return Agent(name="release", tools=[deploy], checkpointer=url,
+                 model=ScriptedChatModel(reply))
+
+
+@pytest.mark.parametrize("forged", ["the earlier run", "no run", "another thread's run"])
+@pytest.mark.parametrize("goes_on", ["decided here", "decided in the inbox"])
+@pytest.mark.parametrize("started", ["over a pause", "after the thread ended"])
+def test_calls_are_filed_under_the_threads_current_run_whatever_the_state_names(
+        sqlite_url: str, forged: str, goes_on: str, started: str) -> None:
+    """A client who can write the state names another run in its options (the earlier run of
+    the thread, a run id of nothing, another thread's run), then the newer run goes on: the
+    call its model asks next is filed under the newer run, the thread's current run as the
+    ledger recorded it, so a decision naming the earlier run never takes it (helper-20: the
+    gate filed it under the run the state named, or under none, which any earlier run's
+    decision could take: a decision naming the earlier run ran it)."""
+    from langgraph.types import Command
+
+    ran: list[str] = []
+    agent = _two_calls(sqlite_url, ran)
+    older = agent.generate("ship a")
+    before = ["a-1", "a-2"] if started == "after the thread ended" else []
+    for _ in before:
+        agent.approve_tool_call_generate(run_id=older.run_id, decided_by="alice")
+    elsewhere = agent.generate("ship z")
+    newer = agent.generate("no wait, ship b", thread_id=older.thread_id)
+    config = {"configurable": {"thread_id": older.thread_id}}
+    named = {"the earlier run": older.run_id, "no run": "nothing-at-all",
+             "another thread's run": elsewhere.run_id}[forged]
+    options = agent.graph.get_state(config).values["options"]
+    agent.graph.invoke(Command(update={"options": {**options, "run_id": named}}), config)
+    if goes_on == "decided here":
+        agent.approve_tool_call_generate(run_id=newer.run_id, decided_by="alice")
+    else:
+        (first,) = [p for p in Inbox(sqlite_url).pending() if p.thread_id == older.thread_id]
+        Inbox(sqlite_url).approve(first.id, decided_by="alice")
+        agent.resume(run_id=newer.run_id)
+    assert ran == [*before, "b-1"]
+    (second,) = [p for p in Inbox(sqlite_url).pending() if p.thread_id == older.thread_id]
+    assert second.args == {"version": "b-2"} and second.run_id == newer.run_id
+    assert agent.pending_approvals(run_id=older.run_id) == []
+    with pytest.raises(GraphkitError):
+        agent.approve_tool_call_generate(run_id=older.run_id, decided_by="mallory")
+    assert ran == [*before, "b-1"]
+    requested = [e["run_id"] for e in Inbox(sqlite_url).audit(thread_id=older.thread_id)
+                 if e["event"] == "requested"]
+    assert requested == [older.run_id] * (len(before) or 1) + [newer.run_id] * 2
+    done = agent.approve_tool_call_generate(run_id=newer.run_id, decided_by="alice")
+    assert ran == [*before, "b-1", "b-2"] and done.text == "done"

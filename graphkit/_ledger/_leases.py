@@ -12,6 +12,7 @@ from graphkit._ledger import _keeper, _schema
 from graphkit._ledger._base import LedgerBase
 from graphkit._ledger._rows import (
     APPROVAL_READ,
+    CURRENT_RUN,
     ApprovalRow,
     approval_row,
 )
@@ -365,9 +366,7 @@ class Leases(LedgerBase):
     def current_run(self, thread_id: str, agent: str) -> str | None:
         """The last run of `agent` this database recorded on the thread (the one a decision
         may take anything waiting in it for), or None if it recorded none."""
-        rows = self._sql.query(
-            "SELECT run_id FROM graphkit_runs WHERE thread_id = ? AND agent = ? "
-            "ORDER BY created_at DESC LIMIT 1", (thread_id, agent))
+        rows = self._sql.query(CURRENT_RUN, (thread_id, agent))
         return str(rows[0][0]) if rows else None
 
     def run_options(self, run_id: str) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ from graphkit._ledger._messages import Queued, queued
 from graphkit._ledger._rows import (
     APPROVAL_COLUMNS,
     APPROVAL_READ,
+    CURRENT_RUN,
     PENDING_TURNS,
     ApprovalRow,
     AuditRow,
@@ -45,6 +46,9 @@ class TurnReading:
     """The recorded outcome of each call planned in the turn (`outcomes`)."""
     approvals: dict[str, ApprovalRow] | None = None
     """The approvals and suspensions of the calls planned in the turn (`approvals`)."""
+    runs: list[str] | None = None
+    """The last run of the agent asked for recorded on the thread (`current_run`): one, or
+    none."""
 
 
 _WIDTH = 14
@@ -133,11 +137,12 @@ class Plans(LedgerBase):
 
     def turn_and_queue(self, thread_id: str, agent_path: Sequence[str], key: str | None,
                        agent: str, *, pending: bool = False, outcomes: bool = False,
-                       approvals: bool = False) -> TurnReading:
+                       approvals: bool = False, run_of: str | None = None) -> TurnReading:
         """`turn` (None for a `key` of None) and `queue_rows(thread_id, agent)`, with
-        `pending`, `pending_turns`, and with `outcomes` and `approvals`, the outcomes and the
-        approval rows of the calls planned in the turn (by their `turn_key`), in one
-        statement: a gate or model pass reads them all."""
+        `pending`, `pending_turns`, with `outcomes` and `approvals`, the outcomes and the
+        approval rows of the calls planned in the turn (by their `turn_key`), and with
+        `run_of` (an agent's name) its `current_run` on the thread, in one statement: a gate
+        or model pass reads them all."""
         path = path_text(agent_path)
         turn_calls = ("graphkit_calls WHERE thread_id = ? AND agent_path = ? AND "
                       "turn_key = ?")
@@ -157,6 +162,9 @@ class Plans(LedgerBase):
             parts.append(_part(4, "0", APPROVAL_READ, "graphkit_approvals WHERE thread_id = ? "
                                f"AND call_key IN (SELECT call_key FROM {turn_calls})"))
             params = (*params, thread_id, thread_id, path, key)
+        if run_of is not None:
+            parts.append(_part(5, "0", "run_id", f"({CURRENT_RUN}) AS last_run"))
+            params = (*params, thread_id, run_of)
         rows = self._sql.query(" UNION ALL ".join(parts) + " ORDER BY part, seq", params)
         plans = [r[2] for r in rows if r[0] == 0]
         return TurnReading(
@@ -166,7 +174,8 @@ class Plans(LedgerBase):
             outcomes={str(r[2]): loads(r[4]) if r[3] == DONE else None
                       for r in rows if r[0] == 3} if outcomes else None,
             approvals={str(r[2]): approval_row(r[2:]) for r in rows if r[0] == 4}
-            if approvals else None)
+            if approvals else None,
+            runs=[str(r[2]) for r in rows if r[0] == 5] if run_of is not None else None)
 
     def save_turn(self, thread_id: str, agent_path: Sequence[str], plan: TurnPlan) -> None:
         """Record the gate's plan of a turn as it now stands."""

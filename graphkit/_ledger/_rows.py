@@ -150,6 +150,12 @@ PENDING_TURNS = ("a.approval_id, a.kind, a.tool_name, c.turn_key FROM graphkit_a
 the agent's path), after a SELECT: read alone or beside the turn's plan."""
 
 
+CURRENT_RUN = ("SELECT run_id FROM graphkit_runs WHERE thread_id = ? AND agent = ? "
+               "ORDER BY created_at DESC LIMIT 1")
+"""The last run an agent started on a thread (parameters: the thread, the agent's name): the
+thread's current run, which calls are filed under and decisions may take anything of."""
+
+
 def pending_turn(row: Sequence[Any]) -> PendingTurn:
     return str(row[0]), str(row[1]), str(row[2]), row[3]
 
