@@ -98,10 +98,10 @@ def of_run(items: list[Waiting], run_id: str, *, current: bool) -> list[Waiting]
     """What waits in the thread that a decision naming `run_id` may take: a call asked in
     that run, or anything, when it is the thread's `current` run (which carries on turns of
     earlier runs). A decision that names an earlier run never lands on a call asked later
-    (models reuse tool_call_ids): it is refused."""
+    (models reuse tool_call_ids), nor on one the ledger files under no run: it is refused."""
     if current:
         return items
-    return [i for i in items if i.row is None or i.row.run_id in (None, run_id)]
+    return [i for i in items if i.row is not None and i.row.run_id == run_id]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -844,8 +844,11 @@ class Agent:
         found = [w.pending() for w in mine]
         if everything and not found:
             return []  # what waits in the thread now belongs to a later run
-        return found or pending_of(snapshot, stopped=True, ledger=ledger, thread_id=thread_id,
-                                   agent=self.name)
+        if found or (run_id is not None and not is_current(
+                snapshot, ledger, thread_id=thread_id, agent=self.name, run_id=run_id)):
+            return found  # (what a stopped turn's plan lists is the current run's)
+        return pending_of(snapshot, stopped=True, ledger=ledger, thread_id=thread_id,
+                          agent=self.name)
 
     def snapshot(self, *, run_id: str) -> dict[str, Any]:
         """The run's state as JSON-serialisable data (messages, pending approvals, status)."""

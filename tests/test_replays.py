@@ -351,3 +351,22 @@ def test_calls_are_filed_under_the_threads_current_run_whatever_the_state_names(
     assert requested == [older.run_id] * (len(before) or 1) + [newer.run_id] * 2
     done = agent.approve_tool_call_generate(run_id=newer.run_id, decided_by="alice")
     assert ran == [*before, "b-1", "b-2"] and done.text == "done"
+
+
+def test_an_earlier_run_lists_nothing_of_a_later_run_when_the_state_holds_no_interrupt(
+        sqlite_url: str) -> None:
+    """A state write that leaves no interrupt (`update_state` without `as_node`) makes the
+    listing fall back to the turn's plan, which is the thread's current run's: the earlier run
+    lists none of it (helper-20: `pending_approvals` and `snapshot` of the earlier run showed
+    the newer run's call)."""
+    ran: list[str] = []
+    agent = _release(sqlite_url, ran)
+    older = agent.generate("ship 1.4.2")
+    newer = agent.generate("no wait, ship 6.6.6", thread_id=older.thread_id)
+    config = {"configurable": {"thread_id": older.thread_id}}
+    agent.graph.update_state(config, {"messages": []})
+    assert not agent.graph.get_state(config).interrupts
+    assert agent.pending_approvals(run_id=older.run_id) == []
+    assert agent.snapshot(run_id=older.run_id)["awaiting_approval"] is False
+    (waiting,) = agent.pending_approvals(run_id=newer.run_id)
+    assert waiting.args == {"version": "6.6.6"}
