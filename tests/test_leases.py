@@ -29,6 +29,7 @@ import pytest
 from graphkit import _owner
 from graphkit._ledger import LEASE_SECONDS, Ledger, RunBusyError
 from graphkit._owner import Owner, holder_is_dead, new_owner, parse_owner
+from graphkit.errors import GraphkitError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -510,7 +511,10 @@ def test_a_run_is_recorded_with_its_first_lease_and_only_then(tmp_path: Path) ->
     with taken.lease("t2", wait=5.0, run=("run-3", "billing")):
         pass
     assert taken.run("run-3") == ("t2", "billing")
-    with taken.lease("t2", run=("run-3", "someone else")):
+    with taken.lease("t2", run=("run-3", "billing")):
+        pass
+    with pytest.raises(GraphkitError, match="belongs to agent 'billing'"), taken.lease(
+            "t2", run=("run-3", "someone else")):
         pass
     assert taken.run("run-3") == ("t2", "billing")  # a run id is recorded once, never moved
 

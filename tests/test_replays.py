@@ -370,3 +370,25 @@ def test_an_earlier_run_lists_nothing_of_a_later_run_when_the_state_holds_no_int
     assert agent.snapshot(run_id=older.run_id)["awaiting_approval"] is False
     (waiting,) = agent.pending_approvals(run_id=newer.run_id)
     assert waiting.args == {"version": "6.6.6"}
+
+
+def test_another_agents_message_on_a_thread_is_refused_and_changes_nothing(
+        sqlite_url: str) -> None:
+    """A thread is one agent's: a second agent (another name, the same database and thread
+    id) that sends a message there is refused, typed, before anything is written, and the
+    first agent's pause stands (helper-20: the message was lost, the first agent's call was
+    asked again under the second, and the first agent's decision landed on it)."""
+    ran: list[str] = []
+    agent = _release(sqlite_url, ran)
+    other = Agent(name="intruder", tools=agent.tools, checkpointer=sqlite_url,
+                  model=ScriptedChatModel(lambda m: "hello"))
+    older = agent.generate("ship 1.4.2")
+    config = {"configurable": {"thread_id": older.thread_id}}
+    history = len(list(agent.graph.get_state_history(config)))
+    with pytest.raises(GraphkitError, match="belongs to agent 'release'"):
+        other.generate("ship 6.6.6", thread_id=older.thread_id)
+    assert len(list(agent.graph.get_state_history(config))) == history
+    (waiting,) = agent.pending_approvals(run_id=older.run_id)
+    assert waiting.args == {"version": "1.4.2"} and ran == []
+    done = agent.approve_tool_call_generate(run_id=older.run_id, decided_by="alice")
+    assert ran == ["1.4.2"] and done.text == "done: deployed 1.4.2"

@@ -1072,18 +1072,27 @@ def test_withdrawing_a_thread_declines_only_what_was_seen_before_it_was_found_go
 def test_a_threads_later_run_is_the_last_its_agent_started_after_it(durable_url: str) -> None:
     """`later_run`: runs started one after another on a thread are told apart in that order,
     even within one tick of the database's clock (SQLite's is a millisecond: helper-18 found
-    13 of 30 back-to-back runs tied, which hid each other); another agent's runs under the same
-    thread id, and another thread's, do not count, on either engine."""
+    13 of 30 back-to-back runs tied, which hid each other); another thread's runs do not
+    count, on either engine. A thread is one agent's: another agent's run on it is refused
+    (helper-20: a second agent's message on the thread was lost, and the first agent's
+    decision landed on the second's call)."""
     from graphkit._storage import open_storage
+    from graphkit.errors import GraphkitError
 
     ledger = open_storage(durable_url).ledger
     started = [("r1", "t1", "bank"), ("r2", "t1", "bank"), ("r3", "t1", "bank"),
-               ("s1", "t1", "shop"), ("o1", "t2", "bank")]
+               ("o1", "t2", "bank")]
     for run_id, thread_id, agent in started:
         with ledger.lease(thread_id, run=(run_id, agent)):
             pass
-    assert [ledger.later_run(r) for r in ("r1", "r2", "r3", "s1", "o1", "unknown")] == [
-        "r3", "r3", None, None, None, None]
+    with pytest.raises(GraphkitError, match="thread 't1' belongs to agent 'bank'"), ledger.lease(
+            "t1", run=("s1", "shop")):
+        pass
+    with ledger.lease("t1", wait=0.0):  # (refused before the lease was taken)
+        pass
+    assert ledger.run("s1") is None and ledger.current_run("t1", "bank") == "r3"
+    assert [ledger.later_run(r) for r in ("r1", "r2", "r3", "o1", "unknown")] == [
+        "r3", "r3", None, None, None]
     times = [t for (t,) in ledger._sql.query(
         "SELECT created_at FROM graphkit_runs WHERE thread_id = 't1' AND agent = 'bank' "
         "ORDER BY created_at")]

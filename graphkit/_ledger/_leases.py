@@ -23,6 +23,7 @@ from graphkit._ledger._schema import (
 )
 from graphkit._ledger._sql import RunBusyError, Tx, dumps, loads
 from graphkit._owner import holder_is_dead, new_owner
+from graphkit.errors import GraphkitError
 
 __all__ = ["Leases", "ReadyRun"]
 
@@ -332,15 +333,27 @@ class Leases(LedgerBase):
         return taken
 
     def _record_run(self, tx: Tx, run_id: str, thread_id: str, agent: str) -> bool:
-        """Whether the run is recorded now (not before: a run id is recorded once)."""
+        """Whether the run is recorded now (not before: a run id is recorded once). A thread
+        is one agent's: a run of another agent on it is refused (`GraphkitError`, nothing
+        recorded, the lease not taken), as two graphs would read one state, and neither's
+        calls nor decisions would be the other's."""
         # A thread's runs start one at a time (under its lease), each after the one before
         # it: later than it, even within the clock's tick (SQLite's is a millisecond).
-        return tx.execute(
-            "INSERT INTO graphkit_runs (run_id, thread_id, agent, created_at) "
-            f"SELECT ?, ?, ?, {self._sql.greatest}({self._sql.now}, COALESCE(("
-            "SELECT MAX(created_at) FROM graphkit_runs WHERE thread_id = ?), 0) + 0.00001)"
-            " WHERE TRUE ON CONFLICT (run_id) DO NOTHING",
-            (run_id, thread_id, agent, thread_id)) == 1
+        if tx.execute(
+                "INSERT INTO graphkit_runs (run_id, thread_id, agent, created_at) "
+                f"SELECT ?, ?, ?, {self._sql.greatest}({self._sql.now}, COALESCE(("
+                "SELECT MAX(created_at) FROM graphkit_runs WHERE thread_id = ?), 0) + 0.00001)"
+                " WHERE NOT EXISTS (SELECT 1 FROM graphkit_runs WHERE thread_id = ? AND "
+                "agent <> ?) ON CONFLICT (run_id) DO NOTHING",
+                (run_id, thread_id, agent, thread_id, thread_id, agent)) == 1:
+            return True
+        other = tx.query("SELECT agent FROM graphkit_runs WHERE thread_id = ? AND agent <> ? "
+                         "LIMIT 1", (thread_id, agent))
+        if other:
+            msg = (f"thread {thread_id!r} belongs to agent {str(other[0][0])!r}, not {agent!r}: "
+                   "start this agent's conversation under another thread id")
+            raise GraphkitError(msg)
+        return False
 
     def forget_run(self, run_id: str) -> None:
         """Drop the record of a run refused before it ran (its lease is released next)."""
