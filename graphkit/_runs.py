@@ -239,6 +239,7 @@ class AgentStream:
     def _generate(self) -> Generator[StreamChunk, None, None]:
         self._started = True
         inv = self._prepare(True)
+        self.run_id = inv.run_id  # (a decision's stream may go on as a later run)
         run = self._run = _Run(inv)
         resumed = False
         try:
@@ -332,6 +333,7 @@ class AsyncAgentStream:
                 invocation = await offload(self._prepare, True)
                 self._run = _Run(invocation)
                 self.thread_id = invocation.thread_id
+                self.run_id = invocation.run_id  # (a decision's stream may go on as a later run)
         return self._run
 
     def __await__(self) -> Generator[Any, None, AsyncAgentStream]:

@@ -310,6 +310,7 @@ class Agent:
         new_run: bool = False,
         leased_by: str | None = None,
         held_by: str | None = None,
+        follow: bool = False,
     ) -> Prepare:
         """What a stream does first: take the thread's lease (recording a `new_run` with it;
         `leased_by`: the owner holding it already), read the latest checkpoint (what it waits
@@ -317,7 +318,9 @@ class Agent:
         other. `held_by`: the owner under which a decision just taken holds its run in the
         ready queue (`Ledger.decide`): renewed while the run advances, let go once it went
         on, else left to lapse, so that a worker takes the run over (a stream that fails, or
-        is dropped unread, or this process dying)."""
+        is dropped unread, or this process dying). `follow` (a decision's stream): if a later
+        run started on the thread since (the ledger says), the stream goes on as that run,
+        under its id, whose turn it advances: its result names the run whose calls it lists."""
         run = (run_id, self.name) if new_run else None
         saver = self.graph.checkpointer
         ledger = self._storage.ledger
@@ -329,18 +332,20 @@ class Agent:
             lease = contextlib.ExitStack()
             owner = lease.enter_context(ledger.lease(
                 thread_id, wait=WAIT_SECONDS if wait else 0.0, run=run, held=leased_by))
-            # the run's nodes and writes check that the lease is still its own (`_fence`)
-            leased: RunnableConfig = {**config, "configurable": {
-                **(config.get("configurable") or {}), LEASE_KEY: owner}}
             if isinstance(saver, ServesLatest):  # what the run did not read goes with the lease
                 lease.callback(saver.unserve, thread_id)
             try:
+                current = (ledger.later_run(run_id) if follow else None) or run_id
+                base = config if current == run_id else self._config(thread_id, current)
+                # the run's nodes and writes check that the lease is still its own (`_fence`)
+                leased: RunnableConfig = {**base, "configurable": {
+                    **(base.get("configurable") or {}), LEASE_KEY: owner}}
                 # A thread made just now has no state to read (nor has its graph).
                 if fresh and isinstance(saver, ServesLatest):
                     saver.serve(config, None)
-                snapshot = _EMPTY if fresh else latest(self.graph, config, serve=True)
+                snapshot = _EMPTY if fresh else latest(self.graph, base, serve=True)
                 payload = build(snapshot, dataclasses.replace(
-                    self._request(run_id, thread_id), held_by=held))
+                    self._request(current, thread_id), held_by=held))
             except BaseException:
                 if run is not None:  # a run refused before it ran leaves no record
                     ledger.forget_run(run_id)
@@ -357,7 +362,7 @@ class Agent:
                     lease.close()
 
             return released_when_dropped(Invocation(
-                payload, leased, run_id, thread_id, on_state_change, Release(free),
+                payload, leased, current, thread_id, on_state_change, Release(free),
                 agent=self.name, ledger=ledger, shown_args=self._shown_args))
 
         return prepare
@@ -427,7 +432,7 @@ class Agent:
         held = self._decide(claim, run_id, thread_id, config)
         prepare = self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
                                 on_state_change=on_state_change, leased_by=leased_by,
-                                held_by=held)
+                                held_by=held, follow=claim is not None)
         method = getattr(claim, "method", None)
         return AgentStream(self.graph, prepare, run_id, thread_id, decided_by=method)
 
@@ -444,7 +449,7 @@ class Agent:
                 held = self._decide(claim, run_id, thread_id, config)
                 claimed.append(self._prepare(run_id=run_id, thread_id=thread_id, config=config,
                                              build=build, on_state_change=on_state_change,
-                                             held_by=held))
+                                             held_by=held, follow=claim is not None))
             return claimed[0](wait)
 
         return AsyncAgentStream(self.graph, prepare, run_id, "",

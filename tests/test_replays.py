@@ -392,3 +392,37 @@ def test_another_agents_message_on_a_thread_is_refused_and_changes_nothing(
     assert waiting.args == {"version": "1.4.2"} and ran == []
     done = agent.approve_tool_call_generate(run_id=older.run_id, decided_by="alice")
     assert ran == ["1.4.2"] and done.text == "done: deployed 1.4.2"
+
+
+@pytest.mark.parametrize("read", ["at once", "after the thread went on"])
+def test_a_decisions_stream_goes_on_as_the_threads_current_run(sqlite_url: str,
+                                                               read: str) -> None:
+    """A decision naming run A, whose stream advances the thread after a later run B started
+    on it (`generate(None, thread_id=...)` continued it; or the stream was read only after a
+    new message went on): the stream goes on as B, under B's id, and its result names B, so
+    that what the result lists can be decided with the run id it gives (helper-21: the result
+    named A, listed the next call, which the gate files under B, and a decision naming A was
+    refused; the checkpoints of B's turn named A)."""
+    ran: list[str] = []
+    agent = _two_calls(sqlite_url, ran)
+    older = agent.generate("ship a")
+    config = {"configurable": {"thread_id": older.thread_id}}
+    if read == "at once":
+        later = agent.generate(None, thread_id=older.thread_id)
+        assert later.finish_reason == "suspended"
+        done = agent.approve_tool_call_generate(run_id=older.run_id, decided_by="alice")
+        assert ran == ["a-1"]
+    else:
+        stream = agent.approve_tool_call(run_id=older.run_id, decided_by="alice")
+        later = agent.generate("no wait, ship b", thread_id=older.thread_id)
+        assert ran == ["a-1"]  # (decided before the message: it runs first)
+        (first,) = later.pending_approvals
+        Inbox(sqlite_url).approve(first.id, decided_by="alice")
+        done = stream.result()
+        assert stream.run_id == later.run_id
+        assert ran == ["a-1", "b-1"]
+    assert done.run_id == later.run_id and done.finish_reason == "suspended"
+    (waiting,) = done.pending_approvals
+    assert agent.graph.get_state(config).metadata["graphkit_run_id"] == later.run_id
+    last = agent.approve_tool_call_generate(run_id=done.run_id, decided_by="alice")
+    assert last.text == "done" and ran[-1] == waiting.args["version"]
