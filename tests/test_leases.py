@@ -519,6 +519,43 @@ def test_a_run_is_recorded_with_its_first_lease_and_only_then(tmp_path: Path) ->
     assert taken.run("run-3") == ("t2", "billing")  # a run id is recorded once, never moved
 
 
+def test_a_run_refused_on_a_dead_holders_thread_leaves_the_lease_as_it_was(
+        tmp_path: Path) -> None:
+    """Another agent's run refused on a thread whose lease a dead process holds: the lease is
+    not taken over (helper-22: it was, in its own statement, then kept 30 s by nobody, and
+    the thread's own agent waited that long)."""
+    dead = dataclasses.replace(_me(), pid=_reaped_pid()).token()
+    ledger = _put_lease(tmp_path / "runs.db", "t1", dead, expires_in=600)
+    with ledger.lease("t0", run=("run-0", "billing")):
+        pass
+    ledger._sql.execute("INSERT INTO graphkit_runs (run_id, thread_id, agent, created_at) "
+                        "VALUES ('run-1', 't1', 'billing', 1)")
+    with pytest.raises(GraphkitError, match="belongs to agent 'billing'"), ledger.lease(
+            "t1", wait=5.0, run=("run-2", "someone else")):
+        pass
+    assert ledger._sql.query("SELECT owner FROM graphkit_leases WHERE thread_id = 't1'") == [
+        (dead,)]
+    started = time.monotonic()
+    with ledger.lease("t1", wait=5.0, run=("run-3", "billing")):
+        pass
+    assert time.monotonic() - started < 2.0 and ledger.run("run-3") == ("t1", "billing")
+
+
+def test_a_thread_two_agents_ran_on_before_is_its_first_agents(tmp_path: Path) -> None:
+    """A database from before threads were one agent's may hold two agents' runs on one
+    thread: the agent that started its first run keeps it, the other is refused, named
+    right (helper-22: both were refused, each told the thread was the other's)."""
+    ledger = Ledger.sqlite(str(tmp_path / "runs.db"))
+    ledger._sql.execute("INSERT INTO graphkit_runs (run_id, thread_id, agent, created_at) "
+                        "VALUES ('a', 't1', 'bank', 1), ('b', 't1', 'shop', 2)")
+    with ledger.lease("t1", run=("c", "bank")):
+        pass
+    with pytest.raises(GraphkitError, match="belongs to agent 'bank', not 'shop'"), \
+            ledger.lease("t1", run=("d", "shop")):
+        pass
+    assert ledger.current_run("t1", "bank") == "c" and ledger.run("d") is None
+
+
 STALLING_RUN = """\
 import sys, time
 import graphkit._ledger._schema as schema

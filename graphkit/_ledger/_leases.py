@@ -39,6 +39,9 @@ _LATER = ("SELECT r.run_id FROM graphkit_runs r JOIN graphkit_runs me ON me.run_
           "AND r.thread_id = me.thread_id AND r.agent = me.agent "
           "AND r.created_at > me.created_at ORDER BY r.created_at DESC LIMIT 1")
 """The latest run its agent started on a run's thread after it (`later_run`)."""
+_OWNER = "SELECT agent FROM graphkit_runs WHERE thread_id = ? ORDER BY created_at LIMIT 1"
+"""The agent a thread is (the one that started its first run: a database from before threads
+were one agent's may hold others' runs too)."""
 
 
 class ReadyRun(NamedTuple):
@@ -316,16 +319,15 @@ class Leases(LedgerBase):
         take = _TAKE_ONE
         params = (thread_id, owner, now + _schema.LEASE_SECONDS, now, owner)
         if run is None:
-            return self._sql.execute(take, params) == 1 or self._take_from_dead(thread_id, owner)
+            return self._sql.execute(take, params) == 1 or self._take_from_dead(
+                thread_id, owner)[0]
         recorded = False
         with self._sql.transaction() as tx:
             taken = tx.execute(take, params) == 1
             if taken:
                 recorded = self._record_run(tx, run[0], thread_id, run[1])
-        if not taken and self._take_from_dead(thread_id, owner):
-            with self._sql.transaction() as tx:
-                recorded = self._record_run(tx, run[0], thread_id, run[1])
-            taken = True
+        if not taken:
+            taken, recorded = self._take_from_dead(thread_id, owner, run)
         if recorded:  # (committed)
             if len(self._recorded) >= 10_000:
                 del self._recorded[next(iter(self._recorded))]
@@ -334,23 +336,21 @@ class Leases(LedgerBase):
 
     def _record_run(self, tx: Tx, run_id: str, thread_id: str, agent: str) -> bool:
         """Whether the run is recorded now (not before: a run id is recorded once). A thread
-        is one agent's: a run of another agent on it is refused (`GraphkitError`, nothing
-        recorded, the lease not taken), as two graphs would read one state, and neither's
-        calls nor decisions would be the other's."""
+        is one agent's, the one that started its first run: a run of another agent on it is
+        refused (`GraphkitError`, nothing recorded, the lease not taken), as two graphs would
+        read one state, and neither's calls nor decisions would be the other's."""
         # A thread's runs start one at a time (under its lease), each after the one before
         # it: later than it, even within the clock's tick (SQLite's is a millisecond).
         if tx.execute(
                 "INSERT INTO graphkit_runs (run_id, thread_id, agent, created_at) "
                 f"SELECT ?, ?, ?, {self._sql.greatest}({self._sql.now}, COALESCE(("
                 "SELECT MAX(created_at) FROM graphkit_runs WHERE thread_id = ?), 0) + 0.00001)"
-                " WHERE NOT EXISTS (SELECT 1 FROM graphkit_runs WHERE thread_id = ? AND "
-                "agent <> ?) ON CONFLICT (run_id) DO NOTHING",
-                (run_id, thread_id, agent, thread_id, thread_id, agent)) == 1:
+                f" WHERE COALESCE(({_OWNER}), ?) = ? ON CONFLICT (run_id) DO NOTHING",
+                (run_id, thread_id, agent, thread_id, thread_id, agent, agent)) == 1:
             return True
-        other = tx.query("SELECT agent FROM graphkit_runs WHERE thread_id = ? AND agent <> ? "
-                         "LIMIT 1", (thread_id, agent))
-        if other:
-            msg = (f"thread {thread_id!r} belongs to agent {str(other[0][0])!r}, not {agent!r}: "
+        first = tx.query(_OWNER, (thread_id,))
+        if first and str(first[0][0]) != agent:
+            msg = (f"thread {thread_id!r} belongs to agent {str(first[0][0])!r}, not {agent!r}: "
                    "start this agent's conversation under another thread id")
             raise GraphkitError(msg)
         return False
@@ -389,18 +389,25 @@ class Leases(LedgerBase):
         found = loads(rows[0][0]) if rows and rows[0][0] else None
         return found if isinstance(found, dict) else None
 
-    def _take_from_dead(self, thread_id: str, owner: str) -> bool:
+    def _take_from_dead(self, thread_id: str, owner: str, run: tuple[str, str] | None = None
+                        ) -> tuple[bool, bool]:
         """A lease whose holder provably no longer runs is free now, not when it expires: a
-        worker restarted after a crash need not wait."""
+        worker restarted after a crash need not wait. With `run`, recorded in the same
+        transaction (a run refused there leaves the lease as it found it). Whether the lease
+        was taken, and the run recorded now."""
         rows = self._sql.query("SELECT owner FROM graphkit_leases WHERE thread_id = ?",
                                (thread_id,))
         if not rows or not holder_is_dead(str(rows[0][0])):
-            return False
-        taken = self._sql.execute(
-            "UPDATE graphkit_leases SET owner = ?, expires_at = ? "
-            "WHERE thread_id = ? AND owner = ?",
-            (owner, time.time() + _schema.LEASE_SECONDS, thread_id, rows[0][0]))
-        return taken == 1
+            return False, False
+        recorded = False
+        with self._sql.transaction() as tx:
+            taken = tx.execute(
+                "UPDATE graphkit_leases SET owner = ?, expires_at = ? "
+                "WHERE thread_id = ? AND owner = ?",
+                (owner, time.time() + _schema.LEASE_SECONDS, thread_id, rows[0][0])) == 1
+            if taken and run is not None:
+                recorded = self._record_run(tx, run[0], thread_id, run[1])
+        return taken, recorded
 
     def _renew(self, thread_id: str, owner: str) -> bool:
         """Extend a lease this owner still holds; never bring back one it released or another
