@@ -280,7 +280,6 @@ class Planner:
                  ledger: Ledger, *, nested: bool = False) -> None:
         self.tools = tools
         self.name = name
-        """Run id -> its thread, as the ledger recorded it (a run never changes thread)."""
         self.nested = nested
         """A subagent's graph: its supervisor's delegation node gives it its agent path. A
         top-level graph ignores any path in its config (a server client could set one)."""

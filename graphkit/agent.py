@@ -843,15 +843,11 @@ class Agent:
         ledger = self._storage.ledger
         everything = waiting(snapshot, ledger)
         thread_id = thread_id_of(snapshot.config)
-        mine = everything if run_id is None or not everything else of_run(
-            everything, run_id, current=is_current(
-            snapshot, ledger, thread_id=thread_id, agent=self.name, run_id=run_id))
-        found = [w.pending() for w in mine]
-        if everything and not found:
-            return []  # what waits in the thread now belongs to a later run
-        if found or (run_id is not None and not is_current(
-                snapshot, ledger, thread_id=thread_id, agent=self.name, run_id=run_id)):
-            return found  # (what a stopped turn's plan lists is the current run's)
+        current = run_id is None or is_current(snapshot, ledger, thread_id=thread_id,
+                                               agent=self.name, run_id=run_id)
+        if everything or not current:  # (what a stopped turn's plan lists is the current run's)
+            mine = everything if current else of_run(everything, str(run_id), current=False)
+            return [w.pending() for w in mine]  # (none: what waits belongs to a later run)
         return pending_of(snapshot, stopped=True, ledger=ledger, thread_id=thread_id,
                           agent=self.name)
 

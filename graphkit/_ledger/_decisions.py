@@ -209,16 +209,16 @@ class Decisions(LedgerBase):
         return done == 1
 
     def take_message(self, thread_id: str, *, declines: Sequence[Decline],
-                     queue: QueuedFor | None, run: NewRun | None) -> set[str]:
+                     queue: QueuedFor | None, run: NewRun | None) -> None:
         """What a new message does to a paused thread, all or nothing, on disk before its run
         goes on: it declines what waits (superseded; a decision taken before it stands), is
         queued for after the turn (`queue`), and with `run`, the run it started is queued for
-        the workers, held by its caller (`hold_ready`), with its options. The ids it declined.
-        """
+        the workers, held by its caller (`hold_ready`), with its options. (A call decided
+        meanwhile keeps its decision: its decline changes nothing.)"""
         with self._settling() as tx:
-            declined = {d.approval_id for d in declines if self._close(
-                tx, d.approval_id, decision=d.decision, audits=d.audits, overdue=False,
-                thread_id=thread_id, still_waits=False)}
+            for d in declines:
+                self._close(tx, d.approval_id, decision=d.decision, audits=d.audits,
+                            overdue=False, thread_id=thread_id, still_waits=False)
             if queue is not None:
                 self._queue(tx, thread_id, queue.agent, queue.ai_message_id, queue.messages)
             if run is not None:
@@ -226,7 +226,6 @@ class Decisions(LedgerBase):
                                    run.held_by)
         if run is not None:
             self.hold_ready(run.run_id, run.held_by)
-        return declined
 
     def reopen(self, approval_id: str, *, decision: Mapping[str, Any],
                audits: Sequence[AuditRow]) -> bool:

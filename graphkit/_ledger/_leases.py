@@ -42,6 +42,11 @@ _LATER = ("SELECT r.run_id FROM graphkit_runs r JOIN graphkit_runs me ON me.run_
 _OWNER = "SELECT agent FROM graphkit_runs WHERE thread_id = ? ORDER BY created_at LIMIT 1"
 """The agent a thread is (the one that started its first run: a database from before threads
 were one agent's may hold others' runs too)."""
+_REARM = ("ON CONFLICT (run_id) DO UPDATE SET ready_at = excluded.ready_at, "
+          "claimed_by = excluded.claimed_by, claimed_until = excluded.claimed_until, "
+          "continue_as = NULL, continue_for = NULL, held_back = NULL")
+"""A run queued again while its row is there: ready now, under the new claim, and nothing of
+an earlier continuation's (a readiness that arrives while a worker resumes it re-arms it)."""
 
 
 class ReadyRun(NamedTuple):
@@ -78,9 +83,7 @@ class Leases(LedgerBase):
             "SELECT 1 FROM graphkit_approvals p WHERE p.status = 'pending' AND "
             "((a.run_id IS NOT NULL AND p.run_id = a.run_id) OR "
             "(a.run_id IS NULL AND p.thread_id = a.thread_id))) "
-            "ON CONFLICT (run_id) DO UPDATE SET ready_at = excluded.ready_at, "
-            "claimed_by = excluded.claimed_by, claimed_until = excluded.claimed_until, "
-            "continue_as = NULL, continue_for = NULL, held_back = NULL RETURNING run_id",
+            f"{_REARM} RETURNING run_id",
             (SERVER_THREAD, SERVER_AGENT, held_by,
              _schema.LEASE_SECONDS if held_by is not None else None, approval_id))
         if rows and held_by is None and self._sql.notify:
@@ -95,10 +98,7 @@ class Leases(LedgerBase):
         as that run once the hold lapses."""
         now = self._sql.now
         tx.execute("INSERT INTO graphkit_ready (run_id, agent, thread_id, ready_at, claimed_by, "
-                   f"claimed_until) VALUES (?, ?, ?, {now}, ?, {now} + ?) ON CONFLICT (run_id) "
-                   "DO UPDATE SET ready_at = excluded.ready_at, claimed_by = excluded.claimed_by, "
-                   "claimed_until = excluded.claimed_until, continue_as = NULL, "
-                   "continue_for = NULL, held_back = NULL",
+                   f"claimed_until) VALUES (?, ?, ?, {now}, ?, {now} + ?) {_REARM}",
                    (run_id, agent, thread_id, owner, _schema.LEASE_SECONDS))
         tx.execute("UPDATE graphkit_runs SET options = ? WHERE run_id = ?",
                    (dumps(dict(options)), run_id))

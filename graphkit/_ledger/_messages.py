@@ -44,19 +44,18 @@ class Messages(LedgerBase):
                 messages: Sequence[Mapping[str, Any]]) -> None:
         """Keep user messages (serialised, with ids) queued for after the turn of
         `ai_message_id`; a message already queued is not queued twice."""
-        if any(isinstance(m, Mapping) and (m.get("data") or {}).get("id") for m in messages):
+        if any(queued_id(m) for m in messages):
             with self._sql.transaction() as tx:
                 self._queue(tx, thread_id, agent, ai_message_id, messages)
 
     def _queue(self, tx: Tx, thread_id: str, agent: str, ai_message_id: str,
                messages: Sequence[Mapping[str, Any]]) -> None:
-        rows = [(thread_id, agent, ai_message_id, str((m.get("data") or {}).get("id")),
-                 dumps(dict(m))) for m in messages
-                if isinstance(m, Mapping) and (m.get("data") or {}).get("id")]
-        for row in rows:
-            tx.execute("INSERT INTO graphkit_queue (thread_id, agent, ai_message_id, "
-                       "message_id, message) VALUES (?, ?, ?, ?, ?) ON CONFLICT "
-                       "(thread_id, agent, message_id) DO NOTHING", row)
+        for m in messages:
+            if message_id := queued_id(m):
+                tx.execute("INSERT INTO graphkit_queue (thread_id, agent, ai_message_id, "
+                           "message_id, message) VALUES (?, ?, ?, ?, ?) ON CONFLICT "
+                           "(thread_id, agent, message_id) DO NOTHING",
+                           (thread_id, agent, ai_message_id, message_id, dumps(dict(m))))
 
     def queue_of(self, thread_id: str, agent: str) -> list[tuple[str, dict[str, Any]]]:
         """(turn's AI message id, serialised message) of what waits in the queue, in order
