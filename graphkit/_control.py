@@ -279,12 +279,16 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
     # the message, in the inbox say, still runs first): the gate applies those declines like
     # any other, whoever resumes it. A supervisor whose subagent waits queues it the same way.
     # Where auto-resume may read a suspended tool's data from the message, and nothing was
-    # decided, the gate takes the message from the resume value (it answers the tool with it).
+    # decided, what waits is left to the gate: it reads that data from the resume value only
+    # (a decline it found in the ledger would apply without reading it). The message is
+    # queued all the same: a run stopped before its gate leaves the tool asking, and the
+    # message waiting to be delivered once the turn settles.
     rows = req.ledger.approvals(r["id"] for _, r in found) if req is not None else {}
     decided = any(row.decided for row in rows.values())
     reads_data = auto and any(r["kind"] == "suspension" for _, r in found)
     durable = req is not None and (decided or (plan is not None and not reads_data))
-    queue_here = durable or any(len(r["agent_path"]) > 1 for _, r in found)
+    queue_here = (req is not None and plan is not None) or durable or any(
+        len(r["agent_path"]) > 1 for _, r in found)
     if req is not None:
         undecided = [record for _, record in found
                      if (row := rows.get(record["id"])) is not None and not row.decided]

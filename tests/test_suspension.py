@@ -419,6 +419,39 @@ def test_graph_input_asking_for_auto_resume_itself_must_say_who_answers() -> Non
     assert said == ["weather?", "Tokyo", "Tokyo", "Tokyo"]
 
 
+@pytest.mark.parametrize("then", ["decide in the inbox", "another message"])
+def test_a_reply_auto_resume_may_read_holds_when_its_run_stops_before_the_gate(
+        sqlite_url: str, then: str) -> None:
+    """'Paris' may answer the suspended weather call, but its run stops at its first step,
+    before the gate read it (`on_state_change`, as a process dying there would). The message
+    is queued in the ledger before the graph runs, so whatever settles the suspension next
+    (the inbox, a later message auto-resume reads) delivers it after the call's answer. Before,
+    it travelled only in that run's resume value and was lost (helper-17)."""
+    from graphkit import Inbox
+
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True, checkpointer=sqlite_url)
+    first = agent.generate("weather?")
+    second = agent.generate("Paris", thread_id=first.thread_id,
+                            on_state_change=lambda state: state.awaiting_approval)
+    assert second.finish_reason == "checkpoint" and log == ["started"]
+    (item,) = Inbox(sqlite_url).pending()  # nobody answered the tool: it still asks
+    assert item.kind == "suspension"
+    if then == "decide in the inbox":
+        Inbox(sqlite_url).resume(item.id, {"city": "Tokyo"}, decided_by="ops")
+        done = agent.resume(run_id=second.run_id)
+        expected = ["Paris"]
+    else:
+        done = agent.generate("Tokyo", thread_id=first.thread_id)
+        expected = ["Paris", "Tokyo"]
+    assert done.finish_reason == "stop" and log == ["started", "started", "fetched Tokyo"]
+    said = [(type(m).__name__, m.text) for m in done.messages]
+    assert said[2] == ("ToolMessage", "Tokyo: sunny, +72F")
+    assert said[3:] == [*(("HumanMessage", text) for text in expected),
+                        ("AIMessage", "The weather in Tokyo: sunny, +72F")]
+    assert agent._storage.ledger.queue_of(first.thread_id, "wx") == []
+
+
 def test_graph_input_queued_but_not_read_is_kept_when_the_api_moves_on(sqlite_url: str
                                                                       ) -> None:
     """The run stopped after the model node queued the reply and before the gate read it (a
