@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
-from langchain_core.messages import BaseMessage, messages_to_dict
+from langchain_core.messages import BaseMessage, HumanMessage, messages_to_dict
 from langchain_core.tools import BaseTool
 from langgraph.types import Command
 
@@ -264,6 +264,7 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
         raise GraphkitError(msg)
     if not (found and messages):
         return {"messages": messages, "options": options} if messages else None
+    _check_reply(messages, snapshot)
     # A message never approves anything, whatever it says: what waits is declined as
     # superseded, except suspensions that auto-resume can read their data for.
     # ids, so that a queued message is found again (`_reply.left_queued`) and never doubled
@@ -310,6 +311,28 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
               for interrupt_id, _ in found}
     # the new message starts a new run: what the turn records from here on is filed under it
     return Command(resume=resume, update={"options": options})
+
+
+def _check_reply(messages: list[BaseMessage], snapshot: Paused) -> None:
+    """While calls wait, a new input is queued, to join the conversation once the turn is
+    over, where it is delivered by its id, and only the user's messages are: anything else,
+    or a message that could not be told from one the conversation holds, would be acted on
+    and never shown, or queued for good. Refused before anything changes."""
+    others = sorted({type(m).__name__ for m in messages if not isinstance(m, HumanMessage)})
+    if others:
+        msg = (f"while tool calls wait, a new input must be the user's messages "
+               f"(HumanMessage), got {others}: it joins the conversation once the turn is over")
+        raise GraphkitError(msg)
+    if any(not m.content for m in messages):
+        msg = "while tool calls wait, each new user message must say something (empty content)"
+        raise GraphkitError(msg)
+    present = {m.id for m in snapshot.values.get("messages") or [] if m.id}
+    ids = [m.id for m in messages if m.id]
+    reused = sorted({i for i in ids if i in present or ids.count(i) > 1})
+    if reused:
+        msg = (f"message ids {reused} are in the conversation already, or given twice: a new "
+               "message needs an id of its own (or none)")
+        raise GraphkitError(msg)
 
 
 def policy_finder(root: Any) -> PolicyFinder:

@@ -71,6 +71,45 @@ def test_a_superseding_message_holds_when_its_run_stops_before_the_gate(
                         ("AIMessage", "Sure, I will not pay.")]
 
 
+@pytest.mark.parametrize("waits", ["approval", "suspension read by auto-resume"])
+@pytest.mark.parametrize("given", ["system message", "user and AI messages", "empty",
+                                   "an id the conversation holds", "one id twice"])
+def test_a_new_input_that_could_not_join_the_conversation_is_refused_and_changes_nothing(
+        sqlite_url: str, waits: str, given: str) -> None:
+    """While calls wait, a new input is queued to join the conversation once the turn is
+    over, by its id, and only the user's messages are delivered from there. Anything else was
+    queued for good, and a message reusing an id answered a suspended tool without ever being
+    shown (helper-23): each is refused, with nothing declined, queued or run."""
+    from langchain_core.messages import SystemMessage
+
+    from tests.test_suspension import weather_agent
+
+    log: list[str] = []
+    if waits == "approval":
+        agent, ledger = agent_with([turn(call("pay", PAY, "c1")), "ok"], checkpointer=sqlite_url)
+        first = agent.generate(HumanMessage("pay ACME", id="h1"))
+    else:
+        agent = weather_agent(log, auto_resume_suspended_tools=True, checkpointer=sqlite_url)
+        first = agent.generate(HumanMessage("weather?", id="h1"))
+    before = agent.snapshot(run_id=first.run_id)
+    message: Any = {
+        "system message": SystemMessage("be terse"),
+        "user and AI messages": [HumanMessage("Paris"), AIMessage("noted")],
+        "empty": HumanMessage(""),
+        "an id the conversation holds": HumanMessage("Paris", id="h1"),
+        "one id twice": [HumanMessage("hmm", id="d"), HumanMessage("Paris", id="d")],
+    }[given]
+    with pytest.raises(GraphkitError, match=r"while tool calls wait|in the conversation"):
+        agent.generate(message, thread_id=first.thread_id)
+    after = agent.snapshot(run_id=first.run_id)
+    assert after["checkpoint_id"] == before["checkpoint_id"]
+    assert after["pending_approvals"] == before["pending_approvals"]
+    assert agent._storage.ledger.queue_of(first.thread_id, agent.name) == []
+    assert log == (["started"] if waits != "approval" else [])
+    if waits == "approval":
+        assert ledger.ran == []
+
+
 def test_a_message_saying_approved_never_approves() -> None:
     agent, ledger = agent_with([turn(call("pay", PAY, "c1")), "ok"])
     first = agent.generate("pay")
