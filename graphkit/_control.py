@@ -302,9 +302,11 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
         # The run can go on from the ledger alone once nothing waits on a person: it is
         # queued for the workers, held by this caller, who runs it next (a stream left, or
         # a process dying, before the run went on lets the hold lapse: a worker goes on).
+        # So is a run whose gate may read a suspended tool's data from the message: left
+        # after its gate took the data, it goes on; left before, its gate asks again.
         run = (NewRun(req.run_id, req.agent_path[0], options, req.held_by)
-               if durable and req.held_by is not None and req.agent_path
-               and len(declines) == len(undecided) else None)
+               if req.held_by is not None and req.agent_path and plan is not None and (
+                   reads_data or (durable and len(declines) == len(undecided))) else None)
         if declines or queue is not None or run is not None:
             req.ledger.take_message(req.thread_id, declines=declines, queue=queue, run=run)
     resume = {interrupt_id: GateResume(supersede=said, auto_resume=auto, queue=not queue_here)

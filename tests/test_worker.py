@@ -422,6 +422,47 @@ def test_a_new_message_whose_stream_was_left_leaves_its_run_to_the_workers(
     assert _ready_rows(url) == []
 
 
+@pytest.mark.parametrize("left", ["before its gate read it", "after the tool ran"])
+def test_a_reply_auto_resume_may_read_whose_stream_was_left_leaves_its_run_to_the_workers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, left: str) -> None:
+    """'Paris' may answer the suspended weather call; its stream is left (the same as its
+    process dying there). Its run is queued for the workers, held by the stream until the
+    hold lapses: left after the tool ran, a worker goes on and the message and the answer
+    reach the conversation; left before its gate read the message, the worker's pass asks
+    again, the message waiting in the queue. Before, nothing was queued and the thread stood
+    still, the message undelivered (helper-23)."""
+    from graphkit._owner import new_owner
+    from tests.test_suspension import weather_agent
+
+    _short_leases(monkeypatch)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True, checkpointer=url)
+    first = agent.generate("weather?")
+    stream = agent.stream("Paris", thread_id=first.thread_id)
+    events = iter(stream)
+    next(events)  # the run's start: the ledger took the message, the graph has not run
+    if left == "after the tool ran":
+        assert next(events).type == "tool-result"
+    events.close()  # type: ignore[attr-defined]
+    assert [r[0] for r in _ready_rows(url)] == [stream.run_id]
+    time.sleep(1.1)  # the stream's hold lapses
+    worker = Worker(weather_agent(log, auto_resume_suspended_tools=True, checkpointer=url))
+    assert worker._resume_one(new_owner()) is True
+    assert _ready_rows(url) == []
+    said = [(type(m).__name__, m.text) for m in agent.graph.get_state(
+        {"configurable": {"thread_id": first.thread_id}}).values["messages"]]
+    queued = agent._storage.ledger.queue_of(first.thread_id, "wx")
+    if left == "after the tool ran":
+        assert log == ["started", "started", "fetched Paris"] and queued == []
+        assert said[2:] == [("ToolMessage", "Paris: sunny, +72F"), ("HumanMessage", "Paris"),
+                            ("AIMessage", "The weather in Paris: sunny, +72F")]
+    else:
+        assert log == ["started"] and len(queued) == 1
+        assert [p.kind for p in Inbox(url).pending()] == ["suspension"]
+        assert said == [("HumanMessage", "weather?"), ("AIMessage", "")]
+
+
 def test_an_earlier_runs_row_never_advances_a_later_runs_turn_under_its_id(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The inbox approved run A's call (A queued); a new message started run B and its stream
