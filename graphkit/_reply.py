@@ -8,8 +8,13 @@ verifies the decision again before it applies it). What else waits is declined a
 as the API's message declines it. The reply is queued in the same write that takes it out of
 the conversation, and the gate appends it once every call of the turn has its answer.
 
+The same door takes a message that comes while a call of the paused turn was decided since
+the pause (in the inbox, say), with or without auto-resume: the decision stands, as it does
+when the message comes through the Agent API. What still waits is declined as superseded, the
+message is queued, and the gate applies the decision, runs the call, and appends the message.
+
 The plan is the ledger's, and the ledger's rows must also say that no call of the turn was
-claimed or ran, and that each waits on a pending record.
+claimed or ran, and that each waits on a pending record or was decided since the pause.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ class Reply:
     waiting: list[CallPlan]
     pending: frozenset[str]
     """Ids of the waiting records the ledger holds as pending for their call."""
+    auto: bool = False
+    """Whether auto-resume may read a suspended tool's data from the reply."""
 
 
 def turn_span(messages: list[AnyMessage], ai_message_id: Any) -> tuple[int, int] | None:
@@ -67,12 +74,13 @@ def turn_span(messages: list[AnyMessage], ai_message_id: Any) -> tuple[int, int]
 def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
                         options: Mapping[str, Any], planner: Planner, ctx: GateContext,
                         config: RunnableConfig) -> Reply | None:
-    """The user's messages after a turn paused at the gate with a suspended tool auto-resume
-    may read its data from; None otherwise (a turn stopped any other way is superseded as
+    """The user's messages after a turn paused at the gate that the gate is to settle: with a
+    suspended tool auto-resume may read its data from, or with a call someone decided since
+    the pause (in the inbox, say: that decision stands, as it does when the message comes
+    through the Agent API); None otherwise (a turn stopped any other way is superseded as
     before, by `_nodes._stopped_turn`, with the ledger's fence for calls in flight)."""
-    if not (planner.settings.auto_resume_suspended_tools
-            or options.get("auto_resume_suspended_tools") is True):
-        return None
+    auto = bool(planner.settings.auto_resume_suspended_tools
+                or options.get("auto_resume_suspended_tools") is True)
     where = turn_span(messages, plan["ai_message_id"]) if plan is not None else None
     if plan is None or where is None:
         return None
@@ -94,31 +102,38 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
     rows = ctx.ledger.approvals(r["id"] for r in records)
     pending = frozenset(r["id"] for c in waiting for r in (c["approval"], c["suspension"])
                         if r is not None and _pending(rows.get(r["id"]), r, c, ctx))
+    # decided since the pause: the gate has not applied it (the plan still says pending)
+    decided = frozenset(r["id"] for c in waiting for r in (c["approval"], c["suspension"])
+                        if r is not None and r.get("status") == "pending"
+                        and _decided(rows.get(r["id"]), r, c, ctx))
     for call in waiting:
         row = ctx.ledger.call(call["key"])
         if (row is None or row.thread_id != ctx.thread_id or row.executed is not None
-                or not any(r is not None and r["id"] in pending
+                or not any(r is not None and r["id"] in pending | decided
                            for r in (call["approval"], call["suspension"]))):
             return None  # claimed, ran, or waits on nothing the ledger knows
-    if not any(c["suspension"] is not None and c["suspension"]["id"] in pending
-               and _resumable(planner, c) for c in waiting):
+    reads = auto and any(c["suspension"] is not None and c["suspension"]["id"] in pending
+                         and _resumable(planner, c) for c in waiting)
+    # Resume data is read from the input of the run that reads it only: a message left by a
+    # run that stopped before reading it came from whom, this run cannot say.
+    reads = reads and brought_by_this_run(config, newer[0])
+    if not (reads or decided):
         return None
-    if not brought_by_this_run(config, newer[0]):
-        return None  # left by a run that stopped before reading it: whose, this run cannot say
-    return Reply(messages=newer, waiting=waiting, pending=pending)
+    return Reply(messages=newer, waiting=waiting, pending=pending, auto=reads)
 
 
 def answer_reply(reply: Reply, ctx: GateContext, planner: Planner, extract: Extractor | None,
                  config: RunnableConfig) -> None:
     """Take what the reply answers, in the ledger, as its sender: resume data for suspended
-    tools auto-resume can read it for (an approvers policy judges the sender; anything
-    refused or unreadable leaves the tool suspended, asking again), and decline the rest as
-    superseded. A message never approves."""
+    tools auto-resume may read it for (`Reply.auto`; an approvers policy judges the sender;
+    anything refused or unreadable leaves the tool suspended, asking again), and decline the
+    rest that is pending as superseded (a decision taken since the pause stands). A message
+    never approves."""
     said: list[BaseMessage] = list(reply.messages)
     for call in reply.waiting:
         suspension = call["suspension"]
-        if suspension is not None and suspension["id"] in reply.pending and _resumable(
-                planner, call):
+        if reply.auto and suspension is not None and suspension["id"] in reply.pending and (
+                _resumable(planner, call)):
             auto_resume(ctx.ledger, suspension,
                         extract(call, said) if extract is not None else None,
                         decided_by=identity_of(config), approvers=planner.settings.approvers,
@@ -186,6 +201,12 @@ def _insert(messages: list[AnyMessage], at: int, entries: Sequence[Any], first: 
 def _pending(row: ApprovalRow | None, record: Mapping[str, Any], call: CallPlan,
              ctx: GateContext) -> bool:
     return (row is not None and row.status == "pending" and row.thread_id == ctx.thread_id
+            and row.call_key == call["key"] and row.kind == record["kind"])
+
+
+def _decided(row: ApprovalRow | None, record: Mapping[str, Any], call: CallPlan,
+             ctx: GateContext) -> bool:
+    return (row is not None and row.decided and row.thread_id == ctx.thread_id
             and row.call_key == call["key"] and row.kind == record["kind"])
 
 

@@ -74,9 +74,9 @@ def _pay_and_weather(url: str | None = None, **kwargs: Any) -> tuple[Agent, Ledg
 
     if url is not None:
         kwargs["checkpointer"] = url
+    kwargs.setdefault("auto_resume_suspended_tools", True)
     agent = Agent(name="wx", tools=[*ledger.tools, weather_tool(log)],
-                  model=ScriptedChatModel(replies, structured=city_from_reply),
-                  auto_resume_suspended_tools=True, **kwargs)
+                  model=ScriptedChatModel(replies, structured=city_from_reply), **kwargs)
     return agent, ledger, log
 
 

@@ -533,3 +533,35 @@ async def test_forged_pending_status_async_does_not_hide_a_payment_in_flight(
     told = _told(out["messages"], "c1")
     assert told and not any("not run" in t or "did not run" in t for t in told), (
         f"the model was told {told!r} about a payment that was running (and paid)")
+
+
+@pytest.mark.parametrize("auto", [True, False], ids=["auto-resume", "no auto-resume"])
+def test_a_decision_taken_before_a_graph_input_message_stands_as_through_the_api(
+        sqlite_url: str, auto: bool) -> None:
+    """The payment waits beside the suspended weather call; the inbox approves the payment;
+    then the user's message comes as plain graph input (a LangGraph server client). The
+    approval stands, as it does when the message comes through the Agent API: the payment
+    runs, once; the weather call is resumed from the message with auto-resume on, else
+    declined as superseded; the message joins the conversation after the turn's answers.
+    Before, the graph door answered the approved payment "not run" (helper-23)."""
+    from graphkit import Inbox
+
+    agent, ledger, log = _pay_and_weather(sqlite_url, auto_resume_suspended_tools=auto)
+    first = agent.generate("pay ACME and tell me the weather")
+    inbox = Inbox(sqlite_url)
+    (item,) = [p for p in inbox.pending() if p.kind == "approval"]
+    inbox.approve(item.id, decided_by="ops")
+    out = say(agent, first.thread_id, "Tokyo", user=USER)
+    assert ledger.ran == [("pay", PAY)]
+    assert _told(out["messages"], "c1") == ["paid 40 to ACME"]
+    if auto:
+        assert log == ["started", "started", "fetched Tokyo"]
+        assert _told(out["messages"], "w1") == ["Tokyo: sunny, +72F"]
+    else:
+        assert log == ["started"]
+        assert "superseded" in _told(out["messages"], "w1")[0]
+    kinds = [type(m).__name__ for m in out["messages"]]
+    assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "ToolMessage", "HumanMessage",
+                     "AIMessage"]
+    assert _said(out["messages"]) == ["pay ACME and tell me the weather", "Tokyo"]
+    assert inbox.pending() == [] and agent._storage.ledger.queue_of(first.thread_id, "wx") == []

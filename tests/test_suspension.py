@@ -454,9 +454,11 @@ def test_a_reply_auto_resume_may_read_holds_when_its_run_stops_before_the_gate(
 
 def test_graph_input_queued_but_not_read_is_kept_when_the_api_moves_on(sqlite_url: str
                                                                       ) -> None:
-    """The run stopped after the model node queued the reply and before the gate read it (a
-    cancelled server run); the next message comes through the API, which supersedes the
-    stopped turn: the queued reply still reaches the conversation, in the order said."""
+    """The run stopped after the model node took the reply (it resumed the suspended call
+    with its data, in the ledger) and queued it, before the gate applied it (a cancelled server
+    run); the next message comes through the API. The decision taken before that message
+    stands, as an inbox's does: the call runs first, with the data of the reply, and the queued
+    reply still reaches the conversation, in the order said."""
     log: list[str] = []
     agent = weather_agent(log, auto_resume_suspended_tools=True, checkpointer=sqlite_url)
     first = agent.generate("weather?")
@@ -466,7 +468,7 @@ def test_graph_input_queued_but_not_read_is_kept_when_the_api_moves_on(sqlite_ur
     final = agent.generate("never mind", thread_id=first.thread_id)
     said = [m.text for m in final.messages if isinstance(m, HumanMessage)]
     assert said == ["weather?", "I am in Paris", "never mind"]
-    assert log == ["started"]
+    assert log == ["started", "started", "fetched Paris"]
     kinds = [type(m).__name__ for m in final.messages]
     assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "HumanMessage",
                      "HumanMessage", "AIMessage"]
