@@ -382,17 +382,23 @@ async def test_a_rewritten_key_async_is_not_told_not_run_then_paid(sqlite_url: s
         f"the model was told {told!r} about the payment, and it ran afterwards: {ledger.ran}")
 
 
-def test_held_a_top_level_call_approved_in_the_inbox_never_runs_after_a_new_message(
+def test_held_a_top_level_call_approved_in_the_inbox_runs_once_and_is_told_after_a_new_message(
         sqlite_url: str) -> None:
     """Attack: the top-level analogue of the supervisor attack: pay approved in the inbox, then
-    a new message as graph input, then a replay of the paused checkpoint: nothing pays."""
+    a new message as graph input, then a replay of the paused checkpoint. The approval stands,
+    as it does when the message comes through the Agent API (docs/tools.md): pay runs once, in
+    the message's run, the model is told its result (never "not run"), and the replay pays
+    nothing more."""
     agent, ledger = _billing(sqlite_url)
     first = agent.generate("pay ACME")
     (pending,) = first.pending_approvals
     paused = agent.graph.get_state(config(first.thread_id)).config
     Inbox(agent._storage, agents=[agent]).approve(pending.id, decided_by="cfo")
-    say(agent, first.thread_id, "never mind")
+    out = say(agent, first.thread_id, "never mind")
+    assert len(ledger.ran) == 1
+    told = _told(out["messages"], pending.tool_call_id)
+    assert len(told) == 1 and "not run" not in told[0]
     with contextlib.suppress(Exception):
         (interrupt,) = agent.graph.get_state(paused).interrupts
         agent.graph.invoke(Command(resume={interrupt.id: {"apply": True}}), paused)
-    assert ledger.ran == []
+    assert len(ledger.ran) == 1
