@@ -214,7 +214,9 @@ class AgentStream:
     """A run in progress. Iterate it (or `full_stream`) for chunks, `text_stream` for text.
 
     The run advances as the stream is consumed; `result()` consumes the rest and returns the
-    `GenerateResult`.
+    `GenerateResult`. `run_id` names the run it advances from the stream's first chunk on (a
+    decision's stream goes on as the thread's later run, if one started since: until then it
+    names the run the decision named).
     """
 
     def __init__(self, graph: CompiledStateGraph[Any, Any, Any, Any],
