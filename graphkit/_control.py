@@ -23,7 +23,7 @@ from graphkit._approvals import last_turn_plan
 from graphkit._events import pending_from_interrupts
 from graphkit._gate import BY_NEW_MESSAGE
 from graphkit._latest import Paused, options_of
-from graphkit._ledger import ApprovalRow, Ledger, NewRun, QueuedFor
+from graphkit._ledger import ApprovalRow, Ledger, NewRun, QueuedFor, queued_id, same_queued
 from graphkit._review import (
     Choice,
     Remember,
@@ -264,7 +264,9 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
         raise GraphkitError(msg)
     if not (found and messages):
         return {"messages": messages, "options": options} if messages else None
-    _check_reply(messages, snapshot)
+    queued = ({queued_id(q.message): q.message for q in req.ledger.queue_rows(
+        req.thread_id, "/".join(req.agent_path))} if req is not None else {})
+    _check_reply(messages, snapshot, queued)
     # A message never approves anything, whatever it says: what waits is declined as
     # superseded, except suspensions that auto-resume can read their data for.
     # ids, so that a queued message is found again (`_reply.left_queued`) and never doubled
@@ -315,25 +317,30 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
     return Command(resume=resume, update={"options": options})
 
 
-def _check_reply(messages: list[BaseMessage], snapshot: Paused) -> None:
+def _check_reply(messages: list[BaseMessage], snapshot: Paused,
+                 queued: Mapping[str | None, Mapping[str, Any]]) -> None:
     """While calls wait, a new input is queued, to join the conversation once the turn is
     over, where it is delivered by its id, and only the user's messages are: anything else,
-    or a message that could not be told from one the conversation holds, would be acted on
-    and never shown, or queued for good. Refused before anything changes."""
+    or a message that could not be told from one the conversation or the queue (`queued`:
+    its entries by id) holds, would be acted on and never shown, or queued for good. Refused
+    before anything changes. A message the queue holds as it is (a client's retry) is taken
+    again: it is queued once."""
     others = sorted({type(m).__name__ for m in messages if not isinstance(m, HumanMessage)})
     if others:
         msg = (f"while tool calls wait, a new input must be the user's messages "
                f"(HumanMessage), got {others}: it joins the conversation once the turn is over")
         raise GraphkitError(msg)
-    if any(not m.content for m in messages):
+    if any(not m.content or (isinstance(m.content, str) and not m.content.strip())
+           for m in messages):
         msg = "while tool calls wait, each new user message must say something (empty content)"
         raise GraphkitError(msg)
     present = {m.id for m in snapshot.values.get("messages") or [] if m.id}
     ids = [m.id for m in messages if m.id]
-    reused = sorted({i for i in ids if i in present or ids.count(i) > 1})
+    reused = sorted({str(m.id) for m in messages if m.id and (
+        m.id in present or ids.count(m.id) > 1 or not same_queued(queued.get(m.id), m))})
     if reused:
-        msg = (f"message ids {reused} are in the conversation already, or given twice: a new "
-               "message needs an id of its own (or none)")
+        msg = (f"message ids {reused} are in the conversation already, or queued to join it, "
+               "or given twice: a new message needs an id of its own (or none)")
         raise GraphkitError(msg)
 
 

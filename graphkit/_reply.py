@@ -37,7 +37,7 @@ from langchain_core.runnables import RunnableConfig
 from graphkit._approvals import Extractor, parsed_messages
 from graphkit._gate import BY_NEW_MESSAGE, GateContext, Planner
 from graphkit._input import brought_by_this_run
-from graphkit._ledger import ApprovalRow, queued_id
+from graphkit._ledger import ApprovalRow, queued_id, same_queued
 from graphkit._review import auto_resume, identity_of, supersede
 from graphkit._state import CallPlan, TurnPlan
 from graphkit.errors import GraphkitError
@@ -86,10 +86,11 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
         return None
     turn, later = where
     newer = messages[later:]
-    # One user message and nothing else: messages that piled up unread (a run stopped before
-    # the model read them, a state write) came from nobody this run can name.
-    if len(newer) != 1 or not isinstance(newer[0], HumanMessage) or newer[0].id is None:
+    if not newer or not all(isinstance(m, HumanMessage) and m.id is not None for m in newer):
         return None
+    queued = {queued_id(q.message): q.message for q in ctx.queue_rows()}
+    if not all(same_queued(queued.get(m.id), m) for m in newer):
+        return None  # the queue keeps the message it holds under that id: this one is not taken
     answered = {m.tool_call_id for m in messages[turn + 1:later] if isinstance(m, ToolMessage)}
     waiting = [c for c in plan["calls"] if c["tool_call_id"] not in answered]
     asked = {c.get("id") for c in getattr(messages[turn], "tool_calls", [])} - answered
@@ -112,10 +113,12 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
                 or not any(r is not None and r["id"] in pending | decided
                            for r in (call["approval"], call["suspension"]))):
             return None  # claimed, ran, or waits on nothing the ledger knows
-    reads = auto and any(c["suspension"] is not None and c["suspension"]["id"] in pending
-                         and _resumable(planner, c) for c in waiting)
-    # Resume data is read from the input of the run that reads it only: a message left by a
-    # run that stopped before reading it came from whom, this run cannot say.
+    # Resume data is read from one user message and nothing else, the input of the run that
+    # reads it: messages that piled up unread (a run stopped before the model read them, a
+    # state write) came from nobody this run can name.
+    reads = auto and len(newer) == 1 and any(
+        c["suspension"] is not None and c["suspension"]["id"] in pending
+        and _resumable(planner, c) for c in waiting)
     reads = reads and brought_by_this_run(config, newer[0])
     if not (reads or decided):
         return None

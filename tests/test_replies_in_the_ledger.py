@@ -565,3 +565,44 @@ def test_a_decision_taken_before_a_graph_input_message_stands_as_through_the_api
                      "AIMessage"]
     assert _said(out["messages"]) == ["pay ACME and tell me the weather", "Tokyo"]
     assert inbox.pending() == [] and agent._storage.ledger.queue_of(first.thread_id, "wx") == []
+
+
+def test_two_graph_input_messages_after_a_decision_let_it_stand_and_read_no_data(
+        sqlite_url: str) -> None:
+    """As above, with two user messages in one graph input: the inbox's approval stands (the
+    payment runs once, the model is told its result), no resume data is read from either
+    message (the weather call is declined as superseded), and both join the conversation
+    after the turn's answers. Before, the payment was answered "not run" while the ledger said
+    approved (helper-24)."""
+    from graphkit import Inbox
+
+    agent, ledger, log = _pay_and_weather(sqlite_url)
+    first = agent.generate("pay ACME and tell me the weather")
+    inbox = Inbox(sqlite_url)
+    (item,) = [p for p in inbox.pending() if p.kind == "approval"]
+    inbox.approve(item.id, decided_by="ops")
+    out = agent.graph.invoke({"messages": [HumanMessage("also"), HumanMessage("Tokyo")]},
+                             {"configurable": {"thread_id": first.thread_id, **USER}})
+    assert ledger.ran == [("pay", PAY)] and log == ["started"]
+    assert _told(out["messages"], "c1") == ["paid 40 to ACME"]
+    assert "superseded" in _told(out["messages"], "w1")[0]
+    assert _said(out["messages"]) == ["pay ACME and tell me the weather", "also", "Tokyo"]
+    assert inbox.pending() == [] and agent._storage.ledger.queue_of(first.thread_id, "wx") == []
+
+
+def test_a_graph_input_message_reusing_a_queued_id_is_not_read_for_resume_data(
+        sqlite_url: str) -> None:
+    """'Rome' (unreadable) waits in the queue under its id; a client's graph input reuses that
+    id for 'Tokyo'. The queue keeps one message per id: taken as the reply, 'Tokyo' would
+    answer the weather call and never be shown (helper-24). It is not read: the call is
+    declined as superseded, and the message stays in the conversation, where LangGraph keeps
+    the newer message of an id."""
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True, checkpointer=sqlite_url)
+    first = agent.generate("weather?")
+    agent.generate(HumanMessage("Rome", id="m1"), thread_id=first.thread_id)
+    out = agent.graph.invoke({"messages": [HumanMessage("Tokyo", id="m1")]},
+                             {"configurable": {"thread_id": first.thread_id, **USER}})
+    assert log == ["started"]
+    assert "superseded" in _told(out["messages"], "w1")[0]
+    assert "Tokyo" in _said(out["messages"])

@@ -72,7 +72,7 @@ def test_a_superseding_message_holds_when_its_run_stops_before_the_gate(
 
 
 @pytest.mark.parametrize("waits", ["approval", "suspension read by auto-resume"])
-@pytest.mark.parametrize("given", ["system message", "user and AI messages", "empty",
+@pytest.mark.parametrize("given", ["system message", "user and AI messages", "empty", "blank",
                                    "an id the conversation holds", "one id twice"])
 def test_a_new_input_that_could_not_join_the_conversation_is_refused_and_changes_nothing(
         sqlite_url: str, waits: str, given: str) -> None:
@@ -96,6 +96,7 @@ def test_a_new_input_that_could_not_join_the_conversation_is_refused_and_changes
         "system message": SystemMessage("be terse"),
         "user and AI messages": [HumanMessage("Paris"), AIMessage("noted")],
         "empty": HumanMessage(""),
+        "blank": HumanMessage("  \n"),
         "an id the conversation holds": HumanMessage("Paris", id="h1"),
         "one id twice": [HumanMessage("hmm", id="d"), HumanMessage("Paris", id="d")],
     }[given]
@@ -108,6 +109,30 @@ def test_a_new_input_that_could_not_join_the_conversation_is_refused_and_changes
     assert log == (["started"] if waits != "approval" else [])
     if waits == "approval":
         assert ledger.ran == []
+
+
+def test_a_new_message_reusing_the_id_of_a_queued_one_is_refused_and_changes_nothing(
+        sqlite_url: str) -> None:
+    """'Rome' (unreadable: the weather tool asks again) waits in the queue under its id; a
+    message reusing that id would answer the tool, and the queue, which keeps one message per
+    id, would keep 'Rome' and drop it: acted on, never shown (helper-24). Refused."""
+    from tests.test_suspension import weather_agent
+
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True, checkpointer=sqlite_url)
+    first = agent.generate("weather?")
+    agent.generate(HumanMessage("Rome", id="m1"), thread_id=first.thread_id)
+    before = agent.snapshot(run_id=first.run_id)
+    with pytest.raises(GraphkitError, match="queued to join it"):
+        agent.generate(HumanMessage("Tokyo", id="m1"), thread_id=first.thread_id)
+    assert agent.snapshot(run_id=first.run_id)["checkpoint_id"] == before["checkpoint_id"]
+    assert log == ["started"]
+    queued = agent._storage.ledger.queue_of(first.thread_id, "wx")
+    assert [m["data"]["content"] for _, m in queued] == ["Rome"]
+    done = agent.generate("Tokyo", thread_id=first.thread_id)
+    assert log == ["started", "started", "fetched Tokyo"]
+    assert [m.text for m in done.messages if isinstance(m, HumanMessage)] == [
+        "weather?", "Rome", "Tokyo"]
 
 
 def test_a_message_saying_approved_never_approves() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from graphkit._ledger._calls import Executions
 from graphkit._ledger._decisions import Decisions, Decline, NewRun, QueuedFor
 from graphkit._ledger._leases import Leases
-from graphkit._ledger._messages import Messages, Queued, queued_id
+from graphkit._ledger._messages import Messages, Queued, queued_id, same_queued
 from graphkit._ledger._outbox import Notifications
 from graphkit._ledger._plans import Plans, TurnReading
 from graphkit._ledger._rows import (
@@ -72,6 +72,7 @@ __all__ = [
     "TurnReading",
     "WaitingRow",
     "queued_id",
+    "same_queued",
 ]
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from langchain_core.messages import BaseMessage
+
 from graphkit._ledger._base import LedgerBase
 from graphkit._ledger._sql import Tx, dumps, loads
 
-__all__ = ["Messages", "Queued", "queued", "queued_id"]
+__all__ = ["Messages", "Queued", "queued", "queued_id", "same_queued"]
 
 
 class Queued(NamedTuple):
@@ -35,6 +37,16 @@ def queued_id(entry: Any) -> str | None:
     data = entry.get("data") if isinstance(entry, Mapping) else None
     found = data.get("id") if isinstance(data, Mapping) else None
     return found if isinstance(found, str) else None
+
+
+def same_queued(entry: Mapping[str, Any] | None, message: BaseMessage) -> bool:
+    """Whether a queue entry (None: there is none) is `message` as queued: a message sent
+    again (a client's retry) is the same one, queued once; another under its id is not."""
+    if entry is None:
+        return True
+    data = entry.get("data")
+    return (isinstance(data, Mapping) and entry.get("type") == message.type
+            and data.get("content") == message.content)
 
 
 class Messages(LedgerBase):
