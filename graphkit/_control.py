@@ -262,11 +262,12 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
     if not messages and not snapshot.values:
         msg = "nothing to run: pass a message to start a new thread"
         raise GraphkitError(msg)
+    _check_ids(messages, snapshot)
     if not (found and messages):
         return {"messages": messages, "options": options} if messages else None
     queued = ({queued_id(q.message): q.message for q in req.ledger.queue_rows(
         req.thread_id, "/".join(req.agent_path))} if req is not None else {})
-    _check_reply(messages, snapshot, queued)
+    _check_reply(messages, queued)
     # A message never approves anything, whatever it says: what waits is declined as
     # superseded, except suspensions that auto-resume can read their data for.
     # ids, so that a queued message is found again (`_reply.left_queued`) and never doubled
@@ -317,14 +318,28 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
     return Command(resume=resume, update={"options": options})
 
 
-def _check_reply(messages: list[BaseMessage], snapshot: Paused,
+def _check_ids(messages: list[BaseMessage], snapshot: Paused) -> None:
+    """A new input is new: a message under an id the conversation holds would replace that
+    message (LangGraph's reducer keeps one message per id), rewriting what was said and what
+    a tool may have acted on, and a retry of one already taken would run the model again.
+    Refused before anything changes."""
+    present = {m.id for m in snapshot.values.get("messages") or [] if m.id}
+    ids = [m.id for m in messages if m.id]
+    reused = sorted({str(i) for i in ids if i in present or ids.count(i) > 1})
+    if reused:
+        msg = (f"message ids {reused} are in the conversation already, or given twice: a new "
+               "message needs an id of its own (or none)")
+        raise GraphkitError(msg)
+
+
+def _check_reply(messages: list[BaseMessage],
                  queued: Mapping[str | None, Mapping[str, Any]]) -> None:
     """While calls wait, a new input is queued, to join the conversation once the turn is
     over, where it is delivered by its id, and only the user's messages are: anything else,
-    or a message that could not be told from one the conversation or the queue (`queued`:
-    its entries by id) holds, would be acted on and never shown, or queued for good. Refused
-    before anything changes. A message the queue holds as it is (a client's retry) is taken
-    again: it is queued once."""
+    or a message under the id of another the queue (`queued`: its entries by id) holds,
+    would be acted on and never shown, or queued for good. Refused before anything changes.
+    A message the queue holds as it is (a client's retry) is taken again: it is queued
+    once."""
     others = sorted({type(m).__name__ for m in messages if not isinstance(m, HumanMessage)})
     if others:
         msg = (f"while tool calls wait, a new input must be the user's messages "
@@ -334,13 +349,10 @@ def _check_reply(messages: list[BaseMessage], snapshot: Paused,
            for m in messages):
         msg = "while tool calls wait, each new user message must say something (empty content)"
         raise GraphkitError(msg)
-    present = {m.id for m in snapshot.values.get("messages") or [] if m.id}
-    ids = [m.id for m in messages if m.id]
-    reused = sorted({str(m.id) for m in messages if m.id and (
-        m.id in present or ids.count(m.id) > 1 or not same_queued(queued.get(m.id), m))})
+    reused = sorted({str(m.id) for m in messages if not same_queued(queued.get(m.id), m)})
     if reused:
-        msg = (f"message ids {reused} are in the conversation already, or queued to join it, "
-               "or given twice: a new message needs an id of its own (or none)")
+        msg = (f"message ids {reused} are queued to join the conversation with other "
+               "messages: a new message needs an id of its own (or none)")
         raise GraphkitError(msg)
 
 

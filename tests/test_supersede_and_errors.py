@@ -123,7 +123,7 @@ def test_a_new_message_reusing_the_id_of_a_queued_one_is_refused_and_changes_not
     first = agent.generate("weather?")
     agent.generate(HumanMessage("Rome", id="m1"), thread_id=first.thread_id)
     before = agent.snapshot(run_id=first.run_id)
-    with pytest.raises(GraphkitError, match="queued to join it"):
+    with pytest.raises(GraphkitError, match="queued to join"):
         agent.generate(HumanMessage("Tokyo", id="m1"), thread_id=first.thread_id)
     assert agent.snapshot(run_id=first.run_id)["checkpoint_id"] == before["checkpoint_id"]
     assert log == ["started"]
@@ -133,6 +133,31 @@ def test_a_new_message_reusing_the_id_of_a_queued_one_is_refused_and_changes_not
     assert log == ["started", "started", "fetched Tokyo"]
     assert [m.text for m in done.messages if isinstance(m, HumanMessage)] == [
         "weather?", "Rome", "Tokyo"]
+
+
+@pytest.mark.parametrize("again", ["the same message (a retry)", "another message"])
+def test_a_message_under_an_id_the_conversation_holds_is_refused_and_changes_nothing(
+        sqlite_url: str, again: str) -> None:
+    """The thread is idle: 'Paris' was taken (the weather call ran with it) and answered. A
+    message under its id would replace it, LangGraph's reducer keeping one message per id:
+    another would rewrite what the tool acted on, and a retry would run the model again. Two
+    API calls racing with one id did both (helper-25). Refused."""
+    from tests.test_suspension import weather_agent
+
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True, checkpointer=sqlite_url)
+    first = agent.generate("weather?")
+    done = agent.generate(HumanMessage("Paris", id="m1"), thread_id=first.thread_id)
+    before = agent.snapshot(run_id=done.run_id)
+    text = "Paris" if again.startswith("the same") else "Tokyo"
+    with pytest.raises(GraphkitError, match="in the conversation already"):
+        agent.generate(HumanMessage(text, id="m1"), thread_id=first.thread_id)
+    after = agent.snapshot(run_id=done.run_id)
+    assert after["checkpoint_id"] == before["checkpoint_id"]
+    assert after["messages"] == before["messages"]
+    assert [m.text for m in agent.generate(thread_id=first.thread_id).messages] == [
+        m.text for m in done.messages]  # (nothing new to do: nothing changed)
+    assert log == ["started", "started", "fetched Paris"]
 
 
 def test_a_message_saying_approved_never_approves() -> None:
