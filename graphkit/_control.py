@@ -322,9 +322,12 @@ def _check_ids(messages: list[BaseMessage], snapshot: Paused) -> None:
     """A new input is new: a message under an id the conversation holds would replace that
     message (LangGraph's reducer keeps one message per id), rewriting what was said and what
     a tool may have acted on, and a retry of one already taken would run the model again.
-    Refused before anything changes."""
-    present = {m.id for m in snapshot.values.get("messages") or [] if m.id}
+    Refused before anything changes. (Only given ids are looked for: a run reads the
+    conversation only where it needs it, the messages channel being kept as deltas.)"""
     ids = [m.id for m in messages if m.id]
+    if not ids:
+        return
+    present = {m.id for m in snapshot.values.get("messages") or [] if m.id}
     reused = sorted({str(i) for i in ids if i in present or ids.count(i) > 1})
     if reused:
         msg = (f"message ids {reused} are in the conversation already, or given twice: a new "
