@@ -829,6 +829,8 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
     return approval_gate, aapproval_gate
 
 
+LOST = ("Tool call {name!r} was not run: its turn is no longer in the conversation (the "
+        "thread went back to an earlier checkpoint, or was rewritten).")
 ABANDONED = ("its turn is no longer in the conversation: the thread went back to an earlier "
              "checkpoint, or was rewritten")
 
@@ -836,20 +838,28 @@ ABANDONED = ("its turn is no longer in the conversation: the thread went back to
 def supersede_abandoned(messages: Sequence[BaseMessage], ctx: GateContext) -> None:
     """Decline, as superseded, what this agent waits on for a turn the conversation no longer
     holds as it was planned (time travel forked the thread before it; a client rewrote the
-    message): no run will ever reach it, so it must not stay decidable, or wait, in the inbox.
-    Only a top-level agent has one conversation per thread (a subagent's parallel delegations
-    each have their own)."""
+    message): the conversation will never carry its answer, so it must not stay decidable, or
+    wait, in the inbox; and record a call approved there that never started as not run, so
+    that no replay of an older checkpoint runs it after the conversation went on without it
+    (a model that reuses tool_call_ids may have been told that a call of the same id did not
+    run). Only a top-level agent has one conversation per thread (a subagent's parallel
+    delegations each have their own)."""
     if len(ctx.path) != 1:
         return
-    pending = ctx.pending_turns()
-    if not pending:
+    waiting = ctx.pending_turns()
+    if not waiting:
         return
     present = {turn_key(m) for m in messages if isinstance(m, AIMessage) and m.tool_calls}
-    for approval_id, kind, tool_name, key in pending:
-        if key is not None and key not in present:
-            supersede(ctx.ledger, {"id": approval_id, "kind": kind, "tool_name": tool_name,
-                                   "agent_path": ctx.path}, comment=ABANDONED,
-                      thread_id=ctx.thread_id, run_id=ctx.run_id)
+    lost = [w for w in waiting if w.turn_key is not None and w.turn_key not in present]
+    for w in lost:
+        if w.pending:
+            supersede(ctx.ledger, {"id": w.approval_id, "kind": w.kind,
+                                   "tool_name": w.tool_name, "agent_path": ctx.path},
+                      comment=ABANDONED, thread_id=ctx.thread_id, run_id=ctx.run_id)
+    ctx.ledger.settle({w.call_key: {"content": LOST.format(name=w.tool_name),
+                                    "status": "error"}
+                       for w in lost if not w.pending and w.call_key is not None},
+                      thread_id=ctx.thread_id)
 
 
 def pointer(plan: TurnPlan) -> TurnPointer:

@@ -248,6 +248,41 @@ def test_time_travel_before_a_pending_approval_supersedes_it(sqlite_url: str) ->
     assert ran.ran == [("pay", PAY)]
 
 
+def test_time_travel_before_an_approved_call_that_never_started_records_it_not_run(
+        sqlite_url: str) -> None:
+    """T1 paid; T2's payment was approved in the inbox, and its run has not gone on. A client
+    forks the thread from T1's checkpoint: T2's turn is no longer in the conversation, so its
+    call is recorded as not run, and a replay of T2's own paused checkpoint answers it so, and
+    pays nothing. Before, the approval outlived its turn and that replay paid; the model,
+    which reuses tool_call_ids, may meanwhile have been told that a call of the same id did
+    not run (helper-25)."""
+    from tests.helpers import PAY, agent_with, call, config, turn
+
+    def model(messages: list[Any]) -> Any:
+        if isinstance(messages[-1], HumanMessage):
+            asked = sum(isinstance(m, HumanMessage) for m in messages)
+            return turn(call("pay", PAY, f"c{asked}"))
+        return "done"
+
+    agent, ran = agent_with(model, checkpointer=sqlite_url, name="billing")
+    first = agent.generate("pay")
+    agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
+    second = agent.generate("pay again", thread_id=first.thread_id)
+    (waiting,) = second.pending_approvals
+    paused = agent.graph.get_state(config(first.thread_id)).config
+    Inbox(sqlite_url).approve(waiting.id, decided_by="cfo")
+    old = next(s for s in agent.graph.get_state_history(config(first.thread_id))
+               if s.next == ("approval_gate",) and isinstance(s.values["messages"][-1], AIMessage)
+               and s.values["messages"][-1].tool_calls[0]["id"] == "c1")
+    agent.graph.invoke(None, old.config)
+    assert ran.ran == [("pay", PAY)]
+    out = agent.graph.invoke(None, paused)  # the old branch, where T2 was approved
+    assert ran.ran == [("pay", PAY)]
+    (told,) = [m.text for m in out["messages"]
+               if isinstance(m, ToolMessage) and m.tool_call_id == waiting.tool_call_id]
+    assert "no longer in the conversation" in told
+
+
 def test_a_pass_reads_what_the_ledger_holds_for_it_in_one_statement_each(
         sqlite_url: str) -> None:
     """What a model pass checks for abandoned turns, the agent's message queue, the outcomes

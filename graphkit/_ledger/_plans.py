@@ -170,7 +170,7 @@ class Plans(LedgerBase):
         return TurnReading(
             plan=unstowed(self._sql.query, plans[0]) if plans else None,
             queue=queued(r[2:5] for r in rows if r[0] == 1),
-            pending=[pending_turn(r[2:6]) for r in rows if r[0] == 2] if pending else None,
+            pending=[pending_turn(r[2:8]) for r in rows if r[0] == 2] if pending else None,
             outcomes={str(r[2]): loads(r[4]) if r[3] == DONE else None
                       for r in rows if r[0] == 3} if outcomes else None,
             approvals={str(r[2]): approval_row(r[2:]) for r in rows if r[0] == 4}

@@ -140,14 +140,26 @@ def approval_row(row: tuple[Any, ...]) -> ApprovalRow:
                        run_id=row[11])
 
 
-PendingTurn = tuple[str, str, str, str | None]
-"""(approval id, kind, tool name, the turn key of the plan that asked) of what waits."""
+class PendingTurn(NamedTuple):
+    """What an agent waits on in a thread, with the turn that asked, or a call approved and
+    not yet started (`pending` False), which a turn the conversation lost leaves behind."""
 
-PENDING_TURNS = ("a.approval_id, a.kind, a.tool_name, c.turn_key FROM graphkit_approvals a "
-                 "LEFT JOIN graphkit_calls c ON c.call_key = a.call_key WHERE a.thread_id = ? "
-                 "AND a.agent_path = ? AND a.status = 'pending'")
-"""What one agent waits on in one thread, with the turn that asked (parameters: the thread,
-the agent's path), after a SELECT: read alone or beside the turn's plan."""
+    approval_id: str
+    kind: str
+    tool_name: str
+    turn_key: str | None
+    pending: bool = True
+    call_key: str | None = None
+
+
+PENDING_TURNS = ("a.approval_id, a.kind, a.tool_name, c.turn_key, a.status, c.call_key "
+                 "FROM graphkit_approvals a LEFT JOIN graphkit_calls c ON "
+                 "c.call_key = a.call_key WHERE a.thread_id = ? AND a.agent_path = ? AND "
+                 "(a.status = 'pending' OR (a.status = 'approved' AND a.kind = 'approval' "
+                 "AND c.executed IS NULL))")
+"""What one agent waits on in one thread, with the turn that asked, and the calls approved
+there that never started (parameters: the thread, the agent's path), after a SELECT: read
+alone or beside the turn's plan."""
 
 
 CURRENT_RUN = ("SELECT run_id FROM graphkit_runs WHERE thread_id = ? AND agent = ? "
@@ -157,7 +169,8 @@ thread's current run, which calls are filed under and decisions may take anythin
 
 
 def pending_turn(row: Sequence[Any]) -> PendingTurn:
-    return str(row[0]), str(row[1]), str(row[2]), row[3]
+    return PendingTurn(str(row[0]), str(row[1]), str(row[2]), row[3], row[4] == "pending",
+                       row[5])
 
 
 GRANT_COLUMNS = ("grant_id, thread_id, agent_path, tool_name, grantor, approval_id, "
