@@ -767,6 +767,12 @@ def test_a_turns_plan_its_agents_queue_and_what_it_waits_on_are_read_in_one_stat
     waits("apr-decided", "t1", ["a"], "k1")
     assert ledger.decide("apr-decided", thread_id="t1", args_digest="d", status="rejected",
                          decision={"type": "reject", "decided_by": "alice"}, audits=[])
+    waits("apr-approved", "t1", ["a"], "k2")  # approved, its call not started: listed apart
+    waits("apr-ran", "t1", ["a"], "k2")  # approved, its call done: not listed
+    for approved in ("apr-approved", "apr-ran"):
+        assert ledger.decide(approved, thread_id="t1", args_digest="d", status="approved",
+                             decision={"type": "approve", "decided_by": "alice"}, audits=[])
+    ledger.settle({"call-apr-ran": {"content": "paid", "status": "success"}}, thread_id="t1")
     ledger.settle({"call-apr-k1": {"content": "paid", "status": "success"},
                    "call-apr-sub": {"content": "the subagent's", "status": "success"}},
                   thread_id="t1")
@@ -779,7 +785,9 @@ def test_a_turns_plan_its_agents_queue_and_what_it_waits_on_are_read_in_one_stat
     assert [m["data"]["content"] for _, m, _ in found.queue] == ["first", "second"]
     assert found.pending is not None
     assert sorted(found.pending) == sorted(ledger.pending_turns("t1", ["a"])) == [
-        ("apr-k0", "approval", "pay", "k0"), ("apr-k1", "approval", "pay", "k1")]
+        ("apr-approved", "approval", "pay", "k2", False, "call-apr-approved"),
+        ("apr-k0", "approval", "pay", "k0", True, "call-apr-k0"),
+        ("apr-k1", "approval", "pay", "k1", True, "call-apr-k1")]
     assert found.outcomes == ledger.outcomes(["call-apr-k1", "call-apr-decided"],
                                              thread_id="t1") == {
         "call-apr-k1": {"content": "paid", "status": "success"}, "call-apr-decided": None}
