@@ -829,8 +829,10 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
     return approval_gate, aapproval_gate
 
 
-LOST = ("Tool call {name!r} was not run: its turn is no longer in the conversation (the "
-        "thread went back to an earlier checkpoint, or was rewritten).")
+LOST = ("Tool call {name!r} was stopped: its turn is no longer in the conversation (the "
+        "thread went back to an earlier checkpoint, or was rewritten). It will not run.")
+"""(A call that suspended had started: what it did before it paused stands, so the answer
+does not say it never ran.)"""
 ABANDONED = ("its turn is no longer in the conversation: the thread went back to an earlier "
              "checkpoint, or was rewritten")
 
@@ -839,11 +841,11 @@ def supersede_abandoned(messages: Sequence[BaseMessage], ctx: GateContext) -> No
     """Decline, as superseded, what this agent waits on for a turn the conversation no longer
     holds as it was planned (time travel forked the thread before it; a client rewrote the
     message): the conversation will never carry its answer, so it must not stay decidable, or
-    wait, in the inbox; and record a call approved there that never started as not run, so
-    that no replay of an older checkpoint runs it after the conversation went on without it
-    (a model that reuses tool_call_ids may have been told that a call of the same id did not
-    run). Only a top-level agent has one conversation per thread (a subagent's parallel
-    delegations each have their own)."""
+    wait, in the inbox; and record a call approved (or resumed) there that has not run
+    since as stopped, so that no replay of an older checkpoint runs it after the
+    conversation went on without it (a model that reuses tool_call_ids may have been told
+    that a call of the same id did not run). Only a top-level agent has one conversation per
+    thread (a subagent's parallel delegations each have their own)."""
     if len(ctx.path) != 1:
         return
     waiting = ctx.pending_turns()

@@ -280,7 +280,39 @@ def test_time_travel_before_an_approved_call_that_never_started_records_it_not_r
     assert ran.ran == [("pay", PAY)]
     (told,) = [m.text for m in out["messages"]
                if isinstance(m, ToolMessage) and m.tool_call_id == waiting.tool_call_id]
-    assert "no longer in the conversation" in told
+    assert "no longer in the conversation" in told and "will not run" in told
+
+
+def test_time_travel_before_a_resumed_suspension_stops_its_call(sqlite_url: str) -> None:
+    """The weather tool of T2 suspended, and the inbox resumed it with a city; its run has not
+    gone on. A client forks the thread from before T2 and goes on: T2's call is recorded as
+    stopped, and a replay of T2's paused checkpoint answers it so and never fetches (helper-26:
+    a resumed suspension, unlike an approval, still ran there)."""
+    from tests.helpers import call, config, turn
+    from tests.test_suspension import city_from_reply, weather_tool
+
+    log: list[str] = []
+
+    def replies(messages: list[Any]) -> Any:
+        last = messages[-1]
+        if isinstance(last, ToolMessage):
+            return f"The weather in {last.text}"
+        return "hello" if last.text in ("hi", "never mind") else turn(call("weather", {}, "w1"))
+
+    agent = Agent(name="wx", tools=[weather_tool(log)], checkpointer=sqlite_url,
+                  model=ScriptedChatModel(replies, structured=city_from_reply))
+    first = agent.generate("hi")
+    assert agent.generate("weather?", thread_id=first.thread_id).finish_reason == "suspended"
+    paused = agent.graph.get_state(config(first.thread_id)).config
+    (item,) = Inbox(sqlite_url).pending()
+    Inbox(sqlite_url).resume(item.id, {"city": "Paris"}, decided_by="ops")
+    before = next(s for s in agent.graph.get_state_history(config(first.thread_id))
+                  if len(s.values.get("messages") or []) == 2 and not s.next)
+    agent.graph.invoke({"messages": [HumanMessage("never mind")]}, before.config)
+    out = agent.graph.invoke(None, paused)
+    assert log == ["started"]
+    (told,) = [m.text for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert "no longer in the conversation" in told and "will not run" in told
 
 
 def test_a_pass_reads_what_the_ledger_holds_for_it_in_one_statement_each(

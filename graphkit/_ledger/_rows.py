@@ -141,8 +141,9 @@ def approval_row(row: tuple[Any, ...]) -> ApprovalRow:
 
 
 class PendingTurn(NamedTuple):
-    """What an agent waits on in a thread, with the turn that asked, or a call approved and
-    not yet started (`pending` False), which a turn the conversation lost leaves behind."""
+    """What an agent waits on in a thread, with the turn that asked, or a call approved (or a
+    suspended call resumed) that has not run since (`pending` False), which a turn the
+    conversation lost leaves behind."""
 
     approval_id: str
     kind: str
@@ -155,11 +156,10 @@ class PendingTurn(NamedTuple):
 PENDING_TURNS = ("a.approval_id, a.kind, a.tool_name, c.turn_key, a.status, c.call_key "
                  "FROM graphkit_approvals a LEFT JOIN graphkit_calls c ON "
                  "c.call_key = a.call_key WHERE a.thread_id = ? AND a.agent_path = ? AND "
-                 "(a.status = 'pending' OR (a.status = 'approved' AND a.kind = 'approval' "
-                 "AND c.executed IS NULL))")
+                 "(a.status = 'pending' OR (a.status = 'approved' AND c.executed IS NULL))")
 """What one agent waits on in one thread, with the turn that asked, and the calls approved
-there that never started (parameters: the thread, the agent's path), after a SELECT: read
-alone or beside the turn's plan."""
+(or resumed) there that have not run (again) since (parameters: the thread, the agent's
+path), after a SELECT: read alone or beside the turn's plan."""
 
 
 CURRENT_RUN = ("SELECT run_id FROM graphkit_runs WHERE thread_id = ? AND agent = ? "
