@@ -101,12 +101,19 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
                               for c in waiting):
         return None
     rows = ctx.ledger.approvals(r["id"] for r in records)
-    pending = frozenset(r["id"] for c in waiting for r in (c["approval"], c["suspension"])
-                        if r is not None and _pending(rows.get(r["id"]), r, c, ctx))
-    # decided since the pause: the gate has not applied it (the plan still says pending)
-    decided = frozenset(r["id"] for c in waiting for r in (c["approval"], c["suspension"])
-                        if r is not None and r.get("status") == "pending"
-                        and _decided(rows.get(r["id"]), r, c, ctx))
+    # What the ledger holds as pending, and what it holds as decided since the pause (the
+    # gate has not applied it: the plan still says pending).
+    pending: set[str] = set()
+    decided: set[str] = set()
+    for call in waiting:
+        for record in (call["approval"], call["suspension"]):
+            held = rows.get(record["id"]) if record is not None else None
+            if record is None or held is None or not _of_call(held, record, call, ctx):
+                continue
+            if not held.decided:
+                pending.add(record["id"])
+            elif record.get("status") == "pending":
+                decided.add(record["id"])
     for call in waiting:
         row = ctx.ledger.call(call["key"])
         if (row is None or row.thread_id != ctx.thread_id or row.executed is not None
@@ -122,7 +129,7 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
     reads = reads and brought_by_this_run(config, newer[0])
     if not (reads or decided):
         return None
-    return Reply(messages=newer, waiting=waiting, pending=pending, auto=reads)
+    return Reply(messages=newer, waiting=waiting, pending=frozenset(pending), auto=reads)
 
 
 def answer_reply(reply: Reply, ctx: GateContext, planner: Planner, extract: Extractor | None,
@@ -201,16 +208,11 @@ def _insert(messages: list[AnyMessage], at: int, entries: Sequence[Any], first: 
     return [*messages[:at], *missing, *messages[at:]], at if first is None else min(first, at)
 
 
-def _pending(row: ApprovalRow | None, record: Mapping[str, Any], call: CallPlan,
+def _of_call(row: ApprovalRow, record: Mapping[str, Any], call: CallPlan,
              ctx: GateContext) -> bool:
-    return (row is not None and row.status == "pending" and row.thread_id == ctx.thread_id
-            and row.call_key == call["key"] and row.kind == record["kind"])
-
-
-def _decided(row: ApprovalRow | None, record: Mapping[str, Any], call: CallPlan,
-             ctx: GateContext) -> bool:
-    return (row is not None and row.decided and row.thread_id == ctx.thread_id
-            and row.call_key == call["key"] and row.kind == record["kind"])
+    """Whether the ledger's row is this record's, of this call, in this thread."""
+    return (row.thread_id == ctx.thread_id and row.call_key == call["key"]
+            and row.kind == record["kind"])
 
 
 def _resumable(planner: Planner, call: CallPlan) -> bool:
