@@ -3,6 +3,7 @@
     python -m benchmarks.profile [--storage memory|sqlite] [--rounds N] [--top N]
     python -m benchmarks.profile --compare [--storage memory|sqlite] [--rounds N]
     python -m benchmarks.profile --nodes [--storage memory|sqlite] [--rounds N]
+    python -m benchmarks.profile --parallel N [--flavour sync|async] [--rounds N]
 
 The first form prints cProfile's cumulative and internal-time tables for N graphkit round
 trips (after a warm-up). `--compare` profiles graphkit, LangChain's middleware and the minimal
@@ -11,18 +12,26 @@ graph alike and prints each one's internal time per round trip by where the code
 the least a LangGraph approval needs. `--nodes` times (wall clock, no profiler) the node bodies
 of graphkit and of the minimal graph, interleaved, and the rest of each round trip (LangGraph's
 loop and checkpoints, and for graphkit its API: lease, claim, reading the paused state).
+`--parallel N` runs one turn of N tools sleeping 50 ms (SQLite, as `make bench`) for each
+contestant, interleaved, and prints the whole run, the spread of the tools' starts (each start
+waits for the CPU its predecessors spent before theirs, under one GIL) and the CPU per run:
+the process's, and the part spent, in every thread, in LangChain's `BaseTool.invoke` (the
+minimal graph calls its function directly) and in graphkit's admission and outcome write.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import cProfile
 import gc
+import inspect
 import pstats
+import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +144,119 @@ def nodes(storage: c.Storage, rounds: int) -> None:
         print(f"  {name + ': round trip':<32} {whole[name] * 1000 / rounds:7.3f}")
 
 
+@contextlib.contextmanager
+def _thread_cpu(places: dict[str, tuple[Any, str]], spent: collections.Counter[str]
+                ) -> Iterator[None]:
+    """Patch each `owner.name` to add the CPU time of the calling thread spent in it (every
+    thread: a sync tool runs in its own) to `spent[label]`; restored on exit."""
+    places = {label: (next(k for k in inspect.getmro(owner) if name in vars(k))
+                      if isinstance(owner, type) else owner, name)
+              for label, (owner, name) in places.items()}  # patched where it is defined
+    originals = [(owner, name, vars(owner)[name]) for owner, name in places.values()]
+    for label, (owner, name) in places.items():
+        body = vars(owner)[name]
+        if inspect.iscoroutinefunction(body):
+            async def timed_async(*args: Any, _body: Any = body, _label: str = label,
+                                  **kwargs: Any) -> Any:
+                start = time.thread_time()  # (an await may resume on another thread: rare)
+                try:
+                    return await _body(*args, **kwargs)
+                finally:
+                    spent[_label] += time.thread_time() - start
+            setattr(owner, name, timed_async)
+            continue
+
+        def timed(*args: Any, _body: Any = body, _label: str = label, **kwargs: Any) -> Any:
+            start = time.thread_time()
+            try:
+                return _body(*args, **kwargs)
+            finally:
+                spent[_label] += time.thread_time() - start
+        setattr(owner, name, timed)
+    try:
+        yield
+    finally:
+        for owner, name, body in originals:
+            setattr(owner, name, body)
+
+
+def parallel(tools: int, flavour: str, rounds: int) -> None:
+    import asyncio
+
+    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+    from langchain_core.tools import BaseTool
+
+    from benchmarks import bench
+    from graphkit import _nodes
+    from graphkit._ledger import Ledger
+
+    starts: list[float] = []
+
+    def reply(messages: list[BaseMessage]) -> AIMessage:
+        if isinstance(messages[-1], ToolMessage):
+            return AIMessage("done")
+        return AIMessage("", tool_calls=[{"name": "nap", "args": {"i": i}, "id": f"n{i}"}
+                                         for i in range(tools)])
+
+    if flavour == "sync":
+        def nap(i: int) -> str:
+            """Sleep 50 ms."""
+            starts.append(time.perf_counter())
+            time.sleep(0.05)
+            return str(i)
+    else:
+        async def nap(i: int) -> str:  # type: ignore[misc]
+            """Sleep 50 ms."""
+            starts.append(time.perf_counter())
+            await asyncio.sleep(0.05)
+            return str(i)
+    invoke = "invoke" if flavour == "sync" else "ainvoke"
+    places = {"LangChain's BaseTool." + invoke: (BaseTool, invoke),
+              "graphkit's admission (_admit)": (_nodes, "_admit"),
+              "graphkit's outcome write (Ledger.finish)": (Ledger, "finish")}
+    loop = asyncio.new_event_loop()
+    figures: dict[str, dict[str, list[float]]] = {}
+    spent: dict[str, collections.Counter[str]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        contestants = loop.run_until_complete(
+            bench._parallel_contestants(Path(tmp) / "parallel", nap, reply, flavour))
+
+        def go(run: Callable[[], Any]) -> None:
+            if flavour == "sync":
+                run()
+            else:
+                loop.run_until_complete(run())
+
+        for _ in range(3):
+            for run in contestants.values():
+                go(run)
+        for name in contestants:
+            figures[name] = {"whole": [], "spread": [], "cpu": []}
+            spent[name] = collections.Counter()
+        for _ in range(rounds):
+            for name, run in contestants.items():
+                starts.clear()
+                with _thread_cpu(places, spent[name]):
+                    cpu, start = time.process_time(), time.perf_counter()
+                    go(run)
+                    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+                figures[name]["whole"].append(wall)
+                figures[name]["spread"].append(max(starts) - min(starts))
+                figures[name]["cpu"].append(cpu)
+        loop.run_until_complete(bench._close_all())
+    loop.close()
+    print(f"{tools} tools sleeping 50 ms in one turn, {flavour}, SQLite; medians over {rounds} "
+          "interleaved runs, ms")
+    print(f"{'':<44} " + " ".join(f"{n:>9}" for n in contestants))
+    for key, label in (("whole", "whole run"), ("spread", "first tool start to last start"),
+                       ("cpu", "CPU per run (process, every thread)")):
+        print(f"{label:<44} " + " ".join(
+            f"{statistics.median(figures[n][key]) * 1000:9.2f}" for n in contestants))
+    for label in places:
+        print(f"{'  of which ' + label:<44} " + " ".join(
+            f"{spent[n][label] * 1000 / rounds:9.2f}" for n in contestants))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--storage", choices=["memory", "sqlite"], default="memory")
@@ -144,7 +266,13 @@ def main() -> None:
                         help="graphkit, LangChain and the minimal graph, by where time goes")
     parser.add_argument("--nodes", action="store_true",
                         help="wall time in node bodies vs the rest, graphkit and minimal graph")
+    parser.add_argument("--parallel", type=int, metavar="N",
+                        help="N parallel tools: whole run, start spread and CPU by part")
+    parser.add_argument("--flavour", choices=["sync", "async"], default="sync")
     args = parser.parse_args()
+    if args.parallel:
+        parallel(args.parallel, args.flavour, min(args.rounds, 40))
+        return
     if args.compare:
         compare(args.storage, args.rounds)
         return
