@@ -58,7 +58,7 @@ from graphkit._secrets import masked, masked_message
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers, GateSettings
 from graphkit._state import DEFAULT_MAX_STEPS, RunOptions
 from graphkit._storage import open_storage, serve_agent, served_storage
-from graphkit._validate import secret_paths_of
+from graphkit._validate import declares_secrets, secret_paths_of
 from graphkit.errors import (
     SNAPSHOT_NOT_FOUND,
     ApprovalNotFoundError,
@@ -278,9 +278,12 @@ class Agent:
     def _shown_args(self, agent_path: Sequence[str], tool_name: str, args: dict[str, Any]
                     ) -> dict[str, Any]:
         """A call's arguments as a view shows them: the tool's secret values masked (and
-        arguments the tool cannot read shown as the model wrote them)."""
-        shown: dict[str, Any] = masked(args, secret_paths_of(self._find_tool(agent_path,
-                                                                             tool_name), args))
+        arguments the tool cannot read shown as the model wrote them). A tool that declares
+        no secret is not parsed again for it: each call of every streamed turn comes here."""
+        tool = self._find_tool(agent_path, tool_name)
+        if tool is None or not declares_secrets(tool):
+            return args
+        shown: dict[str, Any] = masked(args, secret_paths_of(tool, args))
         return shown
 
     def _find_tool(self, agent_path: Sequence[str], tool_name: str) -> BaseTool | None:
