@@ -368,7 +368,8 @@ def policy_finder(root: Any) -> PolicyFinder:
         approvers: Approvers | None = agent.approvers
         for key in list(agent_path)[1:]:
             agents: Mapping[str, Any] = agent.agents
-            agent = next((a for k, a in agents.items() if a.name == key or k == key), None)
+            agent = next((a for a in agents.values() if a.name == key), None)  # (by name:
+            # a path is made of names, unique among a supervisor's subagents; never a key)
             if agent is None:
                 return approvers
             approvers = agent.approvers or approvers  # a subagent without one inherits

@@ -170,6 +170,14 @@ class Agent:
         self.model = _model(model)
         self.tools = _tools(tools)
         self.agents = dict(agents or {})
+        names = [sub.name for sub in self.agents.values()]
+        shared = sorted({n for n in names if names.count(n) > 1})
+        if shared:
+            # an agent path names each subagent by its name: two of one supervisor under one
+            # name would share every grant, policy and decision recorded for that path
+            msg = (f"subagents of {name!r} share the names {shared}; give each its own name "
+                   "(agent paths, which grants, policies and decisions name, are made of them)")
+            raise ValueError(msg)
         self.require_tool_approval = require_tool_approval
         self.auto_resume_suspended_tools = auto_resume_suspended_tools
         self.approvers = approvers
@@ -289,7 +297,7 @@ class Agent:
     def _find_tool(self, agent_path: Sequence[str], tool_name: str) -> BaseTool | None:
         agent: Agent = self
         for key in list(agent_path)[1:]:
-            nxt = next((a for k, a in agent.agents.items() if a.name == key or k == key), None)
+            nxt = next((a for a in agent.agents.values() if a.name == key), None)
             if nxt is None:
                 return None
             agent = nxt

@@ -135,6 +135,10 @@ class Inbox:
         self.notify = tuple(notify)
         self.dispatcher: Dispatcher | None = (
             start_notifications(self._storage.ledger, self.notify) if self.notify else None)
+        names = [agent.name for agent in agents]
+        if len(set(names)) < len(names):  # an approval names its agent by name
+            msg = f"agents {sorted({n for n in names if names.count(n) > 1})} share a name"
+            raise ValueError(msg)
         self.agents = {agent.name: agent for agent in agents}
         """Agents whose tools and policies this inbox may use: an edit is then validated by
         the tool's own model, and the agent's policy refuses a reviewer here and now (the gate

@@ -8,7 +8,8 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from pydantic import BaseModel
 
-from graphkit import Agent, ToolContext, create_tool
+from graphkit import Agent, Inbox, ToolContext, create_tool
+from graphkit.errors import ApproverNotAllowedError
 from graphkit.testing import ScriptedChatModel
 from tests.helpers import call, turn
 
@@ -235,6 +236,51 @@ def test_subagent_keys_may_not_clash() -> None:
     users = Users()
     with pytest.raises(ValueError, match="clash"):
         Agent(name="s", model=ScriptedChatModel(["x"]), agents={"tools": users.data_agent()})
+
+
+def _payer(name: str, amount: int, ran: list[tuple[str, int]], **kwargs: Any) -> Agent:
+    """A subagent whose one tool, `pay`, needs approval; it asks to pay `amount`."""
+    @create_tool(name="pay", needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        ran.append((name, amount))
+        return "paid"
+
+    return Agent(name=name, description=f"pays from {name}", tools=[pay], model=ScriptedChatModel(
+        lambda m: "paid" if isinstance(m[-1], ToolMessage) else turn(
+            call("pay", {"amount": amount}, f"p-{name}"))), **kwargs)
+
+
+def test_subagents_of_one_supervisor_may_not_share_a_name() -> None:
+    # an agent path names a subagent by its name: two under one name would share the grants,
+    # policies and decisions recorded for it (a grant for one's `pay` ran the other's)
+    ran: list[tuple[str, int]] = []
+    with pytest.raises(ValueError, match="share the names"):
+        Agent(name="sup", model=ScriptedChatModel(["x"]),
+              agents={"petty": _payer("worker", 5, ran), "wire": _payer("worker", 90000, ran)})
+    with pytest.raises(ValueError, match="share a name"):
+        Inbox("memory", agents=[_payer("billing", 5, ran), _payer("billing", 9, ran)])
+
+
+def test_a_subagent_path_resolves_by_name_never_by_another_subagents_key() -> None:
+    # `wire` is named "worker"; the subagent under the key "worker" is another one, whose own
+    # lenient policy must not judge wire's calls: wire inherits the supervisor's (cfo only)
+    ran: list[tuple[str, int]] = []
+    lenient = _payer("petty", 5, ran, approvers=lambda who, _request: who is not None)
+    sup = Agent(name="sup", approvers=lambda who, _request: who == "cfo",
+                agents={"worker": lenient, "wire": _payer("worker", 90000, ran)},
+                model=ScriptedChatModel(lambda m: "done" if isinstance(m[-1], ToolMessage)
+                                        else turn(call("wire", {"task": "wire it"}, "d1"))))
+    first = sup.generate("go")
+    (pending,) = first.pending_approvals
+    assert pending.agent_path == ["sup", "worker"] and pending.args == {"amount": 90000}
+    with pytest.raises(ApproverNotAllowedError):
+        sup.approve_tool_call_generate(run_id=first.run_id, decided_by="bob")
+    with pytest.raises(ApproverNotAllowedError):
+        Inbox(sup._storage, agents=[sup]).approve(pending.id, decided_by="bob")
+    assert [p.status for p in sup.pending_approvals(run_id=first.run_id)] == ["pending"]
+    assert sup.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo").text == "done"
+    assert ran == [("worker", 90000)]
 
 
 def test_supervisor_on_sqlite(sqlite_url: str) -> None:
