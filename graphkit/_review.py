@@ -510,6 +510,13 @@ def judge(
         if remember not in ("once", "thread"):
             msg = f"remember must be 'once' or 'thread', got {remember!r}"
             raise GraphkitError(msg)
+        if (remember == "thread" and record["kind"] != "suspension"
+                and "approve" not in _allowed_of(record)):
+            # a grant approves later calls as the model wrote them: never one that must be
+            # edited or rejected (it would be recorded, and refused at every later call)
+            raise DecisionNotAllowedError(
+                f"remember='thread' is a grant that approves later {record['tool_name']!r} "
+                "calls as they are, which this tool does not allow; nothing was decided")
         reviewed_digest = reviewed_digest if reviewed_digest is not None else choice.digest
         if reviewed_digest is not None and reviewed_digest != record["args_digest"]:
             msg = (f"approval {record['id']!r} now holds arguments with digest "

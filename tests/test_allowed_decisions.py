@@ -238,3 +238,23 @@ def test_a_respond_reaches_the_model_marked_as_the_reviewers_words(sqlite_url: s
     final = agent.resume(run_id=second.run_id)
     answers = [m for m in final.messages if isinstance(m, ToolMessage)]
     assert "The reviewer 'cfo' answered in its place" in str(answers[-1].content)
+
+
+def test_a_grant_is_refused_for_a_tool_that_does_not_allow_approve(sqlite_url: str) -> None:
+    # a grant approves later calls as the model wrote them: on a tool whose calls must be
+    # edited (or rejected), it would be recorded as live and refused at every later call
+    ran: list[str] = []
+    agent = _agent(sqlite_url, ran, allowed=("edit", "reject"))
+    first = agent.generate("move 500")
+    (pending,) = first.pending_approvals
+    with pytest.raises(DecisionNotAllowedError, match="remember='thread'"):
+        agent.approve_tool_call_generate(run_id=first.run_id, args={"amount": 50},
+                                         decided_by="cfo", remember="thread")
+    with pytest.raises(DecisionNotAllowedError, match="remember='thread'"):
+        Inbox(sqlite_url, agents=[agent]).approve(pending.id, decided_by="cfo",
+                                                  args={"amount": 50}, remember="thread")
+    assert ran == [] and Inbox(sqlite_url).grants() == []
+    assert [p.id for p in agent.pending_approvals(run_id=first.run_id)] == [pending.id]
+    done = agent.approve_tool_call_generate(run_id=first.run_id, args={"amount": 50},
+                                            decided_by="cfo")
+    assert ran == ["transfer 50"] and done.text == "model read: moved 50"
