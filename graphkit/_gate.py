@@ -950,9 +950,21 @@ def dispatch_now(plan: TurnPlan, answered: set[str], ctx: GateContext, state: Ag
 
 def _sends(plan: TurnPlan, answered: set[str], ready: list[CallPlan], ctx: GateContext,
            state: AgentState, tools: Mapping[str, BaseTool]) -> list[Send]:
-    """One batch of ready calls: all that may run in parallel, else the first in order."""
+    """One batch of ready calls: all that may run in parallel, else the first in order.
+
+    A call whose tool this agent does not have (a deployment renamed or removed it since the
+    turn was planned) stops the run here, nothing changed: the tools node would refuse it
+    unanswered and the gate send it again, step after step, to the recursion limit. An
+    agent that has the tool goes on with it; its approval stands."""
     parallel = [c for c in ready if not c["sequential"]]
     batch = parallel or ready[:1]
+    missing = sorted({c["tool_name"] for c in batch if c["tool_name"] not in tools})
+    if missing:
+        msg = (f"tool calls of this thread ({', '.join(map(repr, missing))}) are ready to run, "
+               f"but agent {'/'.join(ctx.path)!r} has no tool of that name (renamed or removed "
+               "since they were planned?): the run stopped, nothing changed; continue it with "
+               "an agent that has the tool")
+        raise GraphkitError(msg)
     options: RunOptions = state.get("options") or {}
     then = _then(plan, answered, batch, tools, ctx)
     return [_task(c, ctx.path, options, then) for c in batch]

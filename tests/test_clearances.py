@@ -737,3 +737,39 @@ def test_a_new_message_in_a_copied_thread_leaves_the_original_suspension_alone(
     row = agent._storage.ledger.approval(sus_id)
     assert row is not None and row.status == "pending", (
         f"T2's message decided T1's suspension: {row and row.decision}")
+
+
+def test_an_approved_call_whose_tool_the_agent_lost_stops_the_run_and_changes_nothing(
+        sqlite_url: str) -> None:
+    """A redeploy renamed the tool of an approved call: the gate must not send it to a tools
+    node that refuses it unanswered (and send it again, step after step, to the recursion
+    limit: thousands of checkpoints and audit rows per attempt, for every worker retry). The
+    run stops with a typed error; an agent that has the tool runs the call once."""
+    ran: list[str] = []
+
+    def billing(tool_name: str) -> Agent:
+        @create_tool(name=tool_name, needs_approval=True)
+        def pay(amount: int) -> str:
+            """Pay."""
+            ran.append(f"{tool_name} {amount}")
+            return "paid"
+
+        return Agent(name="billing", tools=[pay], checkpointer=sqlite_url,
+                     model=ScriptedChatModel(lambda m: "done" if isinstance(m[-1], ToolMessage)
+                                             else turn(call("pay", {"amount": 500}, "p1"))))
+
+    first = billing("pay").generate("pay 500")
+    (pending,) = first.pending_approvals
+    Inbox(sqlite_url).approve(pending.id, decided_by="cfo")
+    renamed = billing("send_payment")
+    cfg = config(first.thread_id)
+    before = len(list(renamed.graph.get_state_history(cfg)))
+    audit = len(Inbox(sqlite_url).audit(thread_id=first.thread_id))
+    for _ in range(2):
+        with pytest.raises(GraphkitError, match="has no tool of that name"):
+            renamed.resume(run_id=first.run_id)
+    assert len(list(renamed.graph.get_state_history(cfg))) == before
+    assert len(Inbox(sqlite_url).audit(thread_id=first.thread_id)) == audit
+    assert ran == []
+    assert billing("pay").resume(run_id=first.run_id).text == "done"
+    assert ran == ["pay 500"]
