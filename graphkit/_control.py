@@ -113,7 +113,8 @@ class Request:
     ledger: Ledger
     find_tool: ToolFinder
     find_policy: PolicyFinder
-    grant_ttl: timedelta | None
+    find_grant_ttl: Callable[[Sequence[str]], timedelta | None]
+    """How long a grant on a call of the agent at a path lasts: that agent's `grant_ttl`."""
     agent_path: tuple[str, ...] = ()
     """The path of the agent the API serves (its name: the top of the delegation chain)."""
     held_by: str | None = None
@@ -224,7 +225,7 @@ def decide(
     judge(req.ledger, record, choice, decided_by=decided_by, comment=comment,
           approvers=req.find_policy(path),
           tool=req.find_tool(path, name), thread_id=req.thread_id, run_id=req.run_id,
-          reviewed_digest=args_digest, remember=remember, grant_ttl=req.grant_ttl,
+          reviewed_digest=args_digest, remember=remember, grant_ttl=req.find_grant_ttl(path),
           held_by=req.held_by)()
     return record
 
@@ -359,19 +360,33 @@ def _check_reply(messages: list[BaseMessage],
         raise GraphkitError(msg)
 
 
+def agents_on(root: Any, agent_path: Sequence[str]) -> list[Any]:
+    """The agents along `agent_path` under `root` (the path's first name), outermost first,
+    as far as the path leads. By names: a path is made of them, unique among a supervisor's
+    subagents, never of the keys a supervisor offers them under."""
+    chain = [root]
+    for name in list(agent_path)[1:]:
+        agents: Mapping[str, Any] = chain[-1].agents
+        found = next((a for a in agents.values() if a.name == name), None)
+        if found is None:
+            break
+        chain.append(found)
+    return chain
+
+
+def agent_at(root: Any, agent_path: Sequence[str]) -> Any | None:
+    """The agent at `agent_path` under `root`, or None where the path leads nowhere."""
+    chain = agents_on(root, agent_path)
+    return chain[-1] if len(chain) == max(len(agent_path), 1) else None
+
+
 def policy_finder(root: Any) -> PolicyFinder:
     """The approvers policy of the agent at `agent_path`: its own, else its nearest
     supervisor's."""
 
     def find(agent_path: Sequence[str]) -> Approvers | None:
-        agent = root
-        approvers: Approvers | None = agent.approvers
-        for key in list(agent_path)[1:]:
-            agents: Mapping[str, Any] = agent.agents
-            agent = next((a for a in agents.values() if a.name == key), None)  # (by name:
-            # a path is made of names, unique among a supervisor's subagents; never a key)
-            if agent is None:
-                return approvers
+        approvers: Approvers | None = None
+        for agent in agents_on(root, agent_path):
             approvers = agent.approvers or approvers  # a subagent without one inherits
         return approvers
 

@@ -28,6 +28,7 @@ from langgraph.types import Command, StateSnapshot
 from graphkit._context import LEASE_KEY, thread_id_of
 from graphkit._control import (
     Request,
+    agent_at,
     apply_command,
     continue_command,
     decide,
@@ -295,18 +296,19 @@ class Agent:
         return shown
 
     def _find_tool(self, agent_path: Sequence[str], tool_name: str) -> BaseTool | None:
-        agent: Agent = self
-        for key in list(agent_path)[1:]:
-            nxt = next((a for a in agent.agents.values() if a.name == key), None)
-            if nxt is None:
-                return None
-            agent = nxt
-        return next((t for t in agent.tools if t.name == tool_name), None)
+        agent: Agent | None = agent_at(self, agent_path)
+        return next((t for t in agent.tools if t.name == tool_name), None) if agent else None
+
+    def _grant_ttl(self, agent_path: Sequence[str]) -> timedelta | None:
+        """The `grant_ttl` of the agent whose call a grant covers (this one's where the path
+        leads nowhere)."""
+        agent: Agent = agent_at(self, agent_path) or self
+        return agent.grant_ttl
 
     def _request(self, run_id: str, thread_id: str) -> Request:
         return Request(run_id=run_id, thread_id=thread_id, ledger=self._storage.ledger,
                        find_tool=self._find_tool,
-                       find_policy=policy_finder(self), grant_ttl=self.grant_ttl,
+                       find_policy=policy_finder(self), find_grant_ttl=self._grant_ttl,
                        agent_path=(self.name,))
 
     def _prepare(

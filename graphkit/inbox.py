@@ -495,7 +495,7 @@ class Inbox:
         judge(ledger, record, choice, decided_by=decided_by, comment=comment,
               approvers=approvers, tool=tool, thread_id=thread_id, run_id=run_id,
               reviewed_digest=args_digest, remember=remember,
-              grant_ttl=agent.grant_ttl if agent else DEFAULT_GRANT_TTL,
+              grant_ttl=agent._grant_ttl(record["agent_path"]) if agent else DEFAULT_GRANT_TTL,
               check_args=None if tool else lambda edited: self._check_args(entry, edited),
               source="inbox")()
         return _pending({**entry, **shown(record, ledger.approval(approval_id))})

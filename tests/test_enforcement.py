@@ -377,6 +377,39 @@ def test_grants_expire() -> None:
     assert ran.ran == [("pay", PAY)]
 
 
+@pytest.mark.parametrize("door", ["api", "inbox"])
+def test_a_grant_on_a_subagents_call_lasts_that_subagents_grant_ttl(door: str) -> None:
+    """The grant covers the subagent's tool: its lifetime is the subagent's, never the
+    supervisor's (8 hours by default) that the door serving the supervisor has at hand."""
+    ran: list[int] = []
+
+    @create_tool(name="pay", needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        ran.append(amount)
+        return "paid"
+
+    wire = Agent(name="wire", description="wires money", tools=[pay],
+                 grant_ttl=timedelta(milliseconds=50), model=ScriptedChatModel(
+                     lambda m: "paid it" if isinstance(m[-1], ToolMessage)
+                     else turn(call("pay", {"amount": 100}, f"p{len(m)}"))))
+    sup = Agent(name="sup", agents={"wirer": wire}, model=ScriptedChatModel(
+        lambda m: "done" if isinstance(m[-1], ToolMessage)
+        else turn(call("wirer", {"task": "pay"}, f"d{len(m)}"))))
+    first = sup.generate("go")
+    (pending,) = first.pending_approvals
+    if door == "api":
+        sup.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo", remember="thread")
+    else:
+        Inbox(sup._storage, agents=[sup]).approve(pending.id, decided_by="cfo",
+                                                  remember="thread")
+        sup.resume(run_id=first.run_id)
+    assert ran == [100]
+    time.sleep(0.1)
+    again = sup.generate("again", thread_id=first.thread_id)
+    assert again.finish_reason == "suspended" and ran == [100]
+
+
 def test_respond_answers_the_model_without_running_the_call() -> None:
     agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done"],
                             allowed_decisions=["approve", "edit", "reject", "respond"])
