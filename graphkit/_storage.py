@@ -221,18 +221,30 @@ def served_storage() -> Storage:
     return _SERVED
 
 
-_SERVED_AGENTS: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+_SERVED_AGENTS: list[weakref.ref[Any]] = []
+"""Agents built under the LangGraph server of this process, oldest first (a reload of a graph
+module builds its agents again: the latest of a name is the one served)."""
 
 
 def serve_agent(agent: Any) -> None:
-    """Note an agent the LangGraph server of this process serves (by its name), so that the
-    web inbox mounted in the server judges decisions with its tools and policy."""
-    _SERVED_AGENTS[str(agent.name)] = agent
+    """Note an agent the LangGraph server of this process serves, so that the web inbox
+    mounted in the server judges decisions with its tools and policy."""
+    _SERVED_AGENTS[:] = [ref for ref in _SERVED_AGENTS if ref() is not None]
+    _SERVED_AGENTS.append(weakref.ref(agent))
+
+
+def unserve_agents(agents: Iterable[Any]) -> None:
+    """These agents are subagents (a supervisor took them): no approval names them first in
+    its path, and one named like a top-level agent must never stand for it in the inbox."""
+    taken = {id(agent) for agent in agents}
+    _SERVED_AGENTS[:] = [ref for ref in _SERVED_AGENTS
+                         if ref() is not None and id(ref()) not in taken]
 
 
 def served_agents() -> list[Any]:
-    """The agents this process serves under a LangGraph server."""
-    return list(_SERVED_AGENTS.values())
+    """The agents this process serves under a LangGraph server: the latest of each name."""
+    latest = {str(agent.name): agent for ref in _SERVED_AGENTS if (agent := ref()) is not None}
+    return list(latest.values())
 
 
 _IN_MEMORY: weakref.WeakKeyDictionary[BaseCheckpointSaver[Any], Ledger] = (

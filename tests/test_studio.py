@@ -597,3 +597,36 @@ def test_an_async_tool_is_claimed_and_run_on_the_servers_loop(agents_server: str
                         command={"resume": {"decisions": [{"type": "approve"}]}})
     assert [m["content"] for m in out["messages"] if m["type"] == "tool"] == [
         "rolled out 7.0.0 to staging"]
+
+
+def test_a_subagent_never_stands_for_the_served_agent_of_its_name() -> None:
+    """The web inbox mounted in the server judges approvals with the served agents' tools and
+    policies, found by the first name of each approval's path. A read-only subagent named
+    like a payments agent (of another graph) took its place there: a reviewer the payments
+    policy refuses saw its approvals and was told his approval went through (the gate
+    refused it). Only top-level agents are served; the latest of a name is."""
+    from graphkit import Agent, Inbox
+    from graphkit._storage import serve_agent, served_agents, unserve_agents
+    from graphkit.testing import ScriptedChatModel
+
+    def cfo_only(who: str | None, _request: Any) -> bool:
+        return who == "cfo"
+
+    billing = Agent(name="billing", model=ScriptedChatModel(["x"]), approvers=cfo_only)
+    serve_agent(billing)
+    helper = Agent(name="billing", model=ScriptedChatModel(["x"]), description="questions")
+    serve_agent(helper)  # built under the server too, before the supervisor that takes it
+    assistant = Agent(name="assistant", model=ScriptedChatModel(["x"]),
+                      agents={"billing_help": helper})
+    serve_agent(assistant)
+    try:
+        served = served_agents()
+        assert any(a is billing for a in served) and any(a is assistant for a in served)
+        assert not any(a is helper for a in served)
+        inbox = Inbox("memory", agents=served)
+        assert inbox.agents["billing"] is billing
+        reloaded = Agent(name="billing", model=ScriptedChatModel(["x"]), approvers=cfo_only)
+        serve_agent(reloaded)  # a reload of the graph's module builds it again
+        assert [a for a in served_agents() if a.name == "billing"] == [reloaded]
+    finally:
+        unserve_agents([billing, helper, assistant])
