@@ -221,30 +221,39 @@ def served_storage() -> Storage:
     return _SERVED
 
 
-_SERVED_AGENTS: list[weakref.ref[Any]] = []
-"""Agents built under the LangGraph server of this process, oldest first (a reload of a graph
-module builds its agents again: the latest of a name is the one served)."""
+_SERVED_AGENTS: list[Any] = []
+"""Agents built under the LangGraph server of this process, oldest first. Held strongly: a
+graph module may keep only an agent's graph (`graph = Agent(...).graph`), and the inbox needs
+the agent for its tools and policies (a reload of the module builds it again: the latest of a
+name is the one served)."""
 
 
 def serve_agent(agent: Any) -> None:
     """Note an agent the LangGraph server of this process serves, so that the web inbox
     mounted in the server judges decisions with its tools and policy."""
-    _SERVED_AGENTS[:] = [ref for ref in _SERVED_AGENTS if ref() is not None]
-    _SERVED_AGENTS.append(weakref.ref(agent))
+    _SERVED_AGENTS.append(agent)
 
 
-def unserve_agents(agents: Iterable[Any]) -> None:
-    """These agents are subagents (a supervisor took them): no approval names them first in
-    its path, and one named like a top-level agent must never stand for it in the inbox."""
-    taken = {id(agent) for agent in agents}
-    _SERVED_AGENTS[:] = [ref for ref in _SERVED_AGENTS
-                         if ref() is not None and id(ref()) not in taken]
+def _subagents(agent: Any) -> Iterator[Any]:
+    for sub in getattr(agent, "agents", {}).values():
+        yield sub
+        yield from _subagents(sub)
 
 
 def served_agents() -> list[Any]:
-    """The agents this process serves under a LangGraph server: the latest of each name."""
-    latest = {str(agent.name): agent for ref in _SERVED_AGENTS if (agent := ref()) is not None}
-    return list(latest.values())
+    """The agents this process serves under a LangGraph server, one per name (approvals name
+    their agent first in their path): of each name, the latest that no served supervisor
+    holds as a subagent, else the latest. A subagent named like a top-level agent (of
+    another graph) never stands for it; an agent served and also held by a supervisor is
+    served."""
+    held = {id(sub) for agent in _SERVED_AGENTS for sub in _subagents(agent)}
+    chosen: dict[str, tuple[bool, int, Any]] = {}
+    for order, agent in enumerate(_SERVED_AGENTS):
+        rank = (id(agent) not in held, order)
+        name = str(agent.name)
+        if name not in chosen or rank >= chosen[name][:2]:
+            chosen[name] = (*rank, agent)
+    return [agent for *_, agent in chosen.values()]
 
 
 _IN_MEMORY: weakref.WeakKeyDictionary[BaseCheckpointSaver[Any], Ledger] = (

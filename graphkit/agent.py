@@ -58,7 +58,7 @@ from graphkit._runs import (
 from graphkit._secrets import masked, masked_message
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers, GateSettings
 from graphkit._state import DEFAULT_MAX_STEPS, RunOptions
-from graphkit._storage import open_storage, serve_agent, served_storage, unserve_agents
+from graphkit._storage import open_storage, serve_agent, served_storage
 from graphkit._validate import declares_secrets, secret_paths_of
 from graphkit.errors import (
     SNAPSHOT_NOT_FOUND,
@@ -196,7 +196,6 @@ class Agent:
         self._storage = served_storage() if served else open_storage(checkpointer)
         if served:
             serve_agent(self)
-        unserve_agents(self.agents.values())  # (built before this one: served, if served)
         self.notify = tuple(notify)
         self.dispatcher: Dispatcher | None = (
             start_notifications(self._storage.ledger, self.notify) if self.notify else None)

@@ -604,29 +604,36 @@ def test_a_subagent_never_stands_for_the_served_agent_of_its_name() -> None:
     policies, found by the first name of each approval's path. A read-only subagent named
     like a payments agent (of another graph) took its place there: a reviewer the payments
     policy refuses saw its approvals and was told his approval went through (the gate
-    refused it). Only top-level agents are served; the latest of a name is."""
-    from graphkit import Agent, Inbox
-    from graphkit._storage import serve_agent, served_agents, unserve_agents
+    refused it). Of each name, the latest agent no served supervisor holds is served; an
+    agent served on its own and also held by a supervisor stays served."""
+    from graphkit import Agent, Inbox, _storage
+    from graphkit._storage import serve_agent, served_agents
     from graphkit.testing import ScriptedChatModel
 
     def cfo_only(who: str | None, _request: Any) -> bool:
         return who == "cfo"
 
-    billing = Agent(name="billing", model=ScriptedChatModel(["x"]), approvers=cfo_only)
-    serve_agent(billing)
-    helper = Agent(name="billing", model=ScriptedChatModel(["x"]), description="questions")
-    serve_agent(helper)  # built under the server too, before the supervisor that takes it
-    assistant = Agent(name="assistant", model=ScriptedChatModel(["x"]),
-                      agents={"billing_help": helper})
-    serve_agent(assistant)
+    def agent(name: str, **kwargs: Any) -> Agent:
+        built = Agent(name=name, model=ScriptedChatModel(["x"]), description=name, **kwargs)
+        serve_agent(built)  # as every agent built under the server is
+        return built
+
+    kept = list(_storage._SERVED_AGENTS)
     try:
+        billing = agent("billing", approvers=cfo_only)
+        helper = agent("billing")  # built before the supervisor that takes it
+        assistant = agent("assistant", agents={"billing_help": helper})
         served = served_agents()
         assert any(a is billing for a in served) and any(a is assistant for a in served)
         assert not any(a is helper for a in served)
-        inbox = Inbox("memory", agents=served)
-        assert inbox.agents["billing"] is billing
-        reloaded = Agent(name="billing", model=ScriptedChatModel(["x"]), approvers=cfo_only)
-        serve_agent(reloaded)  # a reload of the graph's module builds it again
+        assert Inbox("memory", agents=served).agents["billing"] is billing
+        reloaded = agent("billing", approvers=cfo_only)  # a reload of the graph's module
         assert [a for a in served_agents() if a.name == "billing"] == [reloaded]
+        # served on its own and behind a supervisor (served, or not: built with its own
+        # storage, never registered), it stays served
+        shared = agent("shared", approvers=cfo_only)
+        agent("team", agents={"shared_help": shared})
+        Agent(name="other", model=ScriptedChatModel(["x"]), agents={"s": shared})
+        assert [a for a in served_agents() if a.name == "shared"] == [shared]
     finally:
-        unserve_agents([billing, helper, assistant])
+        _storage._SERVED_AGENTS[:] = kept
