@@ -387,7 +387,8 @@ def policy_finder(root: Any) -> PolicyFinder:
     def find(agent_path: Sequence[str]) -> Approvers | None:
         approvers: Approvers | None = None
         for agent in agents_on(root, agent_path):
-            approvers = agent.approvers or approvers  # a subagent without one inherits
+            if agent.approvers is not None:  # (a policy object may be falsy: an empty list)
+                approvers = agent.approvers  # a subagent without one inherits
         return approvers
 
     return find

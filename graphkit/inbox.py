@@ -159,7 +159,7 @@ class Inbox:
         (it is not given the agent) shows its approvals to no named reviewer: who may see
         them is that policy's to say. Where no policy exists at all, every named reviewer
         sees everything; a policy that raises shows nothing."""
-        policy = self.viewers or self.approvers
+        policy = self.viewers if self.viewers is not None else self.approvers
         agent = None
         if policy is None:
             agent = self._agent_at(item.agent_path)
@@ -394,8 +394,8 @@ class Inbox:
         decide the tool the grant covers, judged on the approval that made it; without a
         policy anyone may decide, so anyone may revoke."""
         agent = self._agent_at(grant.agent_path)
-        approvers = self.approvers or (policy_finder(agent)(grant.agent_path)
-                                       if agent else None)
+        approvers = self.approvers if self.approvers is not None else (
+            policy_finder(agent)(grant.agent_path) if agent else None)
         if approvers is None:
             # no policy here; the agent may have one this inbox cannot run (it records so)
             return not self._policy_out_of_reach(agent, grant.agent_path, grant.tool_name)
@@ -478,8 +478,8 @@ class Inbox:
             raise ApprovalAlreadyResolvedError(
                 f"approval {approval_id!r} ({entry['tool_name']}) no longer waits: {RUN_ENDED}")
         tool = agent._find_tool(record["agent_path"], record["tool_name"]) if agent else None
-        approvers = self.approvers or (policy_finder(agent)(record["agent_path"])
-                                       if agent else None)
+        approvers = self.approvers if self.approvers is not None else (
+            policy_finder(agent)(record["agent_path"]) if agent else None)
         if approvers is None and self._policy_out_of_reach(agent, record["agent_path"],
                                                            record["tool_name"]):
             # the gate would refuse what its policy refuses, and the reviewer would believe

@@ -29,7 +29,7 @@ from graphkit import (
 )
 from graphkit.cli import main
 from graphkit.testing import ScriptedChatModel
-from tests.helpers import agent_with, call, lax_inbox, ledger_plan, turn
+from tests.helpers import agent_with, call, lax_inbox, ledger_plan, pay_then_done, turn
 
 PAY = {"amount": 40, "payee": {"name": "ACME"}}
 
@@ -214,6 +214,46 @@ def test_a_subagent_keeps_its_own_policy_inside_a_supervisor() -> None:
     assert purged == []
     assert boss.approve_tool_call_generate(run_id=result.run_id, decided_by="dpo").text == "ok"
     assert purged == [9]
+
+
+class _Allowlist:
+    """A policy from configuration: who may approve (falsy when nobody may)."""
+
+    def __init__(self, *names: str) -> None:
+        self.names = set(names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __call__(self, who: str | None, _pending: Any) -> bool:
+        return who in self.names
+
+
+@pytest.mark.parametrize("where", ["root", "subagent"])
+def test_a_policy_that_is_falsy_is_still_the_policy_at_every_door(where: str) -> None:
+    """An empty allowlist lets nobody approve. The doors took a falsy policy for none (a
+    subagent's for its supervisor's): they showed the call to anyone and told a reviewer
+    his approval went through, which the gate, whose check is `is None`, then refused."""
+    nobody = _Allowlist()
+    if where == "root":
+        agent, ran = agent_with(pay_then_done, approvers=nobody, name="billing")
+    else:
+        inner, ran = agent_with(pay_then_done, approvers=nobody, name="billing",
+                                description="Pays.")
+        agent = Agent(name="boss", agents={"billing": inner}, approvers=_Allowlist("boss"),
+                      model=ScriptedChatModel([turn(call("billing", {"task": "pay"}, "d1")),
+                                               "ok"]))
+    first = agent.generate("pay")
+    (pending,) = first.pending_approvals
+    inbox = Inbox(agent._storage, agents=[agent])
+    reviewer = "boss" if where == "subagent" else "mallory"
+    assert not inbox.may_view(reviewer, inbox.get(pending.id))
+    with pytest.raises(ApproverNotAllowedError):
+        inbox.approve(pending.id, decided_by=reviewer)
+    with pytest.raises(ApproverNotAllowedError):
+        agent.approve_tool_call(run_id=first.run_id, decided_by=reviewer)
+    assert [p.status for p in agent.pending_approvals(run_id=first.run_id)] == ["pending"]
+    assert ran.ran == []
 
 
 def test_reused_ids_never_inherit_an_old_decision() -> None:
