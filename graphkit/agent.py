@@ -194,8 +194,6 @@ class Agent:
         # agents it serves share one ledger in this process, which its mounted web inbox reads.
         served = bool(os.environ.get(SERVER_ENV)) and checkpointer in (None, "memory")
         self._storage = served_storage() if served else open_storage(checkpointer)
-        if served:
-            serve_agent(self)
         self.notify = tuple(notify)
         self.dispatcher: Dispatcher | None = (
             start_notifications(self._storage.ledger, self.notify) if self.notify else None)
@@ -205,6 +203,8 @@ class Agent:
             store=None if served else self._storage.store,
             name=name,
         )
+        if served:  # once built: an agent whose construction failed is never served
+            serve_agent(self)
 
     def _builder(self, ledger: Ledger, *, nested: bool = False,
                  approvers: Approvers | None = None) -> Any:
