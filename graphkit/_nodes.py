@@ -70,7 +70,7 @@ from graphkit._reply import (
     turn_span,
 )
 from graphkit._review import audit_row, supersede
-from graphkit._secrets import scrub_exception
+from graphkit._secrets import scrub_exception, scrubbed, secret_values
 from graphkit._state import AgentState, ToolTask, TurnPlan
 from graphkit._validate import declares_secrets, secret_paths_of
 from graphkit.tools import (
@@ -722,6 +722,24 @@ def result_command(task: ToolTask, output: Any) -> Command[ToolTarget]:
     return Command(update={"messages": [message]}, goto=goto)
 
 
+def _said(tool: BaseTool, call: Mapping[str, Any], value: Any) -> Any:
+    """What a call says back (its result, or what it asks when it suspends) without the
+    secret values of its arguments: a tool that echoes its key (or a key a reviewer typed in
+    an edit) would show it to the model, the conversation's checkpoints, streams, webhooks
+    and every view, where the call's own arguments show the mask. (Its errors: see
+    `scrub_exception`.)"""
+    if not declares_secrets(tool):
+        return value
+    secrets = secret_values(call["args"], secret_paths_of(tool, call["args"]))
+    if not secrets:
+        return value
+    if isinstance(value, ToolMessage):
+        return value.model_copy(update={"content": scrubbed(value.content, secrets)})
+    if isinstance(value, Mapping):  # a suspension's payload
+        return scrubbed(value, secrets)
+    return scrubbed(str(value), secrets)  # (as `result_command` would show it)
+
+
 def _suspended(task: ToolTask, signal: ToolSuspended) -> Command[ToolTarget]:
     """Back to the gate, which asks what the ledger was told (`Ledger.suspend`): the report
     in the state only says where to look (a client can write it)."""
@@ -792,6 +810,7 @@ def make_tools_nodes(
         try:
             output = tool.invoke(call, tool_config)
         except ToolSuspended as signal:
+            signal.payload = _said(tool, call, signal.payload)
             ledger.suspend(task["key"], owner, signal.payload)
             return _suspended(task, signal)
         except GraphBubbleUp:  # a tool's own interrupt(): it runs again on resume
@@ -801,7 +820,7 @@ def make_tools_nodes(
             scrub_exception(exc, call["args"], secret_paths_of(tool, call["args"]))
             stopped(task, owner, FAILED, exc)
             raise
-        return finish(task, owner, output)
+        return finish(task, owner, _said(tool, call, output))
 
     def run_tool(task: ToolTask, config: RunnableConfig, handoff: _Handoff | None = None
                  ) -> Command[ToolTarget]:
@@ -870,6 +889,7 @@ def make_tools_nodes(
         try:
             output = await tool.ainvoke(call, tool_config)
         except ToolSuspended as signal:
+            signal.payload = await offload(_said, tool, call, signal.payload)
             await offload(ledger.suspend, task["key"], owner, signal.payload)
             return _suspended(task, signal)
         except GraphBubbleUp:
@@ -887,7 +907,7 @@ def make_tools_nodes(
             scrub_exception(exc, call["args"], secret_paths_of(tool, call["args"]))
             await offload(stopped, task, owner, FAILED, exc)
             raise
-        return await offload(finish, task, owner, output)
+        return await offload(lambda: finish(task, owner, _said(tool, call, output)))
 
     return run_tool, arun_tool
 

@@ -29,7 +29,8 @@ from graphkit._digest import args_digest
 
 __all__ = ["MASK", "PATHS_KEY", "SALT_KEY", "SECRETS_KEY", "WITHHELD_CHARS", "masked",
            "masked_ai", "masked_message", "masked_record", "new_salt", "record_digest",
-           "record_paths", "restored", "salted_digest", "scrub_exception", "secret_paths",
+           "record_paths", "restored", "salted_digest", "scrub_exception", "scrubbed",
+           "secret_paths", "secret_values",
            "shows_masked", "unmasked", "with_secrets", "withheld"]
 
 SECRETS_KEY = "graphkit_secret_paths"
@@ -253,14 +254,32 @@ def scrub_exception(exc: BaseException, args: Any,
     """Take a call's secret values out of the error it raised (its message, and the errors
     it was raised from): the error is recorded as the call's outcome, which the model and
     every view read, and LangGraph hands it to the caller and its streams."""
-    values = [v for p in paths or () for v, found in [_get(args, list(p))]
-              if found and isinstance(v, str) and len(v) >= 4 and v != MASK]
+    values = secret_values(args, paths)
     seen: set[int] = set()
     while values and exc is not None and id(exc) not in seen and len(seen) < 16:
         seen.add(id(exc))
         with contextlib.suppress(Exception):  # an exception whose args cannot be set
             exc.args = tuple(_scrub(a, values) for a in exc.args)
         exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+
+
+def secret_values(args: Any, paths: Sequence[Sequence[str | int]] | None) -> list[str]:
+    """The secret values a call's arguments hold at `paths` (text of 4 characters or more:
+    shorter would mask common text), to take out of what the call says back."""
+    return [v for p in paths or () for v, found in [_get(args, list(p))]
+            if found and isinstance(v, str) and len(v) >= 4 and v != MASK]
+
+
+def scrubbed(value: Any, secrets: Sequence[str]) -> Any:
+    """`value` (text, or lists and mappings of it: content blocks, a suspension's payload)
+    with each of `secrets` shown as the mask."""
+    if not secrets:
+        return value
+    if isinstance(value, Mapping):
+        return {k: scrubbed(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrubbed(v, secrets) for v in value]
+    return _scrub(value, secrets)
 
 
 def _scrub(value: Any, secrets: Sequence[str]) -> Any:

@@ -13,7 +13,7 @@ from langgraph.types import Command
 from pydantic import SecretStr
 from starlette.testclient import TestClient
 
-from graphkit import Agent, Inbox, Webhook, _html, create_tool
+from graphkit import Agent, Inbox, ToolContext, Webhook, _html, create_tool
 from graphkit._secrets import salted_digest
 from graphkit.cli import main
 from graphkit.testing import ScriptedChatModel
@@ -305,3 +305,58 @@ def test_a_refused_call_and_a_failed_call_keep_their_secrets_out_of_sight() -> N
     (key,) = [c["key"] for c in ledger_plan(agent, "fails")["calls"]]
     outcome = agent._storage.ledger.outcomes([key])[key]
     assert outcome is not None and KEY not in str(outcome) and MASK in str(outcome)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_tool_that_says_its_secret_back_shows_the_mask(tmp_path: Path, flavour: str) -> None:
+    """A tool's result, or what it asks when it suspends, may hold the key it was given (or
+    a key a reviewer typed in an edit, which the model never saw): the conversation, its
+    checkpoints, the pending approval, the webhooks' outbox and the recorded outcome show
+    the mask; the tool got the real key."""
+    import asyncio
+
+    edited = "sk-live-EDITED-77"
+    used: list[str] = []
+
+    def charge_body(amount: int, api_key: SecretStr, ctx: ToolContext) -> str:
+        used.append(api_key.get_secret_value())
+        if ctx.resume_data is None:
+            ctx.suspend({"message": f"confirm charge with {api_key.get_secret_value()}?"})
+        return f"charged {amount} using key {api_key.get_secret_value()}"
+
+    async def acharge_body(amount: int, api_key: SecretStr, ctx: ToolContext) -> str:
+        return charge_body(amount, api_key, ctx)
+
+    body: Any = charge_body if flavour == "sync" else acharge_body
+    charge = create_tool(body, name="charge", needs_approval=True,
+                         description="Charge a card.")
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = Agent(name="billing", tools=[charge], checkpointer=url,
+                  notify=[Webhook("http://127.0.0.1:9/hooks", secret="s")],
+                  model=ScriptedChatModel(lambda m: "done" if m[-1].type == "tool" else turn(
+                      call("charge", {"amount": 5, "api_key": KEY}, "c1"))))
+
+    def run(coro_or_result: Any) -> Any:
+        return asyncio.run(coro_or_result) if flavour == "async" else coro_or_result
+
+    first = run(agent.agenerate("charge") if flavour == "async" else agent.generate("charge"))
+    asked = run(agent.aapprove_tool_call_generate(
+        run_id=first.run_id, decided_by="cfo", args={"amount": 5, "api_key": edited})
+        if flavour == "async" else agent.approve_tool_call_generate(
+        run_id=first.run_id, decided_by="cfo", args={"amount": 5, "api_key": edited}))
+    assert asked.finish_reason == "suspended"
+    (question,) = asked.pending_approvals
+    shown = json.dumps([question.to_dict(), [p.to_dict() for p in Inbox(url).pending()]],
+                       default=str)
+    assert edited not in shown and MASK in shown
+    done = run(agent.aresume_generate("yes", run_id=first.run_id) if flavour == "async"
+               else agent.resume_generate("yes", run_id=first.run_id))
+    assert done.text == "done" and used[-1] == edited
+    cfg = {"configurable": {"thread_id": first.thread_id}}
+    history = json.dumps([s.values for s in agent.graph.get_state_history(cfg)], default=str)
+    rows = agent._storage.ledger._sql.query("SELECT payload FROM graphkit_outbox")
+    outcomes = agent._storage.ledger._sql.query("SELECT outcome FROM graphkit_calls")
+    for where, text in {"conversation": history, "outbox": str(rows),
+                        "outcome": str(outcomes)}.items():
+        assert edited not in text and KEY not in text, f"the key is shown in {where}"
+    assert "charged 5 using key " + MASK in history
