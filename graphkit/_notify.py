@@ -70,7 +70,7 @@ class Webhook:
             signature (a Slack incoming webhook, whose URL is its secret).
         format: `"json"` (`{"id", "type", "created_at", "approval": {...}}`) or `"slack"`
             (`{"text", "blocks"}` for a Slack incoming webhook).
-        timeout: Seconds per request.
+        timeout: Seconds per request, in all (connecting, sending, the answer).
         max_attempts: Attempts per event before it is given up (recorded in the ledger).
         review_url: Base URL of your review UI: events link to `<review_url>/approvals/<id>`.
         backoff: Seconds before the first retry; each retry waits twice as long, up to
@@ -399,10 +399,9 @@ class Dispatcher:
                        EVENT_HEADER: event.type, EVENT_ID_HEADER: event.event_id}
             if webhook.secret:
                 headers[SIGNATURE_HEADER] = sign(body, webhook.secret)
-            response = self._client.post(webhook.url, content=body, headers=headers,
-                                         timeout=webhook.timeout)
-            if not 200 <= response.status_code < 300:
-                error = f"HTTP {response.status_code}: {response.text[:200]}"
+            status, text = self._post(webhook, body, headers)
+            if not 200 <= status < 300:
+                error = f"HTTP {status}: {text[:200]}"
         except Exception as exc:  # a connection error, a timeout, or a body that cannot be made
             error = f"{type(exc).__name__}: {exc}"
         if error is None:
@@ -414,6 +413,36 @@ class Dispatcher:
                     "" if retry_in is not None else "; giving up")
         self.ledger.delivery_failed(event.event_id, webhook.target, self.owner,
                                     error=error[:MAX_ERROR], retry_in=retry_in)
+
+    def _post(self, webhook: Webhook, body: bytes, headers: dict[str, str]
+              ) -> tuple[int, str]:
+        """The POST's status and the start of its body, within `webhook.timeout` in all.
+        httpx's timeout bounds each read, so a receiver that answers a byte at a time would
+        hold the request (and every webhook of this dispatcher after it) for as long as it
+        likes: the request runs in a thread of its own, left behind (its answer unread, the
+        event retried) once the time is up."""
+        answer: list[tuple[int, str]] = []
+        failed: list[BaseException] = []
+
+        def post() -> None:
+            try:
+                with self._client.stream("POST", webhook.url, content=body, headers=headers,
+                                         timeout=webhook.timeout) as response:
+                    text = b"" if 200 <= response.status_code < 300 else next(
+                        response.iter_bytes(MAX_ERROR), b"")
+                    answer.append((response.status_code, text.decode("utf-8", "replace")))
+            except BaseException as exc:
+                failed.append(exc)
+
+        thread = threading.Thread(target=post, name="graphkit-webhook-post", daemon=True)
+        thread.start()
+        thread.join(webhook.timeout)
+        if failed:
+            raise failed[0]
+        if not answer:
+            msg = f"no complete answer within {webhook.timeout:g} s"
+            raise TimeoutError(msg)
+        return answer[0]
 
     def _run(self) -> None:
         while not self._stopped.is_set():

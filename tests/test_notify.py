@@ -226,6 +226,48 @@ def test_connection_refused_is_retried(sqlite_url: str) -> None:
         receiver.close()
 
 
+def test_a_receiver_that_answers_a_byte_at_a_time_holds_no_other_webhook(
+        sqlite_url: str, receiver: Receiver) -> None:
+    """httpx's timeout bounds each read: a receiver dripping its answer held the request, and
+    every webhook of the dispatcher after it, for as long as it liked (and `stop` waited on
+    it). A request gets `timeout` seconds in all; the event is retried."""
+    stop = threading.Event()
+
+    def drip(conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n":
+                if stop.wait(0.3):
+                    return
+                conn.sendall(bytes([byte]))
+
+    slow = socket.socket()
+    slow.bind(("127.0.0.1", 0))
+    slow.listen()
+    accepting = threading.Thread(target=lambda: [
+        threading.Thread(target=drip, args=(slow.accept()[0],), daemon=True).start()
+        for _ in range(8)], daemon=True)
+    accepting.start()
+    dripping = Webhook(f"http://127.0.0.1:{slow.getsockname()[1]}/hook", secret=SECRET,
+                       timeout=1.0, backoff=30)
+    agent, _ = agent_with(pay(), checkpointer=sqlite_url,
+                          notify=[dripping, Webhook(receiver.url, secret=SECRET)])
+    try:
+        agent.generate("pay")
+        started = time.monotonic()
+        _dispatcher(agent).run_once()
+        assert time.monotonic() - started < 5
+        assert _types(receiver.delivered()) == [("approval.requested", "requested")]
+        failed = [d for d in agent._storage.ledger.deliveries() if d["last_error"]]
+        assert len(failed) == 1 and "no complete answer within 1 s" in failed[0]["last_error"]
+        started = time.monotonic()
+        _dispatcher(agent).stop(timeout=5)
+        assert time.monotonic() - started < 5
+    finally:
+        stop.set()
+        slow.close()
+
+
 def test_events_recorded_while_stopped_are_delivered_by_the_next_dispatcher(
         sqlite_url: str, receiver: Receiver) -> None:
     hook = Webhook(receiver.url, secret=SECRET)
