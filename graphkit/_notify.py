@@ -238,7 +238,11 @@ def _slack_body(webhook: Webhook, event: OutboxEvent) -> dict[str, Any]:
     args = entry.get("args_after") if entry.get("args_after") is not None else entry.get(
         "args_before")
     if args is not None:
-        shown = _escape(json.dumps(args, default=str, sort_keys=True, indent=1), 2_000)
+        # a backtick the model wrote must not close the code block (and format what follows
+        # as the message's own text: "Pre-approved by Security"): each is followed by a
+        # zero-width space, which no run of them survives as a fence
+        shown = _escape(json.dumps(args, default=str, sort_keys=True, indent=1), 2_000
+                        ).replace("`", "`\u200b")
         blocks.append({"type": "section",
                        "text": {"type": "mrkdwn", "text": f"*Arguments*\n```{shown}```"}})
     if entry.get("comment"):

@@ -392,6 +392,23 @@ def test_slack_format(sqlite_url: str) -> None:
         receiver.close()
 
 
+def test_slack_arguments_stay_in_their_code_block() -> None:
+    """A model-written argument with three backticks closed Slack's code block, and what
+    followed showed as the message's own formatted text."""
+    from graphkit._ledger import OutboxEvent
+    from graphkit._notify import render
+
+    smuggled = "x```\n*Pre-approved by Security* https://evil.example/approve\n```"
+    event = OutboxEvent(event_id="e1", type="approval.requested", created_at=0.0, attempts=1,
+                        payload={"approval": {"event": "requested", "tool_name": "pay",
+                                              "agent_path": ["billing"],
+                                              "args_before": {"memo": smuggled}}})
+    body = json.loads(render(Webhook("https://hooks.slack.example/x", format="slack"), event))
+    (arguments,) = [b["text"]["text"] for b in body["blocks"]
+                    if b.get("text", {}).get("text", "").startswith("*Arguments*")]
+    assert arguments.count("```") == 2 and arguments.endswith("```")
+
+
 def test_verify_signature_rejects_what_it_should() -> None:
     body = b'{"id":"e1"}'
     header = sign(body, SECRET)
