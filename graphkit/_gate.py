@@ -40,7 +40,15 @@ from graphkit._context import (
     thread_id_of,
 )
 from graphkit._journal import GateJournal
-from graphkit._ledger import ApprovalRow, Clearance, Ledger, PendingTurn, Queued, queued_id
+from graphkit._ledger import (
+    ApprovalRow,
+    AuditRow,
+    Clearance,
+    Ledger,
+    PendingTurn,
+    Queued,
+    queued_id,
+)
 from graphkit._limits import check_value
 from graphkit._offload import offload
 from graphkit._owner import holder_is_dead
@@ -879,6 +887,7 @@ def _suspended(plan: TurnPlan, ctx: GateContext) -> None:
         (c["key"] for c in plan["calls"] if c["suspension"] is None and c["answer"] is None),
         ctx.thread_id)
     rows: list[ApprovalRow] = []
+    audits: list[AuditRow] = []
     for call in plan["calls"]:
         payload = asked.get(call["key"])
         if payload is None:
@@ -889,8 +898,13 @@ def _suspended(plan: TurnPlan, ctx: GateContext) -> None:
                                 kind="suspension", call_key=call["key"], agent_path=ctx.path,
                                 tool_name=call["tool_name"], args_digest=record["args_digest"],
                                 run_id=ctx.run_id, record=record))
+        # requested, as an approval is: in the audit, and to webhooks (someone must answer)
+        audits.append(audit_row("requested", record, thread_id=ctx.thread_id,
+                                run_id=ctx.run_id, args_before=record["args"],
+                                at=record["created_at"], dedupe=f"{record['id']}:requested"))
     if rows:
-        ctx.ledger.register(approvals=rows, turn=(ctx.thread_id, ctx.path, lambda _: plan))
+        ctx.ledger.register(approvals=rows, audits=audits,
+                            turn=(ctx.thread_id, ctx.path, lambda _: plan))
 
 
 def _ready(plan: TurnPlan, answered: set[str]) -> list[CallPlan]:

@@ -392,6 +392,37 @@ def test_slack_format(sqlite_url: str) -> None:
         receiver.close()
 
 
+def test_a_suspended_tool_is_requested_as_an_approval_is(sqlite_url: str,
+                                                          receiver: Receiver) -> None:
+    """A tool that asks for input waits on a person as an approval does: the audit and the
+    webhooks say so while it waits (they said nothing until someone had answered)."""
+    from graphkit import ToolContext, create_tool
+    from graphkit.testing import ScriptedChatModel
+
+    @create_tool
+    def weather(ctx: ToolContext) -> str:
+        """The weather where the user says."""
+        if ctx.resume_data is None:
+            ctx.suspend({"message": "Which city?"})
+        return f"sunny in {ctx.resume_data}"
+
+    agent = Agent(name="forecaster", tools=[weather], checkpointer=sqlite_url,
+                  notify=[Webhook(receiver.url, secret=SECRET)],
+                  model=ScriptedChatModel(lambda m: "done" if m[-1].type == "tool" else turn(
+                      call("weather", {}, "w1"))))
+    first = agent.generate("weather?")
+    (asked,) = first.pending_approvals
+    assert _dispatcher(agent).flush(timeout=10)
+    (event,) = receiver.delivered()
+    assert event["type"] == "approval.requested"
+    assert event["approval"]["approval_id"] == asked.id
+    assert [e["event"] for e in Inbox(sqlite_url).audit(id=asked.id)] == ["requested"]
+    agent.resume_generate("Paris", run_id=first.run_id)
+    assert _dispatcher(agent).flush(timeout=10)
+    assert [e["type"] for e in receiver.delivered()][:2] == ["approval.requested",
+                                                             "approval.decided"]
+
+
 def test_slack_arguments_stay_in_their_code_block() -> None:
     """A model-written argument with three backticks closed Slack's code block, and what
     followed showed as the message's own formatted text."""
