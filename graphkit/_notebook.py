@@ -241,12 +241,14 @@ def review(agent: Agent, target: GenerateResult | str, *, decided_by: str) -> Re
         values = {} if is_suspension else pending.args
         inputs = {name: _field(widgets, name, spec, values.get(name, spec.get("default")))
                   for name, spec in (schema.get("properties") or {}).items()}
+        allowed = pending.allowed_decisions or ()  # (the door refuses the others anyway)
         card = ReviewCard(
             pending=pending,
             widget=None,
             approve=widgets.Button(description="Approve", button_style="success",
-                                   disabled=is_suspension),
-            edit=widgets.Button(description="Approve with edits", disabled=is_suspension),
+                                   disabled=is_suspension or "approve" not in allowed),
+            edit=widgets.Button(description="Approve with edits",
+                                disabled=is_suspension or "edit" not in allowed),
             decline=widgets.Button(description="Decline", button_style="danger"),
             resume=widgets.Button(description="Resume", button_style="info",
                                   disabled=not is_suspension),
@@ -272,9 +274,10 @@ def review(agent: Agent, target: GenerateResult | str, *, decided_by: str) -> Re
             except (ValueError, RecursionError) as exc:
                 card.message.value = f"<p class='error'>Not JSON: {_html._e(str(exc))}</p>"
                 return
-            after(lambda: agent.approve_tool_call_generate(
+            after(lambda: agent.approve_tool_call_generate(  # an edit of what the card showed
                 run_id=run_id, tool_call_id=card.pending.tool_call_id, decided_by=decided_by,
-                comment=card.comment.value or None, args=edited), card)
+                comment=card.comment.value or None, args=edited,
+                args_digest=card.pending.args_digest), card)
 
         def on_decline(_: Any, card: ReviewCard = card) -> None:
             after(lambda: agent.decline_tool_call_generate(

@@ -67,6 +67,23 @@ def test_an_edit_is_validated_by_the_tool_and_a_refusal_is_shown() -> None:
     assert ran.ran == [("pay", {"amount": 35, "payee": {"name": "ACME Ltd"}})]
 
 
+def test_a_card_offers_only_the_decisions_its_tool_allows() -> None:
+    """A card showed "Approve with edits" for a tool that takes no edits (the click was
+    refused); an edit-only tool's card offered a plain approve."""
+    for allowed, approve, edit in ((["approve", "reject"], True, False),
+                                   (["edit", "reject"], False, True)):
+        @create_tool(needs_approval=True, allowed_decisions=allowed)
+        def pay(amount: int) -> str:
+            """Pay."""
+            return "paid"
+
+        agent = Agent(name="billing", tools=[pay], model=ScriptedChatModel(
+            [turn(call("pay", {"amount": 5}, "p1")), "done"]))
+        (card,) = agent.review(agent.generate("pay"), decided_by="cfo").cards
+        assert (not card.approve.disabled, not card.edit.disabled) == (approve, edit)
+        assert not card.decline.disabled
+
+
 def test_a_suspension_is_answered_from_its_form() -> None:
     from pydantic import BaseModel
 
