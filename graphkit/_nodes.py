@@ -722,6 +722,10 @@ def result_command(task: ToolTask, output: Any) -> Command[ToolTarget]:
     return Command(update={"messages": [message]}, goto=goto)
 
 
+WITHHELD = ("[the result of {name!r} is withheld: it could not be checked for the secret "
+            "values of the call's arguments]")
+
+
 def _said(tool: BaseTool, call: Mapping[str, Any], value: Any) -> Any:
     """What a call says back (its result, or what it asks when it suspends) without the
     secret values of its arguments: a tool that echoes its key (or a key a reviewer typed in
@@ -730,14 +734,17 @@ def _said(tool: BaseTool, call: Mapping[str, Any], value: Any) -> Any:
     `scrub_exception`.)"""
     if not declares_secrets(tool):
         return value
-    secrets = secret_values(call["args"], secret_paths_of(tool, call["args"]))
-    if not secrets:
-        return value
-    if isinstance(value, ToolMessage):
-        return value.model_copy(update={"content": scrubbed(value.content, secrets)})
-    if isinstance(value, Mapping):  # a suspension's payload
-        return scrubbed(value, secrets)
-    return scrubbed(str(value), secrets)  # (as `result_command` would show it)
+    try:
+        secrets = secret_values(call["args"], secret_paths_of(tool, call["args"]))
+        if not secrets:
+            return value
+        if isinstance(value, ToolMessage):
+            return value.model_copy(update={"content": scrubbed(value.content, secrets)})
+        if isinstance(value, Mapping):  # a suspension's payload
+            return scrubbed(value, secrets)
+        return scrubbed(str(value), secrets)  # (as `result_command` would show it)
+    except Exception:  # the tool ran: its outcome must still be recorded, never its secret
+        return WITHHELD.format(name=tool.name)
 
 
 def _suspended(task: ToolTask, signal: ToolSuspended) -> Command[ToolTarget]:
