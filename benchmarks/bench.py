@@ -215,38 +215,47 @@ def _size(path: Path) -> dict[str, int]:
     return {"bytes": path.stat().st_size, **{f"rows_{k}": v for k, v in rows.items()}}
 
 
+def parallel_turn(n: int, flavour: str, spans: list[tuple[float, float]]
+                  ) -> tuple[Callable[[list[Any]], Any], Callable[..., Any]]:
+    """The scripted reply that calls `nap` `n` times in one turn (then says "done"), and
+    `nap` itself (sync or async): it sleeps 50 ms and adds its (start, end) to `spans`."""
+    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+    def reply(messages: list[BaseMessage]) -> AIMessage:
+        if isinstance(messages[-1], ToolMessage):
+            return AIMessage("done")
+        return AIMessage("", tool_calls=[{"name": "nap", "args": {"i": i}, "id": f"n{i}"}
+                                         for i in range(n)])
+
+    if flavour == "sync":
+        def nap(i: int) -> str:
+            """Sleep 50 ms."""
+            start = time.perf_counter()
+            time.sleep(0.05)
+            spans.append((start, time.perf_counter()))
+            return str(i)
+        return reply, nap
+
+    async def anap(i: int) -> str:
+        """Sleep 50 ms."""
+        start = time.perf_counter()
+        await asyncio.sleep(0.05)
+        spans.append((start, time.perf_counter()))
+        return str(i)
+    return reply, anap
+
+
 def parallel_tools(directory: Path, runs: int = 15) -> list[Row]:
     """N tools sleeping 50 ms each, in one model turn, sync and async, on SQLite: the tools'
     phase (first tool start to last tool end) and the whole run (two model turns and every
     checkpoint), for an agent that serves many runs (as in an application; the first runs,
     which warm it up, are not counted); beside LangChain's `create_agent` and the minimal graph
     on the same tools, model, storage and concurrency (graphkit's), interleaved."""
-    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-
     rows: list[Row] = []
     spans: list[tuple[float, float]] = []  # (start, end) of each tool call of the last run
     for n in (8, 32):
-        def reply(messages: list[BaseMessage], n: int = n) -> AIMessage:
-            if isinstance(messages[-1], ToolMessage):
-                return AIMessage("done")
-            return AIMessage("", tool_calls=[{"name": "nap", "args": {"i": i}, "id": f"n{i}"}
-                                             for i in range(n)])
-
         for flavour in ("sync", "async"):
-            if flavour == "sync":
-                def nap(i: int) -> str:
-                    """Sleep 50 ms."""
-                    start = time.perf_counter()
-                    time.sleep(0.05)
-                    spans.append((start, time.perf_counter()))
-                    return str(i)
-            else:
-                async def nap(i: int) -> str:  # type: ignore[misc]
-                    """Sleep 50 ms."""
-                    start = time.perf_counter()
-                    await asyncio.sleep(0.05)
-                    spans.append((start, time.perf_counter()))
-                    return str(i)
+            reply, nap = parallel_turn(n, flavour, spans)
             loop = asyncio.new_event_loop()
             contestants = loop.run_until_complete(
                 _parallel_contestants(directory / f"parallel-{n}-{flavour}", nap, reply,

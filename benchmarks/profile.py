@@ -183,33 +183,14 @@ def _thread_cpu(places: dict[str, tuple[Any, str]], spent: collections.Counter[s
 def parallel(tools: int, flavour: str, rounds: int) -> None:
     import asyncio
 
-    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
     from langchain_core.tools import BaseTool
 
     from benchmarks import bench
     from graphkit import _nodes
     from graphkit._ledger import Ledger
 
-    starts: list[float] = []
-
-    def reply(messages: list[BaseMessage]) -> AIMessage:
-        if isinstance(messages[-1], ToolMessage):
-            return AIMessage("done")
-        return AIMessage("", tool_calls=[{"name": "nap", "args": {"i": i}, "id": f"n{i}"}
-                                         for i in range(tools)])
-
-    if flavour == "sync":
-        def nap(i: int) -> str:
-            """Sleep 50 ms."""
-            starts.append(time.perf_counter())
-            time.sleep(0.05)
-            return str(i)
-    else:
-        async def nap(i: int) -> str:  # type: ignore[misc]
-            """Sleep 50 ms."""
-            starts.append(time.perf_counter())
-            await asyncio.sleep(0.05)
-            return str(i)
+    spans: list[tuple[float, float]] = []  # (start, end) of each tool call of the last run
+    reply, nap = bench.parallel_turn(tools, flavour, spans)
     invoke = "invoke" if flavour == "sync" else "ainvoke"
     places = {"LangChain's BaseTool." + invoke: (BaseTool, invoke),
               "graphkit's admission (_admit)": (_nodes, "_admit"),
@@ -235,13 +216,13 @@ def parallel(tools: int, flavour: str, rounds: int) -> None:
             spent[name] = collections.Counter()
         for _ in range(rounds):
             for name, run in contestants.items():
-                starts.clear()
+                spans.clear()
                 with _thread_cpu(places, spent[name]):
                     cpu, start = time.process_time(), time.perf_counter()
                     go(run)
                     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
                 figures[name]["whole"].append(wall)
-                figures[name]["spread"].append(max(starts) - min(starts))
+                figures[name]["spread"].append(max(s for s, _ in spans) - min(s for s, _ in spans))
                 figures[name]["cpu"].append(cpu)
         loop.run_until_complete(bench._close_all())
     loop.close()
