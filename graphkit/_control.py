@@ -10,7 +10,7 @@ at all: it asks each gate to apply what the ledger holds, which the gate verifie
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -358,6 +358,13 @@ def _check_reply(messages: list[BaseMessage],
         msg = (f"message ids {reused} are queued to join the conversation with other "
                "messages: a new message needs an id of its own (or none)")
         raise GraphkitError(msg)
+
+
+def shared_names(agents: Iterable[Any]) -> list[str]:
+    """The names more than one of `agents` has: agent paths, by which approvals, grants and
+    policies name an agent, are made of names, so agents side by side need their own."""
+    names = [str(agent.name) for agent in agents]
+    return sorted({n for n in names if names.count(n) > 1})
 
 
 def agents_on(root: Any, agent_path: Sequence[str]) -> list[Any]:

@@ -35,6 +35,7 @@ from graphkit._control import (
     is_current,
     of_run,
     policy_finder,
+    shared_names,
     start_payload,
     waiting,
 )
@@ -171,11 +172,10 @@ class Agent:
         self.model = _model(model)
         self.tools = _tools(tools)
         self.agents = dict(agents or {})
-        names = [sub.name for sub in self.agents.values()]
-        shared = sorted({n for n in names if names.count(n) > 1})
+        shared = shared_names(self.agents.values())
         if shared:
-            # an agent path names each subagent by its name: two of one supervisor under one
-            # name would share every grant, policy and decision recorded for that path
+            # two of one supervisor under one name would share every grant, policy and
+            # decision recorded for that path
             msg = (f"subagents of {name!r} share the names {shared}; give each its own name "
                    "(agent paths, which grants, policies and decisions name, are made of them)")
             raise ValueError(msg)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import jsonschema
 from langchain_core.messages import AIMessage, ToolMessage
 
-from graphkit._control import policy_finder
+from graphkit._control import policy_finder, shared_names
 from graphkit._ledger import WaitingRow
 from graphkit._notify import Dispatcher, Webhook, start_notifications
 from graphkit._review import (
@@ -135,9 +135,9 @@ class Inbox:
         self.notify = tuple(notify)
         self.dispatcher: Dispatcher | None = (
             start_notifications(self._storage.ledger, self.notify) if self.notify else None)
-        names = [agent.name for agent in agents]
-        if len(set(names)) < len(names):  # an approval names its agent by name
-            msg = f"agents {sorted({n for n in names if names.count(n) > 1})} share a name"
+        shared = shared_names(agents)
+        if shared:  # an approval names its agent by name
+            msg = f"agents {shared} share a name"
             raise ValueError(msg)
         self.agents = {agent.name: agent for agent in agents}
         """Agents whose tools and policies this inbox may use: an edit is then validated by
