@@ -264,29 +264,41 @@ def scrub_exception(exc: BaseException, args: Any,
 
 
 def secret_values(args: Any, paths: Sequence[Sequence[str | int]] | None) -> list[str]:
-    """The secret values a call's arguments hold at `paths` (text of 4 characters or more:
-    shorter would mask common text), to take out of what the call says back."""
-    return [v for p in paths or () for v, found in [_get(args, list(p))]
-            if found and isinstance(v, str) and len(v) >= 4 and v != MASK]
+    """The secret values a call's arguments hold at `paths`, as text (a `Secret[int]`'s
+    number too), to take out of what the call says back (`scrubbed`)."""
+    found = (v for p in paths or () for v, ok in [_get(args, list(p))] if ok)
+    texts = (v if isinstance(v, str) else str(v) for v in found
+             if isinstance(v, str | int | float) and not isinstance(v, bool))
+    return [t for t in texts if t and t != MASK]
 
 
 def scrubbed(value: Any, secrets: Sequence[str]) -> Any:
     """`value` (text, or lists and mappings of it: content blocks, a suspension's payload)
-    with each of `secrets` shown as the mask."""
+    with each of `secrets` shown as the mask: its keys too, and a number that is one."""
     if not secrets:
         return value
     if isinstance(value, Mapping):
-        return {k: scrubbed(v, secrets) for k, v in value.items()}
+        return {_scrub(k, secrets): scrubbed(v, secrets) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [scrubbed(v, secrets) for v in value]
     return _scrub(value, secrets)
 
 
+SHORTEST_IN_TEXT = 4
+"""A secret shorter than this is masked where it is a whole value, never inside longer text
+(a PIN of "42" would mask every 42 of a result)."""
+
+
 def _scrub(value: Any, secrets: Sequence[str]) -> Any:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return MASK if str(value) in secrets else value
     if not isinstance(value, str):
         return value
+    if value in secrets:
+        return MASK
     for secret in secrets:
-        value = value.replace(secret, MASK)
+        if len(secret) >= SHORTEST_IN_TEXT:
+            value = value.replace(secret, MASK)
     return value
 
 

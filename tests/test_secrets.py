@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from langgraph.types import Command
-from pydantic import SecretStr
+from pydantic import Secret, SecretStr
 from starlette.testclient import TestClient
 
 from graphkit import Agent, Inbox, ToolContext, Webhook, _html, create_tool
@@ -360,3 +360,30 @@ def test_a_tool_that_says_its_secret_back_shows_the_mask(tmp_path: Path, flavour
                         "outcome": str(outcomes)}.items():
         assert edited not in text and KEY not in text, f"the key is shown in {where}"
     assert "charged 5 using key " + MASK in history
+
+
+def test_a_secret_said_back_as_a_number_a_key_or_whole_shows_the_mask() -> None:
+    """What a tool says back is scrubbed of every secret of its call: a `Secret[int]`'s number
+    (whole, or inside text), a secret used as a mapping's key, and a secret too short to
+    take out of longer text where it is a whole value. Its error too."""
+    pin, short = 48213377, "q7!"
+
+    def connect_body(api_key: SecretStr, pin: Secret[int], code: SecretStr,
+                     ctx: ToolContext) -> str:
+        k = api_key.get_secret_value()
+        if ctx.resume_data is None:
+            ctx.suspend({"pin": pin.get_secret_value(), "text": f"pin {pin.get_secret_value()}",
+                         k: "as a key", "code": code.get_secret_value(), "count": 42})
+        raise ValueError(f"refused pin {pin.get_secret_value()} with {k}")
+
+    connect = create_tool(connect_body, name="connect", description="Connect.")
+    agent = Agent(name="svc", tools=[connect], model=ScriptedChatModel(
+        lambda m: "done" if m[-1].type == "tool" else turn(
+            call("connect", {"api_key": KEY, "pin": pin, "code": short}, "c1"))))
+    asked = agent.generate("connect")
+    payload = asked.suspend_payload
+    assert payload["pin"] == MASK and payload["text"] == f"pin {MASK}"
+    assert payload[MASK] == "as a key" and KEY not in json.dumps(payload)
+    assert payload["code"] == MASK and payload["count"] == 42
+    with pytest.raises(ValueError, match=re.escape(f"refused pin {MASK} with {MASK}")):
+        agent.resume_generate("go", run_id=asked.run_id)
