@@ -68,8 +68,10 @@ _cached: _Self | None = None
 
 
 def _forget() -> None:
+    """Read this process's identity again, now (tests that point `_PROC` elsewhere)."""
     global _cached
     _cached = None
+    _self()
 
 
 # A forked child is another process: recompute. (The pid check in _self() covers this too,
@@ -128,7 +130,9 @@ def _boot_id() -> str | None:
 
 
 def _self() -> _Self:
-    """This process's identity, read once per process (and again after a fork)."""
+    """This process's identity, read once per process (and again after a fork): as the
+    module is imported, never first in a call that may run on an event loop (an async door
+    names its lease's owner there; reading /proc would be a blocking call)."""
     global _cached
     pid = os.getpid()
     if _cached is None or _cached.pid != pid:
@@ -229,3 +233,6 @@ def holder_is_dead(owner: str) -> bool:
     if start is None:  # gone in between, or hidden from us (hidepid): ask once more
         return _exists(held.pid) is False
     return start != held.start
+
+
+_self()

@@ -262,6 +262,7 @@ def test_held_owner_tokens_parse_back_with_odd_hostnames(monkeypatch: pytest.Mon
         assert parsed.token() == token
         assert not _owner.holder_is_dead(token)
     finally:
+        monkeypatch.undo()
         _owner._forget()
 
 

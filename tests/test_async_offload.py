@@ -161,3 +161,35 @@ def test_an_async_run_waits_for_a_thread_another_run_holds_without_blocking_the_
     sync_run.join(5)
     assert text == "hello"
     assert ticks >= 10, f"the event loop was blocked while the thread was busy ({ticks} ticks)"
+
+
+def test_a_fresh_process_s_first_async_run_reads_nothing_on_the_loop(tmp_path: Any) -> None:
+    """The first lease a process takes names its owner from /proc (`graphkit._owner`): that
+    is read as graphkit is imported, never by the first async run, on its event loop (a
+    suite that ran a sync run first would hide it)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import asyncio\n"
+        "from graphkit import Agent, create_tool\n"
+        "from graphkit.testing import ScriptedChatModel\n"
+        "from tests.blocking import no_blocking\n"
+        "from tests.helpers import call, turn\n"
+        "def pay(amount: int) -> str:\n"
+        "    return 'paid'\n"
+        "tool = create_tool(pay, name='pay', description='Pay.', needs_approval=True)\n"
+        "agent = Agent(name='a', tools=[tool], model=ScriptedChatModel(\n"
+        "    [turn(call('pay', {'amount': 5}, 'p1')), 'done']))\n"
+        "async def main():\n"
+        "    with no_blocking():\n"
+        "        first = await agent.agenerate('pay')\n"
+        "        done = await agent.aapprove_tool_call_generate(run_id=first.run_id)\n"
+        "    print(first.finish_reason, done.text)\n"
+        "asyncio.run(main())\n")
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["suspended", "done"]
