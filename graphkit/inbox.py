@@ -564,6 +564,29 @@ class Inbox:
         """Async twin of `respond`."""
         return await asyncio.to_thread(self.respond, id, decided_by=decided_by, message=message)
 
+    async def aresume(self, id: str, data: Any, *, decided_by: str) -> PendingApproval:
+        """Async twin of `resume`."""
+        return await asyncio.to_thread(self.resume, id, data, decided_by=decided_by)
+
+    async def aschema(self, id: str) -> dict[str, Any]:
+        """Async twin of `schema`."""
+        return await asyncio.to_thread(self.schema, id)
+
+    async def amessages(self, id: str, *, viewer: str | None = None) -> list[Any]:
+        """Async twin of `messages`."""
+        return await asyncio.to_thread(self.messages, id, viewer=viewer)
+
+    async def agrants(self, thread_id: str | None = None, *, viewer: str | None = None
+                      ) -> list[dict[str, Any]]:
+        """Async twin of `grants`."""
+        return await asyncio.to_thread(self.grants, thread_id, viewer=viewer)
+
+    async def arevoke(self, grant_id: str, *, decided_by: str, viewer: str | None = None
+                      ) -> dict[str, Any]:
+        """Async twin of `revoke`."""
+        return await asyncio.to_thread(self.revoke, grant_id, decided_by=decided_by,
+                                       viewer=viewer)
+
     async def aready(self) -> list[str]:
         """Async twin of `ready`."""
         return await asyncio.to_thread(self.ready)

@@ -285,6 +285,53 @@ async def test_inbox_async_twins(sqlite_url: str) -> None:
     assert len(ledger.ran) == 1
 
 
+
+def test_every_blocking_inbox_method_has_an_async_twin() -> None:
+    """The contract: every blocking method has an async twin with an `a` prefix. Only the
+    two that read no storage (they judge a given item) have none."""
+    import inspect
+
+    pure = {"may_view", "seen_messages"}
+    blocking = {name for name, member in inspect.getmembers(Inbox, inspect.isfunction)
+                if not name.startswith(("_", "a")) and name not in pure}
+    missing = sorted(n for n in blocking if not inspect.iscoroutinefunction(
+        getattr(Inbox, "a" + n, None)))
+    assert not missing, f"no async twin: {missing}"
+
+
+async def test_inbox_async_twins_answer_a_suspension_and_revoke_a_grant(sqlite_url: str
+                                                                        ) -> None:
+    from graphkit import ToolContext
+
+    said: list[Any] = []
+
+    def ask_body(ctx: ToolContext) -> str:
+        data = ctx.suspend({"message": "which city?"})
+        said.append(data)
+        return f"weather in {data}"
+
+    ask = create_tool(ask_body, name="ask", description="Ask for a city.")
+    agent, ledger = agent_with([turn(call("pay", {"amount": 5, "payee": {"name": "acme"}}, "p1")),
+                                "paid",
+                                turn(call("ask", {}, "a1")), "done"], checkpointer=sqlite_url)
+    agent = Agent(name="assistant", model=agent.model, tools=[*ledger.tools, ask],
+                  checkpointer=sqlite_url)
+    first = await agent.agenerate("pay", thread_id="t")
+    inbox = Inbox(sqlite_url, agents=[agent])
+    (pending,) = await inbox.apending()
+    assert (await inbox.aschema(pending.id))["schema"]["properties"]["amount"]
+    assert [m.type for m in await inbox.amessages(pending.id)][:2] == ["human", "ai"]
+    await agent.aapprove_tool_call(run_id=first.run_id, remember="thread")
+    assert (await agent.aresume(run_id=first.run_id)).text == "paid"
+    (grant,) = await inbox.agrants("t")
+    assert (await inbox.arevoke(grant["id"], decided_by="ops"))["revoked"]
+    asked = await agent.agenerate("weather", thread_id="t")
+    (question,) = await inbox.apending()
+    assert asked.finish_reason == "suspended" and question.kind == "suspension"
+    await inbox.aresume(question.id, "Oslo", decided_by="ops")
+    assert (await agent.aresume(run_id=asked.run_id)).text == "done"
+    assert said == ["Oslo"] and len(ledger.ran) == 1
+
 def test_entries_of_a_turn_that_never_reached_a_checkpoint_are_closed(sqlite_url: str) -> None:
     """A process that died after the model's turn was planned but before its checkpoint leaves
     an approval no run waits on; the thread's next turn closes its inbox entry (found through
