@@ -141,17 +141,32 @@ def _raise_decided(snapshot: Paused, req: Request, tool_call_id: str | None,
                 record, {**(row.decision or {}), "status": row.status} if row else None))
 
 
+def _named(items: list[Waiting], *, tool_call_id: str | None, approval_id: str | None,
+           kind: Literal["approval", "suspension"] | None) -> list[Waiting]:
+    """The waiting calls a decision names: by approval id; else by tool_call_id, of which a
+    model may have reused one (in parallel subagents, say): then the one of them still
+    waiting for this kind of decision, and else, as the error asks, the approval id given as
+    the tool_call_id (the API's methods name a call by its tool_call_id only)."""
+    if approval_id is not None:
+        return [i for i in items if i.record["id"] == approval_id]
+    found = [i for i in items if i.record["tool_call_id"] == tool_call_id]
+    if len(found) > 1:
+        open_ = [i for i in found if i.shown["status"] == "pending"
+                 and (kind is None or i.record["kind"] == kind)]
+        return open_ if len(open_) == 1 else found
+    return found or [i for i in items if i.record["id"] == tool_call_id]
+
+
 def _select(items: list[Waiting], snapshot: Paused, req: Request, *,
             tool_call_id: str | None, approval_id: str | None,
             kind: Literal["approval", "suspension"] | None) -> Waiting:
     if tool_call_id is not None or approval_id is not None:
-        found = [i for i in items if (approval_id is not None and i.record["id"] == approval_id)
-                 or (approval_id is None and i.record["tool_call_id"] == tool_call_id)]
+        found = _named(items, tool_call_id=tool_call_id, approval_id=approval_id, kind=kind)
         if len(found) > 1:
             pending = [i.record["id"] for i in found]
             msg = (f"tool_call_id {tool_call_id!r} matches {len(found)} waiting calls in run "
-                   f"{req.run_id!r} (a model reused the id); pass the approval id, one of "
-                   f"{pending}")
+                   f"{req.run_id!r} (a model reused the id); pass the approval id of the "
+                   f"one you mean as tool_call_id, one of {pending}")
             raise AmbiguousApprovalError(msg, pending_ids=pending)
         if found:
             record = found[0].shown
@@ -161,7 +176,7 @@ def _select(items: list[Waiting], snapshot: Paused, req: Request, *,
             return found[0]
         given = (f"tool_call_id {tool_call_id!r}" if tool_call_id is not None
                  else f"id {approval_id!r}")
-        _raise_decided(snapshot, req, tool_call_id, approval_id)
+        _raise_decided(snapshot, req, tool_call_id, approval_id or tool_call_id)
         open_ids = [i.record["tool_call_id"] for i in items if i.shown["status"] == "pending"]
         msg = f"no pending approval with {given} in run {req.run_id!r}; pending: {open_ids}"
         raise ApprovalNotFoundError(msg)
@@ -174,7 +189,12 @@ def _select(items: list[Waiting], snapshot: Paused, req: Request, *,
         raise ApprovalAlreadyResolvedError(resolved_message(decided[0].shown))
     if not candidates:
         what = f"{kind}s" if kind else "approvals or suspensions"
-        raise ApprovalNotFoundError(f"run {req.run_id!r} has no pending {what}")
+        other = [i.record for i in items if i.shown["status"] == "pending"]
+        hint = "" if not other else (
+            f": tool {other[0]['tool_name']!r} is suspended, waiting for input (resume it)"
+            if other[0]["kind"] == "suspension" else
+            f": tool {other[0]['tool_name']!r} waits for approval (approve or decline it)")
+        raise ApprovalNotFoundError(f"run {req.run_id!r} has no pending {what}{hint}")
     ids = [i.record["tool_call_id"] for i in candidates]
     msg = f"run {req.run_id!r} has {len(ids)} pending tool calls; pass tool_call_id, one of {ids}"
     raise AmbiguousApprovalError(msg, pending_ids=ids)
@@ -215,8 +235,9 @@ def decide(
         item = _select(items, snapshot, req, tool_call_id=tool_call_id,
                        approval_id=approval_id, kind=kind)
     except GraphkitError as exc:
-        known = next((i.shown for i in items if i.record["id"] == approval_id
-                      or i.record["tool_call_id"] == tool_call_id), None)
+        # audited on the call it names, but on none of several a reused id names
+        named = _named(items, tool_call_id=tool_call_id, approval_id=approval_id, kind=kind)
+        known = named[0].shown if len(named) == 1 else None
         refuse(req.ledger, known or {"id": approval_id, "tool_call_id": tool_call_id}, exc,
                decided_by=decided_by, thread_id=req.thread_id, run_id=req.run_id)
         raise

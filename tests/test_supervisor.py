@@ -423,3 +423,44 @@ def test_parallel_delegations_with_reused_ids_never_share_a_plan(sqlite_url: str
     assert paid == [7]
     told = sorted(m.text for m in final.messages if isinstance(m, ToolMessage))
     assert told[1] == "sub: paid 7" and "paid" not in told[0], told
+
+
+def test_a_tool_call_id_two_subagents_share_names_the_one_still_waiting(tmp_path: Any
+                                                                        ) -> None:
+    """Parallel subagents whose models wrote the same tool_call_id both suspend: the id alone
+    is ambiguous (and the refusal is audited on neither call); the approval id, given as
+    the tool_call_id as the error asks, names one; once one is answered, the id names the
+    other. Each answer reaches its own subagent's tool, once."""
+    from graphkit.errors import AmbiguousApprovalError
+
+    fetched: list[tuple[str, Any]] = []
+
+    def sub(name: str) -> Agent:
+        def weather_body(ctx: ToolContext) -> str:
+            city = ctx.suspend({"message": "Which city?"})
+            fetched.append((name, city))
+            return f"sunny in {city}"
+
+        tool = create_tool(weather_body, name="weather", description="Weather.")
+        return Agent(name=name, description=f"{name} agent", tools=[tool],
+                     model=ScriptedChatModel([turn(call("weather", {}, "w1")), f"{name} done"]))
+
+    boss = Agent(name="boss", agents={"a": sub("alpha"), "b": sub("beta")},
+                 checkpointer=f"sqlite:///{tmp_path / 'runs.db'}",
+                 model=ScriptedChatModel([turn(call("a", {"task": "wx"}, "d1"),
+                                               call("b", {"task": "wx"}, "d2")), "all done"]))
+    first = boss.generate("weather twice")
+    by_path = {p.agent_path[-1]: p for p in boss.pending_approvals(run_id=first.run_id)}
+    assert set(by_path) == {"alpha", "beta"}
+    with pytest.raises(AmbiguousApprovalError, match="as tool_call_id"):
+        boss.resume_generate("X", run_id=first.run_id, tool_call_id="w1", decided_by="ops")
+    refused = [e for e in Inbox(boss._storage).audit(thread_id=first.thread_id)
+               if e["event"] == "refused"]
+    assert refused and all(e["approval_id"] is None for e in refused)
+    asked = boss.resume_generate("Oslo", run_id=first.run_id,
+                                 tool_call_id=by_path["alpha"].id, decided_by="ops")
+    assert asked.finish_reason == "suspended" and fetched == [("alpha", "Oslo")]
+    done = boss.resume_generate("Rome", run_id=first.run_id, tool_call_id="w1",
+                                decided_by="ops")
+    assert done.text == "all done"
+    assert fetched == [("alpha", "Oslo"), ("beta", "Rome")]

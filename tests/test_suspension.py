@@ -249,6 +249,23 @@ def test_an_unnamed_decision_for_a_suspended_tool_says_to_name_it() -> None:
     assert out["messages"][-1].text == "Sunny in Oslo."
 
 
+def test_an_approval_asked_of_a_suspended_tool_says_to_resume_it() -> None:
+    """The API's approve and respond find no approval where a tool waits for input: the
+    error says what waits and how to answer it; nothing changes."""
+    from graphkit.errors import ApprovalNotFoundError
+
+    log: list[str] = []
+    agent = Agent(name="wx", tools=[weather_tool(log)], checkpointer="memory",
+                  model=ScriptedChatModel([turn(call("weather", {}, "w1")), "Sunny in Oslo."]))
+    r = agent.generate("weather?")
+    with pytest.raises(ApprovalNotFoundError, match=r"'weather' is suspended.*resume it"):
+        agent.approve_tool_call_generate(run_id=r.run_id)
+    with pytest.raises(ApprovalNotFoundError, match=r"'weather' is suspended.*resume it"):
+        agent.respond_tool_call_generate(run_id=r.run_id, message="no")
+    done = agent.resume_generate({"city": "Oslo"}, run_id=r.run_id)
+    assert done.text == "Sunny in Oslo." and log == ["started", "started", "fetched Oslo"]
+
+
 def test_decline_cancels_a_suspended_tool() -> None:
     log: list[str] = []
     agent = Agent(name="wx", model=ScriptedChatModel([turn(call("weather", {}, "w1")), "ok"]),
