@@ -362,6 +362,38 @@ def test_a_queued_run_whose_thread_went_on_in_a_later_run_is_not_resumed(
     assert waiting.tool_call_id in [c for c, _ in ran(tmp_path / "effects.db")]
 
 
+def test_a_claim_that_read_no_later_run_before_its_lease_is_checked_against_the_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On PostgreSQL the claim reads the later run in the statement that takes the lease,
+    under that statement's snapshot: a run B started and ended (or paused) on the thread
+    while the statement waited is missing from it. The state the resume reads under the
+    lease names B's run, so the ledger is asked again: A's row is dropped, nothing runs
+    under A's id (helper-36 forced it with a trigger sleeping in the claim)."""
+    from graphkit._owner import new_owner
+
+    url, agent, older, _ = _decided_in_the_inbox(tmp_path, monkeypatch)
+    newer = agent.generate("move 2", thread_id=older.thread_id)
+    assert newer.finish_reason == "suspended"
+    worker = Worker(make(url))
+    ledger = worker.agent._storage.ledger
+    claim = ledger.next_ready
+
+    def stale(*args: Any, **kwargs: Any) -> Any:  # the claim as an older snapshot read it
+        ready = claim(*args, **kwargs)
+        return ready and ready._replace(later_run=None)
+
+    monkeypatch.setattr(ledger, "next_ready", stale)
+    config = {"configurable": {"thread_id": older.thread_id}}
+    before = [c.config["configurable"]["checkpoint_id"]
+              for c in agent.graph.get_state_history(config)]
+    assert worker._resume_one(new_owner()) is True
+    assert [c.config["configurable"]["checkpoint_id"]
+            for c in agent.graph.get_state_history(config)] == before
+    assert _ready_rows(url) == []
+    (waiting,) = agent.pending_approvals(run_id=newer.run_id)
+    assert waiting.status == "pending"
+
+
 @pytest.mark.parametrize("door", ["worker", "resume by hand"])
 def test_a_queued_run_whose_later_run_stopped_mid_step_is_continued(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, door: str) -> None:

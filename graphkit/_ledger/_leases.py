@@ -58,8 +58,10 @@ class ReadyRun(NamedTuple):
     leased: bool
     """Whether the claim took the run's thread lease too, for the claiming owner."""
     later_run: str | None = None
-    """With `leased`: the later run of its agent the thread went on in (`later_run`), as read
-    under that lease (no run starts on the thread while the claim holds it)."""
+    """With `leased`: the later run of its agent the thread went on in (`later_run`), as the
+    claim read it while taking that lease: on PostgreSQL under the statement's snapshot, which
+    may miss a run that started and ended on the thread as the statement waited (the resume
+    checks a "none" against the state it reads under the lease: `Agent._current`)."""
 
 
 class Leases(LedgerBase):
