@@ -141,19 +141,16 @@ def _raise_decided(snapshot: Paused, req: Request, tool_call_id: str | None,
                 record, {**(row.decision or {}), "status": row.status} if row else None))
 
 
-def _named(items: list[Waiting], *, tool_call_id: str | None, approval_id: str | None,
-           kind: Literal["approval", "suspension"] | None) -> list[Waiting]:
-    """The waiting calls a decision names: by approval id; else by tool_call_id, of which a
-    model may have reused one (in parallel subagents, say): then the one of them still
-    waiting for this kind of decision, and else, as the error asks, the approval id given as
-    the tool_call_id (the API's methods name a call by its tool_call_id only)."""
+def _named(items: list[Waiting], *, tool_call_id: str | None, approval_id: str | None
+           ) -> list[Waiting]:
+    """The waiting calls a decision names: by approval id; else by tool_call_id, which a
+    model may have given several calls (parallel subagents): then the decision names none
+    of them, however they were decided since (a reviewer who names the call by that id may
+    mean another than the one still waiting), and the error asks for the approval id, given
+    as the tool_call_id (the API's methods name a call by its tool_call_id only)."""
     if approval_id is not None:
         return [i for i in items if i.record["id"] == approval_id]
     found = [i for i in items if i.record["tool_call_id"] == tool_call_id]
-    if len(found) > 1:
-        open_ = [i for i in found if i.shown["status"] == "pending"
-                 and (kind is None or i.record["kind"] == kind)]
-        return open_ if len(open_) == 1 else found
     return found or [i for i in items if i.record["id"] == tool_call_id]
 
 
@@ -161,7 +158,7 @@ def _select(items: list[Waiting], snapshot: Paused, req: Request, *,
             tool_call_id: str | None, approval_id: str | None,
             kind: Literal["approval", "suspension"] | None) -> Waiting:
     if tool_call_id is not None or approval_id is not None:
-        found = _named(items, tool_call_id=tool_call_id, approval_id=approval_id, kind=kind)
+        found = _named(items, tool_call_id=tool_call_id, approval_id=approval_id)
         if len(found) > 1:
             pending = [i.record["id"] for i in found]
             msg = (f"tool_call_id {tool_call_id!r} matches {len(found)} waiting calls in run "
@@ -236,7 +233,7 @@ def decide(
                        approval_id=approval_id, kind=kind)
     except GraphkitError as exc:
         # audited on the call it names, but on none of several a reused id names
-        named = _named(items, tool_call_id=tool_call_id, approval_id=approval_id, kind=kind)
+        named = _named(items, tool_call_id=tool_call_id, approval_id=approval_id)
         known = named[0].shown if len(named) == 1 else None
         refuse(req.ledger, known or {"id": approval_id, "tool_call_id": tool_call_id}, exc,
                decided_by=decided_by, thread_id=req.thread_id, run_id=req.run_id)

@@ -425,12 +425,13 @@ def test_parallel_delegations_with_reused_ids_never_share_a_plan(sqlite_url: str
     assert told[1] == "sub: paid 7" and "paid" not in told[0], told
 
 
-def test_a_tool_call_id_two_subagents_share_names_the_one_still_waiting(tmp_path: Any
+def test_a_tool_call_id_two_subagents_share_is_ambiguous_and_an_approval_id_names_one(tmp_path: Any
                                                                         ) -> None:
     """Parallel subagents whose models wrote the same tool_call_id both suspend: the id alone
-    is ambiguous (and the refusal is audited on neither call); the approval id, given as
-    the tool_call_id as the error asks, names one; once one is answered, the id names the
-    other. Each answer reaches its own subagent's tool, once."""
+    is ambiguous (the refusal is audited on neither call), also once one is answered but
+    not yet applied (the caller may mean the answered one); the approval id, given as the
+    tool_call_id as the error asks, names one. Each answer reaches its own subagent's tool,
+    once."""
     from graphkit.errors import AmbiguousApprovalError
 
     fetched: list[tuple[str, Any]] = []
@@ -457,10 +458,11 @@ def test_a_tool_call_id_two_subagents_share_names_the_one_still_waiting(tmp_path
     refused = [e for e in Inbox(boss._storage).audit(thread_id=first.thread_id)
                if e["event"] == "refused"]
     assert refused and all(e["approval_id"] is None for e in refused)
-    asked = boss.resume_generate("Oslo", run_id=first.run_id,
-                                 tool_call_id=by_path["alpha"].id, decided_by="ops")
-    assert asked.finish_reason == "suspended" and fetched == [("alpha", "Oslo")]
-    done = boss.resume_generate("Rome", run_id=first.run_id, tool_call_id="w1",
-                                decided_by="ops")
+    # the inbox answers alpha's (recorded; the run has not gone on): the id still names both
+    Inbox(boss._storage, agents=[boss]).resume(by_path["alpha"].id, "Oslo", decided_by="ops")
+    with pytest.raises(AmbiguousApprovalError):
+        boss.resume_generate("Rome", run_id=first.run_id, tool_call_id="w1", decided_by="ops")
+    done = boss.resume_generate("Rome", run_id=first.run_id,
+                                tool_call_id=by_path["beta"].id, decided_by="ops")
     assert done.text == "all done"
-    assert fetched == [("alpha", "Oslo"), ("beta", "Rome")]
+    assert sorted(fetched) == [("alpha", "Oslo"), ("beta", "Rome")]
