@@ -722,29 +722,53 @@ def result_command(task: ToolTask, output: Any) -> Command[ToolTarget]:
     return Command(update={"messages": [message]}, goto=goto)
 
 
+WITHHELD_ERROR = "its error is withheld: it could not be checked for the call's secret values"
 WITHHELD = ("[the result of {name!r} is withheld: it could not be checked for the secret "
             "values of the call's arguments]")
 
 
-def _said(tool: BaseTool, call: Mapping[str, Any], value: Any) -> Any:
-    """What a call says back (its result, or what it asks when it suspends) without the
-    secret values of its arguments: a tool that echoes its key (or a key a reviewer typed in
-    an edit) would show it to the model, the conversation's checkpoints, streams, webhooks
-    and every view, where the call's own arguments show the mask. (Its errors: see
-    `scrub_exception`.)"""
+def _secrets_of(tool: BaseTool, call: Mapping[str, Any]) -> list[str] | None:
+    """The secret values of a call's arguments (`secret_values`; none for a tool that
+    declares no secret); None where they could not be found."""
     if not declares_secrets(tool):
+        return []
+    try:
+        return secret_values(call["args"], secret_paths_of(tool, call["args"]))
+    except Exception:
+        return None
+
+
+def _said(tool: BaseTool, call: Mapping[str, Any], value: Any) -> Any:
+    """What a call says back (its result, with its artifact, or what it asks when it
+    suspends) without the secret values of its arguments: a tool that echoes its key (or a
+    key a reviewer typed in an edit) would show it to the model, the conversation's
+    checkpoints, streams, webhooks and every view, where the call's own arguments show the
+    mask. (Its errors: `_failed`.)"""
+    secrets = _secrets_of(tool, call)
+    if secrets == []:
         return value
     try:
-        secrets = secret_values(call["args"], secret_paths_of(tool, call["args"]))
-        if not secrets:
-            return value
+        if secrets is None:
+            raise ValueError(secrets)
         if isinstance(value, ToolMessage):
-            return value.model_copy(update={"content": scrubbed(value.content, secrets)})
+            return value.model_copy(update={"content": scrubbed(value.content, secrets),
+                                            "artifact": scrubbed(value.artifact, secrets)})
         if isinstance(value, Mapping):  # a suspension's payload
             return scrubbed(value, secrets)
         return scrubbed(str(value), secrets)  # (as `result_command` would show it)
     except Exception:  # the tool ran: its outcome must still be recorded, never its secret
         return WITHHELD.format(name=tool.name)
+
+
+def _failed(tool: BaseTool, call: Mapping[str, Any], exc: BaseException) -> list[str] | None:
+    """Take the call's secret values out of the error it raised (`scrub_exception`); they
+    are returned to take out of the outcome recorded too (None: they could not be found,
+    and the error's text is withheld from it)."""
+    secrets = _secrets_of(tool, call)
+    if secrets:
+        with contextlib.suppress(Exception):  # the outcome is recorded whatever happens here
+            scrub_exception(exc, secrets)
+    return secrets
 
 
 def _suspended(task: ToolTask, signal: ToolSuspended) -> Command[ToolTarget]:
@@ -802,10 +826,13 @@ def make_tools_nodes(
             return None
         return admitted
 
-    def stopped(task: ToolTask, owner: str, text: str, exc: BaseException | None = None
-                ) -> None:
-        """The call stopped without a result: record why, so it never runs again unasked."""
-        content = text.format(name=task["tool_name"], error=_brief(exc) if exc else "")
+    def stopped(task: ToolTask, owner: str, text: str, exc: BaseException | None = None,
+                secrets: list[str] | None = None) -> None:
+        """The call stopped without a result: record why, so it never runs again unasked
+        (its error's text without the call's `secrets`; None: they are not known, and the
+        text is withheld)."""
+        error = "" if exc is None else WITHHELD_ERROR if secrets is None else _brief(exc)
+        content = scrubbed(text.format(name=task["tool_name"], error=error), secrets or [])
         ledger.finish(task["key"], owner, {"content": content, "status": "error"})
 
     def execute(tool: BaseTool, call: dict[str, Any], tool_config: RunnableConfig,
@@ -824,8 +851,7 @@ def make_tools_nodes(
             ledger.release(task["key"], owner)
             raise
         except BaseException as exc:
-            scrub_exception(exc, call["args"], secret_paths_of(tool, call["args"]))
-            stopped(task, owner, FAILED, exc)
+            stopped(task, owner, FAILED, exc, _failed(tool, call, exc))
             raise
         return finish(task, owner, _said(tool, call, output))
 
@@ -911,8 +937,7 @@ def make_tools_nodes(
             await asyncio.shield(offload(stopped, task, owner, INTERRUPTED))
             raise
         except BaseException as exc:
-            scrub_exception(exc, call["args"], secret_paths_of(tool, call["args"]))
-            await offload(stopped, task, owner, FAILED, exc)
+            await offload(stopped, task, owner, FAILED, exc, _failed(tool, call, exc))
             raise
         return await offload(lambda: finish(task, owner, _said(tool, call, output)))
 

@@ -249,38 +249,67 @@ def shows_masked(ai: AIMessage, call: Mapping[str, Any]) -> bool:
     return any(_get(call.get("args"), list(p)) == (MASK, True) for p in paths or ())
 
 
-def scrub_exception(exc: BaseException, args: Any,
-                    paths: Sequence[Sequence[str | int]] | None) -> None:
-    """Take a call's secret values out of the error it raised (its message, and the errors
-    it was raised from): the error is recorded as the call's outcome, which the model and
-    every view read, and LangGraph hands it to the caller and its streams."""
-    values = secret_values(args, paths)
+def scrub_exception(exc: BaseException, secrets: Sequence[str]) -> None:
+    """Take a call's secret values (`secret_values`) out of the error it raised and the errors
+    it was raised from: their arguments, the attributes their message is made of (a failed
+    command's `cmd` and output, a path an `OSError` names, notes), as far as they can be set.
+    LangGraph hands the error to the caller and its streams (the recorded outcome is built
+    from its text: scrub that text too, for a message made of anything else)."""
     seen: set[int] = set()
-    while values and exc is not None and id(exc) not in seen and len(seen) < 16:
+    while secrets and exc is not None and id(exc) not in seen and len(seen) < 16:
         seen.add(id(exc))
         with contextlib.suppress(Exception):  # an exception whose args cannot be set
-            exc.args = tuple(_scrub(a, values) for a in exc.args)
+            exc.args = tuple(scrubbed(a, secrets) for a in exc.args)
+        named = [*vars(exc), *(n for n in ("filename", "filename2") if hasattr(exc, n))]
+        for name in named:
+            with contextlib.suppress(Exception):
+                value = getattr(exc, name)
+                clean = scrubbed(value, secrets)
+                if clean is not value:
+                    setattr(exc, name, clean)
         exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
 
 
 def secret_values(args: Any, paths: Sequence[Sequence[str | int]] | None) -> list[str]:
     """The secret values a call's arguments hold at `paths`, as text (a `Secret[int]`'s
-    number too), to take out of what the call says back (`scrubbed`)."""
-    found = (v for p in paths or () for v, ok in [_get(args, list(p))] if ok)
-    texts = (v if isinstance(v, str) else str(v) for v in found
-             if isinstance(v, str | int | float) and not isinstance(v, bool))
-    return [t for t in texts if t and t != MASK]
+    number too; each item of a `Secret[list]` or `Secret[dict]`), longest first (so that a
+    secret inside another is not masked first, leaving the rest), to take out of what the
+    call says back (`scrubbed`)."""
+    found = [v for p in paths or () for v, ok in [_get(args, list(p))] if ok]
+    texts = {v if isinstance(v, str) else str(v) for v in _leaves(found)
+             if isinstance(v, str | int | float) and not isinstance(v, bool)}
+    return sorted((t for t in texts if t and t != MASK), key=lambda t: (-len(t), t))
+
+
+def _leaves(value: Any, depth: int = 0) -> list[Any]:
+    if isinstance(value, Mapping) and depth < 32:
+        return [leaf for item in value.values() for leaf in _leaves(item, depth + 1)]
+    if isinstance(value, list | tuple) and depth < 32:
+        return [leaf for item in value for leaf in _leaves(item, depth + 1)]
+    return [value]
 
 
 def scrubbed(value: Any, secrets: Sequence[str]) -> Any:
-    """`value` (text, or lists and mappings of it: content blocks, a suspension's payload)
-    with each of `secrets` shown as the mask: its keys too, and a number that is one."""
+    """`value` (text, or lists and mappings of it: content blocks, a suspension's payload, an
+    artifact) with each of `secrets` shown as the mask: its keys too (one masked onto a key
+    already there is numbered, never dropped), and a number that is one. A value with no
+    secret in it is returned as it is (the same object)."""
     if not secrets:
         return value
     if isinstance(value, Mapping):
-        return {_scrub(k, secrets): scrubbed(v, secrets) for k, v in value.items()}
+        items = [(_scrub(k, secrets), k, scrubbed(v, secrets), v) for k, v in value.items()]
+        if all(k is old_k and v is old_v for k, old_k, v, old_v in items):
+            return value
+        out = {key: item for key, old_key, item, _ in items if key is old_key}
+        for key, old_key, item, _ in items:
+            if key is not old_key:
+                while key in out:
+                    key = f"{key} (another)"
+                out[key] = item
+        return out
     if isinstance(value, list | tuple):
-        return [scrubbed(v, secrets) for v in value]
+        items = [scrubbed(v, secrets) for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
     return _scrub(value, secrets)
 
 
@@ -292,14 +321,21 @@ SHORTEST_IN_TEXT = 4
 def _scrub(value: Any, secrets: Sequence[str]) -> Any:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return MASK if str(value) in secrets else value
+    if isinstance(value, bytes):  # a failed command's output
+        data = value
+        for secret in secrets:
+            if len(secret) >= SHORTEST_IN_TEXT:
+                data = data.replace(secret.encode(), MASK.encode())
+        return value if data == value else data
     if not isinstance(value, str):
         return value
     if value in secrets:
         return MASK
+    text = value
     for secret in secrets:
         if len(secret) >= SHORTEST_IN_TEXT:
-            value = value.replace(secret, MASK)
-    return value
+            text = text.replace(secret, MASK)
+    return value if text == value else text
 
 
 def _masked_raw(raw: Any, secrets: Mapping[str, Sequence[Sequence[str | int]]]) -> Any:

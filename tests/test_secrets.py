@@ -387,3 +387,63 @@ def test_a_secret_said_back_as_a_number_a_key_or_whole_shows_the_mask() -> None:
     assert payload["code"] == MASK and payload["count"] == 42
     with pytest.raises(ValueError, match=re.escape(f"refused pin {MASK} with {MASK}")):
         agent.resume_generate("go", run_id=asked.run_id)
+
+
+@pytest.mark.parametrize("how", ["command", "path", "args", "note"])
+def test_a_tool_error_made_of_its_secret_shows_the_mask(how: str) -> None:
+    """An error's message is made of more than its args: a failed command's `cmd`, the path an
+    `OSError` names, a mapping in its args, a note. The error raised to the caller, its text
+    and the outcome recorded show the mask."""
+    import subprocess
+    import traceback
+
+    def fail_body(api_key: SecretStr) -> str:
+        key = api_key.get_secret_value()
+        if how == "command":
+            subprocess.run(["false", f"--token={key}"], check=True)
+        if how == "path":
+            open(f"/nonexistent/{key}")  # noqa: SIM115
+        if how == "args":
+            raise ValueError({"headers": {"Authorization": key}})
+        error = RuntimeError("refused")
+        error.add_note(f"with {key}")
+        raise error
+
+    fail = create_tool(fail_body, name="fail", description="Fail.")
+    agent = Agent(name="svc", tools=[fail], checkpointer="memory",
+                  model=ScriptedChatModel([turn(call("fail", {"api_key": KEY}, "f1")), "ok"]))
+    with pytest.raises(Exception) as raised:
+        agent.generate("go")
+    shown = "".join(traceback.format_exception(raised.value))
+    outcomes = str(agent._storage.ledger._sql.query("SELECT outcome FROM graphkit_calls"))
+    assert KEY not in shown and KEY not in outcomes
+    assert MASK in shown and (how == "note" or MASK in outcomes)  # (a note is not recorded)
+
+
+def test_what_a_tool_says_back_is_scrubbed_of_every_kind_of_secret() -> None:
+    """Its artifact too; each item of a `Secret[list]` or `Secret[dict]`; of two secrets, one
+    inside the other, the longer whole; a key masked onto one already there is kept."""
+    from langchain_core.tools import tool as lc_tool
+
+    user, password = "adminuser", "adminuser-PW-77"
+
+    @lc_tool("fetch", response_format="content_and_artifact")
+    def fetch(api_key: SecretStr, keys: Secret[list[str]], creds: Secret[dict[str, str]],
+              name: SecretStr, pw: SecretStr) -> tuple[str, dict[str, Any]]:
+        """Fetch."""
+        k = api_key.get_secret_value()
+        said = (f"{k} {keys.get_secret_value()} {creds.get_secret_value()} "
+                f"login {name.get_secret_value()}:{pw.get_secret_value()}")
+        return said, {"key": k, k: "as a key", MASK: "already here"}
+
+    agent = Agent(name="svc", tools=[fetch], checkpointer="memory", model=ScriptedChatModel([
+        turn(call("fetch", {"api_key": KEY, "keys": ["sk-list-A1", "sk-list-B2"],
+                            "creds": {"db": "sk-dict-C3"}, "name": user, "pw": password},
+                  "f1")), "ok"]))
+    done = agent.generate("go")
+    (said,) = [m for m in done.messages if m.type == "tool"]
+    text = json.dumps([said.content, said.artifact])
+    for secret in (KEY, "sk-list-A1", "sk-list-B2", "sk-dict-C3", "PW-77"):
+        assert secret not in text, secret
+    assert said.artifact == {"key": MASK, MASK: "already here",
+                             f"{MASK} (another)": "as a key"}
