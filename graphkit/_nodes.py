@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import threading
 import time
 import uuid
@@ -108,9 +109,23 @@ ORPHAN = ("A tool result written from outside the agent, for no call of the curr
 DISCARDED = ("Tool call {name!r} did not run: a result for it was written from outside the "
              "agent (not by its tools node) and was discarded.")
 
-_SYNC_TOOL_POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="graphkit-tool")
+def _tool_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=64, thread_name_prefix="graphkit-tool")
+
+
+_SYNC_TOOL_POOL = _tool_pool()
 """Sync tools called from an async run. The event loop's default pool has cpu+4 threads,
 which would run eight 50 ms tools in two waves on a 2-core machine."""
+
+
+def _forked() -> None:
+    """A forked child has none of its parent's pool threads, which the pool would count as
+    idle and wait on for ever: it gets a pool of its own."""
+    global _SYNC_TOOL_POOL
+    _SYNC_TOOL_POOL = _tool_pool()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def _is_sync(tool: BaseTool) -> bool:

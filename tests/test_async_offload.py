@@ -193,3 +193,30 @@ def test_a_fresh_process_s_first_async_run_reads_nothing_on_the_loop(tmp_path: A
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["suspended", "done"]
+
+
+def test_a_forked_child_runs_sync_tools_from_async_runs(tmp_path: Any) -> None:
+    """The pool that runs sync tools for async runs: a child forked after the parent used it
+    has none of its threads, and gets a pool of its own (it waited for ever on the dead ones,
+    helper-37)."""
+    import multiprocessing
+    import os
+
+    def run(db: str) -> str:
+        def nap(i: int) -> str:
+            """Nap."""
+            return f"napped {i}"
+
+        agent = Agent(name="a", tools=[create_tool(nap, name="nap")], checkpointer=db,
+                      model=ScriptedChatModel([turn(call("nap", {"i": 1}, "n1")), "done"]))
+        return asyncio.run(agent.agenerate("nap")).text
+
+    assert run(f"sqlite:///{tmp_path / 'parent.db'}") == "done"
+    context = multiprocessing.get_context("fork")
+    child = context.Process(target=lambda: os._exit(
+        0 if run(f"sqlite:///{tmp_path / 'child.db'}") == "done" else 3))
+    child.start()
+    child.join(60)
+    if child.is_alive():
+        child.kill()
+    assert child.exitcode == 0

@@ -1041,3 +1041,21 @@ def test_a_tool_subclass_that_starts_its_body_its_own_way_is_never_given_back(
         asyncio.run(asyncio.wait_for(agent.graph.ainvoke(Command(resume={}), config), 0.3))
     agent.graph.invoke(Command(resume={}), config)
     assert runs == ["api"]
+
+
+def test_a_forked_child_renews_none_of_its_parents_leases(tmp_path: Path) -> None:
+    """A child forked while the parent holds a lease would renew it with the parent's token
+    (keeping it alive after the parent died): the child's keeper starts empty."""
+    from graphkit._ledger._keeper import KEEPER
+
+    ledger = Ledger.sqlite(str(tmp_path / "runs.db"))
+    with ledger.lease("t1"):
+        assert KEEPER._held
+        read, write = os.pipe()
+        child = os.fork()
+        if child == 0:
+            os.write(write, b"%d" % len(KEEPER._held))
+            os._exit(0)
+        os.waitpid(child, 0)
+        assert os.read(read, 16) == b"0"
+        assert KEEPER._held  # the parent's own are untouched

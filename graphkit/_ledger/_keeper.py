@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -110,4 +111,13 @@ class _ThreadLease:
 
 
 KEEPER = LeaseKeeper()
+
+
+def _forked() -> None:
+    """A forked child holds none of its parent's leases (renewing them would keep a dead
+    parent's leases alive), nor a lock a parent's thread held as it forked."""
+    KEEPER.__init__()  # type: ignore[misc]  # (in place: modules hold it by name)
+
+
+os.register_at_fork(after_in_child=_forked)
 
