@@ -721,7 +721,11 @@ def _prepare(
 
 
 def _brief(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
+    """An error's type and message, short; never raises (it is recorded as an outcome)."""
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:  # an error whose message cannot be made
+        text = f"{type(exc).__name__} (its message could not be read)"
     return text if len(text) <= 300 else text[:299] + "…"
 
 
@@ -847,7 +851,11 @@ def make_tools_nodes(
         (its error's text without the call's `secrets`; None: they are not known, and the
         text is withheld)."""
         error = "" if exc is None else WITHHELD_ERROR if secrets is None else _brief(exc)
-        content = scrubbed(text.format(name=task["tool_name"], error=error), secrets or [])
+        content = text.format(name=task["tool_name"], error=error)
+        try:
+            content = scrubbed(content, secrets or [])
+        except Exception:  # (recorded whatever happens: else the call would run again)
+            content = text.format(name=task["tool_name"], error=WITHHELD_ERROR)
         ledger.finish(task["key"], owner, {"content": content, "status": "error"})
 
     def execute(tool: BaseTool, call: dict[str, Any], tool_config: RunnableConfig,

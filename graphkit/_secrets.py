@@ -251,23 +251,42 @@ def shows_masked(ai: AIMessage, call: Mapping[str, Any]) -> bool:
 
 def scrub_exception(exc: BaseException, secrets: Sequence[str]) -> None:
     """Take a call's secret values (`secret_values`) out of the error it raised and the errors
-    it was raised from: their arguments, the attributes their message is made of (a failed
-    command's `cmd` and output, a path an `OSError` names, notes), as far as they can be set.
-    LangGraph hands the error to the caller and its streams (the recorded outcome is built
-    from its text: scrub that text too, for a message made of anything else)."""
+    it came with (its causes, its context, a group's members): their arguments and the
+    attributes their message is made of (a failed command's `cmd` and output, a path an
+    `OSError` names, notes), as far as they can be set. Text only: a number keeps its type (a
+    caller may compare a `returncode`), and an error that no longer renders as text is put
+    back as it was. LangGraph hands the error to the caller and its streams; the outcome
+    recorded is built from its text, which is scrubbed as text too."""
+    todo: list[BaseException | None] = [exc]
     seen: set[int] = set()
-    while secrets and exc is not None and id(exc) not in seen and len(seen) < 16:
-        seen.add(id(exc))
-        with contextlib.suppress(Exception):  # an exception whose args cannot be set
-            exc.args = tuple(scrubbed(a, secrets) for a in exc.args)
-        named = [*vars(exc), *(n for n in ("filename", "filename2") if hasattr(exc, n))]
-        for name in named:
+    while secrets and todo and len(seen) < 64:
+        error = todo.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        _scrub_one(error, secrets)
+        todo += [error.__cause__, error.__context__, *(getattr(error, "exceptions", None) or ())]
+
+
+def _scrub_one(error: BaseException, secrets: Sequence[str]) -> None:
+    names = [*vars(error), *(n for n in ("filename", "filename2") if hasattr(error, n))]
+    before = {name: getattr(error, name, None) for name in names}
+    args = error.args
+    with contextlib.suppress(Exception):  # an exception whose args cannot be set
+        error.args = tuple(scrubbed(a, secrets, numbers=False) for a in args)
+    for name, value in before.items():
+        with contextlib.suppress(Exception):
+            clean = scrubbed(value, secrets, numbers=False)
+            if clean is not value:
+                setattr(error, name, clean)
+    try:
+        str(error)
+    except Exception:  # its message is made of what was scrubbed: as it was
+        with contextlib.suppress(Exception):
+            error.args = args
+        for name, value in before.items():
             with contextlib.suppress(Exception):
-                value = getattr(exc, name)
-                clean = scrubbed(value, secrets)
-                if clean is not value:
-                    setattr(exc, name, clean)
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+                setattr(error, name, value)
 
 
 def secret_values(args: Any, paths: Sequence[Sequence[str | int]] | None) -> list[str]:
@@ -289,15 +308,16 @@ def _leaves(value: Any, depth: int = 0) -> list[Any]:
     return [value]
 
 
-def scrubbed(value: Any, secrets: Sequence[str]) -> Any:
+def scrubbed(value: Any, secrets: Sequence[str], *, numbers: bool = True) -> Any:
     """`value` (text, or lists and mappings of it: content blocks, a suspension's payload, an
     artifact) with each of `secrets` shown as the mask: its keys too (one masked onto a key
-    already there is numbered, never dropped), and a number that is one. A value with no
-    secret in it is returned as it is (the same object)."""
+    already there is numbered, never dropped), and a number that is one (unless not
+    `numbers`). A value with no secret in it is returned as it is (the same object)."""
     if not secrets:
         return value
     if isinstance(value, Mapping):
-        items = [(_scrub(k, secrets), k, scrubbed(v, secrets), v) for k, v in value.items()]
+        items = [(_scrub(k, secrets, numbers), k, scrubbed(v, secrets, numbers=numbers), v)
+                 for k, v in value.items()]
         if all(k is old_k and v is old_v for k, old_k, v, old_v in items):
             return value
         out = {key: item for key, old_key, item, _ in items if key is old_key}
@@ -308,9 +328,11 @@ def scrubbed(value: Any, secrets: Sequence[str]) -> Any:
                 out[key] = item
         return out
     if isinstance(value, list | tuple):
-        items = [scrubbed(v, secrets) for v in value]
-        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
-    return _scrub(value, secrets)
+        items = [scrubbed(v, secrets, numbers=numbers) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return tuple(items) if type(value) is tuple else items
+    return _scrub(value, secrets, numbers)
 
 
 SHORTEST_IN_TEXT = 4
@@ -318,9 +340,9 @@ SHORTEST_IN_TEXT = 4
 (a PIN of "42" would mask every 42 of a result)."""
 
 
-def _scrub(value: Any, secrets: Sequence[str]) -> Any:
+def _scrub(value: Any, secrets: Sequence[str], numbers: bool = True) -> Any:
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return MASK if str(value) in secrets else value
+        return MASK if numbers and str(value) in secrets else value
     if isinstance(value, bytes):  # a failed command's output
         data = value
         for secret in secrets:

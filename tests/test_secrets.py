@@ -447,3 +447,52 @@ def test_what_a_tool_says_back_is_scrubbed_of_every_kind_of_secret() -> None:
         assert secret not in text, secret
     assert said.artifact == {"key": MASK, MASK: "already here",
                              f"{MASK} (another)": "as a key"}
+
+
+class _CodeError(Exception):
+    def __str__(self) -> str:
+        return f"code {self.args[0]:06d} refused"  # made of a number
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
+@pytest.mark.parametrize("error", ["formats its number", "has no message", "exits 1"])
+def test_an_error_scrubbing_cannot_break_is_recorded_once_and_raised_as_it_is(
+        tmp_path: Path, error: str) -> None:
+    """Scrubbing keeps an error what it was: a number stays a number (its message formats it;
+    a caller compares a `returncode`), and an error that cannot say its message still has
+    its outcome recorded. Else the outcome went unrecorded, and the approved call ran again
+    in the next process that resumed the run (helper-38)."""
+    import subprocess
+
+    ran: list[int] = []
+
+    def pay_body(api_key: SecretStr, pin: Secret[int]) -> str:
+        ran.append(pin.get_secret_value())
+        if error == "formats its number":
+            raise _CodeError(pin.get_secret_value())
+        if error == "has no message":
+            raise _Unprintable(api_key.get_secret_value())
+        subprocess.run(["false"], check=True)
+        return "unreachable"
+
+    pay = create_tool(pay_body, name="pay", description="Pay.", needs_approval=True)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = Agent(name="billing", tools=[pay], checkpointer=url, model=ScriptedChatModel(
+        lambda m: "done" if m[-1].type == "tool" else turn(
+            call("pay", {"api_key": KEY, "pin": 4242 if error != "exits 1" else 1}, "p1"))))
+    first = agent.generate("pay")
+    kind = {"formats its number": _CodeError, "has no message": _Unprintable,
+            "exits 1": subprocess.CalledProcessError}[error]
+    with pytest.raises(kind) as raised:
+        agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
+    if error == "exits 1":
+        assert raised.value.returncode == 1
+    (outcome,), = agent._storage.ledger._sql.query("SELECT outcome FROM graphkit_calls")
+    assert outcome and KEY not in outcome and "4242" not in outcome
+    again = Agent(name="billing", tools=[pay], checkpointer=url,
+                  model=ScriptedChatModel(lambda m: "done")).resume(run_id=first.run_id)
+    assert again.text == "done" and len(ran) == 1
