@@ -110,7 +110,7 @@ class Worker:
         try:
             self.agent._resume_ready(
                 run_id, claimed.thread_id, leased_by=owner if claimed.leased else None,
-                known=(run_id, claimed.later_run) if claimed.leased else None)
+                known=(run_id, claimed.later_run) if claimed.later_read else None)
             resumed = True
         except Exception as exc:  # one failing run must not stop the worker, nor be lost
             logger.warning("worker: resuming run %s failed (%s: %s); it will be tried "

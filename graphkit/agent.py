@@ -402,17 +402,14 @@ class Agent:
         on) is resumed as itself. The ledger says which run is later, never the state: a run
         a new message started may not have reached the state yet (its stream was left, its
         process died), and a client may write the state. `known`: a run id and its later run
-        as a worker's claim read them as it took the thread's lease, which saves the read.
-        Its "none" holds only where the state names this run: on PostgreSQL the claim is one
-        statement, whose snapshot may predate a run started (and ended) on the thread before
-        the lease was taken; that run's input named it in the state."""
+        as read under the thread's lease already (a worker's claim on SQLite:
+        `ReadyRun.later_read`), which saves the read."""
 
         def current(snapshot: Paused, req: Request) -> Any:
-            named = options_of(snapshot).get("run_id") == req.run_id
             later = (known[1] if known is not None and known[0] == req.run_id
-                     and (known[1] is not None or named)
                      else req.ledger.later_run(req.run_id))
             if later is None:
+                named = options_of(snapshot).get("run_id") == req.run_id
                 return _with_options(build(snapshot, req),
                                      None if named else req.ledger.run_options(req.run_id))
             items = waiting(snapshot, req.ledger)

@@ -362,36 +362,49 @@ def test_a_queued_run_whose_thread_went_on_in_a_later_run_is_not_resumed(
     assert waiting.tool_call_id in [c for c, _ in ran(tmp_path / "effects.db")]
 
 
-def test_a_claim_that_read_no_later_run_before_its_lease_is_checked_against_the_state(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """On PostgreSQL the claim reads the later run in the statement that takes the lease,
-    under that statement's snapshot: a run B started and ended (or paused) on the thread
-    while the statement waited is missing from it. The state the resume reads under the
-    lease names B's run, so the ledger is asked again: A's row is dropped, nothing runs
-    under A's id (helper-36 forced it with a trigger sleeping in the claim)."""
+@pytest.mark.parametrize("later", ["paused", "never reached the state"])
+def test_a_claim_that_could_not_read_the_later_run_under_its_lease_leaves_it_to_the_resume(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, later: str) -> None:
+    """On PostgreSQL the claim is one statement, whose snapshot may predate a run B started
+    (and its lease released) on the thread before the claim's lease was taken: the claim
+    cannot say there is no later run; the resume reads it under the lease. B paused on its
+    own call: A's row is dropped, nothing runs under A's id. B's stream was left before its
+    graph ran (its input never reached the state, which still names A): the thread goes on
+    as B, with B's options. Trusting the claim, the worker resumed A under A's id, and B's
+    message was answered under A's options: a call B required approval for ran without one
+    (helper-36 and helper-38, with a trigger sleeping in the claim on PostgreSQL)."""
     from graphkit._owner import new_owner
 
     url, agent, older, _ = _decided_in_the_inbox(tmp_path, monkeypatch)
-    newer = agent.generate("move 2", thread_id=older.thread_id)
-    assert newer.finish_reason == "suspended"
+    if later == "paused":
+        newer_id = agent.generate("move 2", thread_id=older.thread_id).run_id
+    else:
+        stream = agent.stream("move 2", thread_id=older.thread_id, require_tool_approval=True)
+        chunks = iter(stream)
+        assert next(chunks).type == "start"
+        newer_id = stream.run_id
+        chunks.close()  # type: ignore[attr-defined]
+        del chunks, stream
     worker = Worker(make(url))
     ledger = worker.agent._storage.ledger
     claim = ledger.next_ready
 
-    def stale(*args: Any, **kwargs: Any) -> Any:  # the claim as an older snapshot read it
+    def in_one_statement(*args: Any, **kwargs: Any) -> Any:  # as PostgreSQL's claim is
         ready = claim(*args, **kwargs)
-        return ready and ready._replace(later_run=None)
+        return ready and ready._replace(later_run=None, later_read=False)
 
-    monkeypatch.setattr(ledger, "next_ready", stale)
+    monkeypatch.setattr(ledger, "next_ready", in_one_statement)
     config = {"configurable": {"thread_id": older.thread_id}}
     before = [c.config["configurable"]["checkpoint_id"]
               for c in agent.graph.get_state_history(config)]
     assert worker._resume_one(new_owner()) is True
-    assert [c.config["configurable"]["checkpoint_id"]
-            for c in agent.graph.get_state_history(config)] == before
-    assert _ready_rows(url) == []
-    (waiting,) = agent.pending_approvals(run_id=newer.run_id)
-    assert waiting.status == "pending"
+    after = agent.graph.get_state_history(config)
+    if later == "paused":
+        assert [c.config["configurable"]["checkpoint_id"] for c in after] == before
+    else:
+        assert agent.graph.get_state(config).values["options"]["run_id"] == newer_id
+    (waiting,) = Inbox(url).pending()  # B's call, filed under B
+    assert waiting.status == "pending" and waiting.run_id == newer_id
 
 
 @pytest.mark.parametrize("door", ["worker", "resume by hand"])
@@ -564,9 +577,10 @@ def test_a_workers_claim_takes_the_runs_thread_lease_and_its_done_releases_both(
         pass
 
 
-def test_a_workers_claim_reads_the_later_run_under_the_lease_it_took(queue: Any) -> None:
-    """The claim says which later run of its agent the thread went on in, read with the lease
-    it took (the resume then asks nothing more): none, or the last one."""
+def test_a_workers_claim_reads_the_later_run_only_under_the_lease_it_took(queue: Any) -> None:
+    """On SQLite the claim says which later run of its agent the thread went on in, read in
+    the transaction that took the lease (the resume then asks nothing more): none, or the
+    last one. PostgreSQL's claim, one statement under one snapshot, leaves it to the resume."""
     from graphkit._owner import new_owner
 
     ledger = queue
@@ -579,8 +593,12 @@ def test_a_workers_claim_reads_the_later_run_under_the_lease_it_took(queue: Any)
             pass
     first = ledger.next_ready(new_owner(), "bank", lease=True)
     second = ledger.next_ready(new_owner(), "bank", lease=True)
-    assert (first.run_id, first.later_run) == ("r1", None)
-    assert (second.run_id, second.later_run) == ("r2", "r4")
+    if ledger._sql.writes_with:  # PostgreSQL
+        assert (first.run_id, second.run_id) == ("r1", "r2")
+        assert not first.later_read and not second.later_read
+        return
+    assert first.later_read and (first.run_id, first.later_run) == ("r1", None)
+    assert second.later_read and (second.run_id, second.later_run) == ("r2", "r4")
 
 
 def test_a_workers_claim_leaves_a_thread_another_process_holds(queue: Any) -> None:

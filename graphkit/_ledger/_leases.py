@@ -58,10 +58,12 @@ class ReadyRun(NamedTuple):
     leased: bool
     """Whether the claim took the run's thread lease too, for the claiming owner."""
     later_run: str | None = None
-    """With `leased`: the later run of its agent the thread went on in (`later_run`), as the
-    claim read it while taking that lease: on PostgreSQL under the statement's snapshot, which
-    may miss a run that started and ended on the thread as the statement waited (the resume
-    checks a "none" against the state it reads under the lease: `Agent._current`)."""
+    """With `later_read`: the later run of its agent the thread went on in (`later_run`)."""
+    later_read: bool = False
+    """Whether `later_run` was read under the lease the claim took (SQLite: in its
+    transaction, which holds the database's write lock). PostgreSQL's claim is one statement,
+    whose snapshot may predate a run started and ended on the thread before the lease was
+    taken (helper-36, helper-38): the resume reads it once it holds the lease."""
 
 
 class Leases(LedgerBase):
@@ -159,23 +161,23 @@ class Leases(LedgerBase):
         moment = time.time()
         take = (owner, moment + _schema.LEASE_SECONDS, moment, owner)
         if not lease:
-            rows = [(*r, False, None) for r in self._sql.query(claim, params)]
+            rows = [(*r, False, None, False) for r in self._sql.query(claim, params)]
         elif self._sql.writes_with:
-            rows = self._sql.query(
+            rows = [(*r, None, False) for r in self._sql.query(
                 f"WITH c AS ({claim}), l AS ({_TAKE.format(source='SELECT thread_id, ?, ? FROM c')}"
-                " RETURNING 1) SELECT run_id, ready_at, thread_id, EXISTS (SELECT 1 FROM l), "
-                f"({_LATER.format(run='c.run_id')}) FROM c", (*params, *take))
+                " RETURNING 1) SELECT run_id, ready_at, thread_id, EXISTS (SELECT 1 FROM l) "
+                "FROM c", (*params, *take))]
         else:
             with self._sql.transaction() as tx:
                 rows = tx.query(claim, params)
                 if rows:
                     leased = tx.execute(_TAKE_ONE, (rows[0][2], *take)) == 1
                     later = tx.query(_LATER.format(run="?"), (rows[0][0],)) if leased else []
-                    rows = [(*rows[0], leased, later[0][0] if later else None)]
+                    rows = [(*rows[0], leased, later[0][0] if later else None, leased)]
         if not rows:
             return None
         ready = ReadyRun(str(rows[0][0]), float(rows[0][1]), str(rows[0][2]), bool(rows[0][3]),
-                         None if rows[0][4] is None else str(rows[0][4]))
+                         None if rows[0][4] is None else str(rows[0][4]), bool(rows[0][5]))
         _keeper.KEEPER.hold(self, ("ready", ready.run_id), owner, _schema.LEASE_SECONDS)
         if ready.leased:
             _keeper.KEEPER.hold(self, ("thread", ready.thread_id), owner, _schema.LEASE_SECONDS)
