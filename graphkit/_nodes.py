@@ -724,7 +724,7 @@ def _brief(exc: BaseException) -> str:
     """An error's type and message, short; never raises (it is recorded as an outcome)."""
     try:
         text = f"{type(exc).__name__}: {exc}"
-    except Exception:  # an error whose message cannot be made
+    except BaseException:  # an error whose message cannot be made, however it fails
         text = f"{type(exc).__name__} (its message could not be read)"
     return text if len(text) <= 300 else text[:299] + "…"
 
@@ -785,7 +785,7 @@ def _failed(tool: BaseTool, call: Mapping[str, Any], exc: BaseException) -> list
     and the error's text is withheld from it)."""
     secrets = _secrets_of(tool, call)
     if secrets:
-        with contextlib.suppress(Exception):  # the outcome is recorded whatever happens here
+        with contextlib.suppress(BaseException):  # the outcome is recorded whatever happens
             scrub_exception(exc, secrets)
     return secrets
 
@@ -854,7 +854,7 @@ def make_tools_nodes(
         content = text.format(name=task["tool_name"], error=error)
         try:
             content = scrubbed(content, secrets or [])
-        except Exception:  # (recorded whatever happens: else the call would run again)
+        except BaseException:  # (recorded whatever happens: else the call would run again)
             content = text.format(name=task["tool_name"], error=WITHHELD_ERROR)
         ledger.finish(task["key"], owner, {"content": content, "status": "error"})
 

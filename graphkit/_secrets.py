@@ -268,9 +268,30 @@ def scrub_exception(exc: BaseException, secrets: Sequence[str]) -> None:
         todo += [error.__cause__, error.__context__, *(getattr(error, "exceptions", None) or ())]
 
 
+_NAMED = ("filename", "filename2", "code")
+"""Attributes a message is made of that are no instance attributes: the paths an `OSError`
+names, a `SystemExit`'s code."""
+
+
+def _attributes(error: BaseException) -> dict[str, Any]:
+    """The error's attributes (its own, its slots, `_NAMED`) that can be read."""
+    names: list[str] = list(_NAMED)
+    with contextlib.suppress(Exception):
+        names += list(vars(error))
+    for cls in type(error).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        names += [slots] if isinstance(slots, str) else list(slots)
+    found: dict[str, Any] = {}
+    for name in dict.fromkeys(names):
+        try:
+            found[name] = getattr(error, name)
+        except BaseException:  # (an odd property: nothing to scrub there)
+            continue
+    return found
+
+
 def _scrub_one(error: BaseException, secrets: Sequence[str]) -> None:
-    names = [*vars(error), *(n for n in ("filename", "filename2") if hasattr(error, n))]
-    before = {name: getattr(error, name, None) for name in names}
+    before = _attributes(error)
     args = error.args
     with contextlib.suppress(Exception):  # an exception whose args cannot be set
         error.args = tuple(scrubbed(a, secrets, numbers=False) for a in args)
@@ -281,7 +302,7 @@ def _scrub_one(error: BaseException, secrets: Sequence[str]) -> None:
                 setattr(error, name, clean)
     try:
         str(error)
-    except Exception:  # its message is made of what was scrubbed: as it was
+    except BaseException:  # its message is made of what was scrubbed: as it was
         with contextlib.suppress(Exception):
             error.args = args
         for name, value in before.items():
@@ -326,13 +347,24 @@ def scrubbed(value: Any, secrets: Sequence[str], *, numbers: bool = True) -> Any
                 while key in out:
                     key = f"{key} (another)"
                 out[key] = item
-        return out
+        return _same_kind(value, out)
     if isinstance(value, list | tuple):
-        items = [scrubbed(v, secrets, numbers=numbers) for v in value]
-        if all(a is b for a, b in zip(items, value, strict=True)):
+        listed = [scrubbed(v, secrets, numbers=numbers) for v in value]
+        if all(a is b for a, b in zip(listed, value, strict=True)):
             return value
-        return tuple(items) if type(value) is tuple else items
+        return _same_kind(value, listed)
     return _scrub(value, secrets, numbers)
+
+
+def _same_kind(value: Any, items: Any) -> Any:
+    """`items` as the kind of container `value` is, where it can be made again (a named
+    tuple, an `OrderedDict`); else as a plain list or dict."""
+    if type(value) in (list, dict):
+        return items
+    try:
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    except Exception:
+        return items
 
 
 SHORTEST_IN_TEXT = 4

@@ -459,7 +459,13 @@ class _Unprintable(Exception):
         raise RuntimeError("no message")
 
 
-@pytest.mark.parametrize("error", ["formats its number", "has no message", "exits 1"])
+class _Interrupting(Exception):
+    def __str__(self) -> str:
+        raise KeyboardInterrupt  # (not an Exception: helper-39)
+
+
+@pytest.mark.parametrize("error", ["formats its number", "has no message", "exits 1",
+                                   "interrupts its message"])
 def test_an_error_scrubbing_cannot_break_is_recorded_once_and_raised_as_it_is(
         tmp_path: Path, error: str) -> None:
     """Scrubbing keeps an error what it was: a number stays a number (its message formats it;
@@ -476,6 +482,8 @@ def test_an_error_scrubbing_cannot_break_is_recorded_once_and_raised_as_it_is(
             raise _CodeError(pin.get_secret_value())
         if error == "has no message":
             raise _Unprintable(api_key.get_secret_value())
+        if error == "interrupts its message":
+            raise _Interrupting(api_key.get_secret_value())
         subprocess.run(["false"], check=True)
         return "unreachable"
 
@@ -486,7 +494,8 @@ def test_an_error_scrubbing_cannot_break_is_recorded_once_and_raised_as_it_is(
             call("pay", {"api_key": KEY, "pin": 4242 if error != "exits 1" else 1}, "p1"))))
     first = agent.generate("pay")
     kind = {"formats its number": _CodeError, "has no message": _Unprintable,
-            "exits 1": subprocess.CalledProcessError}[error]
+            "exits 1": subprocess.CalledProcessError,
+            "interrupts its message": _Interrupting}[error]
     with pytest.raises(kind) as raised:
         agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
     if error == "exits 1":
@@ -496,3 +505,35 @@ def test_an_error_scrubbing_cannot_break_is_recorded_once_and_raised_as_it_is(
     again = Agent(name="billing", tools=[pay], checkpointer=url,
                   model=ScriptedChatModel(lambda m: "done")).resume(run_id=first.run_id)
     assert again.text == "done" and len(ran) == 1
+
+
+def test_an_error_keeps_its_kinds_of_values_as_its_secrets_are_taken_out() -> None:
+    """What the message of an error is made of keeps its type (an `OrderedDict`, a named
+    tuple, a number), its slots and a `SystemExit`'s code are scrubbed too, and an attribute
+    that cannot be read stops nothing (helper-39)."""
+    import collections
+
+    from graphkit._secrets import scrub_exception
+
+    class Slotted(Exception):
+        __slots__ = ("token",)
+
+    class OddPath(Exception):
+        @property
+        def filename(self) -> str:
+            raise ValueError("no path")
+
+    pair = collections.namedtuple("pair", "name value")
+    error = RuntimeError(KEY)
+    error.headers = collections.OrderedDict(auth=KEY)  # type: ignore[attr-defined]
+    error.pair = pair("key", KEY)  # type: ignore[attr-defined]
+    error.code = 4242  # type: ignore[attr-defined]
+    slotted, odd, leaving = Slotted(), OddPath(KEY), SystemExit(KEY)
+    slotted.token = KEY
+    for raised in (error, slotted, odd, leaving):
+        scrub_exception(raised, [KEY, "4242"])
+    assert error.args == (MASK,) and error.code == 4242  # type: ignore[attr-defined]
+    assert error.headers == {"auth": MASK}  # type: ignore[attr-defined]
+    assert type(error.headers) is collections.OrderedDict  # type: ignore[attr-defined]
+    assert error.pair == pair("key", MASK)  # type: ignore[attr-defined]
+    assert slotted.token == MASK and odd.args == (MASK,) and leaving.code == MASK
