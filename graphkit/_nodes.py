@@ -766,9 +766,9 @@ def _said(tool: BaseTool, call: Mapping[str, Any], value: Any) -> Any:
     secrets = _secrets_of(tool, call)
     if secrets == []:
         return value
+    if secrets is None:  # (not known: nothing said can be checked)
+        return WITHHELD.format(name=tool.name)
     try:
-        if secrets is None:
-            raise ValueError(secrets)
         if isinstance(value, ToolMessage):
             return value.model_copy(update={"content": scrubbed(value.content, secrets),
                                             "artifact": scrubbed(value.artifact, secrets)})

@@ -375,20 +375,15 @@ SHORTEST_IN_TEXT = 4
 def _scrub(value: Any, secrets: Sequence[str], numbers: bool = True) -> Any:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return MASK if numbers and str(value) in secrets else value
-    if isinstance(value, bytes):  # a failed command's output
-        data = value
-        for secret in secrets:
-            if len(secret) >= SHORTEST_IN_TEXT:
-                data = data.replace(secret.encode(), MASK.encode())
-        return value if data == value else data
-    if not isinstance(value, str):
-        return value
-    if value in secrets:
+    if isinstance(value, str) and value in secrets:
         return MASK
+    if not isinstance(value, str | bytes):  # (bytes: a failed command's output)
+        return value
     text = value
     for secret in secrets:
         if len(secret) >= SHORTEST_IN_TEXT:
-            text = text.replace(secret, MASK)
+            text = (text.replace(secret, MASK) if isinstance(text, str)
+                    else text.replace(secret.encode(), MASK.encode()))
     return value if text == value else text
 
 
