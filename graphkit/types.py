@@ -198,13 +198,17 @@ class PendingApproval:
     run_id: str | None = None
     """The paused run (set in inbox listings); pass it to `agent.resume`."""
     allowed_decisions: list[str] = field(default_factory=lambda: ["approve", "edit", "reject"])
-    """What a reviewer may decide on this approval (LangChain's `allowed_decisions`); a
-    suspension takes resume data or a decline."""
+    """What a reviewer may decide on this approval (LangChain's `allowed_decisions`). A
+    suspension lists only `reject`: it is answered with resume data (not one of LangChain's
+    decisions) or declined."""
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> PendingApproval:
         fields = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in record.items() if k in fields})
+        values = {k: v for k, v in record.items() if k in fields}
+        if values.get("kind") == "suspension":  # (a suspension's record has no such field)
+            values["allowed_decisions"] = ["reject"]
+        return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable copy."""

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from graphkit import (
     Agent,
     AmbiguousApprovalError,
+    Inbox,
     ResumeDataError,
     SuspendPayloadError,
     ToolContext,
@@ -264,6 +265,19 @@ def test_an_approval_asked_of_a_suspended_tool_says_to_resume_it() -> None:
         agent.respond_tool_call_generate(run_id=r.run_id, message="no")
     done = agent.resume_generate({"city": "Oslo"}, run_id=r.run_id)
     assert done.text == "Sunny in Oslo." and log == ["started", "started", "fetched Oslo"]
+
+
+def test_a_suspension_lists_only_a_decline_among_langchains_decisions(tmp_path: Path) -> None:
+    """A suspension is answered with data or declined: its pending approval, wherever it is
+    read, does not offer the approve and edit that its doors refuse."""
+    log: list[str] = []
+    db = f"sqlite:///{tmp_path / 'wx.db'}"
+    agent = Agent(name="wx", tools=[weather_tool(log)], checkpointer=db,
+                  model=ScriptedChatModel([turn(call("weather", {}, "w1")), "Sunny in Oslo."]))
+    r = agent.generate("weather?")
+    (item,) = Inbox(db, agents=[agent]).pending()
+    for pending in (*r.pending_approvals, *agent.pending_approvals(run_id=r.run_id), item):
+        assert pending.kind == "suspension" and pending.allowed_decisions == ["reject"]
 
 
 def test_decline_cancels_a_suspended_tool() -> None:
