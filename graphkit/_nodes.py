@@ -71,9 +71,10 @@ from graphkit._reply import (
     turn_span,
 )
 from graphkit._review import audit_row, supersede
-from graphkit._secrets import scrub_exception, scrubbed, secret_values
+from graphkit._secrets import scrub_exception, scrubbed, secret_values, still_shows
 from graphkit._state import AgentState, ToolTask, TurnPlan
 from graphkit._validate import declares_secrets, secret_paths_of
+from graphkit.errors import WithheldToolError
 from graphkit.tools import (
     CONTEXT_KEY,
     STARTED_KEY,
@@ -790,6 +791,23 @@ def _failed(tool: BaseTool, call: Mapping[str, Any], exc: BaseException) -> list
     return secrets
 
 
+def _shown(exc: BaseException, secrets: list[str] | None) -> bool:
+    """Whether a failed call's error may be raised as it is: none of the call's secrets shows
+    in it once `_failed` took them out (LangGraph stores its repr in the checkpoint, and hands
+    it to the caller). Where the secrets are not known, the error is not raised either."""
+    return secrets is not None and not (secrets and still_shows(exc, secrets))
+
+
+def _withheld(exc: BaseException, recorded: str) -> BaseException:
+    """What is raised in place of an error that would show a secret: an error of its kind
+    for those that stop a process or a task (`KeyboardInterrupt`, `SystemExit`), else a
+    `WithheldToolError`; its message is the outcome recorded, which is scrubbed."""
+    if not isinstance(exc, Exception):
+        with contextlib.suppress(Exception):
+            return type(exc)(recorded)
+    return WithheldToolError(recorded)
+
+
 def _suspended(task: ToolTask, signal: ToolSuspended) -> Command[ToolTarget]:
     """Back to the gate, which asks what the ledger was told (`Ledger.suspend`): the report
     in the state only says where to look (a client can write it)."""
@@ -846,10 +864,10 @@ def make_tools_nodes(
         return admitted
 
     def stopped(task: ToolTask, owner: str, text: str, exc: BaseException | None = None,
-                secrets: list[str] | None = None) -> None:
+                secrets: list[str] | None = None) -> str:
         """The call stopped without a result: record why, so it never runs again unasked
         (its error's text without the call's `secrets`; None: they are not known, and the
-        text is withheld)."""
+        text is withheld). Returns what it recorded."""
         error = "" if exc is None else WITHHELD_ERROR if secrets is None else _brief(exc)
         content = text.format(name=task["tool_name"], error=error)
         try:
@@ -857,6 +875,7 @@ def make_tools_nodes(
         except BaseException:  # (recorded whatever happens: else the call would run again)
             content = text.format(name=task["tool_name"], error=WITHHELD_ERROR)
         ledger.finish(task["key"], owner, {"content": content, "status": "error"})
+        return content
 
     def execute(tool: BaseTool, call: dict[str, Any], tool_config: RunnableConfig,
                 task: ToolTask, admitted: _Admitted) -> Command[ToolTarget]:
@@ -874,8 +893,11 @@ def make_tools_nodes(
             ledger.release(task["key"], owner)
             raise
         except BaseException as exc:
-            stopped(task, owner, FAILED, exc, _failed(tool, call, exc))
-            raise
+            secrets = _failed(tool, call, exc)
+            recorded = stopped(task, owner, FAILED, exc, secrets)
+            if _shown(exc, secrets):
+                raise
+            raise _withheld(exc, recorded) from None
         return finish(task, owner, _said(tool, call, output))
 
     def run_tool(task: ToolTask, config: RunnableConfig, handoff: _Handoff | None = None
@@ -960,8 +982,11 @@ def make_tools_nodes(
             await asyncio.shield(offload(stopped, task, owner, INTERRUPTED))
             raise
         except BaseException as exc:
-            await offload(stopped, task, owner, FAILED, exc, _failed(tool, call, exc))
-            raise
+            secrets = _failed(tool, call, exc)
+            recorded = await offload(stopped, task, owner, FAILED, exc, secrets)
+            if _shown(exc, secrets):
+                raise
+            raise _withheld(exc, recorded) from None
         return await offload(lambda: finish(task, owner, _said(tool, call, output)))
 
     return run_tool, arun_tool

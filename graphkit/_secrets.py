@@ -30,8 +30,8 @@ from graphkit._digest import args_digest
 __all__ = ["MASK", "PATHS_KEY", "SALT_KEY", "SECRETS_KEY", "WITHHELD_CHARS", "masked",
            "masked_ai", "masked_message", "masked_record", "new_salt", "record_digest",
            "record_paths", "restored", "salted_digest", "scrub_exception", "scrubbed",
-           "secret_paths", "secret_values",
-           "shows_masked", "unmasked", "with_secrets", "withheld"]
+           "secret_paths", "secret_values", "shows_masked", "still_shows", "unmasked",
+           "with_secrets", "withheld"]
 
 SECRETS_KEY = "graphkit_secret_paths"
 """In an AI message's `response_metadata` (which no provider is sent): where each of its tool
@@ -254,18 +254,54 @@ def scrub_exception(exc: BaseException, secrets: Sequence[str]) -> None:
     it came with (its causes, its context, a group's members): their arguments and the
     attributes their message is made of (a failed command's `cmd` and output, a path an
     `OSError` names, notes), as far as they can be set. Text only: a number keeps its type (a
-    caller may compare a `returncode`), and an error that no longer renders as text is put
-    back as it was. LangGraph hands the error to the caller and its streams; the outcome
-    recorded is built from its text, which is scrubbed as text too."""
+    caller may compare a `returncode`), and an error whose message could be made before and
+    no longer can is put back as it was. LangGraph hands the error to the caller and its
+    streams, and stores its repr in the checkpoint; `still_shows` tells whether any of that
+    still holds a secret."""
+    if secrets:
+        for error in _chain(exc):
+            _scrub_one(error, secrets)
+
+
+def still_shows(exc: BaseException, secrets: Sequence[str]) -> bool:
+    """Whether the error, or one it came with, shows one of `secrets` in its text or its repr
+    (what LangGraph stores of a node's error) after `scrub_exception`: where they could not
+    be set. Such an error is not raised (`_nodes`). Never raises."""
+    try:
+        for error in _chain(exc):
+            for render in (str, repr):
+                try:
+                    text = render(error)
+                except BaseException:  # (not rendered: nothing shown, nothing stored)
+                    continue
+                if isinstance(text, str) and _scrub(text, secrets) != text:
+                    return True
+    except BaseException:
+        return True
+    return False
+
+
+_ARGS = BaseException.__dict__["args"]
+"""The `args` every error's text and repr are made of, which a class's own `args` property
+(read-only, say) hides but does not replace."""
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The error and those it came with (causes, context, a group's members), 64 at most."""
     todo: list[BaseException | None] = [exc]
-    seen: set[int] = set()
-    while secrets and todo and len(seen) < 64:
+    found: dict[int, BaseException] = {}
+    while todo and len(found) < 64:
         error = todo.pop()
-        if error is None or id(error) in seen:
+        if error is None or id(error) in found:
             continue
-        seen.add(id(error))
-        _scrub_one(error, secrets)
-        todo += [error.__cause__, error.__context__, *(getattr(error, "exceptions", None) or ())]
+        found[id(error)] = error
+        try:
+            members = list(getattr(error, "exceptions", None) or ())
+        except BaseException:  # (an odd `__getattr__`)
+            members = []
+        todo += [error.__cause__, error.__context__,
+                 *(m for m in members if isinstance(m, BaseException))]
+    return list(found.values())
 
 
 _NAMED = ("filename", "filename2", "code")
@@ -290,21 +326,32 @@ def _attributes(error: BaseException) -> dict[str, Any]:
     return found
 
 
+def _renders(error: BaseException) -> bool:
+    try:
+        return isinstance(str(error), str)
+    except BaseException:
+        return False
+
+
+def _set_args(error: BaseException, args: tuple[Any, ...]) -> None:
+    with contextlib.suppress(Exception):  # the class's own `args`, where it has a setter
+        error.args = args
+    with contextlib.suppress(Exception):
+        _ARGS.__set__(error, args)
+
+
 def _scrub_one(error: BaseException, secrets: Sequence[str]) -> None:
     before = _attributes(error)
-    args = error.args
-    with contextlib.suppress(Exception):  # an exception whose args cannot be set
-        error.args = tuple(scrubbed(a, secrets, numbers=False) for a in args)
+    args = _ARGS.__get__(error)
+    rendered = _renders(error)
+    _set_args(error, tuple(scrubbed(a, secrets, numbers=False) for a in args))
     for name, value in before.items():
         with contextlib.suppress(Exception):
             clean = scrubbed(value, secrets, numbers=False)
             if clean is not value:
                 setattr(error, name, clean)
-    try:
-        str(error)
-    except BaseException:  # its message is made of what was scrubbed: as it was
-        with contextlib.suppress(Exception):
-            error.args = args
+    if rendered and not _renders(error):  # its message is made of what was scrubbed: as it was
+        _set_args(error, args)
         for name, value in before.items():
             with contextlib.suppress(Exception):
                 setattr(error, name, value)

@@ -16,7 +16,8 @@ GraphkitError
 ├── ResumeDataError                (ValueError)    resume data fails the tool's resume_schema
 ├── SuspendPayloadError            (ValueError)    suspend payload fails the tool's suspend_schema
 ├── ApproverNotAllowedError        (PermissionError) the approvers policy refused the decider
-└── DecisionNotAllowedError        (ValueError)    the tool does not allow that decision type
+├── DecisionNotAllowedError        (ValueError)    the tool does not allow that decision type
+└── WithheldToolError              (RuntimeError)  a tool's error still showed its call's secrets
 ```
 
 LangGraph's control-flow signals (`GraphInterrupt`) are never wrapped in these: a pause is
@@ -39,6 +40,7 @@ __all__ = [
     "RunSupersededError",
     "SnapshotNotFoundError",
     "SuspendPayloadError",
+    "WithheldToolError",
 ]
 
 SNAPSHOT_NOT_FOUND = (
@@ -113,3 +115,10 @@ class ApproverNotAllowedError(GraphkitError, PermissionError):
 class DecisionNotAllowedError(GraphkitError, ValueError):
     """The decision's type (approve, edit, reject, respond) is not among the tool's
     `allowed_decisions`."""
+
+
+class WithheldToolError(GraphkitError, RuntimeError):
+    """Raised in place of a tool's own error that still showed a secret value of the call
+    after they were taken out (in a part of it that cannot be set): LangGraph stores a
+    node's error in the checkpoint, and hands it to every caller. Its message is the
+    outcome recorded for the call."""

@@ -3,8 +3,10 @@ value and the digest covers it (`graphkit._secrets`)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from starlette.testclient import TestClient
 from graphkit import Agent, Inbox, ToolContext, Webhook, _html, create_tool
 from graphkit._secrets import salted_digest
 from graphkit.cli import main
+from graphkit.errors import WithheldToolError
 from graphkit.testing import ScriptedChatModel
 from graphkit.types import args_digest
 from graphkit.web import create_app
@@ -468,10 +471,11 @@ class _Interrupting(Exception):
                                    "interrupts its message"])
 def test_an_error_scrubbing_cannot_break_is_recorded_once_and_raised_as_it_is(
         tmp_path: Path, error: str) -> None:
-    """Scrubbing keeps an error what it was: a number stays a number (its message formats it;
-    a caller compares a `returncode`), and an error that cannot say its message still has
-    its outcome recorded. Else the outcome went unrecorded, and the approved call ran again
-    in the next process that resumed the run (helper-38)."""
+    """Scrubbing keeps an error what it was: a number stays a number (a caller compares a
+    `returncode`; one that is the secret and so shows in the message is not raised: see
+    `test_what_langgraph_keeps_of_a_tool_error_shows_no_secret`), and an error that cannot
+    say its message still has its outcome recorded. Else the outcome went unrecorded, and the
+    approved call ran again in the next process that resumed the run (helper-38)."""
     import subprocess
 
     ran: list[int] = []
@@ -493,7 +497,7 @@ def test_an_error_scrubbing_cannot_break_is_recorded_once_and_raised_as_it_is(
         lambda m: "done" if m[-1].type == "tool" else turn(
             call("pay", {"api_key": KEY, "pin": 4242 if error != "exits 1" else 1}, "p1"))))
     first = agent.generate("pay")
-    kind = {"formats its number": _CodeError, "has no message": _Unprintable,
+    kind = {"formats its number": WithheldToolError, "has no message": _Unprintable,
             "exits 1": subprocess.CalledProcessError,
             "interrupts its message": _Interrupting}[error]
     with pytest.raises(kind) as raised:
@@ -503,6 +507,89 @@ def test_an_error_scrubbing_cannot_break_is_recorded_once_and_raised_as_it_is(
     (outcome,), = agent._storage.ledger._sql.query("SELECT outcome FROM graphkit_calls")
     assert outcome and KEY not in outcome and "4242" not in outcome
     again = Agent(name="billing", tools=[pay], checkpointer=url,
+                  model=ScriptedChatModel(lambda m: "done")).resume(run_id=first.run_id)
+    assert again.text == "done" and len(ran) == 1
+
+
+class _Said:
+    """A value of its own that says the secret: no scrubbing reaches into it."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+class _SaysANumber(Exception):
+    def __str__(self) -> str:
+        return 42  # type: ignore[return-value]
+
+
+class _ReadOnlyArgs(Exception):
+    @property  # type: ignore[override]
+    def args(self) -> tuple[Any, ...]:
+        return ("nothing here",)
+
+    @args.setter
+    def args(self, value: tuple[Any, ...]) -> None:
+        raise AttributeError("read-only")
+
+
+_SHOWS_ITS_SECRET: dict[str, tuple[Callable[[str], BaseException], type[BaseException]]] = {
+    "has no message": (lambda k: _Unprintable(f"refused {k}"), _Unprintable),
+    "says a number": (lambda k: _SaysANumber(f"refused {k}"), _SaysANumber),
+    "has read-only args": (lambda k: _ReadOnlyArgs(f"refused {k}"), _ReadOnlyArgs),
+    "is in a group": (lambda k: ExceptionGroup("several", [
+        ValueError(f"one {k}"), _Unprintable(f"two {k}")]), ExceptionGroup),
+    "holds it in a value of its own": (lambda k: ValueError(_Said(f"refused {k}")),
+                                       WithheldToolError),
+    "interrupts with it in a value of its own": (
+        lambda k: KeyboardInterrupt(_Said(f"stop {k}")), KeyboardInterrupt),
+}
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+@pytest.mark.parametrize("error", list(_SHOWS_ITS_SECRET))
+def test_what_langgraph_keeps_of_a_tool_error_shows_no_secret(tmp_path: Path, error: str,
+                                                              flavour: str) -> None:
+    """LangGraph stores the repr of a node's error in the checkpoint (its `writes`), and hands
+    the error to the caller. An error is scrubbed where its text is made (the C-level `args`
+    a read-only `args` property hides, an error that had no message to begin with, a group's
+    members); one whose secret cannot be reached is not raised: an error of its kind for a
+    `KeyboardInterrupt`, else a `WithheldToolError`, carries the outcome recorded instead.
+    Before, each kept the secret in the checkpoint (helper-42)."""
+    import sqlite3
+
+    make, kind = _SHOWS_ITS_SECRET[error]
+    ran: list[str] = []
+
+    @create_tool(needs_approval=True)
+    def charge(amount: int, api_key: SecretStr) -> str:
+        """Charge a card."""
+        ran.append(api_key.get_secret_value())
+        raise make(api_key.get_secret_value())
+
+    db = tmp_path / "runs.db"
+    agent = Agent(name="billing", tools=[charge], checkpointer=f"sqlite:///{db}",
+                  model=ScriptedChatModel(lambda m: "done" if m[-1].type == "tool" else turn(
+                      call("charge", {"amount": 5, "api_key": KEY}, "c1"))))
+    first = agent.generate("charge")
+    with pytest.raises(kind) as raised:
+        if flavour == "sync":
+            agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
+        else:
+            asyncio.run(agent.aapprove_tool_call_generate(run_id=first.run_id,
+                                                          decided_by="cfo"))
+    assert type(raised.value) is kind and KEY not in repr(raised.value)
+    if kind in (WithheldToolError, KeyboardInterrupt):
+        assert "failed" in str(raised.value) and MASK in str(raised.value)
+    with sqlite3.connect(db) as conn:
+        stored = [bytes(v) if isinstance(v, bytes) else str(v).encode()
+                  for table in ("writes", "checkpoints")
+                  for row in conn.execute(f"SELECT * FROM {table}") for v in row]
+    assert stored and not any(KEY.encode() in v for v in stored)
+    again = Agent(name="billing", tools=[charge], checkpointer=f"sqlite:///{db}",
                   model=ScriptedChatModel(lambda m: "done")).resume(run_id=first.run_id)
     assert again.text == "done" and len(ran) == 1
 
