@@ -260,6 +260,15 @@ def _checker(tool: BaseTool | None) -> ArgsCheck | None:
     return lambda args: validate_args(tool, args)
 
 
+def _dropped(given: Any, kept: Any, where: str = "") -> list[str]:
+    """The keys of an edit (nested too) that validation dropped from what runs."""
+    if not isinstance(given, Mapping) or not isinstance(kept, Mapping):
+        return []
+    return [name for key, value in given.items()
+            for name in ([repr(f"{where}{key}")] if key not in kept
+                         else _dropped(value, kept[key], f"{where}{key}."))]
+
+
 def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
           comment: str | None, approvers: Approvers | None, tool: BaseTool | None,
           check_args: ArgsCheck | None = None, identity_required: bool = False) -> Taken:
@@ -317,6 +326,12 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
             # (and long text the interrupt withheld, left as shown, keeps its text)
             run_args = check_args(restored(
                 unmasked(choice.args, record["args"], record_paths(record)), record["args"]))
+            if unknown := _dropped(choice.args, run_args):
+                # the tool would run without them: a misspelt `ammount` would leave the
+                # amount the reviewer meant to lower as the model wrote it
+                msg = (f"tool {record['tool_name']!r} takes no argument {', '.join(unknown)}: "
+                       "an edit names only arguments the tool takes; nothing was decided")
+                raise InvalidApprovedArgsError(msg)
             status, event = "approved", "edited"
         case "reject":
             status, event = "rejected", "cancelled" if suspension else "rejected"

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.types import Command
+from pydantic import BaseModel
 
-from graphkit import ApprovalsPendingError
+from graphkit import (
+    Agent,
+    ApprovalsPendingError,
+    Inbox,
+    InvalidApprovedArgsError,
+    create_tool,
+)
+from graphkit.testing import ScriptedChatModel
 from tests.helpers import agent_with, call, turn
 
 PAY = {"amount": 40, "payee": {"name": "ACME"}}
@@ -95,6 +106,50 @@ def test_edited_args_run_and_the_history_shows_the_call_as_it_ran() -> None:
     ai = next(m for m in final.messages if isinstance(m, AIMessage) and m.tool_calls)
     assert ai.tool_calls[0]["args"] == edited
     assert len([m for m in final.messages if isinstance(m, AIMessage)]) == 2
+
+
+class Payee(BaseModel):
+    name: str
+
+
+def test_an_edit_naming_an_argument_the_tool_does_not_take_is_refused(tmp_path: Path) -> None:
+    """Validation drops what a tool does not take, so an edit naming it (a misspelt `ammount`,
+    a payee's `iban`) ran the call as the model wrote it while the audit said "edited"
+    (helper-41). Every door refuses it, and nothing is decided."""
+    ran: list[tuple[int, str]] = []
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int, payee: Payee) -> str:
+        """Pay."""
+        ran.append((amount, payee.name))
+        return "paid"
+
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = Agent(name="billing", tools=[pay], checkpointer=db, model=ScriptedChatModel(
+        lambda m: "done" if m[-1].type == "tool" else turn(
+            call("pay", {"amount": 5000, "payee": {"name": "ACME"}}, "p1"))))
+    first = agent.generate("pay")
+    (item,) = first.pending_approvals
+    misspelt = {"amount": 5000, "ammount": 50, "payee": {"name": "ACME"}}
+    nested = {"amount": 50, "payee": {"name": "ACME", "iban": "DE00"}}
+    for edit, named in ((misspelt, "'ammount'"), (nested, "'payee.iban'")):
+        with pytest.raises(InvalidApprovedArgsError, match=f"takes no argument {named}"):
+            agent.approve_tool_call_generate(run_id=first.run_id, args=edit, decided_by="cfo")
+        with pytest.raises(InvalidApprovedArgsError, match=f"takes no argument {named}"):
+            Inbox(db, agents=[agent]).approve(item.id, args=edit, decided_by="cfo")
+    with pytest.raises(InvalidApprovedArgsError, match="takes no argument 'ammount'"):
+        Inbox(db).approve(item.id, args=misspelt, decided_by="cfo")  # by the stored schema
+    config = {"configurable": {"thread_id": first.thread_id}}
+    (interrupt,) = agent.graph.get_state(config).interrupts
+    agent.graph.invoke(Command(resume={interrupt.id: {"decisions": [
+        {"type": "edit", "edited_action": {"name": "pay", "args": misspelt}}]}}), config)
+    (still,) = agent.graph.get_state(config).interrupts
+    assert "takes no argument 'ammount'" in str(still.value["error"])
+    assert [p.status for p in agent.pending_approvals(run_id=first.run_id)] == ["pending"]
+    assert ran == []
+    done = agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo",
+                                            args={"amount": 50, "payee": {"name": "ACME"}})
+    assert done.text == "done" and ran == [(50, "ACME")]
 
 
 def test_resolve_records_without_running_and_resume_continues() -> None:
