@@ -721,10 +721,11 @@ def _prepare(
     return tool, call, tool_config
 
 
-def _brief(exc: BaseException) -> str:
-    """An error's type and message, short; never raises (it is recorded as an outcome)."""
+def _brief(exc: BaseException, secrets: Sequence[str]) -> str:
+    """An error's type and message without `secrets`, short (cut once they are out: a cut
+    could leave part of one); never raises (it is recorded as an outcome)."""
     try:
-        text = f"{type(exc).__name__}: {exc}"
+        text = str(scrubbed(f"{type(exc).__name__}: {exc}", secrets))
     except BaseException:  # an error whose message cannot be made, however it fails
         text = f"{type(exc).__name__} (its message could not be read)"
     return text if len(text) <= 300 else text[:299] + "…"
@@ -798,14 +799,21 @@ def _shown(exc: BaseException, secrets: list[str] | None) -> bool:
     return secrets is not None and not (secrets and still_shows(exc, secrets))
 
 
-def _withheld(exc: BaseException, recorded: str) -> BaseException:
+@dataclass(frozen=True, slots=True)
+class _Withheld:
+    """The error a failed call raises in place of its own (`_withheld`)."""
+
+    error: BaseException
+
+
+def _withheld(exc: BaseException, recorded: str) -> _Withheld:
     """What is raised in place of an error that would show a secret: an error of its kind
     for those that stop a process or a task (`KeyboardInterrupt`, `SystemExit`), else a
     `WithheldToolError`; its message is the outcome recorded, which is scrubbed."""
     if not isinstance(exc, Exception):
         with contextlib.suppress(Exception):
-            return type(exc)(recorded)
-    return WithheldToolError(recorded)
+            return _Withheld(type(exc)(recorded))
+    return _Withheld(WithheldToolError(recorded))
 
 
 def _suspended(task: ToolTask, signal: ToolSuspended) -> Command[ToolTarget]:
@@ -868,7 +876,8 @@ def make_tools_nodes(
         """The call stopped without a result: record why, so it never runs again unasked
         (its error's text without the call's `secrets`; None: they are not known, and the
         text is withheld). Returns what it recorded."""
-        error = "" if exc is None else WITHHELD_ERROR if secrets is None else _brief(exc)
+        error = ("" if exc is None else WITHHELD_ERROR if secrets is None
+                 else _brief(exc, secrets))
         content = text.format(name=task["tool_name"], error=error)
         try:
             content = scrubbed(content, secrets or [])
@@ -897,7 +906,9 @@ def make_tools_nodes(
             recorded = stopped(task, owner, FAILED, exc, secrets)
             if _shown(exc, secrets):
                 raise
-            raise _withheld(exc, recorded) from None
+            output = _withheld(exc, recorded)
+        if isinstance(output, _Withheld):
+            raise output.error  # (out of the `except`: not even its context is the tool's)
         return finish(task, owner, _said(tool, call, output))
 
     def run_tool(task: ToolTask, config: RunnableConfig, handoff: _Handoff | None = None
@@ -973,20 +984,24 @@ def make_tools_nodes(
         except GraphBubbleUp:
             await offload(ledger.release, task["key"], owner)
             raise
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             if started is not None and not started.is_set():
                 # cancelled before its body started: it did not run, and may run again
                 await asyncio.shield(offload(ledger.release, task["key"], owner))
                 raise
             # recorded before the cancellation goes on (in its thread even if cancelled again)
             await asyncio.shield(offload(stopped, task, owner, INTERRUPTED))
-            raise
+            if _shown(exc, _failed(tool, call, exc)):  # (the tool may raise it itself)
+                raise
+            output = _Withheld(asyncio.CancelledError())
         except BaseException as exc:
             secrets = _failed(tool, call, exc)
             recorded = await offload(stopped, task, owner, FAILED, exc, secrets)
             if _shown(exc, secrets):
                 raise
-            raise _withheld(exc, recorded) from None
+            output = _withheld(exc, recorded)
+        if isinstance(output, _Withheld):
+            raise output.error
         return await offload(lambda: finish(task, owner, _said(tool, call, output)))
 
     return run_tool, arun_tool

@@ -20,6 +20,7 @@ import copy
 import hashlib
 import json
 import secrets
+import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -259,17 +260,22 @@ def scrub_exception(exc: BaseException, secrets: Sequence[str]) -> None:
     streams, and stores its repr in the checkpoint; `still_shows` tells whether any of that
     still holds a secret."""
     if secrets:
-        for error in _chain(exc):
+        for error in _chain(exc)[0]:
             _scrub_one(error, secrets)
 
 
 def still_shows(exc: BaseException, secrets: Sequence[str]) -> bool:
-    """Whether the error, or one it came with, shows one of `secrets` in its text or its repr
-    (what LangGraph stores of a node's error) after `scrub_exception`: where they could not
-    be set. Such an error is not raised (`_nodes`). Never raises."""
+    """Whether the error, or one it came with, shows one of `secrets` after `scrub_exception`
+    (where they could not be set): in what a traceback prints of it (its message, notes, a
+    `SyntaxError`'s source line) or in its repr (what LangGraph stores of a node's error). A
+    chain too long to read whole counts as showing. Such an error is not raised (`_nodes`).
+    Never raises."""
     try:
-        for error in _chain(exc):
-            for render in (str, repr):
+        errors, whole = _chain(exc)
+        if not whole:
+            return True
+        for error in errors:
+            for render in (_printed, repr):
                 try:
                     text = render(error)
                 except BaseException:  # (not rendered: nothing shown, nothing stored)
@@ -281,19 +287,26 @@ def still_shows(exc: BaseException, secrets: Sequence[str]) -> bool:
     return False
 
 
+def _printed(error: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(error), error))
+
+
 _ARGS = BaseException.__dict__["args"]
 """The `args` every error's text and repr are made of, which a class's own `args` property
 (read-only, say) hides but does not replace."""
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
-    """The error and those it came with (causes, context, a group's members), 64 at most."""
+def _chain(exc: BaseException) -> tuple[list[BaseException], bool]:
+    """The error and those it came with (causes, context, a group's members), 64 at most; and
+    whether that is all of them."""
     todo: list[BaseException | None] = [exc]
     found: dict[int, BaseException] = {}
-    while todo and len(found) < 64:
+    while todo:
         error = todo.pop()
         if error is None or id(error) in found:
             continue
+        if len(found) == 64:
+            return list(found.values()), False
         found[id(error)] = error
         try:
             members = list(getattr(error, "exceptions", None) or ())
@@ -301,12 +314,14 @@ def _chain(exc: BaseException) -> list[BaseException]:
             members = []
         todo += [error.__cause__, error.__context__,
                  *(m for m in members if isinstance(m, BaseException))]
-    return list(found.values())
+    return list(found.values()), True
 
 
-_NAMED = ("filename", "filename2", "code")
+_NAMED = ("filename", "filename2", "strerror", "code", "msg", "text", "object", "reason",
+          "name", "path", "value")
 """Attributes a message is made of that are no instance attributes: the paths an `OSError`
-names, a `SystemExit`'s code."""
+names, a `SystemExit`'s code, a `SyntaxError`'s source line, the text a `UnicodeError`
+could not read, an `ImportError`'s name, a `StopIteration`'s value."""
 
 
 def _attributes(error: BaseException) -> dict[str, Any]:
@@ -359,12 +374,14 @@ def _scrub_one(error: BaseException, secrets: Sequence[str]) -> None:
 
 def secret_values(args: Any, paths: Sequence[Sequence[str | int]] | None) -> list[str]:
     """The secret values a call's arguments hold at `paths`, as text (a `Secret[int]`'s
-    number too; each item of a `Secret[list]` or `Secret[dict]`), longest first (so that a
-    secret inside another is not masked first, leaving the rest), to take out of what the
-    call says back (`scrubbed`)."""
+    number too; each item of a `Secret[list]` or `Secret[dict]`; and as a repr or JSON
+    escapes it), longest first (so that a secret inside another is not masked first,
+    leaving the rest), to take out of what the call says back (`scrubbed`)."""
     found = [v for p in paths or () for v, ok in [_get(args, list(p))] if ok]
     texts = {v if isinstance(v, str) else str(v) for v in _leaves(found)
              if isinstance(v, str | int | float) and not isinstance(v, bool)}
+    # as a repr or JSON shows text with a newline, a quote or a backslash (a PEM key)
+    texts |= {form for t in texts for form in (repr(t)[1:-1], json.dumps(t)[1:-1])}
     return sorted((t for t in texts if t and t != MASK), key=lambda t: (-len(t), t))
 
 

@@ -4,13 +4,16 @@ value and the digest covers it (`graphkit._secrets`)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from langgraph.errors import NodeCancelledError
 from langgraph.types import Command
 from pydantic import Secret, SecretStr
 from starlette.testclient import TestClient
@@ -521,6 +524,27 @@ class _Said:
         return self.text
 
 
+@dataclasses.dataclass
+class _Config:
+    key: str
+
+
+def _noted(key: str) -> BaseException:
+    error = ValueError("bad")
+    error.__notes__ = [_Said(f"note {key}")]  # (a list of text, by convention only)
+    return error
+
+
+def _chained(key: str) -> BaseException:
+    error: BaseException = ValueError(_Said(key))
+    for n in range(70):
+        try:
+            raise ValueError(f"wrap {n}") from error
+        except ValueError as wrapped:
+            error = wrapped
+    return error
+
+
 class _SaysANumber(Exception):
     def __str__(self) -> str:
         return 42  # type: ignore[return-value]
@@ -546,11 +570,24 @@ _SHOWS_ITS_SECRET: dict[str, tuple[Callable[[str], BaseException], type[BaseExce
                                        WithheldToolError),
     "interrupts with it in a value of its own": (
         lambda k: KeyboardInterrupt(_Said(f"stop {k}")), KeyboardInterrupt),
+    "holds it in a value its repr escapes": (
+        lambda k: ValueError(_Config(k)), WithheldToolError),  # (a key of several lines)
+    "shows it in its source line": (lambda k: SyntaxError(
+        "invalid", ("<config>", 1, 10, f"api_key = {k}!", 1, 11)), SyntaxError),
+    "notes it in a value of its own": (_noted, WithheldToolError),
+    "comes at the end of a long chain": (_chained, WithheldToolError),
+    "cancels with it": (lambda k: asyncio.CancelledError(f"cancelled {k}"), NodeCancelledError),
+    "has a long message that is cut at it": (lambda k: ValueError(_Said("x" * 283 + k)),
+                                             WithheldToolError),
 }
 
 
-@pytest.mark.parametrize("flavour", ["sync", "async"])
-@pytest.mark.parametrize("error", list(_SHOWS_ITS_SECRET))
+@pytest.mark.parametrize(("error", "flavour"), [
+    (error, flavour) for error, (_, kind) in _SHOWS_ITS_SECRET.items()
+    for flavour in ("sync", "async")
+    # (asyncio stops its loop at a KeyboardInterrupt raised in a task, and LangChain runs an
+    # async tool in a task of its own: no handler of the run sees it)
+    if not (flavour == "async" and kind is KeyboardInterrupt)])
 def test_what_langgraph_keeps_of_a_tool_error_shows_no_secret(tmp_path: Path, error: str,
                                                               flavour: str) -> None:
     """LangGraph stores the repr of a node's error in the checkpoint (its `writes`), and hands
@@ -562,18 +599,22 @@ def test_what_langgraph_keeps_of_a_tool_error_shows_no_secret(tmp_path: Path, er
     import sqlite3
 
     make, kind = _SHOWS_ITS_SECRET[error]
+    key = f"-----BEGIN KEY-----\n{KEY}\n-----END KEY-----" if "escapes" in error else KEY
     ran: list[str] = []
 
-    @create_tool(needs_approval=True)
-    def charge(amount: int, api_key: SecretStr) -> str:
-        """Charge a card."""
+    def charge_sync(amount: int, api_key: SecretStr) -> str:
         ran.append(api_key.get_secret_value())
         raise make(api_key.get_secret_value())
 
+    async def charge_async(amount: int, api_key: SecretStr) -> str:
+        return charge_sync(amount, api_key)
+
+    charge = create_tool(charge_sync if flavour == "sync" else charge_async, name="charge",
+                         description="Charge a card.", needs_approval=True)
     db = tmp_path / "runs.db"
     agent = Agent(name="billing", tools=[charge], checkpointer=f"sqlite:///{db}",
                   model=ScriptedChatModel(lambda m: "done" if m[-1].type == "tool" else turn(
-                      call("charge", {"amount": 5, "api_key": KEY}, "c1"))))
+                      call("charge", {"amount": 5, "api_key": key}, "c1"))))
     first = agent.generate("charge")
     with pytest.raises(kind) as raised:
         if flavour == "sync":
@@ -582,13 +623,16 @@ def test_what_langgraph_keeps_of_a_tool_error_shows_no_secret(tmp_path: Path, er
             asyncio.run(agent.aapprove_tool_call_generate(run_id=first.run_id,
                                                           decided_by="cfo"))
     assert type(raised.value) is kind and KEY not in repr(raised.value)
+    assert KEY not in "".join(traceback.format_exception(raised.value))
     if kind in (WithheldToolError, KeyboardInterrupt):
-        assert "failed" in str(raised.value) and MASK in str(raised.value)
+        assert "Tool call 'charge' failed" in str(raised.value)
     with sqlite3.connect(db) as conn:
         stored = [bytes(v) if isinstance(v, bytes) else str(v).encode()
                   for table in ("writes", "checkpoints")
                   for row in conn.execute(f"SELECT * FROM {table}") for v in row]
     assert stored and not any(KEY.encode() in v for v in stored)
+    (outcome,), = agent._storage.ledger._sql.query("SELECT outcome FROM graphkit_calls")
+    assert KEY[:4] not in (outcome or "")  # (not even a part: it is cut once scrubbed)
     again = Agent(name="billing", tools=[charge], checkpointer=f"sqlite:///{db}",
                   model=ScriptedChatModel(lambda m: "done")).resume(run_id=first.run_id)
     assert again.text == "done" and len(ran) == 1
