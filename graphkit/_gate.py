@@ -853,23 +853,58 @@ def supersede_abandoned(messages: Sequence[BaseMessage], ctx: GateContext) -> No
     since as stopped, so that no replay of an older checkpoint runs it after the
     conversation went on without it (a model that reuses tool_call_ids may have been told
     that a call of the same id did not run). Only a top-level agent has one conversation per
-    thread (a subagent's parallel delegations each have their own)."""
+    thread (a subagent's parallel delegations each have their own): it judges its subagents'
+    waits too, by the delegation each works for (`_abandoned_beneath`)."""
     if len(ctx.path) != 1:
         return
     waiting = ctx.pending_turns()
     if not waiting:
         return
     present = {turn_key(m) for m in messages if isinstance(m, AIMessage) and m.tool_calls}
-    lost = [w for w in waiting if w.turn_key is not None and w.turn_key not in present]
+    own = [w for w in waiting if w.agent_path in (None, ctx.agent)]
+    lost = [w for w in own if w.turn_key is not None and w.turn_key not in present]
+    lost += _abandoned_beneath([w for w in waiting if w not in own], present, ctx)
     for w in lost:
         if w.pending:
+            path = w.agent_path.split("/") if w.agent_path else ctx.path
             supersede(ctx.ledger, {"id": w.approval_id, "kind": w.kind,
-                                   "tool_name": w.tool_name, "agent_path": ctx.path},
+                                   "tool_name": w.tool_name, "agent_path": path},
                       comment=ABANDONED, thread_id=ctx.thread_id, run_id=ctx.run_id)
     ctx.ledger.settle({w.call_key: {"content": LOST.format(name=w.tool_name),
                                     "status": "error"}
                        for w in lost if not w.pending and w.call_key is not None},
                       thread_id=ctx.thread_id)
+
+
+def _abandoned_beneath(deep: list[PendingTurn], present: set[str], ctx: GateContext
+                       ) -> list[PendingTurn]:
+    """The subagents' waits nothing will answer: the delegation each works for (the scope of
+    its turn's key), or one above it, has its outcome (a subagent that ended without
+    answering), or was planned in a turn of this agent the conversation no longer holds.
+    One read per level of delegation, and only where a subagent waits while its
+    supervisor's conversation moves (time travel, a rewritten state)."""
+    todo = {w: _scope(w.turn_key) for w in deep}
+    lost: list[PendingTurn] = []
+    for _ in range(32):  # (deeper than any chain of delegations)
+        links = ctx.ledger.call_links(key for key in todo.values() if key)
+        above: dict[PendingTurn, str | None] = {}
+        for w, key in todo.items():
+            link = links.get(key) if key else None
+            if link is None:
+                continue  # placed under no call of this thread: left as it is
+            if link.done or (link.agent_path == ctx.agent and link.turn_key not in present):
+                lost.append(w)
+            elif link.agent_path != ctx.agent:
+                above[w] = _scope(link.turn_key)
+        if not above:
+            break
+        todo = above
+    return lost
+
+
+def _scope(key: str | None) -> str | None:
+    """The delegation call a subagent's turn works for (`turn_key`'s scope)."""
+    return key.rpartition("@")[2] or None if key and "@" in key else None
 
 
 def pointer(plan: TurnPlan) -> TurnPointer:

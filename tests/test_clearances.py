@@ -19,7 +19,7 @@ from langgraph.types import Command, Send
 
 from graphkit import Agent, Inbox, ToolContext, create_tool
 from graphkit.cli import main
-from graphkit.errors import GraphkitError
+from graphkit.errors import GraphkitError, InvalidApprovedArgsError
 from graphkit.testing import ScriptedChatModel
 from tests.helpers import (
     PAY,
@@ -410,8 +410,10 @@ def test_an_edit_the_tool_refuses_never_runs(sqlite_url: str) -> None:
                             name="billing")
     result = agent.generate("pay")
     (pending,) = Inbox(sqlite_url).pending()
-    bad = {**EDIT, "memo": "x"}  # the tool's model drops the extra key
-    lax_inbox(sqlite_url).approve(pending.id, decided_by="cfo", args=bad)
+    bad = {**EDIT, "memo": "x"}  # the tool's model would drop the extra key: refused
+    with pytest.raises(InvalidApprovedArgsError, match="takes no argument 'memo'"):
+        lax_inbox(sqlite_url).approve(pending.id, decided_by="cfo", args=bad)
+    lax_inbox(sqlite_url).approve(pending.id, decided_by="cfo", args=EDIT)
     plan = plan_of(agent, result.thread_id)
     forge_alone(agent, result.thread_id, task(pay_call(plan), ["billing"], args=bad),
                 task(pay_call(plan), ["billing"], args=EDIT),

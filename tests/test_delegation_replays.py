@@ -384,3 +384,84 @@ def test_held_no_agent_name_can_fall_under_another_agents_path_prefix() -> None:
 
     with pytest.raises(ValueError, match="/"):
         Agent(name="supervisor/ops", model=ScriptedChatModel(["ok"]))
+
+
+# ============================================================ a subagent's wait left behind
+
+
+def _chain(url: str, ran: list[int]) -> Agent:
+    """supervisor -> team -> payer, whose `pay` needs approval; each model asks the one below
+    to pay the amount the user named, and passes the answer up."""
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Send a payment."""
+        ran.append(amount)
+        return f"paid {amount}"
+
+    def asks(below: str, key: str, task: str) -> Any:
+        def reply(messages: list[BaseMessage]) -> Any:
+            if isinstance(messages[-1], ToolMessage):
+                return f"{below}: {messages[-1].text}"
+            amount = int(str(messages[-1].content).split()[-1])
+            return turn(call(below, {"task": f"pay {amount}"} if task else {"amount": amount},
+                             key))
+        return reply
+
+    payer = Agent(name="payer", description="Pays.", tools=[pay],
+                  model=ScriptedChatModel(asks("pay", "p1", "")))
+    team = Agent(name="team", description="Coordinates.", agents={"payer": payer},
+                 model=ScriptedChatModel(asks("payer", "t1", "task")))
+    return Agent(name="supervisor", agents={"team": team}, checkpointer=url,
+                 model=ScriptedChatModel(asks("team", "s1", "task")))
+
+
+def test_a_subagents_wait_under_a_turn_time_travel_left_is_declined_and_never_runs(
+        sqlite_url: str) -> None:
+    """Attack (helper-40): time travel re-ran the supervisor's model turn (the same ids and
+    arguments: a new turn). The subagent's approval under the old turn stayed pending, could
+    be approved, and a raw resume of the old checkpoint then paid. Only the top-level agent
+    judged lost turns, and only its own. Now it judges its subagents' waits by the delegation
+    each works for, as it judges its own: declined as superseded, and a replay is told so."""
+    ran: list[int] = []
+    sup = _chain(sqlite_url, ran)
+    first = sup.generate("pay 100")
+    (old,) = Inbox(sqlite_url).pending()
+    paused = sup.graph.get_state(config(first.thread_id)).config
+    before_model = [s for s in _history(sup, first.thread_id) if s.next == ("model",)][-1]
+    sup.graph.invoke(None, before_model.config)  # the fork: the model's turn again
+    (new,) = Inbox(sqlite_url).pending()
+    assert new.id != old.id and new.agent_path == ["supervisor", "team", "payer"]
+    row = sup._storage.ledger.approval(old.id)
+    assert row is not None and row.status == "rejected"
+    assert "no longer in the conversation" in str((row.decision or {}).get("comment"))
+    Inbox(sqlite_url).approve(new.id, decided_by="alice")
+    done = sup.resume(run_id=str(new.run_id))
+    assert ran == [100] and "paid 100" in done.text
+    with contextlib.suppress(Exception):
+        Inbox(sqlite_url).approve(old.id, decided_by="alice")
+    replayed = sup.graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), paused)
+    assert ran == [100] and "not run" in str(replayed["messages"][-1].content)
+
+
+def test_a_subagent_that_ended_without_answering_leaves_nothing_waiting(sqlite_url: str
+                                                                       ) -> None:
+    """Attack (helper-40): a client rewrote the subagent's waiting message (`update_state` on
+    its namespace, as its model), so the subagent ended and the supervisor's run finished
+    without the call. Its approval stayed pending for ever: approving it said "approved",
+    nothing ran, and the inbox listed the run as ready after every resume. A delegation with
+    its outcome leaves nothing waiting beneath it: the supervisor declines it."""
+    ran: list[int] = []
+    sup = _chain(sqlite_url, ran)
+    first = sup.generate("pay 100")
+    payer = sup.graph.get_state(config(first.thread_id), subgraphs=True
+                                ).tasks[0].state.tasks[0].state
+    waiting = payer.values["messages"][-1]
+    sup.graph.update_state(payer.config, {"messages": [AIMessage("", id=waiting.id, tool_calls=[
+        {"name": "pay", "args": {"amount": 999}, "id": "p1"}])]}, as_node="model")
+    sup.graph.invoke(None, config(first.thread_id))
+    assert Inbox(sqlite_url).pending() == [] and Inbox(sqlite_url).ready() == []
+    (row,) = [sup._storage.ledger.approval(a.approval_id) for a in
+              sup._storage.ledger.pending_turns(first.thread_id, ["supervisor"])] or [None]
+    assert row is None  # nothing of the thread waits, nor is approved and unrun
+    assert ran == []

@@ -14,12 +14,15 @@ from graphkit._ledger._rows import (
     PENDING_TURNS,
     ApprovalRow,
     AuditRow,
+    CallLink,
     GrantRow,
     PendingTurn,
     approval_row,
+    beneath,
     grant_row,
     pending_turn,
 )
+from graphkit._ledger._schema import DONE
 from graphkit._ledger._sql import Tx, dumps, path_text
 from graphkit._ledger._values import unstowed
 from graphkit.types import ApprovalRecord
@@ -165,10 +168,22 @@ class Decisions(LedgerBase):
         return [approval_row(r) for r in rows]
 
     def pending_turns(self, thread_id: str, agent_path: Sequence[str]) -> list[PendingTurn]:
-        """(approval id, kind, tool name, the turn key of the plan that asked) of what one
-        agent waits on in one thread."""
+        """(approval id, kind, tool name, the turn key of the plan that asked, ...) of what
+        one agent and its subagents wait on in one thread."""
         return [pending_turn(r) for r in self._sql.query(
-            f"SELECT {PENDING_TURNS}", (thread_id, path_text(agent_path)))]
+            f"SELECT {PENDING_TURNS}", beneath(thread_id, path_text(agent_path)))]
+
+    def call_links(self, call_keys: Iterable[str]) -> dict[str, CallLink]:
+        """Where each call was planned (its agent's path, its turn's key) and whether it has
+        its outcome: what ties a subagent's turn (scoped by the delegation call it works
+        for) to its supervisor's."""
+        keys = list(dict.fromkeys(call_keys))
+        if not keys:
+            return {}
+        rows = self._sql.query(
+            "SELECT call_key, agent_path, turn_key, executed FROM graphkit_calls WHERE "
+            f"call_key IN ({', '.join('?' for _ in keys)})", tuple(keys))
+        return {str(r[0]): CallLink(str(r[1]), r[2], r[3] == DONE) for r in rows}
 
     def pending_ids(self, thread_id: str, agent_path: Sequence[str]) -> set[str]:
         """The approvals and suspensions of one agent in one thread that wait on a decision."""

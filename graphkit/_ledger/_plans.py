@@ -21,6 +21,7 @@ from graphkit._ledger._rows import (
     PendingTurn,
     allowed_text,
     approval_row,
+    beneath,
     pending_turn,
 )
 from graphkit._ledger._schema import (
@@ -154,7 +155,7 @@ class Plans(LedgerBase):
         if pending:
             columns, _, source = PENDING_TURNS.partition(" FROM ")
             parts.append(_part(2, "0", columns, source))
-            params = (*params, thread_id, path)
+            params = (*params, *beneath(thread_id, path))
         if outcomes:
             parts.append(_part(3, "0", "call_key, executed, outcome", turn_calls))
             params = (*params, thread_id, path, key)
@@ -170,7 +171,7 @@ class Plans(LedgerBase):
         return TurnReading(
             plan=unstowed(self._sql.query, plans[0]) if plans else None,
             queue=queued(r[2:5] for r in rows if r[0] == 1),
-            pending=[pending_turn(r[2:8]) for r in rows if r[0] == 2] if pending else None,
+            pending=[pending_turn(r[2:9]) for r in rows if r[0] == 2] if pending else None,
             outcomes={str(r[2]): loads(r[4]) if r[3] == DONE else None
                       for r in rows if r[0] == 3} if outcomes else None,
             approvals={str(r[2]): approval_row(r[2:]) for r in rows if r[0] == 4}

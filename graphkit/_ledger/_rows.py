@@ -9,8 +9,8 @@ from typing import Any, Literal, NamedTuple
 from graphkit._ledger._sql import loads
 
 __all__ = ["APPROVAL_COLUMNS", "APPROVAL_READ", "GRANT_COLUMNS", "ApprovalRow", "AuditRow",
-           "CallRow", "Claimed", "Clearance", "GrantRow", "OutboxEvent", "Start", "allowed_text",
-           "allowed_types", "approval_row", "grant_row"]
+           "CallLink", "CallRow", "Claimed", "Clearance", "GrantRow", "OutboxEvent", "Start",
+           "allowed_text", "allowed_types", "approval_row", "grant_row"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallRow:
@@ -151,15 +151,31 @@ class PendingTurn(NamedTuple):
     turn_key: str | None
     pending: bool = True
     call_key: str | None = None
+    agent_path: str | None = None
+    """The path (as text) of the agent that asked: this one, or one of its subagents."""
 
 
-PENDING_TURNS = ("a.approval_id, a.kind, a.tool_name, c.turn_key, a.status, c.call_key "
-                 "FROM graphkit_approvals a LEFT JOIN graphkit_calls c ON "
-                 "c.call_key = a.call_key WHERE a.thread_id = ? AND a.agent_path = ? AND "
+class CallLink(NamedTuple):
+    """Where a call was planned, and whether it has its outcome (`Ledger.call_links`)."""
+
+    agent_path: str
+    turn_key: str | None
+    done: bool
+
+
+PENDING_TURNS = ("a.approval_id, a.kind, a.tool_name, c.turn_key, a.status, c.call_key, "
+                 "a.agent_path FROM graphkit_approvals a LEFT JOIN graphkit_calls c ON "
+                 "c.call_key = a.call_key WHERE a.thread_id = ? AND (a.agent_path = ? OR "
+                 "substr(a.agent_path, 1, length(?)) = ?) AND "
                  "(a.status = 'pending' OR (a.status = 'approved' AND c.executed IS NULL))")
-"""What one agent waits on in one thread, with the turn that asked, and the calls approved
-(or resumed) there that have not run (again) since (parameters: the thread, the agent's
-path), after a SELECT: read alone or beside the turn's plan."""
+"""What one agent and its subagents wait on in one thread, with the turn that asked, and the
+calls approved (or resumed) there that have not run (again) since (parameters: `beneath`),
+after a SELECT: read alone or beside the turn's plan."""
+
+
+def beneath(thread_id: str, path: str) -> tuple[str, str, str, str]:
+    """`PENDING_TURNS`' parameters: the thread, the agent's path and its subagents'."""
+    return (thread_id, path, f"{path}/", f"{path}/")
 
 
 CURRENT_RUN = ("SELECT run_id FROM graphkit_runs WHERE thread_id = ? AND agent = ? "
@@ -170,7 +186,7 @@ thread's current run, which calls are filed under and decisions may take anythin
 
 def pending_turn(row: Sequence[Any]) -> PendingTurn:
     return PendingTurn(str(row[0]), str(row[1]), str(row[2]), row[3], row[4] == "pending",
-                       row[5])
+                       row[5], row[6])
 
 
 GRANT_COLUMNS = ("grant_id, thread_id, agent_path, tool_name, grantor, approval_id, "
