@@ -360,7 +360,8 @@ def interrupt_value(
         known = dict(rows or {})
         rows = {**known, **ledger.approvals(
             r["id"] for r in records if r["kind"] == "approval" and r["id"] not in known)}
-        records = [{**r, "allowed_decisions": list(rows[r["id"]].allowed or DEFAULT_DECISIONS)}
+        records = [{**r, "allowed_decisions": ["reject"] if r["kind"] == "suspension" else
+                    list(rows[r["id"]].allowed or DEFAULT_DECISIONS)}
                    if r["id"] in rows else r for r in records]  # type: ignore[misc]
     # a view of the calls: their secret arguments masked (the plan keeps them, and runs them),
     # long text withheld (the ledger keeps it once; `_events.in_full` reads it back)

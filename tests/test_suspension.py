@@ -278,6 +278,9 @@ def test_a_suspension_lists_only_a_decline_among_langchains_decisions(tmp_path: 
     (item,) = Inbox(db, agents=[agent]).pending()
     for pending in (*r.pending_approvals, *agent.pending_approvals(run_id=r.run_id), item):
         assert pending.kind == "suspension" and pending.allowed_decisions == ["reject"]
+    (interrupt,) = agent.graph.get_state({"configurable": {"thread_id": r.thread_id}}
+                                         ).interrupts  # (what Studio and Agent Chat UI read)
+    assert [a["allowed_decisions"] for a in interrupt.value["approvals"]] == [["reject"]]
 
 
 def test_decline_cancels_a_suspended_tool() -> None:
