@@ -76,7 +76,12 @@ from graphkit._state import (
     TurnPointer,
     turn_key,
 )
-from graphkit._validate import declared_secret_paths, now_iso, validation_runs_code
+from graphkit._validate import (
+    args_json_schema,
+    declared_secret_paths,
+    now_iso,
+    validation_runs_code,
+)
 from graphkit.errors import (
     AmbiguousApprovalError,
     ApprovalNotFoundError,
@@ -293,7 +298,8 @@ class Planner:
         top-level graph ignores any path in its config (a server client could set one)."""
         self.settings = settings
         self.ledger = ledger
-        self.schemas = {tool_name: {"schema": _schema(tool), "resume_schema": _resume(tool),
+        self.schemas = {tool_name: {"schema": args_json_schema(tool),
+                                    "resume_schema": _resume(tool),
                                     "validates_in_code": validation_runs_code(tool),
                                     "policy": settings.approvers is not None}
                         for tool_name, tool in tools.items()}
@@ -356,18 +362,6 @@ class Planner:
         emit([telemetry(c["approval"], "pending") for c in planned.plan["calls"]
               if c["approval"] is not None and c["approval"]["status"] == "pending"])
         return planned.plan, planned.errors, kept
-
-
-def _schema(tool: BaseTool) -> dict[str, Any] | None:
-    """The JSON schema of the arguments the model sees, for checking edits without the tool."""
-    schema = tool.tool_call_schema
-    if isinstance(schema, dict):
-        return schema
-    make = getattr(schema, "model_json_schema", None)
-    try:
-        return dict(make()) if make is not None else None
-    except Exception:  # an exotic schema: the inbox then skips its own check
-        return None
 
 
 def _resume(tool: BaseTool) -> dict[str, Any] | None:

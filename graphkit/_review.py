@@ -38,7 +38,14 @@ from graphkit._secrets import (
     with_secrets,
 )
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers
-from graphkit._validate import now_iso, secret_paths_of, validate_args, validate_resume
+from graphkit._validate import (
+    args_json_schema,
+    now_iso,
+    secret_paths_of,
+    unknown_args,
+    validate_args,
+    validate_resume,
+)
 from graphkit.errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
@@ -59,6 +66,7 @@ __all__ = [
     "audit_row",
     "identity_of",
     "parse_choice",
+    "refuse_unknown",
     "resolved_message",
     "shown",
     "supersede",
@@ -260,13 +268,15 @@ def _checker(tool: BaseTool | None) -> ArgsCheck | None:
     return lambda args: validate_args(tool, args)
 
 
-def _dropped(given: Any, kept: Any, where: str = "") -> list[str]:
-    """The keys of an edit (nested too) that validation dropped from what runs."""
-    if not isinstance(given, Mapping) or not isinstance(kept, Mapping):
-        return []
-    return [name for key, value in given.items()
-            for name in ([repr(f"{where}{key}")] if key not in kept
-                         else _dropped(value, kept[key], f"{where}{key}."))]
+def refuse_unknown(tool_name: str, schema: Mapping[str, Any] | None, args: Any) -> None:
+    """Refuse an edit that names an argument the tool does not take: validation would drop
+    it, and a misspelt `ammount` would leave the amount the reviewer meant to lower as the
+    model wrote it."""
+    if unknown := unknown_args(schema, args):
+        msg = (f"tool {tool_name!r} takes no argument {', '.join(map(repr, unknown))} (it goes "
+               "by the names the model sees): an edit names only arguments the tool takes; "
+               "nothing was decided")
+        raise InvalidApprovedArgsError(msg)
 
 
 def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
@@ -324,14 +334,10 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
                         error=InvalidApprovedArgsError)
             # a secret the reviewer saw masked, and left so, keeps its real value
             # (and long text the interrupt withheld, left as shown, keeps its text)
+            if tool is not None:  # (a door without the tool checks by the recorded schema)
+                refuse_unknown(record["tool_name"], args_json_schema(tool), choice.args)
             run_args = check_args(restored(
                 unmasked(choice.args, record["args"], record_paths(record)), record["args"]))
-            if unknown := _dropped(choice.args, run_args):
-                # the tool would run without them: a misspelt `ammount` would leave the
-                # amount the reviewer meant to lower as the model wrote it
-                msg = (f"tool {record['tool_name']!r} takes no argument {', '.join(unknown)}: "
-                       "an edit names only arguments the tool takes; nothing was decided")
-                raise InvalidApprovedArgsError(msg)
             status, event = "approved", "edited"
         case "reject":
             status, event = "rejected", "cancelled" if suspension else "rejected"

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from types import UnionType
 from typing import Any, Union, get_args, get_origin
 
+import jsonschema
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from pydantic import BaseModel, Secret, SecretBytes, SecretStr, ValidationError
@@ -20,8 +21,9 @@ from graphkit._secrets import MASK, secret_paths
 from graphkit.errors import GraphkitError, InvalidApprovedArgsError, ResumeDataError
 from graphkit.tools import GraphkitTool
 
-__all__ = ["declared_secret_paths", "declares_secrets", "now_iso", "storable", "validate_args",
-           "validate_resume", "validation_runs_code"]
+__all__ = ["args_json_schema", "declared_secret_paths", "declares_secrets", "now_iso",
+           "storable", "unknown_args", "validate_args", "validate_resume",
+           "validation_runs_code"]
 
 
 def iso_time(moment: datetime) -> str:
@@ -159,6 +161,88 @@ def validated_args(tool: BaseTool, args: Mapping[str, Any]
                    "the values it runs with; make its validators idempotent")
             raise InvalidApprovedArgsError(msg)
     return result, secrets
+
+
+def args_json_schema(tool: BaseTool) -> dict[str, Any] | None:
+    """The JSON schema of the arguments the model sees, for checking edits without the tool
+    (it is recorded with the plan) and for naming the arguments a tool takes."""
+    schema = tool.tool_call_schema
+    if isinstance(schema, dict):
+        return schema
+    make = getattr(schema, "model_json_schema", None)
+    try:
+        return dict(make()) if make is not None else None
+    except Exception:  # an exotic schema: the inbox then skips its own check
+        return None
+
+
+def unknown_args(schema: Mapping[str, Any] | None, args: Any) -> list[str]:
+    """The names in `args` that the tool's JSON schema (`args_json_schema`) does not have, at
+    any depth (`payee.iban`, `lines.0.qtty`): what validation would drop from an edit
+    without a word, running the call as the model wrote it."""
+    if not isinstance(schema, Mapping) or not isinstance(args, Mapping):
+        return []
+    closed = _closed(schema)
+    try:
+        errors = list(jsonschema.validators.validator_for(closed)(closed).iter_errors(args))
+    except (jsonschema.SchemaError, jsonschema.exceptions.RefResolutionError, RecursionError):
+        return []
+    return sorted(set(_unknown_in(errors)))
+
+
+def _unknown_in(errors: list[jsonschema.ValidationError]) -> list[str]:
+    """The names `additionalProperties` refused, and within a union (`Optional[list[M]]`),
+    those of the alternative that fails for no other reason (the fewest, if several)."""
+    names: list[str] = []
+    for error in errors:
+        if error.validator in ("anyOf", "oneOf") and error.context:
+            branches: dict[Any, list[jsonschema.ValidationError]] = {}
+            for sub in error.context:
+                branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+            only = [found for found in map(_only_unknown, branches.values()) if found]
+            if only:
+                fewest: list[str] = min(only, key=len)
+                names += fewest
+        elif (error.validator == "additionalProperties" and isinstance(error.instance, Mapping)
+              and isinstance(error.schema, Mapping)):
+            known = error.schema.get("properties") or {}
+            where = "".join(f"{part}." for part in error.absolute_path)
+            names += [f"{where}{key}" for key in error.instance if key not in known]
+    return names
+
+
+def _only_unknown(errors: list[jsonschema.ValidationError]) -> list[str] | None:
+    """`_unknown_in` of errors that are nothing else (None: some are)."""
+    names = _unknown_in(errors)
+    plain = all(e.validator == "additionalProperties" or (
+        e.validator in ("anyOf", "oneOf") and e.context) for e in errors)
+    return names if plain and names else None
+
+
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "dependentSchemas")
+_SUBSCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SUBSCHEMAS = ("items", "additionalProperties", "not", "if", "then", "else", "contains")
+
+
+def _closed(schema: Any) -> Any:
+    """The schema with each object that lists its properties closed to others (unless it
+    says what others may be)."""
+    if not isinstance(schema, Mapping):
+        return schema
+    out = dict(schema)
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), Mapping):
+            out[key] = {name: _closed(value) for name, value in out[key].items()}
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [_closed(value) for value in out[key]]
+    for key in _SUBSCHEMAS:
+        if isinstance(out.get(key), Mapping):
+            out[key] = _closed(out[key])
+    if isinstance(out.get("properties"), Mapping) and not (
+            {"additionalProperties", "patternProperties", "unevaluatedProperties"} & set(out)):
+        out["additionalProperties"] = False
+    return out
 
 
 def secret_paths_of(tool: BaseTool | None, args: Mapping[str, Any]

@@ -30,6 +30,7 @@ from graphkit._review import (
     expire,
     judge,
     refuse,
+    refuse_unknown,
     resolved_message,
     shown,
     supersede,
@@ -517,11 +518,7 @@ class Inbox:
         schema = item.get("schema") if item is not None else None
         if not schema:
             return dict(args)
-        known = schema.get("properties")
-        if unknown := [repr(k) for k in args if isinstance(known, Mapping) and k not in known]:
-            msg = (f"tool {entry['tool_name']!r} takes no argument {', '.join(unknown)}: an "
-                   "edit names only arguments the tool takes; nothing was decided")
-            raise InvalidApprovedArgsError(msg)
+        refuse_unknown(entry["tool_name"], schema, args)
         try:
             jsonschema.validate(args, schema, format_checker=FORMATS)
         except jsonschema.ValidationError as exc:

@@ -112,6 +112,11 @@ class Payee(BaseModel):
     name: str
 
 
+class Line(BaseModel):
+    sku: str
+    qty: int = 1
+
+
 def test_an_edit_naming_an_argument_the_tool_does_not_take_is_refused(tmp_path: Path) -> None:
     """Validation drops what a tool does not take, so an edit naming it (a misspelt `ammount`,
     a payee's `iban`) ran the call as the model wrote it while the audit said "edited"
@@ -119,7 +124,7 @@ def test_an_edit_naming_an_argument_the_tool_does_not_take_is_refused(tmp_path: 
     ran: list[tuple[int, str]] = []
 
     @create_tool(needs_approval=True)
-    def pay(amount: int, payee: Payee) -> str:
+    def pay(amount: int, payee: Payee, lines: list[Line] | None = None) -> str:
         """Pay."""
         ran.append((amount, payee.name))
         return "paid"
@@ -132,13 +137,16 @@ def test_an_edit_naming_an_argument_the_tool_does_not_take_is_refused(tmp_path: 
     (item,) = first.pending_approvals
     misspelt = {"amount": 5000, "ammount": 50, "payee": {"name": "ACME"}}
     nested = {"amount": 50, "payee": {"name": "ACME", "iban": "DE00"}}
-    for edit, named in ((misspelt, "'ammount'"), (nested, "'payee.iban'")):
-        with pytest.raises(InvalidApprovedArgsError, match=f"takes no argument {named}"):
-            agent.approve_tool_call_generate(run_id=first.run_id, args=edit, decided_by="cfo")
-        with pytest.raises(InvalidApprovedArgsError, match=f"takes no argument {named}"):
-            Inbox(db, agents=[agent]).approve(item.id, args=edit, decided_by="cfo")
-    with pytest.raises(InvalidApprovedArgsError, match="takes no argument 'ammount'"):
-        Inbox(db).approve(item.id, args=misspelt, decided_by="cfo")  # by the stored schema
+    listed = {"amount": 50, "payee": {"name": "ACME"}, "lines": [{"sku": "A", "qtty": 9}]}
+    for edit, named in ((misspelt, "'ammount'"), (nested, "'payee.iban'"),
+                        (listed, "'lines.0.qtty'")):
+        for door in (lambda e: agent.approve_tool_call_generate(run_id=first.run_id, args=e,
+                                                                decided_by="cfo"),
+                     lambda e: Inbox(db, agents=[agent]).approve(item.id, args=e,
+                                                                 decided_by="cfo"),
+                     lambda e: Inbox(db).approve(item.id, args=e, decided_by="cfo")):
+            with pytest.raises(InvalidApprovedArgsError, match=f"takes no argument {named}"):
+                door(edit)  # (the last by the schema recorded with the plan)
     config = {"configurable": {"thread_id": first.thread_id}}
     (interrupt,) = agent.graph.get_state(config).interrupts
     agent.graph.invoke(Command(resume={interrupt.id: {"decisions": [
