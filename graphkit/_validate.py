@@ -169,7 +169,8 @@ def args_json_schema(tool: BaseTool) -> dict[str, Any] | None:
     schema = tool.tool_call_schema
     if isinstance(schema, dict):
         return schema
-    make = getattr(schema, "model_json_schema", None)
+    # (pydantic's, or its v1 API's)
+    make = getattr(schema, "model_json_schema", None) or getattr(schema, "schema", None)
     try:
         return dict(make()) if make is not None else None
     except Exception:  # an exotic schema: the inbox then skips its own check
@@ -185,7 +186,7 @@ def unknown_args(schema: Mapping[str, Any] | None, args: Any) -> list[str]:
     closed = _closed(schema)
     try:
         errors = list(jsonschema.validators.validator_for(closed)(closed).iter_errors(args))
-    except (jsonschema.SchemaError, jsonschema.exceptions.RefResolutionError, RecursionError):
+    except Exception:  # a schema it cannot read: the tool's own validation still judges
         return []
     return sorted(set(_unknown_in(errors)))
 
@@ -226,10 +227,11 @@ _SUBSCHEMAS = ("items", "additionalProperties", "not", "if", "then", "else", "co
 
 def _closed(schema: Any) -> Any:
     """The schema with each object that lists its properties closed to others (unless it
-    says what others may be)."""
+    says what others may be), without what judges values, not names (a `pattern` is the
+    tool's regex dialect, not Python's)."""
     if not isinstance(schema, Mapping):
         return schema
-    out = dict(schema)
+    out = {key: value for key, value in schema.items() if key not in ("pattern", "format")}
     for key in _SUBSCHEMA_MAPS:
         if isinstance(out.get(key), Mapping):
             out[key] = {name: _closed(value) for name, value in out[key].items()}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.types import Command
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from graphkit import (
     Agent,
@@ -109,7 +109,7 @@ def test_edited_args_run_and_the_history_shows_the_call_as_it_ran() -> None:
 
 
 class Payee(BaseModel):
-    name: str
+    name: str = Field(pattern=r"^\p{L}+$")  # (pydantic's regex dialect, not Python's)
 
 
 class Line(BaseModel):
@@ -260,3 +260,36 @@ def test_a_turn_whose_calls_all_may_run_goes_straight_to_the_tools() -> None:
 
     assert nodes({"messages": [("user", "look")]}) == ["model", "tools", "tools", "model"]
     assert nodes({"messages": [("user", "pay")]}) == ["model", "__interrupt__"]  # the gate
+
+
+def test_an_edit_of_a_tool_with_a_pydantic_v1_schema_names_only_its_arguments() -> None:
+    """The check of an edit's names reads a schema of pydantic's v1 API too: it let a
+    misspelt key through, and the call ran with the model's amount (helper-44)."""
+    import warnings
+
+    from langchain_core.tools import StructuredTool
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from pydantic.v1 import BaseModel as V1Model
+
+        class Args(V1Model):
+            amount: int
+
+    ran: list[int] = []
+
+    def pay(amount: int) -> str:
+        ran.append(amount)
+        return "paid"
+
+    tool = StructuredTool.from_function(func=pay, name="pay", description="Pay.",
+                                        args_schema=Args)
+    agent = Agent(name="billing", tools=[tool], require_tool_approval=True,
+                  model=ScriptedChatModel(lambda m: "done" if m[-1].type == "tool" else turn(
+                      call("pay", {"amount": 5000}, "p1"))))
+    first = agent.generate("pay")
+    with pytest.raises(InvalidApprovedArgsError, match="takes no argument 'ammount'"):
+        agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo",
+                                         args={"amount": 5000, "ammount": 50})
+    agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo", args={"amount": 50})
+    assert ran == [50]

@@ -785,9 +785,10 @@ def test_a_turns_plan_its_agents_queue_and_what_it_waits_on_are_read_in_one_stat
     assert [m["data"]["content"] for _, m, _ in found.queue] == ["first", "second"]
     assert found.pending is not None
     assert sorted(found.pending) == sorted(ledger.pending_turns("t1", ["a"])) == [
-        ("apr-approved", "approval", "pay", "k2", False, "call-apr-approved"),
-        ("apr-k0", "approval", "pay", "k0", True, "call-apr-k0"),
-        ("apr-k1", "approval", "pay", "k1", True, "call-apr-k1")]
+        ("apr-approved", "approval", "pay", "k2", False, "call-apr-approved", "a"),
+        ("apr-k0", "approval", "pay", "k0", True, "call-apr-k0", "a"),
+        ("apr-k1", "approval", "pay", "k1", True, "call-apr-k1", "a"),
+        ("apr-sub", "approval", "pay", "k1", True, "call-apr-sub", "a/sub")]  # (its subagent's)
     assert found.outcomes == ledger.outcomes(["call-apr-k1", "call-apr-decided"],
                                              thread_id="t1") == {
         "call-apr-k1": {"content": "paid", "status": "success"}, "call-apr-decided": None}
