@@ -724,8 +724,8 @@ def _prepare(
 def _brief(exc: BaseException, secrets: Sequence[str]) -> str:
     """An error's type and message without `secrets`, short (cut once they are out: a cut
     could leave part of one); never raises (it is recorded as an outcome)."""
-    try:
-        text = str(scrubbed(f"{type(exc).__name__}: {exc}", secrets))
+    try:  # (its message: a secret "Error" is no reason to mask the name `ValueError`)
+        text = f"{type(exc).__name__}: {str.__str__(scrubbed(str(exc), secrets))}"
     except BaseException:  # an error whose message cannot be made, however it fails
         text = f"{type(exc).__name__} (its message could not be read)"
     return text if len(text) <= 300 else text[:299] + "…"
@@ -879,10 +879,6 @@ def make_tools_nodes(
         error = ("" if exc is None else WITHHELD_ERROR if secrets is None
                  else _brief(exc, secrets))
         content = text.format(name=task["tool_name"], error=error)
-        try:
-            content = scrubbed(content, secrets or [])
-        except BaseException:  # (recorded whatever happens: else the call would run again)
-            content = text.format(name=task["tool_name"], error=WITHHELD_ERROR)
         ledger.finish(task["key"], owner, {"content": content, "status": "error"})
         return content
 

@@ -19,12 +19,13 @@ import contextlib
 import copy
 import hashlib
 import json
+import re
 import secrets
-import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from graphkit._digest import args_digest
 
@@ -267,28 +268,74 @@ def scrub_exception(exc: BaseException, secrets: Sequence[str]) -> None:
 def still_shows(exc: BaseException, secrets: Sequence[str]) -> bool:
     """Whether the error, or one it came with, shows one of `secrets` after `scrub_exception`
     (where they could not be set): in what a traceback prints of it (its message, notes, a
-    `SyntaxError`'s source line) or in its repr (what LangGraph stores of a node's error). A
-    chain too long to read whole counts as showing. Such an error is not raised (`_nodes`).
-    Never raises."""
+    `SyntaxError`'s source line) or in what LangGraph's serializer stores of it in the
+    checkpoint (its repr; a dataclass's fields). A chain too long to read whole counts as
+    showing. The names of the errors' classes and modules are not read (a secret "Error"
+    would withhold every error), and a secret number only shows as a whole number (a PIN
+    1234 is not port 12345). Such an error is not raised (`_nodes`). Never raises."""
     try:
         errors, whole = _chain(exc)
         if not whole:
             return True
+        names = {n for e in errors
+                 for n in (type(e).__module__, type(e).__qualname__, type(e).__name__)}
+        found = [p for p in map(_pattern, secrets) if p is not None]
         for error in errors:
-            for render in (_printed, repr):
-                try:
-                    text = render(error)
-                except BaseException:  # (not rendered: nothing shown, nothing stored)
-                    continue
-                if isinstance(text, str) and _scrub(text, secrets) != text:
+            for text in _readings(error):
+                if text in secrets or any(_outside(m.span(), text, names)
+                                          for p in found for m in p.finditer(text)):
                     return True
     except BaseException:
         return True
     return False
 
 
-def _printed(error: BaseException) -> str:
-    return "".join(traceback.format_exception_only(type(error), error))
+def _outside(span: tuple[int, int], text: str, names: set[str]) -> bool:
+    """Whether a secret found at `span` is more than part of a class's or module's name."""
+    start, end = span
+    return not any(at <= start and end <= at + len(name) for name in names if name
+                   for at in _all(text, name, max(0, end - len(name)), start + 1))
+
+
+def _all(text: str, part: str, lo: int, hi: int) -> list[int]:
+    """Where `part` starts in `text`, at `lo` to `hi` (excluded)."""
+    found, at = [], text.find(part, lo)
+    while 0 <= at < hi:
+        found.append(at)
+        at = text.find(part, at + 1)
+    return found
+
+
+def _pattern(secret: str) -> re.Pattern[str] | None:
+    """How a secret shows inside text: as given (4 characters at least: `SHORTEST_IN_TEXT`),
+    a number as a whole one."""
+    if len(secret) < SHORTEST_IN_TEXT:
+        return None
+    if secret.isdigit():
+        return re.compile(rf"(?<!\d){secret}(?!\d)")
+    return re.compile(re.escape(secret))
+
+
+_SERDE = JsonPlusSerializer()
+
+
+def _readings(error: BaseException) -> list[str]:
+    """What is read of an error: its message, notes and source line as text (a `str`
+    subclass's own text, whatever its `__str__` says), and what LangGraph's serializer
+    stores of it."""
+    found: list[str] = []
+    for read in (lambda: str(error), lambda: getattr(error, "text", None),
+                 lambda: getattr(error, "__notes__", None)):
+        try:
+            value = read()
+        except BaseException:  # (not readable: nothing shown)
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            with contextlib.suppress(BaseException):
+                found.append(str.__str__(item) if isinstance(item, str) else str(item))
+    with contextlib.suppress(BaseException):  # (not serializable: nothing stored)
+        found.append(_SERDE.dumps_typed(error)[1].decode("utf-8", "backslashreplace"))
+    return [text for text in found if isinstance(text, str) and type(text) is str]
 
 
 _ARGS = BaseException.__dict__["args"]

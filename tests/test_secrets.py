@@ -545,6 +545,47 @@ def _chained(key: str) -> BaseException:
     return error
 
 
+@dataclasses.dataclass
+class _Declined(Exception):
+    """LangGraph's serializer stores a dataclass by its fields, not its repr."""
+
+    message: str
+    context: frozenset[str] = dataclasses.field(repr=False)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class _Text(str):
+    def __str__(self) -> str:
+        return "nothing here"
+
+    def __repr__(self) -> str:
+        return "'nothing here'"
+
+
+class _Lying(Exception):
+    def __init__(self, held: _Said) -> None:
+        super().__init__()
+        self.held = held
+
+    def __str__(self) -> str:
+        return _Text(f"declined {self.held.text}")
+
+
+class _Failing(Exception):
+    __module__ = "mytests"
+
+
+class _PortError(Exception):
+    def __init__(self, port: int) -> None:
+        super().__init__(port)
+        self.port = port
+
+    def __str__(self) -> str:
+        return f"cannot connect to port {self.port}"
+
+
 class _SaysANumber(Exception):
     def __str__(self) -> str:
         return 42  # type: ignore[return-value]
@@ -579,7 +620,33 @@ _SHOWS_ITS_SECRET: dict[str, tuple[Callable[[str], BaseException], type[BaseExce
     "cancels with it": (lambda k: asyncio.CancelledError(f"cancelled {k}"), NodeCancelledError),
     "has a long message that is cut at it": (lambda k: ValueError(_Said("x" * 283 + k)),
                                              WithheldToolError),
+    "keeps it in a field LangGraph stores": (
+        lambda k: _Declined("card declined", frozenset([k])), WithheldToolError),
+    "says it through text of its own kind": (lambda k: _Lying(_Said(k)), WithheldToolError),
 }
+
+
+@pytest.mark.parametrize(("secret", "error"), [
+    ("Error", ValueError("boom")), ("test", _Failing("x")), ("1234", _PortError(12345))])
+def test_an_error_that_shows_no_secret_is_raised_as_it_is(secret: str,
+                                                          error: Exception) -> None:
+    """A secret that is part of an error's class or module name ("Error", "test"), or a
+    secret number inside a longer one (a PIN 1234, port 12345), is not one shown: the error
+    is raised as the tool raised it, and the outcome keeps the names (helper-45)."""
+    @create_tool(needs_approval=True)
+    def charge(amount: int, api_key: SecretStr) -> str:
+        """Charge a card."""
+        raise error
+
+    agent = Agent(name="billing", tools=[charge], checkpointer="memory",
+                  model=ScriptedChatModel(lambda m: "done" if m[-1].type == "tool" else turn(
+                      call("charge", {"amount": 5, "api_key": secret}, "c1"))))
+    first = agent.generate("charge")
+    with pytest.raises(type(error)) as raised:
+        agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
+    assert raised.value is error
+    (outcome,), = agent._storage.ledger._sql.query("SELECT outcome FROM graphkit_calls")
+    assert f"'charge' failed ({type(error).__name__}:" in outcome
 
 
 @pytest.mark.parametrize(("error", "flavour"), [
@@ -624,6 +691,11 @@ def test_what_langgraph_keeps_of_a_tool_error_shows_no_secret(tmp_path: Path, er
                                                           decided_by="cfo"))
     assert type(raised.value) is kind and KEY not in repr(raised.value)
     assert KEY not in "".join(traceback.format_exception(raised.value))
+    try:
+        said = str.__str__(str(raised.value))  # (its text, whatever its own `__str__` says)
+    except Exception:
+        said = ""
+    assert KEY not in said
     if kind in (WithheldToolError, KeyboardInterrupt):
         assert "Tool call 'charge' failed" in str(raised.value)
     with sqlite3.connect(db) as conn:
