@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import os
+import sys
 import threading
 import time
 import uuid
@@ -781,22 +782,25 @@ def _said(tool: BaseTool, call: Mapping[str, Any], value: Any) -> Any:
         return WITHHELD.format(name=tool.name)
 
 
-def _failed(tool: BaseTool, call: Mapping[str, Any], exc: BaseException) -> list[str] | None:
-    """Take the call's secret values out of the error it raised (`scrub_exception`); they
-    are returned to take out of the outcome recorded too (None: they could not be found,
-    and the error's text is withheld from it)."""
+def _failed(tool: BaseTool, call: Mapping[str, Any], exc: BaseException,
+            outer: BaseException | None) -> list[str] | None:
+    """Take the call's secret values out of the error it raised (`scrub_exception`; `outer`:
+    what the caller was handling as the tool began); they are returned to take out of the
+    outcome recorded too (None: they could not be found, and the error's text is withheld
+    from it)."""
     secrets = _secrets_of(tool, call)
     if secrets:
         with contextlib.suppress(BaseException):  # the outcome is recorded whatever happens
-            scrub_exception(exc, secrets)
+            scrub_exception(exc, secrets, outer)
     return secrets
 
 
-def _shown(exc: BaseException, secrets: list[str] | None) -> bool:
+def _shown(exc: BaseException, secrets: list[str] | None, outer: BaseException | None
+           ) -> bool:
     """Whether a failed call's error may be raised as it is: none of the call's secrets shows
-    in it once `_failed` took them out (LangGraph stores its repr in the checkpoint, and hands
-    it to the caller). Where the secrets are not known, the error is not raised either."""
-    return secrets is not None and not (secrets and still_shows(exc, secrets))
+    in it once `_failed` took them out (LangGraph stores it in the checkpoint, and hands it
+    to the caller). Where the secrets are not known, the error is not raised either."""
+    return secrets is not None and not (secrets and still_shows(exc, secrets, outer))
 
 
 @dataclass(frozen=True, slots=True)
@@ -888,6 +892,7 @@ def make_tools_nodes(
         cancelled async run leaves the tool running in its thread; it still records)."""
         owner = admitted.owner
         confirm_claim(ledger, task["key"], admitted)
+        outer = sys.exc_info()[1]  # (the caller's: Python makes it the context of the tool's)
         try:
             output = tool.invoke(call, tool_config)
         except ToolSuspended as signal:
@@ -898,9 +903,9 @@ def make_tools_nodes(
             ledger.release(task["key"], owner)
             raise
         except BaseException as exc:
-            secrets = _failed(tool, call, exc)
+            secrets = _failed(tool, call, exc, outer)
             recorded = stopped(task, owner, FAILED, exc, secrets)
-            if _shown(exc, secrets):
+            if _shown(exc, secrets, outer):
                 raise
             output = _withheld(exc, recorded)
         if isinstance(output, _Withheld):
@@ -971,6 +976,7 @@ def make_tools_nodes(
             except asyncio.CancelledError:
                 await asyncio.shield(offload(ledger.release, task["key"], owner))
                 raise
+        outer = sys.exc_info()[1]
         try:
             output = await tool.ainvoke(call, tool_config)
         except ToolSuspended as signal:
@@ -987,13 +993,13 @@ def make_tools_nodes(
                 raise
             # recorded before the cancellation goes on (in its thread even if cancelled again)
             await asyncio.shield(offload(stopped, task, owner, INTERRUPTED))
-            if _shown(exc, _failed(tool, call, exc)):  # (the tool may raise it itself)
+            if _shown(exc, _failed(tool, call, exc, outer), outer):  # (the tool's own?)
                 raise
             output = _Withheld(asyncio.CancelledError())
         except BaseException as exc:
-            secrets = _failed(tool, call, exc)
+            secrets = _failed(tool, call, exc, outer)
             recorded = await offload(stopped, task, owner, FAILED, exc, secrets)
-            if _shown(exc, secrets):
+            if _shown(exc, secrets, outer):
                 raise
             output = _withheld(exc, recorded)
         if isinstance(output, _Withheld):

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import hashlib
 import json
 import re
 import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -251,7 +253,8 @@ def shows_masked(ai: AIMessage, call: Mapping[str, Any]) -> bool:
     return any(_get(call.get("args"), list(p)) == (MASK, True) for p in paths or ())
 
 
-def scrub_exception(exc: BaseException, secrets: Sequence[str]) -> None:
+def scrub_exception(exc: BaseException, secrets: Sequence[str],
+                    outer: BaseException | None = None) -> None:
     """Take a call's secret values (`secret_values`) out of the error it raised and the errors
     it came with (its causes, its context, a group's members): their arguments and the
     attributes their message is made of (a failed command's `cmd` and output, a path an
@@ -259,22 +262,25 @@ def scrub_exception(exc: BaseException, secrets: Sequence[str]) -> None:
     caller may compare a `returncode`), and an error whose message could be made before and
     no longer can is put back as it was. LangGraph hands the error to the caller and its
     streams, and stores its repr in the checkpoint; `still_shows` tells whether any of that
-    still holds a secret."""
+    still holds a secret. `outer` is what the caller was handling when the tool began, which
+    Python attaches to the tool's error as its context: the caller's, left as it is."""
     if secrets:
-        for error in _chain(exc)[0]:
+        for error in _chain(exc, outer)[0]:
             _scrub_one(error, secrets)
 
 
-def still_shows(exc: BaseException, secrets: Sequence[str]) -> bool:
+def still_shows(exc: BaseException, secrets: Sequence[str],
+                outer: BaseException | None = None) -> bool:
     """Whether the error, or one it came with, shows one of `secrets` after `scrub_exception`
     (where they could not be set): in what a traceback prints of it (its message, notes, a
     `SyntaxError`'s source line) or in what LangGraph's serializer stores of it in the
     checkpoint (its repr; a dataclass's fields). A chain too long to read whole counts as
     showing. The names of the errors' classes and modules are not read (a secret "Error"
     would withhold every error), and a secret number only shows as a whole number (a PIN
-    1234 is not port 12345). Such an error is not raised (`_nodes`). Never raises."""
+    1234 is not port 12345); nor is `outer` (`scrub_exception`). Such an error is not
+    raised (`_nodes`). Never raises."""
     try:
-        errors, whole = _chain(exc)
+        errors, whole = _chain(exc, outer)
         if not whole:
             return True
         names = {n for e in errors
@@ -307,13 +313,11 @@ def _all(text: str, part: str, lo: int, hi: int) -> list[int]:
 
 
 def _pattern(secret: str) -> re.Pattern[str] | None:
-    """How a secret shows inside text: as given (4 characters at least: `SHORTEST_IN_TEXT`),
-    a number as a whole one."""
+    """How a secret shows inside text, as `_scrub` takes it out: as given (4 characters at
+    least: `SHORTEST_IN_TEXT`), a number as a whole one."""
     if len(secret) < SHORTEST_IN_TEXT:
         return None
-    if secret.isdigit():
-        return re.compile(rf"(?<!\d){secret}(?!\d)")
-    return re.compile(re.escape(secret))
+    return _number(secret) if secret.isdigit() else re.compile(re.escape(secret))
 
 
 _SERDE = JsonPlusSerializer()
@@ -331,11 +335,13 @@ def _readings(error: BaseException) -> list[str]:
         except BaseException:  # (not readable: nothing shown)
             continue
         for item in value if isinstance(value, list) else [value]:
-            with contextlib.suppress(BaseException):
-                found.append(str.__str__(item) if isinstance(item, str) else str(item))
+            with contextlib.suppress(BaseException):  # what a traceback prints of it
+                found.append(str(item))
+            with contextlib.suppress(BaseException):  # and its text, whatever that says
+                found.append(str.__str__(item))
     with contextlib.suppress(BaseException):  # (not serializable: nothing stored)
         found.append(_SERDE.dumps_typed(error)[1].decode("utf-8", "backslashreplace"))
-    return [text for text in found if isinstance(text, str) and type(text) is str]
+    return [str.__str__(text) for text in found if isinstance(text, str)]
 
 
 _ARGS = BaseException.__dict__["args"]
@@ -343,14 +349,15 @@ _ARGS = BaseException.__dict__["args"]
 (read-only, say) hides but does not replace."""
 
 
-def _chain(exc: BaseException) -> tuple[list[BaseException], bool]:
-    """The error and those it came with (causes, context, a group's members), 64 at most; and
-    whether that is all of them."""
+def _chain(exc: BaseException, outer: BaseException | None = None
+           ) -> tuple[list[BaseException], bool]:
+    """The error and those it came with (causes, context, a group's members), 64 at most, up
+    to `outer` (the caller's: not one of them); and whether that is all of them."""
     todo: list[BaseException | None] = [exc]
     found: dict[int, BaseException] = {}
     while todo:
         error = todo.pop()
-        if error is None or id(error) in found:
+        if error is None or error is outer or id(error) in found:
             continue
         if len(found) == 64:
             return list(found.values()), False
@@ -427,8 +434,11 @@ def secret_values(args: Any, paths: Sequence[Sequence[str | int]] | None) -> lis
     found = [v for p in paths or () for v, ok in [_get(args, list(p))] if ok]
     texts = {v if isinstance(v, str) else str(v) for v in _leaves(found)
              if isinstance(v, str | int | float) and not isinstance(v, bool)}
-    # as a repr or JSON shows text with a newline, a quote or a backslash (a PEM key)
-    texts |= {form for t in texts for form in (repr(t)[1:-1], json.dumps(t)[1:-1])}
+    # as a repr or JSON shows text with a newline, a quote or a backslash (a PEM key), as
+    # bytes show it (their repr), and as a URL carries it (an HTTP client's error)
+    texts |= {form for t in texts for form in (
+        repr(t)[1:-1], json.dumps(t)[1:-1], repr(t.encode())[2:-1], quote(t),
+        quote(t, safe=""), quote_plus(t))}
     return sorted((t for t in texts if t and t != MASK), key=lambda t: (-len(t), t))
 
 
@@ -492,10 +502,26 @@ def _scrub(value: Any, secrets: Sequence[str], numbers: bool = True) -> Any:
         return value
     text = value
     for secret in secrets:
-        if len(secret) >= SHORTEST_IN_TEXT:
+        if len(secret) < SHORTEST_IN_TEXT:
+            continue
+        if secret.isdigit():  # a number as a whole one (a PIN 1234 is not part of 2024123456)
+            text = (_number(secret).sub(MASK, text) if isinstance(text, str)
+                    else _number_bytes(secret).sub(MASK.encode(), text))
+        else:
             text = (text.replace(secret, MASK) if isinstance(text, str)
                     else text.replace(secret.encode(), MASK.encode()))
     return value if text == value else text
+
+
+@functools.lru_cache(maxsize=256)
+def _number(secret: str) -> re.Pattern[str]:
+    """A secret number where it shows as a whole number (zero-padded too: `004242`)."""
+    return re.compile(rf"(?<!\d)0*{secret}(?!\d)")
+
+
+@functools.lru_cache(maxsize=256)
+def _number_bytes(secret: str) -> re.Pattern[bytes]:
+    return re.compile(_number(secret).pattern.encode())
 
 
 def _masked_raw(raw: Any, secrets: Mapping[str, Sequence[Sequence[str | int]]]) -> Any:

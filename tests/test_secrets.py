@@ -11,6 +11,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from langgraph.errors import NodeCancelledError
@@ -573,6 +574,19 @@ class _Lying(Exception):
         return _Text(f"declined {self.held.text}")
 
 
+class _Note(str):
+    def __str__(self) -> str:
+        return self.said  # type: ignore[attr-defined,no-any-return]
+
+
+def _noted_by_text(key: str) -> BaseException:
+    note = _Note("a note")
+    note.said = f"note {key}"  # type: ignore[attr-defined]
+    error = ValueError("declined")
+    error.__notes__ = [note]
+    return error
+
+
 class _Failing(Exception):
     __module__ = "mytests"
 
@@ -623,16 +637,26 @@ _SHOWS_ITS_SECRET: dict[str, tuple[Callable[[str], BaseException], type[BaseExce
     "keeps it in a field LangGraph stores": (
         lambda k: _Declined("card declined", frozenset([k])), WithheldToolError),
     "says it through text of its own kind": (lambda k: _Lying(_Said(k)), WithheldToolError),
+    "notes it through text of its own kind": (_noted_by_text, WithheldToolError),
+    "holds its bytes": (lambda k: ValueError(bytearray(k.encode())), WithheldToolError),
+    "names a URL that escapes it": (
+        lambda k: ValueError(f"GET https://api.example.com/x?key={quote(k)} failed"), ValueError),
 }
+
+_KEYS = {"holds it in a value its repr escapes": f"-----BEGIN KEY-----\n{KEY}\n-----END KEY-----",
+         "holds its bytes": f"{KEY}-pässwört", "names a URL that escapes it": f"{KEY}+/="}
+"""The cases whose secret has characters a repr, bytes or a URL show otherwise."""
 
 
 @pytest.mark.parametrize(("secret", "error"), [
-    ("Error", ValueError("boom")), ("test", _Failing("x")), ("1234", _PortError(12345))])
+    ("Error", ValueError("boom")), ("test", _Failing("x")), ("1234", _PortError(12345)),
+    ("1234", TimeoutError("request 20240611123456 timed out"))])
 def test_an_error_that_shows_no_secret_is_raised_as_it_is(secret: str,
                                                           error: Exception) -> None:
     """A secret that is part of an error's class or module name ("Error", "test"), or a
     secret number inside a longer one (a PIN 1234, port 12345), is not one shown: the error
-    is raised as the tool raised it, and the outcome keeps the names (helper-45)."""
+    is raised as the tool raised it, and the outcome keeps what it said (helper-45,
+    helper-46)."""
     @create_tool(needs_approval=True)
     def charge(amount: int, api_key: SecretStr) -> str:
         """Charge a card."""
@@ -646,7 +670,7 @@ def test_an_error_that_shows_no_secret_is_raised_as_it_is(secret: str,
         agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
     assert raised.value is error
     (outcome,), = agent._storage.ledger._sql.query("SELECT outcome FROM graphkit_calls")
-    assert f"'charge' failed ({type(error).__name__}:" in outcome
+    assert f"'charge' failed ({type(error).__name__}: {error})" in outcome  # (as it said)
 
 
 @pytest.mark.parametrize(("error", "flavour"), [
@@ -666,7 +690,7 @@ def test_what_langgraph_keeps_of_a_tool_error_shows_no_secret(tmp_path: Path, er
     import sqlite3
 
     make, kind = _SHOWS_ITS_SECRET[error]
-    key = f"-----BEGIN KEY-----\n{KEY}\n-----END KEY-----" if "escapes" in error else KEY
+    key = _KEYS.get(error, KEY)
     ran: list[str] = []
 
     def charge_sync(amount: int, api_key: SecretStr) -> str:
@@ -740,3 +764,29 @@ def test_an_error_keeps_its_kinds_of_values_as_its_secrets_are_taken_out() -> No
     assert type(error.headers) is collections.OrderedDict  # type: ignore[attr-defined]
     assert error.pair == pair("key", MASK)  # type: ignore[attr-defined]
     assert slotted.token == MASK and odd.args == (MASK,) and leaving.code == MASK
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_the_error_a_caller_was_handling_is_left_as_it_is(flavour: str) -> None:
+    """Python makes the error a caller was handling, as it decided a call, the context of the
+    tool's error: it was read as the tool's, rewritten in place (the caller's own error
+    lost a user name) and made an ordinary tool error withheld (helper-46)."""
+    @create_tool(needs_approval=True)
+    def login(user: SecretStr) -> str:
+        """Log in."""
+        raise ConnectionError("service unavailable (503)")
+
+    agent = Agent(name="sync", tools=[login], checkpointer="memory",
+                  model=ScriptedChatModel(lambda m: "done" if m[-1].type == "tool" else turn(
+                      call("login", {"user": "alice"}, "l1"))))
+    first = agent.generate("log in")
+    try:
+        raise LookupError("the nightly sync for alice failed")
+    except LookupError as handled:
+        with pytest.raises(ConnectionError, match="503"):
+            if flavour == "sync":
+                agent.approve_tool_call_generate(run_id=first.run_id, decided_by="ops")
+            else:
+                asyncio.run(agent.aapprove_tool_call_generate(run_id=first.run_id,
+                                                              decided_by="ops"))
+        assert str(handled) == "the nightly sync for alice failed"
