@@ -340,7 +340,8 @@ def _readings(error: BaseException) -> list[str]:
             with contextlib.suppress(BaseException):  # and its text, whatever that says
                 found.append(str.__str__(item))
     with contextlib.suppress(BaseException):  # (not serializable: nothing stored)
-        found.append(_SERDE.dumps_typed(error)[1].decode("utf-8", "backslashreplace"))
+        # (bytes that are no text, a msgpack header, read as no digit: "\ufffd")
+        found.append(_SERDE.dumps_typed(error)[1].decode("utf-8", "replace"))
     return [str.__str__(text) for text in found if isinstance(text, str)]
 
 
@@ -353,12 +354,12 @@ def _chain(exc: BaseException, outer: BaseException | None = None
            ) -> tuple[list[BaseException], bool]:
     """The error and those it came with (causes, context, a group's members), 64 at most, up
     to `outer` (the caller's: not one of them); and whether that is all of them."""
-    todo: list[BaseException | None] = [exc]
+    todo: list[tuple[BaseException | None, bool]] = [(exc, False)]
     found: dict[int, BaseException] = {}
     while todo:
-        error = todo.pop()
-        if error is None or error is outer or id(error) in found:
-            continue
+        error, implicit = todo.pop()
+        if error is None or (implicit and error is outer) or id(error) in found:
+            continue  # (the caller's, reached only as the context Python attached)
         if len(found) == 64:
             return list(found.values()), False
         found[id(error)] = error
@@ -366,8 +367,8 @@ def _chain(exc: BaseException, outer: BaseException | None = None
             members = list(getattr(error, "exceptions", None) or ())
         except BaseException:  # (an odd `__getattr__`)
             members = []
-        todo += [error.__cause__, error.__context__,
-                 *(m for m in members if isinstance(m, BaseException))]
+        todo += [(error.__cause__, False), (error.__context__, True),
+                 *((m, False) for m in members if isinstance(m, BaseException))]
     return list(found.values()), True
 
 
@@ -502,26 +503,16 @@ def _scrub(value: Any, secrets: Sequence[str], numbers: bool = True) -> Any:
         return value
     text = value
     for secret in secrets:
-        if len(secret) < SHORTEST_IN_TEXT:
-            continue
-        if secret.isdigit():  # a number as a whole one (a PIN 1234 is not part of 2024123456)
-            text = (_number(secret).sub(MASK, text) if isinstance(text, str)
-                    else _number_bytes(secret).sub(MASK.encode(), text))
-        else:
-            text = (text.replace(secret, MASK) if isinstance(text, str)
-                    else text.replace(secret.encode(), MASK.encode()))
+        if len(secret) >= SHORTEST_IN_TEXT:  # (inside longer numbers too: a tool may build
+            text = (text.replace(secret, MASK) if isinstance(text, str)  # a phone number
+                    else text.replace(secret.encode(), MASK.encode()))   # from a PIN)
     return value if text == value else text
 
 
 @functools.lru_cache(maxsize=256)
 def _number(secret: str) -> re.Pattern[str]:
     """A secret number where it shows as a whole number (zero-padded too: `004242`)."""
-    return re.compile(rf"(?<!\d)0*{secret}(?!\d)")
-
-
-@functools.lru_cache(maxsize=256)
-def _number_bytes(secret: str) -> re.Pattern[bytes]:
-    return re.compile(_number(secret).pattern.encode())
+    return re.compile(rf"(?<![0-9])0*{secret}(?![0-9])")
 
 
 def _masked_raw(raw: Any, secrets: Mapping[str, Sequence[Sequence[str | int]]]) -> Any:

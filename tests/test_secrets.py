@@ -20,7 +20,7 @@ from pydantic import Secret, SecretStr
 from starlette.testclient import TestClient
 
 from graphkit import Agent, Inbox, ToolContext, Webhook, _html, create_tool
-from graphkit._secrets import salted_digest
+from graphkit._secrets import salted_digest, still_shows
 from graphkit.cli import main
 from graphkit.errors import WithheldToolError
 from graphkit.testing import ScriptedChatModel
@@ -655,7 +655,7 @@ def test_an_error_that_shows_no_secret_is_raised_as_it_is(secret: str,
                                                           error: Exception) -> None:
     """A secret that is part of an error's class or module name ("Error", "test"), or a
     secret number inside a longer one (a PIN 1234, port 12345), is not one shown: the error
-    is raised as the tool raised it, and the outcome keeps what it said (helper-45,
+    is raised as the tool raised it, and the outcome keeps the names (helper-45,
     helper-46)."""
     @create_tool(needs_approval=True)
     def charge(amount: int, api_key: SecretStr) -> str:
@@ -670,7 +670,7 @@ def test_an_error_that_shows_no_secret_is_raised_as_it_is(secret: str,
         agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
     assert raised.value is error
     (outcome,), = agent._storage.ledger._sql.query("SELECT outcome FROM graphkit_calls")
-    assert f"'charge' failed ({type(error).__name__}: {error})" in outcome  # (as it said)
+    assert f"'charge' failed ({type(error).__name__}:" in outcome
 
 
 @pytest.mark.parametrize(("error", "flavour"), [
@@ -770,10 +770,16 @@ def test_an_error_keeps_its_kinds_of_values_as_its_secrets_are_taken_out() -> No
 def test_the_error_a_caller_was_handling_is_left_as_it_is(flavour: str) -> None:
     """Python makes the error a caller was handling, as it decided a call, the context of the
     tool's error: it was read as the tool's, rewritten in place (the caller's own error
-    lost a user name) and made an ordinary tool error withheld (helper-46)."""
+    lost a user name) and made an ordinary tool error withheld (helper-46). Only as that
+    context is it the caller's: a tool that raises it itself (a client that raises its last
+    error again) has it judged as its own (helper-47)."""
+    raised_by_tool: list[BaseException] = []
+
     @create_tool(needs_approval=True)
     def login(user: SecretStr) -> str:
         """Log in."""
+        if raised_by_tool:
+            raise raised_by_tool[0]
         raise ConnectionError("service unavailable (503)")
 
     agent = Agent(name="sync", tools=[login], checkpointer="memory",
@@ -790,3 +796,38 @@ def test_the_error_a_caller_was_handling_is_left_as_it_is(flavour: str) -> None:
                 asyncio.run(agent.aapprove_tool_call_generate(run_id=first.run_id,
                                                               decided_by="ops"))
         assert str(handled) == "the nightly sync for alice failed"
+    second = agent.generate("log in again", thread_id=first.thread_id)
+    try:
+        raise ConnectionError("auth rejected for alice")
+    except ConnectionError as last:
+        raised_by_tool.append(last)
+        with pytest.raises((ConnectionError, WithheldToolError)) as again:
+            agent.approve_tool_call_generate(run_id=second.run_id, decided_by="ops")
+        assert "alice" not in repr(again.value)
+
+
+@dataclasses.dataclass
+class _CardError(Exception):
+    pin: str
+
+
+def test_a_secret_number_is_masked_inside_what_a_tool_builds_of_it() -> None:
+    """A tool may build a phone number or an IBAN from a PIN: its result masks the PIN inside
+    longer numbers (the whole-number rule of fc41fb5 let `+1 5554821` show it), and an
+    error whose dataclass field holds the PIN as text is withheld (msgpack's string header
+    was read as a digit before it; helper-47)."""
+    @create_tool(needs_approval=True)
+    def card(pin: Secret[int]) -> str:
+        """Issue a card."""
+        return f"card ready; phone +1 555{pin.get_secret_value()}"
+
+    agent = Agent(name="cards", tools=[card], checkpointer="memory",
+                  model=ScriptedChatModel(lambda m: "done" if m[-1].type == "tool" else turn(
+                      call("card", {"pin": 4821}, f"c{len(m)}"))))
+    first = agent.approve_tool_call_generate(run_id=agent.generate("card").run_id,
+                                             decided_by="ops")
+    (result,) = [m for m in first.messages if m.type == "tool"]
+    assert "4821" not in str(result.content) and "555" in str(result.content)
+    # where its field cannot be set to the mask, the check must find it in what is stored
+    assert still_shows(_CardError(pin="4821"), ["4821"])
+    assert not still_shows(_CardError(pin="14821"), ["4821"])
