@@ -803,21 +803,14 @@ def _shown(exc: BaseException, secrets: list[str] | None, outer: BaseException |
     return secrets is not None and not (secrets and still_shows(exc, secrets, outer))
 
 
-@dataclass(frozen=True, slots=True)
-class _Withheld:
-    """The error a failed call raises in place of its own (`_withheld`)."""
-
-    error: BaseException
-
-
-def _withheld(exc: BaseException, recorded: str) -> _Withheld:
+def _withheld(exc: BaseException, recorded: str) -> BaseException:
     """What is raised in place of an error that would show a secret: an error of its kind
     for those that stop a process or a task (`KeyboardInterrupt`, `SystemExit`), else a
     `WithheldToolError`; its message is the outcome recorded, which is scrubbed."""
     if not isinstance(exc, Exception):
         with contextlib.suppress(Exception):
-            return _Withheld(type(exc)(recorded))
-    return _Withheld(WithheldToolError(recorded))
+            return type(exc)(recorded)
+    return WithheldToolError(recorded)
 
 
 def _suspended(task: ToolTask, signal: ToolSuspended) -> Command[ToolTarget]:
@@ -893,6 +886,7 @@ def make_tools_nodes(
         owner = admitted.owner
         confirm_claim(ledger, task["key"], admitted)
         outer = sys.exc_info()[1]  # (the caller's: Python makes it the context of the tool's)
+        withheld: BaseException | None = None
         try:
             output = tool.invoke(call, tool_config)
         except ToolSuspended as signal:
@@ -907,9 +901,9 @@ def make_tools_nodes(
             recorded = stopped(task, owner, FAILED, exc, secrets)
             if _shown(exc, secrets, outer):
                 raise
-            output = _withheld(exc, recorded)
-        if isinstance(output, _Withheld):
-            raise output.error  # (out of the `except`: not even its context is the tool's)
+            withheld = _withheld(exc, recorded)
+        if withheld is not None:
+            raise withheld  # (out of the `except`: not even its context is the tool's)
         return finish(task, owner, _said(tool, call, output))
 
     def run_tool(task: ToolTask, config: RunnableConfig, handoff: _Handoff | None = None
@@ -977,6 +971,7 @@ def make_tools_nodes(
                 await asyncio.shield(offload(ledger.release, task["key"], owner))
                 raise
         outer = sys.exc_info()[1]
+        withheld: BaseException | None = None
         try:
             output = await tool.ainvoke(call, tool_config)
         except ToolSuspended as signal:
@@ -995,15 +990,15 @@ def make_tools_nodes(
             await asyncio.shield(offload(stopped, task, owner, INTERRUPTED))
             if _shown(exc, _failed(tool, call, exc, outer), outer):  # (the tool's own?)
                 raise
-            output = _Withheld(asyncio.CancelledError())
+            withheld = asyncio.CancelledError()
         except BaseException as exc:
             secrets = _failed(tool, call, exc, outer)
             recorded = await offload(stopped, task, owner, FAILED, exc, secrets)
             if _shown(exc, secrets, outer):
                 raise
-            output = _withheld(exc, recorded)
-        if isinstance(output, _Withheld):
-            raise output.error
+            withheld = _withheld(exc, recorded)
+        if withheld is not None:
+            raise withheld
         return await offload(lambda: finish(task, owner, _said(tool, call, output)))
 
     return run_tool, arun_tool

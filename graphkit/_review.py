@@ -332,10 +332,10 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
                 raise InvalidApprovedArgsError(msg)
             check_value(choice.args, what=f"edited arguments for tool {record['tool_name']!r}",
                         error=InvalidApprovedArgsError)
-            # a secret the reviewer saw masked, and left so, keeps its real value
-            # (and long text the interrupt withheld, left as shown, keeps its text)
             if tool is not None:  # (a door without the tool checks by the recorded schema)
                 refuse_unknown(record["tool_name"], args_json_schema(tool), choice.args)
+            # a secret the reviewer saw masked, and left so, keeps its real value
+            # (and long text the interrupt withheld, left as shown, keeps its text)
             run_args = check_args(restored(
                 unmasked(choice.args, record["args"], record_paths(record)), record["args"]))
             status, event = "approved", "edited"

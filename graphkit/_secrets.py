@@ -261,8 +261,8 @@ def scrub_exception(exc: BaseException, secrets: Sequence[str],
     `OSError` names, notes), as far as they can be set. Text only: a number keeps its type (a
     caller may compare a `returncode`), and an error whose message could be made before and
     no longer can is put back as it was. LangGraph hands the error to the caller and its
-    streams, and stores its repr in the checkpoint; `still_shows` tells whether any of that
-    still holds a secret. `outer` is what the caller was handling when the tool began, which
+    streams, and stores it in the checkpoint; `still_shows` tells whether any of that still
+    holds a secret. `outer` is what the caller was handling when the tool began, which
     Python attaches to the tool's error as its context: the caller's, left as it is."""
     if secrets:
         for error in _chain(exc, outer)[0]:
@@ -312,12 +312,16 @@ def _all(text: str, part: str, lo: int, hi: int) -> list[int]:
     return found
 
 
+@functools.lru_cache(maxsize=256)
 def _pattern(secret: str) -> re.Pattern[str] | None:
-    """How a secret shows inside text, as `_scrub` takes it out: as given (4 characters at
-    least: `SHORTEST_IN_TEXT`), a number as a whole one."""
+    """How a secret shows inside text, to `still_shows`: as given (4 characters at least:
+    `SHORTEST_IN_TEXT`), a number as a whole one, zero-padded too (`004242`); `_scrub`
+    masks a number inside longer ones as well."""
     if len(secret) < SHORTEST_IN_TEXT:
         return None
-    return _number(secret) if secret.isdigit() else re.compile(re.escape(secret))
+    if secret.isdigit():
+        return re.compile(rf"(?<![0-9])0*{secret}(?![0-9])")
+    return re.compile(re.escape(secret))
 
 
 _SERDE = JsonPlusSerializer()
@@ -508,11 +512,6 @@ def _scrub(value: Any, secrets: Sequence[str], numbers: bool = True) -> Any:
                     else text.replace(secret.encode(), MASK.encode()))   # from a PIN)
     return value if text == value else text
 
-
-@functools.lru_cache(maxsize=256)
-def _number(secret: str) -> re.Pattern[str]:
-    """A secret number where it shows as a whole number (zero-padded too: `004242`)."""
-    return re.compile(rf"(?<![0-9])0*{secret}(?![0-9])")
 
 
 def _masked_raw(raw: Any, secrets: Mapping[str, Sequence[Sequence[str | int]]]) -> Any:
