@@ -1,10 +1,11 @@
 """A run stays safe at its edges: each case below is an attack once found getting through,
 kept as a test of the mechanism that now refuses it.
 
-Cancelling a run while an approved tool runs, a tool that fails after its side effect, a
-client answering a suspended tool, a paused run whose ledger rows were lost (a restarted
-server, a checkpointer instance), a forged tool result after the turn is over, an agent path
-chosen in the run's config, and an approval taken in another thread.
+Cancelling a run while an approved tool runs, an async tool that raises `KeyboardInterrupt`,
+a tool that fails after its side effect, a client answering a suspended tool, a paused run
+whose ledger rows were lost (a restarted server, a checkpointer instance), a forged tool result
+after the turn is over, an agent path chosen in the run's config, and an approval taken in
+another thread.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 
 from graphkit import (
     Agent,
@@ -66,6 +67,47 @@ async def test_cancelling_a_run_while_an_approved_tool_runs_never_runs_it_again(
     await asyncio.sleep(0.7)
     await agent.graph.ainvoke(None, config(result.thread_id))
     assert ran == ["start", "done"]
+
+
+def test_an_async_tool_that_raises_keyboard_interrupt_is_recorded_and_never_run_again(
+        tmp_path: Any) -> None:
+    """asyncio stops its loop at a `KeyboardInterrupt` raised in a task (LangChain runs an
+    async tool in one), before any handler of the run sees it; the run then ends cancelled.
+    The call is recorded as interrupted, its outcome unknown: another process that resumes
+    the run answers it so, and never starts the tool again. Nothing stored shows the secret
+    the interrupt's message held, nor does the interrupt raised to the caller."""
+    import sqlite3
+
+    key = "sk-live-4f9a1c77d2"
+    ran: list[int] = []
+
+    async def charge(amount: int, api_key: SecretStr) -> str:
+        """Charge a card."""
+        ran.append(amount)
+        if len(ran) > 1:  # (run again: said plainly, not by stopping the test session)
+            return "charged twice"
+        raise KeyboardInterrupt(f"stopped while charging with {api_key.get_secret_value()}")
+
+    def make() -> Agent:
+        return Agent(name="billing", checkpointer=f"sqlite:///{tmp_path / 'runs.db'}",
+                     tools=[create_tool(charge, name="charge", needs_approval=True)],
+                     model=ScriptedChatModel(lambda m: (
+                         f"said: {m[-1].content}" if m[-1].type == "tool"
+                         else turn(call("charge", {"amount": 5, "api_key": key}, "c1")))))
+
+    first = make().generate("charge")
+    with pytest.raises(KeyboardInterrupt) as raised:
+        asyncio.run(make().aapprove_tool_call_generate(run_id=first.run_id, decided_by="cfo"))
+    assert key not in repr(raised.value)
+    later = make()  # (another process's agent: nothing of the first is in memory)
+    result = later.resume(run_id=first.run_id)
+    assert ran == [5]
+    assert result.finish_reason == "stop" and "outcome is unknown" in result.text
+    with sqlite3.connect(tmp_path / "runs.db") as conn:
+        stored = [bytes(v) if isinstance(v, bytes) else str(v).encode()
+                  for table in ("checkpoints", "writes")
+                  for row in conn.execute(f"SELECT * FROM {table}") for v in row]
+    assert stored and not any(key.encode() in v for v in stored)
 
 
 def test_a_tool_that_fails_after_its_side_effect_is_not_run_again_unasked() -> None:
