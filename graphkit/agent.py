@@ -653,9 +653,18 @@ class Agent:
             decided_by=decided_by, comment=None,
             method="arespond_tool_call"))
 
-    async def arespond_tool_call_generate(self, **kwargs: Any) -> GenerateResult:
+    async def arespond_tool_call_generate(
+        self,
+        *,
+        run_id: str,
+        message: str,
+        tool_call_id: str | None = None,
+        decided_by: str | None = None,
+    ) -> GenerateResult:
         """Async twin of `respond_tool_call_generate`."""
-        return await self.arespond_tool_call(**kwargs).result()
+        return await self.arespond_tool_call(
+            run_id=run_id, message=message, tool_call_id=tool_call_id,
+            decided_by=decided_by).result()
 
     def approve_tool_call_generate(
         self,
@@ -716,13 +725,33 @@ class Agent:
             comment=comment,
             method="adecline_tool_call"))
 
-    async def aapprove_tool_call_generate(self, **kwargs: Any) -> GenerateResult:
+    async def aapprove_tool_call_generate(
+        self,
+        *,
+        run_id: str,
+        tool_call_id: str | None = None,
+        decided_by: str | None = None,
+        comment: str | None = None,
+        args: Mapping[str, Any] | None = None,
+        args_digest: str | None = None,
+        remember: Remember = "once",
+    ) -> GenerateResult:
         """Async twin of `approve_tool_call_generate`."""
-        return await self.aapprove_tool_call(**kwargs).result()
+        return await self.aapprove_tool_call(
+            run_id=run_id, tool_call_id=tool_call_id, decided_by=decided_by, comment=comment,
+            args=args, args_digest=args_digest, remember=remember).result()
 
-    async def adecline_tool_call_generate(self, **kwargs: Any) -> GenerateResult:
+    async def adecline_tool_call_generate(
+        self,
+        *,
+        run_id: str,
+        tool_call_id: str | None = None,
+        decided_by: str | None = None,
+        comment: str | None = None,
+    ) -> GenerateResult:
         """Async twin of `decline_tool_call_generate`."""
-        return await self.adecline_tool_call(**kwargs).result()
+        return await self.adecline_tool_call(run_id=run_id, tool_call_id=tool_call_id,
+                                             decided_by=decided_by, comment=comment).result()
 
     def resume_stream(
         self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None,

@@ -551,11 +551,11 @@ class Inbox:
         return await asyncio.to_thread(self.get, id, viewer=viewer)
 
     async def aapprove(self, id: str, *, decided_by: str, comment: str | None = None,
-                       args: dict[str, Any] | None = None, args_digest: str | None = None
-                       ) -> PendingApproval:
+                       args: dict[str, Any] | None = None, args_digest: str | None = None,
+                       remember: Remember = "once") -> PendingApproval:
         """Async twin of `approve`."""
         return await asyncio.to_thread(self.approve, id, decided_by=decided_by, comment=comment,
-                                       args=args, args_digest=args_digest)
+                                       args=args, args_digest=args_digest, remember=remember)
 
     async def adecline(self, id: str, *, decided_by: str, comment: str | None = None
                        ) -> PendingApproval:

@@ -299,6 +299,21 @@ def test_every_blocking_inbox_method_has_an_async_twin() -> None:
     assert not missing, f"no async twin: {missing}"
 
 
+@pytest.mark.parametrize("kind", [Inbox, Agent], ids=["Inbox", "Agent"])
+def test_every_async_twin_takes_what_its_blocking_method_takes(kind: type) -> None:
+    """A twin is the same method, awaited: the same parameters, defaults and annotations
+    (`Inbox.aapprove` had no `remember`; the agent's async `*_generate` took `**kwargs`)."""
+    import inspect
+
+    differ = {name: (str(inspect.signature(member)),
+                     str(inspect.signature(getattr(kind, "a" + name))))
+              for name, member in inspect.getmembers(kind, inspect.isfunction)
+              if not name.startswith("_") and hasattr(kind, "a" + name)
+              and list(inspect.signature(member).parameters.values())
+              != list(inspect.signature(getattr(kind, "a" + name)).parameters.values())}
+    assert not differ, differ
+
+
 async def test_inbox_async_twins_answer_a_suspension_and_revoke_a_grant(sqlite_url: str
                                                                         ) -> None:
     from graphkit import ToolContext
