@@ -65,6 +65,7 @@ __all__ = [
     "Taken",
     "audit_row",
     "identity_of",
+    "named",
     "parse_choice",
     "refuse_unknown",
     "resolved_message",
@@ -113,6 +114,13 @@ class Taken:
     """The arguments the call runs with (None when it will not run)."""
 
 
+def named(decided_by: str | None) -> str | None:
+    """Who a decision names: a blank name (empty, or spaces only) names nobody, at every door
+    alike, so that an approvers policy refuses it as it refuses a decision without a name
+    (an empty `--by` or `decided_by=""` passed the policy's own test before; helper-49)."""
+    return None if isinstance(decided_by, str) and not decided_by.strip() else decided_by
+
+
 def identity_of(config: RunnableConfig) -> str | None:
     """The authenticated user of a LangGraph server run, if any (never from a payload)."""
     user = (config.get("configurable") or {}).get(AUTH_USER_KEY)
@@ -120,7 +128,7 @@ def identity_of(config: RunnableConfig) -> str | None:
         return None
     identity = user.get("identity") if isinstance(user, Mapping) else getattr(
         user, "identity", None)
-    return str(identity) if identity else None
+    return named(str(identity)) if identity else None
 
 
 def _text(value: Any, key: str, index: int) -> str | None:
@@ -254,7 +262,8 @@ def _policy(approvers: Approvers | None, decided_by: str | None, record: Approva
             allowed, reason = False, f"the approvers policy raised {exc!r}"
     if allowed:
         return
-    msg = (f"{decided_by!r} may not {choice.type} approval {record['id']!r} "
+    who = repr(decided_by) if decided_by is not None else "a decider without a name"
+    msg = (f"{who} may not {choice.type} approval {record['id']!r} "
            f"({record['tool_name']} in {'/'.join(record['agent_path'])}): {reason}")
     raise ApproverNotAllowedError(msg)
 
@@ -288,6 +297,7 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
     answer whenever the decider is known or must be (`identity_required`: a client's resume);
     the trusted in-process API may answer a suspension without naming anyone.
     """
+    decided_by = named(decided_by)
     recorded = record.get("args_digest")
     if (not isinstance(record.get("args"), Mapping)
             or record_digest(record, record["args"]) != recorded):
@@ -524,6 +534,7 @@ def judge(
     when it was planned (a door's copy is a view: its secrets are masked), with the status
     the door saw. `held_by`: the door resumes the run next, under this owner
     (`Ledger.decide`)."""
+    decided_by = named(decided_by)
     recorded = ledger.record(record["id"]) if isinstance(record.get("id"), str) else None
     if recorded is not None:
         record = {**recorded, "status": record.get("status", recorded["status"])}  # type: ignore[typeddict-item]

@@ -29,6 +29,7 @@ from graphkit._review import (
     audit_row,
     expire,
     judge,
+    named,
     refuse,
     refuse_unknown,
     resolved_message,
@@ -373,27 +374,28 @@ class Inbox:
             raise ApprovalAlreadyResolvedError(msg)
         record = {"id": grant.approval_id, "tool_name": grant.tool_name,
                   "agent_path": list(grant.agent_path)}
-        if decided_by != grant.grantor and not self._may_decide(decided_by, grant):
+        by = named(decided_by)
+        if by != grant.grantor and not self._may_decide(by, grant):
             exc = ApproverNotAllowedError(
                 f"{decided_by!r} may not revoke grant {grant_id!r} ({grant.tool_name} in "
                 f"{'/'.join(grant.agent_path)}): only its grantor {grant.grantor!r} or a "
                 "reviewer the approvers policy lets decide that tool may")
-            refuse(ledger, record, exc, decided_by=decided_by, thread_id=grant.thread_id,
+            refuse(ledger, record, exc, decided_by=by, thread_id=grant.thread_id,
                    run_id=None)
             raise exc
-        revoked = {"by": decided_by, "at": now_iso()}
+        revoked = {"by": by, "at": now_iso()}
         if not ledger.revoke(grant_id, revoked, [audit_row(
                 "revoked", record, thread_id=grant.thread_id, run_id=None,
-                decided_by=decided_by, detail=f"grant {grant_id} revoked")]):
+                decided_by=by, detail=f"grant {grant_id} revoked")]):
             msg = f"grant {grant_id!r} was already revoked"
             raise ApprovalAlreadyResolvedError(msg)
         found = ledger.grant(grant_id)
         return found.to_dict() if found else {}
 
-    def _may_decide(self, decided_by: str, grant: Any) -> bool:
+    def _may_decide(self, decided_by: str | None, grant: Any) -> bool:
         """Whether the approvers policy (the inbox's, else the agent's) lets `decided_by`
         decide the tool the grant covers, judged on the approval that made it; without a
-        policy anyone may decide, so anyone may revoke."""
+        policy anyone may decide, so anyone may revoke; with one, nobody unnamed may."""
         agent = self._agent_at(grant.agent_path)
         approvers = self.approvers if self.approvers is not None else (
             policy_finder(agent)(grant.agent_path) if agent else None)
@@ -404,7 +406,7 @@ class Inbox:
             pending = self.get(grant.approval_id) if grant.approval_id else None
         except GraphkitError:
             pending = None
-        if pending is None:
+        if pending is None or decided_by is None:
             return False
         try:
             return bool(approvers(decided_by, pending))

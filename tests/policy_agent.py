@@ -14,3 +14,10 @@ def billing(url: str) -> Agent:
     agent, _ran = agent_with(pay_then_done, checkpointer=url, approvers=cfo_only,
                              name="billing")
     return agent
+
+
+def anyone(url: str) -> Agent:
+    """`billing` under a policy that trusts every name (only a decision without one fails)."""
+    agent, _ran = agent_with(pay_then_done, checkpointer=url,
+                             approvers=lambda decided_by, pending: True, name="billing")
+    return agent

@@ -77,6 +77,60 @@ def test_raw_resume_without_identity_is_refused_when_the_agent_has_a_policy() ->
     assert approved[0]["decided_by"] == "release-manager"
 
 
+def anyone_named(decided_by: str | None, pending: Any) -> bool:
+    return True  # (a policy that trusts every name: only a decision without one is refused)
+
+
+@pytest.mark.parametrize("blank", ["", "   "])
+@pytest.mark.parametrize("door", ["api", "inbox", "cli", "raw"])
+def test_a_blank_name_is_no_name_at_every_door(sqlite_url: str, door: str, blank: str
+                                               ) -> None:
+    """With an approvers policy a decision without a name is refused; an empty name (or one
+    of spaces) is none either. It passed the API, the inbox and the CLI, which asked only
+    whether a name was given, and the call ran, audited as approved by '' (helper-49)."""
+    agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done"], checkpointer=sqlite_url,
+                            approvers=anyone_named, name="billing")
+    result = agent.generate("pay")
+    (pending,) = Inbox(sqlite_url).pending()
+    if door == "api":
+        with pytest.raises(ApproverNotAllowedError, match="without a name"):
+            agent.approve_tool_call(run_id=result.run_id, decided_by=blank)
+    elif door == "inbox":
+        with pytest.raises(ApproverNotAllowedError, match="without a name"):
+            Inbox(sqlite_url, agents=[agent]).approve(pending.id, decided_by=blank)
+    elif door == "cli":
+        assert main(["approve", pending.id, "--db", sqlite_url, "--by", blank,
+                     "--agent", "tests.policy_agent:anyone"]) != 0
+    else:
+        raw(agent, result.thread_id, {"decisions": [{"type": "approve"}]}, blank)
+    with pytest.raises(ApprovalsPendingError):
+        agent.resume(run_id=result.run_id)
+    assert ran.ran == [] and Inbox(sqlite_url).get(pending.id).status == "pending"
+    assert audit_events(agent, result.thread_id)[-1] == "refused"
+    agent.approve_tool_call_generate(run_id=result.run_id, decided_by="ops")
+    assert ran.ran == [("pay", PAY)]
+
+
+def test_a_blank_name_is_recorded_as_none_and_revokes_nothing_it_may_not(sqlite_url: str
+                                                                          ) -> None:
+    """Without a policy a decision needs no name, and a blank one is recorded as none (not
+    as ''); a grant made by a named reviewer is not revoked by a blank name under a policy."""
+    agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done"], checkpointer=sqlite_url)
+    result = agent.generate("pay")
+    agent.approve_tool_call_generate(run_id=result.run_id, decided_by=" ")
+    approved = [e for e in agent._storage.ledger.read_audit(thread_id=result.thread_id)
+                if e["event"] == "approved"]
+    assert ran.ran == [("pay", PAY)] and approved[0]["decided_by"] is None
+    agent, ran = agent_with([turn(call("pay", PAY, "c2")), "done"], checkpointer=sqlite_url,
+                            approvers=anyone_named, name="treasury")
+    first = agent.generate("pay")
+    agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo", remember="thread")
+    (grant,) = Inbox(sqlite_url).grants(thread_id=first.thread_id)
+    with pytest.raises(ApproverNotAllowedError):
+        Inbox(sqlite_url, agents=[agent]).revoke(grant["id"], decided_by="")
+    assert Inbox(sqlite_url).grants(thread_id=first.thread_id)[0]["revoked"] is None
+
+
 def test_a_payload_cannot_name_its_decider() -> None:
     agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done"],
                             approvers=release_manager_only)
