@@ -454,17 +454,23 @@ MISSING = (
     "(langgraph-checkpoint-postgres and psycopg)"
 )
 POOL_SIZE = 8
+CONNECT_TIMEOUT = 10
+"""Seconds (libpq's `connect_timeout`) the first connection to a database may take."""
 
 
 def _open_postgres(url: str) -> Storage:
-    """LangGraph's PostgresSaver and PostgresStore on one connection pool."""
+    """LangGraph's PostgresSaver and PostgresStore on one connection pool, once one
+    connection opened: a database that cannot be reached is psycopg's own error at once (a
+    pool would retry for 30 s, logging each failure, and then time out saying less)."""
     try:
+        import psycopg
         from langgraph.checkpoint.postgres import PostgresSaver
         from langgraph.store.postgres import PostgresStore
         from psycopg.rows import dict_row
         from psycopg_pool import ConnectionPool
     except ImportError as exc:
         raise ImportError(MISSING.format(url=url)) from exc
+    psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT).close()
 
     class ThreadedPostgresSaver(WithdrawsDeleted, FencedWrites, ServesLatest,
                                 ThreadedAsyncSaver, PostgresSaver):

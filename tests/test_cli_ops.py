@@ -108,6 +108,18 @@ def test_console_script_in_a_subprocess(sqlite_url: str) -> None:
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
 
 
+def test_a_database_that_cannot_be_reached_is_one_line_at_once() -> None:
+    """A PostgreSQL URL nobody answers: psycopg's own error, said in one line. Before, the
+    connection pool retried for 30 s, logging every failure (23 lines), and then said only
+    that it timed out (helper-49)."""
+    done = subprocess.run([sys.executable, "-m", "graphkit.cli", "inbox", "--db",
+                           "postgresql://nobody@127.0.0.1:1/nodb"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "Connection refused" in line and "PoolTimeout" not in line
+
+
 @pytest.mark.parametrize("verb", [["inbox"], ["show", "apr_x"], ["approve", "apr_x", "--by", "a"],
                                   ["audit"], ["grants"], ["expire"],
                                   ["resume", "run_x", "--agent", "m:a"],
