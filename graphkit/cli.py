@@ -416,11 +416,11 @@ def _agent_option(cmd: argparse.ArgumentParser) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with the operator's own arguments escaped in its usage errors too."""
+    """argparse, its usage errors in one line as every other mistake (`--help` shows the
+    usage), with the operator's own arguments escaped."""
 
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {printable(message)}\n")
+        self.exit(2, f"{self.prog}: error: {printable(message)} (see {self.prog} --help)\n")
 
 
 def _fail(text: str) -> None:

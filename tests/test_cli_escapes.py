@@ -165,6 +165,13 @@ def test_argparse_usage_errors_are_escaped(capsys: pytest.CaptureFixture[str]) -
     err = capsys.readouterr().err
     assert exited.value.code == 2 and not raw_controls(err)
     assert f"graphkit: error: unrecognized arguments: stray{SHOWN}" in err
+    assert len(err.strip().splitlines()) == 1  # (one line, as every other mistake)
+    with pytest.raises(SystemExit) as exited:
+        main(["approve", "apr_x", "--db", "sqlite://"])  # no --by
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.strip().splitlines() == [
+        "graphkit approve: error: the following arguments are required: --by "
+        "(see graphkit approve --help)"]
 
 
 def test_demo_output_and_prompts_are_escaped(sqlite_url: str,
