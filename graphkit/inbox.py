@@ -115,6 +115,24 @@ def as_schema_types(value: Any, schema: Any) -> Any:
 HIDDEN = "[the result of a call this reviewer may not see]"
 
 
+def _without_calls(message: AIMessage, hidden: set[str]) -> AIMessage:
+    """A model turn with every other trace of its hidden calls taken out too: the content
+    blocks that carry them (Anthropic's `tool_use`, say), the provider's raw calls, and the
+    calls it could not parse. A card printed such a block, arguments and all (helper-50)."""
+    if not hidden:
+        return message
+    content = message.content
+    if isinstance(content, list):
+        content = [block for block in content if not (isinstance(block, Mapping) and any(
+            block.get(key) in hidden for key in ("id", "call_id", "tool_call_id")))]
+    extra = {k: v for k, v in message.additional_kwargs.items()
+             if k not in ("tool_calls", "function_call")}
+    return message.model_copy(update={
+        "content": content, "additional_kwargs": extra,
+        "invalid_tool_calls": [c for c in message.invalid_tool_calls
+                               if c.get("id") not in hidden]})
+
+
 class Inbox:
     """Pending approvals of every agent that shares this storage.
 
@@ -187,15 +205,23 @@ class Inbox:
 
     def _visible(self, id: str, viewer: str | None) -> PendingApproval:
         """The approval, if `viewer` (None: this process itself, which holds the database
-        anyway) may see it; else not found, and the attempt is audited."""
-        item = self._get(id)
-        if viewer is not None and not self.may_view(viewer, item):
+        anyway) may see it; else not found, and the attempt is audited. A viewer is told the
+        same of an approval hidden from them as of one that does not exist (and never where
+        the database is)."""
+        if viewer is None:
+            return self._get(id)
+        try:
+            item: PendingApproval | None = self._get(id)
+        except ApprovalNotFoundError:
+            item = None
+        if item is not None and self.may_view(viewer, item):
+            return item
+        if item is not None:
             self._storage.ledger.audit([audit_row(
                 "refused", item.to_dict(), thread_id=item.thread_id or "", run_id=item.run_id,
                 decided_by=viewer, detail="viewers policy: not shown to this reviewer")])
-            msg = f"no approval with id {id!r} that {viewer!r} may see"
-            raise ApprovalNotFoundError(msg)
-        return item
+        msg = f"no approval with id {id!r} that {viewer!r} may see"
+        raise ApprovalNotFoundError(msg)
 
     def schema(self, id: str) -> dict[str, Any]:
         """The JSON schemas of an approval's tool: `schema` (arguments) and `resume_schema`."""
@@ -224,14 +250,18 @@ class Inbox:
         hidden: set[str] = set()
         seen: list[Any] = []
         for message in messages:
-            calls = getattr(message, "tool_calls", None)
-            if isinstance(message, AIMessage) and calls:
+            if isinstance(message, AIMessage) and (message.tool_calls
+                                                   or message.invalid_tool_calls):
+                calls = message.tool_calls
                 shown = [self._seen_call(c, item, viewer) for c in calls]
-                hidden |= {c.get("id") or "" for c, s in zip(calls, shown, strict=True)
-                           if s is None}
-                seen.append(message.model_copy(update={"tool_calls": [
+                gone = {c.get("id") or "" for c, s in zip(calls, shown, strict=True)
+                        if s is None} | {
+                    str(c.get("id") or "") for c in message.invalid_tool_calls
+                    if self._seen_call({**c, "args": {}}, item, viewer) is None}
+                hidden |= gone
+                seen.append(_without_calls(message.model_copy(update={"tool_calls": [
                     s or {**c, "name": "hidden", "args": {}}
-                    for c, s in zip(calls, shown, strict=True)]}))
+                    for c, s in zip(calls, shown, strict=True)]}), gone - {""}))
             elif isinstance(message, ToolMessage) and message.tool_call_id in hidden:
                 seen.append(message.model_copy(update={"content": HIDDEN, "name": "hidden"}))
             else:

@@ -101,11 +101,19 @@ def reviewer(url: str, token: str) -> httpx.Client:
     return web
 
 
+def card_form(web: httpx.Client, approval_id: str) -> dict[str, str]:
+    """What the card's decision form sends besides the reviewer's input: its CSRF token and
+    the digest of the arguments it shows."""
+    card = web.get(f"/approvals/{approval_id}").text
+    csrf = re.search(r"name='csrf' value='([0-9a-f]+)'", card)
+    digest = re.search(r"name='digest' value='([^']+)'", card)
+    assert csrf is not None and digest is not None, card[:3000]
+    return {"csrf": csrf.group(1), "digest": digest.group(1)}
+
+
 def decide(web: httpx.Client, approval_id: str, action: str = "approve") -> None:
     """Decide through the card's form; the inbox starts the continuation before it answers."""
-    csrf = re.search(r"name='csrf' value='([0-9a-f]+)'", web.get(f"/approvals/{approval_id}").text)
-    assert csrf is not None
-    done = web.post(f"/approvals/{approval_id}/{action}", data={"csrf": csrf.group(1)})
+    done = web.post(f"/approvals/{approval_id}/{action}", data=card_form(web, approval_id))
     assert done.status_code == 303 and "refused" not in done.headers["location"], done.headers
 
 

@@ -18,6 +18,7 @@ import pytest
 from tests.langgraph_server import (
     ROOT,
     approval_of,
+    card_form,
     continuations,
     decide,
     interrupt_of,
@@ -220,10 +221,8 @@ def test_the_web_inbox_mounted_in_the_server_decides_its_runs(server: str) -> No
     card = web.get(f"/approvals/{approval_id}").text
     # the run's messages live in the server's own state: the card reads them from it
     assert "Recent messages" in card and "Roll out build 7.7.7" in card, card[:3000]
-    csrf = re.search(r"name='csrf' value='([0-9a-f]+)'", card)
-    assert csrf is not None, card[:3000]
     decided = web.post(f"/approvals/{approval_id}/approve",
-                       data={"csrf": csrf.group(1), "comment": "from the mounted inbox"})
+                       data={**card_form(web, approval_id), "comment": "from the mounted inbox"})
     assert decided.status_code == 303 and "refused" not in decided.headers["location"]
     # nobody resumes the thread: the inbox handed the continuation to the server's runs API
     values = wait_for_tool_result(client, thread["thread_id"], "rolled out 7.7.7")
@@ -341,12 +340,11 @@ def test_what_waits_in_a_thread_deleted_on_the_server_leaves_the_inbox_and_never
     assert "data-status='deleted'" in card and "The call did not run" in card
     trail = web.get(f"/approvals/{deleted_id}/audit").text
     assert "superseded" in trail and "deleted on the LangGraph server" in trail, trail[-3000:]
-    import re
 
-    csrf = re.search(r"name='csrf' value='([0-9a-f]+)'", web.get(f"/approvals/{kept_id}").text)
-    assert csrf is not None
-    refused = web.post(f"/approvals/{second}/approve", data={"csrf": csrf.group(1)})
+    kept_form = card_form(web, kept_id)  # (the deleted one's card has no form left)
+    refused = web.post(f"/approvals/{second}/approve", data=kept_form)
     assert refused.status_code == 303 and "refused" in refused.headers["location"]
+    assert "ApprovalAlreadyResolvedError" in refused.headers["location"]
 
     time.sleep(5)  # two rounds of the inbox's retries
     card = web.get(f"/approvals/{first}").text

@@ -279,7 +279,8 @@ def test_the_web_inbox_on_postgresql(postgres_url: str) -> None:
     csrf = re.search(r"name='csrf' value='([0-9a-f]+)'", card)
     assert csrf is not None
     client.post(f"/approvals/{pending.id}/edit",
-                data={"csrf": csrf.group(1), "arg.amount": "30", "arg.payee": "ACME"})
+                data={"csrf": csrf.group(1), "arg.amount": "30", "arg.payee": "ACME",
+                      "digest": pending.args_digest})
     assert Inbox(postgres_url).get(pending.id).approved_args == {"amount": 30, "payee": "ACME"}
     assert billing.resume(run_id=result.run_id).text == "payment done"
     assert ran == [("pay", {"amount": 30, "payee": "ACME"})]
@@ -322,6 +323,13 @@ def test_reviewers_see_only_what_they_may_decide(tmp_path: Path) -> None:
     assert payment.id not in client.get("/?fragment=1").text
     assert client.get(f"/approvals/{payment.id}").status_code == 404
     assert "ACME" not in client.get(f"/approvals/{payment.id}").text
+    # hidden, or never there: the same answer (and never where the database is)
+    made_up = "apr_" + "0" * (len(payment.id) - 4)
+    for page in ("", "/audit"):
+        hidden = client.get(f"/approvals/{payment.id}{page}")
+        missing = client.get(f"/approvals/{made_up}{page}")
+        assert hidden.text.replace(payment.id, made_up) == missing.text
+        assert str(tmp_path) not in missing.text
     assert client.get(f"/approvals/{payment.id}/audit").status_code == 404
     thread_audit = client.get(f"/threads/{paid.thread_id}/audit").text
     assert payment.id not in thread_audit
@@ -339,6 +347,44 @@ def test_reviewers_see_only_what_they_may_decide(tmp_path: Path) -> None:
     assert payment.id in [p.id for p in inbox.pending(viewer="alice")]
     assert [e["approval_id"] for e in inbox.audit(thread_id=paid.thread_id, viewer="intern")
             ] == []
+
+
+def test_a_hidden_call_leaves_no_trace_in_the_turn_that_made_it(tmp_path: Path) -> None:
+    """A model that writes its calls as content blocks too (Anthropic's `tool_use`), the
+    provider's raw calls, and a call it could not parse: a reviewer who may not see a call
+    sees none of them on another call's card. The card printed the block, arguments and all
+    (helper-50)."""
+    from langchain_core.messages import AIMessage
+
+    from tests.helpers import Ledger as Tools
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    tools = Tools()
+
+    def policy(who: str | None, pending: Any) -> bool:
+        return who == "cfo" if pending.tool_name == "pay" else who in ("cfo", "dev")
+
+    offshore = {"amount": 987654, "payee": {"name": "SECRET-OFFSHORE"}}
+    turn_with_blocks = AIMessage(
+        content=[{"type": "text", "text": "paying and cleaning"},
+                 {"type": "tool_use", "id": "p1", "name": "pay", "input": offshore},
+                 {"type": "tool_use", "id": "b1", "name": "bash",
+                  "input": {"command": "rm -rf /tmp/x"}}],
+        tool_calls=[{"name": "pay", "args": offshore, "id": "p1"},
+                    {"name": "bash", "args": {"command": "rm -rf /tmp/x"}, "id": "b1"}],
+        additional_kwargs={"tool_calls": [{"id": "p1", "type": "function", "function": {
+            "name": "pay", "arguments": '{"payee": "SECRET-OFFSHORE"}'}}]},
+        invalid_tool_calls=[{"name": "pay", "args": '{"payee": "SECRET-OFFSHORE-2"',
+                             "id": "p2", "error": "unterminated", "type": "invalid_tool_call"}])
+    agent = Agent(name="assistant", tools=tools.tools, checkpointer=url, approvers=policy,
+                  model=ScriptedChatModel([turn_with_blocks, "done"]))
+    agent.generate("pay and clean up")
+    inbox = Inbox(url, agents=[agent])
+    bash = next(p for p in inbox.pending() if p.tool_name == "bash")
+    seen = inbox.messages(bash.id, viewer="dev")
+    assert "SECRET-OFFSHORE" not in repr(seen) and "rm -rf /tmp/x" in repr(seen)
+    assert "paying and cleaning" in repr(seen)
+    assert "SECRET-OFFSHORE" in repr(inbox.messages(bash.id, viewer="cfo"))
 
 
 def test_a_card_shows_no_other_call_its_reviewer_may_not_see(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from pydantic import BaseModel
 from starlette.testclient import TestClient
 
-from graphkit import Agent, Inbox, ToolContext, create_tool
+from graphkit import Agent, ApprovalsPendingError, Inbox, ToolContext, create_tool
 from graphkit._worker import Worker
 from graphkit.testing import ScriptedChatModel
 from graphkit.web import create_app
@@ -89,6 +89,114 @@ def test_approve_runs_exactly_what_the_card_shows(sqlite_url: str) -> None:
     assert ran == [{"amount": 5, "payee": "ACME Ltd\nIBAN DE00 1234"}]
 
 
+def test_a_decision_without_the_cards_digest_is_refused(sqlite_url: str) -> None:
+    """The card's form binds an approval or an edit to the digest of the arguments it
+    showed; a POST without one is refused, not taken as approving whatever waits now
+    (helper-50)."""
+    ran: list[Any] = []
+    agent = _payee_agent(sqlite_url, ran)
+    result = agent.generate("pay")
+    (pending,) = Inbox(sqlite_url).pending()
+    client = signed_in(sqlite_url, agents=[agent])
+    for action, extra in (("approve", {}), ("edit", {"arg.amount": "1", "arg.payee": "x"})):
+        answer = client.post(f"/approvals/{pending.id}/{action}",
+                             data={"csrf": csrf_of(client, pending.id), **extra},
+                             follow_redirects=False)
+        assert "ArgsDigestMismatchError" in answer.headers["location"]
+    assert Inbox(sqlite_url).get(pending.id).status == "pending" and ran == []
+    with pytest.raises(ApprovalsPendingError):
+        agent.resume(run_id=result.run_id)
+
+
+@pytest.mark.parametrize("identity", ["", "   ", None])
+def test_a_blank_identity_is_nobody_signed_in(sqlite_url: str, identity: str | None) -> None:
+    """An authenticator (or a token) that names nobody signs nobody in: no page, no
+    decision. A blank identity was a reviewer, and its approval ran audited as by nobody
+    (helper-50)."""
+    ran: list[Any] = []
+
+    @create_tool(needs_approval=True)
+    def wipe(path: str) -> str:
+        """Delete."""
+        ran.append(path)
+        return "gone"
+
+    agent = Agent(name="ops", tools=[wipe], checkpointer=sqlite_url,
+                  model=ScriptedChatModel([turn(call("wipe", {"path": "/tmp/x"}, "w1")), "ok"]))
+    agent.generate("wipe")
+    (pending,) = Inbox(sqlite_url).pending()
+    client = TestClient(create_app(sqlite_url, authenticate=lambda request: identity,
+                                   agents=[agent], secret="s"))
+    assert client.get("/", follow_redirects=False).status_code == 303
+    assert client.get(f"/approvals/{pending.id}", follow_redirects=False).status_code == 303
+    assert client.post(f"/approvals/{pending.id}/approve",
+                       data={"digest": pending.args_digest}).status_code == 401
+    if identity is not None:  # a token whose reviewer is blank signs nobody in either
+        tokens = TestClient(create_app(sqlite_url, authenticate={"tok-x": identity},
+                                       secret="s"))
+        login = re.search(r"name='login' value='([0-9a-f]+)'", tokens.get("/login").text)
+        assert login is not None
+        signed = tokens.post("/login", data={"token": "tok-x", "login": login.group(1)},
+                             follow_redirects=False)
+        assert signed.headers["location"].endswith("login?error=1")
+    assert Inbox(sqlite_url).get(pending.id).status == "pending" and ran == []
+
+
+def test_an_authenticator_that_returns_no_text_fails_closed(sqlite_url: str) -> None:
+    client = TestClient(create_app(sqlite_url, authenticate=lambda request: 123, secret="s"),
+                        raise_server_exceptions=False)
+    assert client.get("/").status_code == 500
+
+
+def test_live_updates_end_when_the_session_does(sqlite_url: str) -> None:
+    """The pending list's event stream checks its reviewer on every update, not only when it
+    opens: after sign-out it ends, and tells nothing of what is asked later (helper-50)."""
+    import httpx
+    import uvicorn
+
+    from tests.test_web import _free_port
+
+    ran: list[Any] = []
+    agent = _payee_agent(sqlite_url, ran)
+    agent.generate("pay")
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(
+        create_app(sqlite_url, authenticate=TOKENS, agents=[agent], secret="s"),
+        host="127.0.0.1", port=port, log_level="warning"))
+    threading.Thread(target=server.run, daemon=True).start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        alice = httpx.Client(base_url=base, follow_redirects=False, timeout=30)
+        login = re.search(r"name='login' value='([0-9a-f]+)'", alice.get("/login").text)
+        assert login is not None
+        alice.post("/login", data={"token": "tok-alice", "login": login.group(1)})
+        said: list[str] = []
+        ended = threading.Event()
+
+        def listen() -> None:
+            cookies = {"graphkit_session": str(alice.cookies.get("graphkit_session"))}
+            with httpx.Client(base_url=base, timeout=30, cookies=cookies) as stream_client, \
+                    stream_client.stream("GET", "/events") as stream:
+                said.extend(line for line in stream.iter_lines() if line.startswith("data:"))
+            ended.set()
+
+        threading.Thread(target=listen, daemon=True).start()
+        while not said:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        token = re.search(r'name="csrf" value="([0-9a-f]+)"', alice.get("/").text)
+        assert token is not None
+        alice.post("/logout", data={"csrf": token.group(1)})
+        assert ended.wait(10), "the stream went on after sign-out"
+        assert len(said) == 1
+    finally:
+        server.should_exit = True
+
+
 def test_no_cross_site_sign_in_and_sign_out_ends_the_session(sqlite_url: str) -> None:
     client = TestClient(create_app(sqlite_url, authenticate=TOKENS, secret="s"))
     assert client.post("/login", data={"token": "tok-mallory"},
@@ -128,7 +236,8 @@ def test_deep_json_gets_a_refusal_not_a_crash_and_notices_cannot_be_forged(
     deep = "[" * 200_000 + "]" * 200_000
     answer = client.post(f"/approvals/{pending.id}/edit",
                          data={"csrf": csrf_of(client, pending.id), "arg.amount": "5",
-                               "arg.payee": "x", "arg.meta": deep})
+                               "arg.payee": "x", "arg.meta": deep,
+                               "digest": pending.args_digest})
     assert answer.status_code == 200 and "class='error refused'" in answer.text
     forged = client.get(f"/approvals/{pending.id}?refused=Security+notice:+approve+now")
     assert "Security notice" not in forged.text

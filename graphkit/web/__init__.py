@@ -35,10 +35,11 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from graphkit import _html as render
+from graphkit._review import named
 from graphkit._settings import Approvers
 from graphkit._storage import Storage, open_storage
 from graphkit.agent import SERVER_ENV
-from graphkit.errors import GraphkitError
+from graphkit.errors import ArgsDigestMismatchError, GraphkitError
 from graphkit.inbox import Inbox
 from graphkit.server_auth import parse_tokens
 from graphkit.types import PendingApproval
@@ -141,12 +142,19 @@ class _Web:
         return await asyncio.to_thread(self._reviewer, request)
 
     def _reviewer(self, request: Request) -> tuple[str, str] | None:
+        """A blank identity is nobody signed in (as a blank `decided_by` is no name); an
+        authenticator that returns anything but text or None is a bug, not a reviewer."""
         cookie = request.cookies.get(SESSION_COOKIE)
-        identity = self.sessions.identity(cookie)
+        identity = named(self.sessions.identity(cookie))
         if identity is not None and cookie is not None:
             return identity, cookie
         if self.authenticate is not None:
             found = self.authenticate(request)
+            if found is not None and not isinstance(found, str):
+                msg = (f"the web inbox's authenticate returned {type(found).__name__}; it "
+                       "must return the reviewer's identity as text, or None")
+                raise TypeError(msg)
+            found = named(found)
             if found:
                 return found, f"callable|{found}"
         return None
@@ -283,7 +291,7 @@ def _routes(web: _Web) -> list[Any]:
         if not (nonce and hmac.compare_digest(seal, web.sessions.sign("login", nonce))
                 and hmac.compare_digest(nonce, form.get("login", ""))):
             return PlainTextResponse("sign in from the sign-in page", status_code=403)
-        identity = web.check_token(form.get("token", "")) if web.check_token else None
+        identity = named(web.check_token(form.get("token", ""))) if web.check_token else None
         if identity is None:
             return RedirectResponse(_base(request) + "login?error=1", status_code=303)
         response = RedirectResponse(_base(request), status_code=303)
@@ -326,6 +334,9 @@ def _routes(web: _Web) -> list[Any]:
         async def stream() -> AsyncIterator[str]:
             seen: list[str] | None = None
             while not await request.is_disconnected():
+                still = await web.reviewer(request)
+                if still is None or still[0] != who:
+                    return  # signed out (or the session ended elsewhere): no more updates
                 now = sorted(p.id for p in await web.pending(who))
                 if now != seen:
                     seen = now
@@ -419,11 +430,14 @@ def _routes(web: _Web) -> list[Any]:
             if action == "decline":
                 await asyncio.to_thread(web.inbox.decline, approval_id, decided_by=who,
                                         comment=form.get("comment") or None)
+            elif action in ("approve", "edit") and not form.get("digest"):
+                raise ArgsDigestMismatchError(
+                    "the decision carries no digest of the arguments its card showed; "
+                    "reload the card and decide again")
             elif action == "approve":  # exactly what the card showed, bound by its digest
                 await asyncio.to_thread(
                     web.inbox.approve, approval_id, decided_by=who,
-                    comment=form.get("comment") or None,
-                    args_digest=form.get("digest") or None,
+                    comment=form.get("comment") or None, args_digest=form["digest"],
                     remember="thread" if form.get("remember") == "thread" else "once")
             elif action == "edit":
                 schema = (await asyncio.to_thread(web.inbox.schema, approval_id)).get("schema")
@@ -431,7 +445,7 @@ def _routes(web: _Web) -> list[Any]:
                 await asyncio.to_thread(
                     web.inbox.approve, approval_id, decided_by=who,
                     comment=form.get("comment") or None, args=args,
-                    args_digest=form.get("digest") or None)
+                    args_digest=form["digest"])
             elif action == "respond":
                 await asyncio.to_thread(web.inbox.respond, approval_id, decided_by=who,
                                         message=form.get("message") or "")
