@@ -16,6 +16,7 @@ stranded.
 
 from __future__ import annotations
 
+import unicodedata
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -114,11 +115,23 @@ class Taken:
     """The arguments the call runs with (None when it will not run)."""
 
 
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+"""Letters that print as nothing (the Hangul fillers, the blank Braille pattern)."""
+
+
+def _shows(char: str) -> bool:
+    return (not char.isspace() and unicodedata.category(char)[0] not in "CZM"
+            and char not in _BLANK_LETTERS)
+
+
 def named(decided_by: str | None) -> str | None:
-    """Who a decision names: a blank name (empty, or spaces only) names nobody, at every door
+    """Who a decision names: a name with nothing to read in it (empty; spaces, controls,
+    zero-width or combining characters, blank letters only) names nobody, at every door
     alike, so that an approvers policy refuses it as it refuses a decision without a name
-    (an empty `--by` or `decided_by=""` passed the policy's own test before; helper-49)."""
-    return None if isinstance(decided_by, str) and not decided_by.strip() else decided_by
+    (`decided_by=""` passed the policy's own test before, helper-49; "\u200b", helper-51)."""
+    if isinstance(decided_by, str) and not any(_shows(c) for c in decided_by):
+        return None
+    return decided_by
 
 
 def identity_of(config: RunnableConfig) -> str | None:

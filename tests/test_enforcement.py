@@ -81,13 +81,15 @@ def anyone_named(decided_by: str | None, pending: Any) -> bool:
     return True  # (a policy that trusts every name: only a decision without one is refused)
 
 
-@pytest.mark.parametrize("blank", ["", "   "])
+@pytest.mark.parametrize("blank", ["", "   ", "\u200b", "\x1b\u00ad\u3164"])
 @pytest.mark.parametrize("door", ["api", "inbox", "cli", "raw"])
 def test_a_blank_name_is_no_name_at_every_door(sqlite_url: str, door: str, blank: str
                                                ) -> None:
-    """With an approvers policy a decision without a name is refused; an empty name (or one
-    of spaces) is none either. It passed the API, the inbox and the CLI, which asked only
-    whether a name was given, and the call ran, audited as approved by '' (helper-49)."""
+    """With an approvers policy a decision without a name is refused; an empty name is none
+    either, nor one with nothing to read in it (spaces, a zero-width space, controls, a
+    blank letter). They passed the API, the inbox and the CLI, which asked only whether a
+    name was given, and the call ran, audited as approved by '' (helper-49) or by an
+    invisible name, which a grant then carried to the next call (helper-51)."""
     agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done"], checkpointer=sqlite_url,
                             approvers=anyone_named, name="billing")
     result = agent.generate("pay")
