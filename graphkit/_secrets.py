@@ -239,10 +239,22 @@ def masked_ai(ai: AIMessage, secrets: Mapping[str, Sequence[Sequence[str | int]]
         extra["tool_calls"] = [_masked_raw(r, secrets) for r in raw]
     content = [_masked_block(b, secrets) for b in ai.content] if isinstance(
         ai.content, list) else ai.content
-    metadata = {**ai.response_metadata, SECRETS_KEY: {
-        **(ai.response_metadata.get(SECRETS_KEY) or {}), **secrets}}
-    return ai.model_copy(update={"tool_calls": calls, "additional_kwargs": extra,
-                                 "content": content, "response_metadata": metadata})
+    # Then every other place a provider keeps a copy (a block of a shape not known here, the
+    # raw output in its metadata, a streamed chunk of the arguments): the values themselves
+    # are taken out, as from what a tool says back (helper-51: OpenAI's `function_call`).
+    values = sorted({v for c in ai.tool_calls if not shows_masked(ai, c)
+                     for v in secret_values(c.get("args"), secrets.get(str(c.get("id"))))},
+                    key=lambda t: (-len(t), t))
+    metadata = {k: v if k == SECRETS_KEY else scrubbed(v, values)
+                for k, v in ai.response_metadata.items()}
+    metadata[SECRETS_KEY] = {**(ai.response_metadata.get(SECRETS_KEY) or {}), **secrets}
+    update: dict[str, Any] = {
+        "tool_calls": calls, "additional_kwargs": scrubbed(extra, values),
+        "content": scrubbed(content, values), "response_metadata": metadata,
+        "invalid_tool_calls": scrubbed(ai.invalid_tool_calls, values)}
+    if isinstance(getattr(ai, "tool_call_chunks", None), list):
+        update["tool_call_chunks"] = scrubbed(ai.tool_call_chunks, values)  # type: ignore[attr-defined]
+    return ai.model_copy(update=update)
 
 
 def shows_masked(ai: AIMessage, call: Mapping[str, Any]) -> bool:
@@ -518,24 +530,31 @@ def _masked_raw(raw: Any, secrets: Mapping[str, Sequence[Sequence[str | int]]]) 
     """A provider's raw tool call (OpenAI's `function.arguments`, a JSON string)."""
     paths = secrets.get(str(raw.get("id"))) if isinstance(raw, Mapping) else None
     function = raw.get("function") if paths and isinstance(raw, Mapping) else None
-    if not isinstance(function, Mapping):
+    if not isinstance(function, Mapping) or paths is None:
         return raw
-    try:
-        args = json.loads(function.get("arguments") or "{}")
-    except (TypeError, ValueError):
-        return {**raw, "function": {**function, "arguments": json.dumps(MASK)}}
-    return {**raw, "function": {**function, "arguments": json.dumps(masked(args, paths))}}
+    return {**raw, "function": {**function, "arguments": _masked_json(
+        function.get("arguments") or "{}", paths)}}
 
 
 def _masked_block(block: Any, secrets: Mapping[str, Sequence[Sequence[str | int]]]) -> Any:
     """A content block that carries a call's arguments (Anthropic's `tool_use`, a standard
-    `tool_call` block)."""
+    `tool_call` block, OpenAI's `function_call`, whose `id` is its own and `call_id` the
+    call's, with the arguments as a JSON string)."""
     if not isinstance(block, Mapping):
         return block
-    paths = secrets.get(str(block.get("id") or block.get("call_id")))
+    paths = secrets.get(str(block.get("call_id"))) or secrets.get(str(block.get("id")))
     if not paths:
         return block
-    return {k: masked(v, paths) if k in ("input", "args") else v for k, v in block.items()}
+    return {k: masked(v, paths) if k in ("input", "args") else
+            _masked_json(v, paths) if k == "arguments" else v for k, v in block.items()}
+
+
+def _masked_json(text: Any, paths: Sequence[Sequence[str | int]]) -> Any:
+    """Arguments written as a JSON string, masked at `paths` (all of it, if unreadable)."""
+    try:
+        return json.dumps(masked(json.loads(text), paths))
+    except (TypeError, ValueError):
+        return json.dumps(MASK)
 
 
 def _get(value: Any, path: Path) -> tuple[Any, bool]:

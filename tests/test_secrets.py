@@ -278,6 +278,53 @@ def test_no_checkpoint_holds_a_secret_and_a_copy_without_its_record_never_runs_t
     assert used == [KEY]  # nothing ran with the mask
 
 
+@pytest.mark.parametrize("shape", ["function_call", "metadata", "unknown_block", "chunk"])
+def test_every_copy_a_provider_keeps_of_a_call_shows_its_secret_masked(
+        tmp_path: Path, shape: str) -> None:
+    """A provider keeps copies of the model's calls beside `tool_calls`: OpenAI's Responses
+    API a `function_call` block (its `id` its own, `call_id` the call's, the arguments a JSON
+    string) and its raw output in the metadata; a block of a shape graphkit does not know;
+    a streamed chunk. Each held the secret in the checkpoint, the result and the inbox's
+    messages; the values are now taken out wherever they are (helper-51)."""
+    import sqlite3
+
+    from langchain_core.messages import AIMessage, AIMessageChunk
+
+    args = {"amount": 25, "api_key": KEY}
+    raw = json.dumps(args)
+    calls = [{"name": "charge", "args": args, "id": "c1"}]
+    reply: AIMessage
+    if shape == "function_call":
+        reply = AIMessage(content=[{"type": "function_call", "id": "fc_9", "call_id": "c1",
+                                    "name": "charge", "arguments": raw}], tool_calls=calls)
+    elif shape == "metadata":
+        reply = AIMessage("", tool_calls=calls, response_metadata={"output": [
+            {"type": "function_call", "call_id": "c1", "arguments": raw}]})
+    elif shape == "unknown_block":
+        reply = AIMessage(content=[{"type": "non_standard", "value": {
+            "type": "tool_use", "id": "c1", "input": args}}], tool_calls=calls)
+    else:
+        reply = AIMessageChunk(content="", tool_call_chunks=[
+            {"name": "charge", "args": raw, "id": "c1", "index": 0}])
+    used: list[str] = []
+    charge = _agent("memory", used).tools[0]
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = Agent(name="billing", tools=[charge], checkpointer=url,
+                  model=ScriptedChatModel([reply, "done"]))
+    first = agent.generate("charge it")
+    assert first.finish_reason == "suspended"
+    assert KEY not in repr(first.messages)
+    (pending,) = Inbox(url, agents=[agent]).pending()
+    assert KEY not in repr(Inbox(url, agents=[agent]).messages(pending.id))
+    agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
+    assert used == [KEY]  # (the call ran with the real key)
+    db = sqlite3.connect(tmp_path / "runs.db")
+    for table in ("checkpoints", "writes"):
+        rows = db.execute(f"SELECT * FROM {table}").fetchall()
+        assert rows and not any(KEY.encode() in (v if isinstance(v, bytes) else str(v).encode())
+                                for row in rows for v in row), f"the secret is in {table}"
+
+
 def test_a_refused_call_and_a_failed_call_keep_their_secrets_out_of_sight() -> None:
     """The model writes a secret for calls the gate refuses (arguments that do not validate,
     a secret of the wrong shape, two calls under one id): the conversation shows each masked.
