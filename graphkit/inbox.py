@@ -116,21 +116,26 @@ HIDDEN = "[the result of a call this reviewer may not see]"
 
 
 def _without_calls(message: AIMessage, hidden: set[str]) -> AIMessage:
-    """A model turn with every other trace of its hidden calls taken out too: the content
-    blocks that carry them (Anthropic's `tool_use`, say), the provider's raw calls, and the
-    calls it could not parse. A card printed such a block, arguments and all (helper-50)."""
-    if not hidden:
-        return message
-    content = message.content
-    if isinstance(content, list):
-        content = [block for block in content if not (isinstance(block, Mapping) and any(
-            block.get(key) in hidden for key in ("id", "call_id", "tool_call_id")))]
-    extra = {k: v for k, v in message.additional_kwargs.items()
-             if k not in ("tool_calls", "function_call")}
-    return message.model_copy(update={
-        "content": content, "additional_kwargs": extra,
-        "invalid_tool_calls": [c for c in message.invalid_tool_calls
-                               if c.get("id") not in hidden]})
+    """A model turn as a reviewer sees it beside another call: no streamed chunks of its
+    calls (the calls are shown as judged above); and where some of them are hidden from the
+    reviewer, its words only (text blocks), none of the provider's copies of its calls
+    (content blocks of any other shape, raw calls, its response metadata) and none of the
+    calls it could not parse. A card printed a hidden call's `tool_use` block, arguments and
+    all (helper-50), then its reasoning and a wrapped block (helper-51)."""
+    update: dict[str, Any] = {}
+    if isinstance(getattr(message, "tool_call_chunks", None), list):
+        update["tool_call_chunks"] = []
+    if hidden:
+        content = message.content
+        if isinstance(content, list):
+            content = [b for b in content if isinstance(b, str) or (
+                isinstance(b, Mapping) and b.get("type") == "text")]
+        update |= {"content": content, "response_metadata": {},
+                   "additional_kwargs": {k: v for k, v in message.additional_kwargs.items()
+                                         if k not in ("tool_calls", "function_call")},
+                   "invalid_tool_calls": [c for c in message.invalid_tool_calls
+                                          if c.get("id") not in hidden]}
+    return message.model_copy(update=update) if update else message
 
 
 class Inbox:
@@ -263,7 +268,8 @@ class Inbox:
                     s or {**c, "name": "hidden", "args": {}}
                     for c, s in zip(calls, shown, strict=True)]}), gone - {""}))
             elif isinstance(message, ToolMessage) and message.tool_call_id in hidden:
-                seen.append(message.model_copy(update={"content": HIDDEN, "name": "hidden"}))
+                seen.append(message.model_copy(update={"content": HIDDEN, "name": "hidden",
+                                                       "artifact": None}))
             else:
                 seen.append(message)
         return seen

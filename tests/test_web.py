@@ -354,6 +354,8 @@ def test_a_hidden_call_leaves_no_trace_in_the_turn_that_made_it(tmp_path: Path) 
     provider's raw calls, and a call it could not parse: a reviewer who may not see a call
     sees none of them on another call's card. The card printed the block, arguments and all
     (helper-50)."""
+    import json
+
     from langchain_core.messages import AIMessage
 
     from tests.helpers import Ledger as Tools
@@ -367,6 +369,10 @@ def test_a_hidden_call_leaves_no_trace_in_the_turn_that_made_it(tmp_path: Path) 
     offshore = {"amount": 987654, "payee": {"name": "SECRET-OFFSHORE"}}
     turn_with_blocks = AIMessage(
         content=[{"type": "text", "text": "paying and cleaning"},
+                 {"type": "reasoning", "summary": [
+                     {"type": "summary_text", "text": "pay SECRET-OFFSHORE first"}]},
+                 {"type": "non_standard", "value": {"type": "tool_use", "id": "p1",
+                                                     "input": offshore}},
                  {"type": "tool_use", "id": "p1", "name": "pay", "input": offshore},
                  {"type": "tool_use", "id": "b1", "name": "bash",
                   "input": {"command": "rm -rf /tmp/x"}}],
@@ -375,7 +381,9 @@ def test_a_hidden_call_leaves_no_trace_in_the_turn_that_made_it(tmp_path: Path) 
         additional_kwargs={"tool_calls": [{"id": "p1", "type": "function", "function": {
             "name": "pay", "arguments": '{"payee": "SECRET-OFFSHORE"}'}}]},
         invalid_tool_calls=[{"name": "pay", "args": '{"payee": "SECRET-OFFSHORE-2"',
-                             "id": "p2", "error": "unterminated", "type": "invalid_tool_call"}])
+                             "id": "p2", "error": "unterminated", "type": "invalid_tool_call"}],
+        response_metadata={"output": [{"type": "function_call", "call_id": "p1",
+                                       "arguments": json.dumps(offshore)}]})
     agent = Agent(name="assistant", tools=tools.tools, checkpointer=url, approvers=policy,
                   model=ScriptedChatModel([turn_with_blocks, "done"]))
     agent.generate("pay and clean up")
@@ -385,6 +393,15 @@ def test_a_hidden_call_leaves_no_trace_in_the_turn_that_made_it(tmp_path: Path) 
     assert "SECRET-OFFSHORE" not in repr(seen) and "rm -rf /tmp/x" in repr(seen)
     assert "paying and cleaning" in repr(seen)
     assert "SECRET-OFFSHORE" in repr(inbox.messages(bash.id, viewer="cfo"))
+    # as a LangGraph server keeps a streamed turn (a chunk), and a result's artifact
+    from langchain_core.messages import AIMessageChunk, ToolMessage
+
+    streamed = [AIMessageChunk(content="", tool_call_chunks=[
+        {"name": "pay", "args": json.dumps(offshore), "id": "p1", "index": 0},
+        {"name": "bash", "args": '{"command": "rm -rf /tmp/x"}', "id": "b1", "index": 1}]),
+        ToolMessage("paid", tool_call_id="p1", artifact={"receipt": "SECRET-OFFSHORE"})]
+    shown = inbox.seen_messages(streamed, bash, "dev")
+    assert "SECRET-OFFSHORE" not in repr(shown) and "rm -rf /tmp/x" in repr(shown)
 
 
 def test_a_card_shows_no_other_call_its_reviewer_may_not_see(tmp_path: Path) -> None:
