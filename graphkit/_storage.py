@@ -13,6 +13,7 @@ import contextlib
 import inspect
 import logging
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -21,6 +22,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -41,6 +43,7 @@ from graphkit._fence import FencedWrites
 from graphkit._latest import ServesLatest
 from graphkit._ledger import PAGE_SIZE, Ledger
 from graphkit._review import withdraw_thread
+from graphkit._secrets import MASK
 
 __all__ = ["Storage", "open_storage", "serve_agent", "served_agents", "served_storage"]
 
@@ -458,6 +461,15 @@ CONNECT_TIMEOUT = 10
 """Seconds (libpq's `connect_timeout`) the first connection to a database may take."""
 
 
+def _without_password(text: str, url: str) -> str:
+    """`text` with the password of `url` (as written, and decoded) shown as the mask."""
+    found = re.match(r"[A-Za-z][A-Za-z0-9+.-]*://[^:/@]*:([^@]*)@", url)
+    password = found.group(1) if found else ""
+    for form in sorted({password, unquote(password)} - {""}, key=len, reverse=True):
+        text = text.replace(form, MASK)
+    return text
+
+
 def _open_postgres(url: str) -> Storage:
     """LangGraph's PostgresSaver and PostgresStore on one connection pool, once one
     connection opened: a database that cannot be reached is psycopg's own error at once (a
@@ -470,7 +482,10 @@ def _open_postgres(url: str) -> Storage:
         from psycopg_pool import ConnectionPool
     except ImportError as exc:
         raise ImportError(MISSING.format(url=url)) from exc
-    psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT).close()
+    try:
+        psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT).close()
+    except psycopg.Error as exc:  # (libpq quotes a URL it cannot parse, password and all)
+        raise type(exc)(_without_password(str(exc), url)) from None
 
     class ThreadedPostgresSaver(WithdrawsDeleted, FencedWrites, ServesLatest,
                                 ThreadedAsyncSaver, PostgresSaver):

@@ -120,6 +120,17 @@ def test_a_database_that_cannot_be_reached_is_one_line_at_once() -> None:
     assert "Connection refused" in line and "PoolTimeout" not in line
 
 
+@pytest.mark.parametrize("url", ["postgresql://alice:S3cr3tPW@[::1/db",
+                                 "postgresql://alice:S3cr3t%ZZPW@127.0.0.1:1/db"])
+def test_a_database_url_libpq_cannot_read_is_never_repeated_with_its_password(
+        url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """libpq quotes a URL it cannot parse in its error, password and all; the error graphkit
+    raises shows the mask in its place (helper-51)."""
+    assert cli("inbox", "--db", url)[0] == 1
+    err = capsys.readouterr().err
+    assert "S3cr3t" not in err and "**********" in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("verb", [["inbox"], ["show", "apr_x"], ["approve", "apr_x", "--by", "a"],
                                   ["audit"], ["grants"], ["expire"],
                                   ["resume", "run_x", "--agent", "m:a"],
