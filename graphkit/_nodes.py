@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard, TypeVar
@@ -230,20 +230,28 @@ def _discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
     return fixes
 
 
-def _storable(response: AIMessage) -> AIMessage:
+UNREAD = "[graphkit: not stored: arguments that could not be read, for a tool that takes secrets]"
+
+
+def _storable(response: AIMessage, secret_tools: Collection[str] = ()) -> AIMessage:
     """The model's reply as it can be checkpointed: a call whose arguments are too deep or too
-    large to store keeps a placeholder (the gate answers it with an error the model sees)."""
+    large to store keeps a placeholder (the gate answers it with an error the model sees), and
+    so does a call it could not parse to a tool that takes secrets (which part of its text is
+    the secret cannot be told; helper-52)."""
     unsafe = set()
     for call in response.tool_calls:
         try:
             check_value(call.get("args"), what="arguments", error=ValueError)
         except ValueError:
             unsafe.add(call.get("id"))
-    if not unsafe:
+    unread = [c for c in response.invalid_tool_calls if c.get("name") in secret_tools]
+    if not unsafe and not unread:
         return response
     calls = [{**c, "args": {"_graphkit": "arguments too deep or too large; not stored"}}
              if c.get("id") in unsafe else c for c in response.tool_calls]
-    return response.model_copy(update={"tool_calls": calls})
+    invalid = [{**c, "args": UNREAD} if c.get("name") in secret_tools else c
+               for c in response.invalid_tool_calls]
+    return response.model_copy(update={"tool_calls": calls, "invalid_tool_calls": invalid})
 
 
 def _with_fixes(messages: list[AnyMessage], fixes: list[ToolMessage]) -> list[AnyMessage]:
@@ -350,7 +358,8 @@ def make_model_node(
     # A model that may write a secret argument is not streamed token by token (LangGraph's
     # "messages" mode would show the secret as written): its reply reaches that stream as the
     # conversation keeps it, the secret masked.
-    quiet = any(declares_secrets(t) for t in tools)
+    secret_tools = {t.name for t in tools if declares_secrets(t)}
+    quiet = bool(secret_tools)
 
     def hushed(config: RunnableConfig) -> RunnableConfig:
         return {**config, "tags": [*(config.get("tags") or []), TAG_NOSTREAM]} if quiet else config
@@ -402,8 +411,9 @@ def make_model_node(
     def ended(response: BaseMessage, state: AgentState, fixes: list[BaseMessage]
               ) -> Command[ModelTarget]:
         """The run's end: a reply without tool calls (no storage is read or written)."""
-        update: dict[str, Any] = {"messages": [*fixes, _unique_id(response, state.get(
-            "messages") or [])]}
+        update: dict[str, Any] = {"messages": [*fixes, _unique_id(
+            _storable(response, secret_tools) if isinstance(response, AIMessage) else response,
+            state.get("messages") or [])]}
         if state.get("turn") is not None:
             # The turn is over: its plan need not ride along in every later checkpoint.
             update["turn"] = None
@@ -416,7 +426,8 @@ def make_model_node(
         response = _unique_id(response, state.get("messages") or [])
         ctx = planner.context(state, config, like=routed)
         # the conversation keeps the reply with its secrets masked: the ledger has them
-        plan, errors, stored = planner.plan(response, state, ctx, stored=_storable(response))
+        plan, errors, stored = planner.plan(response, state, ctx,
+                                            stored=_storable(response, secret_tools))
         answered = {m.tool_call_id for m in errors}
         ctx.journal.sync(None, plan, answered)
         sends = dispatch_now(plan, answered, ctx, state, planner.tools)

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, message_chunk_to_message
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from graphkit._digest import args_digest
@@ -231,6 +231,9 @@ def masked_ai(ai: AIMessage, secrets: Mapping[str, Sequence[Sequence[str | int]]
     the mask."""
     if not secrets:
         return ai
+    if isinstance(ai, AIMessageChunk):  # (kept as a chunk, its calls would be read again
+        whole = message_chunk_to_message(ai)  # from the chunks' text, the secret and all)
+        ai = whole if isinstance(whole, AIMessage) else ai
     calls = [{**c, "args": masked(c.get("args"), secrets.get(str(c.get("id"))))}
              for c in ai.tool_calls]
     extra = dict(ai.additional_kwargs)
@@ -240,21 +243,57 @@ def masked_ai(ai: AIMessage, secrets: Mapping[str, Sequence[Sequence[str | int]]
     content = [_masked_block(b, secrets) for b in ai.content] if isinstance(
         ai.content, list) else ai.content
     # Then every other place a provider keeps a copy (a block of a shape not known here, the
-    # raw output in its metadata, a streamed chunk of the arguments): the values themselves
-    # are taken out, as from what a tool says back (helper-51: OpenAI's `function_call`).
+    # raw output in its metadata, a call it could not parse): the values themselves are taken
+    # out (helper-51: OpenAI's `function_call`), JSON text read as the data it holds (a short
+    # secret is a whole value there; helper-52), and the names of things left as they are.
     values = sorted({v for c in ai.tool_calls if not shows_masked(ai, c)
                      for v in secret_values(c.get("args"), secrets.get(str(c.get("id"))))},
                     key=lambda t: (-len(t), t))
-    metadata = {k: v if k == SECRETS_KEY else scrubbed(v, values)
+    metadata = {k: v if k == SECRETS_KEY else _copy_scrubbed(v, values)
                 for k, v in ai.response_metadata.items()}
     metadata[SECRETS_KEY] = {**(ai.response_metadata.get(SECRETS_KEY) or {}), **secrets}
-    update: dict[str, Any] = {
-        "tool_calls": calls, "additional_kwargs": scrubbed(extra, values),
-        "content": scrubbed(content, values), "response_metadata": metadata,
-        "invalid_tool_calls": scrubbed(ai.invalid_tool_calls, values)}
-    if isinstance(getattr(ai, "tool_call_chunks", None), list):
-        update["tool_call_chunks"] = scrubbed(ai.tool_call_chunks, values)  # type: ignore[attr-defined]
-    return ai.model_copy(update=update)
+    return ai.model_copy(update={
+        "tool_calls": calls, "additional_kwargs": _copy_scrubbed(extra, values),
+        "content": _copy_scrubbed(content, values), "response_metadata": metadata,
+        "invalid_tool_calls": _copy_scrubbed(ai.invalid_tool_calls, values),
+        "name": _copy_scrubbed(ai.name, values)})
+
+
+_NAMES = frozenset({"type", "id", "call_id", "tool_call_id", "tool_use_id", "name", "index"})
+"""Keys of a provider's structures whose values name things rather than say them: a secret
+that is also a word ("text", "function") would otherwise break the block it is in."""
+_KEYS = _NAMES | {"text", "function", "arguments", "input", "args", "content", "tool_calls",
+                  "output", "summary", "extras", "citations", "annotations", "role", "status"}
+"""Keys a provider's structures are made of, kept as they are (any other key that is, or
+holds, a secret is masked, as `scrubbed` masks one)."""
+
+
+def _copy_scrubbed(value: Any, secrets: Sequence[str], depth: int = 0) -> Any:
+    """A provider's copy of a reply with `secrets` taken out of its values (never its keys,
+    nor the values of `_NAMES`): text that holds JSON is read, scrubbed as data, and written
+    back (a secret of any length is a whole value there, however the text escapes it); other
+    text as `scrubbed` does."""
+    if not secrets or depth > 32:
+        return value
+    if isinstance(value, Mapping):
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            key = k if k in _KEYS else _scrub(k, secrets)
+            while key in out:  # (masked onto a key already there: numbered, never dropped)
+                key = f"{key} (another)"
+            out[key] = v if k in _NAMES else _copy_scrubbed(v, secrets, depth + 1)
+        return out
+    if isinstance(value, list | tuple):
+        return [_copy_scrubbed(v, secrets, depth + 1) for v in value]
+    if isinstance(value, str) and value[:1] in ("{", "[", '"'):
+        try:
+            data = json.loads(value)
+        except ValueError:
+            data = None
+        if isinstance(data, dict | list | str) and data != value:
+            read = _copy_scrubbed(data, secrets, depth + 1)
+            return value if read == data else json.dumps(read)
+    return _scrub(value, secrets)
 
 
 def shows_masked(ai: AIMessage, call: Mapping[str, Any]) -> bool:

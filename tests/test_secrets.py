@@ -278,23 +278,40 @@ def test_no_checkpoint_holds_a_secret_and_a_copy_without_its_record_never_runs_t
     assert used == [KEY]  # nothing ran with the mask
 
 
-@pytest.mark.parametrize("shape", ["function_call", "metadata", "unknown_block", "chunk"])
+@pytest.mark.parametrize(("shape", "key"), [
+    ("function_call", KEY), ("metadata", KEY), ("unknown_block", KEY), ("chunk", KEY),
+    ("chunk", "x9Q"), ("metadata", "x9Q"), ("double_json", 'sk-live-51HxQ"q'),
+    ("invalid_only", KEY), ("a_word", "text")])
 def test_every_copy_a_provider_keeps_of_a_call_shows_its_secret_masked(
-        tmp_path: Path, shape: str) -> None:
+        tmp_path: Path, shape: str, key: str) -> None:
     """A provider keeps copies of the model's calls beside `tool_calls`: OpenAI's Responses
     API a `function_call` block (its `id` its own, `call_id` the call's, the arguments a JSON
     string) and its raw output in the metadata; a block of a shape graphkit does not know;
     a streamed chunk. Each held the secret in the checkpoint, the result and the inbox's
-    messages; the values are now taken out wherever they are (helper-51)."""
+    messages; the values are now taken out wherever they are (helper-51). A short secret is
+    a whole value inside JSON text, however deep or escaped; a chunk is kept as the message
+    it adds up to (kept as chunks, its calls were read again from their text: the secret
+    showed and the approved call never ran); a call that could not be parsed keeps none of
+    its text; a secret that is also a word leaves the blocks' structure whole (helper-52)."""
     import sqlite3
 
     from langchain_core.messages import AIMessage, AIMessageChunk
 
-    args = {"amount": 25, "api_key": KEY}
+    args = {"amount": 25, "api_key": key}
     raw = json.dumps(args)
     calls = [{"name": "charge", "args": args, "id": "c1"}]
     reply: AIMessage
-    if shape == "function_call":
+    if shape == "double_json":
+        reply = AIMessage("", tool_calls=calls, response_metadata={"body": json.dumps(raw)})
+    elif shape == "invalid_only":
+        reply = AIMessage("", invalid_tool_calls=[{"name": "charge", "args": raw[:-1],
+                                                   "id": "c1", "error": "unterminated",
+                                                   "type": "invalid_tool_call"}])
+    elif shape == "a_word":
+        reply = AIMessage(content=[{"type": "text", "text": "Charging."},
+                                   {"type": "tool_use", "id": "c1", "name": "charge",
+                                    "input": args}], tool_calls=calls)
+    elif shape == "function_call":
         reply = AIMessage(content=[{"type": "function_call", "id": "fc_9", "call_id": "c1",
                                     "name": "charge", "arguments": raw}], tool_calls=calls)
     elif shape == "metadata":
@@ -312,17 +329,27 @@ def test_every_copy_a_provider_keeps_of_a_call_shows_its_secret_masked(
     agent = Agent(name="billing", tools=[charge], checkpointer=url,
                   model=ScriptedChatModel([reply, "done"]))
     first = agent.generate("charge it")
-    assert first.finish_reason == "suspended"
-    assert KEY not in repr(first.messages)
-    (pending,) = Inbox(url, agents=[agent]).pending()
-    assert KEY not in repr(Inbox(url, agents=[agent]).messages(pending.id))
-    agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
-    assert used == [KEY]  # (the call ran with the real key)
+    shown = json.dumps(key)  # (the key as a JSON value: how a copy that shows it holds it)
+    if shape == "a_word":  # the blocks are still blocks, the words still words
+        assert first.messages[-1].content[0] == {"type": "text", "text": "Charging."}
+        shown = f'"api_key": {shown}'
+    assert shown not in json.dumps([m.model_dump() for m in first.messages], default=str)
+    if shape == "invalid_only":  # (not a call: nothing waits, nothing runs)
+        assert first.finish_reason == "stop" and used == []
+    else:
+        assert first.finish_reason == "suspended"
+        (pending,) = Inbox(url, agents=[agent]).pending()
+        assert shown not in repr(Inbox(url, agents=[agent]).messages(pending.id))
+        agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
+        assert used == [key]  # (the call ran with the real key)
     db = sqlite3.connect(tmp_path / "runs.db")
     for table in ("checkpoints", "writes"):
         rows = db.execute(f"SELECT * FROM {table}").fetchall()
-        assert rows and not any(KEY.encode() in (v if isinstance(v, bytes) else str(v).encode())
-                                for row in rows for v in row), f"the secret is in {table}"
+        assert rows and not any(
+            needle in (v if isinstance(v, bytes) else str(v).encode())
+            for row in rows for v in row for needle in (
+                f'"api_key": {shown}'.encode(), f"'api_key': {key!r}".encode())
+        ), f"the secret is in {table}"
 
 
 def test_a_refused_call_and_a_failed_call_keep_their_secrets_out_of_sight() -> None:
