@@ -115,27 +115,27 @@ def as_schema_types(value: Any, schema: Any) -> Any:
 HIDDEN = "[the result of a call this reviewer may not see]"
 
 
-def _without_calls(message: AIMessage, hidden: set[str]) -> AIMessage:
-    """A model turn as a reviewer sees it beside another call: no streamed chunks of its
-    calls (the calls are shown as judged above); and where some of them are hidden from the
-    reviewer, its words only (text blocks), none of the provider's copies of its calls
-    (content blocks of any other shape, raw calls, its response metadata) and none of the
-    calls it could not parse. A card printed a hidden call's `tool_use` block, arguments and
-    all (helper-50), then its reasoning and a wrapped block (helper-51)."""
-    update: dict[str, Any] = {}
+def _words_only(message: AIMessage, hidden: set[str]) -> AIMessage:
+    """A model turn as a reviewer sees it beside a card: its words (the text of its text
+    blocks) and its calls as judged for them (`tool_calls`), none of a provider's copies of
+    calls (content blocks of other shapes, raw calls, response metadata, streamed chunks),
+    which may carry a call hidden from them, of this turn or another (helper-50, -51, -52);
+    nor a call it could not parse that is hidden."""
+    content = message.content
+    if isinstance(content, list):
+        content = [b if isinstance(b, str) else {"type": "text", "text": str(b.get("text"))}
+                   for b in content if isinstance(b, str) or (
+                       isinstance(b, Mapping) and b.get("type") == "text")]
+    update: dict[str, Any] = {
+        "content": content, "response_metadata": {},
+        "additional_kwargs": {k: v for k, v in message.additional_kwargs.items()
+                              if isinstance(v, str | int | float | bool) and k not in (
+                                  "tool_calls", "function_call")},
+        "invalid_tool_calls": [c for c in message.invalid_tool_calls
+                               if c.get("id") not in hidden]}
     if isinstance(getattr(message, "tool_call_chunks", None), list):
         update["tool_call_chunks"] = []
-    if hidden:
-        content = message.content
-        if isinstance(content, list):
-            content = [b for b in content if isinstance(b, str) or (
-                isinstance(b, Mapping) and b.get("type") == "text")]
-        update |= {"content": content, "response_metadata": {},
-                   "additional_kwargs": {k: v for k, v in message.additional_kwargs.items()
-                                         if k not in ("tool_calls", "function_call")},
-                   "invalid_tool_calls": [c for c in message.invalid_tool_calls
-                                          if c.get("id") not in hidden]}
-    return message.model_copy(update=update) if update else message
+    return message.model_copy(update=update)
 
 
 class Inbox:
@@ -255,8 +255,7 @@ class Inbox:
         hidden: set[str] = set()
         seen: list[Any] = []
         for message in messages:
-            if isinstance(message, AIMessage) and (message.tool_calls
-                                                   or message.invalid_tool_calls):
+            if isinstance(message, AIMessage):
                 calls = message.tool_calls
                 shown = [self._seen_call(c, item, viewer) for c in calls]
                 gone = {c.get("id") or "" for c, s in zip(calls, shown, strict=True)
@@ -264,7 +263,7 @@ class Inbox:
                     str(c.get("id") or "") for c in message.invalid_tool_calls
                     if self._seen_call({**c, "args": {}}, item, viewer) is None}
                 hidden |= gone
-                seen.append(_without_calls(message.model_copy(update={"tool_calls": [
+                seen.append(_words_only(message.model_copy(update={"tool_calls": [
                     s or {**c, "name": "hidden", "args": {}}
                     for c, s in zip(calls, shown, strict=True)]}), gone - {""}))
             elif isinstance(message, ToolMessage) and message.tool_call_id in hidden:
@@ -279,8 +278,10 @@ class Inbox:
         """One tool call as the viewer may see it (None: hidden)."""
         raw = tool_call.get("args")
         args: dict[str, Any] = dict(raw) if isinstance(raw, Mapping) else {}
-        if tool_call.get("id") == item.tool_call_id and tool_call.get("name") == item.tool_name:
-            return {**tool_call, "args": masked(args, record_paths(item.to_dict()))}
+        own = masked(args, record_paths(item.to_dict()))
+        if (tool_call.get("id") == item.tool_call_id and tool_call.get("name") == item.tool_name
+                and own == item.args):  # (a model may use the id again in another turn)
+            return {**tool_call, "args": own}
         agent = self._agent_at(item.agent_path)
         tool = agent._find_tool(item.agent_path, str(tool_call.get("name"))) if agent else None
         paths = secret_paths_of(tool, args)

@@ -402,6 +402,17 @@ def test_a_hidden_call_leaves_no_trace_in_the_turn_that_made_it(tmp_path: Path) 
         ToolMessage("paid", tool_call_id="p1", artifact={"receipt": "SECRET-OFFSHORE"})]
     shown = inbox.seen_messages(streamed, bash, "dev")
     assert "SECRET-OFFSHORE" not in repr(shown) and "rm -rf /tmp/x" in repr(shown)
+    # a turn of visible calls only that carries another's (a block, a citation of its text),
+    # and a hidden call that uses the card's own call id again in a later turn (helper-52)
+    later = [AIMessage(content=[
+        {"type": "text", "text": "cleaning", "citations": [{"cited_text": "SECRET-OFFSHORE"}]},
+        {"type": "tool_use", "id": "p1", "name": "pay", "input": offshore}],
+        tool_calls=[{"name": "bash", "args": {"command": "rm -rf /tmp/x"}, "id": "b1"}]),
+        AIMessage("", tool_calls=[{"name": "bash", "args": {"command": "cat SECRET-OFFSHORE"},
+                                   "id": "b1"}])]
+    picky = Inbox(url, agents=[agent], viewers=lambda who, p: "SECRET" not in repr(p.args))
+    shown = picky.seen_messages(later, bash, "dev")
+    assert "SECRET-OFFSHORE" not in repr(shown) and "cleaning" in repr(shown)
 
 
 def test_a_card_shows_no_other_call_its_reviewer_may_not_see(tmp_path: Path) -> None:
