@@ -462,10 +462,16 @@ CONNECT_TIMEOUT = 10
 
 
 def _without_password(text: str, url: str) -> str:
-    """`text` with the password of `url` (as written, and decoded) shown as the mask."""
-    found = re.match(r"[A-Za-z][A-Za-z0-9+.-]*://[^:/@]*:([^@]*)@", url)
-    password = found.group(1) if found else ""
-    for form in sorted({password, unquote(password)} - {""}, key=len, reverse=True):
+    """`text` with the passwords `url` holds (in its user info, up to the host's `@`, and as
+    a `password=` parameter; as written, and decoded) shown as the mask."""
+    found = re.match(r"[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*:(.*)@[^@]*$", url)
+    passwords = [found.group(1)] if found else []
+    passwords += re.findall(r"[?&]password=([^&#]*)", url)
+    # (libpq ends a password at its first raw "@" and reads the rest as the host: each
+    # part of one is said in its errors)
+    parts = [part for p in passwords for part in p.split("@") if len(part) >= 4]
+    forms = {form for p in [*passwords, *parts] for form in (p, unquote(p))} - {""}
+    for form in sorted(forms, key=len, reverse=True):
         text = text.replace(form, MASK)
     return text
 
@@ -481,11 +487,14 @@ def _open_postgres(url: str) -> Storage:
         from psycopg.rows import dict_row
         from psycopg_pool import ConnectionPool
     except ImportError as exc:
-        raise ImportError(MISSING.format(url=url)) from exc
+        raise ImportError(MISSING.format(url=_without_password(url, url))) from exc
+    refused: psycopg.Error | None = None
     try:
         psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT).close()
     except psycopg.Error as exc:  # (libpq quotes a URL it cannot parse, password and all)
-        raise type(exc)(_without_password(str(exc), url)) from None
+        refused = type(exc)(_without_password(str(exc), url))
+    if refused is not None:
+        raise refused  # (outside the handler: the original is not kept as its context)
 
     class ThreadedPostgresSaver(WithdrawsDeleted, FencedWrites, ServesLatest,
                                 ThreadedAsyncSaver, PostgresSaver):

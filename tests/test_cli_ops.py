@@ -121,11 +121,14 @@ def test_a_database_that_cannot_be_reached_is_one_line_at_once() -> None:
 
 
 @pytest.mark.parametrize("url", ["postgresql://alice:S3cr3tPW@[::1/db",
-                                 "postgresql://alice:S3cr3t%ZZPW@127.0.0.1:1/db"])
+                                 "postgresql://alice:S3cr3t%ZZPW@127.0.0.1:1/db",
+                                 "postgresql://alice:p@S3cr3tPW@127.0.0.1:1/db",
+                                 "postgresql://alice@127.0.0.1:1/db?password=S3cr3t%ZZ"])
 def test_a_database_url_libpq_cannot_read_is_never_repeated_with_its_password(
         url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """libpq quotes a URL it cannot parse in its error, password and all; the error graphkit
-    raises shows the mask in its place (helper-51)."""
+    """libpq quotes a URL it cannot parse in its error, password and all (or the part of it
+    after a raw "@", as a host); the error graphkit raises shows the mask in its place, and
+    keeps no context that shows it (helper-51, helper-52)."""
     assert cli("inbox", "--db", url)[0] == 1
     err = capsys.readouterr().err
     assert "S3cr3t" not in err and "**********" in err and len(err.strip().splitlines()) == 1
