@@ -279,9 +279,8 @@ def _copy_scrubbed(value: Any, secrets: Sequence[str], depth: int = 0) -> Any:
         out: dict[Any, Any] = {}
         for k, v in value.items():
             key = k if k in _KEYS else _scrub(k, secrets)
-            while key in out:  # (masked onto a key already there: numbered, never dropped)
-                key = f"{key} (another)"
-            out[key] = v if k in _NAMES else _copy_scrubbed(v, secrets, depth + 1)
+            out[_unclaimed(key, out)] = v if k in _NAMES else _copy_scrubbed(
+                v, secrets, depth + 1)
         return out
     if isinstance(value, list | tuple):
         return [_copy_scrubbed(v, secrets, depth + 1) for v in value]
@@ -521,9 +520,7 @@ def scrubbed(value: Any, secrets: Sequence[str], *, numbers: bool = True) -> Any
         out = {key: item for key, old_key, item, _ in items if key is old_key}
         for key, old_key, item, _ in items:
             if key is not old_key:
-                while key in out:
-                    key = f"{key} (another)"
-                out[key] = item
+                out[_unclaimed(key, out)] = item
         return _same_kind(value, out)
     if isinstance(value, list | tuple):
         listed = [scrubbed(v, secrets, numbers=numbers) for v in value]
@@ -531,6 +528,14 @@ def scrubbed(value: Any, secrets: Sequence[str], *, numbers: bool = True) -> Any
             return value
         return _same_kind(value, listed)
     return _scrub(value, secrets, numbers)
+
+
+def _unclaimed(key: Any, taken: Mapping[Any, Any]) -> Any:
+    """A masked key where it lands among `taken`: one masked onto a key already there is
+    numbered, never dropped."""
+    while key in taken:
+        key = f"{key} (another)"
+    return key
 
 
 def _same_kind(value: Any, items: Any) -> Any:
@@ -567,9 +572,10 @@ def _scrub(value: Any, secrets: Sequence[str], numbers: bool = True) -> Any:
 
 def _masked_raw(raw: Any, secrets: Mapping[str, Sequence[Sequence[str | int]]]) -> Any:
     """A provider's raw tool call (OpenAI's `function.arguments`, a JSON string)."""
-    paths = secrets.get(str(raw.get("id"))) if isinstance(raw, Mapping) else None
-    function = raw.get("function") if paths and isinstance(raw, Mapping) else None
-    if not isinstance(function, Mapping) or paths is None:
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("function"), Mapping):
+        return raw
+    paths, function = secrets.get(str(raw.get("id"))), raw["function"]
+    if not paths:
         return raw
     return {**raw, "function": {**function, "arguments": _masked_json(
         function.get("arguments") or "{}", paths)}}
