@@ -11,6 +11,7 @@ signed, and retries with exponential backoff. Delivery is at least once: an even
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -19,6 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -287,7 +289,7 @@ class Dispatcher:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
-        self._client = httpx.Client(follow_redirects=False)
+        self._tls = httpx.create_ssl_context()
         self._pruned = 0.0
 
     @property
@@ -336,8 +338,6 @@ class Dispatcher:
             Ledger._outbox_listeners.remove(self.wake)
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
-        with self._round:
-            self._client.close()
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Deliver every due event now, waiting for retries that fall due within `timeout`
@@ -362,7 +362,7 @@ class Dispatcher:
         Returns the number of requests sent."""
         sent = 0
         with self._round:
-            if self._client.is_closed:
+            if self._stopped.is_set():
                 return 0
             for webhook in self.webhooks:
                 self._open(webhook.target)
@@ -421,32 +421,27 @@ class Dispatcher:
     def _post(self, webhook: Webhook, body: bytes, headers: dict[str, str]
               ) -> tuple[int, str]:
         """The POST's status and the start of its body, within `webhook.timeout` in all.
-        httpx's timeout bounds each read, so a receiver that answers a byte at a time would
-        hold the request (and every webhook of this dispatcher after it) for as long as it
-        likes: the request runs in a thread of its own, left behind (its answer unread, the
-        event retried) once the time is up."""
-        answer: list[tuple[int, str]] = []
-        failed: list[BaseException] = []
+        httpx's timeout bounds each read, so a receiver that answers a byte at a time could
+        hold a request as long as it liked. A request left behind at its deadline held its
+        connection and thread as long, and enough of them starved every other webhook of
+        connections (helper-53): so the request is cancelled at its deadline, which closes
+        its connection, on a loop of its own (the caller may be on one: a notebook)."""
+        with ThreadPoolExecutor(1, thread_name_prefix="graphkit-webhook-post") as pool:
+            return pool.submit(asyncio.run, self._apost(webhook, body, headers)).result()
 
-        def post() -> None:
+    async def _apost(self, webhook: Webhook, body: bytes, headers: dict[str, str]
+                     ) -> tuple[int, str]:
+        async with httpx.AsyncClient(follow_redirects=False, verify=self._tls) as client:
             try:
-                with self._client.stream("POST", webhook.url, content=body, headers=headers,
-                                         timeout=webhook.timeout) as response:
-                    text = b"" if 200 <= response.status_code < 300 else next(
-                        response.iter_bytes(MAX_ERROR), b"")
-                    answer.append((response.status_code, text.decode("utf-8", "replace")))
-            except BaseException as exc:
-                failed.append(exc)
-
-        thread = threading.Thread(target=post, name="graphkit-webhook-post", daemon=True)
-        thread.start()
-        thread.join(webhook.timeout)
-        if failed:
-            raise failed[0]
-        if not answer:
-            msg = f"no complete answer within {webhook.timeout:g} s"
-            raise TimeoutError(msg)
-        return answer[0]
+                async with asyncio.timeout(webhook.timeout), client.stream(
+                        "POST", webhook.url, content=body, headers=headers,
+                        timeout=webhook.timeout) as response:
+                    text = b"" if 200 <= response.status_code < 300 else await anext(
+                        response.aiter_bytes(MAX_ERROR), b"")
+                    return response.status_code, text.decode("utf-8", "replace")
+            except TimeoutError:
+                msg = f"no complete answer within {webhook.timeout:g} s"
+                raise TimeoutError(msg) from None
 
     def _run(self) -> None:
         while not self._stopped.is_set():

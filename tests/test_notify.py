@@ -268,6 +268,44 @@ def test_a_receiver_that_answers_a_byte_at_a_time_holds_no_other_webhook(
         slow.close()
 
 
+def test_a_request_out_of_time_leaves_no_connection_or_thread_behind(
+        sqlite_url: str, receiver: Receiver) -> None:
+    """A request left behind at its deadline kept its connection (from the pool every webhook
+    of the dispatcher shares) and its thread for as long as the receiver dripped: enough of
+    them starved every other webhook, whose events were then given up (helper-53). At its
+    deadline a request is ended, and its connection closed."""
+    closed = threading.Event()
+    stop = threading.Event()
+
+    def drip(conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            try:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nX-Pad: ")
+                while not stop.wait(0.05):
+                    conn.sendall(b"a")
+            except OSError:
+                closed.set()
+
+    slow = socket.socket()
+    slow.bind(("127.0.0.1", 0))
+    slow.listen()
+    threading.Thread(target=lambda: drip(slow.accept()[0]), daemon=True).start()
+    dripping = Webhook(f"http://127.0.0.1:{slow.getsockname()[1]}/hook", secret=SECRET,
+                       timeout=0.5, backoff=30)
+    agent, _ = agent_with(pay(), checkpointer=sqlite_url,
+                          notify=[dripping, Webhook(receiver.url, secret=SECRET)])
+    try:
+        agent.generate("pay")
+        _dispatcher(agent).run_once()
+        assert [t.name for t in threading.enumerate() if "webhook-post" in t.name] == []
+        assert closed.wait(3), "the receiver still holds a connection the dispatcher left"
+        assert _types(receiver.delivered()) == [("approval.requested", "requested")]
+    finally:
+        stop.set()
+        slow.close()
+
+
 def test_events_recorded_while_stopped_are_delivered_by_the_next_dispatcher(
         sqlite_url: str, receiver: Receiver) -> None:
     hook = Webhook(receiver.url, secret=SECRET)
