@@ -429,7 +429,7 @@ def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:
         return Storage(spec, InMemoryStore(), f"{type(spec).__name__} instance",
                        _ledger_beside(spec))
     if not isinstance(spec, str):
-        raise TypeError(UNKNOWN_URL.format(value=spec))
+        raise TypeError(UNKNOWN_URL.format(value=spec))  # (not text: no password in it)
     if spec.startswith("sqlite://"):
         path = _sqlite_path(spec)
         saver = ThreadedSqliteSaver(_connect(path))
@@ -446,7 +446,7 @@ def open_storage(spec: BaseCheckpointSaver[Any] | str | None) -> Storage:
         return Storage(_beside(saver, ledger), store, f"sqlite file {path}", ledger, spec)
     if spec.startswith(("postgresql://", "postgres://")):
         return _open_postgres(spec)
-    raise ValueError(UNKNOWN_URL.format(value=spec))
+    raise ValueError(UNKNOWN_URL.format(value=masked_url(spec)))
 
 
 # ---------------------------------------------------------------- PostgreSQL
@@ -476,6 +476,19 @@ def _without_password(text: str, url: str) -> str:
     return text
 
 
+def masked_url(url: str) -> str:
+    """`url` as graphkit's messages may say it: every password it holds shown as the mask."""
+    return _without_password(url, url)
+
+
+def shown_url(url: str) -> str:
+    """Where a storage URL points, for banners and messages: a PostgreSQL URL's host and
+    database (no user info, a `password=` parameter masked); any other URL masked."""
+    masked = masked_url(url)
+    return masked.split("@")[-1] if masked.startswith(("postgresql://", "postgres://")) else (
+        masked)
+
+
 def _open_postgres(url: str) -> Storage:
     """LangGraph's PostgresSaver and PostgresStore on one connection pool, once one
     connection opened: a database that cannot be reached is psycopg's own error at once (a
@@ -487,7 +500,7 @@ def _open_postgres(url: str) -> Storage:
         from psycopg.rows import dict_row
         from psycopg_pool import ConnectionPool
     except ImportError as exc:
-        raise ImportError(MISSING.format(url=_without_password(url, url))) from exc
+        raise ImportError(MISSING.format(url=masked_url(url))) from exc
     refused: psycopg.Error | None = None
     try:
         psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT).close()
@@ -508,6 +521,5 @@ def _open_postgres(url: str) -> Storage:
     saver.setup()
     store = PostgresStore(pool)
     store.setup()
-    safe = url.split("@")[-1]
     ledger = Ledger.postgres(pool)
-    return Storage(_beside(saver, ledger), store, f"postgresql {safe}", ledger, url)
+    return Storage(_beside(saver, ledger), store, f"postgresql {shown_url(url)}", ledger, url)

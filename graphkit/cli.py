@@ -243,6 +243,7 @@ def _json_args(raw: str | None) -> dict[str, Any] | None:
 
 def _load_agent(spec: str, url: str) -> Any:
     """`module:attr`, an Agent or a callable that takes the storage URL and returns one."""
+    from graphkit._storage import masked_url
     from graphkit.agent import Agent
 
     os.environ.setdefault("GRAPHKIT_DB", url)
@@ -252,18 +253,20 @@ def _load_agent(spec: str, url: str) -> Any:
         msg = f"--agent {spec!r} is neither an Agent nor a callable returning one"
         raise GraphkitError(msg)
     if agent._storage.url != url:
+        shown = masked_url(url)
         msg = (f"--agent {spec!r} keeps its runs in {agent._storage.description}, not in "
-               f"{url!r}; give it checkpointer={url!r} (or make it read $GRAPHKIT_DB)")
+               f"{shown!r}; give it checkpointer={shown!r} (or make it read $GRAPHKIT_DB)")
         raise GraphkitError(msg)
     return agent
 
 
 def _work(args: argparse.Namespace, out: Callable[[str], None]) -> int:
+    from graphkit._storage import shown_url
     from graphkit._worker import Worker
 
     url = _url(args)
     worker = Worker(_load_agent(args.agent, url), concurrency=args.concurrency)
-    out(printable(f"worker: resuming ready runs of {worker.agent.name!r} from {url.split('@')[-1]}"
+    out(printable(f"worker: resuming ready runs of {worker.agent.name!r} from {shown_url(url)}"
                   f" with {args.concurrency} thread(s); Ctrl-C stops"))
     sys.stdout.flush()  # a supervisor's log (a pipe: buffered) shows it now, not at exit
     if threading.current_thread() is threading.main_thread():
@@ -301,12 +304,14 @@ def _serve(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     except ImportError as exc:
         msg = f"graphkit serve needs the web extra: pip install 'graphkit-hitl[web]' ({exc})"
         raise GraphkitError(msg) from exc
+    from graphkit._storage import shown_url
+
     url = _url(args)
     authenticate = _load(args.auth) if args.auth else None
     agents = [_load_agent(spec, url) for spec in args.agent or ()]
     app = create_app(url, authenticate=authenticate, agents=agents)
     out(printable(f"graphkit inbox on http://{args.host}:{args.port}/ for "
-                  f"{url.split('@')[-1]}; Ctrl-C stops"))
+                  f"{shown_url(url)}; Ctrl-C stops"))
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 

@@ -134,6 +134,32 @@ def test_a_database_url_libpq_cannot_read_is_never_repeated_with_its_password(
     assert "S3cr3t" not in err and "**********" in err and len(err.strip().splitlines()) == 1
 
 
+def test_every_message_that_names_a_database_shows_its_password_masked(
+        postgres_url: str, sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """One way to say a storage URL (`shown_url`, `masked_url`) in every error and banner:
+    an agent kept elsewhere echoed `--db` whole, and a `password=` parameter showed in the
+    storage's description, so in "no approval", "snapshot not found" and the worker's and
+    inbox server's banners (helper-53)."""
+    secret_url = f"{postgres_url}{'&' if '?' in postgres_url else '?'}password=S3cr3tPW"
+    (tmp_path / "elsewhere.py").write_text(
+        "from tests.helpers import agent_with\n"
+        f"agent, _ = agent_with(['hi'], checkpointer={sqlite_url!r})\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    said = []
+    for argv in (["show", "apr_nope"], ["revoke", "grt_nope", "--by", "a"],
+                 ["worker", "--agent", "elsewhere:agent"],
+                 ["approve", "apr_x", "--by", "a", "--agent", "elsewhere:agent"]):
+        code, out = cli(*argv, "--db", secret_url)
+        said.append(out + capsys.readouterr().err)
+        assert code == 1, said[-1]
+    assert all("S3cr3tPW" not in text and "**********" in text for text in said), said
+    assert "in postgresql " in said[0] and "not in 'postgresql://" in said[2]
+    from graphkit._storage import shown_url
+    assert shown_url("postgresql://u:S3cr3tPW@db:5432/x?password=S3cr3tPW") == (
+        "db:5432/x?password=**********")
+
+
 @pytest.mark.parametrize("verb", [["inbox"], ["show", "apr_x"], ["approve", "apr_x", "--by", "a"],
                                   ["audit"], ["grants"], ["expire"],
                                   ["resume", "run_x", "--agent", "m:a"],
