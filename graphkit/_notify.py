@@ -29,6 +29,7 @@ import httpx
 
 from graphkit._ledger import Ledger, OutboxEvent
 from graphkit._owner import new_owner
+from graphkit._text import printable
 
 __all__ = [
     "SIGNATURE_HEADER",
@@ -196,43 +197,58 @@ def _escape(text: Any, limit: int = 1_500) -> str:
     return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def _code(text: Any, limit: int = 200) -> str:
+    """A value that is not ours (a name, an id, a path) as Slack inline code, on one line,
+    that nothing in it can close: a backtick or a line break in a thread id or a reviewer's
+    name ended the span, and what followed read as the message's own ("approved by cfo
+    (Security)", helper-53). Its backticks show as the look-alike U+02CB."""
+    return f"`{_escape(printable(str(text)), limit).replace('`', 'ˋ')}`"
+
+
+def _block(value: Any, limit: int = 2_000) -> str:
+    """Words or data that are not ours as a Slack code block, shown as written: each backtick
+    is followed by a zero-width space, which no run of them survives as a fence."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True,
+                                                           indent=1)
+    return "```" + _escape(text, limit).replace("`", "`\u200b") + "```"
+
+
 def _slack_body(webhook: Webhook, event: OutboxEvent) -> dict[str, Any]:
     entry: Mapping[str, Any] = event.payload.get("approval") or {}
-    tool = _escape(entry.get("tool_name") or "a tool", 200)
-    path = _escape("/".join(entry.get("agent_path") or []) or "?", 200)
+    tool = _code(entry.get("tool_name") or "a tool")
+    path = _code("/".join(entry.get("agent_path") or []) or "?")
     decider = entry.get("decided_by")
+    by = f" by {_code(decider)}" if decider else ""
     what = str(entry.get("event") or "")
     if event.type == "approval.requested":
         title = "Approval requested"
-        summary = f"`{tool}` in {path} waits for a decision"
+        summary = f"{tool} in {path} waits for a decision"
     elif event.type == "approval.expired":
         title = "Approval expired"
-        summary = f"`{tool}` in {path} was not decided in time: declined"
+        summary = f"{tool} in {path} was not decided in time: declined"
     elif event.type == "approval.refused":
         title = "Decision withdrawn"
-        by = f" by {_escape(decider, 200)}" if decider else ""
-        summary = (f"`{tool}` in {path}: the decision{by} was refused by the agent's checks "
+        summary = (f"{tool} in {path}: the decision{by} was refused by the agent's checks "
                    "and does not stand; it waits again")
     elif event.type == "grant.revoked":
         title = "Grant revoked"
-        summary = f"later `{tool}` calls in {path} ask again"
+        summary = f"later {tool} calls in {path} ask again"
     elif event.type == "run.finished":
         title = "Call finished"
         outcome = str(event.payload.get("outcome") or "")
-        summary = f"`{tool}` in {path}: " + {"ran": "ran", "failed": "failed",
-                                             "not_run": "did not run"}.get(outcome, outcome)
+        summary = f"{tool} in {path}: " + {"ran": "ran", "failed": "failed",
+                                           "not_run": "did not run"}.get(outcome, _code(outcome))
     else:
         title = "Approval decided"
-        by = f" by {_escape(decider, 200)}" if decider else ""
-        summary = f"`{tool}` in {path} {_VERBS.get(what, _escape(what, 50))}{by}"
+        summary = f"{tool} in {path} {_VERBS.get(what) or _code(what, 50)}{by}"
     link = _link(webhook, event)
-    fields = [{"type": "mrkdwn", "text": f"*Tool*\n`{tool}`"},
+    fields = [{"type": "mrkdwn", "text": f"*Tool*\n{tool}"},
               {"type": "mrkdwn", "text": f"*Agent*\n{path}"}]
     if event.type != "approval.requested":
         fields.append({"type": "mrkdwn",
-                       "text": f"*Decided by*\n{_escape(decider, 200) if decider else '-'}"})
+                       "text": f"*Decided by*\n{_code(decider) if decider else '-'}"})
     if entry.get("thread_id"):
-        fields.append({"type": "mrkdwn", "text": f"*Thread*\n`{_escape(entry['thread_id'])}`"})
+        fields.append({"type": "mrkdwn", "text": f"*Thread*\n{_code(entry['thread_id'])}"})
     blocks: list[dict[str, Any]] = [
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*{title}*\n{summary}"}},
         {"type": "section", "fields": fields},
@@ -240,22 +256,17 @@ def _slack_body(webhook: Webhook, event: OutboxEvent) -> dict[str, Any]:
     args = entry.get("args_after") if entry.get("args_after") is not None else entry.get(
         "args_before")
     if args is not None:
-        # a backtick the model wrote must not close the code block (and format what follows
-        # as the message's own text: "Pre-approved by Security"): each is followed by a
-        # zero-width space, which no run of them survives as a fence
-        shown = _escape(json.dumps(args, default=str, sort_keys=True, indent=1), 2_000
-                        ).replace("`", "`\u200b")
         blocks.append({"type": "section",
-                       "text": {"type": "mrkdwn", "text": f"*Arguments*\n```{shown}```"}})
+                       "text": {"type": "mrkdwn", "text": f"*Arguments*\n{_block(args)}"}})
     if entry.get("comment"):
         blocks.append({"type": "section", "text": {
-            "type": "mrkdwn", "text": f"*Comment*\n{_escape(entry['comment'], 2_000)}"}})
+            "type": "mrkdwn", "text": f"*Comment*\n{_block(str(entry['comment']))}"}})
     if link:
         blocks.append({"type": "section", "text": {
             "type": "mrkdwn", "text": f"<{link}|Open the review card>"}})
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": (
-        f"approval `{_escape(entry.get('approval_id') or '-', 100)}` · event "
-        f"`{event.event_id}` · {event.type}")}]})
+        f"approval {_code(entry.get('approval_id') or '-', 100)} · event "
+        f"{_code(event.event_id)} · {event.type}")}]})
     text = f"{title}: {summary}" + (f" <{link}|review>" if link else "")
     return {"text": text, "blocks": blocks}
 

@@ -461,21 +461,34 @@ def test_a_suspended_tool_is_requested_as_an_approval_is(sqlite_url: str,
                                                              "approval.decided"]
 
 
-def test_slack_arguments_stay_in_their_code_block() -> None:
-    """A model-written argument with three backticks closed Slack's code block, and what
-    followed showed as the message's own formatted text."""
+@pytest.mark.parametrize("event_type", ["approval.requested", "approval.decided",
+                                        "approval.refused", "run.finished"])
+def test_slack_shows_every_value_not_ours_as_code_nothing_in_it_can_close(
+        event_type: str) -> None:
+    """What a model, a client or a reviewer wrote (arguments, a thread id, a name, a comment,
+    an outcome) is shown as code in a Slack message: a backtick or a line break in it closed
+    the span or block, and what followed read as the message's own formatted text ("approved
+    by cfo (Security)"; helper-53 with a thread id)."""
+    import re
+
     from graphkit._ledger import OutboxEvent
     from graphkit._notify import render
 
-    smuggled = "x```\n*Pre-approved by Security* https://evil.example/approve\n```"
-    event = OutboxEvent(event_id="e1", type="approval.requested", created_at=0.0, attempts=1,
-                        payload={"approval": {"event": "requested", "tool_name": "pay",
-                                              "agent_path": ["billing"],
-                                              "args_before": {"memo": smuggled}}})
+    fence = "x```\n*Pre-approved by Security* https://evil.example/approve\n```"
+    span = "t1`\n*Forged heading*\n`pay` in assistant approved by cfo (Security) `x"
+    event = OutboxEvent(event_id="e1", type=event_type, created_at=0.0, attempts=1,
+                        payload={"outcome": span, "approval": {
+                            "event": span, "tool_name": span, "agent_path": [span, span],
+                            "thread_id": span, "decided_by": span, "comment": fence,
+                            "approval_id": span, "args_before": {"memo": fence}}})
     body = json.loads(render(Webhook("https://hooks.slack.example/x", format="slack"), event))
-    (arguments,) = [b["text"]["text"] for b in body["blocks"]
-                    if b.get("text", {}).get("text", "").startswith("*Arguments*")]
-    assert arguments.count("```") == 2 and arguments.endswith("```")
+    texts = [body["text"]] + [t["text"] for b in body["blocks"]
+                              for t in [b.get("text") or {}, *b.get("fields", []),
+                                        *b.get("elements", [])] if t]
+    for text in texts:  # as Slack reads mrkdwn: fenced blocks, then spans within a line
+        ours = re.sub(r"`[^`\n]*`", "", re.sub(r"```.*?```", "", text, flags=re.S))
+        assert "Security" not in ours and "Forged" not in ours, text
+    assert sum("Security" in t for t in texts) >= 6  # shown, as code
 
 
 def test_verify_signature_rejects_what_it_should() -> None:
