@@ -38,7 +38,6 @@ from langchain_core.messages import (
 from langchain_core.runnables import RunnableBinding, RunnableConfig
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.tools import BaseTool, StructuredTool
-from langgraph.constants import TAG_NOSTREAM
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
@@ -134,6 +133,28 @@ def _is_sync(tool: BaseTool) -> bool:
     if isinstance(tool, StructuredTool):
         return tool.coroutine is None
     return type(tool)._arun is BaseTool._arun
+
+
+@contextlib.contextmanager
+def observed(config: RunnableConfig, *, secret: bool) -> Iterator[RunnableConfig]:
+    """`config` for a call, without LangChain's callbacks when the call sees a secret (a
+    model that may write one, a tool that takes one): a callback gets the call's raw input
+    and output, so it carried the secret to `astream_events`, to a LangGraph server's
+    `events` stream (any client that may read the thread) and to a tracer (helper-54).
+    Tracing is off there too: it would start a trace of its own. The nodes' own events
+    show the conversation as it is kept, masked."""
+    if not secret:
+        yield config
+        return
+    from langchain_core.tracers.context import tracing_v2_callback_var
+    from langsmith.run_helpers import tracing_context
+
+    token = tracing_v2_callback_var.set(None)
+    try:
+        with tracing_context(enabled=False):
+            yield {**config, "callbacks": []}  # (None would inherit the node's)
+    finally:
+        tracing_v2_callback_var.reset(token)
 
 
 def model_steps(messages: Sequence[BaseMessage]) -> int:
@@ -361,9 +382,6 @@ def make_model_node(
     secret_tools = {t.name for t in tools if declares_secrets(t)}
     quiet = bool(secret_tools)
 
-    def hushed(config: RunnableConfig) -> RunnableConfig:
-        return {**config, "tags": [*(config.get("tags") or []), TAG_NOSTREAM]} if quiet else config
-
     def route(state: AgentState, config: RunnableConfig
               ) -> tuple[list[BaseMessage], bool, list[BaseMessage], Command[ModelTarget] | None,
                          Callable[[], None] | None, GateContext]:
@@ -447,8 +465,9 @@ def make_model_node(
         if exhausted:
             return noted(Command(update={"messages": fixes} if fixes else None, goto="__end__"),
                          delivered)
-        return noted(finish(invoke(messages, hushed(config)), state, config, fixes, routed),
-                     delivered)
+        with observed(config, secret=quiet) as seen:
+            response = invoke(messages, seen)
+        return noted(finish(response, state, config, fixes, routed), delivered)
 
     async def acall_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:
         # Reading and writing the ledger and store is synchronous: keep it off the event loop.
@@ -460,7 +479,8 @@ def make_model_node(
             stop: Command[ModelTarget] = Command(update={"messages": fixes} if fixes else None,
                                                  goto="__end__")
             return await offload(noted, stop, delivered) if delivered else stop
-        response = await ainvoke(messages, hushed(config))
+        with observed(config, secret=quiet) as seen:
+            response = await ainvoke(messages, seen)
         if not _calls_tools(response):
             end = ended(response, state, fixes)  # no storage: no thread hop (unless noted)
             return await offload(noted, end, delivered) if delivered else end
@@ -899,7 +919,8 @@ def make_tools_nodes(
         outer = sys.exc_info()[1]  # (the caller's: Python makes it the context of the tool's)
         withheld: BaseException | None = None
         try:
-            output = tool.invoke(call, tool_config)
+            with observed(tool_config, secret=declares_secrets(tool)) as seen:
+                output = tool.invoke(call, seen)
         except ToolSuspended as signal:
             signal.payload = _said(tool, call, signal.payload)
             ledger.suspend(task["key"], owner, signal.payload)
@@ -984,7 +1005,8 @@ def make_tools_nodes(
         outer = sys.exc_info()[1]
         withheld: BaseException | None = None
         try:
-            output = await tool.ainvoke(call, tool_config)
+            with observed(tool_config, secret=declares_secrets(tool)) as seen:
+                output = await tool.ainvoke(call, seen)
         except ToolSuspended as signal:
             signal.payload = await offload(_said, tool, call, signal.payload)
             await offload(ledger.suspend, task["key"], owner, signal.payload)

@@ -352,6 +352,53 @@ def test_every_copy_a_provider_keeps_of_a_call_shows_its_secret_masked(
         ), f"the secret is in {table}"
 
 
+@pytest.mark.parametrize("where", ["agent", "subagent"])
+def test_no_callback_sees_a_secret_of_a_model_or_a_tool(where: str) -> None:
+    """LangChain's callbacks get a call's raw input and output: the model's reply with the
+    secret in its tool calls, the tool's arguments. They carried it to `astream_events`,
+    which a LangGraph server's `events` stream serves to any client that may read the
+    thread, from a subagent's calls too, and to every handler a caller passes (a tracer;
+    helper-54). A call that sees a secret runs with no callbacks; the run's own events still
+    show the conversation, masked."""
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    class Everything(BaseCallbackHandler):
+        """A stand-in for a tracer: every argument of every callback, as text."""
+
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def __getattribute__(self, name: str) -> Any:
+            if name.startswith("on_") and name != "on_llm_new_token":
+                return lambda *a, **k: object.__getattribute__(self, "seen").append(
+                    repr((name, a, k)))
+            return object.__getattribute__(self, name)
+
+    used: list[str] = []
+    agent = _agent("memory", used)
+    if where == "subagent":
+        agent = Agent(name="boss", agents={"billing": agent}, model=ScriptedChatModel(
+            lambda m: "done" if m[-1].type == "tool" else turn(
+                call("billing", {"task": "charge the card"}, "d1"))))
+    handler = Everything()
+    config: Any = {"configurable": {"thread_id": "t1"}, "callbacks": [handler]}
+
+    async def run() -> list[str]:
+        events = []
+        async for event in agent.graph.astream_events(
+                {"messages": [("user", "charge")]}, config, version="v2"):
+            events.append(json.dumps(event, default=str))
+        async for event in agent.graph.astream_events(
+                Command(resume={"decisions": [{"type": "approve"}]}), config, version="v2"):
+            events.append(json.dumps(event, default=str))
+        return events
+
+    events = asyncio.run(run())
+    assert used == [KEY]
+    assert [e for e in events if KEY in e] == [] and [s for s in handler.seen if KEY in s] == []
+    assert any(MASK in e for e in events) and any(MASK in s for s in handler.seen)
+
+
 def test_a_refused_call_and_a_failed_call_keep_their_secrets_out_of_sight() -> None:
     """The model writes a secret for calls the gate refuses (arguments that do not validate,
     a secret of the wrong shape, two calls under one id): the conversation shows each masked.
