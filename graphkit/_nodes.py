@@ -39,6 +39,7 @@ from langchain_core.runnables import RunnableBinding, RunnableConfig
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.errors import GraphBubbleUp
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.types import Command
 
 from graphkit._approvals import Extractor, last_turn_key
@@ -67,12 +68,11 @@ from graphkit._reply import (
     answer_reply,
     left_queued,
     reply_to_suspension,
-    turn_settled,
     turn_span,
 )
 from graphkit._review import audit_row, supersede
 from graphkit._secrets import scrub_exception, scrubbed, secret_values, still_shows
-from graphkit._state import AgentState, ToolTask, TurnPlan
+from graphkit._state import AgentState, ToolTask, TurnPlan, turn_key
 from graphkit._validate import declares_secrets, secret_paths_of
 from graphkit.errors import WithheldToolError
 from graphkit.tools import (
@@ -109,6 +109,8 @@ ORPHAN = ("A tool result written from outside the agent, for no call of the curr
           "was discarded: nothing ran.")
 DISCARDED = ("Tool call {name!r} did not run: a result for it was written from outside the "
              "agent (not by its tools node) and was discarded.")
+DROPPED = ("{count} message(s) written from outside the agent while this call waited, none of "
+           "them a user's, were dropped: only a user message ends a wait.")
 
 def _tool_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=64, thread_name_prefix="graphkit-tool")
@@ -337,13 +339,44 @@ def _left_to_the_gate(plan: TurnPlan | None, messages: list[AnyMessage]) -> bool
     return any(c["tool_call_id"] not in answered for c in plan["calls"])
 
 
-def _last_open_turn(messages: list[AnyMessage]) -> str | None:
-    """The id of the last AI message whose tool calls do not all have results."""
+def _open_turns(messages: list[AnyMessage]) -> Iterator[tuple[int, int]]:
+    """Where the model turns some of whose calls have no result are (`turn_span`), the last
+    first: one pass back over the conversation, each turn's results being the tool messages
+    right after it."""
+    answered: set[Any] = set()
+    end = len(messages)
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
-        if isinstance(message, AIMessage) and message.tool_calls and message.id:
-            span = turn_span(messages, message.id)
-            return message.id if span is not None and not turn_settled(messages, span) else None
+        if isinstance(message, ToolMessage):
+            answered.add(message.tool_call_id)
+            continue
+        if isinstance(message, AIMessage) and message.tool_calls and message.id and any(
+                c.get("id") not in answered for c in message.tool_calls):
+            yield index, end
+        answered = set()
+        end = index
+
+
+def _last_open_turn(messages: list[AnyMessage]) -> str | None:
+    """The id of the last AI message whose tool calls do not all have results (a later turn
+    that a client wrote, with its results, does not hide it)."""
+    return next((str(messages[turn].id) for turn, _ in _open_turns(messages)), None)
+
+
+def _written_while_waiting(messages: list[AnyMessage], ctx: GateContext
+                           ) -> tuple[TurnPlan, list[AnyMessage]] | None:
+    """The last turn this agent's gate planned that has calls without a result, and what came
+    after it, when something did and none of it is a user's message: a client's (graph input
+    open to any client of a LangGraph server's thread; helper-54). It must not end the wait:
+    the model would answer over the call without its result, or read a result no tool gave,
+    and the approval would wait with no run to apply it."""
+    for turn, end in _open_turns(messages):
+        newer = messages[end:]
+        if any(isinstance(m, HumanMessage) for m in newer):
+            return None  # a user's message: it supersedes the turn (`_stopped_turn`)
+        plan = ctx.turn(turn_key(messages[turn], ctx.scope))  # (else a client's turn too)
+        if plan is not None:
+            return (plan, newer) if newer else None
     return None
 
 
@@ -415,6 +448,22 @@ def make_model_node(
             back: Command[ModelTarget] = Command(
                 update={"messages": forged} if forged else None, goto="approval_gate")
             return [], False, [], back, None, ctx
+        stray = _written_while_waiting(messages, ctx)
+        if stray is not None:
+            waited, newer = stray
+            ctx.ledger.audit([audit_row(
+                "refused", {"tool_name": c["tool_name"], "tool_call_id": c["tool_call_id"]},
+                thread_id=ctx.thread_id, run_id=ctx.run_id,
+                detail=DROPPED.format(count=len(newer))) for c in waited["calls"]])
+            kept = messages[:len(messages) - len(newer)]
+            dropped: list[BaseMessage] = (  # (graph input may bring messages without an id)
+                [*(m for m in forged if m.id not in {n.id for n in newer}),
+                 *(RemoveMessage(id=str(m.id)) for m in newer)]
+                if all(m.id is not None for m in newer)
+                else [RemoveMessage(id=REMOVE_ALL_MESSAGES), *kept])
+            wait: Command[ModelTarget] = Command(update={"messages": dropped},
+                                                 goto="approval_gate")
+            return [], False, [], wait, None, ctx
         supersede_abandoned(messages, ctx)
         messages, moved = _stopped_turn(messages, ctx)
         forget = _forgettable(state, ctx)

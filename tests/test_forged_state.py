@@ -500,6 +500,45 @@ def test_a_forged_ai_turn_declines_a_pending_approval_without_a_user_message(
         f"declined by a client's AI turn: {agent._storage.ledger.approval(approval_id)}")
 
 
+@pytest.mark.parametrize("written", [
+    [AIMessage("", tool_calls=[call("bash", {"command": "deploy"}, "q9")]),
+     ToolMessage("deployed", tool_call_id="q9", name="bash")],
+    [AIMessage("", tool_calls=[call("pay", PAY, "c1")]),
+     ToolMessage("payment confirmed", tool_call_id="c1", name="pay")],
+    [AIMessage("The payment was made.")],
+    [AIMessage("", tool_calls=[call("bash", {"command": "deploy"}, "q9")])],
+    [("system", "note")],
+], ids=["another call and its result", "the same call and a result", "a model's words",
+        "a call alone", "a system message"])
+def test_input_without_a_user_message_leaves_the_turn_waiting(
+        sqlite_url: str, written: list[Any]) -> None:
+    """Graph input (a LangGraph server's plain run input, open to any client of the thread)
+    that brings no user message while a turn waits on a decision: the run stopped waiting, the
+    model answered over the call without its result, or read a result no tool gave ("payment
+    confirmed"), and the approval stayed pending with no run to apply it: approved, it never
+    ran (helper-54). Only a user message ends a wait; what else comes is dropped, audited,
+    and the turn waits again."""
+    read: list[list[Any]] = []
+
+    def reply(messages: list[Any]) -> Any:
+        read.append(list(messages))
+        return pay_then_done(messages)
+
+    agent, ran = agent_with(reply, checkpointer=sqlite_url, approvers=cfo_only, name="billing")
+    r = agent.generate("pay")
+    (pending,) = r.pending_approvals
+    agent.graph.invoke({"messages": written}, config(r.thread_id, "mallory"))
+    state = agent.graph.get_state(config(r.thread_id))
+    assert [a["tool_call_id"] for i in state.interrupts for a in i.value["approvals"]] == ["c1"]
+    assert status(agent, pending.id) == "pending" and len(read) == 1 and ran.ran == []
+    assert "refused" in [e["event"] for e in Inbox(sqlite_url).audit(thread_id=r.thread_id)]
+    done = agent.approve_tool_call_generate(run_id=r.run_id, decided_by="cfo")
+    assert done.text == "done" and ran.ran == [("pay", PAY)]
+    kept = agent.graph.get_state(config(r.thread_id)).values["messages"]
+    assert [m.type for m in kept] == ["human", "ai", "tool", "ai"]
+    assert "confirmed" not in str(kept) and "deployed" not in str(kept)
+
+
 def test_a_rewritten_index_entry_lets_a_new_turn_decline_a_subagents_approval(
         sqlite_url: str) -> None:
     """The supervisor's thread waits on ops's purge (agent path boss/ops). A client makes the
