@@ -19,11 +19,11 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import httpx
 
@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("graphkit.notify")
+_T = TypeVar("_T")
 
 SIGNATURE_HEADER = "X-Graphkit-Signature"
 """`t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>" with the webhook's secret>`."""
@@ -242,6 +243,9 @@ def _slack_body(webhook: Webhook, event: OutboxEvent) -> dict[str, Any]:
         title = "Approval decided"
         summary = f"{tool} in {path} {_VERBS.get(what) or _code(what, 50)}{by}"
     link = _link(webhook, event)
+    if link:  # (a link's text ends at "|", the link at ">")
+        link = "".join(f"%{ord(c):02X}" if c in "<>|" or not c.isprintable() or c.isspace()
+                       else "&amp;" if c == "&" else c for c in link)
     fields = [{"type": "mrkdwn", "text": f"*Tool*\n{tool}"},
               {"type": "mrkdwn", "text": f"*Agent*\n{path}"}]
     if event.type != "approval.requested":
@@ -279,6 +283,17 @@ def render(webhook: Webhook, event: OutboxEvent) -> bytes:
 
 
 # ---------------------------------------------------------------------- delivery
+
+
+def _on_a_loop_of_its_own(request: Coroutine[Any, Any, _T]) -> _T:
+    """Run `request` on a new event loop, and close it without waiting for the threads of its
+    executor: `asyncio.run` waits for them, and a name lookup runs in one, which a hanging
+    resolver kept well past the webhook's timeout (helper-55). Such a lookup ends on its own."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(request)
+    finally:
+        loop.close()
 
 
 class Dispatcher:
@@ -438,7 +453,8 @@ class Dispatcher:
         connections (helper-53): so the request is cancelled at its deadline, which closes
         its connection, on a loop of its own (the caller may be on one: a notebook)."""
         with ThreadPoolExecutor(1, thread_name_prefix="graphkit-webhook-post") as pool:
-            return pool.submit(asyncio.run, self._apost(webhook, body, headers)).result()
+            return pool.submit(_on_a_loop_of_its_own, self._apost(webhook, body, headers)
+                               ).result()
 
     async def _apost(self, webhook: Webhook, body: bytes, headers: dict[str, str]
                      ) -> tuple[int, str]:

@@ -306,6 +306,33 @@ def test_a_request_out_of_time_leaves_no_connection_or_thread_behind(
         slow.close()
 
 
+def test_a_name_lookup_that_hangs_holds_a_request_no_longer_than_its_timeout(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lookup runs in the event loop's executor, where cancelling does not stop it, and
+    `asyncio.run` waited for it on the way out: a resolver that hung held the request, and
+    every webhook of the round after it, well past the timeout (helper-55)."""
+    real = socket.getaddrinfo
+    release = threading.Event()
+
+    def lookup(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host in ("hang.example", b"hang.example"):
+            release.wait(30)
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    for proxy in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
+                  "all_proxy"):
+        monkeypatch.delenv(proxy, raising=False)
+    dispatcher = Dispatcher(Ledger.sqlite())
+    started = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError, match="within 1 s"):
+            dispatcher._post(Webhook("http://hang.example/hook", timeout=1.0), b"{}", {})
+        assert time.monotonic() - started < 5
+    finally:
+        release.set()
+
+
 def test_events_recorded_while_stopped_are_delivered_by_the_next_dispatcher(
         sqlite_url: str, receiver: Receiver) -> None:
     hook = Webhook(receiver.url, secret=SECRET)
@@ -480,8 +507,10 @@ def test_slack_shows_every_value_not_ours_as_code_nothing_in_it_can_close(
                         payload={"outcome": span, "approval": {
                             "event": span, "tool_name": span, "agent_path": [span, span],
                             "thread_id": span, "decided_by": span, "comment": fence,
-                            "approval_id": span, "args_before": {"memo": fence}}})
-    body = json.loads(render(Webhook("https://hooks.slack.example/x", format="slack"), event))
+                            "approval_id": f"{span}|<!channel>", "args_before": {"memo": fence}}})
+    body = json.loads(render(Webhook("https://hooks.slack.example/x", format="slack",
+                                     review_url="https://review.example"), event))
+    assert "<!channel>" not in json.dumps(body)
     texts = [body["text"]] + [t["text"] for b in body["blocks"]
                               for t in [b.get("text") or {}, *b.get("fields", []),
                                         *b.get("elements", [])] if t]
