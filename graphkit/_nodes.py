@@ -143,20 +143,24 @@ def observed(config: RunnableConfig, *, secret: bool) -> Iterator[RunnableConfig
     model that may write one, a tool that takes one): a callback gets the call's raw input
     and output, so it carried the secret to `astream_events`, to a LangGraph server's
     `events` stream (any client that may read the thread) and to a tracer (helper-54).
-    Tracing is off there too: it would start a trace of its own. The nodes' own events
-    show the conversation as it is kept, masked."""
+    Tracing is off there too: it would start a trace of its own; and so are the handlers a
+    context adds to every call (`collect_runs`, LangChain's configure hooks; helper-55). The
+    nodes' own events show the conversation as it is kept, masked."""
     if not secret:
         yield config
         return
-    from langchain_core.tracers.context import tracing_v2_callback_var
+    from langchain_core.tracers import context
     from langsmith.run_helpers import tracing_context
 
-    token = tracing_v2_callback_var.set(None)
+    hooks = [context.tracing_v2_callback_var,
+             *(hook[0] for hook in getattr(context, "_configure_hooks", ()))]
+    tokens = [(var, var.set(None)) for var in hooks]
     try:
         with tracing_context(enabled=False):
             yield {**config, "callbacks": []}  # (None would inherit the node's)
     finally:
-        tracing_v2_callback_var.reset(token)
+        for var, token in reversed(tokens):
+            var.reset(token)
 
 
 def model_steps(messages: Sequence[BaseMessage]) -> int:

@@ -393,8 +393,15 @@ def test_no_callback_sees_a_secret_of_a_model_or_a_tool(where: str) -> None:
             events.append(json.dumps(event, default=str))
         return events
 
-    events = asyncio.run(run())
-    assert used == [KEY]
+    from langchain_core.tracers.context import collect_runs
+
+    with collect_runs() as collected:  # (a context's handler, added to every call)
+        events = asyncio.run(run())
+    runs = list(collected.traced_runs)
+    for run_ in runs:
+        runs += run_.child_runs
+    assert used == [KEY] and runs
+    assert [r.name for r in runs if KEY in json.dumps(r.model_dump(), default=repr)] == []
     assert [e for e in events if KEY in e] == [] and [s for s in handler.seen if KEY in s] == []
     assert any(MASK in e for e in events) and any(MASK in s for s in handler.seen)
 
