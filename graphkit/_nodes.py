@@ -29,6 +29,7 @@ from langchain_core.messages import (
     AIMessage,
     AnyMessage,
     BaseMessage,
+    ChatMessage,
     HumanMessage,
     RemoveMessage,
     SystemMessage,
@@ -300,7 +301,7 @@ def _stopped_turn(messages: list[AnyMessage], ctx: GateContext
         return messages, []
     _, later = span
     newer = messages[later:]
-    if not any(isinstance(m, HumanMessage) for m in newer) or any(m.id is None for m in newer):
+    if not any(_from_user(m) for m in newer) or any(m.id is None for m in newer):
         return messages, []
     answers = supersede_unanswered(last, messages, ctx.ledger, thread_id=ctx.thread_id,
                                    agent_path=ctx.path, run_id=ctx.run_id, scope=ctx.scope)
@@ -367,6 +368,12 @@ def _last_open_turn(messages: list[AnyMessage]) -> str | None:
     return next((str(messages[turn].id) for turn, _ in _open_turns(messages)), None)
 
 
+def _from_user(message: AnyMessage) -> bool:
+    """A user's message, however it came: a `ChatMessage` with the user's role is one too."""
+    return isinstance(message, HumanMessage) or (
+        isinstance(message, ChatMessage) and message.role in ("user", "human"))
+
+
 def _written_while_waiting(messages: list[AnyMessage], ctx: GateContext
                            ) -> tuple[TurnPlan, list[AnyMessage]] | None:
     """The last turn this agent's gate planned that has calls without a result, and what came
@@ -376,7 +383,7 @@ def _written_while_waiting(messages: list[AnyMessage], ctx: GateContext
     and the approval would wait with no run to apply it."""
     for turn, end in _open_turns(messages):
         newer = messages[end:]
-        if any(isinstance(m, HumanMessage) for m in newer):
+        if any(_from_user(m) for m in newer):
             return None  # a user's message: it supersedes the turn (`_stopped_turn`)
         plan = ctx.turn(turn_key(messages[turn], ctx.scope))  # (else a client's turn too)
         if plan is not None:

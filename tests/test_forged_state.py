@@ -15,7 +15,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage, messages_to_dict
+from langchain_core.messages import (
+    AIMessage,
+    ChatMessage,
+    HumanMessage,
+    ToolMessage,
+    messages_to_dict,
+)
 from langgraph.types import Command, Send
 from pydantic import BaseModel
 
@@ -537,6 +543,24 @@ def test_input_without_a_user_message_leaves_the_turn_waiting(
     kept = agent.graph.get_state(config(r.thread_id)).values["messages"]
     assert [m.type for m in kept] == ["human", "ai", "tool", "ai"]
     assert "confirmed" not in str(kept) and "deployed" not in str(kept)
+
+
+@pytest.mark.parametrize("said", [HumanMessage("never mind"),
+                                  ChatMessage("never mind", role="user"),
+                                  {"role": "user", "content": "never mind"}],
+                         ids=["human", "chat message of the user", "dict"])
+def test_a_user_message_however_it_comes_ends_the_wait(sqlite_url: str, said: Any) -> None:
+    """A user's message supersedes the turn that waits, whatever its shape: a ChatMessage
+    with the user's role was taken for a client's writing and dropped (helper-55)."""
+    agent, ran = agent_with(pay_then_done, checkpointer=sqlite_url, approvers=cfo_only,
+                            name="billing")
+    r = agent.generate("pay")
+    (pending,) = r.pending_approvals
+    agent.graph.invoke({"messages": [said]}, config(r.thread_id, "mallory"))
+    state = agent.graph.get_state(config(r.thread_id))
+    assert state.interrupts == () and status(agent, pending.id) == "rejected"
+    assert state.values["messages"][-1].content == "done" and ran.ran == []
+    assert "never mind" in [m.content for m in state.values["messages"]]
 
 
 def test_a_rewritten_index_entry_lets_a_new_turn_decline_a_subagents_approval(
