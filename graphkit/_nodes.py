@@ -287,19 +287,19 @@ def _with_fixes(messages: list[AnyMessage], fixes: list[ToolMessage]) -> list[An
     return [by_id.get(m.id, m) for m in messages]
 
 
-def _stopped_turn(messages: list[AnyMessage], ctx: GateContext
+def _stopped_turn(messages: list[AnyMessage], opened: list[tuple[int, int]], ctx: GateContext
                   ) -> tuple[list[AnyMessage], list[BaseMessage]]:
     """A new user message after a turn whose run stopped before all its calls had a result
     (`on_state_change`, a crash; input from any client): the calls are superseded and their
     answers go right after the turn, before the newer messages. Returns the conversation as the
     model reads it and the writes that make the state say the same."""
-    # The conversation's last turn with calls unanswered (the ledger's plan of it, if a gate
-    # planned it, says what became of each call; else the sweep answers them all).
-    last = _last_open_turn(messages)
-    span = turn_span(messages, last) if last is not None else None
-    if last is None or span is None:
+    # The conversation's last turn with calls unanswered (`opened`, from `_open_turns`; a later
+    # turn a client wrote with its results does not hide it). The ledger's plan of it, if a
+    # gate planned it, says what became of each call; else the sweep answers them all.
+    if not opened:
         return messages, []
-    _, later = span
+    turn, later = opened[0]
+    last = str(messages[turn].id)
     newer = messages[later:]
     if not any(_from_user(m) for m in newer) or any(m.id is None for m in newer):
         return messages, []
@@ -362,26 +362,20 @@ def _open_turns(messages: list[AnyMessage]) -> Iterator[tuple[int, int]]:
         end = index
 
 
-def _last_open_turn(messages: list[AnyMessage]) -> str | None:
-    """The id of the last AI message whose tool calls do not all have results (a later turn
-    that a client wrote, with its results, does not hide it)."""
-    return next((str(messages[turn].id) for turn, _ in _open_turns(messages)), None)
-
-
 def _from_user(message: AnyMessage) -> bool:
     """A user's message, however it came: a `ChatMessage` with the user's role is one too."""
     return isinstance(message, HumanMessage) or (
         isinstance(message, ChatMessage) and message.role in ("user", "human"))
 
 
-def _written_while_waiting(messages: list[AnyMessage], ctx: GateContext
-                           ) -> tuple[TurnPlan, list[AnyMessage]] | None:
+def _written_while_waiting(messages: list[AnyMessage], opened: list[tuple[int, int]],
+                           ctx: GateContext) -> tuple[TurnPlan, list[AnyMessage]] | None:
     """The last turn this agent's gate planned that has calls without a result, and what came
     after it, when something did and none of it is a user's message: a client's (graph input
     open to any client of a LangGraph server's thread; helper-54). It must not end the wait:
     the model would answer over the call without its result, or read a result no tool gave,
     and the approval would wait with no run to apply it."""
-    for turn, end in _open_turns(messages):
+    for turn, end in opened:
         newer = messages[end:]
         if any(_from_user(m) for m in newer):
             return None  # a user's message: it supersedes the turn (`_stopped_turn`)
@@ -459,7 +453,8 @@ def make_model_node(
             back: Command[ModelTarget] = Command(
                 update={"messages": forged} if forged else None, goto="approval_gate")
             return [], False, [], back, None, ctx
-        stray = _written_while_waiting(messages, ctx)
+        opened = list(_open_turns(messages))  # (one pass back, for both checks below)
+        stray = _written_while_waiting(messages, opened, ctx)
         if stray is not None:
             waited, newer = stray
             ctx.ledger.audit([audit_row(
@@ -467,16 +462,16 @@ def make_model_node(
                 thread_id=ctx.thread_id, run_id=ctx.run_id,
                 detail=DROPPED.format(count=len(newer))) for c in waited["calls"]])
             kept = messages[:len(messages) - len(newer)]
+            gone = {m.id for m in newer}
             dropped: list[BaseMessage] = (  # (graph input may bring messages without an id)
-                [*(m for m in forged if m.id not in {n.id for n in newer}),
+                [*(m for m in forged if m.id not in gone),
                  *(RemoveMessage(id=str(m.id)) for m in newer)]
-                if all(m.id is not None for m in newer)
-                else [RemoveMessage(id=REMOVE_ALL_MESSAGES), *kept])
+                if None not in gone else [RemoveMessage(id=REMOVE_ALL_MESSAGES), *kept])
             wait: Command[ModelTarget] = Command(update={"messages": dropped},
                                                  goto="approval_gate")
             return [], False, [], wait, None, ctx
         supersede_abandoned(messages, ctx)
-        messages, moved = _stopped_turn(messages, ctx)
+        messages, moved = _stopped_turn(messages, opened, ctx)
         forget = _forgettable(state, ctx)
         messages, unqueued = left_queued(messages, ctx.queue({m.id for m in messages}))
         if forget:
