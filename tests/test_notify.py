@@ -4,13 +4,14 @@ No network but loopback."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -226,6 +227,23 @@ def test_connection_refused_is_retried(sqlite_url: str) -> None:
         receiver.close()
 
 
+def _listening(serve: Callable[[socket.socket], None]) -> socket.socket:
+    """A socket on 127.0.0.1 that serves each connection in a thread of its own, until it is
+    closed: a receiver that misbehaves below HTTP."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # (closed)
+            while True:
+                threading.Thread(target=serve, args=(listener.accept()[0],), daemon=True
+                                 ).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return listener
+
+
 def test_a_receiver_that_answers_a_byte_at_a_time_holds_no_other_webhook(
         sqlite_url: str, receiver: Receiver) -> None:
     """httpx's timeout bounds each read: a receiver dripping its answer held the request, and
@@ -241,13 +259,7 @@ def test_a_receiver_that_answers_a_byte_at_a_time_holds_no_other_webhook(
                     return
                 conn.sendall(bytes([byte]))
 
-    slow = socket.socket()
-    slow.bind(("127.0.0.1", 0))
-    slow.listen()
-    accepting = threading.Thread(target=lambda: [
-        threading.Thread(target=drip, args=(slow.accept()[0],), daemon=True).start()
-        for _ in range(8)], daemon=True)
-    accepting.start()
+    slow = _listening(drip)
     dripping = Webhook(f"http://127.0.0.1:{slow.getsockname()[1]}/hook", secret=SECRET,
                        timeout=1.0, backoff=30)
     agent, _ = agent_with(pay(), checkpointer=sqlite_url,
@@ -287,10 +299,7 @@ def test_a_request_out_of_time_leaves_no_connection_or_thread_behind(
             except OSError:
                 closed.set()
 
-    slow = socket.socket()
-    slow.bind(("127.0.0.1", 0))
-    slow.listen()
-    threading.Thread(target=lambda: drip(slow.accept()[0]), daemon=True).start()
+    slow = _listening(drip)
     dripping = Webhook(f"http://127.0.0.1:{slow.getsockname()[1]}/hook", secret=SECRET,
                        timeout=0.5, backoff=30)
     agent, _ = agent_with(pay(), checkpointer=sqlite_url,
