@@ -186,14 +186,14 @@ def parallel(tools: int, flavour: str, rounds: int) -> None:
     from langchain_core.tools import BaseTool
 
     from benchmarks import bench
-    from graphkit import _nodes
+    from graphkit import _tools_node
     from graphkit._ledger import Ledger
 
     spans: list[tuple[float, float]] = []  # (start, end) of each tool call of the last run
     reply, nap = bench.parallel_turn(tools, flavour, spans)
     invoke = "invoke" if flavour == "sync" else "ainvoke"
     places = {"LangChain's BaseTool." + invoke: (BaseTool, invoke),
-              "graphkit's admission (_admit)": (_nodes, "_admit"),
+              "graphkit's admission (_admit)": (_tools_node, "_admit"),
               "graphkit's outcome write (Ledger.finish)": (Ledger, "finish")}
     loop = asyncio.new_event_loop()
     figures: dict[str, dict[str, list[float]]] = {}

@@ -19,10 +19,11 @@ from graphkit._fence import fenced_node
 from graphkit._gate import Planner, make_gate_node
 from graphkit._input import note_input
 from graphkit._ledger import Ledger
-from graphkit._nodes import make_model_node, make_tools_nodes
+from graphkit._model_node import make_model_node
 from graphkit._settings import GateSettings
 from graphkit._state import AgentState, InputState, well_typed_state, well_typed_task
 from graphkit._supervisor import delegation_tool, make_delegate_nodes
+from graphkit._tools_node import make_tools_nodes
 
 __all__ = ["RESERVED_NODES", "Subagent", "build_graph"]
 

@@ -78,7 +78,7 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
     suspended tool auto-resume may read its data from, or with a call someone decided since
     the pause (in the inbox, say: that decision stands, as it does when the message comes
     through the Agent API); None otherwise (a turn stopped any other way is superseded as
-    before, by `_nodes._stopped_turn`, with the ledger's fence for calls in flight)."""
+    before, by `_client_writes.stopped_turn`, with the ledger's fence for calls in flight)."""
     auto = bool(planner.settings.auto_resume_suspended_tools
                 or options.get("auto_resume_suspended_tools") is True)
     where = turn_span(messages, plan["ai_message_id"]) if plan is not None else None

@@ -22,20 +22,21 @@ import hashlib
 import json
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, quote_plus
 
 from langchain_core.messages import AIMessage, AIMessageChunk, message_chunk_to_message
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from graphkit._digest import args_digest
 
 __all__ = ["MASK", "PATHS_KEY", "SALT_KEY", "SECRETS_KEY", "WITHHELD_CHARS", "masked",
-           "masked_ai", "masked_message", "masked_record", "new_salt", "record_digest",
-           "record_paths", "restored", "salted_digest", "scrub_exception", "scrubbed",
-           "secret_paths", "secret_values", "shows_masked", "still_shows", "unmasked",
-           "with_secrets", "withheld"]
+           "masked_ai", "masked_message", "masked_record", "new_salt", "observed",
+           "record_digest", "record_paths", "restored", "salted_digest", "scrub_exception",
+           "scrubbed", "secret_paths", "secret_values", "shows_masked", "still_shows",
+           "unmasked", "with_secrets", "withheld"]
 
 SECRETS_KEY = "graphkit_secret_paths"
 """In an AI message's `response_metadata` (which no provider is sent): where each of its tool
@@ -328,7 +329,7 @@ def still_shows(exc: BaseException, secrets: Sequence[str],
     showing. The names of the errors' classes and modules are not read (a secret "Error"
     would withhold every error), and a secret number only shows as a whole number (a PIN
     1234 is not port 12345); nor is `outer` (`scrub_exception`). Such an error is not
-    raised (`_nodes`). Never raises."""
+    raised (`_tools_node`). Never raises."""
     try:
         errors, whole = _chain(exc, outer)
         if not whole:
@@ -569,7 +570,6 @@ def _scrub(value: Any, secrets: Sequence[str], numbers: bool = True) -> Any:
     return value if text == value else text
 
 
-
 def _masked_raw(raw: Any, secrets: Mapping[str, Sequence[Sequence[str | int]]]) -> Any:
     """A provider's raw tool call (OpenAI's `function.arguments`, a JSON string)."""
     if not isinstance(raw, Mapping) or not isinstance(raw.get("function"), Mapping):
@@ -618,3 +618,29 @@ def _put(value: Any, path: Path, new: Any) -> Any:
     if found:
         value[head] = _put(inner, rest, new)
     return value
+
+
+@contextlib.contextmanager
+def observed(config: RunnableConfig, *, secret: bool) -> Iterator[RunnableConfig]:
+    """`config` for a call, without LangChain's callbacks when the call sees a secret (a
+    model that may write one, a tool that takes one): a callback gets the call's raw input
+    and output, so it carried the secret to `astream_events`, to a LangGraph server's
+    `events` stream (any client that may read the thread) and to a tracer (helper-54).
+    Tracing is off there too: it would start a trace of its own; and so are the handlers a
+    context adds to every call (`collect_runs`, LangChain's configure hooks; helper-55). The
+    nodes' own events show the conversation as it is kept, masked."""
+    if not secret:
+        yield config
+        return
+    from langchain_core.tracers import context
+    from langsmith.run_helpers import tracing_context
+
+    hooks = [context.tracing_v2_callback_var,
+             *(hook[0] for hook in getattr(context, "_configure_hooks", ()))]
+    tokens = [(var, var.set(None)) for var in hooks]
+    try:
+        with tracing_context(enabled=False):
+            yield {**config, "callbacks": []}  # (None would inherit the node's)
+    finally:
+        for var, token in reversed(tokens):
+            var.reset(token)

@@ -21,8 +21,8 @@ from pydantic import BaseModel, Field
 
 from graphkit._context import DELEGATION_KEY, PATH_KEY, thread_id_of
 from graphkit._ledger import DONE, Ledger
-from graphkit._nodes import result_command, runs_as_recorded
 from graphkit._state import ToolTask, well_typed_task
+from graphkit._tools_node import result_command, runs_as_recorded
 from graphkit.tools import DelegationTool
 
 __all__ = ["DelegationTool", "delegation_tool", "make_delegate_nodes"]

@@ -54,7 +54,7 @@ def status(agent: Agent, approval_id: str) -> str | None:
 
 # ====================================================================== R3-1: the plan's
 # `answer` is client-writable state; the gate turns it into a ToolMessage AND records it in the
-# ledger as the call's outcome (`_answers` -> `Ledger.settle`), so `_discard_forged` then
+# ledger as the call's outcome (`_answers` -> `Ledger.settle`), so `discard_forged` then
 # vouches for it. `settle` is keyed by call_key alone (no thread), so this reaches other threads.
 
 

@@ -1,5 +1,5 @@
 """Attacks, kept as regression tests, on the model node handing a new user message to the gate
-(`_nodes._to_gate`, `TurnPlan.superseding`, `_gate.approval_gate` -> `_Pass.supersede`) for an
+(`_model_node`, `TurnPlan.superseding`, `_gate.approval_gate` -> `_Pass.supersede`) for an
 agent built with `auto_resume_suspended_tools=True`.
 
 Every test here failed on the reviewed commit (each names the promise it broke). That commit

@@ -755,11 +755,11 @@ def test_a_claim_that_lapsed_before_its_tool_started_is_confirmed_first(
     its result. Woken, the first ran the tool again (helper-7, with SIGSTOP). Now a claim
     old enough to have lapsed is confirmed in the ledger before the tool starts: the run
     stops, the tool not started again."""
-    from graphkit import _nodes
+    from graphkit import _tools_node
     from graphkit._ledger import _schema
 
     agent, first, runs = _paused_deploy(tmp_path)
-    prepare = _nodes._prepare
+    prepare = _tools_node._prepare
 
     def stalled(tools: Any, task: Any, config: Any, led: Any, admitted: Any) -> Any:
         # the stall: a claim this old may have lapsed (any age, with a lease of 0 s)
@@ -769,7 +769,7 @@ def test_a_claim_that_lapsed_before_its_tool_started_is_confirmed_first(
                          ('{"content": "deployed api", "status": "success"}', task["key"]))
         return prepare(tools, task, config, led, admitted)
 
-    monkeypatch.setattr(_nodes, "_prepare", stalled)
+    monkeypatch.setattr(_tools_node, "_prepare", stalled)
     with pytest.raises(RunBusyError, match="claim on it lapsed"):
         agent.resume(run_id=first.run_id)
     assert runs == []
@@ -837,25 +837,25 @@ def test_a_run_cancelled_as_it_claims_a_call_gives_the_claim_back(
 
     from langgraph.types import Command
 
-    from graphkit import _nodes
+    from graphkit import _tools_node
     from graphkit._ledger import _schema
 
     monkeypatch.setattr(_schema, "WAIT_SECONDS", 5.0)
     agent, first, runs = _approved_async_deploy(tmp_path, 0.0, 2)
-    prepare = _nodes._prepare
+    prepare = _tools_node._prepare
 
     def slow(*args: Any) -> Any:
         time.sleep(0.5)  # claimed, not yet started: the run is cancelled now
         return prepare(*args)
 
-    monkeypatch.setattr(_nodes, "_prepare", slow)
+    monkeypatch.setattr(_tools_node, "_prepare", slow)
     config = {"configurable": {"thread_id": first.thread_id}}
 
     async def cancelled_then_resumed() -> None:
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(agent.graph.ainvoke(Command(resume={}), config), 0.2)
         await asyncio.sleep(0.8)  # the claim is taken, and given back
-        monkeypatch.setattr(_nodes, "_prepare", prepare)
+        monkeypatch.setattr(_tools_node, "_prepare", prepare)
         # (waited on the claim left behind, and ended in RunBusyError after the wait)
         await agent.graph.ainvoke(Command(resume={}), config)
 
@@ -865,7 +865,7 @@ def test_a_run_cancelled_as_it_claims_a_call_gives_the_claim_back(
         with pytest.raises(asyncio.TimeoutError):
             asyncio.run(asyncio.wait_for(agent.graph.ainvoke(Command(resume={}), config), 0.2))
         time.sleep(0.8)  # the claim lands in its thread, and is given back
-        monkeypatch.setattr(_nodes, "_prepare", prepare)
+        monkeypatch.setattr(_tools_node, "_prepare", prepare)
         agent.graph.invoke(Command(resume={}), config)
     assert runs == ["api"]
 
@@ -954,24 +954,24 @@ def test_a_claim_is_given_back_when_anything_raises_before_its_tool_starts(
 
     from langgraph.types import Command
 
-    from graphkit import _nodes
+    from graphkit import _tools_node
     from graphkit._ledger import _schema
 
     monkeypatch.setattr(_schema, "WAIT_SECONDS", 5.0)
     agent, first, runs = _paused_deploy(tmp_path)
-    prepare = _nodes._prepare
+    prepare = _tools_node._prepare
 
     def broken(*args: Any) -> Any:
         raise OSError("a transient failure")
 
-    monkeypatch.setattr(_nodes, "_prepare", broken)
+    monkeypatch.setattr(_tools_node, "_prepare", broken)
     config = {"configurable": {"thread_id": first.thread_id}}
     with pytest.raises(OSError, match="transient"):
         if flavour == "sync run":
             agent.graph.invoke(Command(resume={}), config)
         else:
             asyncio.run(agent.graph.ainvoke(Command(resume={}), config))
-    monkeypatch.setattr(_nodes, "_prepare", prepare)
+    monkeypatch.setattr(_tools_node, "_prepare", prepare)
     agent.graph.invoke(Command(resume={}), config)  # (waited, and stopped in RunBusyError)
     assert runs == ["api"]
 

@@ -105,7 +105,7 @@ def test_a_superseded_payment_whose_holder_died_never_runs_on_a_replay(sqlite_ur
     """Attack: a payment was approved and its process died mid-call (its claim is in the
     ledger); a weather call of the same turn is suspended. The user's reply 'Paris' comes as
     graph input: the new door sends it to the gate's `supersede`, which answers the payment
-    'not run: superseded' without fencing the dead claim (the model node's `_stopped_turn`
+    'not run: superseded' without fencing the dead claim (the model node's `stopped_turn`
     fences it). A replay of the paused checkpoint then takes over the dead claim and pays."""
     agent, ledger, _log = _pay_and_weather(sqlite_url)
     thread_id, key, paused = _approved_pay_stopped_before_tools(agent)
@@ -124,7 +124,7 @@ def test_a_payment_in_flight_is_not_reported_as_not_run(sqlite_url: str) -> None
     """Attack: the approved payment is running in a live process (the run was cancelled by a
     server's `interrupt` multitask strategy) when the reply to the suspended weather call
     comes as graph input. The model must not be told the payment did not run (it completes
-    a moment later): `_stopped_turn` says 'still running'; the new door's `supersede` does
+    a moment later): `stopped_turn` says 'still running'; the new door's `supersede` does
     not look."""
     agent, _ledger, _log = _pay_and_weather(sqlite_url)
     thread_id, key, _paused = _approved_pay_stopped_before_tools(agent)
@@ -298,7 +298,7 @@ def test_a_queued_reply_is_not_lost_when_the_next_message_does_not_ask_to_auto_r
 ) -> None:
     """Attack: a first reply, with the per-run option, is unreadable: it is queued in the
     plan while the tool stays suspended. The next graph input does not ask for auto-resume:
-    `_stopped_turn` supersedes the turn and never appends the queued reply (the API door
+    `stopped_turn` supersedes the turn and never appends the queued reply (the API door
     keeps it: its `supersede` queues after what is queued)."""
     log: list[str] = []
     agent = weather_agent(log)

@@ -67,7 +67,7 @@ def test_a_call_dropped_from_the_plan_is_not_reported_not_run_then_paid(sqlite_u
     node ran it: ledger approved and cleared, not claimed); the weather call beside it is
     suspended. The door checks the ledger only for the calls the PLAN lists: a client drops
     the payment's entry from the plan and sends 'Paris' as graph input. The door is taken,
-    the weather call resumes, and when the turn settles `_stopped_turn` answers the payment
+    the weather call resumes, and when the turn settles `stopped_turn` answers the payment
     (a call no longer planned) 'not run: superseded' without settling or fencing it in the
     ledger. A replay of the paused checkpoint (a server client) then pays."""
     agent, ledger, log = _pay_and_weather(sqlite_url)
@@ -105,7 +105,7 @@ def test_a_call_dropped_from_the_plan_without_auto_resume_is_not_told_not_run_th
         sqlite_url: str) -> None:
     """Attack (the same root without the new door, auto-resume off): the approved payment's
     run stopped before the tools node; a client empties the plan's calls and sends a message
-    as graph input. `_stopped_turn` -> `supersede_unanswered` answers every call the plan does
+    as graph input. `stopped_turn` -> `supersede_unanswered` answers every call the plan does
     not list 'not run: superseded' with no ledger settle or fence (it finds calls by the
     plan only); a replay of the paused checkpoint pays."""
     from tests.helpers import Ledger

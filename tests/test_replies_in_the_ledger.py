@@ -99,7 +99,7 @@ def test_forged_pending_status_does_not_reopen_the_dead_claim_replay(sqlite_url:
     call, judging by the PLAN's record status; a client rewrites the payment's record to
     'pending' and sends 'Paris' as graph input: the reply goes to the gate's `supersede`,
     which tells the model the payment did not run without fencing the dead claim
-    (`_stopped_turn` fences it). A replay of the paused checkpoint then takes over the dead
+    (`stopped_turn` fences it). A replay of the paused checkpoint then takes over the dead
     claim and pays."""
     agent, ledger, _log = _pay_and_weather(sqlite_url)
     thread_id, key, paused = _approved_pay_stopped_before_tools(agent)
@@ -189,7 +189,7 @@ def test_an_approved_suspended_call_is_not_rerun_by_a_rewritten_suspension_id() 
 def test_a_queued_tool_result_never_reaches_the_model_unchecked() -> None:
     """Attack: a client writes a ToolMessage 'paid 40 to ACME' for the waiting payment into
     `turn['queued']` (no auto-resume needed), then sends any message as graph input. A
-    ToolMessage written into `messages` is replaced by `_discard_forged` before the model
+    ToolMessage written into `messages` is replaced by `discard_forged` before the model
     reads it; `_left_queued` appends the queued one AFTER that check, in the same pass: the
     model reads that the payment was made, and the forged result stays in the history."""
     seen: list[list[BaseMessage]] = []
@@ -246,7 +246,7 @@ def test_a_junk_queue_entry_does_not_swallow_the_users_replies() -> None:
 def test_a_reply_queued_by_the_api_is_not_lost_when_graph_input_settles_the_turn() -> None:
     """Attack (mixed doors, no forgery): a reply sent through the Agent API with the per-call
     auto-resume option is unreadable and is queued in the plan (the API's messages have no
-    id). The next message comes as graph input without auto-resume: `_stopped_turn`
+    id). The next message comes as graph input without auto-resume: `stopped_turn`
     supersedes the turn, and `_left_queued` drops every queued message whose id is None: the
     API reply is lost (round 10's fix covered replies that came as graph input only)."""
     log: list[str] = []

@@ -139,7 +139,7 @@ def test_a_rewritten_key_does_not_hide_a_payment_in_flight(sqlite_url: str) -> N
 def test_a_rewritten_key_through_the_auto_resume_door_is_not_told_not_run_then_paid(
         sqlite_url: str) -> None:
     """Attack: round 12's first attack with the key rewritten instead of the entry dropped:
-    the door now refuses (the ledger has no row for the bogus key), so `_stopped_turn` runs;
+    the door now refuses (the ledger has no row for the bogus key), so `stopped_turn` runs;
     it answers the payment from the bogus key. A replay pays."""
     agent, ledger, _log = _pay_and_weather(sqlite_url)
     thread_id, _key, paused = _approved_pay_stopped_before_tools(agent)
@@ -366,7 +366,7 @@ def test_a_subagent_call_approved_in_the_inbox_does_not_run_after_the_delegation
 
 async def test_a_rewritten_key_async_is_not_told_not_run_then_paid(sqlite_url: str) -> None:
     """Attack: the rewritten-key attack through `ainvoke` (the async model node offloads the
-    same `_stopped_turn`)."""
+    same `stopped_turn`)."""
     agent, ledger = _billing(sqlite_url)
     # the setup is sync graphkit: off the test's event loop
     thread_id, paused = await asyncio.to_thread(_approved_and_dispatched, agent)

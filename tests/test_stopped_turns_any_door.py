@@ -1,5 +1,5 @@
 """Attacks, kept as regression tests, on the model node superseding a stopped turn's unanswered
-calls when a new user message comes from any door (`_nodes._stopped_turn`,
+calls when a new user message comes from any door (`_client_writes.stopped_turn`,
 `_gate.supersede_unanswered`, shared with the API's `_control._abandoned`).
 
 The tests without `held_` in their name failed on the reviewed code (each names the promise it

@@ -1,4 +1,5 @@
-"""The agent graph's `model` and `tools` nodes (the `approval_gate` is `graphkit._gate`).
+"""The agent graph's `tools` node (the `approval_gate` is `graphkit._gate`, the `model` node
+`graphkit._model_node`).
 
 Each tool call is its own `Send` task. LangGraph then keeps a finished call's writes when a
 sibling pauses, gives each paused task its own interrupt id, and runs independent calls of a
@@ -13,67 +14,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import sys
 import threading
 import time
-import uuid
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal, TypeGuard, TypeVar
+from typing import Any, Literal, TypeGuard
 
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import (
-    AIMessage,
-    AnyMessage,
-    BaseMessage,
-    ChatMessage,
-    HumanMessage,
-    RemoveMessage,
-    SystemMessage,
-    ToolMessage,
-    messages_to_dict,
-)
-from langchain_core.runnables import RunnableBinding, RunnableConfig
+from langchain_core.messages import ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.errors import GraphBubbleUp
-from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.types import Command
 
-from graphkit._approvals import Extractor, last_turn_key
 from graphkit._context import PATH_KEY, thread_id_of
-from graphkit._gate import (
-    GateContext,
-    Planner,
-    dispatch_now,
-    pointer,
-    supersede_abandoned,
-    supersede_unanswered,
-)
-from graphkit._ledger import (
-    DONE,
-    ApprovalRow,
-    CallRow,
-    Ledger,
-    RunBusyError,
-    _schema,
-    queued_id,
-)
-from graphkit._limits import check_value
+from graphkit._ledger import ApprovalRow, CallRow, Ledger, RunBusyError, _schema
 from graphkit._offload import apart, offload
 from graphkit._owner import holder_is_dead, new_owner
-from graphkit._reply import (
-    answer_reply,
-    left_queued,
-    reply_to_suspension,
-    turn_span,
-)
-from graphkit._review import audit_row, supersede
-from graphkit._secrets import scrub_exception, scrubbed, secret_values, still_shows
-from graphkit._state import AgentState, ToolTask, TurnPlan, turn_key
+from graphkit._review import audit_row
+from graphkit._secrets import observed, scrub_exception, scrubbed, secret_values, still_shows
+from graphkit._state import ToolTask
 from graphkit._validate import declares_secrets, secret_paths_of
 from graphkit.errors import WithheldToolError
 from graphkit.tools import (
@@ -86,10 +49,14 @@ from graphkit.tools import (
 )
 from graphkit.types import args_digest
 
-__all__ = ["make_model_node", "make_tools_nodes", "model_steps", "result_command",
-           "runs_as_recorded"]
+__all__ = [
+    "REASONS",
+    "REFUSED",
+    "make_tools_nodes",
+    "result_command",
+    "runs_as_recorded",
+]
 
-ModelTarget = Literal["approval_gate", "__end__"]
 ToolTarget = Literal["approval_gate", "model"]
 
 REFUSED = "Refused: tool call {name!r} did not run: {why}."
@@ -106,12 +73,7 @@ FAILED = ("Tool call {name!r} failed ({error}); an approved call is attempted on
           "will not run again unless the model calls it anew.")
 INTERRUPTED = ("Tool call {name!r} was interrupted while it ran (the run was cancelled); its "
                "outcome is unknown, and it will not run again unless the model calls it anew.")
-ORPHAN = ("A tool result written from outside the agent, for no call of the current turn, "
-          "was discarded: nothing ran.")
-DISCARDED = ("Tool call {name!r} did not run: a result for it was written from outside the "
-             "agent (not by its tools node) and was discarded.")
-DROPPED = ("{count} message(s) written from outside the agent while this call waited, none of "
-           "them a user's, were dropped: only a user message ends a wait.")
+
 
 def _tool_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=64, thread_name_prefix="graphkit-tool")
@@ -136,413 +98,6 @@ def _is_sync(tool: BaseTool) -> bool:
     if isinstance(tool, StructuredTool):
         return tool.coroutine is None
     return type(tool)._arun is BaseTool._arun
-
-
-@contextlib.contextmanager
-def observed(config: RunnableConfig, *, secret: bool) -> Iterator[RunnableConfig]:
-    """`config` for a call, without LangChain's callbacks when the call sees a secret (a
-    model that may write one, a tool that takes one): a callback gets the call's raw input
-    and output, so it carried the secret to `astream_events`, to a LangGraph server's
-    `events` stream (any client that may read the thread) and to a tracer (helper-54).
-    Tracing is off there too: it would start a trace of its own; and so are the handlers a
-    context adds to every call (`collect_runs`, LangChain's configure hooks; helper-55). The
-    nodes' own events show the conversation as it is kept, masked."""
-    if not secret:
-        yield config
-        return
-    from langchain_core.tracers import context
-    from langsmith.run_helpers import tracing_context
-
-    hooks = [context.tracing_v2_callback_var,
-             *(hook[0] for hook in getattr(context, "_configure_hooks", ()))]
-    tokens = [(var, var.set(None)) for var in hooks]
-    try:
-        with tracing_context(enabled=False):
-            yield {**config, "callbacks": []}  # (None would inherit the node's)
-    finally:
-        for var, token in reversed(tokens):
-            var.reset(token)
-
-
-def model_steps(messages: Sequence[BaseMessage]) -> int:
-    """Model replies since the last user message: the steps of the current run."""
-    steps = 0
-    for message in reversed(messages):
-        if isinstance(message, HumanMessage):
-            break
-        steps += isinstance(message, AIMessage)
-    return steps
-
-
-_Reply = TypeVar("_Reply", bound=BaseMessage)
-
-
-def _unique_id(response: _Reply, messages: Sequence[BaseMessage]) -> _Reply:
-    """Some OpenAI-compatible servers reuse one completion id: a reply must not replace an
-    earlier message that happens to share its id."""
-    if response.id is None or any(m.id == response.id for m in messages):
-        return response.model_copy(update={"id": f"run-{uuid.uuid4()}"})
-    return response
-
-
-def _calls_tools(reply: BaseMessage) -> TypeGuard[AIMessage]:
-    """Whether a model reply starts a turn of tool calls (else it ends the run)."""
-    return isinstance(reply, AIMessage) and bool(reply.tool_calls)
-
-
-def _same(a: Any, b: Any) -> bool:
-    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True,
-                                                                      default=str)
-
-
-def _orphans(messages: Sequence[AnyMessage]) -> list[ToolMessage]:
-    """Tool results after the last model reply that answer none of its calls: written by a
-    client (after a turn that is over), never by graphkit."""
-    last = next((i for i in range(len(messages) - 1, -1, -1)
-                 if isinstance(messages[i], AIMessage)), None)
-    if last is None:
-        return [m for m in messages if isinstance(m, ToolMessage)]
-    asked = {c.get("id") for c in getattr(messages[last], "tool_calls", None) or []}
-    return [m for m in messages[last + 1:]
-            if isinstance(m, ToolMessage) and m.tool_call_id not in asked]
-
-
-def _discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
-                    ) -> list[ToolMessage]:
-    """Tool results the ledger did not record, replaced in place by a notice.
-
-    A client can append a ToolMessage for a call that never ran (Agent Chat UI does, when its
-    user types instead of deciding), or for a call of a turn that is over: the model must not
-    be told that it ran. What waited for such a call is declined as superseded.
-    """
-    messages = list(state.get("messages") or [])
-    fixes = [ToolMessage(ORPHAN, tool_call_id=m.tool_call_id, id=m.id, name=m.name,
-                         status="error") for m in _orphans(messages)]
-    if fixes:
-        ctx.ledger.audit([audit_row(
-            "refused", {"tool_name": m.name, "tool_call_id": m.tool_call_id},
-            thread_id=ctx.thread_id, run_id=ctx.run_id, detail=ORPHAN) for m in fixes])
-    if not plan:
-        return fixes
-    calls = {c["tool_call_id"]: c for c in plan["calls"]}
-    answers: list[tuple[ToolMessage, Any]] = []
-    seen = False
-    for message in messages:
-        if not seen:
-            seen = message.id == plan["ai_message_id"]
-        elif isinstance(message, ToolMessage) and message.tool_call_id in calls:
-            answers.append((message, calls[message.tool_call_id]))
-        elif isinstance(message, AIMessage):
-            break
-    if not answers:
-        return fixes
-    outcomes = ctx.outcomes(call["key"] for _, call in answers)
-    for message, call in answers:
-        outcome = outcomes.get(call["key"])
-        if outcome is not None and _same(outcome.get("content"), message.content):
-            continue
-        if message.content in {REFUSED.format(name=call["tool_name"], why=w) for w in REASONS}:
-            continue  # the tools node's own refusal: the call did not run, as it says
-        text = DISCARDED.format(name=call["tool_name"])
-        for record in (call["approval"], call["suspension"]):
-            if record is not None:
-                supersede(ctx.ledger, record, comment="a client wrote a result for the call",
-                          thread_id=ctx.thread_id, run_id=ctx.run_id, detail=text)
-        ctx.ledger.audit([audit_row(
-            "refused", {"tool_name": call["tool_name"], "tool_call_id": call["tool_call_id"]},
-            thread_id=ctx.thread_id, run_id=ctx.run_id, detail=text)])
-        ctx.ledger.settle({call["key"]: {"content": text, "status": "error"}},
-                          thread_id=ctx.thread_id)
-        fixes.append(ToolMessage(text, tool_call_id=message.tool_call_id, id=message.id,
-                                 name=call["tool_name"], status="error"))
-    return fixes
-
-
-UNREAD = "[graphkit: not stored: arguments that could not be read, for a tool that takes secrets]"
-
-
-def _storable(response: AIMessage, secret_tools: Collection[str] = ()) -> AIMessage:
-    """The model's reply as it can be checkpointed: a call whose arguments are too deep or too
-    large to store keeps a placeholder (the gate answers it with an error the model sees), and
-    so does a call it could not parse to a tool that takes secrets (which part of its text is
-    the secret cannot be told; helper-52)."""
-    unsafe = set()
-    for call in response.tool_calls:
-        try:
-            check_value(call.get("args"), what="arguments", error=ValueError)
-        except ValueError:
-            unsafe.add(call.get("id"))
-    unread = [c for c in response.invalid_tool_calls if c.get("name") in secret_tools]
-    if not unsafe and not unread:
-        return response
-    calls = [{**c, "args": {"_graphkit": "arguments too deep or too large; not stored"}}
-             if c.get("id") in unsafe else c for c in response.tool_calls]
-    invalid = [{**c, "args": UNREAD} if c.get("name") in secret_tools else c
-               for c in response.invalid_tool_calls]
-    return response.model_copy(update={"tool_calls": calls, "invalid_tool_calls": invalid})
-
-
-def _with_fixes(messages: list[AnyMessage], fixes: list[ToolMessage]) -> list[AnyMessage]:
-    by_id = {m.id: m for m in fixes}
-    return [by_id.get(m.id, m) for m in messages]
-
-
-def _stopped_turn(messages: list[AnyMessage], opened: list[tuple[int, int]], ctx: GateContext
-                  ) -> tuple[list[AnyMessage], list[BaseMessage]]:
-    """A new user message after a turn whose run stopped before all its calls had a result
-    (`on_state_change`, a crash; input from any client): the calls are superseded and their
-    answers go right after the turn, before the newer messages. Returns the conversation as the
-    model reads it and the writes that make the state say the same."""
-    # The conversation's last turn with calls unanswered (`opened`, from `_open_turns`; a later
-    # turn a client wrote with its results does not hide it). The ledger's plan of it, if a
-    # gate planned it, says what became of each call; else the sweep answers them all.
-    if not opened:
-        return messages, []
-    turn, later = opened[0]
-    last = str(messages[turn].id)
-    newer = messages[later:]
-    if not any(_from_user(m) for m in newer) or any(m.id is None for m in newer):
-        return messages, []
-    answers = supersede_unanswered(last, messages, ctx.ledger, thread_id=ctx.thread_id,
-                                   agent_path=ctx.path, run_id=ctx.run_id, scope=ctx.scope)
-    if not answers:
-        return messages, []
-    # the newer messages move after the answers: removed, then written again
-    writes: list[BaseMessage] = [*(RemoveMessage(id=str(m.id)) for m in newer), *answers,
-                                 *newer]
-    return [*messages[:later], *answers, *newer], writes
-
-
-def _forgettable(state: AgentState, ctx: GateContext) -> list[str]:
-    """The queued messages the queue may forget, in a run that writes each step's checkpoint
-    and writes before the next step starts ("sync" durability, graphkit's own runs): those the
-    state this node reads holds (it is written), and those a step whose checkpoint is written
-    delivered and the conversation lacks now (deleted since, or a fork from before it: only
-    a replay of that very step would append them again). Under "async" a step's checkpoint
-    may be written before the writes it holds (the messages channel is kept as deltas), so
-    nothing the node reads proves a message written: its row stays, marked delivered (and
-    read without a parse); under "exit" rows go as they are delivered."""
-    if ctx.durability != "sync":
-        return []
-    present = {m.id for m in state.get("messages") or []}
-    forget: list[str] = []
-    for q in ctx.queue_rows():
-        found = queued_id(q.message)
-        if found is not None and (found in present or (
-                q.delivered_at not in (None, ctx.step) and ctx.written(q.delivered_at))):
-            forget.append(found)
-    return forget
-
-
-def _left_to_the_gate(plan: TurnPlan | None, messages: list[AnyMessage]) -> bool:
-    """The conversation ends with a planned turn some of whose calls have no result, and no
-    user message came after it: the gate still has to run, answer or ask about them."""
-    span = turn_span(messages, plan["ai_message_id"]) if plan is not None else None
-    if plan is None or span is None or span[1] != len(messages):
-        return False
-    answered = {m.tool_call_id for m in messages[span[0] + 1:] if isinstance(m, ToolMessage)}
-    return any(c["tool_call_id"] not in answered for c in plan["calls"])
-
-
-def _open_turns(messages: list[AnyMessage]) -> Iterator[tuple[int, int]]:
-    """Where the model turns some of whose calls have no result are (`turn_span`), the last
-    first: one pass back over the conversation, each turn's results being the tool messages
-    right after it."""
-    answered: set[Any] = set()
-    end = len(messages)
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if isinstance(message, ToolMessage):
-            answered.add(message.tool_call_id)
-            continue
-        if isinstance(message, AIMessage) and message.tool_calls and message.id and any(
-                c.get("id") not in answered for c in message.tool_calls):
-            yield index, end
-        answered = set()
-        end = index
-
-
-def _from_user(message: AnyMessage) -> bool:
-    """A user's message, however it came: a `ChatMessage` with the user's role is one too."""
-    return isinstance(message, HumanMessage) or (
-        isinstance(message, ChatMessage) and message.role in ("user", "human"))
-
-
-def _written_while_waiting(messages: list[AnyMessage], opened: list[tuple[int, int]],
-                           ctx: GateContext) -> tuple[TurnPlan, list[AnyMessage]] | None:
-    """The last turn this agent's gate planned that has calls without a result, and what came
-    after it, when something did and none of it is a user's message: a client's (graph input
-    open to any client of a LangGraph server's thread; helper-54). It must not end the wait:
-    the model would answer over the call without its result, or read a result no tool gave,
-    and the approval would wait with no run to apply it."""
-    for turn, end in opened:
-        newer = messages[end:]
-        if any(_from_user(m) for m in newer):
-            return None  # a user's message: it supersedes the turn (`_stopped_turn`)
-        plan = ctx.turn(turn_key(messages[turn], ctx.scope))  # (else a client's turn too)
-        if plan is not None:
-            return (plan, newer) if newer else None
-    return None
-
-
-def _model_calls(model: BaseChatModel, tools: Sequence[BaseTool]
-                 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """`invoke` and `ainvoke` of the model with the tools bound. A plain `RunnableBinding`
-    is called through: it would only re-merge an empty config into each turn's (the same
-    call, the same traced run)."""
-    bound = model.bind_tools(list(tools)) if tools else model
-    if (isinstance(bound, RunnableBinding) and type(bound).invoke is RunnableBinding.invoke
-            and type(bound).ainvoke is RunnableBinding.ainvoke
-            and not bound.config and not bound.config_factories):
-        target, kwargs = bound.bound, dict(bound.kwargs)
-
-        def invoke(messages: list[BaseMessage], config: RunnableConfig) -> Any:
-            return target.invoke(messages, config, **kwargs)
-
-        async def ainvoke(messages: list[BaseMessage], config: RunnableConfig) -> Any:
-            return await target.ainvoke(messages, config, **kwargs)
-
-        return invoke, ainvoke
-    return bound.invoke, bound.ainvoke
-
-
-def make_model_node(
-    model: BaseChatModel, tools: Sequence[BaseTool], instructions: str, planner: Planner,
-    extract: Extractor | None = None,
-) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """The `model` node (sync and async): one model turn, or the end of the run (or, for a
-    reply that came as graph input while a tool is suspended, the gate: `graphkit._reply`)."""
-    invoke, ainvoke = _model_calls(model, tools)
-    system = [SystemMessage(instructions)] if instructions else []
-    # A model that may write a secret argument is not streamed token by token (LangGraph's
-    # "messages" mode would show the secret as written): its reply reaches that stream as the
-    # conversation keeps it, the secret masked.
-    secret_tools = {t.name for t in tools if declares_secrets(t)}
-    quiet = bool(secret_tools)
-
-    def route(state: AgentState, config: RunnableConfig
-              ) -> tuple[list[BaseMessage], bool, list[BaseMessage], Command[ModelTarget] | None,
-                         Callable[[], None] | None, GateContext]:
-        """The conversation the model reads, whether the run used its steps, the writes that
-        fix the state, the command to send instead of a model turn (a reply that answered, or
-        will be queued beside, a suspended tool), what notes the queued messages these
-        writes append as delivered: called once the step's command is ready (a model call
-        that fails leaves them to be appended by the next step), and the pass's context."""
-        options = state.get("options") or {}
-        limit = options.get("max_steps")
-        limit = limit if isinstance(limit, int) and limit > 0 else 25
-        ctx = planner.context(state, config)
-        key = last_turn_key(state.get("messages") or [], ctx.scope)
-        plan = ctx.turn(key, outcomes=True)  # (with the queue, what waits, what ran: below)
-        forged = _discard_forged(state, plan, ctx)
-        messages = _with_fixes(list(state.get("messages") or []), forged)
-        reply = reply_to_suspension(plan, messages, options, planner, ctx, config)
-        if plan and reply:
-            answer_reply(reply, ctx, planner, extract, config)
-            # queued in the ledger, taken out of the conversation: the gate appends it once
-            # every call of the turn has its answer
-            said = messages_to_dict(reply.messages)
-            ctx.enqueue(str(plan["ai_message_id"]), said)
-            removed = [RemoveMessage(id=str(m.id)) for m in reply.messages]
-            to_gate: Command[ModelTarget] = Command(
-                update={"messages": [*forged, *removed]}, goto="approval_gate")
-            return [], False, [], to_gate, None, ctx
-        if _left_to_the_gate(plan, messages):
-            # the gate's turn is not over (a client sent the run here): back to the gate,
-            # never a model turn over a call without its result
-            back: Command[ModelTarget] = Command(
-                update={"messages": forged} if forged else None, goto="approval_gate")
-            return [], False, [], back, None, ctx
-        opened = list(_open_turns(messages))  # (one pass back, for both checks below)
-        stray = _written_while_waiting(messages, opened, ctx)
-        if stray is not None:
-            waited, newer = stray
-            ctx.ledger.audit([audit_row(
-                "refused", {"tool_name": c["tool_name"], "tool_call_id": c["tool_call_id"]},
-                thread_id=ctx.thread_id, run_id=ctx.run_id,
-                detail=DROPPED.format(count=len(newer))) for c in waited["calls"]])
-            kept = messages[:len(messages) - len(newer)]
-            gone = {m.id for m in newer}
-            dropped: list[BaseMessage] = (  # (graph input may bring messages without an id)
-                [*(m for m in forged if m.id not in gone),
-                 *(RemoveMessage(id=str(m.id)) for m in newer)]
-                if None not in gone else [RemoveMessage(id=REMOVE_ALL_MESSAGES), *kept])
-            wait: Command[ModelTarget] = Command(update={"messages": dropped},
-                                                 goto="approval_gate")
-            return [], False, [], wait, None, ctx
-        supersede_abandoned(messages, ctx)
-        messages, moved = _stopped_turn(messages, opened, ctx)
-        forget = _forgettable(state, ctx)
-        messages, unqueued = left_queued(messages, ctx.queue({m.id for m in messages}))
-        if forget:
-            ctx.dequeue(forget)
-        appended = [str(m.id) for m in unqueued if isinstance(m, HumanMessage)]
-        moved = [*moved, *unqueued]
-        return ([*system, *messages], model_steps(messages) >= limit, [*forged, *moved], None,
-                (lambda: ctx.deliver(appended)) if appended else None, ctx)
-
-    def ended(response: BaseMessage, state: AgentState, fixes: list[BaseMessage]
-              ) -> Command[ModelTarget]:
-        """The run's end: a reply without tool calls (no storage is read or written)."""
-        update: dict[str, Any] = {"messages": [*fixes, _unique_id(
-            _storable(response, secret_tools) if isinstance(response, AIMessage) else response,
-            state.get("messages") or [])]}
-        if state.get("turn") is not None:
-            # The turn is over: its plan need not ride along in every later checkpoint.
-            update["turn"] = None
-        return Command(update=update, goto="__end__")
-
-    def finish(response: BaseMessage, state: AgentState, config: RunnableConfig,
-               fixes: list[BaseMessage], routed: GateContext) -> Command[ModelTarget]:
-        if not _calls_tools(response):
-            return ended(response, state, fixes)
-        response = _unique_id(response, state.get("messages") or [])
-        ctx = planner.context(state, config, like=routed)
-        # the conversation keeps the reply with its secrets masked: the ledger has them
-        plan, errors, stored = planner.plan(response, state, ctx,
-                                            stored=_storable(response, secret_tools))
-        answered = {m.tool_call_id for m in errors}
-        ctx.journal.sync(None, plan, answered)
-        sends = dispatch_now(plan, answered, ctx, state, planner.tools)
-        return Command(update={"messages": [*fixes, stored, *errors],
-                               "turn": pointer(plan)}, goto=sends or "approval_gate")
-
-    def noted(command: Command[ModelTarget], delivered: Callable[[], None] | None
-              ) -> Command[ModelTarget]:
-        if delivered is not None:
-            delivered()
-        return command
-
-    def call_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:
-        messages, exhausted, fixes, to_gate, delivered, routed = route(state, config)
-        if to_gate is not None:
-            return to_gate
-        if exhausted:
-            return noted(Command(update={"messages": fixes} if fixes else None, goto="__end__"),
-                         delivered)
-        with observed(config, secret=quiet) as seen:
-            response = invoke(messages, seen)
-        return noted(finish(response, state, config, fixes, routed), delivered)
-
-    async def acall_model(state: AgentState, config: RunnableConfig) -> Command[ModelTarget]:
-        # Reading and writing the ledger and store is synchronous: keep it off the event loop.
-        messages, exhausted, fixes, to_gate, delivered, routed = await offload(
-            route, state, config)
-        if to_gate is not None:
-            return to_gate
-        if exhausted:
-            stop: Command[ModelTarget] = Command(update={"messages": fixes} if fixes else None,
-                                                 goto="__end__")
-            return await offload(noted, stop, delivered) if delivered else stop
-        with observed(config, secret=quiet) as seen:
-            response = await ainvoke(messages, seen)
-        if not _calls_tools(response):
-            end = ended(response, state, fixes)  # no storage: no thread hop (unless noted)
-            return await offload(noted, end, delivered) if delivered else end
-        return await offload(lambda: noted(finish(response, state, config, fixes, routed),
-                                           delivered))
-
-    return call_model, acall_model
 
 
 @dataclass(frozen=True, slots=True)
@@ -1090,6 +645,3 @@ def make_tools_nodes(
         return await offload(lambda: finish(task, owner, _said(tool, call, output)))
 
     return run_tool, arun_tool
-
-
-__all__ += ["DONE"]

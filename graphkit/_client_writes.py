@@ -1,0 +1,222 @@
+"""What a client wrote into the conversation, and what the model node makes of it.
+
+A LangGraph server lets any client of a thread send it graph input: tool results for calls
+that never ran, messages while a gated call waits, a new user message after a run that stopped
+with calls unanswered. The conversation says what was said, not who wrote it: the ledger does.
+These checks compare the two before the model reads a word: a result the ledger did not record
+is replaced by a notice, what came while a call waited is dropped unless a user said it, and a
+user's message supersedes the calls its turn left unanswered.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    RemoveMessage,
+    ToolMessage,
+)
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+
+from graphkit._gate import GateContext, supersede_unanswered
+from graphkit._reply import turn_span
+from graphkit._review import audit_row, supersede
+from graphkit._state import AgentState, TurnPlan, turn_key
+from graphkit._tools_node import REASONS, REFUSED
+
+__all__ = [
+    "discard_forged",
+    "drop_written_while_waiting",
+    "from_user",
+    "left_to_the_gate",
+    "open_turns",
+    "stopped_turn",
+    "with_fixes",
+]
+
+ORPHAN = ("A tool result written from outside the agent, for no call of the current turn, "
+          "was discarded: nothing ran.")
+DISCARDED = ("Tool call {name!r} did not run: a result for it was written from outside the "
+             "agent (not by its tools node) and was discarded.")
+DROPPED = ("{count} message(s) written from outside the agent while this call waited, none of "
+           "them a user's, were dropped: only a user message ends a wait.")
+
+
+def _same(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True,
+                                                                      default=str)
+
+
+def _orphans(messages: Sequence[AnyMessage]) -> list[ToolMessage]:
+    """Tool results after the last model reply that answer none of its calls: written by a
+    client (after a turn that is over), never by graphkit."""
+    last = next((i for i in range(len(messages) - 1, -1, -1)
+                 if isinstance(messages[i], AIMessage)), None)
+    if last is None:
+        return [m for m in messages if isinstance(m, ToolMessage)]
+    asked = {c.get("id") for c in getattr(messages[last], "tool_calls", None) or []}
+    return [m for m in messages[last + 1:]
+            if isinstance(m, ToolMessage) and m.tool_call_id not in asked]
+
+
+def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
+                    ) -> list[ToolMessage]:
+    """Tool results the ledger did not record, replaced in place by a notice.
+
+    A client can append a ToolMessage for a call that never ran (Agent Chat UI does, when its
+    user types instead of deciding), or for a call of a turn that is over: the model must not
+    be told that it ran. What waited for such a call is declined as superseded.
+    """
+    messages = list(state.get("messages") or [])
+    fixes = [ToolMessage(ORPHAN, tool_call_id=m.tool_call_id, id=m.id, name=m.name,
+                         status="error") for m in _orphans(messages)]
+    if fixes:
+        ctx.ledger.audit([audit_row(
+            "refused", {"tool_name": m.name, "tool_call_id": m.tool_call_id},
+            thread_id=ctx.thread_id, run_id=ctx.run_id, detail=ORPHAN) for m in fixes])
+    if not plan:
+        return fixes
+    calls = {c["tool_call_id"]: c for c in plan["calls"]}
+    answers: list[tuple[ToolMessage, Any]] = []
+    seen = False
+    for message in messages:
+        if not seen:
+            seen = message.id == plan["ai_message_id"]
+        elif isinstance(message, ToolMessage) and message.tool_call_id in calls:
+            answers.append((message, calls[message.tool_call_id]))
+        elif isinstance(message, AIMessage):
+            break
+    if not answers:
+        return fixes
+    outcomes = ctx.outcomes(call["key"] for _, call in answers)
+    for message, call in answers:
+        outcome = outcomes.get(call["key"])
+        if outcome is not None and _same(outcome.get("content"), message.content):
+            continue
+        if message.content in {REFUSED.format(name=call["tool_name"], why=w) for w in REASONS}:
+            continue  # the tools node's own refusal: the call did not run, as it says
+        text = DISCARDED.format(name=call["tool_name"])
+        for record in (call["approval"], call["suspension"]):
+            if record is not None:
+                supersede(ctx.ledger, record, comment="a client wrote a result for the call",
+                          thread_id=ctx.thread_id, run_id=ctx.run_id, detail=text)
+        ctx.ledger.audit([audit_row(
+            "refused", {"tool_name": call["tool_name"], "tool_call_id": call["tool_call_id"]},
+            thread_id=ctx.thread_id, run_id=ctx.run_id, detail=text)])
+        ctx.ledger.settle({call["key"]: {"content": text, "status": "error"}},
+                          thread_id=ctx.thread_id)
+        fixes.append(ToolMessage(text, tool_call_id=message.tool_call_id, id=message.id,
+                                 name=call["tool_name"], status="error"))
+    return fixes
+
+
+def with_fixes(messages: list[AnyMessage], fixes: list[ToolMessage]) -> list[AnyMessage]:
+    by_id = {m.id: m for m in fixes}
+    return [by_id.get(m.id, m) for m in messages]
+
+
+def stopped_turn(messages: list[AnyMessage], opened: list[tuple[int, int]], ctx: GateContext
+                  ) -> tuple[list[AnyMessage], list[BaseMessage]]:
+    """A new user message after a turn whose run stopped before all its calls had a result
+    (`on_state_change`, a crash; input from any client): the calls are superseded and their
+    answers go right after the turn, before the newer messages. Returns the conversation as the
+    model reads it and the writes that make the state say the same."""
+    # The conversation's last turn with calls unanswered (`opened`, from `open_turns`; a later
+    # turn a client wrote with its results does not hide it). The ledger's plan of it, if a
+    # gate planned it, says what became of each call; else the sweep answers them all.
+    if not opened:
+        return messages, []
+    turn, later = opened[0]
+    last = str(messages[turn].id)
+    newer = messages[later:]
+    if not any(from_user(m) for m in newer) or any(m.id is None for m in newer):
+        return messages, []
+    answers = supersede_unanswered(last, messages, ctx.ledger, thread_id=ctx.thread_id,
+                                   agent_path=ctx.path, run_id=ctx.run_id, scope=ctx.scope)
+    if not answers:
+        return messages, []
+    # the newer messages move after the answers: removed, then written again
+    writes: list[BaseMessage] = [*(RemoveMessage(id=str(m.id)) for m in newer), *answers,
+                                 *newer]
+    return [*messages[:later], *answers, *newer], writes
+
+
+def left_to_the_gate(plan: TurnPlan | None, messages: list[AnyMessage]) -> bool:
+    """The conversation ends with a planned turn some of whose calls have no result, and no
+    user message came after it: the gate still has to run, answer or ask about them."""
+    span = turn_span(messages, plan["ai_message_id"]) if plan is not None else None
+    if plan is None or span is None or span[1] != len(messages):
+        return False
+    answered = {m.tool_call_id for m in messages[span[0] + 1:] if isinstance(m, ToolMessage)}
+    return any(c["tool_call_id"] not in answered for c in plan["calls"])
+
+
+def open_turns(messages: list[AnyMessage]) -> Iterator[tuple[int, int]]:
+    """Where the model turns some of whose calls have no result are (`turn_span`), the last
+    first: one pass back over the conversation, each turn's results being the tool messages
+    right after it."""
+    answered: set[Any] = set()
+    end = len(messages)
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, ToolMessage):
+            answered.add(message.tool_call_id)
+            continue
+        if isinstance(message, AIMessage) and message.tool_calls and message.id and any(
+                c.get("id") not in answered for c in message.tool_calls):
+            yield index, end
+        answered = set()
+        end = index
+
+
+def from_user(message: AnyMessage) -> bool:
+    """A user's message, however it came: a `ChatMessage` with the user's role is one too."""
+    return isinstance(message, HumanMessage) or (
+        isinstance(message, ChatMessage) and message.role in ("user", "human"))
+
+
+def _written_while_waiting(messages: list[AnyMessage], opened: list[tuple[int, int]],
+                           ctx: GateContext) -> tuple[TurnPlan, list[AnyMessage]] | None:
+    """The last turn this agent's gate planned that has calls without a result, and what came
+    after it, when something did and none of it is a user's message: a client's (graph input
+    open to any client of a LangGraph server's thread; helper-54). It must not end the wait:
+    the model would answer over the call without its result, or read a result no tool gave,
+    and the approval would wait with no run to apply it."""
+    for turn, end in opened:
+        newer = messages[end:]
+        if any(from_user(m) for m in newer):
+            return None  # a user's message: it supersedes the turn (`stopped_turn`)
+        plan = ctx.turn(turn_key(messages[turn], ctx.scope))  # (else a client's turn too)
+        if plan is not None:
+            return (plan, newer) if newer else None
+    return None
+
+
+def drop_written_while_waiting(messages: list[AnyMessage], opened: list[tuple[int, int]],
+                               forged: list[ToolMessage], ctx: GateContext
+                               ) -> list[BaseMessage] | None:
+    """The writes that drop what a client wrote while a planned call waited
+    (`_written_while_waiting`), each waiting call audited as refused; None when nothing is to
+    be dropped. The run then goes back to the gate, which asks again."""
+    stray = _written_while_waiting(messages, opened, ctx)
+    if stray is None:
+        return None
+    waited, newer = stray
+    ctx.ledger.audit([audit_row(
+        "refused", {"tool_name": c["tool_name"], "tool_call_id": c["tool_call_id"]},
+        thread_id=ctx.thread_id, run_id=ctx.run_id,
+        detail=DROPPED.format(count=len(newer))) for c in waited["calls"]])
+    kept = messages[:len(messages) - len(newer)]
+    gone = {m.id for m in newer}
+    dropped: list[BaseMessage] = (  # (graph input may bring messages without an id)
+        [*(m for m in forged if m.id not in gone),
+         *(RemoveMessage(id=str(m.id)) for m in newer)]
+        if None not in gone else [RemoveMessage(id=REMOVE_ALL_MESSAGES), *kept])
+    return dropped
