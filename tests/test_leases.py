@@ -1059,3 +1059,28 @@ def test_a_forked_child_renews_none_of_its_parents_leases(tmp_path: Path) -> Non
         os.waitpid(child, 0)
         assert os.read(read, 16) == b"0"
         assert KEEPER._held  # the parent's own are untouched
+
+
+@pytest.mark.parametrize("off", ["the taker's clock ahead", "the holder's clock behind"])
+def test_a_thread_lease_is_judged_by_the_databases_clock_never_a_process_clock(
+        durable_url: str, monkeypatch: pytest.MonkeyPatch, off: str) -> None:
+    """Thread leases were taken and renewed by each process's own clock (the queue's and the
+    calls' claims by the database's): a machine whose clock ran 90 s ahead took a lease
+    another held and wrote over the thread while a worker's tool ran, and the user's message
+    was lost (helper-56). A process's clock now decides nothing about a lease."""
+    from graphkit._storage import open_storage
+
+    holder, taker = open_storage(durable_url).ledger, open_storage(durable_url).ledger
+    real = time.time
+    with holder.lease("t1") as owner:
+        if off == "the holder's clock behind":
+            monkeypatch.setattr(time, "time", lambda: real() - 90)
+            assert holder._renew("t1", owner)
+            monkeypatch.setattr(time, "time", real)
+        else:
+            monkeypatch.setattr(time, "time", lambda: real() + 90)
+        assert not taker._take("t1", new_owner())
+        with pytest.raises(RunBusyError), taker.lease("t1", wait=0.3):
+            pass
+    with taker.lease("t1"):  # released: free to anyone, whatever their clock
+        pass

@@ -30,10 +30,10 @@ __all__ = ["Leases", "ReadyRun"]
 _TAKE = ("INSERT INTO graphkit_leases (thread_id, owner, expires_at) {source} "
          "ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, "
          "expires_at = excluded.expires_at "
-         "WHERE graphkit_leases.expires_at < ? OR graphkit_leases.owner = ?")
-"""Take a thread's lease (thread, owner, expiry from `source`; then now, and the owner) if it
-is free, lapsed, or this owner's already."""
-_TAKE_ONE = _TAKE.format(source="VALUES (?, ?, ?)")
+         "WHERE graphkit_leases.expires_at < {now} OR graphkit_leases.owner = ?")
+"""Take a thread's lease (thread, owner, seconds to hold it, from `source`; then the owner) if
+it is free, lapsed, or this owner's already. Expiry is the database's clock, as for every
+other claim: a process whose own clock is off would take a lease another holds (helper-56)."""
 _RELEASE = "DELETE FROM graphkit_leases WHERE thread_id = ? AND owner = ?"
 _LATER = ("SELECT r.run_id FROM graphkit_runs r JOIN graphkit_runs me ON me.run_id = {run} "
           "AND r.thread_id = me.thread_id AND r.agent = me.agent "
@@ -158,20 +158,20 @@ class Leases(LedgerBase):
                  f"(claimed_until IS NULL OR claimed_until < {now}) ORDER BY ready_at LIMIT 1"
                  f"{self._sql.skip_locked}) RETURNING run_id, ready_at, thread_id")
         params: tuple[object, ...] = (owner, _schema.LEASE_SECONDS, agent)
-        moment = time.time()
-        take = (owner, moment + _schema.LEASE_SECONDS, moment, owner)
+        take = (owner, _schema.LEASE_SECONDS, owner)
         if not lease:
             rows = [(*r, False, None, False) for r in self._sql.query(claim, params)]
         elif self._sql.writes_with:
+            taken = self._take_sql(f"SELECT thread_id, ?, {now} + ? FROM c")
             rows = [(*r, None, False) for r in self._sql.query(
-                f"WITH c AS ({claim}), l AS ({_TAKE.format(source='SELECT thread_id, ?, ? FROM c')}"
+                f"WITH c AS ({claim}), l AS ({taken}"
                 " RETURNING 1) SELECT run_id, ready_at, thread_id, EXISTS (SELECT 1 FROM l) "
                 "FROM c", (*params, *take))]
         else:
             with self._sql.transaction() as tx:
                 rows = tx.query(claim, params)
                 if rows:
-                    leased = tx.execute(_TAKE_ONE, (rows[0][2], *take)) == 1
+                    leased = tx.execute(self._take_sql(), (rows[0][2], *take)) == 1
                     later = tx.query(_LATER.format(run="?"), (rows[0][0],)) if leased else []
                     rows = [(*rows[0], leased, later[0][0] if later else None, leased)]
         if not rows:
@@ -315,13 +315,17 @@ class Leases(LedgerBase):
             f"UPDATE graphkit_ready SET claimed_until = {self._sql.now} + ? "
             "WHERE run_id = ? AND claimed_by = ?", (_schema.LEASE_SECONDS, run_id, owner))
 
+    def _take_sql(self, source: str | None = None) -> str:
+        """`_TAKE` in this database's words, its rows from `source` (default: one row given)."""
+        now = self._sql.now
+        return _TAKE.format(source=source or f"VALUES (?, ?, {now} + ?)", now=now)
+
     def _take(self, thread_id: str, owner: str, run: tuple[str, str] | None = None) -> bool:
         """Take the thread's lease if it is free (or this owner's); with `run` (its id and
         agent), record the run in the same transaction: a run is known once it holds its
         thread, and one that never got it leaves no record."""
-        now = time.time()
-        take = _TAKE_ONE
-        params = (thread_id, owner, now + _schema.LEASE_SECONDS, now, owner)
+        take = self._take_sql()
+        params = (thread_id, owner, _schema.LEASE_SECONDS, owner)
         if run is None:
             return self._sql.execute(take, params) == 1 or self._take_from_dead(
                 thread_id, owner)[0]
@@ -406,9 +410,9 @@ class Leases(LedgerBase):
         recorded = False
         with self._sql.transaction() as tx:
             taken = tx.execute(
-                "UPDATE graphkit_leases SET owner = ?, expires_at = ? "
+                f"UPDATE graphkit_leases SET owner = ?, expires_at = {self._sql.now} + ? "
                 "WHERE thread_id = ? AND owner = ?",
-                (owner, time.time() + _schema.LEASE_SECONDS, thread_id, rows[0][0])) == 1
+                (owner, _schema.LEASE_SECONDS, thread_id, rows[0][0])) == 1
             if taken and run is not None:
                 recorded = self._record_run(tx, run[0], thread_id, run[1])
         return taken, recorded
@@ -417,8 +421,8 @@ class Leases(LedgerBase):
         """Extend a lease this owner still holds; never bring back one it released or another
         process took over (False)."""
         renewed = self._sql.execute_apart(
-            "UPDATE graphkit_leases SET expires_at = ? WHERE thread_id = ? AND owner = ?",
-            (time.time() + _schema.LEASE_SECONDS, thread_id, owner))
+            f"UPDATE graphkit_leases SET expires_at = {self._sql.now} + ? "
+            "WHERE thread_id = ? AND owner = ?", (_schema.LEASE_SECONDS, thread_id, owner))
         return renewed == 1
 
     def _release(self, thread_id: str, owner: str) -> None:
