@@ -57,20 +57,34 @@ class Worker:
         self.on_resumed = on_resumed
         self._ledger = agent._storage.ledger
         self._stop = threading.Event()
+        self._leave = threading.Event()
+        self._lock = threading.Lock()
+        self._busy: set[str] = set()
+        """The runs this worker's threads are resuming now."""
         self._wake = threading.Condition()
         self._listen_url = agent._storage.url if agent._storage.url.startswith(
             ("postgresql://", "postgres://")) else None
         self.resumed = 0
 
     def stop(self) -> None:
+        """Take no more runs; `run` returns once the runs in progress finished (a tool cut
+        off mid-call would run again in the worker that continues its run). Called again
+        while they finish (a second SIGTERM or Ctrl-C): `run` returns now, and they are left
+        as a killed worker leaves them."""
+        if self._stop.is_set():
+            self._leave.set()
+        self._halt()
+
+    def _halt(self) -> None:
         self._stop.set()
         with self._wake:
             self._wake.notify_all()
 
     def run(self) -> None:
-        """Work until `stop()` (or Ctrl-C)."""
-        threads = [threading.Thread(target=self._loop, name=f"graphkit-worker-{i}", daemon=True)
-                   for i in range(self.concurrency)]
+        """Work until `stop()` (or Ctrl-C), then let the runs in progress finish."""
+        loops = [threading.Thread(target=self._loop, name=f"graphkit-worker-{i}", daemon=True)
+                 for i in range(self.concurrency)]
+        threads = list(loops)
         if self._listen_url:
             threads.append(threading.Thread(target=self._listen, name="graphkit-listen",
                                             daemon=True))
@@ -80,9 +94,32 @@ class Worker:
             while not self._stop.wait(0.2):
                 pass
         finally:
-            self.stop()
-            for thread in threads:
+            self._halt()
+            self._finish(loops)
+            for thread in threads[len(loops):]:
                 thread.join(timeout=5)
+
+    def _finish(self, loops: list[threading.Thread]) -> None:
+        """Wait for the runs in progress, however long their tools take: a deploy cut off
+        after a few seconds ran again in the next worker (helper-56). A second `stop()` (or
+        a Ctrl-C, which raises here) leaves them."""
+        with self._lock:
+            busy = sorted(self._busy)
+        if busy:
+            logger.warning("worker: stopping after the %d run(s) in progress finish (%s); stop "
+                           "again (SIGTERM, Ctrl-C) to leave them to another worker",
+                           len(busy), ", ".join(busy))
+        try:
+            for thread in loops:
+                while thread.is_alive() and not self._leave.is_set():
+                    thread.join(0.2)
+        except KeyboardInterrupt:
+            self._leave.set()
+        with self._lock:
+            left = sorted(self._busy)
+        if left:
+            logger.warning("worker: left %d run(s) in progress (%s): another worker continues "
+                           "them once their claims lapse", len(left), ", ".join(left))
 
     def _loop(self) -> None:
         owner = new_owner()
@@ -107,6 +144,8 @@ class Worker:
             return False
         run_id, thread = claimed.run_id, claimed.thread_id if claimed.leased else None
         resumed = False
+        with self._lock:
+            self._busy.add(run_id)
         try:
             self.agent._resume_ready(
                 run_id, claimed.thread_id, leased_by=owner if claimed.leased else None,
@@ -120,6 +159,8 @@ class Worker:
                 self._ledger.done_ready(run_id, owner, claimed.ready_at, thread_id=thread)
             else:  # (an exception, or whatever else ends this thread: SystemExit, say)
                 self._ledger.retry_ready(run_id, owner, thread_id=thread)
+            with self._lock:
+                self._busy.discard(run_id)
         if resumed:
             self.resumed += 1
             if self.on_resumed is not None:

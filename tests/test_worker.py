@@ -714,3 +714,62 @@ def test_a_run_id_written_into_another_threads_state_files_nothing_under_that_ru
     assert inbox.ready() == [victim.run_id]
     assert agent._storage.ledger._sql.query("SELECT run_id, thread_id FROM graphkit_ready") == [
         (victim.run_id, victim.thread_id)]
+
+
+def test_sigterm_lets_a_tool_in_progress_finish_however_long_it_takes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker SIGTERM'd while an approved tool ran waited 5 s, then exited with the tool cut
+    off: the run stayed queued and the next worker ran the call again (helper-56: a rolling
+    deploy runs a slow deploy twice). It now exits once the run in progress finished, the
+    call run once."""
+    path = tmp_path / "effects.db"
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(path))
+    agent = make(url)
+    paused = agent.generate("move 1")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRAPHKIT_TEST_TOOL_SECONDS": "7"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "graphkit.cli", "worker", "--db", url, "--agent",
+         "tests.worker_agent:make"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        assert _first_line(proc).startswith("worker: resuming ready runs")
+        Inbox(url).approve(paused.pending_approvals[0].id, decided_by="ops")
+        started = effects(str(path))
+        wait_for(lambda: started.execute("SELECT COUNT(*) FROM started").fetchone()[0] == 1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "stopping after the 1 run(s) in progress finish" in err
+    assert "stopped after resuming 1 run(s)" in out
+    assert [pid for _, pid in ran(path)] == [proc.pid]  # it ran, once, in that worker
+    assert agent.snapshot(run_id=paused.run_id)["status"] == "stop"
+    assert Inbox(url).ready() == []
+
+
+def test_a_second_stop_leaves_the_runs_in_progress_to_another_worker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second SIGTERM or Ctrl-C while the runs in progress finish: the worker leaves now,
+    as a killed one would (for a tool that hangs)."""
+    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(tmp_path / "effects.db"))
+    monkeypatch.setenv("GRAPHKIT_TEST_TOOL_SECONDS", "3")
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = make(url)
+    paused = agent.generate("move 1")
+    worker = Worker(make(url))
+    runner = threading.Thread(target=worker.run, daemon=True)
+    runner.start()
+    Inbox(url).approve(paused.pending_approvals[0].id, decided_by="ops")
+    started = effects(str(tmp_path / "effects.db"))
+    wait_for(lambda: started.execute("SELECT COUNT(*) FROM started").fetchone()[0] == 1)
+    worker.stop()
+    runner.join(1.0)
+    assert runner.is_alive()  # waiting for the tool
+    worker.stop()
+    runner.join(1.0)
+    assert not runner.is_alive()
+    assert agent._storage.ledger.queued(paused.run_id)  # another worker continues it

@@ -1,7 +1,8 @@
 """An agent for the worker tests: `graphkit worker --agent tests.worker_agent:make`.
 
 Its `transfer` tool records each real execution (tool_call_id, when, which process) in the
-SQLite file named by $GRAPHKIT_TEST_EFFECTS.
+SQLite file named by $GRAPHKIT_TEST_EFFECTS. With $GRAPHKIT_TEST_TOOL_SECONDS it takes that
+long, and records its start first (`started`).
 """
 
 from __future__ import annotations
@@ -20,15 +21,21 @@ def effects(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("CREATE TABLE IF NOT EXISTS ran (tool_call_id TEXT, at REAL, pid INTEGER)")
+    conn.execute("CREATE TABLE IF NOT EXISTS started (tool_call_id TEXT, at REAL, pid INTEGER)")
     return conn
 
 
 def make(url: str) -> Agent:
     conn = effects(os.environ["GRAPHKIT_TEST_EFFECTS"])
+    seconds = float(os.environ.get("GRAPHKIT_TEST_TOOL_SECONDS", "0"))
 
     @create_tool(needs_approval=True)
     def transfer(amount: int, ctx: ToolContext) -> str:
         """Move money."""
+        if seconds:
+            conn.execute("INSERT INTO started VALUES (?, ?, ?)",
+                         (ctx.tool_call_id, time.time(), os.getpid()))
+            time.sleep(seconds)
         conn.execute("INSERT INTO ran VALUES (?, ?, ?)",
                      (ctx.tool_call_id, time.time(), os.getpid()))
         return "moved"
