@@ -8,12 +8,14 @@ never decides whether it may run.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import json
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any, Literal, get_type_hints, overload
 
@@ -216,8 +218,8 @@ class GraphkitTool(StructuredTool):
         self._with_context(config, kwargs)
         if self.func is None and self.coroutine is not None:
             # An async-only tool called from a sync run: give it a loop of its own.
-            coroutine = self.coroutine
-            return asyncio.run(_call_async(coroutine, *args, **kwargs))
+            _inject(self.coroutine, kwargs, config, run_manager)
+            return _run_to_end(_call_async(self.coroutine, *args, **kwargs))
         if self.func is None:
             return super()._run(*args, config=config, run_manager=run_manager, **kwargs)
         _inject(self.func, kwargs, config, run_manager)
@@ -267,6 +269,20 @@ for _method in (GraphkitTool._run, GraphkitTool._arun):
 
 async def _call_async(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return await fn(*args, **kwargs)
+
+
+def _run_to_end(call: Coroutine[Any, Any, Any]) -> Any:
+    """An async-only tool's call, run to its end from sync code: on a loop of its own, in a
+    thread of its own (with this context) where this thread runs a loop already. A blocking
+    method called from a notebook cell or from async code is there: `asyncio.run` refused
+    before the tool's first line, and the approved call counted as failed (helper-57)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(call)
+    context = contextvars.copy_context()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="graphkit-async-tool") as pool:
+        return pool.submit(context.run, asyncio.run, call).result()
 
 
 def _context_param(func: Callable[..., Any]) -> str | None:
@@ -379,10 +395,12 @@ def create_tool(
             raise TypeError(msg)
         tool_name = name or fn.__name__
         ctx_param = _context_param(fn)
+        # what LangChain gives the function (as its `@tool` does), never the model's to write
+        config_param = _get_runnable_config_param(fn)
         schema = args_schema or create_schema_from_function(
             tool_name,
             _without(fn, ctx_param),
-            filter_args=["run_manager", "callbacks"],
+            filter_args=["run_manager", "callbacks", *([config_param] if config_param else [])],
         )
         if isinstance(approval_prompt, str):
             _check_template(approval_prompt, schema, tool_name)

@@ -74,10 +74,15 @@ def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture(autouse=True)
-def no_blocking_calls_on_an_event_loop() -> Iterator[None]:
+def no_blocking_calls_on_an_event_loop(request: pytest.FixtureRequest) -> Iterator[None]:
     """Every test runs under the blocking-call detector (tests/blocking.py): graphkit's async
-    API, its web app and its nodes in an async run never block an event loop."""
+    API, its web app and its nodes in an async run never block an event loop. A test marked
+    `blocks_its_loop` calls the blocking API where a loop runs on purpose, as a notebook cell
+    does."""
     from tests.blocking import no_blocking
 
+    if request.node.get_closest_marker("blocks_its_loop") is not None:
+        yield
+        return
     with no_blocking():
         yield

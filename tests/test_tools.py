@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
 from pydantic import BaseModel, SecretBytes, SecretStr
 
@@ -193,3 +197,55 @@ def test_a_prompt_template_naming_no_argument_is_refused_when_the_tool_is_made()
         return "paid"
 
     assert pay_ok.approval_prompt == "Pay {{ amount }} to {{to.name}}?"
+
+
+@pytest.mark.blocks_its_loop
+@pytest.mark.parametrize("where", ["no loop", "a running loop"])
+def test_an_async_tool_approved_through_a_blocking_method_runs_once_wherever_it_is_called(
+        tmp_path: Path, where: str) -> None:
+    """A blocking method called where an event loop runs in the thread (a notebook cell, async
+    code): the async-only tool's loop of its own could not start there (`asyncio.run` refused
+    before the tool's first line), the approved call counted as failed and never ran
+    (helper-57). It runs once, with the run's config, as from anywhere else."""
+    ran: list[tuple[int, Any, str]] = []
+
+    @create_tool(needs_approval=True)
+    async def pay(amount: int, config: RunnableConfig) -> str:
+        """Pay."""
+        await asyncio.sleep(0)
+        ran.append((amount, (config.get("configurable") or {}).get("thread_id"),
+                    threading.current_thread().name))
+        return "paid"
+
+    agent = Agent(name="payer", tools=[pay], checkpointer=f"sqlite:///{tmp_path / 'runs.db'}",
+                  model=ScriptedChatModel([turn(call("pay", {"amount": 5}, "p1")), "done"]))
+
+    def cell() -> tuple[str, str | None, str]:
+        first = agent.generate("pay 5")
+        final = agent.approve_tool_call_generate(run_id=first.run_id)
+        return first.thread_id, final.text, final.finish_reason
+
+    async def in_a_loop() -> tuple[str, str | None, str]:
+        return cell()
+
+    thread_id, text, reason = cell() if where == "no loop" else asyncio.run(in_a_loop())
+    assert (text, reason) == ("done", "stop")
+    assert [(amount, thread) for amount, thread, _ in ran] == [(5, thread_id)]
+
+
+def test_a_runnable_config_parameter_is_langchains_to_give_never_the_models() -> None:
+    """As LangChain's `@tool`: a `RunnableConfig` parameter is filled in when the tool runs and
+    is no argument of its schema (the model was asked to write a `config`, and a call without
+    one failed validation)."""
+
+    def tag(label: str, config: RunnableConfig) -> str:
+        """Tag."""
+        return f"{label}:{(config.get('configurable') or {}).get('who')}"
+
+    async def atag(label: str, config: RunnableConfig) -> str:
+        """Tag."""
+        return tag(label, config)
+
+    for made in (create_tool(tag), create_tool(atag)):
+        assert set(made.args) == {"label"}
+        assert made.invoke({"label": "x"}, {"configurable": {"who": "ann"}}) == "x:ann"
