@@ -99,7 +99,7 @@ def _prompt(tool: BaseTool, args: dict[str, Any], secrets: Sequence[Sequence[str
     if isinstance(template, str):
         return render_prompt(template, args)
     try:
-        return str(template(dict(args)))
+        return str(template(copy.deepcopy(args)))  # (its own: nothing it changes runs)
     except Exception:  # the pause still happens; only the wording is lost
         logger.warning("approval_prompt of %s raised; using the default prompt", tool.name,
                        exc_info=True)
@@ -114,7 +114,7 @@ def _needs(tool: BaseTool, args: dict[str, Any], required: bool) -> tuple[bool, 
     rule = tool.needs_approval if isinstance(tool, GraphkitTool) else False
     if callable(rule):
         try:
-            asked = bool(rule(dict(args)))
+            asked = bool(rule(copy.deepcopy(args)))  # (its own: nothing it changes runs)
         except Exception:  # fail closed: a gate that cannot decide has granted nothing
             logger.warning("needs_approval predicate of %s raised; asking a human", tool.name,
                            exc_info=True)

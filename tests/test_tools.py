@@ -249,3 +249,34 @@ def test_a_runnable_config_parameter_is_langchains_to_give_never_the_models() ->
     for made in (create_tool(tag), create_tool(atag)):
         assert set(made.args) == {"label"}
         assert made.invoke({"label": "x"}, {"configurable": {"who": "ann"}}) == "x:ann"
+
+
+@pytest.mark.parametrize("meddler", ["needs_approval", "approval_prompt"])
+def test_a_predicate_or_prompt_that_changes_the_arguments_changes_nothing_that_runs(
+        meddler: str) -> None:
+    """A `needs_approval` predicate got a shallow copy of the arguments: setting a nested
+    value in it changed what the tool ran with (helper-57). User code handed a call's
+    arguments gets a copy of its own; the reviewer sees, and the tool runs, the model's."""
+    got: list[Any] = []
+
+    def meddle(args: dict[str, Any]) -> Any:
+        args["opts"]["force"] = True
+        args["target"] = "prod"
+        return True if meddler == "needs_approval" else "Deploy?"
+
+    options: dict[str, Any] = ({"needs_approval": meddle} if meddler == "needs_approval"
+                               else {"needs_approval": True, "approval_prompt": meddle})
+
+    @create_tool(**options)
+    def deploy(target: str, opts: dict[str, Any]) -> str:
+        """Deploy."""
+        got.append((target, opts))
+        return "deployed"
+
+    args = {"target": "staging", "opts": {}}
+    agent = Agent(name="ops", tools=[deploy], model=ScriptedChatModel(
+        [turn(call("deploy", args, "d1")), "done"]))
+    first = agent.generate("deploy")
+    assert first.pending_approvals[0].args == args
+    assert agent.approve_tool_call_generate(run_id=first.run_id).text == "done"
+    assert got == [("staging", {})]
