@@ -98,7 +98,7 @@ class ToolContext:
         once_results: dict[str, Any] | None = None,
         suspend_schema: type[BaseModel] | None = None,
         resume_schema: type[BaseModel] | None = None,
-        keep_once: Callable[[dict[str, Any]], None] | None = None,
+        keep_once: Callable[[dict[str, Any]], Mapping[str, Any]] | None = None,
     ) -> None:
         self.tool_call_id = tool_call_id
         """The id of the tool call being executed."""
@@ -135,7 +135,8 @@ class ToolContext:
         """Run `fn` at most once per tool call, even when the tool re-runs after a suspension.
 
         The result is kept in the ledger beside the call's execution claim (where no client can
-        wipe it) as soon as `fn` returns, so it must be serialisable (JSON-like).
+        wipe it) as soon as `fn` returns, as LangGraph keeps a state value (a tuple comes back
+        a list, as from a checkpoint), and every run, the first included, gets it as kept.
         """
         if key not in self._once:
             if self._keep_once is not None and _on_event_loop():
@@ -145,7 +146,7 @@ class ToolContext:
                 raise RuntimeError(msg)  # before fn: no side effect left unrecorded
             self._once[key] = fn()
             if self._keep_once is not None:
-                self._keep_once(dict(self._once))
+                self._once = dict(self._keep_once(dict(self._once)))
         return self._once[key]
 
     async def aonce(self, key: str, fn: Callable[[], Any]) -> Any:
@@ -157,7 +158,7 @@ class ToolContext:
                 value = await value
             self._once[key] = value
             if self._keep_once is not None:
-                await asyncio.to_thread(self._keep_once, dict(self._once))
+                self._once = dict(await asyncio.to_thread(self._keep_once, dict(self._once)))
         return self._once[key]
 
     def _validate_payload(self, payload: Mapping[str, Any] | BaseModel | None) -> dict[str, Any]:

@@ -7,6 +7,8 @@ import contextlib
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +181,49 @@ def test_once_keeps_a_side_effect_from_repeating_across_resumes() -> None:
     final = agent.resume_generate({"date": "Fri"}, run_id=result.run_id)
     assert charges == [2]
     assert any(isinstance(m, ToolMessage) and m.text == "hold-2 on Fri" for m in final.messages)
+
+
+class _Token:
+    def __str__(self) -> str:
+        return "token-7"
+
+
+@pytest.mark.parametrize("storage", ["memory", "sqlite"])
+def test_once_gives_every_run_of_the_tool_its_result_as_kept(storage: str, tmp_path: Path
+                                                             ) -> None:
+    """`ctx.once` kept its result as JSON's text of it: after a resume a set came back a
+    string, a dict's int keys strings, a datetime, a Decimal and bytes strings (helper-57),
+    and code after the `once` read something else than on the first run. Results are kept
+    as LangGraph keeps state values, and the first run reads them as kept too."""
+    values: dict[str, Any] = {
+        "seats": {1, 2}, "by row": {1: "a"}, "at": datetime(2026, 1, 2, 9, tzinfo=UTC),
+        "price": Decimal("10.50"), "receipt": b"\x00ab", "pair": (1, 2), "odd": _Token()}
+    seen: list[dict[str, Any]] = []
+
+    @create_tool(resume_schema=When)
+    def book(ctx: ToolContext) -> str:
+        """Book, then ask for a date."""
+        seen.append({key: ctx.once(key, lambda v=value: v) for key, value in values.items()})
+        if ctx.resume_data is None:
+            return ctx.suspend({"message": "Which date?"})
+        return "booked"
+
+    checkpointer = None if storage == "memory" else f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = Agent(name="b", tools=[book], checkpointer=checkpointer,
+                  model=ScriptedChatModel([turn(call("book", {}, "b1")), "ok"]))
+    result = agent.generate("book")
+    assert agent.resume_generate({"date": "Fri"}, run_id=result.run_id).text == "ok"
+    expected = {**values, "pair": [1, 2], "odd": "token-7"}
+    assert seen == [expected, expected]
+
+
+def test_once_results_kept_before_their_typed_form_read_as_they_were() -> None:
+    """A paused run from an earlier version kept its results as plain JSON: read as such."""
+    from graphkit._ledger._once import once_text, once_values
+
+    assert once_values('{"hold": "hold-2", "n": [1, 2]}') == {"hold": "hold-2", "n": [1, 2]}
+    assert once_values(None) == {}
+    assert once_values(once_text({"hold": {1, 2}})) == {"hold": {1, 2}}
 
 
 @pytest.mark.parametrize("storage", ["memory", "sqlite"])

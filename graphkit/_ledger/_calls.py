@@ -8,6 +8,7 @@ from typing import Any
 
 from graphkit._ledger import _keeper, _schema
 from graphkit._ledger._base import LedgerBase
+from graphkit._ledger._once import once_text, once_values
 from graphkit._ledger._rows import (
     APPROVAL_READ,
     ApprovalRow,
@@ -73,7 +74,7 @@ class Executions(LedgerBase):
         call = CallRow(call_key=str(r[0]), thread_id=str(r[1]),
                        agent_path=[p for p in str(r[2]).split("/") if p], tool_name=str(r[3]),
                        args_digest=str(r[4]), approval_id=r[5], executed=r[6],
-                       outcome=loads(r[7]), once_results=loads(r[8]), cleared=r[9],
+                       outcome=loads(r[7]), once_results=once_values(r[8]), cleared=r[9],
                        args=unstowed(self._sql.query, args, whole=True), tool_call_id=r[12])
         return call, approval_row(r[13:]) if r[13] is not None else None
 
@@ -90,7 +91,7 @@ class Executions(LedgerBase):
         return CallRow(call_key=str(r[0]), thread_id=str(r[1]),
                        agent_path=[p for p in str(r[2]).split("/") if p], tool_name=str(r[3]),
                        args_digest=str(r[4]), approval_id=r[5], executed=r[6],
-                       outcome=loads(r[7]), once_results=loads(r[8]),
+                       outcome=loads(r[7]), once_results=once_values(r[8]),
                        args=unstowed(self._sql.query, r[9], whole=True), tool_call_id=r[10])
 
     def outcomes(self, call_keys: Iterable[str], *, thread_id: str | None = None
@@ -126,7 +127,7 @@ class Executions(LedgerBase):
             self._flush()
         _keeper.KEEPER.hold(self, ("call", call_key), owner, _schema.LEASE_SECONDS)
         gated = approval_id is not None and cleared is not None
-        return Claimed(once=dict(loads(once) or {}), resumed=bool(resumed),
+        return Claimed(once=once_values(once), resumed=bool(resumed),
                        args=unstowed(self._sql.query, cleared if gated else planned, whole=True),
                        digest=str(cleared_digest if gated else planned_digest))
 
@@ -275,9 +276,11 @@ class Executions(LedgerBase):
             (call_key, thread_id))
         return [(loads(r[0]) or {}).get("data") for r in rows]
 
-    def save_once(self, call_key: str, results: Mapping[str, Any]) -> None:
+    def save_once(self, call_key: str, results: Mapping[str, Any]) -> dict[str, Any]:
         """`ctx.once` results of a call, kept where no client can wipe them (durably: the side
-        effect they stand for happened)."""
+        effect they stand for happened); returns them as every later run reads them."""
+        text = once_text(results)
         with self._sql.durable():
             self._sql.execute("UPDATE graphkit_calls SET once_results = ? WHERE call_key = ?",
-                              (dumps(dict(results)), call_key))
+                              (text, call_key))
+        return once_values(text)
