@@ -25,7 +25,8 @@ from langchain_core.messages import (
 )
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
-from graphkit._gate import GateContext, supersede_unanswered
+from graphkit._gate import supersede_unanswered
+from graphkit._planner import GateContext
 from graphkit._reply import turn_span
 from graphkit._review import audit_row, supersede
 from graphkit._state import AgentState, TurnPlan, turn_key

@@ -16,10 +16,11 @@ from langgraph.types import Command
 
 from graphkit._autoresume import make_extractor
 from graphkit._fence import fenced_node
-from graphkit._gate import Planner, make_gate_node
+from graphkit._gate import make_gate_node
 from graphkit._input import note_input
 from graphkit._ledger import Ledger
 from graphkit._model_node import make_model_node
+from graphkit._planner import Planner
 from graphkit._settings import GateSettings
 from graphkit._state import AgentState, InputState, well_typed_state, well_typed_task
 from graphkit._supervisor import delegation_tool, make_delegate_nodes

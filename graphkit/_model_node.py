@@ -33,10 +33,11 @@ from graphkit._client_writes import (
     stopped_turn,
     with_fixes,
 )
-from graphkit._gate import GateContext, Planner, dispatch_now, pointer, supersede_abandoned
+from graphkit._gate import dispatch_now, pointer, supersede_abandoned
 from graphkit._ledger import queued_id
 from graphkit._limits import check_value
 from graphkit._offload import offload
+from graphkit._planner import GateContext, Planner
 from graphkit._reply import answer_reply, left_queued, reply_to_suspension
 from graphkit._secrets import observed
 from graphkit._state import AgentState

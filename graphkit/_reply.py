@@ -35,9 +35,10 @@ from langchain_core.messages import (
 from langchain_core.runnables import RunnableConfig
 
 from graphkit._approvals import Extractor, parsed_messages
-from graphkit._gate import BY_NEW_MESSAGE, GateContext, Planner
+from graphkit._gate import BY_NEW_MESSAGE
 from graphkit._input import brought_by_this_run
 from graphkit._ledger import ApprovalRow, queued_id, same_queued
+from graphkit._planner import GateContext, Planner
 from graphkit._review import auto_resume, identity_of, supersede
 from graphkit._state import CallPlan, TurnPlan
 from graphkit.errors import GraphkitError
