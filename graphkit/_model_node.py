@@ -1,7 +1,7 @@
 """The agent graph's `model` node: one model turn, or the end of the run.
 
 Before the model reads the conversation, `graphkit._client_writes` checks what clients wrote
-into it; the model's reply is planned by the gate (`graphkit._gate.Planner`), and the calls
+into it; the model's reply is planned by `graphkit._planner.Planner`, and the calls
 that need no decision are sent to the tools node at once.
 """
 
