@@ -7,6 +7,7 @@ shows them as they are. Values handed to users are frozen dataclasses.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict
@@ -204,8 +205,11 @@ class PendingApproval:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> PendingApproval:
+        """A view of its own: user code handed it (a policy, `may_view`, a state hook) may
+        change it, and nothing it changes is what runs (helper-58: a policy that set a nested
+        argument changed the call an edit ran)."""
         fields = cls.__dataclass_fields__
-        values = {k: v for k, v in record.items() if k in fields}
+        values = {k: copy.deepcopy(v) for k, v in record.items() if k in fields}
         if values.get("kind") == "suspension":  # (a suspension's record has no such field)
             values["allowed_decisions"] = ["reject"]
         return cls(**values)

@@ -248,6 +248,42 @@ def test_policy_judges_the_arguments_that_will_run() -> None:
     assert ran.ran == [("pay", {**PAY, "amount": 90})]
 
 
+@pytest.mark.parametrize("door", ["approve", "edit", "inbox edit"])
+def test_a_policy_that_changes_what_it_is_shown_changes_nothing_that_runs(
+        sqlite_url: str, door: str) -> None:
+    """A policy was shown the call's arguments through a shallow copy: one that set a nested
+    value ran its value instead of the reviewer's edit, audited as the edit, and withdrew a
+    plain approval without a word (helper-58). Every `PendingApproval` is a view of its own."""
+    ran: list[Any] = []
+
+    @create_tool(needs_approval=True)
+    def send(payload: dict[str, Any]) -> str:
+        """Send a payload."""
+        ran.append(payload)
+        return "sent"
+
+    def normalising(decided_by: str | None, pending: Any) -> bool:
+        pending.args["payload"]["to"] = "mallory"
+        return decided_by == "ops"
+
+    agent = Agent(name="p", tools=[send], checkpointer=sqlite_url, approvers=normalising,
+                  model=ScriptedChatModel([turn(call("send", {"payload": {"to": "alice"}},
+                                                     "s1")), "ok"]))
+    result = agent.generate("send it")
+    edit = {"payload": {"to": "bob"}}
+    if door == "approve":
+        final = agent.approve_tool_call_generate(run_id=result.run_id, decided_by="ops")
+    elif door == "edit":
+        final = agent.approve_tool_call_generate(run_id=result.run_id, decided_by="ops",
+                                                 args=edit)
+    else:
+        Inbox(sqlite_url, agents=[agent]).approve(result.pending_approvals[0].id,
+                                                  decided_by="ops", args=edit)
+        final = agent.resume(run_id=result.run_id)
+    assert final.finish_reason == "stop"
+    assert ran == [{"to": "alice"} if door == "approve" else {"to": "bob"}]
+
+
 def test_a_subagent_keeps_its_own_policy_inside_a_supervisor() -> None:
     @create_tool(needs_approval=True)
     def purge(days: int) -> str:
