@@ -112,6 +112,7 @@ class ToolContext:
         self._suspends = 0
         self._once = dict(once_results or {})
         self._keep_once = keep_once
+        self._keeping = threading.Lock()
 
     @property
     def resume_data(self) -> Any:
@@ -145,8 +146,7 @@ class ToolContext:
                        f"`await ctx.aonce({key!r}, fn)`")
                 raise RuntimeError(msg)  # before fn: no side effect left unrecorded
             self._once[key] = fn()
-            if self._keep_once is not None:
-                self._once = dict(self._keep_once(dict(self._once)))
+            self._keep()
         return self._once[key]
 
     async def aonce(self, key: str, fn: Callable[[], Any]) -> Any:
@@ -158,8 +158,19 @@ class ToolContext:
                 value = await value
             self._once[key] = value
             if self._keep_once is not None:
-                self._once = dict(await asyncio.to_thread(self._keep_once, dict(self._once)))
+                await asyncio.to_thread(self._keep)
         return self._once[key]
+
+    def _keep(self) -> None:
+        """Keep every result so far, one save at a time, each holding every result set before
+        it: the last to commit holds them all. (Two `aonce` of one tool at once each saved
+        its own snapshot, the older could commit last, and a side effect ran again on
+        resume; helper-58.) The results read as kept from then on."""
+        if self._keep_once is None:
+            return
+        with self._keeping:
+            kept = self._keep_once(dict(self._once))
+        self._once.update(kept)
 
     def _validate_payload(self, payload: Mapping[str, Any] | BaseModel | None) -> dict[str, Any]:
         if isinstance(payload, BaseModel):

@@ -7,6 +7,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -217,11 +218,51 @@ def test_once_gives_every_run_of_the_tool_its_result_as_kept(storage: str, tmp_p
     assert seen == [expected, expected]
 
 
+async def test_two_aonce_at_once_are_both_kept(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two `aonce` of one tool at once each saved a snapshot of the results so far; when the
+    older save committed last (it waited on the database's lock, as here), it dropped the
+    other's result, and that side effect ran again on resume (helper-58). Saves go one at a
+    time now, each with every result set before it."""
+    from graphkit._ledger import _calls
+
+    save = _calls.Executions.save_once
+
+    def slow_first(self: Any, call_key: str, results: Any) -> Any:
+        if len(results) == 1:
+            time.sleep(0.3)  # the first save waits on a lock; the second would commit first
+        return save(self, call_key, results)
+
+    monkeypatch.setattr(_calls.Executions, "save_once", slow_first)
+    effects = {"hold": 0, "charge": 0}
+
+    async def effect(name: str, seconds: float) -> str:
+        effects[name] += 1
+        await asyncio.sleep(seconds)
+        return f"{name}-done"
+
+    @create_tool(resume_schema=When)
+    async def book(ctx: ToolContext) -> str:
+        """Hold and charge at once, then ask for a date."""
+        done = await asyncio.gather(ctx.aonce("hold", lambda: effect("hold", 0.01)),
+                                    ctx.aonce("charge", lambda: effect("charge", 0.05)))
+        if ctx.resume_data is None:
+            return ctx.suspend({"message": "Which date?"})
+        return " ".join(done)
+
+    agent = Agent(name="b", tools=[book], checkpointer=f"sqlite:///{tmp_path / 'runs.db'}",
+                  model=ScriptedChatModel([turn(call("book", {}, "b1")), "ok"]))
+    result = await agent.agenerate("book")
+    final = await agent.aresume_generate({"date": "Fri"}, run_id=result.run_id)
+    assert final.text == "ok" and effects == {"hold": 1, "charge": 1}
+
+
 def test_once_results_kept_before_their_typed_form_read_as_they_were() -> None:
     """A paused run from an earlier version kept its results as plain JSON: read as such."""
     from graphkit._ledger._once import once_text, once_values
 
     assert once_values('{"hold": "hold-2", "n": [1, 2]}') == {"hold": "hold-2", "n": [1, 2]}
+    assert once_values('{"$graphkit_once": {"a": 1}}') == {"$graphkit_once": {"a": 1}}
     assert once_values(None) == {}
     assert once_values(once_text({"hold": {1, 2}})) == {"hold": {1, 2}}
 

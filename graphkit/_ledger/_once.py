@@ -21,8 +21,8 @@ logger = logging.getLogger("graphkit")
 
 _SERDE = JsonPlusSerializer()
 FORMAT = "$graphkit_once"
-"""The key of the one entry a row of typed results holds (a row without it is from before:
-plain JSON values)."""
+"""The first item of a row of typed results, a list (a row from before is an object of plain
+JSON values, whatever its keys)."""
 
 
 def _typed(key: str, value: Any) -> list[str]:
@@ -44,13 +44,13 @@ def _value(typed: Any) -> Any:
 
 def once_text(results: Mapping[str, Any]) -> str:
     """The row's text for these results."""
-    return dumps({FORMAT: {key: _typed(key, value) for key, value in results.items()}})
+    return dumps([FORMAT, {key: _typed(key, value) for key, value in results.items()}])
 
 
 def once_values(text: Any) -> dict[str, Any]:
     """The results a row's text holds (None or empty: none)."""
     found = loads(text) or {}
-    if isinstance(found, dict) and set(found) == {FORMAT}:
-        return {key: _value(typed) for key, typed in found[FORMAT].items()}
+    if isinstance(found, list):
+        return {key: _value(typed) for key, typed in found[1].items()}
     return dict(found)
 
