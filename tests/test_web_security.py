@@ -226,6 +226,28 @@ def test_no_cross_site_sign_in_and_sign_out_ends_the_session(sqlite_url: str) ->
     assert replay.get("/", follow_redirects=False).status_code == 303
 
 
+def test_a_signed_out_session_stays_out_on_a_web_process_whose_clock_lags(
+        sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cookie's expiry is judged by the clock of the web process that reads it; a signed-out
+    session was forgotten by the database's clock as soon as that expiry passed there, so a
+    process whose clock lagged took the cookie back after sign-out (helper-58). Signed-out
+    sessions are remembered a day past their expiry."""
+    from graphkit._storage import open_storage
+    from graphkit.web import _auth
+
+    ledger = open_storage(sqlite_url).ledger
+    real = time.time
+    monkeypatch.setattr(_auth, "SESSION_SECONDS", 60)
+    monkeypatch.setattr(time, "time", lambda: real() - 90)  # this process lags the database
+    sessions = Sessions("s", ended=ledger.session_ended)
+    cookie = sessions.issue("alice")
+    parsed = sessions.parse(cookie)
+    assert parsed is not None
+    ledger.end_session(parsed[1], parsed[2])  # alice signs out
+    ledger.end_session("someone-else", real() + 60)  # a later sign-out tidies up
+    assert sessions.parse(cookie) is None
+
+
 def test_deep_json_gets_a_refusal_not_a_crash_and_notices_cannot_be_forged(
         sqlite_url: str) -> None:
     ran: list[Any] = []

@@ -12,6 +12,10 @@ from graphkit._ledger._sql import Tx, dumps, loads
 
 __all__ = ["Messages", "Queued", "queued", "queued_id", "same_queued"]
 
+ENDED_KEPT_SECONDS = 86_400.0
+"""How long past its cookie's expiry a signed-out session is remembered: more than any web
+process's clock may lag the database's."""
+
 
 class Queued(NamedTuple):
     """A user message queued for after a turn's answers."""
@@ -101,11 +105,14 @@ class Messages(LedgerBase):
                               f"AND message_id IN ({marks})", (thread_id, agent, *ids))
 
     def end_session(self, nonce: str, expires_at: float) -> None:
-        """Remember a signed-out session until it would have expired anyway."""
+        """Remember a signed-out session until it would have expired anyway, by any web
+        process's clock: its cookie's expiry is judged by the clock of the process reading it,
+        so a row forgotten by the database's clock once that expiry passed let a process whose
+        clock lagged take the cookie back (helper-58). Rows stay a day past it."""
         self._sql.execute("INSERT INTO graphkit_ended_sessions (nonce, expires_at) "
                           "VALUES (?, ?) ON CONFLICT (nonce) DO NOTHING", (nonce, expires_at))
         self._sql.execute(f"DELETE FROM graphkit_ended_sessions WHERE expires_at < "
-                          f"{self._sql.now}")
+                          f"{self._sql.now} - ?", (ENDED_KEPT_SECONDS,))
 
     def session_ended(self, nonce: str) -> bool:
         return bool(self._sql.query(
