@@ -168,3 +168,31 @@ async def test_sync_tools_in_an_async_run_run_concurrently() -> None:
         [turn(*[call("wait", {"i": i}, f"w{i}") for i in range(8)]), "done"]), tools=[wait])
     assert (await agent.agenerate("go")).text == "done"
     assert not barrier.broken
+
+
+def test_an_outcome_is_recorded_once_the_database_is_back(tmp_path: Any) -> None:
+    """The tool ran, and recording its result met a database away for a while (locked past
+    the wait here; a PostgreSQL server restarting did the same): the resume raised, the
+    call's claim lapsed, and the call ran again in the same process (helper-59). The write is
+    tried again, the claim still renewed, until it lands."""
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    ran: list[int] = []
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        ran.append(amount)
+        holder = sqlite3.connect(tmp_path / "runs.db", isolation_level=None,
+                                 check_same_thread=False)
+        holder.execute("BEGIN EXCLUSIVE")  # the file is held as the tool returns ...
+        threading.Timer(1.5, holder.rollback).start()  # ... for longer than the ledger waits
+        return "paid"
+
+    agent = Agent(name="payer", tools=[pay], checkpointer=url,
+                  model=ScriptedChatModel([turn(call("pay", {"amount": 5}, "p1")), "done"]))
+    agent._storage.ledger._sql.conn.execute("PRAGMA busy_timeout = 200")  # type: ignore[attr-defined]
+    paused = agent.generate("pay 5")
+    final = agent.approve_tool_call_generate(run_id=paused.run_id)
+    assert (final.text, ran) == ("done", [5])

@@ -3,6 +3,8 @@ asked (a suspension), and what a stopped turn fences."""
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -26,6 +28,11 @@ from graphkit._ledger._sql import dumps, loads, path_text
 from graphkit._ledger._values import unstowed
 
 __all__ = ["Executions"]
+
+logger = logging.getLogger("graphkit")
+
+OUTCOME_PATIENCE = 600.0
+"""How long a tool's outcome is tried again while its database is away."""
 
 
 class Executions(LedgerBase):
@@ -192,22 +199,43 @@ class Executions(LedgerBase):
             "WHERE call_key = ? AND executed = ?", (_schema.LEASE_SECONDS, call_key, owner))
 
     def finish(self, call_key: str, owner: str, outcome: Mapping[str, Any]) -> None:
+        """Record the call's outcome (by its claim's holder). The tool ran: a write lost to a
+        database away for a while (down, locked past the wait) let the claim lapse, and the
+        call ran again, in this very process (helper-59). The write is tried again, the claim
+        still renewed, until it lands or `OUTCOME_PATIENCE` passes (then it raises, and the
+        claim lapses as a dead process's would)."""
+        pause, deadline = 0.1, time.monotonic() + OUTCOME_PATIENCE
+        while True:
+            try:
+                done = self._record_outcome(call_key, owner, outcome)
+                break
+            except Exception as exc:
+                if not self._sql.away(exc) or time.monotonic() >= deadline:
+                    _keeper.KEEPER.drop(("call", call_key), owner)
+                    raise
+                logger.warning("call %s: its outcome could not be recorded (%s: %s); trying "
+                               "again", call_key, type(exc).__name__, exc)
+                time.sleep(pause)
+                pause = min(pause * 2, 2.0)
         _keeper.KEEPER.drop(("call", call_key), owner)
-        update = ("UPDATE graphkit_calls SET executed = ?, outcome = ? "
-                  "WHERE call_key = ? AND executed = ? RETURNING approval_id")
-        params = (DONE, dumps(dict(outcome)), call_key, owner)
-        if not self._notifying(self._sql)[0]:  # no event to write beside it: one statement
-            done = self._sql.query(update, params)  # is atomic without a transaction
-        else:
-            with self._sql.transaction() as tx:
-                done = tx.query(update, params)
-                if done:
-                    self._call_finished(tx, call_key, outcome, "ran" if outcome.get(
-                        "status", "success") == "success" else "failed")
         if done and done[0][0] is not None:
             # a gated call's result is on disk: a restart never takes it for one that died
             # mid-call (which is run again)
             self._flush()
+
+    def _record_outcome(self, call_key: str, owner: str, outcome: Mapping[str, Any]
+                        ) -> list[tuple[Any, ...]]:
+        update = ("UPDATE graphkit_calls SET executed = ?, outcome = ? "
+                  "WHERE call_key = ? AND executed = ? RETURNING approval_id")
+        params = (DONE, dumps(dict(outcome)), call_key, owner)
+        if not self._notifying(self._sql)[0]:  # no event to write beside it: one statement
+            return self._sql.query(update, params)  # is atomic without a transaction
+        with self._sql.transaction() as tx:
+            done = tx.query(update, params)
+            if done:
+                self._call_finished(tx, call_key, outcome, "ran" if outcome.get(
+                    "status", "success") == "success" else "failed")
+        return done
 
     def suspend(self, call_key: str, owner: str, payload: Mapping[str, Any]) -> None:
         """The call suspended itself (`ctx.suspend`): keep what it asked, for the gate to ask

@@ -112,6 +112,11 @@ class Sql(Tx, Protocol):
         while it waits on its caller (a checkpoint list being read lazily)."""
         ...
 
+    def away(self, exc: BaseException) -> bool:
+        """Whether `exc` says the database is away for now (down, unreachable, locked past the
+        wait): a write may land if tried again, unlike a statement that is wrong."""
+        ...
+
 
 class SqliteTx:
     def __init__(self, conn: sqlite3.Connection) -> None:
@@ -182,6 +187,11 @@ class _WalSync:
             os.close(self.fd)
 
 
+_SQLITE_AWAY = frozenset({5, 6, 10, 14, 15})
+"""SQLite's busy, locked, I/O error, cannot open and protocol codes (the primary code: its low
+byte): the file is held or away for now."""
+
+
 class Sqlite(Sql):
     now = "((julianday('now') - 2440587.5) * 86400.0)"
     greatest = "MAX"
@@ -227,6 +237,10 @@ class Sqlite(Sql):
                                               timeout=30.0, isolation_level=None)
                 self._apart.execute("PRAGMA synchronous=NORMAL")  # lease renewals only
             return self._apart.execute(sql, params).rowcount
+
+    def away(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.OperationalError) and (
+            getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _SQLITE_AWAY
 
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
         with self.lock:
@@ -322,6 +336,11 @@ class Postgres(Sql):
         that `sync` must flush it. Each session is asked once, as the ledger first uses it: a
         setting changed later (`ALTER ROLE`, a restarted server) holds for new sessions."""
         self._asked: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def away(self, exc: BaseException) -> bool:
+        import psycopg
+
+        return isinstance(exc, psycopg.OperationalError)  # (a lost connection, a pool's wait)
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[Any]:
