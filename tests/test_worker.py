@@ -773,3 +773,33 @@ def test_a_second_stop_leaves_the_runs_in_progress_to_another_worker(
     runner.join(1.0)
     assert not runner.is_alive()
     assert agent._storage.ledger.queued(paused.run_id)  # another worker continues it
+
+
+@pytest.mark.parametrize("ready_at", ["'NaN'", "'soon'", "x'00ff'"])
+def test_a_queued_run_whose_time_is_no_number_is_made_ready_and_runs_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ready_at: str) -> None:
+    """A queue row written by hand with a `ready_at` that is no number: text crashed the claim
+    with the thread's lease taken and never renewed (a user's resume of that thread waited
+    for it to lapse, again and again); 'NaN', never equal to itself, was never taken off the
+    queue, and the worker resumed the run thousands of times a second (helper-59). Such a
+    run is made ready now: it runs once, and its thread is free."""
+    path = tmp_path / "effects.db"
+    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(path))
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent = make(url)
+    paused = agent.generate("move 1")
+    Inbox(url).approve(paused.pending_approvals[0].id, decided_by="ops")
+    ledger = agent._storage.ledger
+    ledger._sql.execute(f"UPDATE graphkit_ready SET ready_at = {ready_at}")
+    worker = Worker(make(url))
+    runner = threading.Thread(target=worker.run, daemon=True)
+    runner.start()
+    try:
+        wait_for(lambda: not ledger.queued(paused.run_id), timeout=20)
+        time.sleep(0.5)
+    finally:
+        worker.stop()
+        runner.join(10)
+    assert len(ran(path)) == 1 and worker.resumed == 1
+    assert agent.snapshot(run_id=paused.run_id)["status"] == "stop"
+    assert ledger._sql.query("SELECT 1 FROM graphkit_leases") == []

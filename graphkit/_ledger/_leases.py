@@ -4,6 +4,8 @@ workers' ready queue of runs whose decisions are all taken."""
 from __future__ import annotations
 
 import contextlib
+import logging
+import math
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
@@ -26,6 +28,8 @@ from graphkit._owner import holder_is_dead, new_owner
 from graphkit.errors import GraphkitError
 
 __all__ = ["Leases", "ReadyRun"]
+
+logger = logging.getLogger("graphkit")
 
 _TAKE = ("INSERT INTO graphkit_leases (thread_id, owner, expires_at) {source} "
          "ON CONFLICT (thread_id) DO UPDATE SET owner = excluded.owner, "
@@ -176,12 +180,29 @@ class Leases(LedgerBase):
                     rows = [(*rows[0], leased, later[0][0] if later else None, leased)]
         if not rows:
             return None
-        ready = ReadyRun(str(rows[0][0]), float(rows[0][1]), str(rows[0][2]), bool(rows[0][3]),
+        ready_at = rows[0][1]
+        if not isinstance(ready_at, int | float) or not math.isfinite(ready_at):
+            self._repair_ready(str(rows[0][0]), owner, str(rows[0][2]) if rows[0][3] else None)
+            return None
+        ready = ReadyRun(str(rows[0][0]), float(ready_at), str(rows[0][2]), bool(rows[0][3]),
                          None if rows[0][4] is None else str(rows[0][4]), bool(rows[0][5]))
         _keeper.KEEPER.hold(self, ("ready", ready.run_id), owner, _schema.LEASE_SECONDS)
         if ready.leased:
             _keeper.KEEPER.hold(self, ("thread", ready.thread_id), owner, _schema.LEASE_SECONDS)
         return ready
+
+    def _repair_ready(self, run_id: str, owner: str, thread_id: str | None) -> None:
+        """A queued run whose `ready_at` is no number (a row written by hand: text, a blob,
+        NaN) is made ready now and handed back, its thread's lease released: read as it was,
+        it crashed the claim with the lease taken and never renewed, or, never equal to
+        itself, was never taken off the queue, and a worker resumed it in a loop (helper-59)."""
+        logger.warning("ready queue: run %s had no time it became ready; it is ready now",
+                       run_id)
+        if thread_id is not None:
+            self._release(thread_id, owner)
+        self._sql.execute(
+            f"UPDATE graphkit_ready SET ready_at = {self._sql.now}, claimed_by = NULL, "
+            "claimed_until = NULL WHERE run_id = ? AND claimed_by = ?", (run_id, owner))
 
     def take_ready(self, run_id: str, owner: str, *, continue_as: str, continue_for: str
                    ) -> float | None:
