@@ -257,6 +257,37 @@ async def test_two_aonce_at_once_are_both_kept(tmp_path: Path,
     assert final.text == "ok" and effects == {"hold": 1, "charge": 1}
 
 
+def test_a_suspension_is_recorded_once_the_database_is_back(tmp_path: Path) -> None:
+    """As a tool's outcome (tests/test_execution.py): what a suspending tool asked is written
+    again until the database, away as the tool suspended, takes it; the run pauses once, and
+    the code before the suspension ran once."""
+    import sqlite3
+    import threading
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    before: list[str] = []
+
+    @create_tool(resume_schema=When)
+    def book(ctx: ToolContext) -> str:
+        """Book, then ask for a date."""
+        if ctx.resume_data is not None:
+            return f"booked {ctx.resume_data.date}"
+        before.append("asked")
+        holder = sqlite3.connect(tmp_path / "runs.db", isolation_level=None,
+                                 check_same_thread=False)
+        holder.execute("BEGIN EXCLUSIVE")  # the file is held as the tool suspends ...
+        threading.Timer(1.5, holder.rollback).start()  # ... for longer than the ledger waits
+        return ctx.suspend({"message": "Which date?"})
+
+    agent = Agent(name="b", tools=[book], checkpointer=url,
+                  model=ScriptedChatModel([turn(call("book", {}, "b1")), "ok"]))
+    agent._storage.ledger._sql.conn.execute("PRAGMA busy_timeout = 200")  # type: ignore[attr-defined]
+    result = agent.generate("book")
+    assert result.finish_reason == "suspended" and before == ["asked"]
+    assert agent.resume_generate({"date": "Fri"}, run_id=result.run_id).text == "ok"
+    assert before == ["asked"]
+
+
 def test_once_results_kept_before_their_typed_form_read_as_they_were() -> None:
     """A paused run from an earlier version kept its results as plain JSON: read as such."""
     from graphkit._ledger._once import once_text, once_values

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from graphkit._ledger import _keeper, _schema
 from graphkit._ledger._base import LedgerBase
@@ -32,7 +32,8 @@ __all__ = ["Executions"]
 logger = logging.getLogger("graphkit")
 
 OUTCOME_PATIENCE = 600.0
-"""How long a tool's outcome is tried again while its database is away."""
+"""How long what a call's run did is tried again while its database is away."""
+_W = TypeVar("_W")
 
 
 class Executions(LedgerBase):
@@ -199,29 +200,36 @@ class Executions(LedgerBase):
             "WHERE call_key = ? AND executed = ?", (_schema.LEASE_SECONDS, call_key, owner))
 
     def finish(self, call_key: str, owner: str, outcome: Mapping[str, Any]) -> None:
-        """Record the call's outcome (by its claim's holder). The tool ran: a write lost to a
-        database away for a while (down, locked past the wait) let the claim lapse, and the
-        call ran again, in this very process (helper-59). The write is tried again, the claim
-        still renewed, until it lands or `OUTCOME_PATIENCE` passes (then it raises, and the
-        claim lapses as a dead process's would)."""
-        pause, deadline = 0.1, time.monotonic() + OUTCOME_PATIENCE
-        while True:
-            try:
-                done = self._record_outcome(call_key, owner, outcome)
-                break
-            except Exception as exc:
-                if not self._sql.away(exc) or time.monotonic() >= deadline:
-                    _keeper.KEEPER.drop(("call", call_key), owner)
-                    raise
-                logger.warning("call %s: its outcome could not be recorded (%s: %s); trying "
-                               "again", call_key, type(exc).__name__, exc)
-                time.sleep(pause)
-                pause = min(pause * 2, 2.0)
-        _keeper.KEEPER.drop(("call", call_key), owner)
+        """Record the call's outcome (by its claim's holder), whatever the database does
+        meanwhile (`_patiently`)."""
+        done = self._patiently(call_key, owner, lambda: self._record_outcome(
+            call_key, owner, outcome))
         if done and done[0][0] is not None:
             # a gated call's result is on disk: a restart never takes it for one that died
             # mid-call (which is run again)
             self._flush()
+
+    def _patiently(self, call_key: str, owner: str, write: Callable[[], _W]) -> _W:
+        """`write`, what a call's run did (its outcome, what it asked), by the holder of its
+        claim. The tool ran: a write lost to a database away for a while (down, locked past
+        the wait) let the claim lapse, and the call ran again, in this very process
+        (helper-59). The write is tried again, the claim still renewed, until it lands or
+        `OUTCOME_PATIENCE` passes (then it raises, and the claim lapses as a dead process's
+        would)."""
+        pause, deadline = 0.1, time.monotonic() + OUTCOME_PATIENCE
+        try:
+            while True:
+                try:
+                    return write()
+                except Exception as exc:
+                    if not self._sql.away(exc) or time.monotonic() >= deadline:
+                        raise
+                    logger.warning("call %s: what it did could not be recorded (%s: %s); "
+                                   "trying again", call_key, type(exc).__name__, exc)
+                    time.sleep(pause)
+                    pause = min(pause * 2, 2.0)
+        finally:
+            _keeper.KEEPER.drop(("call", call_key), owner)
 
     def _record_outcome(self, call_key: str, owner: str, outcome: Mapping[str, Any]
                         ) -> list[tuple[Any, ...]]:
@@ -241,10 +249,9 @@ class Executions(LedgerBase):
         """The call suspended itself (`ctx.suspend`): keep what it asked, for the gate to ask
         a human, and let it run again on resume. Only the holder of its execution claim can
         say so (a tool that really ran); the gate asks nothing the ledger was not told."""
-        _keeper.KEEPER.drop(("call", call_key), owner)
-        self._sql.execute(
+        self._patiently(call_key, owner, lambda: self._sql.execute(
             "UPDATE graphkit_calls SET executed = NULL, suspended_with = ? "
-            "WHERE call_key = ? AND executed = ?", (dumps(dict(payload)), call_key, owner))
+            "WHERE call_key = ? AND executed = ?", (dumps(dict(payload)), call_key, owner)))
 
     def take_suspensions(self, call_keys: Iterable[str], thread_id: str
                          ) -> dict[str, dict[str, Any]]:
