@@ -6,6 +6,11 @@ client's own `langgraph_auth_user` in config/context is stripped and overwritten
 approval gate reads the decider from there, never from the resume payload. This module makes
 that user mean something: each bearer token maps to one reviewer identity.
 
+With reviewers named (`reviewers=`, or `$GRAPHKIT_REVIEWERS`), threads are private: each
+thread, its runs and its crons are their creator's (LangGraph's owner filter), and only the
+creator and the reviewers may read, search, run or change them. Without, every caller is a
+reviewer of every thread.
+
 It also keeps clients from writing around the gate: graphkit's store namespace ("graphkit",
 ...) is off limits to the HTTP store API, `POST /threads/{id}/state` (update_state) is refused,
 and runs whose `command` carries `goto` or `update` are refused; `command={"resume": ...}` and
@@ -20,16 +25,21 @@ from __future__ import annotations
 import hmac
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from langgraph_sdk import Auth
 from langgraph_sdk.auth import is_studio_user
 
-__all__ = ["ANONYMOUS", "GRAPHKIT_NAMESPACE", "TOKENS_ENV", "make_auth", "parse_tokens"]
+__all__ = ["ANONYMOUS", "GRAPHKIT_NAMESPACE", "REVIEWERS_ENV", "TOKENS_ENV", "make_auth",
+           "parse_tokens"]
 
 TOKENS_ENV = "GRAPHKIT_TOKENS"
 """Environment variable with the token map: `{"tok": "identity"}` or `tok=identity,tok2=id2`."""
+
+REVIEWERS_ENV = "GRAPHKIT_REVIEWERS"
+"""Environment variable naming the reviewers (`release-manager,cfo`): with it, threads are
+private to their creators and these identities."""
 
 GRAPHKIT_NAMESPACE = "graphkit"
 """First element of the store namespaces graphkit reserves: closed to clients (graphkit keeps
@@ -85,6 +95,7 @@ def make_auth(
     *,
     allow_anonymous: bool | None = None,
     allow_studio: bool | None = None,
+    reviewers: Collection[str] | None = None,
 ) -> Auth:
     """Build the server's Auth: bearer tokens -> reviewer identities, plus graphkit's guards.
 
@@ -94,11 +105,35 @@ def make_auth(
     `allow_anonymous`) admits the server's own Studio users, which skip the token check: under
     `langgraph dev` any request with `x-auth-scheme: langsmith` is "langgraph-studio-user"
     unless langgraph.json's auth sets `"disable_studio_auth": true`.
+
+    `reviewers` (default: `$GRAPHKIT_REVIEWERS`, comma-separated) makes threads private: a
+    thread, its runs and its crons belong to the identity that created them, and only it and
+    the reviewers may read, search, run or change them; anyone else gets "not found".
+    Reviewers read and run every thread: a decision in the mounted inbox is continued as its
+    reviewer's run. Without reviewers, every caller reads and runs every thread.
     """
     table = dict(tokens) if tokens is not None else parse_tokens(os.environ.get(TOKENS_ENV, ""))
     by_bytes = {token.encode(): identity for token, identity in table.items()}
     anonymous_ok = not table if allow_anonymous is None else allow_anonymous
     studio_ok = anonymous_ok if allow_studio is None else allow_studio
+
+    readers = frozenset(reviewers if reviewers is not None else (
+        name.strip() for name in os.environ.get(REVIEWERS_ENV, "").split(",") if name.strip()))
+
+    def owned(ctx: Auth.types.AuthContext, value: Any, *, creates: bool) -> dict[str, str] | None:
+        """With private threads, the owner filter: what the caller creates is stamped theirs
+        (never what they change: a reviewer's update would take the thread over), and a caller
+        not a reviewer sees only their own."""
+        if not readers:
+            return None
+        mine = {"owner": ctx.user.identity}
+        if creates and isinstance(value, dict):
+            metadata = value.get("metadata")
+            if metadata is None:
+                metadata = value["metadata"] = {}
+            if isinstance(metadata, dict):
+                metadata.update(mine)
+        return None if ctx.user.identity in readers else mine
 
     auth = Auth()
 
@@ -130,6 +165,18 @@ def make_auth(
         """Any resource/action without a narrower handler: authenticated callers may proceed."""
         check_caller(ctx)
 
+    @auth.on.threads
+    async def threads(ctx: Auth.types.AuthContext, value: Any) -> dict[str, str] | None:
+        """A thread: its creator's and the reviewers' when threads are private."""
+        check_caller(ctx)
+        return owned(ctx, value, creates=ctx.action == "create")
+
+    @auth.on.crons
+    async def crons(ctx: Auth.types.AuthContext, value: Any) -> dict[str, str] | None:
+        """A cron runs on a thread: its creator's and the reviewers' when threads are private."""
+        check_caller(ctx)
+        return owned(ctx, value, creates=ctx.action == "create")
+
     @auth.on.store
     async def store(ctx: Auth.types.AuthContext, value: dict[str, Any]) -> None:
         """graphkit's namespace is written only by graph nodes, never through the HTTP API.
@@ -149,7 +196,7 @@ def make_auth(
     @auth.on.threads.update
     async def threads_update(
         ctx: Auth.types.AuthContext, value: Auth.types.ThreadsUpdate
-    ) -> None:
+    ) -> dict[str, str] | None:
         """Refuse client state writes; metadata patches and run cancels stay allowed.
 
         The server sends this action for three requests: `PATCH /threads/{id}` (value has
@@ -161,11 +208,12 @@ def make_auth(
         check_caller(ctx)
         if "metadata" not in value and "action" not in value:
             raise _forbidden("Thread state writes are disabled; resume with a decision instead")
+        return owned(ctx, value, creates=False)
 
     @auth.on.threads.create_run
     async def create_run(
         ctx: Auth.types.AuthContext, value: Auth.types.RunsCreate
-    ) -> None:
+    ) -> dict[str, str] | None:
         """Allow inputs and `command={"resume": ...}`; refuse a command's `goto` or `update`.
 
         `goto` could jump straight to the tools node and `update` could write state, both
@@ -174,13 +222,12 @@ def make_auth(
         check_caller(ctx)
         kwargs: Mapping[str, Any] = value.get("kwargs") or {}
         command = kwargs.get("command")
-        if not command:
-            return
-        if not isinstance(command, Mapping):
+        if command and not isinstance(command, Mapping):
             raise _forbidden("Unrecognised run command")
-        carried = sorted(k for k in ("goto", "update") if command.get(k) is not None)
+        carried = sorted(k for k in ("goto", "update") if command and command.get(k) is not None)
         if carried:
             raise _forbidden(f"Run commands with {' or '.join(carried)} are disabled; "
                              "only resume is allowed")
+        return owned(ctx, value, creates=True)
 
     return auth

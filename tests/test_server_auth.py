@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,8 @@ DATABASES: dict[str, str] = {}
 
 
 def serve(tmp_path_factory: pytest.TempPathFactory, name: str, graphs: dict[str, str],
-          auth: str, *, database: bool = False) -> Iterator[str]:
+          auth: str, *, database: bool = False,
+          extra_env: dict[str, str] | None = None) -> Iterator[str]:
     """A real `langgraph dev` serving `graphs` behind `auth`, with the inbox mounted (and
     with `database`, the served agents' ledger in `graphkit.db` of its workdir, where
     another door, `Inbox` or the CLI, decides too)."""
@@ -50,7 +52,7 @@ def serve(tmp_path_factory: pytest.TempPathFactory, name: str, graphs: dict[str,
         "env": {},
     }
     workdir = tmp_path_factory.mktemp(name)
-    env = {"GRAPHKIT_TOKENS": json.dumps(TOKENS)}
+    env = {"GRAPHKIT_TOKENS": json.dumps(TOKENS), **(extra_env or {})}
     if database:
         env["GRAPHKIT_DB"] = f"sqlite:///{workdir / 'graphkit.db'}"
     with langgraph_dev(workdir, config, env=env) as url:
@@ -277,6 +279,51 @@ def test_the_mounted_inbox_shows_a_threads_messages_to_its_reviewers_only(server
     assert "Roll out build 3.1.4" in card.text
     stranger = httpx.get(f"{server}/inbox/approvals/{found.group(1)}", timeout=30)
     assert stranger.status_code == 303 and "Roll out build" not in stranger.text
+
+
+@pytest.fixture(scope="module")
+def private_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """graphs/auth.py as users deploy it, with $GRAPHKIT_REVIEWERS: private threads."""
+    yield from serve(tmp_path_factory, "langgraph-dev-private",
+                     {"deploy": f"{ROOT / 'graphs' / 'deploy.py'}:graph"},
+                     f"{ROOT / 'graphs' / 'auth.py'}:auth", database=True,
+                     extra_env={"GRAPHKIT_REVIEWERS": "release-manager"})
+
+
+def test_private_threads_are_their_creators_and_the_reviewers_alone(private_server: str
+                                                                   ) -> None:
+    """Every token holder could read every thread and send it input (helper-54; documented,
+    with LangGraph's owner filter left to the deployment's own auth). With reviewers named,
+    `make_auth` keeps each thread its creator's: another caller can neither read, find,
+    run, resume nor retag it, while a reviewer reads it and decides in the inbox, and the
+    continuation (the reviewer's run) leaves the thread its creator's."""
+    developer, other = client(private_server, "tok-dev"), client(private_server, "tok-other")
+    thread_id = paused_thread(developer, "deploy",
+                              messages=[{"role": "user", "content": "Roll out build 7.0.1"}])
+    said = {"messages": [{"role": "user", "content": "never mind, roll back"}]}
+    for attempt in (lambda: other.threads.get(thread_id),
+                    lambda: other.threads.get_state(thread_id),
+                    lambda: other.runs.create(thread_id, "deploy", input=said),
+                    lambda: other.runs.create(thread_id, "deploy", command={"resume": {}}),
+                    lambda: other.threads.update(thread_id, metadata={"owner": "other"}),
+                    lambda: other.runs.list(thread_id)):
+        assert status_of(attempt) == 404
+    assert thread_id not in [t["thread_id"] for t in other.threads.search(limit=100)]
+    made = other.threads.create()["thread_id"]  # what other creates is theirs to read
+    assert other.threads.get(made)["metadata"]["owner"] == "other"
+    fresh = str(uuid.uuid4())  # a thread a run creates too
+    other.runs.wait(fresh, "deploy", input=said, if_not_exists="create")
+    assert other.threads.get(fresh)["metadata"]["owner"] == "other"
+    assert status_of(lambda: developer.threads.get(fresh)) == 404
+    rm = client(private_server, "tok-rm")
+    assert rm.threads.get(thread_id)["thread_id"] == thread_id
+    (gate,) = interrupts(developer, thread_id)
+    decide(reviewer(private_server, "tok-rm"), gate["value"]["approvals"][0]["id"])
+    run = settled(rm, thread_id)
+    assert run["status"] == "success", run
+    values = developer.threads.get_state(thread_id)["values"]
+    assert any("rolled out 7.0.1" in str(m["content"]) for m in values["messages"])
+    assert developer.threads.get(thread_id)["metadata"]["owner"] == "developer"
 
 
 @pytest.fixture(scope="module")
