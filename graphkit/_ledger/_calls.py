@@ -215,7 +215,9 @@ class Executions(LedgerBase):
         the wait) let the claim lapse, and the call ran again, in this very process
         (helper-59). The write is tried again, the claim still renewed, until it lands or
         `OUTCOME_PATIENCE` passes (then it raises, and the claim lapses as a dead process's
-        would)."""
+        would); every quarter second, so that once the database is back it lands before
+        another process could take over a claim that lapsed meanwhile (an outage longer
+        than the claim's lease, in which no renewal landed either: helper-60)."""
         pause, deadline = 0.1, time.monotonic() + OUTCOME_PATIENCE
         try:
             while True:
@@ -227,7 +229,7 @@ class Executions(LedgerBase):
                     logger.warning("call %s: what it did could not be recorded (%s: %s); "
                                    "trying again", call_key, type(exc).__name__, exc)
                     time.sleep(pause)
-                    pause = min(pause * 2, 2.0)
+                    pause = min(pause * 2, 0.25)
         finally:
             _keeper.KEEPER.drop(("call", call_key), owner)
 
