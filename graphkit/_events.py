@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -56,7 +57,9 @@ class ChunkTranslator:
         """A call's arguments as a view shows them (secrets masked), by agent path and tool."""
 
     def chunk(self, type_: Any, payload: dict[str, Any]) -> StreamChunk:
-        return StreamChunk(type_, payload, self.run_id)
+        """A chunk of its own: what it holds (a call's arguments, a result's content) is the
+        run's, and a reader that changed it would change the run (helper-60)."""
+        return StreamChunk(type_, copy.deepcopy(payload), self.run_id)
 
     def _path(self, namespace: tuple[str, ...]) -> dict[str, Any]:
         """`{"agent_path": [...]}` for a subagent's part (LangGraph names each subgraph call

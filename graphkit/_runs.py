@@ -126,7 +126,9 @@ class _Run:
             thread_id=self.invocation.thread_id,
             step=self.step,
             node=self.node,
-            messages=list(values.get("messages") or []),
+            # copies: the values are the run's own, and a hook that changed a call's
+            # arguments in them changed what the reviewer was asked (helper-60)
+            messages=[m.model_copy(deep=True) for m in values.get("messages") or []],
             pending_approvals=pending,
             awaiting_approval=any(p.status == "pending" for p in pending),
         )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.types import Command
 
@@ -75,3 +78,36 @@ def test_hook_that_never_stops_sees_every_step() -> None:
     result = agent.generate("go", on_state_change=lambda s: steps.append(s.step) and False)
     assert result.finish_reason == "stop"
     assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 4
+
+
+@pytest.mark.parametrize("reader", ["state hook", "stream"])
+def test_what_a_run_hands_its_caller_is_a_copy_nothing_changed_in_it_runs(reader: str) -> None:
+    """A state hook shown the run's own messages set a call's nested argument in them: the
+    reviewer was asked about that value, and the approved call never ran ("superseded by a
+    new user message", which nobody sent; helper-60). A stream's chunks held the run's own
+    arguments too. Both are copies now: the reviewer is asked about, and the tool runs,
+    what the model wrote."""
+    agent, ledger = agent_with([turn(call("pay", PAY, "c1")), "done"])
+
+    def meddle(args: dict[str, Any]) -> None:
+        args["payee"]["name"] = "Mallory"
+        args["amount"] = 999
+
+    def hook(state: RunState) -> bool:
+        for message in state.messages:
+            for called in getattr(message, "tool_calls", None) or []:
+                meddle(called["args"])
+        return False
+
+    if reader == "state hook":
+        run_id = agent.generate("go", on_state_change=hook).run_id
+    else:
+        stream = agent.stream("go")
+        for chunk in stream:
+            if chunk.type == "tool-call":
+                meddle(chunk.payload["args"])
+        run_id = stream.run_id
+    (pending,) = agent.snapshot(run_id=run_id)["pending_approvals"]
+    assert pending["args"] == PAY
+    assert agent.approve_tool_call_generate(run_id=run_id).text == "done"
+    assert ledger.ran == [("pay", PAY)]
