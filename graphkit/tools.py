@@ -113,6 +113,8 @@ class ToolContext:
         self._once = dict(once_results or {})
         self._keep_once = keep_once
         self._keeping = threading.Lock()
+        self._sync_running: dict[str, threading.RLock] = {}
+        self._arunning: dict[str, asyncio.Lock] = {}
 
     @property
     def resume_data(self) -> Any:
@@ -145,21 +147,31 @@ class ToolContext:
                        "database write, which must not block the event loop; use "
                        f"`await ctx.aonce({key!r}, fn)`")
                 raise RuntimeError(msg)  # before fn: no side effect left unrecorded
-            self._once[key] = fn()
-            self._keep()
+            with self._running(key):  # (two threads of the tool with one key: fn runs once)
+                if key not in self._once:
+                    self._once[key] = fn()
+                    self._keep()
         return self._once[key]
 
     async def aonce(self, key: str, fn: Callable[[], Any]) -> Any:
         """`once` for an async tool: `fn` may be sync or async; its result is kept in the
         ledger (from a worker thread) before this returns."""
         if key not in self._once:
-            value = fn()
-            if inspect.isawaitable(value):
-                value = await value
-            self._once[key] = value
-            if self._keep_once is not None:
-                await asyncio.to_thread(self._keep)
+            async with self._arunning.setdefault(key, asyncio.Lock()):  # (gathered: once)
+                if key not in self._once:
+                    value = fn()
+                    if inspect.isawaitable(value):
+                        value = await value
+                    self._once[key] = value
+                    if self._keep_once is not None:
+                        await asyncio.to_thread(self._keep)
         return self._once[key]
+
+    def _running(self, key: str) -> threading.RLock:
+        """The lock of one key's `fn`: two callers with one key at once (helper-60 ran it
+        four times from four threads of one tool) wait for the first one's result."""
+        with self._keeping:
+            return self._sync_running.setdefault(key, threading.RLock())
 
     def _keep(self) -> None:
         """Keep every result so far, one save at a time, each holding every result set before

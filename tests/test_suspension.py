@@ -257,6 +257,46 @@ async def test_two_aonce_at_once_are_both_kept(tmp_path: Path,
     assert final.text == "ok" and effects == {"hold": 1, "charge": 1}
 
 
+@pytest.mark.parametrize("how", ["two aonce gathered", "once from four threads"])
+def test_one_key_at_once_runs_its_fn_once(tmp_path: Path, how: str) -> None:
+    """`once` promises `fn` at most once per tool call; two `aonce` of one key gathered ran it
+    twice, and `once` from four threads of one tool four times (helper-60). The callers of a
+    key wait for the first one's result."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    effects: list[str] = []
+
+    def charge() -> str:
+        effects.append("charged")
+        time.sleep(0.05)
+        return "receipt-1"
+
+    async def acharge() -> str:
+        effects.append("charged")
+        await asyncio.sleep(0.05)
+        return "receipt-1"
+
+    @create_tool
+    async def pay_async(ctx: ToolContext) -> str:
+        """Charge, twice at once by mistake."""
+        got = await asyncio.gather(ctx.aonce("charge", acharge), ctx.aonce("charge", acharge))
+        return " ".join(got)
+
+    @create_tool
+    def pay_threads(ctx: ToolContext) -> str:
+        """Charge from four threads by mistake."""
+        with ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(lambda _: ctx.once("charge", charge), range(4)))
+        return " ".join(got)
+
+    name = "pay_async" if how == "two aonce gathered" else "pay_threads"
+    agent = Agent(name="p", tools=[pay_async, pay_threads],
+                  checkpointer=f"sqlite:///{tmp_path / 'runs.db'}",
+                  model=ScriptedChatModel([turn(call(name, {}, "c1")), "ok"]))
+    final = agent.generate("pay") if name == "pay_threads" else asyncio.run(agent.agenerate("pay"))
+    assert final.text == "ok" and effects == ["charged"]
+
+
 def test_a_suspension_is_recorded_once_the_database_is_back(tmp_path: Path) -> None:
     """As a tool's outcome (tests/test_execution.py): what a suspending tool asked is written
     again until the database, away as the tool suspended, takes it; the run pauses once, and
