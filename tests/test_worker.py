@@ -803,3 +803,19 @@ def test_a_queued_run_whose_time_is_no_number_is_made_ready_and_runs_once(
     assert len(ran(path)) == 1 and worker.resumed == 1
     assert agent.snapshot(run_id=paused.run_id)["status"] == "stop"
     assert ledger._sql.query("SELECT 1 FROM graphkit_leases") == []
+
+
+def test_a_run_that_failed_a_thousand_times_still_waits_its_pause(tmp_path: Path) -> None:
+    """The pause after a failed resume doubles up to 5 minutes; its exponent grew with every
+    attempt, and from the 1,024th (about 85 hours of a run that keeps failing) `2.0 **
+    attempts` overflowed: the hand-back raised, and the run waited only for its claim to
+    lapse (helper-60)."""
+    from graphkit._ledger import Ledger
+
+    ledger = Ledger.sqlite(str(tmp_path / "q.db"))
+    ledger._sql.execute("INSERT INTO graphkit_ready (run_id, thread_id, agent, ready_at, "
+                        "attempts, claimed_by) VALUES ('r1', 't1', 'bank', 1.0, 5000, 'me')")
+    ledger.retry_ready("r1", "me")
+    ((pause,),) = ledger._sql.query(f"SELECT claimed_until - {ledger._sql.now} "
+                                    "FROM graphkit_ready")
+    assert 290 < pause <= 300

@@ -293,7 +293,7 @@ class Leases(LedgerBase):
             "UPDATE graphkit_ready SET claimed_by = NULL, attempts = attempts + 1, "
             f"held_back = ?, claimed_until = {self._sql.now} + ? "
             "WHERE run_id = ? AND claimed_by = ?",
-            (why, min(300.0, 2.0 ** self._attempts(run_id)), run_id, owner))
+            (why, min(300.0, 2.0 ** min(self._attempts(run_id), 9)), run_id, owner))
 
     def forget_ready(self, thread_id: str, *, served_only: bool = False) -> None:
         """The thread was deleted: none of its runs will be continued (a resume of a thread
