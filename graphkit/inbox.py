@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -157,6 +157,10 @@ class Inbox:
         self._storage = url if isinstance(url, Storage) else open_storage(url)
         self.approvers = approvers
         self.viewers = viewers
+        self.readers: Callable[[str, PendingApproval], bool] | None = None
+        """Where the runs live somewhere with its own access rules (a LangGraph server's
+        threads, `graphkit.web.server_app`): whether a reviewer may read an item's thread
+        there. No door shows or decides an item whose thread its reviewer may not read."""
         self.notify = tuple(notify)
         self.dispatcher: Dispatcher | None = (
             start_notifications(self._storage.ledger, self.notify) if self.notify else None)
@@ -184,6 +188,8 @@ class Inbox:
         (it is not given the agent) shows its approvals to no named reviewer: who may see
         them is that policy's to say. Where no policy exists at all, every named reviewer
         sees everything; a policy that raises shows nothing."""
+        if viewer is not None and self.readers is not None and not self.readers(viewer, item):
+            return False
         policy = self.viewers if self.viewers is not None else self.approvers
         agent = None
         if policy is None:

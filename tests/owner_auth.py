@@ -2,7 +2,7 @@
 authorization docs): bearer tokens ($GRAPHKIT_TOKENS) -> identities, and every thread and run
 is its creator's alone, but for the release manager, whom the deployment lets read and run
 any thread (so the continuations of what they decide in the inbox run). The auditor may
-start no run at all (a 403 of its own handler)."""
+read every thread but start no run at all (a 403 of its own handler)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,10 @@ async def owner_only(ctx: Auth.types.AuthContext, value: Any) -> dict[str, str] 
         metadata = value.setdefault("metadata", {})
         if isinstance(metadata, dict):
             metadata.update(filters)
-    return None if ctx.user.identity in REVIEWERS else filters
+    if ctx.user.identity in REVIEWERS or (ctx.user.identity == "auditor"
+                                          and ctx.action in ("read", "search")):
+        return None
+    return filters
 
 
 @auth.on.threads.create_run

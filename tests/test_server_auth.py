@@ -315,10 +315,23 @@ def test_private_threads_are_their_creators_and_the_reviewers_alone(private_serv
     other.runs.wait(fresh, "deploy", input=said, if_not_exists="create")
     assert other.threads.get(fresh)["metadata"]["owner"] == "other"
     assert status_of(lambda: developer.threads.get(fresh)) == 404
+    (gate,) = interrupts(developer, thread_id)
+    approval_id = gate["value"]["approvals"][0]["id"]
+    # nor in the mounted inbox, at any of its doors (helper-61: it showed the thread's
+    # messages to any token holder, who could edit the call's arguments there)
+    nosy = reviewer(private_server, "tok-other")
+    assert approval_id not in nosy.get("/").text
+    assert nosy.get(f"/approvals/{approval_id}").status_code == 404
+    assert "7.0.1" not in nosy.get(f"/threads/{thread_id}/audit").text
+    csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', nosy.get("/").text)
+    assert csrf is not None
+    forged = nosy.post(f"/approvals/{approval_id}/approve",
+                       data={"csrf": csrf.group(1), "digest": "x"})
+    assert "ApprovalNotFoundError" in forged.headers["location"], forged.headers
+    assert approval_id in reviewer(private_server, "tok-dev").get("/").text  # the creator's
     rm = client(private_server, "tok-rm")
     assert rm.threads.get(thread_id)["thread_id"] == thread_id
-    (gate,) = interrupts(developer, thread_id)
-    decide(reviewer(private_server, "tok-rm"), gate["value"]["approvals"][0]["id"])
+    decide(reviewer(private_server, "tok-rm"), approval_id)
     run = settled(rm, thread_id)
     assert run["status"] == "success", run
     values = developer.threads.get_state(thread_id)["values"]
@@ -353,16 +366,36 @@ def test_a_reviewer_the_deployment_lets_run_continues_what_they_decide(owner_ser
     assert "continued" in audit and run["run_id"] in audit, audit
 
 
-@pytest.mark.parametrize("token", ["tok-audit", "tok-other"])
-def test_a_continuation_never_goes_around_the_deployments_auth(owner_server: str, token: str
-                                                               ) -> None:
-    """The deployment refuses the auditor any run (its handler's 403) and hides the
-    developer's thread from "other" (its owner filter: "not found"). A decision either makes
-    in the inbox is kept, but its continuation is created as them or not at all: never as the
-    server around that auth (a first version of this fix did, and a deploy ran during a
-    freeze). It stays queued, and the decision applies when the owner resumes."""
+def test_the_mounted_inbox_shows_nothing_of_a_thread_the_deployment_hides(owner_server: str
+                                                                         ) -> None:
+    """The deployment's owner filter hides the developer's thread from "other": the mounted
+    inbox asks the server as them, and neither lists, shows nor lets them decide its
+    approval (helper-61: it did all three, and the decision stood)."""
+    developer = client(owner_server, "tok-dev")
+    thread_id = paused_thread(developer, "deploy",
+                              messages=[{"role": "user", "content": "Roll out build 6.0.4"}])
+    (gate,) = interrupts(developer, thread_id)
+    approval_id = gate["value"]["approvals"][0]["id"]
+    web = reviewer(owner_server, "tok-other")
+    assert approval_id not in web.get("/").text
+    assert web.get(f"/approvals/{approval_id}").status_code == 404
+    csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', web.get("/").text)
+    assert csrf is not None
+    refused = web.post(f"/approvals/{approval_id}/decline", data={"csrf": csrf.group(1)})
+    assert "ApprovalNotFoundError" in refused.headers["location"], refused.headers
+    (still,) = interrupts(developer, thread_id)
+    assert still["value"]["approvals"][0]["id"] == approval_id
+
+
+def test_a_continuation_never_goes_around_the_deployments_auth(owner_server: str) -> None:
+    """The deployment lets the auditor read every thread but start no run (its handler's
+    403). A decision the auditor makes in the inbox is kept, but its continuation is created
+    as them or not at all: never as the server around that auth (a first version of this fix
+    did, and a deploy ran during a freeze). It stays queued, and the decision applies when
+    the owner resumes."""
     import time
 
+    token = "tok-audit"
     developer = client(owner_server, "tok-dev")
     thread_id = paused_thread(developer, "deploy",
                               messages=[{"role": "user", "content": "Roll out build 6.0.2"}])
@@ -375,8 +408,7 @@ def test_a_continuation_never_goes_around_the_deployments_auth(owner_server: str
         assert continuations(developer, thread_id) == []
         time.sleep(0.5)
     card = html.unescape(web.get(f"/approvals/{approval_id}").text)  # the card says why
-    how = "refuses auditor" if token == "tok-audit" else "hides the thread from other"
-    assert f"did not start: the deployment's auth {how}" in card, card
+    assert "did not start: the deployment's auth refuses auditor" in card, card
     values = developer.threads.get_state(thread_id)["values"]
     assert not [m for m in values["messages"] if "rolled out" in str(m["content"])]
     out = developer.runs.wait(thread_id, "deploy", command={"resume": {}})  # the owner goes on

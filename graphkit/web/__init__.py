@@ -99,8 +99,8 @@ class _Web:
         """Inside a LangGraph server: from the first request on, start again every
         continuation whose last attempt failed (a task on the server's loop)."""
         if self.server is not None and self._retrying is None:
-            self._retrying = asyncio.get_running_loop().create_task(
-                self.server.keep_continuing())
+            self.server.loop = asyncio.get_running_loop()
+            self._retrying = self.server.loop.create_task(self.server.keep_continuing())
 
     async def pending(self, viewer: str) -> list[PendingApproval]:
         """What waits on a decision the viewer may see, as `present` lets it be shown."""
@@ -213,9 +213,11 @@ def create_app(url_or_storage: str | Storage | None = None, *,
               else parse_tokens(os.environ.get("GRAPHKIT_TOKENS", "")) if authenticate is None
               else {})
     inbox = Inbox(storage, agents=agents, viewers=viewers)
+    server = ServerRuns(storage.ledger) if continue_runs else None
+    if server is not None:
+        inbox.readers = server.readers  # the deployment's thread filters, at every door
     web = _Web(inbox, authenticate if callable(authenticate) else None, tokens,
-               Sessions(secret, ended=storage.ledger.session_ended), thread_messages,
-               ServerRuns(storage.ledger) if continue_runs else None)
+               Sessions(secret, ended=storage.ledger.session_ended), thread_messages, server)
     return Starlette(routes=_routes(web), middleware=[Middleware(_Secured)])
 
 

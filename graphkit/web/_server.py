@@ -35,6 +35,8 @@ THREAD_DELETED = "its thread was deleted on the LangGraph server"
 ALIVE_SECONDS = 3.0
 """How long the lists take a thread the server was found to hold to be there still (the live
 list asks every half second); a card and a decision ask every time."""
+LOOKUP_SECONDS = 10.0
+"""How long the inbox waits for the server to say whether a reviewer may read a thread."""
 LOOKUPS = 8
 """Threads looked up on the server at once."""
 MAX_ALIVE = 4096
@@ -179,6 +181,13 @@ REFUSED = ("the deployment's auth {how} {reviewer} (whose decision this is): it 
 BUSY = "the thread's run still goes on: it is continued once its approval gate waits"
 
 
+def _on(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
 class _Refused(Exception):
     """The server refused the reviewer the continuation (their auth does not reach it)."""
 
@@ -239,6 +248,30 @@ async def thread_messages(thread_id: str) -> list[BaseMessage]:
     return convert_to_messages(raw) if isinstance(raw, list) else []
 
 
+async def _reads(reviewer: str, thread_id: str) -> bool:
+    """Whether the deployment's auth lets `reviewer` read the thread: asked as them, so its
+    thread filters (private threads, `GRAPHKIT_REVIEWERS`) decide, as they do for the run a
+    decision of theirs is continued as. Not known (the server failed): not readable."""
+    try:
+        async with _as_reviewer(reviewer):
+            await _client().threads.get(thread_id)
+    except Exception as exc:
+        from langgraph_sdk.errors import NotFoundError, PermissionDeniedError
+
+        if not isinstance(exc, NotFoundError | PermissionDeniedError):
+            logger.warning("inbox: could not ask the server whether %r may read thread %s",
+                           reviewer, thread_id, exc_info=True)
+        return False
+    return True
+
+
+async def _may_read(reviewer: str, thread_id: str) -> bool:
+    """`_reads`, or the thread is gone from the server (asked as the server itself): nothing
+    of it is left there to keep from anyone, and what the ledger kept of it (a declined
+    approval) is the inbox's policies' to show."""
+    return await _reads(reviewer, thread_id) or not await _holds(thread_id)
+
+
 class ServerRuns:
     """The loopback face of the server for the mounted inbox."""
 
@@ -246,6 +279,51 @@ class ServerRuns:
         self._ledger = ledger
         self._alive: dict[str, float] = {}
         """Threads the server was found to hold, and until when that is taken to hold."""
+        self._marked: dict[str, bool] = {}
+        """Approvals known to be, or not to be, the served agents' (`_asked_here`)."""
+        self._read: dict[tuple[str, str], tuple[float, bool]] = {}
+        """Whether a reviewer may read a thread (`_reads`), and until when that holds."""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The server's event loop, where `readers` asks it (set on the inbox's first
+        request)."""
+
+    def readers(self, reviewer: str, item: PendingApproval) -> bool:
+        """`Inbox.readers` for the server's runs: whether `reviewer` may read `item`'s thread
+        on the server (helper-61: with private threads, any token holder signed into the
+        inbox saw and decided the approvals of threads the server hid from them). Called
+        from the inbox's worker threads; an item of a run the server does not keep (graphkit's
+        API on a shared database) is judged by the inbox's policies alone."""
+        if not _served(item) or not self._asked_here(item.id):
+            return True
+        key, now = (reviewer, str(item.thread_id)), time.monotonic()
+        known = self._read.get(key)
+        if known is not None and known[0] > now:
+            return known[1]
+        loop = self.loop
+        if loop is None or _on(loop):  # (never waited for on its own loop: not readable)
+            return False
+        try:
+            readable = asyncio.run_coroutine_threadsafe(
+                _may_read(reviewer, key[1]), loop).result(timeout=LOOKUP_SECONDS)
+        except Exception:
+            logger.warning("inbox: could not ask the server whether %r may read thread %s",
+                           reviewer, key[1], exc_info=True)
+            return False
+        if len(self._read) > MAX_ALIVE:
+            self._read = {k: v for k, v in self._read.items() if v[0] > now}
+        self._read[key] = (now + ALIVE_SECONDS, readable)
+        return readable
+
+    def _asked_here(self, approval_id: str) -> bool:
+        """Whether a served agent asked it (`Ledger.server_approvals`): a graph driven
+        directly on the shared database asks in threads the server never kept."""
+        known = self._marked.get(approval_id)
+        if known is None:
+            known = approval_id in self._ledger.server_approvals([approval_id])
+            if len(self._marked) > MAX_ALIVE:
+                self._marked.clear()
+            self._marked[approval_id] = known
+        return known
 
     async def present(self, items: Sequence[PendingApproval], *, fresh: bool = False
                       ) -> list[PendingApproval]:
