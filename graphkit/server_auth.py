@@ -108,7 +108,8 @@ def make_auth(
 
     `reviewers` (default: `$GRAPHKIT_REVIEWERS`, comma-separated) makes threads private: a
     thread, its runs and its crons belong to the identity that created them, and only it and
-    the reviewers may read, search, run or change them; anyone else gets "not found".
+    the reviewers may read, search, run or change them; anyone else gets "not found". Only
+    reviewers change a thread's owner, or create, change or delete assistants.
     Reviewers read and run every thread: a decision in the mounted inbox is continued as its
     reviewer's run. Without reviewers, every caller reads and runs every thread.
     """
@@ -127,6 +128,11 @@ def make_auth(
         if not readers:
             return None
         mine = {"owner": ctx.user.identity}
+        metadata = value.get("metadata") if isinstance(value, dict) else None
+        if (ctx.action == "update" and isinstance(metadata, Mapping) and "owner" in metadata
+                and ctx.user.identity not in readers):
+            # a thread given away (or its owner blanked) would read as another's own work
+            raise _forbidden("A thread's owner is not yours to change")
         if creates and isinstance(value, dict):
             metadata = value.get("metadata")
             if metadata is None:
@@ -170,6 +176,16 @@ def make_auth(
         """A thread: its creator's and the reviewers' when threads are private."""
         check_caller(ctx)
         return owned(ctx, value, creates=ctx.action == "create")
+
+    @auth.on.assistants
+    async def assistants(ctx: Auth.types.AuthContext, value: Any) -> None:
+        """With private threads, only reviewers create, change or delete assistants: the
+        graphs' own are every caller's, and one changed (a recursion limit of 1) or deleted
+        stopped every other caller's runs (helper-61)."""
+        check_caller(ctx)
+        if readers and ctx.action in ("create", "update", "delete") and (
+                ctx.user.identity not in readers):
+            raise _forbidden("Only reviewers create, change or delete assistants")
 
     @auth.on.crons
     async def crons(ctx: Auth.types.AuthContext, value: Any) -> dict[str, str] | None:

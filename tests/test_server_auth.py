@@ -305,12 +305,23 @@ def test_private_threads_are_their_creators_and_the_reviewers_alone(private_serv
                     lambda: other.threads.get_state(thread_id),
                     lambda: other.runs.create(thread_id, "deploy", input=said),
                     lambda: other.runs.create(thread_id, "deploy", command={"resume": {}}),
-                    lambda: other.threads.update(thread_id, metadata={"owner": "other"}),
+                    lambda: other.threads.update(thread_id, metadata={"topic": "mine"}),
                     lambda: other.runs.list(thread_id)):
         assert status_of(attempt) == 404
     assert thread_id not in [t["thread_id"] for t in other.threads.search(limit=100)]
+    assert status_of(lambda: other.threads.update(thread_id, metadata={"owner": "other"})) == 403
     made = other.threads.create()["thread_id"]  # what other creates is theirs to read
     assert other.threads.get(made)["metadata"]["owner"] == "other"
+    assert [t["thread_id"] for t in other.threads.search(metadata={"owner": "other"})] == [made]
+    # ... and not theirs to give away, nor to hide (helper-61)
+    assert status_of(lambda: other.threads.update(made, metadata={"owner": "developer"})) == 403
+    assert status_of(lambda: other.threads.update(made, metadata={"owner": None})) == 403
+    assert other.threads.update(made, metadata={"topic": "mine"})["metadata"]["owner"] == "other"
+    # the graphs' own assistants are every caller's: not one's to change or delete
+    (assistant,) = other.assistants.search(graph_id="deploy")
+    assert status_of(lambda: other.assistants.update(assistant["assistant_id"],
+                                                     config={"recursion_limit": 1})) == 403
+    assert status_of(lambda: other.assistants.delete(assistant["assistant_id"])) == 403
     fresh = str(uuid.uuid4())  # a thread a run creates too
     other.runs.wait(fresh, "deploy", input=said, if_not_exists="create")
     assert other.threads.get(fresh)["metadata"]["owner"] == "other"
