@@ -32,7 +32,7 @@ from langgraph_sdk import Auth
 from langgraph_sdk.auth import is_studio_user
 
 __all__ = ["ANONYMOUS", "GRAPHKIT_NAMESPACE", "REVIEWERS_ENV", "TOKENS_ENV", "make_auth",
-           "parse_tokens"]
+           "parse_tokens", "reviewers_of"]
 
 TOKENS_ENV = "GRAPHKIT_TOKENS"
 """Environment variable with the token map: `{"tok": "identity"}` or `tok=identity,tok2=id2`."""
@@ -74,6 +74,11 @@ def parse_tokens(text: str) -> dict[str, str]:
             raise ValueError(f"{TOKENS_ENV} needs non-empty string tokens and identities")
         tokens[token] = identity
     return tokens
+
+
+def reviewers_of(text: str) -> frozenset[str]:
+    """The reviewers `$GRAPHKIT_REVIEWERS` names (comma-separated identities)."""
+    return frozenset(name.strip() for name in text.split(",") if name.strip())
 
 
 def _lookup(tokens: Mapping[bytes, str], presented: str) -> str | None:
@@ -118,8 +123,8 @@ def make_auth(
     anonymous_ok = not table if allow_anonymous is None else allow_anonymous
     studio_ok = anonymous_ok if allow_studio is None else allow_studio
 
-    readers = frozenset(reviewers if reviewers is not None else (
-        name.strip() for name in os.environ.get(REVIEWERS_ENV, "").split(",") if name.strip()))
+    readers = (frozenset(reviewers) if reviewers is not None
+               else reviewers_of(os.environ.get(REVIEWERS_ENV, "")))
 
     def owned(ctx: Auth.types.AuthContext, value: Any, *, creates: bool) -> dict[str, str] | None:
         """With private threads, the owner filter: what the caller creates is stamped theirs

@@ -340,6 +340,14 @@ def test_private_threads_are_their_creators_and_the_reviewers_alone(private_serv
                        data={"csrf": csrf.group(1), "digest": "x"})
     assert "ApprovalNotFoundError" in forged.headers["location"], forged.headers
     assert approval_id in reviewer(private_server, "tok-dev").get("/").text  # the creator's
+    # what is left of a deleted thread is a reviewer's to read, not anyone's (helper-62)
+    gone = paused_thread(other, "deploy",
+                         messages=[{"role": "user", "content": "Roll out build 7.0.9"}])
+    (asked,) = interrupts(other, gone)
+    other.threads.delete(gone)
+    left = asked["value"]["approvals"][0]["id"]
+    assert reviewer(private_server, "tok-dev").get(f"/approvals/{left}").status_code == 404
+    assert reviewer(private_server, "tok-rm").get(f"/approvals/{left}").status_code == 200
     rm = client(private_server, "tok-rm")
     assert rm.threads.get(thread_id)["thread_id"] == thread_id
     decide(reviewer(private_server, "tok-rm"), approval_id)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -24,6 +25,7 @@ from langchain_core.messages import BaseMessage, convert_to_messages
 from graphkit._approvals import INTERRUPT_MARKER
 from graphkit._ledger import SERVER_THREAD, Ledger
 from graphkit._review import audit_row, withdraw_thread
+from graphkit.server_auth import REVIEWERS_ENV, reviewers_of
 from graphkit.types import PendingApproval
 
 __all__ = ["Continuation", "ServerRuns", "thread_messages"]
@@ -266,10 +268,17 @@ async def _reads(reviewer: str, thread_id: str) -> bool:
 
 
 async def _may_read(reviewer: str, thread_id: str) -> bool:
-    """`_reads`, or the thread is gone from the server (asked as the server itself): nothing
-    of it is left there to keep from anyone, and what the ledger kept of it (a declined
-    approval) is the inbox's policies' to show."""
-    return await _reads(reviewer, thread_id) or not await _holds(thread_id)
+    """`_reads`, or the thread is gone from the server (asked as the server itself) and the
+    deployment's threads are not private: what the ledger kept of it (a declined approval)
+    is the inbox's policies' to show. With `GRAPHKIT_REVIEWERS` only a reviewer reads what
+    is left of a deleted thread: its creator's arguments, audit and grants read as anyone's
+    own otherwise (helper-62)."""
+    if await _reads(reviewer, thread_id):
+        return True
+    private = reviewers_of(os.environ.get(REVIEWERS_ENV, ""))
+    if private and reviewer not in private:
+        return False
+    return not await _holds(thread_id)
 
 
 class ServerRuns:
