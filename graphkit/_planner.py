@@ -28,7 +28,7 @@ from graphkit._context import (
     thread_id_of,
 )
 from graphkit._journal import GateJournal
-from graphkit._ledger import ApprovalRow, Ledger, PendingTurn, Queued, queued_id
+from graphkit._ledger import ApprovalRow, GrantRow, Ledger, PendingTurn, Queued, queued_id
 from graphkit._secrets import masked_ai
 from graphkit._settings import GateSettings
 from graphkit._state import AgentState, TurnPlan, turn_key
@@ -228,12 +228,24 @@ class Planner:
                            durability=durability_of(config), step=step_of(config),
                            never_written=never_written(config))
 
+    def _in_this_conversation(self, grants: Mapping[str, GrantRow], state: AgentState
+                              ) -> dict[str, GrantRow]:
+        """The grants given in a turn this conversation holds. A thread id names a new
+        conversation once its thread was deleted (a LangGraph server's delete does not go
+        through graphkit) and created again, by anyone who knows the id: a grant of the
+        deleted conversation approved that one's calls with no one asked (helper-62)."""
+        held = {str(m.id) for m in state.get("messages") or [] if isinstance(m, AIMessage)}
+        where = self.ledger.granted_in(g.grant_id for g in grants.values())
+        return {name: g for name, g in grants.items() if where.get(g.grant_id) in held}
+
     def plan(self, ai: AIMessage, state: AgentState, ctx: GateContext, *,
              stored: AIMessage | None = None) -> tuple[TurnPlan, list[ToolMessage], AIMessage]:
         """Plan the turn of `ai`, and the message the state stores for it (`stored`, or `ai`:
         its secrets masked, `_secrets.masked_ai`); the plan is filed under that message."""
         names = [c["name"] for c in ai.tool_calls if c["name"] in self.tools]
         grants = self.ledger.live_grants(ctx.thread_id, ctx.path, names) if names else {}
+        if grants and len(ctx.path) == 1:
+            grants = self._in_this_conversation(grants, state)
         kept = stored if stored is not None else ai
         planned = plan_turn(ai, self.tools, self.settings, state.get("options") or {},
                             agent_path=ctx.path, thread_id=ctx.thread_id, run_id=ctx.run_id,

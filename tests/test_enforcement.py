@@ -509,6 +509,36 @@ def test_grants_expire() -> None:
     assert ran.ran == [("pay", PAY)]
 
 
+def test_a_grant_dies_with_the_conversation_it_was_given_in(sqlite_url: str) -> None:
+    """A grant is the thread's for the rest of its conversation. A LangGraph server deletes a
+    thread without graphkit, and anyone who knows its id may create it again: the deleted
+    conversation's grant then approved the new one's calls with no one asked, past the
+    approvers policy (helper-62). Here the graph runs as the server runs it (graphkit's own
+    API records its runs and notices a deleted thread), the inbox grants, and the
+    checkpointer forgets the thread as the server's delete does."""
+    import uuid
+
+    from graphkit._storage import WithdrawsDeleted
+
+    script = [turn(call("pay", PAY, "c1")), "one", turn(call("pay", PAY, "c2")), "two",
+              turn(call("pay", {**PAY, "amount": 7}, "c3")), "three"]
+    agent, ran = agent_with(script, checkpointer=sqlite_url,
+                            approvers=lambda who, pending: who == "cfo")
+    thread_id = str(uuid.uuid4())
+    said = config(thread_id, "dev")
+    paused = agent.graph.invoke({"messages": [HumanMessage("pay")]}, said)
+    asked = paused["__interrupt__"][0].value["approvals"][0]["id"]
+    Inbox(sqlite_url, agents=[agent]).approve(asked, decided_by="cfo", remember="thread")
+    raw(agent, thread_id, {}, "cfo")
+    again = agent.graph.invoke({"messages": [HumanMessage("again")]}, said)
+    assert not again.get("__interrupt__")  # the grant holds in its conversation
+    # the server's own saver deletes it: graphkit's savers are told, the server's are not
+    super(WithdrawsDeleted, agent.graph.checkpointer).delete_thread(thread_id)  # type: ignore[arg-type]
+    anew = agent.graph.invoke({"messages": [HumanMessage("pay 7")]}, said)
+    assert anew.get("__interrupt__")  # asked again
+    assert ran.ran == [("pay", PAY), ("pay", PAY)]
+
+
 @pytest.mark.parametrize("door", ["api", "inbox"])
 def test_a_grant_on_a_subagents_call_lasts_that_subagents_grant_ttl(door: str) -> None:
     """The grant covers the subagent's tool: its lifetime is the subagent's, never the
