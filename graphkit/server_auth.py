@@ -139,7 +139,6 @@ def make_auth(
             # a thread given away (or its owner blanked) would read as another's own work
             raise _forbidden("A thread's owner is not yours to change")
         if creates and isinstance(value, dict):
-            metadata = value.get("metadata")
             if metadata is None:
                 metadata = value["metadata"] = {}
             if isinstance(metadata, dict):

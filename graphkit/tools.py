@@ -169,9 +169,9 @@ class ToolContext:
 
     def _running(self, key: str) -> threading.RLock:
         """The lock of one key's `fn`: two callers with one key at once (helper-60 ran it
-        four times from four threads of one tool) wait for the first one's result."""
-        with self._keeping:
-            return self._sync_running.setdefault(key, threading.RLock())
+        four times from four threads of one tool) wait for the first one's result. (One
+        `setdefault`: atomic, so two threads never make a lock each.)"""
+        return self._sync_running.setdefault(key, threading.RLock())
 
     def _keep(self) -> None:
         """Keep every result so far, one save at a time, each holding every result set before
