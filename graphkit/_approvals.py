@@ -155,6 +155,7 @@ def plan_turn(
     run_id: str | None,
     grants: Mapping[str, GrantRow] | None = None,
     plan_key: str,
+    conversation: str | None = None,
 ) -> Planned:
     """Read one model turn: which calls run, which wait for a human, which are malformed.
 
@@ -249,7 +250,8 @@ def plan_turn(
         planned.calls.append(CallRow(call_key=key, thread_id=thread_id, agent_path=agent_path,
                                      tool_name=name, args_digest=args_digest(args),
                                      approval_id=approval["id"] if approval else None,
-                                     turn_key=plan_key, args=args, tool_call_id=call_id))
+                                     turn_key=plan_key, args=args, tool_call_id=call_id,
+                                     conversation=conversation))
         planned_call = CallPlan(
             tool_call_id=call_id,
             tool_name=name,

@@ -30,6 +30,9 @@ PATH_KEY = "graphkit_agent_path"
 DELEGATION_KEY = "graphkit_delegation"
 """Key of `config["configurable"]` holding, for a subagent, the key of the supervisor's call
 it works for (its turns are planned under it: parallel delegations never share a plan)."""
+CONVERSATION_KEY = "graphkit_conversation"
+"""Key of `config["configurable"]` holding, for a subagent, the conversation of the thread's
+top-level agent (`AgentState.conversation`), as the delegation node sets it."""
 EVENT_KEY = "graphkit_event"
 """Key marking graphkit's custom stream events (telemetry) among other custom events."""
 LEASE_KEY = "__graphkit_lease"

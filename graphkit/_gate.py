@@ -522,6 +522,8 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
             supersede_abandoned(messages, ctx)  # an earlier version of this turn, rewritten
             new_messages.extend(errors)
             update["turn"] = pointer(plan)
+            if ctx.new_conversation:
+                update["conversation"] = ctx.conversation
             changed = True  # the state has writes to take before any pause
         else:
             plan = _copy_plan(previous)

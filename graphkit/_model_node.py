@@ -227,8 +227,10 @@ def make_model_node(
         answered = {m.tool_call_id for m in errors}
         ctx.journal.sync(None, plan, answered)
         sends = dispatch_now(plan, answered, ctx, state, planner.tools)
-        return Command(update={"messages": [*fixes, stored, *errors],
-                               "turn": pointer(plan)}, goto=sends or "approval_gate")
+        update: dict[str, Any] = {"messages": [*fixes, stored, *errors], "turn": pointer(plan)}
+        if ctx.new_conversation:
+            update["conversation"] = ctx.conversation
+        return Command(update=update, goto=sends or "approval_gate")
 
     def noted(command: Command[ModelTarget], delivered: Callable[[], None] | None
               ) -> Command[ModelTarget]:

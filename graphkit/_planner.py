@@ -9,6 +9,7 @@ verdict is then recorded in the ledger and checkpointed with the AI message itse
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -19,6 +20,7 @@ from langchain_core.tools import BaseTool
 
 from graphkit._approvals import plan_turn, telemetry
 from graphkit._context import (
+    CONVERSATION_KEY,
     agent_path_of,
     delegation_of,
     durability_of,
@@ -65,6 +67,11 @@ class GateContext:
     """The run's LangGraph durability (`durability_of`)."""
     step: str | None = None
     """The checkpoint the pass's step runs from (`step_of`)."""
+    conversation: str | None = None
+    """The thread's conversation (`AgentState.conversation`; a subagent's: its top-level
+    agent's, from the delegation), or a new one for a thread that has none yet."""
+    new_conversation: bool = False
+    """Whether `conversation` is new: the pass that plans writes it to the state."""
     never_written: Callable[[str], bool] = field(
         default=lambda _checkpoint_id: False, repr=False, compare=False)
     """Whether a checkpoint of this graph and thread is missing (`never_written`)."""
@@ -223,20 +230,31 @@ class Planner:
                               scope=task_ns.rpartition("|")[0], agent_path=path)
         if like is not None and like.journal.run_known:
             journal.known_run([run] if (run := like.journal.run_id) is not None else [])
+        if self.nested:  # (the delegation node's word; a top-level graph ignores the config's)
+            found = (config.get("configurable") or {}).get(CONVERSATION_KEY)
+            conversation = found if isinstance(found, str) else None
+        else:
+            conversation = like.conversation if like is not None else state.get("conversation")
+        new = not self.nested and not conversation
         return GateContext(path=path, thread_id=thread_id, journal=journal, ledger=self.ledger,
                            scope=delegation_of(config) if self.nested else "",
                            durability=durability_of(config), step=step_of(config),
-                           never_written=never_written(config))
+                           never_written=never_written(config),
+                           conversation=f"conv_{uuid.uuid4().hex}" if new else conversation,
+                           new_conversation=new or bool(like and like.new_conversation))
 
-    def _in_this_conversation(self, grants: Mapping[str, GrantRow], state: AgentState
+    def _in_this_conversation(self, grants: Mapping[str, GrantRow], ctx: GateContext
                               ) -> dict[str, GrantRow]:
-        """The grants given in a turn this conversation holds. A thread id names a new
-        conversation once its thread was deleted (a LangGraph server's delete does not go
-        through graphkit) and created again, by anyone who knows the id: a grant of the
-        deleted conversation approved that one's calls with no one asked (helper-62)."""
-        held = {str(m.id) for m in state.get("messages") or [] if isinstance(m, AIMessage)}
+        """The grants given in this conversation. A thread id names a new conversation once
+        its thread was deleted (a LangGraph server's delete does not go through graphkit)
+        and created again, by anyone who knows the id: a grant of the deleted conversation
+        approved the new one's calls with no one asked (helper-62). The conversation is a
+        state channel no graph input writes (helper-63 forged a conversation's messages)."""
+        if ctx.conversation is None or ctx.new_conversation:
+            return {}
         where = self.ledger.granted_in(g.grant_id for g in grants.values())
-        return {name: g for name, g in grants.items() if where.get(g.grant_id) in held}
+        return {name: g for name, g in grants.items()
+                if where.get(g.grant_id) == ctx.conversation}
 
     def plan(self, ai: AIMessage, state: AgentState, ctx: GateContext, *,
              stored: AIMessage | None = None) -> tuple[TurnPlan, list[ToolMessage], AIMessage]:
@@ -244,12 +262,13 @@ class Planner:
         its secrets masked, `_secrets.masked_ai`); the plan is filed under that message."""
         names = [c["name"] for c in ai.tool_calls if c["name"] in self.tools]
         grants = self.ledger.live_grants(ctx.thread_id, ctx.path, names) if names else {}
-        if grants and len(ctx.path) == 1:
-            grants = self._in_this_conversation(grants, state)
+        if grants:
+            grants = self._in_this_conversation(grants, ctx)
         kept = stored if stored is not None else ai
         planned = plan_turn(ai, self.tools, self.settings, state.get("options") or {},
                             agent_path=ctx.path, thread_id=ctx.thread_id, run_id=ctx.run_id,
-                            grants=grants, plan_key=turn_key(kept, ctx.scope))
+                            grants=grants, plan_key=turn_key(kept, ctx.scope),
+                            conversation=ctx.conversation)
         secrets = {c["tool_call_id"]: c["secrets"] for c in planned.plan["calls"]
                    if c.get("secrets")}
         planned_ids = {c["tool_call_id"] for c in planned.plan["calls"]}

@@ -242,6 +242,16 @@ class AgentState(TypedDict, total=False):
     options: Annotated[RunOptions, keep_typed_options]
     turn: Annotated[TurnPointer | None, keep_pointer]
     reports: Annotated[dict[str, SuspensionReport], keep_typed_reports]
+    conversation: Annotated[str | None, keep_first]
+    """This thread's conversation: set at its first planned turn, never by graph input. A
+    thread deleted and created again under its id is another conversation (grants)."""
+
+
+def keep_first(old: Any, new: Any) -> str | None:
+    """Once set, kept: no later write (a state update) moves a conversation to another."""
+    if isinstance(old, str) and old:
+        return old
+    return new if isinstance(new, str) and new else None
 
 
 class InputState(TypedDict, total=False):

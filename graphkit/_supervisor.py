@@ -19,7 +19,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 from pydantic import BaseModel, Field
 
-from graphkit._context import DELEGATION_KEY, PATH_KEY, thread_id_of
+from graphkit._context import CONVERSATION_KEY, DELEGATION_KEY, PATH_KEY, thread_id_of
 from graphkit._ledger import DONE, Ledger
 from graphkit._state import ToolTask, well_typed_task
 from graphkit._tools_node import result_command, runs_as_recorded
@@ -73,11 +73,14 @@ def make_delegate_nodes(
             "options": {k: v for k, v in options.items()
                         if k in ("run_id", "require_tool_approval", "max_steps")},
         }
+        row = ledger.call(str(task["key"]))
         sub_config: RunnableConfig = {
             **config,
-            # the subagent's place in the chain is this agent's own path, never the task's
+            # the subagent's place in the chain is this agent's own path, never the task's;
+            # its conversation is the one the delegation was planned in (its grants')
             "configurable": {**(config.get("configurable") or {}),
-                             PATH_KEY: path_of(config), DELEGATION_KEY: task["key"]},
+                             PATH_KEY: path_of(config), DELEGATION_KEY: task["key"],
+                             CONVERSATION_KEY: row.conversation if row is not None else None},
         }
         return sub_input, sub_config
 
@@ -128,7 +131,7 @@ def make_delegate_nodes(
         done = await asyncio.to_thread(settled, task, config)
         if isinstance(done, Command):
             return done
-        sub_input, sub_config = prepare(task, done, config)
+        sub_input, sub_config = await asyncio.to_thread(prepare, task, done, config)
         output = await subgraph.ainvoke(sub_input, sub_config)
         return await asyncio.to_thread(answer, task, output, config)
 

@@ -90,8 +90,8 @@ class Executions(LedgerBase):
         """A planned call, with its arguments as planned."""
         rows = self._sql.query(
             "SELECT call_key, thread_id, agent_path, tool_name, args_digest, approval_id, "
-            "executed, outcome, once_results, args, tool_call_id FROM graphkit_calls "
-            "WHERE call_key = ?",
+            "executed, outcome, once_results, args, tool_call_id, conversation "
+            "FROM graphkit_calls WHERE call_key = ?",
             (call_key,))
         if not rows:
             return None
@@ -100,7 +100,8 @@ class Executions(LedgerBase):
                        agent_path=[p for p in str(r[2]).split("/") if p], tool_name=str(r[3]),
                        args_digest=str(r[4]), approval_id=r[5], executed=r[6],
                        outcome=loads(r[7]), once_results=once_values(r[8]),
-                       args=unstowed(self._sql.query, r[9], whole=True), tool_call_id=r[10])
+                       args=unstowed(self._sql.query, r[9], whole=True), tool_call_id=r[10],
+                       conversation=r[11])
 
     def outcomes(self, call_keys: Iterable[str], *, thread_id: str | None = None
                  ) -> dict[str, dict[str, Any] | None]:

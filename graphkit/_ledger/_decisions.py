@@ -278,19 +278,20 @@ class Decisions(LedgerBase):
         return {g.tool_name: g for g in map(grant_row, rows)}
 
     def granted_in(self, grant_ids: Iterable[str]) -> dict[str, str | None]:
-        """The AI message id of the turn each grant's approval was given in (None: not
-        known), by grant id."""
+        """The conversation each grant's approval was asked in (None: not known), by grant
+        id."""
         ids = sorted(set(grant_ids))
         if not ids:
             return {}
         marks = ", ".join("?" for _ in ids)
         rows = self._sql.query(
-            "SELECT g.grant_id, c.turn_key FROM graphkit_grants g LEFT JOIN graphkit_approvals a"
+            "SELECT g.grant_id, c.conversation FROM graphkit_grants g LEFT JOIN "
+            "graphkit_approvals a"
             " ON a.approval_id = g.approval_id LEFT JOIN graphkit_calls c ON c.call_key = "
             f"a.call_key WHERE g.grant_id IN ({marks})", tuple(ids))
         found: dict[str, str | None] = dict.fromkeys(ids)
-        for grant_id, key in rows:
-            found[str(grant_id)] = str(key).partition("#")[0] if key else None
+        for grant_id, conversation in rows:
+            found[str(grant_id)] = str(conversation) if conversation else None
         return found
 
     def grants(self, thread_id: str | None = None) -> list[GrantRow]:

@@ -93,13 +93,14 @@ class Plans(LedgerBase):
             for call in calls:
                 tx.execute(
                     "INSERT INTO graphkit_calls (call_key, thread_id, agent_path, tool_name, "
-                    "args_digest, approval_id, turn_key, args, tool_call_id, created_at) "
-                    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, {now}) ON CONFLICT (call_key) "
+                    "args_digest, approval_id, turn_key, args, tool_call_id, conversation, "
+                    f"created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {now}) "
+                    "ON CONFLICT (call_key) "
                     "DO NOTHING",
                     (call.call_key, call.thread_id, path_text(call.agent_path), call.tool_name,
                      call.args_digest, call.approval_id, call.turn_key,
                      stowed(tx, call.args, whole=True) if call.args is not None else None,
-                     call.tool_call_id))
+                     call.tool_call_id, call.conversation))
             for row in approvals:
                 grant_id = (row.decision or {}).get("grant_id")
                 if grant_id and self._insert_approval(tx, row, live_grant=grant_id):

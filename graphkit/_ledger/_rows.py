@@ -35,6 +35,9 @@ class CallRow:
     """The arguments it runs with: as planned, or (gated calls) as a gate cleared them."""
     tool_call_id: str | None = None
     """The model's id of the call (None in rows written before the ledger kept it)."""
+    conversation: str | None = None
+    """The conversation it was planned in (`AgentState.conversation`): a grant its approval
+    gives holds there alone."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -183,6 +183,8 @@ MIGRATIONS = (("graphkit_approvals", "allowed", "TEXT"),
                ("graphkit_calls", "suspended_with", "TEXT"),
                ("graphkit_approvals", "record", "TEXT"),
                ("graphkit_calls", "turn_key", "TEXT"),
+               # the conversation a call was planned in: its approval's grant holds there
+               ("graphkit_calls", "conversation", "TEXT"),
                # what a paused run waits on: the run's id ('' for a server's run), else NULL
                ("graphkit_approvals", "waiting", "TEXT"),
                ("graphkit_approvals", "call_index", "INTEGER"),
