@@ -30,7 +30,7 @@ from graphkit._context import (
     thread_id_of,
 )
 from graphkit._journal import GateJournal
-from graphkit._ledger import ApprovalRow, GrantRow, Ledger, PendingTurn, Queued, queued_id
+from graphkit._ledger import ApprovalRow, Ledger, PendingTurn, Queued, queued_id
 from graphkit._secrets import masked_ai
 from graphkit._settings import GateSettings
 from graphkit._state import AgentState, TurnPlan, turn_key
@@ -243,27 +243,16 @@ class Planner:
                            conversation=f"conv_{uuid.uuid4().hex}" if new else conversation,
                            new_conversation=new or bool(like and like.new_conversation))
 
-    def _in_this_conversation(self, grants: Mapping[str, GrantRow], ctx: GateContext
-                              ) -> dict[str, GrantRow]:
-        """The grants given in this conversation. A thread id names a new conversation once
-        its thread was deleted (a LangGraph server's delete does not go through graphkit)
-        and created again, by anyone who knows the id: a grant of the deleted conversation
-        approved the new one's calls with no one asked (helper-62). The conversation is a
-        state channel no graph input writes (helper-63 forged a conversation's messages)."""
-        if ctx.conversation is None or ctx.new_conversation:
-            return {}
-        where = self.ledger.granted_in(g.grant_id for g in grants.values())
-        return {name: g for name, g in grants.items()
-                if where.get(g.grant_id) == ctx.conversation}
-
     def plan(self, ai: AIMessage, state: AgentState, ctx: GateContext, *,
              stored: AIMessage | None = None) -> tuple[TurnPlan, list[ToolMessage], AIMessage]:
         """Plan the turn of `ai`, and the message the state stores for it (`stored`, or `ai`:
         its secrets masked, `_secrets.masked_ai`); the plan is filed under that message."""
         names = [c["name"] for c in ai.tool_calls if c["name"] in self.tools]
-        grants = self.ledger.live_grants(ctx.thread_id, ctx.path, names) if names else {}
-        if grants:
-            grants = self._in_this_conversation(grants, ctx)
+        # (a conversation new in this pass was given no grant: the state's channel, which no
+        # graph input writes, is what a grant was given in)
+        grants = (self.ledger.live_grants(ctx.thread_id, ctx.path, names,
+                                          conversation=ctx.conversation)
+                  if names and ctx.conversation and not ctx.new_conversation else {})
         kept = stored if stored is not None else ai
         planned = plan_turn(ai, self.tools, self.settings, state.get("options") or {},
                             agent_path=ctx.path, thread_id=ctx.thread_id, run_id=ctx.run_id,

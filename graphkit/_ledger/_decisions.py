@@ -55,6 +55,10 @@ class NewRun(NamedTuple):
     held_by: str
 
 
+_GRANT_READ = ", ".join(f"g.{column.strip()}" for column in GRANT_COLUMNS.split(","))
+"""`GRANT_COLUMNS` of `graphkit_grants g`, in a read that joins other tables."""
+
+
 class Decisions(LedgerBase):
     """Decisions on approvals and suspensions (claimed once, for exactly the arguments"""
 
@@ -264,35 +268,24 @@ class Decisions(LedgerBase):
         return done == 1
 
     def live_grants(self, thread_id: str, agent_path: Sequence[str],
-                    tool_names: Iterable[str]) -> dict[str, GrantRow]:
-        """Unrevoked, unexpired grants for these tools in this thread and agent."""
+                    tool_names: Iterable[str], *, conversation: str) -> dict[str, GrantRow]:
+        """Unrevoked, unexpired grants for these tools in this thread and agent, given in this
+        conversation (the one their approval's call was planned in): a thread id names a new
+        conversation once its thread was deleted (a LangGraph server's delete does not go
+        through graphkit) and created again, by anyone who knows the id, and a grant of the
+        deleted one approved the new one's calls with no one asked (helper-62, helper-63)."""
         names = sorted(set(tool_names))
         if not names:
             return {}
         marks = ", ".join("?" for _ in names)
         rows = self._sql.query(
-            f"SELECT {GRANT_COLUMNS} FROM graphkit_grants WHERE thread_id = ? "
-            f"AND agent_path = ? AND tool_name IN ({marks}) AND revoked IS NULL "
-            f"AND (expires_at IS NULL OR expires_at > {self._sql.now}) ORDER BY created_at",
-            (thread_id, path_text(agent_path), *names))
+            f"SELECT {_GRANT_READ} FROM graphkit_grants g JOIN graphkit_approvals a "
+            "ON a.approval_id = g.approval_id JOIN graphkit_calls c ON c.call_key = a.call_key "
+            f"WHERE g.thread_id = ? AND g.agent_path = ? AND g.tool_name IN ({marks}) "
+            f"AND g.revoked IS NULL AND (g.expires_at IS NULL OR g.expires_at > {self._sql.now})"
+            " AND c.conversation = ? ORDER BY g.created_at",
+            (thread_id, path_text(agent_path), *names, conversation))
         return {g.tool_name: g for g in map(grant_row, rows)}
-
-    def granted_in(self, grant_ids: Iterable[str]) -> dict[str, str | None]:
-        """The conversation each grant's approval was asked in (None: not known), by grant
-        id."""
-        ids = sorted(set(grant_ids))
-        if not ids:
-            return {}
-        marks = ", ".join("?" for _ in ids)
-        rows = self._sql.query(
-            "SELECT g.grant_id, c.conversation FROM graphkit_grants g LEFT JOIN "
-            "graphkit_approvals a"
-            " ON a.approval_id = g.approval_id LEFT JOIN graphkit_calls c ON c.call_key = "
-            f"a.call_key WHERE g.grant_id IN ({marks})", tuple(ids))
-        found: dict[str, str | None] = dict.fromkeys(ids)
-        for grant_id, conversation in rows:
-            found[str(grant_id)] = str(conversation) if conversation else None
-        return found
 
     def grants(self, thread_id: str | None = None) -> list[GrantRow]:
         # (None: every thread's; an empty id names no thread, never all of them)
