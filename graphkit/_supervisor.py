@@ -20,7 +20,7 @@ from langgraph.types import Command
 from pydantic import BaseModel, Field
 
 from graphkit._context import CONVERSATION_KEY, DELEGATION_KEY, PATH_KEY, thread_id_of
-from graphkit._ledger import DONE, Ledger
+from graphkit._ledger import DONE, CallRow, Ledger
 from graphkit._state import ToolTask, well_typed_task
 from graphkit._tools_node import result_command, runs_as_recorded
 from graphkit.tools import DelegationTool
@@ -65,22 +65,22 @@ def make_delegate_nodes(
     recorded in the ledger as the call's outcome, like a tool's result.
     """
 
-    def prepare(task: ToolTask, args: Mapping[str, Any], config: RunnableConfig
+    def prepare(task: ToolTask, planned: CallRow, config: RunnableConfig
                 ) -> tuple[dict[str, Any], RunnableConfig]:
+        args: Mapping[str, Any] = planned.args or {}
         options = task.get("options") or {}
         sub_input = {
             "messages": [HumanMessage(str(args.get("task", "")))],
             "options": {k: v for k, v in options.items()
                         if k in ("run_id", "require_tool_approval", "max_steps")},
         }
-        row = ledger.call(str(task["key"]))
         sub_config: RunnableConfig = {
             **config,
             # the subagent's place in the chain is this agent's own path, never the task's;
             # its conversation is the one the delegation was planned in (its grants')
             "configurable": {**(config.get("configurable") or {}),
                              PATH_KEY: path_of(config), DELEGATION_KEY: task["key"],
-                             CONVERSATION_KEY: row.conversation if row is not None else None},
+                             CONVERSATION_KEY: planned.conversation},
         }
         return sub_input, sub_config
 
@@ -93,12 +93,13 @@ def make_delegate_nodes(
                            tool_name=key)
         return result_command(task, message)
 
-    def settled(task: ToolTask, config: RunnableConfig) -> Command[Any] | Mapping[str, Any]:
-        """What the ledger planned for this delegation: its arguments (the task it hands
-        down), or its recorded answer once the ledger settled it (it answered, or a new user
-        message stopped it): a replay of an earlier step gets that, and the subagents do not
-        run again (an approval given below since would otherwise run its call). A delegation
-        the ledger did not plan here does nothing."""
+    def settled(task: ToolTask, config: RunnableConfig) -> Command[Any] | CallRow:
+        """What the ledger planned for this delegation: its call (the task it hands down, in
+        its arguments, and the conversation it was planned in), or its recorded answer once
+        the ledger settled it (it answered, or a new user message stopped it): a replay of an
+        earlier step gets that, and the subagents do not run again (an approval given below
+        since would otherwise run its call). A delegation the ledger did not plan here does
+        nothing."""
         call_key = task.get("key")
         row = ledger.call(call_key) if isinstance(call_key, str) else None
         if (row is None or row.thread_id != thread_id_of(config) or row.tool_name != key
@@ -109,7 +110,7 @@ def make_delegate_nodes(
         if row.executed != DONE:
             if not runs_as_recorded(row.args, row.args_digest):
                 return Command()
-            return row.args
+            return row
         outcome = row.outcome or {}
         message = ToolMessage(str(outcome.get("content", "")), tool_call_id=task["tool_call_id"],
                               name=key,
@@ -131,7 +132,7 @@ def make_delegate_nodes(
         done = await asyncio.to_thread(settled, task, config)
         if isinstance(done, Command):
             return done
-        sub_input, sub_config = await asyncio.to_thread(prepare, task, done, config)
+        sub_input, sub_config = prepare(task, done, config)
         output = await subgraph.ainvoke(sub_input, sub_config)
         return await asyncio.to_thread(answer, task, output, config)
 
