@@ -244,6 +244,18 @@ def _listening(serve: Callable[[socket.socket], None]) -> socket.socket:
     return listener
 
 
+def _beside_a_misbehaving_receiver(serve: Callable[[socket.socket], None], timeout: float,
+                                   url: str, receiver: Receiver) -> tuple[Agent, socket.socket]:
+    """An agent notifying two webhooks: first one whose receiver `serve`s each connection below
+    HTTP (within `timeout`), then the healthy `receiver`; and the misbehaving one's socket."""
+    slow = _listening(serve)
+    misbehaving = Webhook(f"http://127.0.0.1:{slow.getsockname()[1]}/hook", secret=SECRET,
+                          timeout=timeout, backoff=30)
+    agent, _ = agent_with(pay(), checkpointer=url,
+                          notify=[misbehaving, Webhook(receiver.url, secret=SECRET)])
+    return agent, slow
+
+
 def test_a_receiver_that_answers_a_byte_at_a_time_holds_no_other_webhook(
         sqlite_url: str, receiver: Receiver) -> None:
     """httpx's timeout bounds each read: a receiver dripping its answer held the request, and
@@ -259,11 +271,7 @@ def test_a_receiver_that_answers_a_byte_at_a_time_holds_no_other_webhook(
                     return
                 conn.sendall(bytes([byte]))
 
-    slow = _listening(drip)
-    dripping = Webhook(f"http://127.0.0.1:{slow.getsockname()[1]}/hook", secret=SECRET,
-                       timeout=1.0, backoff=30)
-    agent, _ = agent_with(pay(), checkpointer=sqlite_url,
-                          notify=[dripping, Webhook(receiver.url, secret=SECRET)])
+    agent, slow = _beside_a_misbehaving_receiver(drip, 1.0, sqlite_url, receiver)
     try:
         agent.generate("pay")
         started = time.monotonic()
@@ -299,11 +307,7 @@ def test_a_request_out_of_time_leaves_no_connection_or_thread_behind(
             except OSError:
                 closed.set()
 
-    slow = _listening(drip)
-    dripping = Webhook(f"http://127.0.0.1:{slow.getsockname()[1]}/hook", secret=SECRET,
-                       timeout=0.5, backoff=30)
-    agent, _ = agent_with(pay(), checkpointer=sqlite_url,
-                          notify=[dripping, Webhook(receiver.url, secret=SECRET)])
+    agent, slow = _beside_a_misbehaving_receiver(drip, 0.5, sqlite_url, receiver)
     try:
         agent.generate("pay")
         _dispatcher(agent).run_once()
