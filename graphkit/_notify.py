@@ -184,7 +184,7 @@ def _json_body(webhook: Webhook, event: OutboxEvent) -> dict[str, Any]:
 
 
 _VERBS = {
-    "approved": "approved", "edited": "approved with edited arguments", "rejected": "declined",
+    "approved": "approved", "edited": "approved with edited arguments", "rejected": "rejected",
     "responded": "answered without running", "auto_approved": "approved by a remembered grant",
     "resumed": "answered", "cancelled": "cancelled", "superseded": "superseded",
 }

@@ -353,7 +353,7 @@ def _operate(args: argparse.Namespace, out: Callable[[str], None]) -> int:
         out(printable(_next(inbox, decided)))
     elif args.command in ("decline", "reject"):
         decided = inbox.decline(args.id, decided_by=args.by, comment=args.comment)
-        out(f"declined {_ids(decided)}")
+        out(f"rejected {_ids(decided)}")  # the decision word, as the audit and API say
         out(printable(_next(inbox, decided)))
     elif args.command == "respond":
         decided = inbox.respond(args.id, decided_by=args.by, message=args.message)

@@ -45,7 +45,8 @@ def test_operator_flow_pause_decide_from_cli_resume_elsewhere(sqlite_url: str) -
     assert code == 0 and said.startswith("edited ")
     assert "the run waits for 1 more decision(s)" in said
     code, said = cli("decline", second["id"], "--db", sqlite_url, "--by", "alice")
-    assert code == 0 and "nothing is left to decide" in said
+    assert code == 0 and said.startswith("rejected ")  # the decision word, as the audit says
+    assert "nothing is left to decide" in said
     assert f"graphkit resume {result.run_id} --agent module:attr" in said
     assert ledger.ran == []
 
@@ -271,6 +272,6 @@ def test_cli_views_show_the_prompt_whole_values_the_digest_and_approval_ids(
     assert f"| digest:   {pending.args_digest}" in card and "null" not in card
     assert "x" * 40 in card
     code, said = cli("reject", pending.id, "--db", sqlite_url, "--by", "ops")  # an alias
-    assert code == 0 and said.startswith("declined")
+    assert code == 0 and said.startswith("rejected ")
     code, log = cli("audit", "--db", sqlite_url)
     assert pending.id in log and "rejected" in log

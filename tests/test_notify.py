@@ -533,6 +533,22 @@ def test_slack_shows_every_value_not_ours_as_code_nothing_in_it_can_close(
     assert sum("Security" in t for t in texts) >= 6  # shown, as code
 
 
+@pytest.mark.parametrize(("event", "said"), [("approved", "approved"), ("edited", "edited"),
+                                             ("rejected", "rejected"),
+                                             ("responded", "answered without running")])
+def test_slack_says_each_decision_in_its_own_word(event: str, said: str) -> None:
+    """A Slack message names a decision as the API, the CLI and the audit do (it said
+    "declined" for `rejected`)."""
+    from graphkit._ledger import OutboxEvent
+    from graphkit._notify import render
+
+    decided = OutboxEvent(event_id="e1", type="approval.decided", created_at=0.0, attempts=1,
+                          payload={"approval": {"event": event, "tool_name": "pay",
+                                                "agent_path": ["billing"], "decided_by": "cfo"}})
+    body = json.loads(render(Webhook("https://hooks.slack.example/x", format="slack"), decided))
+    assert said in json.dumps(body) and "declined" not in json.dumps(body)
+
+
 def test_verify_signature_rejects_what_it_should() -> None:
     body = b'{"id":"e1"}'
     header = sign(body, SECRET)
