@@ -57,12 +57,58 @@ def csrf_of(client: TestClient, approval_id: str) -> str:
 
 def test_a_csrf_token_is_no_session_and_sessions_parse_strictly() -> None:
     sessions = Sessions("k")
-    session = sessions.issue("mallory")
-    assert sessions.identity(session) == "mallory"
-    assert sessions.identity(f"csrf|{session}|{sessions.csrf(session)}") is None
-    assert sessions.identity(session.replace("v1.", "v2.")) is None
-    assert sessions.identity(session + ".x") is None
-    assert sessions.identity(sessions.csrf(session)) is None
+    known = {sessions.credential("tok-mallory"): "mallory"}
+    session = sessions.issue("mallory", sessions.credential("tok-mallory"))
+    assert sessions.identity(session, known) == "mallory"
+    assert sessions.identity(f"csrf|{session}|{sessions.csrf(session)}", known) is None
+    assert sessions.identity(session.replace("v2.", "v3."), known) is None
+    assert sessions.identity(session + ".x", known) is None
+    assert sessions.identity(sessions.csrf(session), known) is None
+    # the credential is signed with the rest: a session cannot be moved to another token
+    forged = session.replace(sessions.credential("tok-mallory"), sessions.credential("tok-a"))
+    assert sessions.identity(forged, {**known, sessions.credential("tok-a"): "mallory"}) is None
+
+
+def test_a_session_ends_with_the_token_it_was_opened_with(sqlite_url: str) -> None:
+    """Taking a reviewer's token out of the mapping (off-boarding, a leaked token replaced)
+    ends their sessions at once, in every process sharing the secret; a session lived out its
+    eight hours, and an off-boarded reviewer approved a payment with it (helper-65)."""
+    ran: list[Any] = []
+    agent = _payee_agent(sqlite_url, ran)
+    agent.generate("pay")
+    (pending,) = Inbox(sqlite_url).pending()
+    alice = signed_in(sqlite_url, agents=[agent])
+    cookie = str(alice.cookies.get("graphkit_session"))
+    csrf = csrf_of(alice, pending.id)
+    for tokens in ({"tok-mallory": "mallory"},  # alice off-boarded
+                   {"tok-alice-2": "alice", "tok-mallory": "mallory"},  # her token replaced
+                   {"tok-alice": "mallory"}):  # her old token now names someone else
+        later = TestClient(create_app(sqlite_url, authenticate=tokens, secret="s",
+                                      agents=[agent]))
+        later.cookies.set("graphkit_session", cookie)
+        assert later.get("/", follow_redirects=False).status_code == 303  # to sign in
+        answer = later.post(f"/approvals/{pending.id}/approve", follow_redirects=False,
+                            data={"csrf": csrf, "digest": pending.args_digest})
+        assert answer.status_code == 401
+    assert Inbox(sqlite_url).get(pending.id).status == "pending"
+    same = TestClient(create_app(sqlite_url, authenticate=TOKENS, secret="s", agents=[agent]))
+    same.cookies.set("graphkit_session", cookie)  # the token is still hers: still signed in
+    assert same.get("/", follow_redirects=False).status_code == 200
+
+
+def test_a_companys_authenticator_answers_every_request_whatever_cookie_is_sent(
+        sqlite_url: str) -> None:
+    """Under a company's own login (a callable), a session cookie from sign-ins with tokens
+    under the same secret spoke over the authenticator: a request the proxy said was alice's
+    was served as mallory (helper-65)."""
+    old = signed_in(sqlite_url, token="tok-mallory")
+    cookie = str(old.cookies.get("graphkit_session"))
+    proxied = TestClient(create_app(
+        sqlite_url, secret="s", authenticate=lambda r: r.headers.get("x-user") or None))
+    proxied.cookies.set("graphkit_session", cookie)
+    assert "alice" in proxied.get("/", headers={"x-user": "alice"}).text
+    assert "mallory" not in proxied.get("/", headers={"x-user": "alice"}).text
+    assert proxied.get("/", follow_redirects=False).status_code == 303  # no header: nobody
 
 
 def test_pages_cannot_be_framed_and_run_no_foreign_script(sqlite_url: str) -> None:
@@ -240,7 +286,7 @@ def test_a_signed_out_session_stays_out_on_a_web_process_whose_clock_lags(
     monkeypatch.setattr(_auth, "SESSION_SECONDS", 60)
     monkeypatch.setattr(time, "time", lambda: real() - 90)  # this process lags the database
     sessions = Sessions("s", ended=ledger.session_ended)
-    cookie = sessions.issue("alice")
+    cookie = sessions.issue("alice", sessions.credential("tok-alice"))
     parsed = sessions.parse(cookie)
     assert parsed is not None
     ledger.end_session(parsed[1], parsed[2])  # alice signs out

@@ -93,6 +93,9 @@ class _Web:
         self.authenticate = authenticate
         self.check_token = token_authenticator(tokens) if tokens else None
         self.sessions = sessions
+        self.credentials = {sessions.credential(token): identity
+                            for token, identity in tokens.items()}
+        """The tokens known now, as sessions keep them: a session lives while its token does."""
         self.thread_messages = thread_messages
 
     def keep_continuing(self) -> None:
@@ -143,21 +146,20 @@ class _Web:
 
     def _reviewer(self, request: Request) -> tuple[str, str] | None:
         """A blank identity is nobody signed in (as a blank `decided_by` is no name); an
-        authenticator that returns anything but text or None is a bug, not a reviewer."""
-        cookie = request.cookies.get(SESSION_COOKIE)
-        identity = named(self.sessions.identity(cookie))
-        if identity is not None and cookie is not None:
-            return identity, cookie
-        if self.authenticate is not None:
-            found = self.authenticate(request)
-            if found is not None and not isinstance(found, str):
-                msg = (f"the web inbox's authenticate returned {type(found).__name__}; it "
-                       "must return the reviewer's identity as text, or None")
-                raise TypeError(msg)
-            found = named(found)
-            if found:
-                return found, f"callable|{found}"
-        return None
+        authenticator that returns anything but text or None is a bug, not a reviewer. A
+        company's authenticator answers every request: no session cookie (one left from
+        sign-ins with tokens under the same secret, say) speaks over it."""
+        if self.authenticate is None:
+            cookie = request.cookies.get(SESSION_COOKIE)
+            identity = named(self.sessions.identity(cookie, self.credentials))
+            return (identity, cookie) if identity is not None and cookie is not None else None
+        found = self.authenticate(request)
+        if found is not None and not isinstance(found, str):
+            msg = (f"the web inbox's authenticate returned {type(found).__name__}; it "
+                   "must return the reviewer's identity as text, or None")
+            raise TypeError(msg)
+        found = named(found)
+        return (found, f"callable|{found}") if found else None
 
 
 def _base(request: Request) -> str:
@@ -293,11 +295,13 @@ def _routes(web: _Web) -> list[Any]:
         if not (nonce and hmac.compare_digest(seal, web.sessions.sign("login", nonce))
                 and hmac.compare_digest(nonce, form.get("login", ""))):
             return PlainTextResponse("sign in from the sign-in page", status_code=403)
-        identity = named(web.check_token(form.get("token", ""))) if web.check_token else None
+        token = form.get("token", "")
+        identity = named(web.check_token(token)) if web.check_token else None
         if identity is None:
             return RedirectResponse(_base(request) + "login?error=1", status_code=303)
         response = RedirectResponse(_base(request), status_code=303)
-        response.set_cookie(SESSION_COOKIE, web.sessions.issue(identity), httponly=True,
+        session = web.sessions.issue(identity, web.sessions.credential(token))
+        response.set_cookie(SESSION_COOKIE, session, httponly=True,
                             samesite="strict", path=_base(request))
         response.delete_cookie(LOGIN_COOKIE, path=_base(request))
         return response

@@ -7,7 +7,9 @@ header, say) and returns the reviewer's identity, or None.
 
 Every signature is bound to its purpose (a session, a CSRF token, a sign-in form, a notice),
 so no token made for one purpose passes for another; a session is ended server-side on
-sign-out (the ledger remembers ended sessions until they would have expired anyway).
+sign-out (the ledger remembers ended sessions until they would have expired anyway), and is
+bound to the token it was opened with: it ends when that token is taken out of the mapping
+(a reviewer off-boarded, a leaked token replaced), not eight hours later.
 """
 
 from __future__ import annotations
@@ -72,28 +74,38 @@ class Sessions:
         message = f"graphkit-web|{purpose}|{text}".encode()
         return hmac.new(self._key, message, hashlib.sha256).hexdigest()
 
-    def issue(self, identity: str) -> str:
-        body = f"v1.{_b64(identity)}.{int(time.time()) + SESSION_SECONDS}.{secrets.token_hex(16)}"
+    def credential(self, token: str) -> str:
+        """What a session keeps of the token it was opened with: enough to tell whether that
+        token is still known, nothing that signs anyone in."""
+        return self.sign("credential", token)[:32]
+
+    def issue(self, identity: str, credential: str) -> str:
+        expires = int(time.time()) + SESSION_SECONDS
+        body = f"v2.{_b64(identity)}.{expires}.{secrets.token_hex(16)}.{credential}"
         return f"{body}.{self.sign('session', body)}"
 
-    def parse(self, cookie: str | None) -> tuple[str, str, int] | None:
-        """(identity, nonce, expires) of a valid session cookie."""
+    def parse(self, cookie: str | None) -> tuple[str, str, int, str] | None:
+        """(identity, nonce, expires, credential) of a valid session cookie."""
         parts = (cookie or "").split(".")
-        if len(parts) != 5 or parts[0] != "v1":
+        if len(parts) != 6 or parts[0] != "v2":
             return None
-        body = ".".join(parts[:4])
-        if not hmac.compare_digest(parts[4], self.sign("session", body)):
+        body = ".".join(parts[:5])
+        if not hmac.compare_digest(parts[5], self.sign("session", body)):
             return None
         identity, expires, nonce = _unb64(parts[1]), parts[2], parts[3]
         if identity is None or not expires.isdigit() or int(expires) < time.time():
             return None
         if self._ended(nonce):
             return None
-        return identity, nonce, int(expires)
+        return identity, nonce, int(expires), parts[4]
 
-    def identity(self, cookie: str | None) -> str | None:
+    def identity(self, cookie: str | None, credentials: Mapping[str, str]) -> str | None:
+        """The session's reviewer, while the token it was opened with still names them
+        (`credentials`: `credential(token)` -> identity, of the tokens known now)."""
         parsed = self.parse(cookie)
-        return parsed[0] if parsed else None
+        if parsed is None or credentials.get(parsed[3]) != parsed[0]:
+            return None
+        return parsed[0]
 
     def csrf(self, session: str) -> str:
         return self.sign("csrf", session)
