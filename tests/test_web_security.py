@@ -6,6 +6,7 @@ failure stranding a run, and forged notices."""
 
 from __future__ import annotations
 
+import html
 import re
 import threading
 import time
@@ -117,6 +118,61 @@ def test_pages_cannot_be_framed_and_run_no_foreign_script(sqlite_url: str) -> No
     assert page.headers["x-frame-options"] == "DENY"
     assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
     assert "script-src 'self'" in page.headers["content-security-policy"]
+
+
+@pytest.mark.parametrize("scheme", ["https", "http"])
+def test_over_https_cookies_are_secure_and_the_browser_is_told_to_stay_there(
+        sqlite_url: str, scheme: str) -> None:
+    """Over https (as a proxy that terminates TLS tells uvicorn with `--proxy-headers`), the
+    session and sign-in cookies are `Secure` and the answer carries HSTS: a network attacker
+    could make the browser send the session over plain http to the same host (helper-65)."""
+    client = TestClient(create_app(sqlite_url, authenticate=TOKENS, secret="s"),
+                        base_url=f"{scheme}://inbox.example")
+    page = client.get("/login")
+    login = re.search(r"name='login' value='([0-9a-f]+)'", page.text)
+    assert login is not None
+    signed = client.post("/login", data={"token": "tok-alice", "login": login.group(1)},
+                         follow_redirects=False)
+    cookies = [page.headers["set-cookie"], signed.headers["set-cookie"]]
+    assert all(("; secure" in c.lower()) == (scheme == "https") for c in cookies)
+    assert ("strict-transport-security" in page.headers) == (scheme == "https")
+
+
+def test_wrong_tokens_from_one_client_stop_its_sign_ins_for_a_while(sqlite_url: str) -> None:
+    """A token could be guessed at the speed of the network: one sign-in form took 201
+    guesses in 0.66 s and found it (helper-65). Five wrong tokens from a client refuse its
+    sign-ins, the right token too, for a minute; other clients sign in as before."""
+    app = create_app(sqlite_url, authenticate=TOKENS, secret="s")
+
+    def sign_in(client: TestClient, token: str) -> int:
+        login = re.search(r"name='login' value='([0-9a-f]+)'", client.get("/login").text)
+        assert login is not None
+        return client.post("/login", data={"token": token, "login": login.group(1)},
+                           follow_redirects=False).status_code
+
+    guesser = TestClient(app, client=("203.0.113.9", 4000))
+    assert [sign_in(guesser, f"tok-{n}") for n in range(5)] == [303] * 5  # back to the form
+    assert sign_in(guesser, "tok-alice") == 429
+    assert "graphkit_session" not in guesser.cookies
+    other = TestClient(app, client=("198.51.100.7", 4000))
+    assert sign_in(other, "tok-alice") == 303 and "graphkit_session" in other.cookies
+
+
+def test_a_cards_thread_audit_link_reaches_any_thread_id(sqlite_url: str) -> None:
+    """A thread id is the client's text; one with `/`, `?` or `#` made the card's link to the
+    thread's audit lead elsewhere (helper-65)."""
+    ran: list[Any] = []
+    agent = _payee_agent(sqlite_url, ran)
+    thread_id = "ops/2026?q=1#x y"
+    agent.generate("pay", thread_id=thread_id)
+    (pending,) = Inbox(sqlite_url).pending()
+    client = signed_in(sqlite_url, agents=[agent])
+    link = re.search(r"<a href='(threads/[^']*)'>thread</a>", client.get(
+        f"/approvals/{pending.id}").text)
+    assert link is not None
+    page = client.get("/" + html.unescape(link.group(1)))
+    assert page.status_code == 200 and "<td>requested</td><td>pay</td>" in page.text
+    assert f"Audit of thread {html.escape(thread_id, quote=False)}" in page.text
 
 
 def test_approve_runs_exactly_what_the_card_shows(sqlite_url: str) -> None:

@@ -18,7 +18,7 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from langchain_core.messages import BaseMessage
 from starlette.applications import Starlette
@@ -48,6 +48,7 @@ from graphkit.web._auth import (
     SESSION_COOKIE,
     Authenticator,
     Sessions,
+    SignIns,
     token_authenticator,
 )
 from graphkit.web._server import Continuation, ServerRuns, local_continuation
@@ -70,6 +71,9 @@ SECURITY_HEADERS = {
 }
 """No page of the inbox may be framed (a click on a hidden card must not decide anything),
 and nothing but the package's own assets runs on it."""
+HSTS = ("Strict-Transport-Security", "max-age=31536000")
+"""Served over https (directly, or behind a proxy that says so): the browser never sends the
+session cookie, or takes a page, over plain http to this host again."""
 logger = logging.getLogger("graphkit")
 LIVE_SECONDS = 0.5
 """How often the live list looks for changes."""
@@ -93,6 +97,7 @@ class _Web:
         self.authenticate = authenticate
         self.check_token = token_authenticator(tokens) if tokens else None
         self.sessions = sessions
+        self.sign_ins = SignIns()
         self.credentials = {sessions.credential(token): identity
                             for token, identity in tokens.items()}
         """The tokens known now, as sessions keep them: a session lives while its token does."""
@@ -224,16 +229,19 @@ def create_app(url_or_storage: str | Storage | None = None, *,
 
 
 class _Secured:
-    """Adds `SECURITY_HEADERS` to every response."""
+    """Adds `SECURITY_HEADERS` to every response (and `HSTS` to those sent over https)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        extra = [HSTS] if scope.get("scheme") == "https" else []
+
         async def secured(message: Any) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers") or [])
-                headers += [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
+                headers += [(k.lower().encode(), v.encode())
+                            for k, v in [*SECURITY_HEADERS.items(), *extra]]
                 message = {**message, "headers": headers}
             await send(message)
 
@@ -283,8 +291,8 @@ def _routes(web: _Web) -> list[Any]:
                 "<button>Sign in</button></form>")
         response = html(request, "Sign in", body)
         response.set_cookie(LOGIN_COOKIE, f"{nonce}.{web.sessions.sign('login', nonce)}",
-                            httponly=True, samesite="strict", path=_base(request),
-                            max_age=600)
+                            httponly=True, secure=request.url.scheme == "https",
+                            samesite="strict", path=_base(request), max_age=600)
         return response
 
     async def login(request: Request) -> Response:
@@ -295,13 +303,22 @@ def _routes(web: _Web) -> list[Any]:
         if not (nonce and hmac.compare_digest(seal, web.sessions.sign("login", nonce))
                 and hmac.compare_digest(nonce, form.get("login", ""))):
             return PlainTextResponse("sign in from the sign-in page", status_code=403)
+        client = request.client.host if request.client else "?"
+        if web.sign_ins.blocked(client):
+            logger.warning("inbox: sign-ins from %s refused for a while: too many wrong tokens",
+                           client)
+            return PlainTextResponse("too many wrong tokens: try again in a minute",
+                                     status_code=429)
         token = form.get("token", "")
         identity = named(web.check_token(token)) if web.check_token else None
         if identity is None:
+            web.sign_ins.failed(client)
+            logger.warning("inbox: a sign-in from %s with an unknown token", client)
             return RedirectResponse(_base(request) + "login?error=1", status_code=303)
         response = RedirectResponse(_base(request), status_code=303)
         session = web.sessions.issue(identity, web.sessions.credential(token))
         response.set_cookie(SESSION_COOKIE, session, httponly=True,
+                            secure=request.url.scheme == "https",
                             samesite="strict", path=_base(request))
         response.delete_cookie(LOGIN_COOKIE, path=_base(request))
         return response
@@ -418,7 +435,8 @@ def _routes(web: _Web) -> list[Any]:
                 + (_continuation(after) if after is not None else
                    decide_form(item, web.sessions.csrf(session), schemas))
                 + f"<p><a href='approvals/{render._e(item.id)}/audit'>Audit trail</a> · "
-                f"<a href='threads/{render._e(item.thread_id or '')}/audit'>thread</a></p>")
+                f"<a href='threads/audit?thread={render._e(quote(item.thread_id or '', safe=''))}'>"
+                "thread</a></p>")
         response = html(request, item.tool_name, body)
         if after is not None and not after.finished and web.server is not None:
             response.headers["Refresh"] = "2"  # follow the run until it ends
@@ -479,10 +497,11 @@ def _routes(web: _Web) -> list[Any]:
                 entries = await asyncio.to_thread(web.inbox.audit, id=request.path_params["id"],
                                                   viewer=who)
                 title = f"Audit of {request.path_params['id']}"
-            else:
-                entries = await asyncio.to_thread(web.inbox.audit, viewer=who,
-                                                  thread_id=request.path_params["thread"])
-                title = f"Audit of thread {request.path_params['thread']}"
+            else:  # a thread id is the client's text: `/`, `?`, `#` and all, in the query
+                thread = (request.path_params.get("thread")
+                          or request.query_params.get("thread", ""))
+                entries = await asyncio.to_thread(web.inbox.audit, viewer=who, thread_id=thread)
+                title = f"Audit of thread {thread}"
         except GraphkitError as exc:
             return html(request, "Not found", f"<p class='error'>{render._e(str(exc))}</p>",
                         status=404)
@@ -523,6 +542,7 @@ def _routes(web: _Web) -> list[Any]:
         Route("/approvals/{id}", guarded(approval), methods=["GET"]),
         Route("/approvals/{id}/audit", guarded(audit_of), methods=["GET"]),
         Route("/approvals/{id}/{action}", guarded(act, post=True), methods=["POST"]),
+        Route("/threads/audit", guarded(audit_of), methods=["GET"]),
         Route("/threads/{thread}/audit", guarded(audit_of), methods=["GET"]),
         Route("/grants", guarded(grants), methods=["GET"]),
         Route("/grants/{id}/revoke", guarded(revoke, post=True), methods=["POST"]),

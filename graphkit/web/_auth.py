@@ -19,12 +19,14 @@ import hashlib
 import hmac
 import os
 import secrets
+import threading
 import time
 from collections.abc import Callable, Mapping
 
 from starlette.requests import Request
 
-__all__ = ["LOGIN_COOKIE", "SESSION_COOKIE", "Authenticator", "Sessions", "token_authenticator"]
+__all__ = ["LOGIN_COOKIE", "SESSION_COOKIE", "Authenticator", "Sessions", "SignIns",
+           "token_authenticator"]
 
 SESSION_COOKIE = "graphkit_session"
 LOGIN_COOKIE = "graphkit_login"
@@ -48,6 +50,37 @@ def token_authenticator(tokens: Mapping[str, str]) -> Callable[[str], str | None
         return found
 
     return check
+
+
+class SignIns:
+    """Failed sign-ins per client: after `limit` within `window` seconds, that client's
+    sign-ins are refused until the window has passed, so a token cannot be guessed at the
+    speed of the network (it is still only as strong as it is long: make tokens random)."""
+
+    def __init__(self, limit: int = 5, window: float = 60.0) -> None:
+        self.limit, self.window = limit, window
+        self._failures: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
+
+    def _recent(self, client: str, now: float) -> list[float]:
+        kept = [t for t in self._failures.get(client, []) if now - t < self.window]
+        if kept:
+            self._failures[client] = kept
+        else:
+            self._failures.pop(client, None)
+        return kept
+
+    def blocked(self, client: str) -> bool:
+        with self._lock:
+            return len(self._recent(client, time.monotonic())) >= self.limit
+
+    def failed(self, client: str) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if len(self._failures) > 10_000:  # many clients: forget those whose window passed
+                for other in list(self._failures):
+                    self._recent(other, now)
+            self._failures.setdefault(client, []).append(now)
 
 
 def _b64(text: str) -> str:
