@@ -6,6 +6,7 @@ no card carries script of its own.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from html import escape
@@ -147,26 +148,25 @@ def card(item: PendingApproval, *, messages: Sequence[Mapping[str, Any]] = (),
 
 def fields(schema: Mapping[str, Any] | None, values: Mapping[str, Any], prefix: str) -> str:
     """Form inputs for an object schema's properties, filled with `values`; anything nested is
-    a JSON text area."""
+    a JSON text area. (A text area's content starts with a line break, which HTML drops: one
+    the value starts with is kept.)"""
     props = (schema or {}).get("properties") or {}
     if not props:
-        return (f"<label>Arguments (JSON)<textarea name='{prefix}__json' rows='6'>"
+        return (f"<label>Arguments (JSON)<textarea name='{prefix}__json' rows='6'>\n"
                 f"{_json(dict(values))}</textarea></label>")
     out = []
     required = set((schema or {}).get("required") or [])
     for name, spec in props.items():
-        kind = spec.get("type") if isinstance(spec, Mapping) else None
-        value = values.get(name, spec.get("default") if isinstance(spec, Mapping) else None)
+        kind, value = _shown(spec, values, name)
         label = f"{_e(name)}{' *' if name in required else ''}"
         field = f"{prefix}.{_e(name)}"
         if kind == "boolean":
             checked = " checked" if value else ""
             out.append(f"<label><input type='checkbox' name='{field}' value='true'{checked}> "
                        f"{label}</label>")
-        elif kind == "string" and isinstance(value, str) and ("\n" in value or "\r" in value):
-            # an input would drop the line breaks: a text area keeps what the card shows
+        elif kind == "text":  # an input would drop the line breaks
             out.append(f"<label>{label}<textarea name='{field}' rows='3' data-kind='string'>"
-                       f"{_e(value)}</textarea></label>")
+                       f"\n{_e(value)}</textarea></label>")
         elif kind in ("integer", "number", "string"):
             typ = "number" if kind != "string" else "text"
             step = " step='any'" if kind == "number" else ""
@@ -175,36 +175,85 @@ def fields(schema: Mapping[str, Any] | None, values: Mapping[str, Any], prefix: 
                        f"value='{shown}' data-kind='{kind}'></label>")
         else:
             out.append(f"<label>{label} (JSON)<textarea name='{field}' rows='3' "
-                       f"data-kind='json'>{_json(value)}</textarea></label>")
+                       f"data-kind='json'>\n{_json(value)}</textarea></label>")
     return "".join(out)
 
 
+def _shown(spec: Any, values: Mapping[str, Any], name: str) -> tuple[str | None, Any]:
+    """(the kind of input `fields` makes for a property, the value it shows): `"text"` is a
+    string with line breaks, shown in a text area."""
+    kind = spec.get("type") if isinstance(spec, Mapping) else None
+    value = values.get(name, spec.get("default") if isinstance(spec, Mapping) else None)
+    if kind == "string" and isinstance(value, str) and ("\n" in value or "\r" in value):
+        return "text", value
+    return kind, value
+
+
+def _as_sent(kind: str | None, value: Any) -> str | None:
+    """What a browser sends back for an input `fields` made, untouched (None: nothing, an
+    unchecked box), as `parse_fields` reads it: line breaks as `\n`, NUL as U+FFFD (HTML's
+    parser), a number input emptied of what is no finite number (`inf`, `nan`)."""
+    if kind == "boolean":
+        return "true" if value else None
+    if kind == "text":
+        text = str(value)
+    elif kind in ("integer", "number", "string"):
+        text = "" if value is None else str(value)
+        if kind != "string" and not _finite(value):
+            text = ""
+    else:
+        text = json.dumps(value, indent=2, ensure_ascii=True, default=str)
+    return _received(text.replace("\x00", "\ufffd"))
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return value is None or math.isfinite(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def _received(raw: str) -> str:
+    """A submitted value's line breaks as one `\n` (browsers send CRLF, and a lone CR as one)."""
+    return raw.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def parse_fields(schema: Mapping[str, Any] | None, form: Mapping[str, str],
-                 prefix: str) -> dict[str, Any]:
-    """Read the inputs `fields` made back into JSON values (the tool's own model validates)."""
+                 prefix: str, shown: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Read the inputs `fields` made back into JSON values (the tool's own model validates).
+
+    With `shown` (the values the form was filled with), an input the reviewer left as it was
+    keeps the value the card showed, absent where it was absent: a form cannot hold every
+    value (a leading line break, a carriage return, NUL, `inf`, a null in a number or a check
+    box), and an edit of one field changed the others it could not hold."""
     props = (schema or {}).get("properties") or {}
     if not props:
-        raw = form.get(f"{prefix}__json", "{}")
-        value = json.loads(raw or "{}")
-        if not isinstance(value, dict):
+        whole = json.loads(form.get(f"{prefix}__json", "{}") or "{}")
+        if not isinstance(whole, dict):
             raise ValueError("the arguments must be a JSON object")
-        return value
+        return whole
     out: dict[str, Any] = {}
     for name, spec in props.items():
-        kind = spec.get("type") if isinstance(spec, Mapping) else None
         key = f"{prefix}.{name}"
+        raw = None if form.get(key) is None else _received(form[key])
+        if shown is not None:
+            kind, value = _shown(spec, shown, name)
+            if raw == _as_sent(kind, value):
+                if name in shown:
+                    out[name] = shown[name]
+                continue
+        kind = spec.get("type") if isinstance(spec, Mapping) else None
         if kind == "boolean":
-            out[name] = form.get(key) == "true"
+            out[name] = raw == "true"
             continue
-        if key not in form:
+        if raw is None:
             continue
-        raw = form[key]
         if kind == "integer":
             out[name] = int(raw) if raw.strip() else None
         elif kind == "number":
             out[name] = float(raw) if raw.strip() else None
         elif kind == "string":
-            out[name] = raw.replace("\r\n", "\n")  # browsers send a text area's breaks as CRLF
+            out[name] = raw
         else:
             out[name] = json.loads(raw) if raw.strip() else None
         if out[name] is None:

@@ -10,6 +10,7 @@ decides, a refused reviewer sees why, and the continued run is shown below the c
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -185,22 +186,52 @@ def _commands(pending: PendingApproval, by: str) -> list[str]:
 
 
 def _field(widgets: Any, name: str, spec: Mapping[str, Any], value: Any) -> Any:
+    """An input showing `value` (a number input shows 0 for a null, a check box unticked:
+    `_read` keeps what the reviewer did not touch as it was)."""
     kind = spec.get("type")
     if kind == "boolean":
         return widgets.Checkbox(value=bool(value), description=name)
-    if kind == "integer":
-        return widgets.IntText(value=int(value or 0), description=name)
-    if kind == "number":
+    if kind == "integer" and isinstance(value, int | None):
+        return widgets.IntText(value=value or 0, description=name)
+    if kind == "number" and isinstance(value, int | float | None) and _finite(value):
         return widgets.FloatText(value=float(value or 0), description=name)
-    if kind == "string":
-        return widgets.Text(value="" if value is None else str(value), description=name)
+    if kind == "string" and isinstance(value, str | None):
+        text = "" if value is None else value
+        multiline = "\n" in text or "\r" in text  # a one-line input drops line breaks
+        return (widgets.Textarea if multiline else widgets.Text)(value=text, description=name)
     return widgets.Textarea(value=json.dumps(value), description=f"{name} (JSON)")
 
 
+def _finite(value: Any) -> bool:
+    return value is None or math.isfinite(value)
+
+
 def _read(spec: Mapping[str, Any], widget: Any) -> Any:
-    if spec.get("type") in ("boolean", "integer", "number", "string"):
+    if spec.get("type") in ("boolean", "integer", "number", "string") and not (
+            isinstance(widget.description, str) and widget.description.endswith("(JSON)")):
         return widget.value
     return json.loads(widget.value or "null")
+
+
+_ABSENT = object()
+"""An argument the call did not have (its input shows the schema's default)."""
+
+
+def _edited(fields: Mapping[str, Any], shown: Mapping[str, tuple[Any, Any]],
+            schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of a card's inputs; one the reviewer left as it was filled keeps the value
+    the card showed (absent where it was absent): a null in a number input read as 0 and in
+    a check box as False, and an edit of one field changed them (helper-66)."""
+    props = schema.get("properties") or {}
+    out: dict[str, Any] = {}
+    for name, widget in fields.items():
+        filled, absent_or_value = shown[name]
+        if widget.value == filled:
+            if absent_or_value is not _ABSENT:
+                out[name] = absent_or_value
+            continue
+        out[name] = _read(props[name], widget)
+    return out
 
 
 def review(agent: Agent, target: GenerateResult | str, *, decided_by: str) -> Review:
@@ -223,9 +254,8 @@ def review(agent: Agent, target: GenerateResult | str, *, decided_by: str) -> Re
                                   f"{_html._e(type(exc).__name__)}: {_html._e(str(exc))}</p>")
             return
         result.results.append(continued)
-        for other in cards:
-            for button in (other.approve, other.decline, other.edit, other.resume):
-                button.disabled = True
+        for button in (card.approve, card.decline, card.edit, card.resume):
+            button.disabled = True  # the others can still be decided (a stale one is refused)
         card.message.value = "<p>Decided.</p>"
         output.value = _html.result(continued)
 
@@ -241,6 +271,8 @@ def review(agent: Agent, target: GenerateResult | str, *, decided_by: str) -> Re
         values = {} if is_suspension else pending.args
         inputs = {name: _field(widgets, name, spec, values.get(name, spec.get("default")))
                   for name, spec in (schema.get("properties") or {}).items()}
+        shown = {name: (widget.value, values.get(name, _ABSENT))
+                 for name, widget in inputs.items()}
         allowed = pending.allowed_decisions or ()  # (the door refuses the others anyway)
         card = ReviewCard(
             pending=pending,
@@ -262,12 +294,16 @@ def review(agent: Agent, target: GenerateResult | str, *, decided_by: str) -> Re
             props = schema.get("properties") or {}
             return {name: _read(props[name], w) for name, w in card.fields.items()}
 
+        def edited_of(card: ReviewCard = card, schema: Mapping[str, Any] = schema,
+                      shown: Mapping[str, tuple[Any, Any]] = shown) -> dict[str, Any]:
+            return _edited(card.fields, shown, schema)
+
         def on_approve(_: Any, card: ReviewCard = card) -> None:
             after(lambda: agent.approve_tool_call_generate(
                 run_id=run_id, tool_call_id=card.pending.tool_call_id, decided_by=decided_by,
                 comment=card.comment.value or None, args_digest=card.pending.args_digest), card)
 
-        def on_edit(_: Any, card: ReviewCard = card, read: Callable[[], Any] = values_of
+        def on_edit(_: Any, card: ReviewCard = card, read: Callable[[], Any] = edited_of
                     ) -> None:
             try:
                 edited = read()

@@ -67,6 +67,45 @@ def test_an_edit_is_validated_by_the_tool_and_a_refusal_is_shown() -> None:
     assert ran.ran == [("pay", {"amount": 35, "payee": {"name": "ACME Ltd"}})]
 
 
+def test_an_edit_keeps_every_field_the_reviewer_left_as_the_card_showed_it() -> None:
+    """Nulls showed as 0, 0.0, "" and an unticked box, and an edit of one field ran them so
+    (`dry_run=False`, `replicas=0`); a text with a line break was a one-line input
+    (helper-66)."""
+    ran: list[dict[str, Any]] = []
+
+    @create_tool(needs_approval=True)
+    def roll_out(version: str, replicas: int | None = 3, ratio: float | None = 1.0,
+                 note: str | None = "", dry_run: bool | None = True, memo: str = "") -> str:
+        """Roll out."""
+        ran.append({"version": version, "replicas": replicas, "ratio": ratio, "note": note,
+                    "dry_run": dry_run, "memo": memo})
+        return "rolled out"
+
+    asked = {"version": "1.0", "replicas": None, "ratio": None, "note": None,
+             "dry_run": None, "memo": "line1\nline2"}
+    agent = Agent(name="ops", tools=[roll_out], model=ScriptedChatModel(
+        [turn(call("roll_out", asked, "r1")), "done"]))
+    card = agent.review(agent.generate("roll out"), decided_by="alice").cards[0]
+    assert type(card.fields["memo"]).__name__ == "Textarea"
+    card.fields["version"].value = "1.1"
+    card.edit.click()
+    assert ran == [{**asked, "version": "1.1"}]
+
+
+def test_each_card_of_a_turn_is_decided_on_its_own() -> None:
+    """Deciding one of two calls of a turn disabled every card: the other could not be
+    decided in the view, and the run stayed waiting (helper-66)."""
+    agent, ran = agent_with([turn(call("pay", PAY, "c1"), call("pay", {**PAY, "amount": 7},
+                                                               "c2")), "paid both"])
+    view = agent.review(agent.generate("pay twice"), decided_by="alice")
+    first, second = view.cards
+    first.approve.click()
+    assert first.approve.disabled and not second.approve.disabled
+    second.approve.click()
+    assert sorted(a["amount"] for _, a in ran.ran) == [7, 40]
+    assert view.results[-1].finish_reason == "stop" and "paid both" in view.output.value
+
+
 def test_a_card_offers_only_the_decisions_its_tool_allows() -> None:
     """A card showed "Approve with edits" for a tool that takes no edits (the click was
     refused); an edit-only tool's card offered a plain approve."""

@@ -449,8 +449,8 @@ def _routes(web: _Web) -> list[Any]:
         try:
             # theirs to see; and (inside a LangGraph server) of a thread it still holds, else
             # declined now, and the decision refused as for any decided request
-            await web.present([await asyncio.to_thread(web.inbox.get, approval_id,
-                                                       viewer=who)], fresh=True)
+            shown = await asyncio.to_thread(web.inbox.get, approval_id, viewer=who)
+            await web.present([shown], fresh=True)
             if action == "decline":
                 await asyncio.to_thread(web.inbox.decline, approval_id, decided_by=who,
                                         comment=form.get("comment") or None)
@@ -465,7 +465,8 @@ def _routes(web: _Web) -> list[Any]:
                     remember="thread" if form.get("remember") == "thread" else "once")
             elif action == "edit":
                 schema = (await asyncio.to_thread(web.inbox.schema, approval_id)).get("schema")
-                args = render.parse_fields(schema, form, "arg")
+                # what the card showed (the digest holds it to that), as the viewer saw it
+                args = render.parse_fields(schema, form, "arg", shown=shown.args)
                 await asyncio.to_thread(
                     web.inbox.approve, approval_id, decided_by=who,
                     comment=form.get("comment") or None, args=args,
