@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from html import escape
@@ -323,18 +324,23 @@ def _md(value: Any) -> str:
 
 
 def _md_code(value: Any) -> str:
-    """Text inside a Markdown code span: shown literally, so only backticks need care."""
+    """A Markdown code span that shows `value` literally, backticks and all (a fence longer
+    than any run of backticks in it: replacing them showed a shell's command substitution as
+    a harmless quote, helper-66). Line breaks, which a span shows as spaces, are escaped."""
     text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return " ".join(text.splitlines()).replace("`", "'")
+    text = text.replace("\r", "\\r").replace("\n", "\\n")
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith(("`", " ")) or text.endswith(("`", " ")) else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def card_markdown(item: PendingApproval) -> str:
-    lines = [f"**{_md(item.kind)}** `{_md_code(item.tool_name)}` — {_md(item.prompt or '')}",
+    lines = [f"**{_md(item.kind)}** {_md_code(item.tool_name)} — {_md(item.prompt or '')}",
              f"- agent: {_md(' › '.join(item.agent_path))}",
-             f"- args: `{_md_code(item.args)}`",
+             f"- args: {_md_code(item.args)}",
              f"- status: {_md(item.status)}"
              + (f" by {_md(item.decided_by)}" if item.decided_by else ""),
-             f"- expiry: {time_left(item)}", f"- id: `{_md_code(item.id)}`"]
+             f"- expiry: {time_left(item)}", f"- id: {_md_code(item.id)}"]
     return "\n".join(lines)
 
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from graphkit import _html
+from graphkit._review import named
 from graphkit.errors import GraphkitError
 from graphkit.types import GenerateResult, PendingApproval
 
@@ -175,13 +177,16 @@ def static_review(review: Review) -> str:
 
 
 def _commands(pending: PendingApproval, by: str) -> list[str]:
+    """Commands to paste in a shell (or Python), each value quoted as its own word: a name
+    with a space, a quote or a `;` was pasted as more of the command (helper-66)."""
+    q = shlex.quote
     if pending.kind == "suspension":
-        return [f'Inbox(DB).resume("{pending.id}", DATA, decided_by="{by}")',
-                f"graphkit decline {pending.id} --by {by}"]
-    commands = [f"graphkit approve {pending.id} --by {by}",
-                f"graphkit reject {pending.id} --by {by} --comment WHY"]
+        return [f"Inbox(DB).resume({pending.id!r}, DATA, decided_by={by!r})",
+                f"graphkit decline {q(pending.id)} --by {q(by)}"]
+    commands = [f"graphkit approve {q(pending.id)} --by {q(by)}",
+                f"graphkit reject {q(pending.id)} --by {q(by)} --comment WHY"]
     if "respond" in (pending.allowed_decisions or ()):
-        commands.append(f"graphkit respond {pending.id} --by {by} --message TEXT")
+        commands.append(f"graphkit respond {q(pending.id)} --by {q(by)} --message TEXT")
     return commands
 
 
@@ -239,6 +244,9 @@ def review(agent: Agent, target: GenerateResult | str, *, decided_by: str) -> Re
         import ipywidgets as widgets
     except ImportError as exc:  # pragma: no cover - the extra is installed in tests
         raise ImportError(MISSING_WIDGETS) from exc
+    if named(decided_by) is None:  # every click would be audited as by nobody
+        msg = f"review needs decided_by, the name of who decides here; got {decided_by!r}"
+        raise ValueError(msg)
     run_id = target.run_id if isinstance(target, GenerateResult) else target
     output = widgets.HTML()
     cards: list[ReviewCard] = []

@@ -9,6 +9,7 @@ terminal; `--json` output is ASCII (`json.dumps` escapes everything else).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
+from urllib.parse import quote
 
 from graphkit._text import printable
 from graphkit.errors import GraphkitError
@@ -211,12 +213,33 @@ def _url(args: argparse.Namespace) -> str:
     if not url:
         msg = "no storage given: pass --db URL or set GRAPHKIT_DB (e.g. sqlite:///runs.db)"
         raise GraphkitError(msg)
+    if url == "memory" or (url.startswith("sqlite://") and sqlite_file(url) is None):
+        msg = (f"{url!r} is storage in one process's memory, which no other process sees; "
+               "pass the database your agents use (e.g. sqlite:///runs.db)")
+        raise GraphkitError(msg)
     path = sqlite_file(url)
     if path is not None and not os.path.isfile(path):
         msg = (f"no database at {path!r} (from {url!r}); check the path, or run the agent "
                "first: it creates the file")
         raise GraphkitError(msg)
+    if path is not None and not _graphkits(path):
+        msg = (f"{path!r} holds no graphkit records (from {url!r}); check the path, or run "
+               "the agent first: it sets the database up")
+        raise GraphkitError(msg)
     return url
+
+
+def _graphkits(path: str) -> bool:
+    """Whether a SQLite file holds graphkit's tables, read without writing a byte (a verb
+    pointed at another application's file set graphkit up in it, and reported nothing)."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)) as db:
+            return bool(db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                                   "name = 'graphkit_meta'").fetchall())
+    except sqlite3.DatabaseError:
+        return False
 
 
 def _inbox(args: argparse.Namespace) -> Inbox:
@@ -370,6 +393,8 @@ def _operate(args: argparse.Namespace, out: Callable[[str], None]) -> int:
         entries = inbox.audit(thread_id=args.thread, id=args.id)
         if args.json:
             out(_json(entries, indent=2))
+        elif not entries:
+            out("no audit entries")
         for e in [] if args.json else entries:
             at, event, approval, tool, by, comment, detail = (
                 printable(str(e.get(k) or "")) for k in _AUDIT_FIELDS
@@ -428,6 +453,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {printable(message)} (see {self.prog} --help)\n")
 
 
+def _name(text: str) -> str:
+    """`--by`: a blank name (as `named` reads one) would record a decision by nobody."""
+    from graphkit._review import named
+
+    if named(text) is None:
+        raise argparse.ArgumentTypeError("--by needs a name: who decides is audited")
+    return text
+
+
+def _positive(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, got {text!r}")
+    return number
+
+
 def _fail(text: str) -> None:
     print(f"graphkit: error: {printable(text)}", file=sys.stderr)
 
@@ -450,13 +494,14 @@ def _parser() -> argparse.ArgumentParser:
     inbox = verb("inbox", "list pending approvals and suspensions", listing=True)
     inbox.add_argument("--agent")
     inbox.add_argument("--tool")
-    inbox.add_argument("--limit", type=int)
+    inbox.add_argument("--limit", type=_positive, help="show at most N (the oldest first)")
     show = verb("show", "show one approval as a review card", listing=True)
     show.add_argument("id")
     for name, text in (("approve", "approve a pending call"), ("decline", "decline it")):
         cmd = verb(name, text, aliases=["reject"] if name == "decline" else [])  # LangChain's
         cmd.add_argument("id")
-        cmd.add_argument("--by", required=True, help="who decides (recorded in the audit log)")
+        cmd.add_argument("--by", required=True, type=_name,
+                         help="who decides (recorded in the audit log)")
         cmd.add_argument("--comment")
         _agent_option(cmd)
         if name == "approve":
@@ -465,7 +510,8 @@ def _parser() -> argparse.ArgumentParser:
     respond = verb("respond", "answer a pending call instead of running it (tools that allow "
                    "'respond')")
     respond.add_argument("id")
-    respond.add_argument("--by", required=True, help="who decides (recorded in the audit log)")
+    respond.add_argument("--by", required=True, type=_name,
+                         help="who decides (recorded in the audit log)")
     _agent_option(respond)
     respond.add_argument("--message", required=True, help="what the model reads as the result")
     audit = verb("audit", "show the audit log", listing=True)
@@ -492,7 +538,8 @@ def _parser() -> argparse.ArgumentParser:
                         "taking the storage URL), loaded from the working directory too")
     revoke = verb("revoke", "revoke a grant: later calls of its tool ask again")
     revoke.add_argument("id")
-    revoke.add_argument("--by", required=True, help="who revokes (recorded in the audit log)")
+    revoke.add_argument("--by", required=True, type=_name,
+                        help="who revokes (recorded in the audit log)")
     _agent_option(revoke)
     return parser
 

