@@ -100,15 +100,18 @@ def test_a_blank_name_is_no_name_at_every_door(sqlite_url: str, door: str, blank
     elif door == "inbox":
         with pytest.raises(ApproverNotAllowedError, match="without a name"):
             Inbox(sqlite_url, agents=[agent]).approve(pending.id, decided_by=blank)
-    elif door == "cli":
-        assert main(["approve", pending.id, "--db", sqlite_url, "--by", blank,
-                     "--agent", "tests.policy_agent:anyone"]) != 0
+    elif door == "cli":  # a usage error: `--by` is refused before anything is read
+        with pytest.raises(SystemExit) as exited:
+            main(["approve", pending.id, "--db", sqlite_url, "--by", blank,
+                  "--agent", "tests.policy_agent:anyone"])
+        assert exited.value.code == 2
     else:
         raw(agent, result.thread_id, {"decisions": [{"type": "approve"}]}, blank)
     with pytest.raises(ApprovalsPendingError):
         agent.resume(run_id=result.run_id)
     assert ran.ran == [] and Inbox(sqlite_url).get(pending.id).status == "pending"
-    assert audit_events(agent, result.thread_id)[-1] == "refused"
+    assert audit_events(agent, result.thread_id)[-1] == (
+        "requested" if door == "cli" else "refused")
     agent.approve_tool_call_generate(run_id=result.run_id, decided_by="ops")
     assert ran.ran == [("pay", PAY)]
 
