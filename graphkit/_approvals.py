@@ -25,16 +25,19 @@ from graphkit._review import Choice, audit_row, check
 from graphkit._secrets import (
     PATHS_KEY,
     SALT_KEY,
+    holding,
     masked,
     masked_record,
     new_salt,
     record_digest,
+    secret_values,
     shows_masked,
     withheld,
 )
 from graphkit._settings import GateSettings
 from graphkit._state import CallPlan, RunOptions, TurnPlan, turn_key
 from graphkit._validate import (
+    declared_secret_paths,
     iso_time,
     now_iso,
     validated_args,
@@ -138,6 +141,8 @@ class Planned:
     calls: list[CallRow] = field(default_factory=list)
     approvals: list[ApprovalRow] = field(default_factory=list)
     audits: list[AuditRow] = field(default_factory=list)
+    secrets: list[str] = field(default_factory=list)
+    """The secret values the turn's calls hold (`_reply_secrets`)."""
 
 
 def _error(content: str, call_id: str, name: str) -> ToolMessage:
@@ -171,6 +176,8 @@ def plan_turn(
     planned = Planned(TurnPlan(ai_message_id=ai.id or "", turn_key=plan_key, calls=[],
                                error=None), [])
     ids = [call.get("id") or "" for call in ai.tool_calls]
+    read = _read_calls(ai, tools)
+    planned.secrets = _reply_secrets(ai, tools, read)
     for call in ai.tool_calls:
         call_id = call.get("id") or ""
         name = call["name"]
@@ -186,12 +193,13 @@ def plan_turn(
         if shows_masked(ai, call):
             planned.errors.append(_error(LOST_SECRET.format(name=name), call_id, name))
             continue
-        try:
-            args, secrets = validated_args(tool, call.get("args") or {})
-        except InvalidApprovedArgsError as exc:
-            planned.errors.append(_error(INVALID_ARGS.format(name=name, errors=exc), call_id,
-                                         name))
+        outcome = read[id(call)]
+        if isinstance(outcome, InvalidApprovedArgsError):
+            planned.errors.append(_error(INVALID_ARGS.format(name=name, errors=outcome),
+                                         call_id, name))
             continue
+        args, secrets = outcome
+        secrets = [*secrets, *(p for p in holding(args, planned.secrets) if p not in secrets)]
         predicate = isinstance(tool, GraphkitTool) and callable(tool.needs_approval)
         needed, verdict = _needs(tool, args, required)
         metadata: dict[str, Any] = (
@@ -269,6 +277,40 @@ def plan_turn(
             planned_call["secrets"] = secrets
         planned.plan["calls"].append(planned_call)
     return planned
+
+
+def _read_calls(ai: AIMessage, tools: Mapping[str, BaseTool]) -> dict[
+        int, tuple[dict[str, Any], list[list[str | int]]] | InvalidApprovedArgsError]:
+    """Each call of a known tool, validated once (by `id()` of the call): its arguments and
+    where they hold the secrets its tool declares, or why they are refused."""
+    read: dict[int, Any] = {}
+    ids = [call.get("id") for call in ai.tool_calls]
+    for call in ai.tool_calls:
+        tool = tools.get(call["name"])
+        if tool is None or not call.get("id") or ids.count(call.get("id")) > 1 or shows_masked(
+                ai, call):
+            continue  # (refused unread: `plan_turn` says why)
+        try:
+            read[id(call)] = validated_args(tool, call.get("args") or {})
+        except InvalidApprovedArgsError as exc:
+            read[id(call)] = exc
+    return read
+
+
+def _reply_secrets(ai: AIMessage, tools: Mapping[str, BaseTool],
+                   read: Mapping[int, Any]) -> list[str]:
+    """The secret values of every call of the reply (a refused call's, where its tool
+    declares them, too): a value the model copied from one call's secret into another call's
+    plain argument is a secret there as well (helper-65)."""
+    values: set[str] = set()
+    for call in ai.tool_calls:
+        outcome = read.get(id(call))
+        if isinstance(outcome, tuple):
+            values.update(secret_values(*outcome))
+        elif outcome is not None:
+            raw = call.get("args")
+            values.update(secret_values(raw, declared_secret_paths(tools[call["name"]], raw)))
+    return sorted(values, key=lambda t: (-len(t), t))
 
 
 def _fields(row: ApprovalRow) -> dict[str, Any]:

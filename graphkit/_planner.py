@@ -31,7 +31,7 @@ from graphkit._context import (
 )
 from graphkit._journal import GateJournal
 from graphkit._ledger import ApprovalRow, Ledger, PendingTurn, Queued, queued_id
-from graphkit._secrets import masked_ai
+from graphkit._secrets import holding, masked_ai
 from graphkit._settings import GateSettings
 from graphkit._state import AgentState, TurnPlan, turn_key
 from graphkit._validate import args_json_schema, declared_secret_paths, validation_runs_code
@@ -262,8 +262,9 @@ class Planner:
                    if c.get("secrets")}
         planned_ids = {c["tool_call_id"] for c in planned.plan["calls"]}
         for call in ai.tool_calls:  # refused calls (invalid, repeated ids) keep theirs too
-            if call.get("id") not in planned_ids and (paths := declared_secret_paths(
-                    self.tools.get(call["name"]), call.get("args"))):
+            if call.get("id") not in planned_ids and (paths := [
+                    *declared_secret_paths(self.tools.get(call["name"]), call.get("args")),
+                    *holding(call.get("args"), planned.secrets)]):
                 secrets[str(call.get("id"))] = [*secrets.get(str(call.get("id")), []), *paths]
         if secrets and stored is not None:
             kept = masked_ai(kept, secrets)

@@ -32,11 +32,11 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from graphkit._digest import args_digest
 
-__all__ = ["MASK", "PATHS_KEY", "SALT_KEY", "SECRETS_KEY", "WITHHELD_CHARS", "masked",
-           "masked_ai", "masked_message", "masked_record", "new_salt", "observed",
-           "record_digest", "record_paths", "restored", "salted_digest", "scrub_exception",
-           "scrubbed", "secret_paths", "secret_values", "shows_masked", "still_shows",
-           "unmasked", "with_secrets", "withheld"]
+__all__ = ["MASK", "PATHS_KEY", "SALT_KEY", "SECRETS_KEY", "WITHHELD_CHARS", "holding",
+           "kept_paths", "masked", "masked_ai", "masked_message", "masked_record", "new_salt",
+           "observed", "record_digest", "record_paths", "restored", "salted_digest",
+           "scrub_exception", "scrubbed", "secret_paths", "secret_values", "shows_masked",
+           "still_shows", "unmasked", "with_secrets", "withheld"]
 
 SECRETS_KEY = "graphkit_secret_paths"
 """In an AI message's `response_metadata` (which no provider is sent): where each of its tool
@@ -496,6 +496,35 @@ def secret_values(args: Any, paths: Sequence[Sequence[str | int]] | None) -> lis
         repr(t)[1:-1], json.dumps(t)[1:-1], repr(t.encode())[2:-1], quote(t),
         quote(t, safe=""), quote_plus(t))}
     return sorted((t for t in texts if t and t != MASK), key=lambda t: (-len(t), t))
+
+
+def holding(args: Any, secrets: Sequence[str], at: Path | None = None,
+            depth: int = 0) -> list[Path]:
+    """Where `args` hold any of `secrets` (as `scrubbed` finds one: a whole value, or inside
+    text), so that a value a reply copied from one call's secret into another call's plain
+    argument is kept as a secret there too: masked in every view, real for the tool."""
+    at = at or []
+    if not secrets or depth > 32:
+        return []
+    if isinstance(args, Mapping):
+        return [p for k, v in args.items() for p in holding(v, secrets, [*at, k], depth + 1)]
+    if isinstance(args, list | tuple):
+        return [p for i, v in enumerate(args) for p in holding(v, secrets, [*at, i], depth + 1)]
+    if isinstance(args, str | int | float) and not isinstance(args, bool) and at:
+        return [at] if _scrub(args, secrets) is not args else []
+    return []
+
+
+def kept_paths(record_args: Any, paths: Sequence[Sequence[str | int]] | None,
+               edited: Any) -> list[Path]:
+    """The paths of a record's secrets whose real value an edit kept as it was."""
+    kept: list[Path] = []
+    for path in paths or ():
+        real, found = _get(record_args, list(path))
+        now, there = _get(edited, list(path))
+        if found and there and now == real:
+            kept.append(list(path))
+    return kept
 
 
 def _leaves(value: Any, depth: int = 0) -> list[Any]:

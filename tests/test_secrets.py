@@ -278,6 +278,62 @@ def test_no_checkpoint_holds_a_secret_and_a_copy_without_its_record_never_runs_t
     assert used == [KEY]  # nothing ran with the mask
 
 
+@pytest.mark.parametrize("edit", [None, "kept", "new"])
+def test_a_secret_the_reply_copies_into_another_calls_plain_argument_stays_secret(
+        tmp_path: Path, edit: str | None) -> None:
+    """A model that wrote a call's secret into another call's plain argument (`post_text(
+    text="token=<key>")`) had it shown in clear in the checkpoint, the interrupt, the cards
+    and the audit, while the reply's own text showed the mask (helper-65). It is that call's
+    secret too: masked in every view, real for the tool; an edit that leaves the mask keeps
+    it, one that writes new text runs the new text."""
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    ran: list[tuple[str, str]] = []
+
+    @create_tool(needs_approval=True)
+    def call_api(url: str, token: SecretStr) -> str:
+        """Call an API."""
+        ran.append(("call_api", token.get_secret_value()))
+        return "ok"
+
+    @create_tool(needs_approval=True)
+    def post_text(text: str) -> str:
+        """Post text publicly."""
+        ran.append(("post_text", text))
+        return "posted"
+
+    agent = Agent(name="api", tools=[call_api, post_text], checkpointer=url,
+                  model=ScriptedChatModel([turn(
+                      call("call_api", {"url": "https://x", "token": KEY}, "c1"),
+                      call("post_text", {"text": f"token={KEY}"}, "c2"),
+                      text=f"I will use {KEY}"), "done"]))
+    first = agent.generate("go")
+    state = agent.graph.get_state({"configurable": {"thread_id": first.thread_id}})
+    assert KEY not in json.dumps([m.model_dump() for m in state.values["messages"]],
+                                 default=str)
+    assert KEY not in json.dumps([i.value for i in state.interrupts], default=str)
+    assert KEY not in json.dumps([p.to_dict() for p in first.pending_approvals])
+    assert KEY not in json.dumps(Inbox(url).audit(), default=str)
+    post = next(p for p in first.pending_approvals if p.tool_name == "post_text")
+    assert post.args == {"text": "**********"}
+    agent.resolve_tool_approval(run_id=first.run_id, id=first.pending_approvals[0].id,
+                                approved=True, decided_by="cfo")
+    edited = {None: None, "kept": {"text": "**********"}, "new": {"text": "hello"}}[edit]
+    agent.resolve_tool_approval(run_id=first.run_id, id=post.id, approved=True,
+                                decided_by="cfo", approved_args=edited)
+    shown = agent.pending_approvals(run_id=first.run_id)
+    assert KEY not in json.dumps([p.to_dict() for p in shown])
+    agent.resume(run_id=first.run_id)
+    assert sorted(ran) == [("call_api", KEY),
+                           ("post_text", "hello" if edit == "new" else f"token={KEY}")]
+    db = sqlite3.connect(tmp_path / "runs.db")
+    for table in ("checkpoints", "writes"):
+        blobs = db.execute(f"SELECT * FROM {table}").fetchall()
+        assert not any(KEY.encode() in bytes(v) for row in blobs for v in row
+                       if isinstance(v, bytes)), f"the secret is in {table}"
+
+
 @pytest.mark.parametrize(("shape", "key"), [
     ("function_call", KEY), ("metadata", KEY), ("unknown_block", KEY), ("chunk", KEY),
     ("chunk", "x9Q"), ("metadata", "x9Q"), ("double_json", 'sk-live-51HxQ"q'),
