@@ -127,14 +127,10 @@ def _scalar_size(value: object, *, what: str, error: type[Exception]) -> int:
     if isinstance(value, str):
         return _utf8_size(value, what=what, error=error) + 2
     if isinstance(value, int):
-        # Each decimal digit carries about 3.3 bits: skip converting an integer that is over
-        # the budget anyway, and refuse one Python cannot print (sys.get_int_max_str_digits).
-        if value.bit_length() > 4 * MAX_BYTES:
-            return MAX_BYTES + 1
-        try:
-            return len(str(value))
-        except ValueError as exc:
-            raise error(f"{what}: an integer has too many digits to be written out") from exc
+        if not -(2**63) <= value < 2**64:  # what a checkpoint (msgpack) holds
+            raise error(f"{what}: an integer beyond 64 bits cannot be stored in a checkpoint; "
+                        "send it as text")
+        return len(str(value))
     if isinstance(value, float):
         return len(repr(value))
     try:

@@ -79,9 +79,9 @@ UNREAD = "[graphkit: not stored: arguments that could not be read, for a tool th
 
 def _storable(response: AIMessage, secret_tools: Collection[str] = ()) -> AIMessage:
     """The model's reply as it can be checkpointed: a call whose arguments are too deep or too
-    large to store keeps a placeholder (the gate answers it with an error the model sees), and
-    so does a call it could not parse to a tool that takes secrets (which part of its text is
-    the secret cannot be told; helper-52)."""
+    large to store, or hold an integer beyond 64 bits, keeps a placeholder (the gate answers
+    it with an error the model sees), and so does a call it could not parse to a tool that
+    takes secrets (which part of its text is the secret cannot be told; helper-52)."""
     unsafe = set()
     for call in response.tool_calls:
         try:
@@ -91,7 +91,8 @@ def _storable(response: AIMessage, secret_tools: Collection[str] = ()) -> AIMess
     unread = [c for c in response.invalid_tool_calls if c.get("name") in secret_tools]
     if not unsafe and not unread:
         return response
-    calls = [{**c, "args": {"_graphkit": "arguments too deep or too large; not stored"}}
+    calls = [{**c, "args": {"_graphkit": "arguments that cannot be stored (too deep, too "
+                                          "large, an integer beyond 64 bits); not stored"}}
              if c.get("id") in unsafe else c for c in response.tool_calls]
     invalid = [{**c, "args": UNREAD} if c.get("name") in secret_tools else c
                for c in response.invalid_tool_calls]

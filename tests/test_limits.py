@@ -16,6 +16,7 @@ from graphkit._limits import (
     check_value,
     human_size,
 )
+from tests.helpers import agent_with, call, turn
 
 
 class Refused(Exception):
@@ -113,12 +114,25 @@ def test_a_value_containing_itself_is_refused() -> None:
     check({"a": shared, "b": shared, "c": [shared, (shared,)]})
 
 
-def test_huge_integers_are_refused_without_printing_them() -> None:
-    check({"n": 10**4000})
-    with pytest.raises(Refused, match="too many digits"):
-        check({"n": 10**5000})
-    with pytest.raises(Refused, match="larger than"):
-        check({"n": 1 << (8 * MAX_BYTES * 4)})
+def test_integers_a_checkpoint_cannot_hold_are_refused_without_printing_them() -> None:
+    """A checkpoint (msgpack) holds integers of 64 bits; a model's call with a larger one
+    crashed the run with LangGraph's own TypeError (helper-66)."""
+    check({"n": [2**64 - 1, -(2**63)]})
+    for n in (2**64, -(2**63) - 1, 10**5000, 1 << (8 * MAX_BYTES * 4)):
+        with pytest.raises(Refused, match="beyond 64 bits"):
+            check({"n": n})
+
+
+def test_a_call_with_an_integer_beyond_64_bits_is_answered_and_the_run_goes_on(
+        sqlite_url: str) -> None:
+    """The model's reply is checkpointed with the call's arguments left out, and the gate
+    tells the model why; the run ended with a TypeError from the checkpointer before."""
+    agent, ran = agent_with([turn(call("pay", {"amount": 2**70, "payee": {"name": "ACME"}},
+                                       "c1")), "done"], checkpointer=sqlite_url)
+    result = agent.generate("pay")
+    told = [m for m in result.messages if m.type == "tool"]
+    assert result.finish_reason == "stop" and ran.ran == []
+    assert told and "beyond 64 bits" in str(told[0].content)
 
 
 def test_lone_surrogates_are_refused() -> None:
