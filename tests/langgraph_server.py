@@ -149,7 +149,7 @@ def approval_of(web: httpx.Client, thread_id: str, deadline_s: float = 30, *,
     while True:
         for approval_id in dict.fromkeys(re.findall(r"approvals/(apr_[0-9a-z_]+)",
                                                     web.get("/").text)):
-            if approval_id != but and f"threads/{thread_id}/audit" in web.get(
+            if approval_id != but and f"threads/audit?thread={thread_id}" in web.get(
                     f"/approvals/{approval_id}").text:
                 return approval_id
         assert time.monotonic() < deadline, f"no approval of {thread_id} listed"
