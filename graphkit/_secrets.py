@@ -502,8 +502,11 @@ def holding(args: Any, secrets: Sequence[str], at: Path | None = None,
             depth: int = 0) -> list[Path]:
     """Where `args` hold any of `secrets` (as `scrubbed` finds one: a whole value, or inside
     text), so that a value a reply copied from one call's secret into another call's plain
-    argument is kept as a secret there too: masked in every view, real for the tool."""
+    argument is kept as a secret there too: masked in every view, real for the tool. A
+    secret shorter than `SHORTEST_IN_TEXT` is not looked for: a PIN of 42 would hide every
+    amount of 42 from the reviewer who must judge it."""
     at = at or []
+    secrets = [s for s in secrets if len(s) >= SHORTEST_IN_TEXT] if depth == 0 else secrets
     if not secrets or depth > 32:
         return []
     if isinstance(args, Mapping):

@@ -334,6 +334,27 @@ def test_a_secret_the_reply_copies_into_another_calls_plain_argument_stays_secre
                        if isinstance(v, bytes)), f"the secret is in {table}"
 
 
+def test_a_short_secret_never_hides_another_calls_value_from_its_reviewer() -> None:
+    """A PIN of 42 is masked where it is the PIN; a payment of 42 in the same reply is shown
+    (masking every 42 would hide what the reviewer must judge)."""
+
+    @create_tool(needs_approval=True)
+    def unlock(pin: SecretStr) -> str:
+        """Unlock."""
+        return "open"
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int, memo: str) -> str:
+        """Pay."""
+        return "paid"
+
+    agent = Agent(name="vault", tools=[unlock, pay], model=ScriptedChatModel([turn(
+        call("unlock", {"pin": "42"}, "u1"), call("pay", {"amount": 42, "memo": "42"}, "p1")),
+        "done"]))
+    shown = {p.tool_name: p.args for p in agent.generate("go").pending_approvals}
+    assert shown == {"unlock": {"pin": "**********"}, "pay": {"amount": 42, "memo": "42"}}
+
+
 @pytest.mark.parametrize(("shape", "key"), [
     ("function_call", KEY), ("metadata", KEY), ("unknown_block", KEY), ("chunk", KEY),
     ("chunk", "x9Q"), ("metadata", "x9Q"), ("double_json", 'sk-live-51HxQ"q'),
