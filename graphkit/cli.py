@@ -172,7 +172,7 @@ def _table(rows: list[PendingApproval]) -> str:
                 p.kind,
                 "/".join(p.agent_path),
                 p.tool_name,
-                _clip(printable(p.prompt or ""), 40),
+                _clip_printable(p.prompt or "", 40),
                 _args_preview(p.args, 48),
                 p.created_at,
                 p.run_id or "",
@@ -202,6 +202,18 @@ def _args_preview(args: dict[str, Any], width: int) -> str:
 
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _clip_printable(text: str, width: int) -> str:
+    """`printable(text)` in `width` characters, cut between characters, never inside one's
+    escape (a cut escape reads as another character)."""
+    shown = ""
+    for ch in text:
+        escaped = printable(ch)
+        if len(shown) + len(escaped) > width - 1:
+            return shown + "…" if len(printable(text)) > width else printable(text)
+        shown += escaped
+    return shown
 
 
 def _url(args: argparse.Namespace) -> str:

@@ -92,6 +92,21 @@ def test_review_card_shows_every_field_escaped(sqlite_url: str, paused: str) -> 
     assert call_id.startswith(f"| call id:  c1{SHOWN}"[:60])
 
 
+@pytest.mark.parametrize("text", ["a" * 36 + "\u202e tail", "a" * 38 + "\x1b[2J",
+                                  "\u202e" * 20])
+def test_a_cut_prompt_never_ends_inside_an_escape(text: str) -> None:
+    """The inbox's PROMPT column was cut after escaping, inside an escape, which then read
+    as another character (helper-66). It is cut between characters, each shown whole."""
+    from graphkit._text import printable
+    from graphkit.cli import _clip_printable
+
+    shown = _clip_printable(text, 40)
+    assert len(shown) <= 40 and shown.endswith("…")
+    assert printable(text).startswith(shown[:-1])
+    cut = len(shown) - 1  # the escapes of whole characters, nothing of the next one's
+    assert any(len(printable(text[:n])) == cut for n in range(len(text) + 1))
+
+
 def test_inbox_table_escapes_and_keeps_one_line_per_approval(sqlite_url: str,
                                                              paused: str) -> None:
     code, table = cli("inbox", "--db", sqlite_url)
