@@ -207,6 +207,12 @@ def _as_sent(kind: str | None, value: Any) -> str | None:
     return _received(text.replace("\x00", "\ufffd"))
 
 
+def _is_default(spec: Any, value: Any) -> bool:
+    """Whether `value` is the property's default, which it gets when left out (a `None` the
+    tool's model fills in for `x: int = None` is refused if sent back explicitly)."""
+    return isinstance(spec, Mapping) and "default" in spec and spec["default"] == value
+
+
 def _finite(value: Any) -> bool:
     try:
         return value is None or math.isfinite(float(value))
@@ -224,7 +230,8 @@ def parse_fields(schema: Mapping[str, Any] | None, form: Mapping[str, str],
     """Read the inputs `fields` made back into JSON values (the tool's own model validates).
 
     With `shown` (the values the form was filled with), an input the reviewer left as it was
-    keeps the value the card showed, absent where it was absent: a form cannot hold every
+    keeps the value the card showed (left out where it was absent, or is the default, which
+    it then gets): a form cannot hold every
     value (a leading line break, a carriage return, NUL, `inf`, a null in a number or a check
     box), and an edit of one field changed the others it could not hold."""
     props = (schema or {}).get("properties") or {}
@@ -240,7 +247,7 @@ def parse_fields(schema: Mapping[str, Any] | None, form: Mapping[str, str],
         if shown is not None:
             kind, value = _shown(spec, shown, name)
             if raw == _as_sent(kind, value):
-                if name in shown:
+                if name in shown and not _is_default(spec, shown[name]):
                     out[name] = shown[name]
                 continue
         kind = spec.get("type") if isinstance(spec, Mapping) else None

@@ -191,15 +191,20 @@ def _commands(pending: PendingApproval, by: str) -> list[str]:
 
 
 def _field(widgets: Any, name: str, spec: Mapping[str, Any], value: Any) -> Any:
-    """An input showing `value` (a number input shows 0 for a null, a check box unticked:
-    `_read` keeps what the reviewer did not touch as it was)."""
+    """An input showing `value`; a null number is an empty text input and a null yes/no a
+    choice of three, so that a reviewer's 0 or False is told from the null they left."""
     kind = spec.get("type")
+    if kind == "boolean" and value is None:
+        return widgets.Dropdown(options=[("null", None), ("true", True), ("false", False)],
+                                value=None, description=name)
     if kind == "boolean":
         return widgets.Checkbox(value=bool(value), description=name)
-    if kind == "integer" and isinstance(value, int | None):
-        return widgets.IntText(value=value or 0, description=name)
-    if kind == "number" and isinstance(value, int | float | None) and _finite(value):
-        return widgets.FloatText(value=float(value or 0), description=name)
+    if kind in ("integer", "number") and value is None:
+        return widgets.Text(value="", placeholder="null", description=name)
+    if kind == "integer" and isinstance(value, int):
+        return widgets.IntText(value=value, description=name)
+    if kind == "number" and isinstance(value, int | float) and math.isfinite(value):
+        return widgets.FloatText(value=float(value), description=name)
     if kind == "string" and isinstance(value, str | None):
         text = "" if value is None else value
         multiline = "\n" in text or "\r" in text  # a one-line input drops line breaks
@@ -207,15 +212,14 @@ def _field(widgets: Any, name: str, spec: Mapping[str, Any], value: Any) -> Any:
     return widgets.Textarea(value=json.dumps(value), description=f"{name} (JSON)")
 
 
-def _finite(value: Any) -> bool:
-    return value is None or math.isfinite(value)
-
-
 def _read(spec: Mapping[str, Any], widget: Any) -> Any:
-    if spec.get("type") in ("boolean", "integer", "number", "string") and not (
-            isinstance(widget.description, str) and widget.description.endswith("(JSON)")):
-        return widget.value
-    return json.loads(widget.value or "null")
+    kind, value = spec.get("type"), widget.value
+    if str(widget.description).endswith("(JSON)"):
+        return json.loads(value or "null")
+    if kind in ("integer", "number") and isinstance(value, str):  # a null's text input
+        text = value.strip()
+        return None if not text else int(text) if kind == "integer" else float(text)
+    return value
 
 
 _ABSENT = object()
@@ -231,8 +235,9 @@ def _edited(fields: Mapping[str, Any], shown: Mapping[str, tuple[Any, Any]],
     out: dict[str, Any] = {}
     for name, widget in fields.items():
         filled, absent_or_value = shown[name]
-        if widget.value == filled:
-            if absent_or_value is not _ABSENT:
+        if widget.value == filled:  # as shown: left out where absent, or the default
+            if absent_or_value is not _ABSENT and not _html._is_default(props[name],
+                                                                        absent_or_value):
                 out[name] = absent_or_value
             continue
         out[name] = _read(props[name], widget)

@@ -283,11 +283,35 @@ def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
     # Keep only what was given or has a default, without the injected context.
     names = {field.alias or name for name, field in schema.model_fields.items()}
     result = {k: v for k, v in dumped.items() if k in names}
+    _drop_unset_nulls(parsed, result)
     secrets = secret_paths({k: v for k, v in shown.items() if k in names}, result) if (
         shown is not dumped) else []
     secrets += [p for p in _declared_secrets(schema, result)
                 if not any(q[:len(p)] == p or p[:len(q)] == q for q in secrets)]
     return parsed, result, secrets
+
+
+def _drop_unset_nulls(model: BaseModel, dumped: dict[str, Any], depth: int = 0) -> None:
+    """Leave out of `dumped` (at every depth) a field the arguments did not give whose
+    default is None: pydantic never checks a default, and `x: int = None` written out as
+    `null` is refused when the tool validates what runs (every approved call of such a tool
+    failed in the tools node). Left out, the tool gets the same default."""
+    if depth > 32:
+        return
+    for name, field in type(model).model_fields.items():
+        key = field.alias or name
+        if key not in dumped:
+            continue
+        if name not in model.model_fields_set and field.default is None:
+            del dumped[key]
+            continue
+        value, shown = getattr(model, name, None), dumped[key]
+        if isinstance(value, BaseModel) and isinstance(shown, dict):
+            _drop_unset_nulls(value, shown, depth + 1)
+        elif isinstance(value, list | tuple) and isinstance(shown, list):
+            for item, item_shown in zip(value, shown, strict=False):
+                if isinstance(item, BaseModel) and isinstance(item_shown, dict):
+                    _drop_unset_nulls(item, item_shown, depth + 1)
 
 
 _SECRET_TYPES = (SecretStr, SecretBytes, Secret)

@@ -120,6 +120,36 @@ def test_a_review_needs_the_name_of_who_decides(nobody: Any) -> None:
     assert agent.pending_approvals(run_id=result.run_id)[0].status == "pending"
 
 
+@pytest.mark.parametrize("choice", ["untouched", "zero and false"])
+def test_a_null_default_is_left_to_the_tool_and_a_chosen_zero_or_false_is_kept(
+        choice: str) -> None:
+    """`daily_limit: int = None` showed as 0 and `notify: bool = None` as an unticked box: an
+    edit of another field sent the nulls back (refused by the tool's model), and a reviewer's
+    0 or False read as the null left untouched (helper-67)."""
+    ran: list[dict[str, Any]] = []
+
+    @create_tool(needs_approval=True)
+    def withdraw(account: str,  # the implicit Optional some tools are written with:
+                 daily_limit: int = None,  # type: ignore[assignment]  # noqa: RUF013
+                 notify: bool = None,  # type: ignore[assignment]  # noqa: RUF013
+                 ) -> str:
+        """Withdraw."""
+        ran.append({"account": account, "daily_limit": daily_limit, "notify": notify})
+        return "ok"
+
+    agent = Agent(name="bank", tools=[withdraw], model=ScriptedChatModel(
+        [turn(call("withdraw", {"account": "A-1"}, "w1")), "done"]))
+    card = agent.review(agent.generate("withdraw"), decided_by="alice").cards[0]
+    card.fields["account"].value = "A-2"
+    if choice == "zero and false":
+        card.fields["daily_limit"].value = "0"
+        card.fields["notify"].value = False
+    card.edit.click()
+    assert "Decided" in card.message.value, card.message.value
+    chosen = (0, False) if choice == "zero and false" else (None, None)
+    assert ran == [{"account": "A-2", "daily_limit": chosen[0], "notify": chosen[1]}]
+
+
 def test_each_card_of_a_turn_is_decided_on_its_own() -> None:
     """Deciding one of two calls of a turn disabled every card: the other could not be
     decided in the view, and the run stayed waiting (helper-66)."""

@@ -233,6 +233,40 @@ def test_an_async_tool_approved_through_a_blocking_method_runs_once_wherever_it_
     assert [(amount, thread) for amount, thread, _ in ran] == [(5, thread_id)]
 
 
+class Where(BaseModel):
+    region: str
+    zone: int = None  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("decision", ["approve", "edit"])
+def test_a_tool_written_with_a_null_default_runs_when_approved(decision: str) -> None:
+    """`x: int = None` (an implicit Optional many tools are written with): the call was
+    recorded with `null` written out for what the model left out, and the tool's own
+    validation refused that when the approved call ran (helper-67, found through an edit)."""
+    ran: list[dict[str, Any]] = []
+
+    @create_tool(needs_approval=True)
+    def withdraw(account: str, where: Where,  # the implicit Optional of some tools:
+                 daily_limit: int = None,  # type: ignore[assignment]  # noqa: RUF013
+                 notify: bool = None,  # type: ignore[assignment]  # noqa: RUF013
+                 ) -> str:
+        """Withdraw."""
+        ran.append({"account": account, "zone": where.zone, "daily_limit": daily_limit,
+                    "notify": notify})
+        return "ok"
+
+    agent = Agent(name="bank", tools=[withdraw], model=ScriptedChatModel([turn(call(
+        "withdraw", {"account": "A-1", "where": {"region": "eu"}}, "w1")), "done"]))
+    paused = agent.generate("withdraw")
+    (pending,) = paused.pending_approvals
+    assert pending.args == {"account": "A-1", "where": {"region": "eu"}}
+    edit = {"args": {"account": "A-2", "where": {"region": "eu"}}} if decision == "edit" else {}
+    done = agent.approve_tool_call_generate(run_id=paused.run_id, decided_by="cfo", **edit)
+    assert done.finish_reason == "stop"
+    assert ran == [{"account": "A-2" if edit else "A-1", "zone": None, "daily_limit": None,
+                    "notify": None}]
+
+
 def test_a_runnable_config_parameter_is_langchains_to_give_never_the_models() -> None:
     """As LangChain's `@tool`: a `RunnableConfig` parameter is filled in when the tool runs and
     is no argument of its schema (the model was asked to write a `config`, and a call without

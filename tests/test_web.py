@@ -275,6 +275,39 @@ def test_an_edit_of_one_field_runs_every_other_as_the_card_showed_it(
     assert ran == [{**asked, "amount": 100}]
 
 
+def test_an_edit_leaves_a_default_the_tool_filled_in_to_the_tool(tmp_path: Path,
+                                                                 browser: Any) -> None:
+    """A tool declared `daily_limit: int = None` is recorded with the default filled in; an
+    edit of another field sent that null back explicitly, which the tool's model refuses, so
+    no edit of such a tool could be approved (helper-67)."""
+    from graphkit.web import create_app
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    ran: list[dict[str, Any]] = []
+
+    @create_tool(needs_approval=True)
+    def withdraw(account: str,  # the implicit Optional some tools are written with:
+                 daily_limit: int = None,  # type: ignore[assignment]  # noqa: RUF013
+                 notify: bool = None,  # type: ignore[assignment]  # noqa: RUF013
+                 ) -> str:
+        """Withdraw."""
+        ran.append({"account": account, "daily_limit": daily_limit, "notify": notify})
+        return "ok"
+
+    agent = Agent(name="bank", tools=[withdraw], checkpointer=url, model=ScriptedChatModel(
+        [turn(call("withdraw", {"account": "A-1"}, "w1")), "done"]))
+    paused = agent.generate("withdraw")
+    (pending,) = Inbox(url).pending()
+    with _served(create_app(url, authenticate=TOKENS, agents=[agent], secret="s")) as base:
+        page = sign_in(browser, base, "tok-alice")
+        page.goto(base + f"approvals/{pending.id}")
+        page.fill("form.edit input[name='arg.account']", "A-2")
+        page.click("form.edit button:has-text('Approve these arguments')")
+        wait_until(lambda: Inbox(url).get(pending.id).status == "approved")
+    agent.resume(run_id=paused.run_id)
+    assert ran == [{"account": "A-2", "daily_limit": None, "notify": None}]
+
+
 def test_refusals_in_the_browser(site: dict[str, Any], browser: Any) -> None:
     base = site["base"]
     intern = sign_in(browser, base, "tok-intern")
