@@ -25,7 +25,7 @@ from graphkit._review import Choice, audit_row, check
 from graphkit._secrets import (
     PATHS_KEY,
     SALT_KEY,
-    holding,
+    holds_secret,
     masked,
     masked_record,
     new_salt,
@@ -77,6 +77,13 @@ INVALID_ARGS = "Error: invalid arguments for tool {name!r}: {errors}. The call d
 LOST_SECRET = ("Error: the secret arguments of this call to {name!r} are kept only with the "
                "run that planned it, and this thread does not have them (it was copied, or "
                "its record is gone). The call did not run; call the tool again.")
+COPIED_SECRET = (
+    "Error: the arguments of this call to {name!r} hold a secret that another call of this "
+    "reply was given in an argument its tool keeps secret. A secret goes only where a tool "
+    "declares one: shown here, reviewers would read it. The call did not run; call the tool "
+    "again without it.")
+"""Refused rather than masked: a masked payment or shell command is one a reviewer approves
+unseen (helper-67), and a mask cannot hide a key."""
 DUPLICATE_ID = (
     "Error: tool call id {id!r} of {name!r} is not unique in this turn; every call needs its "
     "own id. None of the calls with that id ran."
@@ -199,7 +206,9 @@ def plan_turn(
                                          call_id, name))
             continue
         args, secrets = outcome
-        secrets = [*secrets, *(p for p in holding(args, planned.secrets) if p not in secrets)]
+        if holds_secret(masked(args, secrets), planned.secrets):  # (past its own secrets)
+            planned.errors.append(_error(COPIED_SECRET.format(name=name), call_id, name))
+            continue
         predicate = isinstance(tool, GraphkitTool) and callable(tool.needs_approval)
         needed, verdict = _needs(tool, args, required)
         metadata: dict[str, Any] = (
@@ -300,8 +309,8 @@ def _read_calls(ai: AIMessage, tools: Mapping[str, BaseTool]) -> dict[
 def _reply_secrets(ai: AIMessage, tools: Mapping[str, BaseTool],
                    read: Mapping[int, Any]) -> list[str]:
     """The secret values of every call of the reply (a refused call's, where its tool
-    declares them, too): a value the model copied from one call's secret into another call's
-    plain argument is a secret there as well (helper-65)."""
+    declares them, too): a call whose plain arguments hold one is refused (`COPIED_SECRET`;
+    helper-65 saw it shown in clear everywhere)."""
     values: set[str] = set()
     for call in ai.tool_calls:
         outcome = read.get(id(call))

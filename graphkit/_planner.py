@@ -31,7 +31,7 @@ from graphkit._context import (
 )
 from graphkit._journal import GateJournal
 from graphkit._ledger import ApprovalRow, Ledger, PendingTurn, Queued, queued_id
-from graphkit._secrets import holding, masked_ai
+from graphkit._secrets import holds_secret, masked, masked_ai
 from graphkit._settings import GateSettings
 from graphkit._state import AgentState, TurnPlan, turn_key
 from graphkit._validate import args_json_schema, declared_secret_paths, validation_runs_code
@@ -190,6 +190,11 @@ class GateContext:
         self._queue.clear()
 
 
+COPIED_ARGS = {"_graphkit": "not stored: they held a secret of another call of this reply"}
+"""The arguments the conversation keeps of a call refused for holding another call's secret
+(`_approvals.COPIED_SECRET`)."""
+
+
 class Planner:
     """The gate's reading of a model turn, done once per turn: which calls run, which wait.
 
@@ -261,13 +266,21 @@ class Planner:
         secrets = {c["tool_call_id"]: c["secrets"] for c in planned.plan["calls"]
                    if c.get("secrets")}
         planned_ids = {c["tool_call_id"] for c in planned.plan["calls"]}
+        copied: set[str] = set()
         for call in ai.tool_calls:  # refused calls (invalid, repeated ids) keep theirs too
-            if call.get("id") not in planned_ids and (paths := [
-                    *declared_secret_paths(self.tools.get(call["name"]), call.get("args")),
-                    *holding(call.get("args"), planned.secrets)]):
+            if call.get("id") in planned_ids:
+                continue
+            paths = declared_secret_paths(self.tools.get(call["name"]), call.get("args"))
+            if paths:
                 secrets[str(call.get("id"))] = [*secrets.get(str(call.get("id")), []), *paths]
+            if holds_secret(masked(call.get("args"), paths), planned.secrets):
+                copied.add(str(call.get("id")))
         if secrets and stored is not None:
             kept = masked_ai(kept, secrets)
+            if copied:  # (a key may hold the secret too: none of them is kept)
+                kept = kept.model_copy(update={"tool_calls": [
+                    {**c, "args": COPIED_ARGS} if str(c.get("id")) in copied else c
+                    for c in kept.tool_calls]})
             key = planned.plan["turn_key"] = turn_key(kept, ctx.scope)
             planned.calls = [replace(c, turn_key=key) for c in planned.calls]
 

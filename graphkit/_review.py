@@ -30,7 +30,6 @@ from graphkit._ledger import ApprovalRow, AuditRow, Decline, GrantRow, Ledger
 from graphkit._limits import MAX_TEXT, check_text, check_value
 from graphkit._secrets import (
     PATHS_KEY,
-    kept_paths,
     masked,
     masked_record,
     record_digest,
@@ -389,11 +388,7 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
     if choice.type == "edit":
         decision["args"] = run_args
         # the edit's own secrets (a new one, another shape): masked in every view of it too
-        # (and a value the record kept secret that the edit kept as it was: a secret the
-        # reply copied into this call's plain argument)
         edited_secrets = (secret_paths_of(tool, run_args) or []) if run_args is not None else []
-        edited_secrets += [p for p in kept_paths(record["args"], record_paths(record), run_args)
-                           if p not in edited_secrets]
         if edited_secrets:
             decision[PATHS_KEY] = edited_secrets
     if choice.type == "respond":

@@ -32,8 +32,8 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from graphkit._digest import args_digest
 
-__all__ = ["MASK", "PATHS_KEY", "SALT_KEY", "SECRETS_KEY", "WITHHELD_CHARS", "holding",
-           "kept_paths", "masked", "masked_ai", "masked_message", "masked_record", "new_salt",
+__all__ = ["MASK", "PATHS_KEY", "SALT_KEY", "SECRETS_KEY", "WITHHELD_CHARS", "holds_secret",
+           "masked", "masked_ai", "masked_message", "masked_record", "new_salt",
            "observed", "record_digest", "record_paths", "restored", "salted_digest",
            "scrub_exception", "scrubbed", "secret_paths", "secret_values", "shows_masked",
            "still_shows", "unmasked", "with_secrets", "withheld"]
@@ -498,36 +498,20 @@ def secret_values(args: Any, paths: Sequence[Sequence[str | int]] | None) -> lis
     return sorted((t for t in texts if t and t != MASK), key=lambda t: (-len(t), t))
 
 
-def holding(args: Any, secrets: Sequence[str], at: Path | None = None,
-            depth: int = 0) -> list[Path]:
-    """Where `args` hold any of `secrets` (as `scrubbed` finds one: a whole value, or inside
-    text), so that a value a reply copied from one call's secret into another call's plain
-    argument is kept as a secret there too: masked in every view, real for the tool. A
-    secret shorter than `SHORTEST_IN_TEXT` is not looked for: a PIN of 42 would hide every
-    amount of 42 from the reviewer who must judge it."""
-    at = at or []
-    secrets = [s for s in secrets if len(s) >= SHORTEST_IN_TEXT] if depth == 0 else secrets
+def holds_secret(args: Any, secrets: Sequence[str], depth: int = 0) -> bool:
+    """Whether text in `args`, a key or a value, holds any of `secrets` (as `scrubbed` finds
+    one: a whole value, or inside text). A secret shorter than `SHORTEST_IN_TEXT` is not
+    looked for, nor a number: a PIN of 4200 is no reason to refuse a payment of 4200."""
+    if depth == 0:
+        secrets = [s for s in secrets if len(s) >= SHORTEST_IN_TEXT]
     if not secrets or depth > 32:
-        return []
+        return False
     if isinstance(args, Mapping):
-        return [p for k, v in args.items() for p in holding(v, secrets, [*at, k], depth + 1)]
+        return any(holds_secret(k, secrets, depth + 1) or holds_secret(v, secrets, depth + 1)
+                   for k, v in args.items())
     if isinstance(args, list | tuple):
-        return [p for i, v in enumerate(args) for p in holding(v, secrets, [*at, i], depth + 1)]
-    if isinstance(args, str | int | float) and not isinstance(args, bool) and at:
-        return [at] if _scrub(args, secrets) is not args else []
-    return []
-
-
-def kept_paths(record_args: Any, paths: Sequence[Sequence[str | int]] | None,
-               edited: Any) -> list[Path]:
-    """The paths of a record's secrets whose real value an edit kept as it was."""
-    kept: list[Path] = []
-    for path in paths or ():
-        real, found = _get(record_args, list(path))
-        now, there = _get(edited, list(path))
-        if found and there and now == real:
-            kept.append(list(path))
-    return kept
+        return any(holds_secret(v, secrets, depth + 1) for v in args)
+    return isinstance(args, str) and _scrub(args, secrets) is not args
 
 
 def _leaves(value: Any, depth: int = 0) -> list[Any]:

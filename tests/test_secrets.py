@@ -278,18 +278,19 @@ def test_no_checkpoint_holds_a_secret_and_a_copy_without_its_record_never_runs_t
     assert used == [KEY]  # nothing ran with the mask
 
 
-@pytest.mark.parametrize("edit", [None, "kept", "new"])
-def test_a_secret_the_reply_copies_into_another_calls_plain_argument_stays_secret(
-        tmp_path: Path, edit: str | None) -> None:
+@pytest.mark.parametrize("copy", ["in text", "whole", "a key", "nested in a list"])
+def test_a_call_that_holds_another_calls_secret_is_refused_and_keeps_none_of_it(
+        tmp_path: Path, copy: str) -> None:
     """A model that wrote a call's secret into another call's plain argument (`post_text(
     text="token=<key>")`) had it shown in clear in the checkpoint, the interrupt, the cards
-    and the audit, while the reply's own text showed the mask (helper-65). It is that call's
-    secret too: masked in every view, real for the tool; an edit that leaves the mask keeps
-    it, one that writes new text runs the new text."""
+    and the audit (helper-65); masked there instead, a reviewer approved a payment or a shell
+    command unseen, and a mask could not hide a key (helper-67). Such a call is refused: the
+    model is told why, nothing of it is kept, and the call the secret belongs to waits and
+    runs with it."""
     import sqlite3
 
     url = f"sqlite:///{tmp_path / 'runs.db'}"
-    ran: list[tuple[str, str]] = []
+    ran: list[tuple[str, Any]] = []
 
     @create_tool(needs_approval=True)
     def call_api(url: str, token: SecretStr) -> str:
@@ -298,35 +299,30 @@ def test_a_secret_the_reply_copies_into_another_calls_plain_argument_stays_secre
         return "ok"
 
     @create_tool(needs_approval=True)
-    def post_text(text: str) -> str:
+    def post_text(text: str, extra: dict[str, Any] | None = None) -> str:
         """Post text publicly."""
         ran.append(("post_text", text))
         return "posted"
 
+    args = {"in text": {"text": f"rm -rf / # token={KEY}"}, "whole": {"text": KEY},
+            "a key": {"text": "hi", "extra": {KEY: 1}},
+            "nested in a list": {"text": "hi", "extra": {"k": [["x", f"{KEY}!"]]}}}[copy]
     agent = Agent(name="api", tools=[call_api, post_text], checkpointer=url,
                   model=ScriptedChatModel([turn(
                       call("call_api", {"url": "https://x", "token": KEY}, "c1"),
-                      call("post_text", {"text": f"token={KEY}"}, "c2"),
-                      text=f"I will use {KEY}"), "done"]))
+                      call("post_text", args, "c2"), text=f"I will use {KEY}"), "done"]))
     first = agent.generate("go")
     state = agent.graph.get_state({"configurable": {"thread_id": first.thread_id}})
     assert KEY not in json.dumps([m.model_dump() for m in state.values["messages"]],
                                  default=str)
     assert KEY not in json.dumps([i.value for i in state.interrupts], default=str)
+    assert [p.tool_name for p in first.pending_approvals] == ["call_api"]
     assert KEY not in json.dumps([p.to_dict() for p in first.pending_approvals])
+    told = [m for m in state.values["messages"] if m.type == "tool"]
+    assert [m.tool_call_id for m in told] == ["c2"] and "hold a secret" in str(told[0].content)
+    agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
+    assert ran == [("call_api", KEY)]
     assert KEY not in json.dumps(Inbox(url).audit(), default=str)
-    post = next(p for p in first.pending_approvals if p.tool_name == "post_text")
-    assert post.args == {"text": "**********"}
-    agent.resolve_tool_approval(run_id=first.run_id, id=first.pending_approvals[0].id,
-                                approved=True, decided_by="cfo")
-    edited = {None: None, "kept": {"text": "**********"}, "new": {"text": "hello"}}[edit]
-    agent.resolve_tool_approval(run_id=first.run_id, id=post.id, approved=True,
-                                decided_by="cfo", approved_args=edited)
-    shown = agent.pending_approvals(run_id=first.run_id)
-    assert KEY not in json.dumps([p.to_dict() for p in shown])
-    agent.resume(run_id=first.run_id)
-    assert sorted(ran) == [("call_api", KEY),
-                           ("post_text", "hello" if edit == "new" else f"token={KEY}")]
     db = sqlite3.connect(tmp_path / "runs.db")
     for table in ("checkpoints", "writes"):
         blobs = db.execute(f"SELECT * FROM {table}").fetchall()
@@ -334,9 +330,10 @@ def test_a_secret_the_reply_copies_into_another_calls_plain_argument_stays_secre
                        if isinstance(v, bytes)), f"the secret is in {table}"
 
 
-def test_a_short_secret_never_hides_another_calls_value_from_its_reviewer() -> None:
-    """A PIN of 42 is masked where it is the PIN; a payment of 42 in the same reply is shown
-    (masking every 42 would hide what the reviewer must judge)."""
+@pytest.mark.parametrize("pin", ["42", "4200"])
+def test_a_short_secret_or_a_number_never_refuses_another_call(pin: str) -> None:
+    """A PIN of 42 or 4200 is masked where it is the PIN; a payment of that amount in the
+    same reply is shown and asked for (a coincidence as likely as a copy)."""
 
     @create_tool(needs_approval=True)
     def unlock(pin: SecretStr) -> str:
@@ -349,10 +346,12 @@ def test_a_short_secret_never_hides_another_calls_value_from_its_reviewer() -> N
         return "paid"
 
     agent = Agent(name="vault", tools=[unlock, pay], model=ScriptedChatModel([turn(
-        call("unlock", {"pin": "42"}, "u1"), call("pay", {"amount": 42, "memo": "42"}, "p1")),
+        call("unlock", {"pin": pin}, "u1"), call("pay", {"amount": int(pin), "memo": "ok"},
+                                                  "p1")),
         "done"]))
     shown = {p.tool_name: p.args for p in agent.generate("go").pending_approvals}
-    assert shown == {"unlock": {"pin": "**********"}, "pay": {"amount": 42, "memo": "42"}}
+    assert shown == {"unlock": {"pin": "**********"},
+                     "pay": {"amount": int(pin), "memo": "ok"}}
 
 
 @pytest.mark.parametrize(("shape", "key"), [
