@@ -246,12 +246,17 @@ def _graphkits(path: str) -> bool:
     pointed at another application's file set graphkit up in it, and reported nothing)."""
     import sqlite3
 
+    # (an absolute path as `file:///...`: `file://x/...` would name a host)
+    where = "//" + quote("/" + path.lstrip("/")) if path.startswith("/") else quote(path)
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)) as db:
+        with contextlib.closing(sqlite3.connect(f"file:{where}?mode=ro", uri=True)) as db:
             return bool(db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
                                    "name = 'graphkit_meta'").fetchall())
-    except sqlite3.DatabaseError:
-        return False
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc):  # another kind of file: no records of graphkit
+            return False
+        msg = f"cannot read {path!r}: {exc}"
+        raise GraphkitError(msg) from exc
 
 
 def _inbox(args: argparse.Namespace) -> Inbox:

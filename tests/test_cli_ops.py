@@ -203,6 +203,21 @@ def test_a_database_graphkit_never_set_up_is_an_error_and_is_left_as_it_was(
                                                           else [])
 
 
+@pytest.mark.parametrize("spelling", ["sqlite:///{abs}", "sqlite:////{abs}", "sqlite:///{rel}"])
+def test_a_graphkit_database_is_read_however_its_path_is_spelled(
+        tmp_path: Path, spelling: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A path written with a second leading slash was read as `file://tmp/...`, a URI with a
+    host, and a real graphkit database was said to hold no records (helper-67)."""
+    db = tmp_path / "odd dir #1" / "runs.db"
+    agent, _ = agent_with([turn(call("pay", PAY, "c1")), "done"],
+                          checkpointer=f"sqlite:///{db}")
+    agent.generate("pay")
+    monkeypatch.chdir(tmp_path)
+    url = spelling.format(abs=db, rel=db.relative_to(tmp_path))
+    code, table = cli("inbox", "--db", url)
+    assert code == 0 and "pay" in table
+
+
 def test_an_audit_with_no_entry_says_so(sqlite_url: str) -> None:
     """It printed nothing at all, as `grants` says "no grants" (helper-66)."""
     agent, _ = agent_with([turn(call("pay", PAY, "c1")), "done"], checkpointer=sqlite_url)
