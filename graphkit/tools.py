@@ -30,6 +30,7 @@ from langchain_core.utils._signature import _signature_parameters
 from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel, ValidationError
 
+from graphkit._limits import check_value
 from graphkit.errors import SuspendPayloadError
 
 HumanDecision = Literal["approve", "edit", "reject", "respond"]
@@ -188,16 +189,18 @@ class ToolContext:
         if isinstance(payload, BaseModel):
             payload = payload.model_dump(mode="json")
         raw = dict(payload or {})
-        if self._suspend_schema is None:
-            return raw
-        try:
-            return self._suspend_schema.model_validate(raw).model_dump(mode="json")
-        except ValidationError as exc:
-            msg = (
-                f"suspend payload {raw!r} does not match suspend_schema "
-                f"{self._suspend_schema.__name__}: {exc.errors(include_url=False)}"
-            )
-            raise SuspendPayloadError(msg) from exc
+        if self._suspend_schema is not None:
+            try:
+                raw = self._suspend_schema.model_validate(raw).model_dump(mode="json")
+            except ValidationError as exc:
+                msg = (
+                    f"suspend payload {raw!r} does not match suspend_schema "
+                    f"{self._suspend_schema.__name__}: {exc.errors(include_url=False)}"
+                )
+                raise SuspendPayloadError(msg) from exc
+        # what a checkpoint cannot hold (an integer beyond 64 bits) fails here, in the tool
+        check_value(raw, what="suspend payload", error=SuspendPayloadError)
+        return raw
 
     def _coerce_resume(self, value: Any) -> Any:
         if self._resume_schema is None or isinstance(value, self._resume_schema):
@@ -428,6 +431,9 @@ def create_tool(
         )
         if isinstance(approval_prompt, str):
             _check_template(approval_prompt, schema, tool_name)
+        if approval_defaults:  # shown with every approval: storable, or refused here
+            check_value(dict(approval_defaults), what=f"approval_defaults of {tool_name!r}",
+                        error=ValueError)
         is_async = inspect.iscoroutinefunction(fn)
         return GraphkitTool(
             name=tool_name,

@@ -113,6 +113,22 @@ def test_invalid_suspend_payload_raises_inside_the_tool() -> None:
         agent.generate("go")
 
 
+def test_a_suspend_payload_a_checkpoint_cannot_hold_raises_inside_the_tool() -> None:
+    """An integer beyond 64 bits in a payload crashed the run with LangGraph's own TypeError
+    as the pause was written (helper-67); it is a `SuspendPayloadError` in the tool, as any
+    payload that cannot be kept."""
+
+    @create_tool
+    def big(ctx: ToolContext) -> str:
+        """Suspends with a payload a checkpoint cannot hold."""
+        return ctx.suspend({"message": "confirm", "total_cents": 2**70})
+
+    agent = Agent(name="b", model=ScriptedChatModel([turn(call("big", {}, "b1")), "ok"]),
+                  tools=[big])
+    with pytest.raises(SuspendPayloadError, match="beyond 64 bits"):
+        agent.generate("go")
+
+
 async def test_a_tool_may_suspend_twice_in_a_row_with_the_assignment_idiom() -> None:
     runs: list[tuple[str, ...]] = []
 

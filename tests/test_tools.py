@@ -233,6 +233,15 @@ def test_an_async_tool_approved_through_a_blocking_method_runs_once_wherever_it_
     assert [(amount, thread) for amount, thread, _ in ran] == [(5, thread_id)]
 
 
+def test_approval_defaults_a_checkpoint_cannot_hold_are_refused_when_the_tool_is_made(
+        ) -> None:
+    """They went into every approval's interrupt, which LangGraph then failed to write
+    (helper-67)."""
+    with pytest.raises(ValueError, match="beyond 64 bits"):
+        create_tool(lambda amount: "paid", name="pay", description="Pay.",
+                    needs_approval=True, approval_defaults={"limit": 2**70})
+
+
 class Where(BaseModel):
     region: str
     zone: int = None  # type: ignore[assignment]
