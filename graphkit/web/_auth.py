@@ -55,9 +55,12 @@ def token_authenticator(tokens: Mapping[str, str]) -> Callable[[str], str | None
 class SignIns:
     """Failed sign-ins per client: after `limit` within `window` seconds, that client's
     sign-ins are refused until the window has passed, so a token cannot be guessed at the
-    speed of the network (it is still only as strong as it is long: make tokens random)."""
+    speed of the network (it is still only as strong as it is long: make tokens random). A
+    client is its address as uvicorn reads it: behind a proxy, the `X-Forwarded-For` of a
+    proxy it trusts (`FORWARDED_ALLOW_IPS`, 127.0.0.1 by default), which the proxy must set,
+    not pass on from the client."""
 
-    def __init__(self, limit: int = 5, window: float = 60.0) -> None:
+    def __init__(self, limit: int = 10, window: float = 60.0) -> None:
         self.limit, self.window = limit, window
         self._failures: dict[str, list[float]] = {}
         self._lock = threading.Lock()
