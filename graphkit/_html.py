@@ -230,10 +230,10 @@ def parse_fields(schema: Mapping[str, Any] | None, form: Mapping[str, str],
     """Read the inputs `fields` made back into JSON values (the tool's own model validates).
 
     With `shown` (the values the form was filled with), an input the reviewer left as it was
-    keeps the value the card showed (left out where it was absent, or is the default, which
-    it then gets): a form cannot hold every
-    value (a leading line break, a carriage return, NUL, `inf`, a null in a number or a check
-    box), and an edit of one field changed the others it could not hold."""
+    keeps the value the card showed (left out where it was absent, or where it is the
+    default, which it then gets): a form cannot hold every value (a leading line break, a
+    carriage return, NUL, `inf`, a null in a number or a check box), and an edit of one field
+    changed the others it could not hold."""
     props = (schema or {}).get("properties") or {}
     if not props:
         whole = json.loads(form.get(f"{prefix}__json", "{}") or "{}")
