@@ -172,3 +172,24 @@ def boss_over_billing(url: str, paid: list[int] | None = None, **boss: Any) -> A
     return Agent(name="boss", model=ScriptedChatModel(
         [turn(call("billing", {"task": "pay"}, "d1")), "ok", "ok"]),
         agents={"billing": sub}, checkpointer=url, **boss)
+
+
+def null_default_agent(ran: list[dict[str, Any]], checkpointer: Any = None) -> Agent:
+    """An agent whose tool is written with the implicit Optional some tools have
+    (`daily_limit: int = None`), paused on a call that leaves those arguments out."""
+    from graphkit import create_tool
+    from graphkit.testing import ScriptedChatModel
+
+    @create_tool(needs_approval=True)
+    def withdraw(account: str,
+                 daily_limit: int = None,  # type: ignore[assignment]  # noqa: RUF013
+                 notify: bool = None,  # type: ignore[assignment]  # noqa: RUF013
+                 ) -> str:
+        """Withdraw."""
+        ran.append({"account": account, "daily_limit": daily_limit, "notify": notify})
+        return "ok"
+
+    return Agent(name="bank", tools=[withdraw], checkpointer=checkpointer,
+                 model=ScriptedChatModel([turn(call("withdraw", {"account": "A-1"}, "w1")),
+                                          "done"]))
+

@@ -12,7 +12,7 @@ import pytest
 
 from graphkit import Agent, Inbox, create_tool
 from graphkit.testing import ScriptedChatModel
-from tests.helpers import agent_with, call, turn
+from tests.helpers import agent_with, call, null_default_agent, turn
 
 EVIL = "<script>alert('x')</script><img src=x onerror=alert(1)>"
 PAY = {"amount": 40, "payee": {"name": "ACME"}}
@@ -127,18 +127,7 @@ def test_a_null_default_is_left_to_the_tool_and_a_chosen_zero_or_false_is_kept(
     edit of another field sent the nulls back (refused by the tool's model), and a reviewer's
     0 or False read as the null left untouched (helper-67)."""
     ran: list[dict[str, Any]] = []
-
-    @create_tool(needs_approval=True)
-    def withdraw(account: str,  # the implicit Optional some tools are written with:
-                 daily_limit: int = None,  # type: ignore[assignment]  # noqa: RUF013
-                 notify: bool = None,  # type: ignore[assignment]  # noqa: RUF013
-                 ) -> str:
-        """Withdraw."""
-        ran.append({"account": account, "daily_limit": daily_limit, "notify": notify})
-        return "ok"
-
-    agent = Agent(name="bank", tools=[withdraw], model=ScriptedChatModel(
-        [turn(call("withdraw", {"account": "A-1"}, "w1")), "done"]))
+    agent = null_default_agent(ran)
     card = agent.review(agent.generate("withdraw"), decided_by="alice").cards[0]
     card.fields["account"].value = "A-2"
     if choice == "zero and false":

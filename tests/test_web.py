@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from graphkit import Agent, Inbox, ToolContext, create_tool
 from graphkit._worker import Worker
 from graphkit.testing import ScriptedChatModel
-from tests.helpers import call, turn
+from tests.helpers import call, null_default_agent, turn
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "docs" / "screenshots"
@@ -239,13 +239,25 @@ def test_a_reviewer_decides_in_the_browser_and_the_runs_finish(
     alice.screenshot(path=str(shots / "audit.png"))
 
 
+def _edit_in_the_browser(browser: Any, url: str, agent: Agent, field: str, value: str) -> None:
+    """alice signs in, changes one field of the one pending card's edit form, and approves."""
+    from graphkit.web import create_app
+
+    (pending,) = Inbox(url).pending()
+    with _served(create_app(url, authenticate=TOKENS, agents=[agent], secret="s")) as base:
+        page = sign_in(browser, base, "tok-alice")
+        page.goto(base + f"approvals/{pending.id}")
+        page.fill(f"form.edit input[name='arg.{field}']", value)
+        page.click("form.edit button:has-text('Approve these arguments')")
+        wait_until(lambda: Inbox(url).get(pending.id).status == "approved")
+
+
 def test_an_edit_of_one_field_runs_every_other_as_the_card_showed_it(
         tmp_path: Path, browser: Any) -> None:
     """A reviewer who changes one field of a card's edit form approves the other fields as
     the card showed them, whatever an HTML form cannot hold: a text's leading line break
     (HTML drops the first), a carriage return, NUL, `inf` and nulls in number inputs and a
     check box. Each changed before, silently (helper-65, helper-66)."""
-    from graphkit.web import create_app
 
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     ran: list[dict[str, Any]] = []
@@ -263,14 +275,7 @@ def test_an_edit_of_one_field_runs_every_other_as_the_card_showed_it(
     agent = Agent(name="treasury", tools=[transfer], checkpointer=url, model=ScriptedChatModel(
         [turn(call("transfer", asked, "t1")), "done"]))
     paused = agent.generate("send it")
-    (pending,) = Inbox(url).pending()
-    app = create_app(url, authenticate=TOKENS, agents=[agent], secret="s")
-    with _served(app) as base:
-        page = sign_in(browser, base, "tok-alice")
-        page.goto(base + f"approvals/{pending.id}")
-        page.fill("form.edit input[name='arg.amount']", "100")
-        page.click("form.edit button:has-text('Approve these arguments')")
-        wait_until(lambda: Inbox(url).get(pending.id).status == "approved")
+    _edit_in_the_browser(browser, url, agent, "amount", "100")
     agent.resume(run_id=paused.run_id)
     assert ran == [{**asked, "amount": 100}]
 
@@ -280,30 +285,12 @@ def test_an_edit_leaves_a_default_the_tool_filled_in_to_the_tool(tmp_path: Path,
     """A tool declared `daily_limit: int = None` is recorded with the default filled in; an
     edit of another field sent that null back explicitly, which the tool's model refuses, so
     no edit of such a tool could be approved (helper-67)."""
-    from graphkit.web import create_app
 
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     ran: list[dict[str, Any]] = []
-
-    @create_tool(needs_approval=True)
-    def withdraw(account: str,  # the implicit Optional some tools are written with:
-                 daily_limit: int = None,  # type: ignore[assignment]  # noqa: RUF013
-                 notify: bool = None,  # type: ignore[assignment]  # noqa: RUF013
-                 ) -> str:
-        """Withdraw."""
-        ran.append({"account": account, "daily_limit": daily_limit, "notify": notify})
-        return "ok"
-
-    agent = Agent(name="bank", tools=[withdraw], checkpointer=url, model=ScriptedChatModel(
-        [turn(call("withdraw", {"account": "A-1"}, "w1")), "done"]))
+    agent = null_default_agent(ran, checkpointer=url)
     paused = agent.generate("withdraw")
-    (pending,) = Inbox(url).pending()
-    with _served(create_app(url, authenticate=TOKENS, agents=[agent], secret="s")) as base:
-        page = sign_in(browser, base, "tok-alice")
-        page.goto(base + f"approvals/{pending.id}")
-        page.fill("form.edit input[name='arg.account']", "A-2")
-        page.click("form.edit button:has-text('Approve these arguments')")
-        wait_until(lambda: Inbox(url).get(pending.id).status == "approved")
+    _edit_in_the_browser(browser, url, agent, "account", "A-2")
     agent.resume(run_id=paused.run_id)
     assert ran == [{"account": "A-2", "daily_limit": None, "notify": None}]
 
