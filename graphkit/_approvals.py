@@ -25,11 +25,13 @@ from graphkit._review import Choice, audit_row, check
 from graphkit._secrets import (
     PATHS_KEY,
     SALT_KEY,
+    copy_secrets,
     holds_secret,
     masked,
     masked_record,
     new_salt,
     record_digest,
+    scrubbed,
     secret_values,
     shows_masked,
     withheld,
@@ -184,7 +186,7 @@ def plan_turn(
                                error=None), [])
     ids = [call.get("id") or "" for call in ai.tool_calls]
     read = _read_calls(ai, tools)
-    planned.secrets = _reply_secrets(ai, tools, read)
+    planned.secrets, every_secret = _reply_secrets(ai, tools, read)
     for call in ai.tool_calls:
         call_id = call.get("id") or ""
         name = call["name"]
@@ -200,15 +202,17 @@ def plan_turn(
         if shows_masked(ai, call):
             planned.errors.append(_error(LOST_SECRET.format(name=name), call_id, name))
             continue
+        raw = call.get("args") or {}  # (as written: a key validation would drop holds it too)
+        if holds_secret(masked(raw, declared_secret_paths(tool, raw)), planned.secrets):
+            planned.errors.append(_error(COPIED_SECRET.format(name=name), call_id, name))
+            continue
         outcome = read[id(call)]
-        if isinstance(outcome, InvalidApprovedArgsError):
-            planned.errors.append(_error(INVALID_ARGS.format(name=name, errors=outcome),
+        if isinstance(outcome, InvalidApprovedArgsError):  # (where: a key may be a secret)
+            errors = scrubbed(str(outcome), every_secret)
+            planned.errors.append(_error(INVALID_ARGS.format(name=name, errors=errors),
                                          call_id, name))
             continue
         args, secrets = outcome
-        if holds_secret(masked(args, secrets), planned.secrets):  # (past its own secrets)
-            planned.errors.append(_error(COPIED_SECRET.format(name=name), call_id, name))
-            continue
         predicate = isinstance(tool, GraphkitTool) and callable(tool.needs_approval)
         needed, verdict = _needs(tool, args, required)
         metadata: dict[str, Any] = (
@@ -307,19 +311,24 @@ def _read_calls(ai: AIMessage, tools: Mapping[str, BaseTool]) -> dict[
 
 
 def _reply_secrets(ai: AIMessage, tools: Mapping[str, BaseTool],
-                   read: Mapping[int, Any]) -> list[str]:
-    """The secret values of every call of the reply (a refused call's, where its tool
-    declares them, too): a call whose plain arguments hold one is refused (`COPIED_SECRET`;
-    helper-65 saw it shown in clear everywhere)."""
-    values: set[str] = set()
+                   read: Mapping[int, Any]) -> tuple[list[str], list[str]]:
+    """The secrets of every call of the reply to a known tool, refused ones too (a repeated
+    id, invalid arguments): those no plain argument of the reply may hold (`copy_secrets`;
+    a call that does is refused, `COPIED_SECRET`: helper-65 saw it shown in clear
+    everywhere), and all of them (taken out of what an error message says)."""
+    copied: set[str] = set()
+    every: set[str] = set()
     for call in ai.tool_calls:
+        tool = tools.get(call["name"])
+        if tool is None:
+            continue
         outcome = read.get(id(call))
-        if isinstance(outcome, tuple):
-            values.update(secret_values(*outcome))
-        elif outcome is not None:
-            raw = call.get("args")
-            values.update(secret_values(raw, declared_secret_paths(tools[call["name"]], raw)))
-    return sorted(values, key=lambda t: (-len(t), t))
+        args, paths = outcome if isinstance(outcome, tuple) else (
+            call.get("args"), declared_secret_paths(tool, call.get("args")))
+        copied.update(copy_secrets(args, paths))
+        every.update(secret_values(args, paths))
+    return (sorted(copied, key=lambda t: (-len(t), t)),
+            sorted(every, key=lambda t: (-len(t), t)))
 
 
 def _fields(row: ApprovalRow) -> dict[str, Any]:

@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_TEXT", "check_text", "check_value", "human_size"]
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_TEXT", "check_text", "check_value", "human_size",
+           "storable"]
 
 MAX_DEPTH = 32
 """Nesting of objects and arrays (`{"a": 1}` is 1 level). Real tool arguments rarely go past
@@ -149,3 +153,18 @@ def _utf8_size(text: str, *, what: str, error: type[Exception], budget: int = MA
         return len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise error(f"{what}: text is not valid Unicode (a lone surrogate)") from exc
+
+
+_SERDE = JsonPlusSerializer()
+
+
+def storable(value: Any, what: str, error: type[Exception]) -> None:
+    """Refuse a value the checkpointer could not store (e.g. an integer beyond 64 bits, at
+    any depth, in a set or a model too) before it is written anywhere: LangGraph would fail
+    on it mid-run."""
+    try:
+        _SERDE.dumps_typed(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        msg = f"{what} cannot be stored in a checkpoint: {exc}"
+        raise error(msg) from exc
+

@@ -32,7 +32,8 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from graphkit._digest import args_digest
 
-__all__ = ["MASK", "PATHS_KEY", "SALT_KEY", "SECRETS_KEY", "WITHHELD_CHARS", "holds_secret",
+__all__ = ["MASK", "PATHS_KEY", "SALT_KEY", "SECRETS_KEY", "WITHHELD_CHARS", "copy_secrets",
+           "holds_secret",
            "masked", "masked_ai", "masked_message", "masked_record", "new_salt",
            "observed", "record_digest", "record_paths", "restored", "salted_digest",
            "scrub_exception", "scrubbed", "secret_paths", "secret_values", "shows_masked",
@@ -496,6 +497,20 @@ def secret_values(args: Any, paths: Sequence[Sequence[str | int]] | None) -> lis
         repr(t)[1:-1], json.dumps(t)[1:-1], repr(t.encode())[2:-1], quote(t),
         quote(t, safe=""), quote_plus(t))}
     return sorted((t for t in texts if t and t != MASK), key=lambda t: (-len(t), t))
+
+
+_NUMBER_LIKE = re.compile(r"[\d\s.,:/+\-]+")
+"""A PIN, a year, a date, an amount: as likely a coincidence in another value as a copy."""
+
+
+def copy_secrets(args: Any, paths: Sequence[Sequence[str | int]] | None) -> list[str]:
+    """The secrets at `paths` that no other argument of the reply may hold (`holds_secret`):
+    whole text of `SHORTEST_IN_TEXT` characters or more that is no number-like text, as
+    `secret_values` writes them (a part of a `Secret[dict]`, "prod", is not one)."""
+    whole = [p for p in paths or () for v, ok in [_get(args, list(p))]
+             if ok and isinstance(v, str) and len(v) >= SHORTEST_IN_TEXT
+             and not _NUMBER_LIKE.fullmatch(v)]
+    return secret_values(args, whole)
 
 
 def holds_secret(args: Any, secrets: Sequence[str], depth: int = 0) -> bool:

@@ -12,11 +12,10 @@ from typing import Any, Union, get_args, get_origin
 
 import jsonschema
 from langchain_core.tools import BaseTool
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from pydantic import BaseModel, Secret, SecretBytes, SecretStr, ValidationError
 from pydantic_core import to_jsonable_python
 
-from graphkit._limits import check_value
+from graphkit._limits import check_value, storable
 from graphkit._secrets import MASK, secret_paths
 from graphkit.errors import GraphkitError, InvalidApprovedArgsError, ResumeDataError
 from graphkit.tools import GraphkitTool
@@ -34,18 +33,6 @@ def now_iso() -> str:
     """Now, as every timestamp graphkit writes: ISO 8601, milliseconds, UTC with Z."""
     return iso_time(datetime.now(UTC))
 
-
-_SERDE = JsonPlusSerializer()
-
-
-def storable(value: Any, what: str, error: type[GraphkitError]) -> None:
-    """Refuse a value the checkpointer could not store (e.g. an integer beyond 64 bits)
-    before it is written anywhere: LangGraph would fail on it mid-run."""
-    try:
-        _SERDE.dumps_typed(value)
-    except (TypeError, ValueError, OverflowError) as exc:
-        msg = f"{what} cannot be stored in a checkpoint: {exc}"
-        raise error(msg) from exc
 
 
 def _args_model(tool: BaseTool | None) -> type[BaseModel] | None:
@@ -284,8 +271,10 @@ def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
     names = {field.alias or name for name, field in schema.model_fields.items()}
     result = {k: v for k, v in dumped.items() if k in names}
     _drop_unset_nulls(parsed, result)
-    secrets = secret_paths({k: v for k, v in shown.items() if k in names}, result) if (
-        shown is not dumped) else []
+    if shown is not dumped:  # (the shown form left out the same: it is compared key by key)
+        shown = {k: v for k, v in shown.items() if k in names}
+        _drop_unset_nulls(parsed, shown)
+    secrets = secret_paths(shown, result) if shown is not dumped else []
     secrets += [p for p in _declared_secrets(schema, result)
                 if not any(q[:len(p)] == p or p[:len(q)] == q for q in secrets)]
     return parsed, result, secrets
@@ -302,7 +291,8 @@ def _drop_unset_nulls(model: BaseModel, dumped: dict[str, Any], depth: int = 0) 
         key = field.alias or name
         if key not in dumped:
             continue
-        if name not in model.model_fields_set and field.default is None:
+        if (name not in model.model_fields_set and field.default is None
+                and dumped[key] is None):  # (a validator may fill a default in: kept)
             del dumped[key]
             continue
         value, shown = getattr(model, name, None), dumped[key]

@@ -230,6 +230,10 @@ def _url(args: argparse.Namespace) -> str:
                "pass the database your agents use (e.g. sqlite:///runs.db)")
         raise GraphkitError(msg)
     path = sqlite_file(url)
+    if path is not None and path.startswith("file:"):  # (SQLite would open another file)
+        msg = (f"{url!r} names a SQLite URI; write the database file's path "
+               f"(sqlite:///./{path} for a file of that name)")
+        raise GraphkitError(msg)
     if path is not None and not os.path.isfile(path):
         msg = (f"no database at {path!r} (from {url!r}); check the path, or run the agent "
                "first: it creates the file")

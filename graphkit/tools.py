@@ -30,7 +30,7 @@ from langchain_core.utils._signature import _signature_parameters
 from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel, ValidationError
 
-from graphkit._limits import check_value
+from graphkit._limits import check_value, storable
 from graphkit.errors import SuspendPayloadError
 
 HumanDecision = Literal["approve", "edit", "reject", "respond"]
@@ -200,6 +200,7 @@ class ToolContext:
                 raise SuspendPayloadError(msg) from exc
         # what a checkpoint cannot hold (an integer beyond 64 bits) fails here, in the tool
         check_value(raw, what="suspend payload", error=SuspendPayloadError)
+        storable(raw, "suspend payload", SuspendPayloadError)
         return raw
 
     def _coerce_resume(self, value: Any) -> Any:
@@ -434,6 +435,7 @@ def create_tool(
         if approval_defaults:  # shown with every approval: storable, or refused here
             check_value(dict(approval_defaults), what=f"approval_defaults of {tool_name!r}",
                         error=ValueError)
+            storable(dict(approval_defaults), f"approval_defaults of {tool_name!r}", ValueError)
         is_async = inspect.iscoroutinefunction(fn)
         return GraphkitTool(
             name=tool_name,

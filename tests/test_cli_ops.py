@@ -177,9 +177,11 @@ def test_a_sqlite_url_naming_no_file_is_an_error_and_creates_nothing(
 
 @pytest.mark.parametrize("verb", [["inbox"], ["show", "apr_x"], ["approve", "apr_x", "--by", "a"],
                                   ["audit"], ["grants"], ["expire"]])
-@pytest.mark.parametrize("kind", ["another app's", "empty", "memory", "in-memory sqlite"])
+@pytest.mark.parametrize("kind", ["another app's", "empty", "memory", "in-memory sqlite",
+                                  "a URI"])
 def test_a_database_graphkit_never_set_up_is_an_error_and_is_left_as_it_was(
-        tmp_path: Path, verb: list[str], kind: str, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, verb: list[str], kind: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A verb pointed at another application's SQLite file (or an empty one) set graphkit's
     tables up in it, switched it to WAL, and said "no pending approvals"; in-memory storage
     always said so, as no other process's memory is seen (helper-66)."""
@@ -192,12 +194,15 @@ def test_a_database_graphkit_never_set_up_is_an_error_and_is_left_as_it_was(
     elif kind == "empty":
         path.write_bytes(b"")
     before = path.read_bytes() if path.exists() else None
-    url = {"memory": "memory", "in-memory sqlite": "sqlite:///:memory:"}.get(
-        kind, f"sqlite:///{path}")
+    url = {"memory": "memory", "in-memory sqlite": "sqlite:///:memory:",
+           # (a file named `file:app.db` checked, and `app.db` opened: helper-68)
+           "a URI": "sqlite:///file:app.db"}.get(kind, f"sqlite:///{path}")
+    monkeypatch.chdir(tmp_path)
     code, out = cli(*verb, "--db", url)
     err = capsys.readouterr().err
     assert code == 1 and not out and err.count("\n") == 1, err
-    assert ("no graphkit records" if before is not None else "one process's memory") in err
+    assert ("no graphkit records" if before is not None else "one process's memory"
+            if kind != "a URI" else "names a SQLite URI") in err
     assert (path.read_bytes() if path.exists() else None) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == (["app.db"] if before is not None
                                                           else [])

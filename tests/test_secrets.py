@@ -9,6 +9,7 @@ import json
 import re
 import traceback
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -278,7 +279,8 @@ def test_no_checkpoint_holds_a_secret_and_a_copy_without_its_record_never_runs_t
     assert used == [KEY]  # nothing ran with the mask
 
 
-@pytest.mark.parametrize("copy", ["in text", "whole", "a key", "nested in a list"])
+@pytest.mark.parametrize("copy", ["in text", "whole", "a key", "nested in a list",
+                                  "an unknown argument", "invalid arguments"])
 def test_a_call_that_holds_another_calls_secret_is_refused_and_keeps_none_of_it(
         tmp_path: Path, copy: str) -> None:
     """A model that wrote a call's secret into another call's plain argument (`post_text(
@@ -306,7 +308,11 @@ def test_a_call_that_holds_another_calls_secret_is_refused_and_keeps_none_of_it(
 
     args = {"in text": {"text": f"rm -rf / # token={KEY}"}, "whole": {"text": KEY},
             "a key": {"text": "hi", "extra": {KEY: 1}},
-            "nested in a list": {"text": "hi", "extra": {"k": [["x", f"{KEY}!"]]}}}[copy]
+            "nested in a list": {"text": "hi", "extra": {"k": [["x", f"{KEY}!"]]}},
+            # (helper-68: an argument the schema lacks, dropped by validation, was kept in
+            # the conversation; a key in invalid arguments reached the error the model reads)
+            "an unknown argument": {"text": "hi", "auth": f"Bearer {KEY}"},
+            "invalid arguments": {"text": 5, "extra": {KEY: 1}}}[copy]
     agent = Agent(name="api", tools=[call_api, post_text], checkpointer=url,
                   model=ScriptedChatModel([turn(
                       call("call_api", {"url": "https://x", "token": KEY}, "c1"),
@@ -330,10 +336,36 @@ def test_a_call_that_holds_another_calls_secret_is_refused_and_keeps_none_of_it(
                        if isinstance(v, bytes)), f"the secret is in {table}"
 
 
-@pytest.mark.parametrize("pin", ["42", "4200"])
+def test_a_declaring_call_refused_for_its_id_still_keeps_its_secret_from_the_others() -> None:
+    """Two calls with one id (or none) were left out of the reply's secrets, and a third
+    call that held the secret was shown in clear everywhere (helper-68)."""
+
+    @create_tool(needs_approval=True)
+    def call_api(url: str, token: SecretStr) -> str:
+        """Call an API."""
+        return "ok"
+
+    @create_tool(needs_approval=True)
+    def post_text(text: str) -> str:
+        """Post text publicly."""
+        return "posted"
+
+    agent = Agent(name="api", tools=[call_api, post_text], model=ScriptedChatModel([turn(
+        call("call_api", {"url": "x", "token": KEY}, "c1"),
+        call("call_api", {"url": "y", "token": KEY}, "c1"),
+        call("post_text", {"text": f"token={KEY}"}, "c2")), "done"]))
+    result = agent.generate("go")
+    state = agent.graph.get_state({"configurable": {"thread_id": result.thread_id}})
+    assert KEY not in json.dumps([m.model_dump() for m in state.values["messages"]],
+                                 default=str)
+    assert result.pending_approvals == []
+
+
+@pytest.mark.parametrize("pin", ["42", "4200", "2024"])
 def test_a_short_secret_or_a_number_never_refuses_another_call(pin: str) -> None:
-    """A PIN of 42 or 4200 is masked where it is the PIN; a payment of that amount in the
-    same reply is shown and asked for (a coincidence as likely as a copy)."""
+    """A PIN of 42, 4200 or 2024 is masked where it is the PIN; a payment of that amount (a
+    number, or text as a Decimal is written) or an invoice of that year in the same reply is
+    shown and asked for (a coincidence as likely as a copy; helper-68)."""
 
     @create_tool(needs_approval=True)
     def unlock(pin: SecretStr) -> str:
@@ -341,17 +373,34 @@ def test_a_short_secret_or_a_number_never_refuses_another_call(pin: str) -> None
         return "open"
 
     @create_tool(needs_approval=True)
-    def pay(amount: int, memo: str) -> str:
+    def pay(amount: int, total: Decimal, memo: str) -> str:
         """Pay."""
         return "paid"
 
+    asked = {"amount": int(pin), "total": pin, "memo": f"invoice {pin}-06-01"}
     agent = Agent(name="vault", tools=[unlock, pay], model=ScriptedChatModel([turn(
-        call("unlock", {"pin": pin}, "u1"), call("pay", {"amount": int(pin), "memo": "ok"},
-                                                  "p1")),
-        "done"]))
+        call("unlock", {"pin": pin}, "u1"), call("pay", asked, "p1")), "done"]))
     shown = {p.tool_name: p.args for p in agent.generate("go").pending_approvals}
-    assert shown == {"unlock": {"pin": "**********"},
-                     "pay": {"amount": int(pin), "memo": "ok"}}
+    assert shown == {"unlock": {"pin": "**********"}, "pay": asked}
+
+
+def test_the_parts_of_a_structured_secret_never_refuse_a_call() -> None:
+    """A `Secret[dict]` of settings refused its own call, and every retry, for `env="prod"`
+    beside a `"STAGE": "prod"` item (helper-68): a part of a structured secret is no secret
+    of its own."""
+    ran: list[str] = []
+
+    @create_tool(needs_approval=True)
+    def deploy(env: str, settings: Secret[dict[str, str]]) -> str:
+        """Deploy."""
+        ran.append(env)
+        return "deployed"
+
+    agent = Agent(name="ops", tools=[deploy], model=ScriptedChatModel([turn(call(
+        "deploy", {"env": "prod", "settings": {"STAGE": "prod", "DB": "hunter22x"}}, "d1")),
+        "done"]))
+    (pending,) = agent.generate("go").pending_approvals
+    assert pending.args == {"env": "prod", "settings": "**********"}
 
 
 @pytest.mark.parametrize(("shape", "key"), [

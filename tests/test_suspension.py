@@ -113,19 +113,25 @@ def test_invalid_suspend_payload_raises_inside_the_tool() -> None:
         agent.generate("go")
 
 
-def test_a_suspend_payload_a_checkpoint_cannot_hold_raises_inside_the_tool() -> None:
+@pytest.mark.parametrize("held", ["a number", "in a set", "in a model"])
+def test_a_suspend_payload_a_checkpoint_cannot_hold_raises_inside_the_tool(held: str) -> None:
     """An integer beyond 64 bits in a payload crashed the run with LangGraph's own TypeError
-    as the pause was written (helper-67); it is a `SuspendPayloadError` in the tool, as any
-    payload that cannot be kept."""
+    as the pause was written (helper-67, and in a set or a model helper-68); it is a
+    `SuspendPayloadError` in the tool, as any payload that cannot be kept."""
+
+    class Total(BaseModel):
+        cents: int
+
+    value = {"a number": 2**70, "in a set": {2**70}, "in a model": Total(cents=2**70)}[held]
 
     @create_tool
     def big(ctx: ToolContext) -> str:
         """Suspends with a payload a checkpoint cannot hold."""
-        return ctx.suspend({"message": "confirm", "total_cents": 2**70})
+        return ctx.suspend({"message": "confirm", "total_cents": value})
 
     agent = Agent(name="b", model=ScriptedChatModel([turn(call("big", {}, "b1")), "ok"]),
                   tools=[big])
-    with pytest.raises(SuspendPayloadError, match="beyond 64 bits"):
+    with pytest.raises(SuspendPayloadError, match="cannot be stored"):
         agent.generate("go")
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
-from pydantic import BaseModel, SecretBytes, SecretStr
+from pydantic import BaseModel, Field, SecretBytes, SecretStr, field_validator
 
 from graphkit import Agent, GraphkitTool, ToolContext, create_tool
 from graphkit.testing import ScriptedChatModel
@@ -274,6 +274,49 @@ def test_a_tool_written_with_a_null_default_runs_when_approved(decision: str) ->
     assert done.finish_reason == "stop"
     assert ran == [{"account": "A-2" if edit else "A-1", "zone": None, "daily_limit": None,
                     "notify": None}]
+
+
+def test_an_omitted_optional_argument_beside_a_secret_hides_nothing_else() -> None:
+    """Leaving out `memo: str | None = None` beside a `SecretStr` made the whole call one
+    secret: the card showed `**********` for every argument and the prompt its placeholders,
+    and the call ran so approved (helper-68)."""
+
+    @create_tool(needs_approval=True, approval_prompt="Pay {{amount}} to {{payee}}?")
+    def pay(amount: int, payee: str, card: SecretStr, memo: str | None = None) -> str:
+        """Pay."""
+        return "paid"
+
+    agent = Agent(name="billing", tools=[pay], model=ScriptedChatModel([turn(call(
+        "pay", {"amount": 9000, "payee": "mallory-offshore", "card": "4111-secret"}, "p1")),
+        "done"]))
+    (pending,) = agent.generate("pay").pending_approvals
+    assert pending.args == {"amount": 9000, "payee": "mallory-offshore", "card": "**********"}
+    assert pending.prompt == "Pay 9000 to mallory-offshore?"
+
+
+class Filled(BaseModel):
+    amount: int
+    account: str | None = Field(None, validate_default=True)
+
+    @field_validator("account", mode="before")
+    @classmethod
+    def _treasury(cls, value: Any) -> Any:
+        return value or "ops-main-treasury"
+
+
+def test_a_default_a_validator_fills_in_is_shown() -> None:
+    """Only a null the tool would get anyway is left out: a validator's own default is what
+    runs, and the reviewer sees it (helper-68)."""
+
+    @create_tool(needs_approval=True, args_schema=Filled)
+    def wire(amount: int, account: str | None = None) -> str:
+        """Wire."""
+        return f"wired {amount} from {account}"
+
+    agent = Agent(name="bank", tools=[wire], model=ScriptedChatModel([turn(call(
+        "wire", {"amount": 5}, "w1")), "done"]))
+    (pending,) = agent.generate("wire").pending_approvals
+    assert pending.args == {"amount": 5, "account": "ops-main-treasury"}
 
 
 def test_a_runnable_config_parameter_is_langchains_to_give_never_the_models() -> None:
