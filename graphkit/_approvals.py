@@ -80,10 +80,10 @@ LOST_SECRET = ("Error: the secret arguments of this call to {name!r} are kept on
                "run that planned it, and this thread does not have them (it was copied, or "
                "its record is gone). The call did not run; call the tool again.")
 COPIED_SECRET = (
-    "Error: the arguments of this call to {name!r} hold a secret that another call of this "
-    "reply was given in an argument its tool keeps secret. A secret goes only where a tool "
-    "declares one: shown here, reviewers would read it. The call did not run; call the tool "
-    "again without it.")
+    "Error: the arguments of this call to {name!r} hold, outside the arguments its tool keeps "
+    "secret, a secret that a call of this reply (this one or another) was given. A secret "
+    "goes only where a tool declares one: shown here, reviewers would read it. The call did "
+    "not run; call the tool again without it.")
 """Refused rather than masked: a masked payment or shell command is one a reviewer approves
 unseen (helper-67), and a mask cannot hide a key."""
 DUPLICATE_ID = (

@@ -208,9 +208,11 @@ def _as_sent(kind: str | None, value: Any) -> str | None:
 
 
 def _is_default(spec: Any, value: Any) -> bool:
-    """Whether `value` is the property's default, which it gets when left out (a `None` the
-    tool's model fills in for `x: int = None` is refused if sent back explicitly)."""
-    return isinstance(spec, Mapping) and "default" in spec and spec["default"] == value
+    """Whether `value` is a null the property gets by default when left out (`x: int = None`,
+    which the tool's model refuses if sent back explicitly). Only a null: a schema writes a
+    secret's default as the mask, which an untouched secret also shows (helper-69)."""
+    return (value is None and isinstance(spec, Mapping) and "default" in spec
+            and spec["default"] is None)
 
 
 def _finite(value: Any) -> bool:

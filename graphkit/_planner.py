@@ -267,15 +267,15 @@ class Planner:
                    if c.get("secrets")}
         planned_ids = {c["tool_call_id"] for c in planned.plan["calls"]}
         copied: set[str] = set()
-        for call in ai.tool_calls:  # refused calls (invalid, repeated ids) keep theirs too
-            if call.get("id") in planned_ids:
-                continue
+        for call in ai.tool_calls:  # as written (a key an alias or a name gives), refused too
             paths = declared_secret_paths(self.tools.get(call["name"]), call.get("args"))
-            if paths:
-                secrets[str(call.get("id"))] = [*secrets.get(str(call.get("id")), []), *paths]
-            if holds_secret(masked(call.get("args"), paths), planned.secrets):
+            known = secrets.get(str(call.get("id")), [])
+            if extra := [p for p in paths if p not in known]:
+                secrets[str(call.get("id"))] = [*known, *extra]
+            if call.get("id") not in planned_ids and holds_secret(
+                    masked(call.get("args"), paths), planned.secrets):
                 copied.add(str(call.get("id")))
-        if secrets and stored is not None:
+        if (secrets or copied) and stored is not None:
             kept = masked_ai(kept, secrets)
             if copied:  # (a key may hold the secret too: none of them is kept)
                 kept = kept.model_copy(update={"tool_calls": [

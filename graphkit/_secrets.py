@@ -500,17 +500,34 @@ def secret_values(args: Any, paths: Sequence[Sequence[str | int]] | None) -> lis
 
 
 _NUMBER_LIKE = re.compile(r"[\d\s.,:/+\-]+")
-"""A PIN, a year, a date, an amount: as likely a coincidence in another value as a copy."""
+
+
+def _copyable(text: str, whole: bool) -> bool:
+    """Whether a secret is one no plain argument may hold. A number-like one of fewer than
+    eight digits (a PIN, a year, a date, an amount) is as likely a coincidence as a copy; a
+    card or account number is not. A part of a structured secret (a `Secret[dict]`'s
+    `"prod"`) counts only when it reads as a credential: eight characters or more, letters
+    and digits both."""
+    if _NUMBER_LIKE.fullmatch(text):
+        return sum(c.isdigit() for c in text) >= 8
+    if whole:
+        return len(text) >= SHORTEST_IN_TEXT
+    return (len(text) >= 8 and any(c.isdigit() for c in text)
+            and any(c.isalpha() for c in text))
 
 
 def copy_secrets(args: Any, paths: Sequence[Sequence[str | int]] | None) -> list[str]:
-    """The secrets at `paths` that no other argument of the reply may hold (`holds_secret`):
-    whole text of `SHORTEST_IN_TEXT` characters or more that is no number-like text, as
-    `secret_values` writes them (a part of a `Secret[dict]`, "prod", is not one)."""
-    whole = [p for p in paths or () for v, ok in [_get(args, list(p))]
-             if ok and isinstance(v, str) and len(v) >= SHORTEST_IN_TEXT
-             and not _NUMBER_LIKE.fullmatch(v)]
-    return secret_values(args, whole)
+    """The secrets at `paths` that no other argument of the reply may hold (`holds_secret`),
+    as `secret_values` writes them: whole text secrets, and parts of structured ones, that
+    `_copyable` keeps."""
+    kept: list[str] = []
+    for path in paths or ():
+        value, found = _get(args, list(path))
+        if found and isinstance(value, str):
+            kept += [value] if _copyable(value, True) else []
+        elif found:
+            kept += [v for v in _leaves(value) if isinstance(v, str) and _copyable(v, False)]
+    return secret_values({"secrets": kept}, [["secrets"]])
 
 
 def holds_secret(args: Any, secrets: Sequence[str], depth: int = 0) -> bool:

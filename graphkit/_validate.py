@@ -280,28 +280,31 @@ def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
     return parsed, result, secrets
 
 
-def _drop_unset_nulls(model: BaseModel, dumped: dict[str, Any], depth: int = 0) -> None:
-    """Leave out of `dumped` (at every depth) a field the arguments did not give whose
-    default is None: pydantic never checks a default, and `x: int = None` written out as
-    `null` is refused when the tool validates what runs (every approved call of such a tool
-    failed in the tools node). Left out, the tool gets the same default."""
+def _drop_unset_nulls(value: Any, dumped: Any, depth: int = 0) -> None:
+    """Leave out of `dumped` (at every depth: models in models, lists, tuples and dicts) a
+    field the arguments did not give whose default is None, as null: pydantic never checks a
+    default, and `x: int = None` written out as `null` is refused when the tool validates
+    what runs (every approved call of such a tool failed in the tools node). Left out, the
+    tool gets the same default; a validator's own default is kept."""
     if depth > 32:
         return
-    for name, field in type(model).model_fields.items():
-        key = field.alias or name
-        if key not in dumped:
-            continue
-        if (name not in model.model_fields_set and field.default is None
-                and dumped[key] is None):  # (a validator may fill a default in: kept)
-            del dumped[key]
-            continue
-        value, shown = getattr(model, name, None), dumped[key]
-        if isinstance(value, BaseModel) and isinstance(shown, dict):
-            _drop_unset_nulls(value, shown, depth + 1)
-        elif isinstance(value, list | tuple) and isinstance(shown, list):
-            for item, item_shown in zip(value, shown, strict=False):
-                if isinstance(item, BaseModel) and isinstance(item_shown, dict):
-                    _drop_unset_nulls(item, item_shown, depth + 1)
+    if isinstance(value, BaseModel) and isinstance(dumped, dict):
+        for name, field in type(value).model_fields.items():
+            key = field.alias or name
+            if key not in dumped:
+                continue
+            if (name not in value.model_fields_set and field.default is None
+                    and dumped[key] is None):
+                del dumped[key]
+            else:
+                _drop_unset_nulls(getattr(value, name, None), dumped[key], depth + 1)
+    elif isinstance(value, list | tuple) and isinstance(dumped, list):
+        for item, item_dumped in zip(value, dumped, strict=False):
+            _drop_unset_nulls(item, item_dumped, depth + 1)
+    elif isinstance(value, dict) and isinstance(dumped, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and key in dumped:
+                _drop_unset_nulls(item, dumped[key], depth + 1)
 
 
 _SECRET_TYPES = (SecretStr, SecretBytes, Secret)
@@ -348,10 +351,24 @@ def _secret_fields(schema: type[BaseModel]) -> dict[str, type[BaseModel] | None]
     for name, field in schema.model_fields.items():
         model = _model_of(field.annotation)
         if model is not None and _mentions_secret(model, set()):
-            fields[field.alias or name] = model
+            fields.update(dict.fromkeys(_names_of(name, field), model))
         elif model is None and _mentions_secret(field.annotation, set()):
-            fields[field.alias or name] = None
+            fields.update(dict.fromkeys(_names_of(name, field), None))
     return fields
+
+
+def _names_of(name: str, field: Any) -> list[str]:
+    """Every key a model may give a field under, as written: its name, its alias, each
+    validation alias (the first step of an `AliasPath`), so that a secret given under any of
+    them is found in the arguments as written (helper-69: `api_key` beside `alias="apiKey"`)."""
+    names = [name, *([field.alias] if field.alias else [])]
+    choices = getattr(field.validation_alias, "choices", None)
+    for alias in choices if choices is not None else [field.validation_alias]:
+        path = getattr(alias, "path", None)
+        first = path[0] if path else alias
+        if isinstance(first, str):
+            names.append(first)
+    return list(dict.fromkeys(names))
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:

@@ -17,7 +17,7 @@ from urllib.parse import quote
 import pytest
 from langgraph.errors import NodeCancelledError
 from langgraph.types import Command
-from pydantic import Secret, SecretStr
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, Secret, SecretStr
 from starlette.testclient import TestClient
 
 from graphkit import Agent, Inbox, ToolContext, Webhook, _html, create_tool
@@ -325,7 +325,7 @@ def test_a_call_that_holds_another_calls_secret_is_refused_and_keeps_none_of_it(
     assert [p.tool_name for p in first.pending_approvals] == ["call_api"]
     assert KEY not in json.dumps([p.to_dict() for p in first.pending_approvals])
     told = [m for m in state.values["messages"] if m.type == "tool"]
-    assert [m.tool_call_id for m in told] == ["c2"] and "hold a secret" in str(told[0].content)
+    assert [m.tool_call_id for m in told] == ["c2"] and "a secret that" in str(told[0].content)
     agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
     assert ran == [("call_api", KEY)]
     assert KEY not in json.dumps(Inbox(url).audit(), default=str)
@@ -382,6 +382,107 @@ def test_a_short_secret_or_a_number_never_refuses_another_call(pin: str) -> None
         call("unlock", {"pin": pin}, "u1"), call("pay", asked, "p1")), "done"]))
     shown = {p.tool_name: p.args for p in agent.generate("go").pending_approvals}
     assert shown == {"unlock": {"pin": "**********"}, "pay": asked}
+
+
+@pytest.mark.parametrize("copy", ["a card number", "a credential in a Secret[dict]"])
+def test_a_long_number_or_a_credential_part_of_a_secret_is_looked_for(copy: str) -> None:
+    """A card number read as a number and was never looked for; nor was a credential inside
+    a `Secret[dict]`: a copy of either was shown in clear everywhere (helper-69)."""
+
+    @create_tool(needs_approval=True)
+    def charge(card: SecretStr, creds: Secret[dict[str, str]] | None = None) -> str:
+        """Charge."""
+        return "charged"
+
+    @create_tool(needs_approval=True)
+    def post_text(text: str) -> str:
+        """Post text publicly."""
+        return "posted"
+
+    card, key = "4111 1111 1111 1111", "sk-live-51HxQ9"
+    copied = card if copy == "a card number" else key
+    agent = Agent(name="pay", tools=[charge, post_text], model=ScriptedChatModel([turn(
+        call("charge", {"card": card, "creds": {"STAGE": "prod", "API_KEY": key}}, "c1"),
+        call("post_text", {"text": f"charged with {copied}"}, "c2")), "done"]))
+    result = agent.generate("go")
+    state = agent.graph.get_state({"configurable": {"thread_id": result.thread_id}})
+    assert copied not in json.dumps([m.model_dump() for m in state.values["messages"]],
+                                    default=str)
+    assert [p.tool_name for p in result.pending_approvals] == ["charge"]
+
+
+class Login(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+    host: str
+    api_key: SecretStr = Field(alias="apiKey",
+                               validation_alias=AliasChoices("apiKey", "api_key", "token"))
+
+
+@pytest.mark.parametrize("given", ["by name", "by a validation alias"])
+def test_a_secret_given_under_another_name_of_its_field_is_masked_and_runs(given: str) -> None:
+    """A secret field with an alias, given by its Python name (`populate_by_name`) or one of
+    its validation aliases, stayed in clear in the conversation, and was refused as a copy of
+    itself (helper-69)."""
+    used: list[str] = []
+
+    @create_tool(needs_approval=True, args_schema=Login)
+    def login(host: str, api_key: SecretStr) -> str:
+        """Log in."""
+        used.append(api_key.get_secret_value())
+        return "in"
+
+    key_name = "api_key" if given == "by name" else "token"
+    agent = Agent(name="ops", tools=[login], model=ScriptedChatModel([turn(call(
+        "login", {"host": "h", key_name: KEY}, "l1")), "done"]))
+    result = agent.generate("go")
+    state = agent.graph.get_state({"configurable": {"thread_id": result.thread_id}})
+    assert KEY not in json.dumps([m.model_dump() for m in state.values["messages"]],
+                                 default=str)
+    agent.approve_tool_call_generate(run_id=result.run_id, decided_by="ops")
+    assert used == [KEY]
+
+
+READ_ONLY = SecretStr("sk-readonly-default")
+
+
+@pytest.mark.parametrize("door", ["web", "notebook"])
+def test_an_edit_that_leaves_a_secret_keeps_the_one_given_not_the_tools_default(
+        tmp_path: Path, door: str) -> None:
+    """A schema writes a secret's default as the mask, which an untouched secret also shows:
+    an edit of another field ran the tool's default secret instead of the one given
+    (helper-69)."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    used: list[tuple[str, str]] = []
+
+    @create_tool(needs_approval=True)
+    def call_api(endpoint: str, token: SecretStr = READ_ONLY) -> str:
+        """Call an API."""
+        used.append((endpoint, token.get_secret_value()))
+        return "ok"
+
+    agent = Agent(name="api", tools=[call_api], checkpointer=url, model=ScriptedChatModel([
+        turn(call("call_api", {"endpoint": "/v1/refund", "token": "sk-ADMIN-given"}, "c1")),
+        "done"]))
+    result = agent.generate("refund")
+    if door == "notebook":
+        card = agent.review(result, decided_by="cfo").cards[0]
+        card.fields["endpoint"].value = "/v1/refund?dry=1"
+        card.edit.click()
+    else:
+        (pending,) = Inbox(url).pending()
+        client = TestClient(create_app(url, authenticate={"tok": "cfo"}, secret="s",
+                                       agents=[agent]))
+        login = re.search(r"name='login' value='([0-9a-f]+)'", client.get("/login").text)
+        assert login is not None
+        client.post("/login", data={"token": "tok", "login": login.group(1)})
+        form = client.get(f"/approvals/{pending.id}").text
+        csrf = re.search(r"name='csrf' value='([0-9a-f]+)'", form)
+        assert csrf is not None and "name='arg.token' value='**********'" in form
+        client.post(f"/approvals/{pending.id}/edit", data={
+            "csrf": csrf.group(1), "digest": pending.args_digest,
+            "arg.endpoint": "/v1/refund?dry=1", "arg.token": "**********"})
+        agent.resume(run_id=result.run_id)
+    assert used == [("/v1/refund?dry=1", "sk-ADMIN-given")]
 
 
 def test_the_parts_of_a_structured_secret_never_refuse_a_call() -> None:

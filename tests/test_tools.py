@@ -247,6 +247,11 @@ class Where(BaseModel):
     zone: int = None  # type: ignore[assignment]
 
 
+class Nested(BaseModel):
+    by_key: dict[str, Where]
+    rows: list[list[Where]]
+
+
 @pytest.mark.parametrize("decision", ["approve", "edit"])
 def test_a_tool_written_with_a_null_default_runs_when_approved(decision: str) -> None:
     """`x: int = None` (an implicit Optional many tools are written with): the call was
@@ -255,7 +260,7 @@ def test_a_tool_written_with_a_null_default_runs_when_approved(decision: str) ->
     ran: list[dict[str, Any]] = []
 
     @create_tool(needs_approval=True)
-    def withdraw(account: str, where: Where,  # the implicit Optional of some tools:
+    def withdraw(account: str, where: Where, nested: Nested,  # the implicit Optional:
                  daily_limit: int = None,  # type: ignore[assignment]  # noqa: RUF013
                  notify: bool = None,  # type: ignore[assignment]  # noqa: RUF013
                  ) -> str:
@@ -264,12 +269,15 @@ def test_a_tool_written_with_a_null_default_runs_when_approved(decision: str) ->
                     "notify": notify})
         return "ok"
 
+    deep = {"by_key": {"k": {"region": "eu"}}, "rows": [[{"region": "us"}]]}  # (helper-69)
     agent = Agent(name="bank", tools=[withdraw], model=ScriptedChatModel([turn(call(
-        "withdraw", {"account": "A-1", "where": {"region": "eu"}}, "w1")), "done"]))
+        "withdraw", {"account": "A-1", "where": {"region": "eu"}, "nested": deep}, "w1")),
+        "done"]))
     paused = agent.generate("withdraw")
     (pending,) = paused.pending_approvals
-    assert pending.args == {"account": "A-1", "where": {"region": "eu"}}
-    edit = {"args": {"account": "A-2", "where": {"region": "eu"}}} if decision == "edit" else {}
+    assert pending.args == {"account": "A-1", "where": {"region": "eu"}, "nested": deep}
+    edit = {"args": {"account": "A-2", "where": {"region": "eu"}, "nested": deep}} if (
+        decision == "edit") else {}
     done = agent.approve_tool_call_generate(run_id=paused.run_id, decided_by="cfo", **edit)
     assert done.finish_reason == "stop"
     assert ran == [{"account": "A-2" if edit else "A-1", "zone": None, "daily_limit": None,
