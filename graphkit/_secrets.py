@@ -502,38 +502,31 @@ def secret_values(args: Any, paths: Sequence[Sequence[str | int]] | None) -> lis
 _NUMBER_LIKE = re.compile(r"[\d\s.,:/+\-]+")
 
 
-def _copyable(text: str, whole: bool) -> bool:
-    """Whether a secret is one no plain argument may hold. A number-like one of fewer than
-    eight digits (a PIN, a year, a date, an amount) is as likely a coincidence as a copy; a
-    card or account number is not. A part of a structured secret (a `Secret[dict]`'s
-    `"prod"`) counts only when it reads as a credential: eight characters or more, letters
-    and digits both."""
+def _copyable(text: str) -> bool:
+    """Whether a secret is one no plain argument may hold: four characters or more, and a
+    number-like one eight digits or more (a PIN, a year, a date or an amount is as likely a
+    coincidence in another value as a copy; a card or account number is not)."""
     if _NUMBER_LIKE.fullmatch(text):
         return sum(c.isdigit() for c in text) >= 8
-    if whole:
-        return len(text) >= SHORTEST_IN_TEXT
-    return (len(text) >= 8 and any(c.isdigit() for c in text)
-            and any(c.isalpha() for c in text))
+    return len(text) >= SHORTEST_IN_TEXT
 
 
 def copy_secrets(args: Any, paths: Sequence[Sequence[str | int]] | None) -> list[str]:
     """The secrets at `paths` that no other argument of the reply may hold (`holds_secret`),
-    as `secret_values` writes them: whole text secrets, and parts of structured ones, that
-    `_copyable` keeps."""
+    as `secret_values` writes them: each secret that is one whole text or number and that
+    `_copyable` keeps. The parts of a structured secret (`Secret[dict]`) are not: its region
+    or account id would refuse every call that names them, its own call's too (helper-70)."""
     kept: list[str] = []
     for path in paths or ():
         value, found = _get(args, list(path))
-        if found and isinstance(value, str):
-            kept += [value] if _copyable(value, True) else []
-        elif found:
-            kept += [v for v in _leaves(value) if isinstance(v, str) and _copyable(v, False)]
+        if found and isinstance(value, str | int) and not isinstance(value, bool):
+            kept += [str(value)] if _copyable(str(value)) else []
     return secret_values({"secrets": kept}, [["secrets"]])
 
 
 def holds_secret(args: Any, secrets: Sequence[str], depth: int = 0) -> bool:
-    """Whether text in `args`, a key or a value, holds any of `secrets` (as `scrubbed` finds
-    one: a whole value, or inside text). A secret shorter than `SHORTEST_IN_TEXT` is not
-    looked for, nor a number: a PIN of 4200 is no reason to refuse a payment of 4200."""
+    """Whether `args` hold any of `secrets` (`copy_secrets`): in a key or a text value (as
+    `scrubbed` finds one: whole, or inside the text), or as a whole number."""
     if depth == 0:
         secrets = [s for s in secrets if len(s) >= SHORTEST_IN_TEXT]
     if not secrets or depth > 32:
@@ -543,6 +536,8 @@ def holds_secret(args: Any, secrets: Sequence[str], depth: int = 0) -> bool:
                    for k, v in args.items())
     if isinstance(args, list | tuple):
         return any(holds_secret(v, secrets, depth + 1) for v in args)
+    if isinstance(args, int) and not isinstance(args, bool):  # a card number as a number
+        return str(args) in secrets
     return isinstance(args, str) and _scrub(args, secrets) is not args
 
 

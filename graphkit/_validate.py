@@ -303,8 +303,8 @@ def _drop_unset_nulls(value: Any, dumped: Any, depth: int = 0) -> None:
             _drop_unset_nulls(item, item_dumped, depth + 1)
     elif isinstance(value, dict) and isinstance(dumped, dict):
         for key, item in value.items():
-            if isinstance(key, str) and key in dumped:
-                _drop_unset_nulls(item, dumped[key], depth + 1)
+            if str(key) in dumped:  # (JSON's keys are text: `dict[int, Model]` too)
+                _drop_unset_nulls(item, dumped[str(key)], depth + 1)
 
 
 _SECRET_TYPES = (SecretStr, SecretBytes, Secret)

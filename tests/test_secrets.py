@@ -384,30 +384,31 @@ def test_a_short_secret_or_a_number_never_refuses_another_call(pin: str) -> None
     assert shown == {"unlock": {"pin": "**********"}, "pay": asked}
 
 
-@pytest.mark.parametrize("copy", ["a card number", "a credential in a Secret[dict]"])
-def test_a_long_number_or_a_credential_part_of_a_secret_is_looked_for(copy: str) -> None:
-    """A card number read as a number and was never looked for; nor was a credential inside
-    a `Secret[dict]`: a copy of either was shown in clear everywhere (helper-69)."""
+@pytest.mark.parametrize("copy", ["as text", "as a number", "of a Secret[int]"])
+def test_a_card_number_copied_into_another_call_is_looked_for(copy: str) -> None:
+    """A card number read as a number and was never looked for, as text or as a JSON number,
+    nor a `Secret[int]`'s: a copy was shown in clear everywhere (helper-69, helper-70)."""
 
     @create_tool(needs_approval=True)
-    def charge(card: SecretStr, creds: Secret[dict[str, str]] | None = None) -> str:
+    def charge(card: SecretStr | None = None, number: Secret[int] | None = None) -> str:
         """Charge."""
         return "charged"
 
     @create_tool(needs_approval=True)
-    def post_text(text: str) -> str:
-        """Post text publicly."""
-        return "posted"
+    def record(note: str, reference: int = 0) -> str:
+        """Record."""
+        return "recorded"
 
-    card, key = "4111 1111 1111 1111", "sk-live-51HxQ9"
-    copied = card if copy == "a card number" else key
-    agent = Agent(name="pay", tools=[charge, post_text], model=ScriptedChatModel([turn(
-        call("charge", {"card": card, "creds": {"STAGE": "prod", "API_KEY": key}}, "c1"),
-        call("post_text", {"text": f"charged with {copied}"}, "c2")), "done"]))
+    card = "4111111111111111"
+    given = {"number": int(card)} if copy == "of a Secret[int]" else {"card": card}
+    copied = {"as a number": {"note": "ok", "reference": int(card)}}.get(
+        copy, {"note": f"charged {card}"})
+    agent = Agent(name="pay", tools=[charge, record], model=ScriptedChatModel([turn(
+        call("charge", given, "c1"), call("record", copied, "c2")), "done"]))
     result = agent.generate("go")
     state = agent.graph.get_state({"configurable": {"thread_id": result.thread_id}})
-    assert copied not in json.dumps([m.model_dump() for m in state.values["messages"]],
-                                    default=str)
+    assert card not in json.dumps([m.model_dump() for m in state.values["messages"]],
+                                  default=str)
     assert [p.tool_name for p in result.pending_approvals] == ["charge"]
 
 
@@ -487,21 +488,27 @@ def test_an_edit_that_leaves_a_secret_keeps_the_one_given_not_the_tools_default(
 
 def test_the_parts_of_a_structured_secret_never_refuse_a_call() -> None:
     """A `Secret[dict]` of settings refused its own call, and every retry, for `env="prod"`
-    beside a `"STAGE": "prod"` item (helper-68): a part of a structured secret is no secret
-    of its own."""
-    ran: list[str] = []
+    beside a `"STAGE": "prod"` item (helper-68), and a credential-like part looked for
+    refused every call naming its region (helper-70): the parts of a structured secret are
+    not looked for."""
 
     @create_tool(needs_approval=True)
-    def deploy(env: str, settings: Secret[dict[str, str]]) -> str:
-        """Deploy."""
-        ran.append(env)
-        return "deployed"
+    def upload(bucket: str, creds: Secret[dict[str, str]]) -> str:
+        """Upload."""
+        return "uploaded"
 
-    agent = Agent(name="ops", tools=[deploy], model=ScriptedChatModel([turn(call(
-        "deploy", {"env": "prod", "settings": {"STAGE": "prod", "DB": "hunter22x"}}, "d1")),
-        "done"]))
-    (pending,) = agent.generate("go").pending_approvals
-    assert pending.args == {"env": "prod", "settings": "**********"}
+    @create_tool(needs_approval=True)
+    def list_instances(region: str) -> str:
+        """List instances."""
+        return "none"
+
+    creds = {"STAGE": "prod", "region": "us-east-1", "secret": "wJalrXUtnFEMI/K7MDENG"}
+    agent = Agent(name="ops", tools=[upload, list_instances], model=ScriptedChatModel([turn(
+        call("upload", {"bucket": "logs-us-east-1", "creds": creds}, "u1"),
+        call("list_instances", {"region": "us-east-1"}, "l1")), "done"]))
+    shown = {p.tool_name: p.args for p in agent.generate("go").pending_approvals}
+    assert shown == {"upload": {"bucket": "logs-us-east-1", "creds": "**********"},
+                     "list_instances": {"region": "us-east-1"}}
 
 
 @pytest.mark.parametrize(("shape", "key"), [

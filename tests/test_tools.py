@@ -249,6 +249,7 @@ class Where(BaseModel):
 
 class Nested(BaseModel):
     by_key: dict[str, Where]
+    by_number: dict[int, Where]
     rows: list[list[Where]]
 
 
@@ -269,7 +270,8 @@ def test_a_tool_written_with_a_null_default_runs_when_approved(decision: str) ->
                     "notify": notify})
         return "ok"
 
-    deep = {"by_key": {"k": {"region": "eu"}}, "rows": [[{"region": "us"}]]}  # (helper-69)
+    deep = {"by_key": {"k": {"region": "eu"}}, "by_number": {"7": {"region": "ap"}},
+            "rows": [[{"region": "us"}]]}  # (helper-69, helper-70)
     agent = Agent(name="bank", tools=[withdraw], model=ScriptedChatModel([turn(call(
         "withdraw", {"account": "A-1", "where": {"region": "eu"}, "nested": deep}, "w1")),
         "done"]))
