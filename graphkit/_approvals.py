@@ -203,7 +203,8 @@ def plan_turn(
             planned.errors.append(_error(LOST_SECRET.format(name=name), call_id, name))
             continue
         raw = call.get("args") or {}  # (as written: a key validation would drop holds it too)
-        if holds_secret(masked(raw, declared_secret_paths(tool, raw)), planned.secrets):
+        if planned.secrets and holds_secret(masked(raw, declared_secret_paths(tool, raw)),
+                                            planned.secrets):
             planned.errors.append(_error(COPIED_SECRET.format(name=name), call_id, name))
             continue
         outcome = read[id(call)]

@@ -272,7 +272,7 @@ class Planner:
             known = secrets.get(str(call.get("id")), [])
             if extra := [p for p in paths if p not in known]:
                 secrets[str(call.get("id"))] = [*known, *extra]
-            if call.get("id") not in planned_ids and holds_secret(
+            if planned.secrets and call.get("id") not in planned_ids and holds_secret(
                     masked(call.get("args"), paths), planned.secrets):
                 copied.add(str(call.get("id")))
         if (secrets or copied) and stored is not None:
