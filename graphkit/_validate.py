@@ -405,7 +405,7 @@ def validate_resume(tool: BaseTool | None, data: Any) -> Any:
     if isinstance(data, BaseModel):
         data = data.model_dump(mode="json")
     try:
-        return schema.model_validate(data).model_dump(mode="json")
+        parsed = schema.model_validate(data)
     except ValidationError as exc:
         name = tool.name if tool else "?"
         msg = (
@@ -413,3 +413,7 @@ def validate_resume(tool: BaseTool | None, data: Any) -> Any:
             f"{name!r}: {exc.errors(include_url=False, include_context=False)}"
         )
         raise ResumeDataError(msg) from exc
+    dumped = parsed.model_dump(mode="json")
+    # a secret field's value, not pydantic's mask of it: the tool asked for it (helper-69);
+    # the data is kept in the ledger's record of the decision, which no view shows
+    return _revealed(parsed.model_dump(), dumped) if _masked(dumped) else dumped

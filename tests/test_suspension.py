@@ -21,7 +21,7 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 
 from graphkit import (
     Agent,
@@ -133,6 +133,45 @@ def test_a_suspend_payload_a_checkpoint_cannot_hold_raises_inside_the_tool(held:
                   tools=[big])
     with pytest.raises(SuspendPayloadError, match="cannot be stored"):
         agent.generate("go")
+
+
+class Otp(BaseModel):
+    otp: SecretStr
+
+
+def test_a_secret_in_resume_data_reaches_the_tool_and_no_view(tmp_path: Path) -> None:
+    """A resume_schema with a secret field gave the tool pydantic's mask, not the one-time
+    code the person typed (helper-69). The tool gets the value; the checkpoints, the audit
+    and every view still never hold it."""
+    import json
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    got: list[str] = []
+
+    @create_tool(suspend_schema=Ask, resume_schema=Otp)
+    def wire(amount: int, ctx: ToolContext) -> str:
+        """Wire money; asks for the one-time code."""
+        if ctx.resume_data is None:
+            return ctx.suspend({"message": "OTP?"})
+        got.append(ctx.resume_data.otp.get_secret_value())
+        return "wired"
+
+    code = "otp-739184-xyz"
+    agent = Agent(name="a", tools=[wire], checkpointer=url, model=ScriptedChatModel(
+        [turn(call("wire", {"amount": 5}, "w1")), "done"]))
+    first = agent.generate("go")
+    final = agent.resume_generate({"otp": code}, run_id=first.run_id)
+    assert got == [code] and final.finish_reason == "stop"
+    shown = json.dumps([Inbox(url).audit(), agent.snapshot(run_id=first.run_id),
+                        [p.to_dict() for p in agent.pending_approvals(run_id=first.run_id)]],
+                       default=str)
+    assert code not in shown
+    db = sqlite3.connect(tmp_path / "runs.db")
+    for table in ("checkpoints", "writes", "graphkit_audit"):
+        rows = db.execute(f"SELECT * FROM {table}").fetchall()
+        assert not any(code in (v.decode("utf-8", "replace") if isinstance(v, bytes)
+                                else str(v)) for row in rows for v in row), table
 
 
 async def test_a_tool_may_suspend_twice_in_a_row_with_the_assignment_idiom() -> None:
