@@ -169,7 +169,8 @@ def fields(schema: Mapping[str, Any] | None, values: Mapping[str, Any], prefix: 
             out.append(f"<label>{label}<textarea name='{field}' rows='3' data-kind='string'>"
                        f"\n{_e(value)}</textarea></label>")
         elif kind in ("integer", "number", "string"):
-            typ = "number" if kind != "string" else "text"
+            secret = isinstance(spec, Mapping) and spec.get("format") == "password"
+            typ = "number" if kind != "string" else "password" if secret else "text"
             step = " step='any'" if kind == "number" else ""
             shown = "" if value is None else _e(str(value))
             out.append(f"<label>{label}<input type='{typ}'{step} name='{field}' "

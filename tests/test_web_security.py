@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 from starlette.testclient import TestClient
 
 from graphkit import Agent, ApprovalsPendingError, Inbox, ToolContext, create_tool
@@ -173,6 +173,38 @@ def test_a_cards_thread_audit_link_reaches_any_thread_id(sqlite_url: str) -> Non
     page = client.get("/" + html.unescape(link.group(1)))
     assert page.status_code == 200 and "<td>requested</td><td>pay</td>" in page.text
     assert f"Audit of thread {html.escape(thread_id, quote=False)}" in page.text
+
+
+class _Code(BaseModel):
+    code: SecretStr
+
+
+def test_a_secret_field_of_a_form_is_a_password_input(sqlite_url: str) -> None:
+    """A secret the page asks for (a one-time code a suspended tool waits on) or shows (a
+    secret argument in the edit form) is typed into a password input, never shown as typed
+    on the reviewer's screen."""
+
+    @create_tool(resume_schema=_Code)
+    def verify(ctx: ToolContext) -> str:
+        """Verify."""
+        return "ok" if ctx.resume_data is not None else ctx.suspend({"message": "code?"})
+
+    @create_tool(needs_approval=True)
+    def call_api(endpoint: str, token: SecretStr) -> str:
+        """Call an API."""
+        return "ok"
+
+    agent = Agent(name="ops", tools=[verify, call_api], checkpointer=sqlite_url,
+                  model=ScriptedChatModel([turn(call("verify", {}, "v1"), call(
+                      "call_api", {"endpoint": "/x", "token": "sk-live-51HxQ"}, "c1")),
+                      "done"]))
+    agent.generate("go")
+    client = signed_in(sqlite_url, agents=[agent])
+    cards = {p.tool_name: client.get(f"/approvals/{p.id}").text
+             for p in Inbox(sqlite_url).pending()}
+    assert "<input type='password' name='data.code'" in cards["verify"]
+    assert "<input type='password' name='arg.token' value='**********'" in cards["call_api"]
+    assert "<input type='text' name='arg.endpoint'" in cards["call_api"]
 
 
 def test_approve_runs_exactly_what_the_card_shows(sqlite_url: str) -> None:
