@@ -33,11 +33,10 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from graphkit._digest import args_digest
 
 __all__ = ["MASK", "PATHS_KEY", "SALT_KEY", "SECRETS_KEY", "WITHHELD_CHARS", "copy_secrets",
-           "holds_secret",
-           "masked", "masked_ai", "masked_message", "masked_record", "new_salt",
-           "observed", "record_digest", "record_paths", "restored", "salted_digest",
-           "scrub_exception", "scrubbed", "secret_paths", "secret_values", "shows_masked",
-           "still_shows", "unmasked", "with_secrets", "withheld"]
+           "holds_secret", "masked", "masked_ai", "masked_message", "masked_record",
+           "new_salt", "observed", "record_digest", "record_paths", "restored",
+           "salted_digest", "scrub_exception", "scrubbed", "secret_paths", "secret_values",
+           "shows_masked", "still_shows", "unmasked", "with_secrets", "withheld"]
 
 SECRETS_KEY = "graphkit_secret_paths"
 """In an AI message's `response_metadata` (which no provider is sent): where each of its tool
