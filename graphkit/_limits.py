@@ -167,4 +167,3 @@ def storable(value: Any, what: str, error: type[Exception]) -> None:
     except (TypeError, ValueError, OverflowError) as exc:
         msg = f"{what} cannot be stored in a checkpoint: {exc}"
         raise error(msg) from exc
-

@@ -207,13 +207,15 @@ def _clip(text: str, width: int) -> str:
 def _clip_printable(text: str, width: int) -> str:
     """`printable(text)` in `width` characters, cut between characters, never inside one's
     escape (a cut escape reads as another character)."""
+    whole = printable(text)
+    if len(whole) <= width:
+        return whole
     shown = ""
-    for ch in text:
-        escaped = printable(ch)
+    for escaped in map(printable, text):
         if len(shown) + len(escaped) > width - 1:
-            return shown + "…" if len(printable(text)) > width else printable(text)
+            break
         shown += escaped
-    return shown
+    return shown + "…"
 
 
 def _url(args: argparse.Namespace) -> str:
@@ -225,11 +227,11 @@ def _url(args: argparse.Namespace) -> str:
     if not url:
         msg = "no storage given: pass --db URL or set GRAPHKIT_DB (e.g. sqlite:///runs.db)"
         raise GraphkitError(msg)
-    if url == "memory" or (url.startswith("sqlite://") and sqlite_file(url) is None):
+    path = sqlite_file(url)
+    if url == "memory" or (url.startswith("sqlite://") and path is None):
         msg = (f"{url!r} is storage in one process's memory, which no other process sees; "
                "pass the database your agents use (e.g. sqlite:///runs.db)")
         raise GraphkitError(msg)
-    path = sqlite_file(url)
     if path is not None and path.startswith("file:"):  # (SQLite would open another file)
         msg = (f"{url!r} names a SQLite URI; write the database file's path "
                f"(sqlite:///./{path} for a file of that name)")
