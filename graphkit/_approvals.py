@@ -152,6 +152,13 @@ class Planned:
     audits: list[AuditRow] = field(default_factory=list)
     secrets: list[str] = field(default_factory=list)
     """The secret values the turn's calls hold (`_reply_secrets`)."""
+    written: dict[str, list[list[str | int]]] = field(default_factory=dict)
+    """Where each call (by id), as the model wrote it, holds the secrets its tool declares:
+    a key an alias or the field's name gives, a refused call's too (what the conversation
+    masks)."""
+    copied: set[str] = field(default_factory=set)
+    """The ids of the calls refused for holding a secret of the reply (`COPIED_SECRET`),
+    whatever else refuses them: the conversation keeps none of their arguments."""
 
 
 def _error(content: str, call_id: str, name: str) -> ToolMessage:
@@ -186,7 +193,15 @@ def plan_turn(
                                error=None), [])
     ids = [call.get("id") or "" for call in ai.tool_calls]
     read = _read_calls(ai, tools)
-    planned.secrets, every_secret = _reply_secrets(ai, tools, read)
+    written = [declared_secret_paths(tools.get(c["name"]), c.get("args")) for c in ai.tool_calls]
+    planned.secrets, every_secret = _reply_secrets(ai, read, written)
+    for call, paths in zip(ai.tool_calls, written, strict=True):
+        key = str(call.get("id"))
+        known = planned.written.setdefault(key, [])
+        known += [p for p in paths if p not in known]
+        # (as written: a key validation would drop holds it too; past the call's own secrets)
+        if planned.secrets and holds_secret(masked(call.get("args"), paths), planned.secrets):
+            planned.copied.add(key)
     for call in ai.tool_calls:
         call_id = call.get("id") or ""
         name = call["name"]
@@ -202,9 +217,7 @@ def plan_turn(
         if shows_masked(ai, call):
             planned.errors.append(_error(LOST_SECRET.format(name=name), call_id, name))
             continue
-        raw = call.get("args") or {}  # (as written: a key validation would drop holds it too)
-        if planned.secrets and holds_secret(masked(raw, declared_secret_paths(tool, raw)),
-                                            planned.secrets):
+        if call_id in planned.copied:
             planned.errors.append(_error(COPIED_SECRET.format(name=name), call_id, name))
             continue
         outcome = read[id(call)]
@@ -311,21 +324,18 @@ def _read_calls(ai: AIMessage, tools: Mapping[str, BaseTool]) -> dict[
     return read
 
 
-def _reply_secrets(ai: AIMessage, tools: Mapping[str, BaseTool],
-                   read: Mapping[int, Any]) -> tuple[list[str], list[str]]:
+def _reply_secrets(ai: AIMessage, read: Mapping[int, Any],
+                   written: Sequence[Sequence[Sequence[str | int]]]
+                   ) -> tuple[list[str], list[str]]:
     """The secrets of every call of the reply to a known tool, refused ones too (a repeated
     id, invalid arguments): those no plain argument of the reply may hold (`copy_secrets`;
     a call that does is refused, `COPIED_SECRET`: helper-65 saw it shown in clear
     everywhere), and all of them (taken out of what an error message says)."""
     copied: set[str] = set()
     every: set[str] = set()
-    for call in ai.tool_calls:
-        tool = tools.get(call["name"])
-        if tool is None:
-            continue
+    for call, as_written in zip(ai.tool_calls, written, strict=True):
         outcome = read.get(id(call))
-        args, paths = outcome if isinstance(outcome, tuple) else (
-            call.get("args"), declared_secret_paths(tool, call.get("args")))
+        args, paths = outcome if isinstance(outcome, tuple) else (call.get("args"), as_written)
         copied.update(copy_secrets(args, paths))
         every.update(secret_values(args, paths))
     return (sorted(copied, key=lambda t: (-len(t), t)),

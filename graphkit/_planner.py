@@ -31,10 +31,10 @@ from graphkit._context import (
 )
 from graphkit._journal import GateJournal
 from graphkit._ledger import ApprovalRow, Ledger, PendingTurn, Queued, queued_id
-from graphkit._secrets import holds_secret, masked, masked_ai
+from graphkit._secrets import masked_ai
 from graphkit._settings import GateSettings
 from graphkit._state import AgentState, TurnPlan, turn_key
-from graphkit._validate import args_json_schema, declared_secret_paths, validation_runs_code
+from graphkit._validate import args_json_schema, validation_runs_code
 from graphkit.tools import GraphkitTool
 
 __all__ = ["GateContext", "Planner"]
@@ -265,21 +265,15 @@ class Planner:
                             conversation=ctx.conversation)
         secrets = {c["tool_call_id"]: c["secrets"] for c in planned.plan["calls"]
                    if c.get("secrets")}
-        planned_ids = {c["tool_call_id"] for c in planned.plan["calls"]}
-        copied: set[str] = set()
-        for call in ai.tool_calls:  # as written (a key an alias or a name gives), refused too
-            paths = declared_secret_paths(self.tools.get(call["name"]), call.get("args"))
-            known = secrets.get(str(call.get("id")), [])
+        for call_id, paths in planned.written.items():  # as written, refused calls' too
+            known = secrets.get(call_id, [])
             if extra := [p for p in paths if p not in known]:
-                secrets[str(call.get("id"))] = [*known, *extra]
-            if planned.secrets and call.get("id") not in planned_ids and holds_secret(
-                    masked(call.get("args"), paths), planned.secrets):
-                copied.add(str(call.get("id")))
-        if (secrets or copied) and stored is not None:
+                secrets[call_id] = [*known, *extra]
+        if (secrets or planned.copied) and stored is not None:
             kept = masked_ai(kept, secrets)
-            if copied:  # (a key may hold the secret too: none of them is kept)
+            if planned.copied:  # (a key may hold the secret too: none of them is kept)
                 kept = kept.model_copy(update={"tool_calls": [
-                    {**c, "args": COPIED_ARGS} if str(c.get("id")) in copied else c
+                    {**c, "args": COPIED_ARGS} if str(c.get("id")) in planned.copied else c
                     for c in kept.tool_calls]})
             key = planned.plan["turn_key"] = turn_key(kept, ctx.scope)
             planned.calls = [replace(c, turn_key=key) for c in planned.calls]
