@@ -394,16 +394,23 @@ def _mentions_secret(annotation: Any, seen: set[type]) -> bool:
     return any(_mentions_secret(arg, seen) for arg in get_args(annotation))
 
 
+def _as_json(model: BaseModel) -> Any:
+    """A model as JSON with each secret field's value, not pydantic's mask of it."""
+    dumped = model.model_dump(mode="json")
+    return _revealed(model.model_dump(), dumped) if _masked(dumped) else dumped
+
+
 def validate_resume(tool: BaseTool | None, data: Any) -> Any:
+    """Resume data as the tool's `resume_schema` reads it, as JSON; a secret field keeps its
+    value, which the tool asked for (helper-69): the data is kept in the ledger's record of
+    the decision, which no view shows."""
     schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None
-    if isinstance(data, BaseModel):
-        data = data.model_dump(mode="json")
+    if isinstance(data, BaseModel):  # (an instance of the schema, given as the data)
+        data = _as_json(data)
     check_value(data, what="resume data", error=ResumeDataError)
     if schema is None:
         storable(data, "resume data", ResumeDataError)
         return data
-    if isinstance(data, BaseModel):
-        data = data.model_dump(mode="json")
     try:
         parsed = schema.model_validate(data)
     except ValidationError as exc:
@@ -413,7 +420,4 @@ def validate_resume(tool: BaseTool | None, data: Any) -> Any:
             f"{name!r}: {exc.errors(include_url=False, include_context=False)}"
         )
         raise ResumeDataError(msg) from exc
-    dumped = parsed.model_dump(mode="json")
-    # a secret field's value, not pydantic's mask of it: the tool asked for it (helper-69);
-    # the data is kept in the ledger's record of the decision, which no view shows
-    return _revealed(parsed.model_dump(), dumped) if _masked(dumped) else dumped
+    return _as_json(parsed)

@@ -139,7 +139,9 @@ class Otp(BaseModel):
     otp: SecretStr
 
 
-def test_a_secret_in_resume_data_reaches_the_tool_and_no_view(tmp_path: Path) -> None:
+@pytest.mark.parametrize("given", ["as a dict", "as the schema's model"])
+def test_a_secret_in_resume_data_reaches_the_tool_and_no_view(tmp_path: Path,
+                                                               given: str) -> None:
     """A resume_schema with a secret field gave the tool pydantic's mask, not the one-time
     code the person typed (helper-69). The tool gets the value; the checkpoints, the audit
     and every view still never hold it."""
@@ -161,7 +163,8 @@ def test_a_secret_in_resume_data_reaches_the_tool_and_no_view(tmp_path: Path) ->
     agent = Agent(name="a", tools=[wire], checkpointer=url, model=ScriptedChatModel(
         [turn(call("wire", {"amount": 5}, "w1")), "done"]))
     first = agent.generate("go")
-    final = agent.resume_generate({"otp": code}, run_id=first.run_id)
+    data = {"otp": code} if given == "as a dict" else Otp(otp=SecretStr(code))
+    final = agent.resume_generate(data, run_id=first.run_id)
     assert got == [code] and final.finish_reason == "stop"
     shown = json.dumps([Inbox(url).audit(), agent.snapshot(run_id=first.run_id),
                         [p.to_dict() for p in agent.pending_approvals(run_id=first.run_id)]],
