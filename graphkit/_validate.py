@@ -4,6 +4,7 @@ stored or would change if read again. Every door that judges arguments reads the
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -281,20 +282,20 @@ def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
 
 
 def _drop_unset_nulls(value: Any, dumped: Any, depth: int = 0) -> None:
-    """Leave out of `dumped` (at every depth: models in models, lists, tuples and dicts) a
-    field the arguments did not give whose default is None, as null: pydantic never checks a
-    default, and `x: int = None` written out as `null` is refused when the tool validates
-    what runs (every approved call of such a tool failed in the tools node). Left out, the
-    tool gets the same default; a validator's own default is kept."""
+    """Leave out of `dumped` (at every depth: models and dataclasses in models, lists, tuples
+    and dicts) a field the arguments did not give whose default is None, as null:
+    pydantic never checks a default, and `x: int = None` written out as `null` is refused when
+    the tool validates what runs (every approved call of such a tool failed in the tools
+    node). Left out, the tool gets the same default; a validator's own default is kept."""
     if depth > 32:
         return
-    if isinstance(value, BaseModel) and isinstance(dumped, dict):
-        for name, field in type(value).model_fields.items():
-            key = field.alias or name
+    if isinstance(dumped, dict) and (fields := _fields_of(value)) is not None:
+        given = getattr(value, "model_fields_set", None)  # (a dataclass keeps no such set:
+        for name, (key, default) in fields.items():     # a null default is left out as null)
             if key not in dumped:
                 continue
-            if (name not in value.model_fields_set and field.default is None
-                    and dumped[key] is None):
+            if (default is None and dumped[key] is None
+                    and (given is None or name not in given)):
                 del dumped[key]
             else:
                 _drop_unset_nulls(getattr(value, name, None), dumped[key], depth + 1)
@@ -305,6 +306,21 @@ def _drop_unset_nulls(value: Any, dumped: Any, depth: int = 0) -> None:
         for key, item in value.items():
             if str(key) in dumped:  # (JSON's keys are text: `dict[int, Model]` too)
                 _drop_unset_nulls(item, dumped[str(key)], depth + 1)
+
+
+def _fields_of(value: Any) -> dict[str, tuple[str, Any]] | None:
+    """A model's or a dataclass's fields: each one's name, its key as dumped and its default
+    (`MISSING` when it has none)."""
+    if isinstance(value, BaseModel):
+        return {name: (field.alias or name, field.default)
+                for name, field in type(value).model_fields.items()}
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return None
+    pydantic_fields = getattr(type(value), "__pydantic_fields__", None)
+    if pydantic_fields is not None:
+        return {name: (field.alias or name, field.default)
+                for name, field in pydantic_fields.items()}
+    return {f.name: (f.name, f.default) for f in dataclasses.fields(value)}
 
 
 _SECRET_TYPES = (SecretStr, SecretBytes, Secret)

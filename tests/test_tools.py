@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
 from pydantic import BaseModel, Field, SecretBytes, SecretStr, field_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from graphkit import Agent, GraphkitTool, ToolContext, create_tool
 from graphkit.testing import ScriptedChatModel
@@ -247,17 +249,33 @@ class Where(BaseModel):
     zone: int = None  # type: ignore[assignment]
 
 
+@pydantic_dataclass
+class Step:
+    name: str
+    limit: int = None  # type: ignore[assignment]
+
+
+@dataclasses.dataclass
+class Kit:
+    name: str
+    size: int = None  # type: ignore[assignment]
+
+
 class Nested(BaseModel):
     by_key: dict[str, Where]
     by_number: dict[int, Where]
     rows: list[list[Where]]
+    steps: list[Step]  # (dataclasses keep no set of the fields given)
+    kit: Kit
 
 
 @pytest.mark.parametrize("decision", ["approve", "edit"])
 def test_a_tool_written_with_a_null_default_runs_when_approved(decision: str) -> None:
     """`x: int = None` (an implicit Optional many tools are written with): the call was
     recorded with `null` written out for what the model left out, and the tool's own
-    validation refused that when the approved call ran (helper-67, found through an edit)."""
+    validation refused that when the approved call ran (helper-67, found through an edit;
+    nested in models, dicts and lists, helper-69 and helper-70; in dataclasses, which keep no
+    set of the fields given, session 17)."""
     ran: list[dict[str, Any]] = []
 
     @create_tool(needs_approval=True)
@@ -271,7 +289,7 @@ def test_a_tool_written_with_a_null_default_runs_when_approved(decision: str) ->
         return "ok"
 
     deep = {"by_key": {"k": {"region": "eu"}}, "by_number": {"7": {"region": "ap"}},
-            "rows": [[{"region": "us"}]]}  # (helper-69, helper-70)
+            "rows": [[{"region": "us"}]], "steps": [{"name": "drain"}], "kit": {"name": "k"}}
     agent = Agent(name="bank", tools=[withdraw], model=ScriptedChatModel([turn(call(
         "withdraw", {"account": "A-1", "where": {"region": "eu"}, "nested": deep}, "w1")),
         "done"]))
