@@ -42,6 +42,7 @@ from graphkit._validate import (
     declared_secret_paths,
     iso_time,
     now_iso,
+    under_every_name,
     validated_args,
 )
 from graphkit.errors import GraphkitError, InvalidApprovedArgsError
@@ -109,7 +110,7 @@ def _prompt(tool: BaseTool, args: dict[str, Any], secrets: Sequence[Sequence[str
     if template is None:
         return default
     if isinstance(template, str):
-        return render_prompt(template, args)
+        return render_prompt(template, under_every_name(tool, args))
     try:
         return str(template(copy.deepcopy(args)))  # (its own: nothing it changes runs)
     except Exception:  # the pause still happens; only the wording is lost

@@ -16,6 +16,7 @@ from langchain_core.tools import BaseTool
 from pydantic import BaseModel, Secret, SecretBytes, SecretStr, ValidationError
 from pydantic_core import to_jsonable_python
 
+from graphkit._fields import names_of, read_as
 from graphkit._limits import check_value, storable
 from graphkit._secrets import MASK, secret_paths
 from graphkit.errors import GraphkitError, InvalidApprovedArgsError, ResumeDataError
@@ -269,61 +270,88 @@ def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
             msg = f"arguments for tool {tool.name!r} cannot be stored as JSON: {exc}"
             raise InvalidApprovedArgsError(msg) from exc
     # Keep only what was given or has a default, without the injected context.
-    names = {field.alias or name for name, field in schema.model_fields.items()}
+    names = {field.serialization_alias or name for name, field in schema.model_fields.items()}
     result = {k: v for k, v in dumped.items() if k in names}
-    _drop_unset_nulls(parsed, result)
+    _as_input(parsed, result)
     if shown is not dumped:  # (the shown form left out the same: it is compared key by key)
         shown = {k: v for k, v in shown.items() if k in names}
-        _drop_unset_nulls(parsed, shown)
+        _as_input(parsed, shown)
     secrets = secret_paths(shown, result) if shown is not dumped else []
     secrets += [p for p in _declared_secrets(schema, result)
                 if not any(q[:len(p)] == p or p[:len(q)] == q for q in secrets)]
     return parsed, result, secrets
 
 
-def _drop_unset_nulls(value: Any, dumped: Any, depth: int = 0) -> None:
-    """Leave out of `dumped` (at every depth: models and dataclasses in models, lists, tuples
-    and dicts) a field the arguments did not give whose default is None, as null:
-    pydantic never checks a default, and `x: int = None` written out as `null` is refused when
-    the tool validates what runs (every approved call of such a tool failed in the tools
-    node). Left out, the tool gets the same default; a validator's own default is kept."""
+def _as_input(value: Any, dumped: Any, depth: int = 0) -> None:
+    """Make `dumped` (pydantic's dump of `value`) what the tool's own validation reads when
+    the call runs, at every depth (models and dataclasses in models, lists, tuples, dicts):
+    - each field under the key validation reads it by (a dump writes a `validation_alias`'s
+      field under its name and a `serialization_alias`'s under that alias, which the tool
+      refuses or drops);
+    - without a field the arguments did not give whose default is None, as null: pydantic
+      never checks a default, and `x: int = None` written out as `null` is refused (every
+      approved call of such a tool failed in the tools node). Left out, the tool gets the
+      same default; a validator's own default is kept."""
     if depth > 32:
         return
     if isinstance(dumped, dict) and (fields := _fields_of(value)) is not None:
         given = getattr(value, "model_fields_set", None)  # (a dataclass keeps no such set:
-        for name, (key, default) in fields.items():     # a null default is left out as null)
+        renamed: dict[str, str] = {}                      # a null default is left out as null)
+        for name, (key, read_as, default) in fields.items():
             if key not in dumped:
                 continue
             if (default is None and dumped[key] is None
                     and (given is None or name not in given)):
                 del dumped[key]
-            else:
-                _drop_unset_nulls(getattr(value, name, None), dumped[key], depth + 1)
+                continue
+            _as_input(getattr(value, name, None), dumped[key], depth + 1)
+            if read_as != key:
+                renamed[key] = read_as
+        if renamed:
+            items = list(dumped.items())
+            dumped.clear()
+            dumped.update((renamed.get(k, k), v) for k, v in items)
     elif isinstance(value, list | tuple) and isinstance(dumped, list):
         for item, item_dumped in zip(value, dumped, strict=False):
-            _drop_unset_nulls(item, item_dumped, depth + 1)
+            _as_input(item, item_dumped, depth + 1)
     elif isinstance(value, dict) and isinstance(dumped, dict):
         for key, item in value.items():
             if str(key) in dumped:  # (JSON's keys are text: `dict[int, Model]` too)
-                _drop_unset_nulls(item, dumped[str(key)], depth + 1)
+                _as_input(item, dumped[str(key)], depth + 1)
 
 
-def _fields_of(value: Any) -> dict[str, tuple[str, Any]] | None:
-    """A model's or a dataclass's fields: each one's name, its key as dumped and its default
-    (`MISSING` when it has none)."""
+def _fields_of(value: Any) -> dict[str, tuple[str, str, Any]] | None:
+    """A model's or a dataclass's fields: each one's name, its key in a dump by alias, the
+    key validation reads it by, and its default (`MISSING` or `PydanticUndefined` for none)."""
+    config: Mapping[str, Any]
     if isinstance(value, BaseModel):
-        return {name: (field.alias or name, field.default)
-                for name, field in type(value).model_fields.items()}
-    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        fields, config = type(value).model_fields, type(value).model_config
+    elif not dataclasses.is_dataclass(value) or isinstance(value, type):
         return None
-    pydantic_fields = getattr(type(value), "__pydantic_fields__", None)
-    if pydantic_fields is not None:
-        return {name: (field.alias or name, field.default)
-                for name, field in pydantic_fields.items()}
-    return {f.name: (f.name, f.default) for f in dataclasses.fields(value)}
+    elif (pydantic_fields := getattr(type(value), "__pydantic_fields__", None)) is not None:
+        fields, config = pydantic_fields, getattr(type(value), "__pydantic_config__", {})
+    else:
+        return {f.name: (f.name, f.name, f.default) for f in dataclasses.fields(value)}
+    return {name: (field.serialization_alias or name, read_as(name, field, config),
+                   field.default) for name, field in fields.items()}
 
 
 _SECRET_TYPES = (SecretStr, SecretBytes, Secret)
+
+
+def under_every_name(tool: BaseTool, args: Mapping[str, Any]) -> dict[str, Any]:
+    """`args` (as the tool reads them) with each argument also under every other key it may
+    be given by: what a prompt template's `{{name}}` may name."""
+    schema = _args_model(tool)
+    if schema is None:
+        return dict(args)
+    view = dict(args)
+    for name, field in schema.model_fields.items():
+        keys = names_of(name, field)
+        given = next((k for k in keys if k in args), None)
+        if given is not None:
+            view.update((k, args[given]) for k in keys if k not in args)
+    return view
 
 
 def declares_secrets(tool: BaseTool) -> bool:
@@ -367,24 +395,10 @@ def _secret_fields(schema: type[BaseModel]) -> dict[str, type[BaseModel] | None]
     for name, field in schema.model_fields.items():
         model = _model_of(field.annotation)
         if model is not None and _mentions_secret(model, set()):
-            fields.update(dict.fromkeys(_names_of(name, field), model))
+            fields.update(dict.fromkeys(names_of(name, field), model))
         elif model is None and _mentions_secret(field.annotation, set()):
-            fields.update(dict.fromkeys(_names_of(name, field), None))
+            fields.update(dict.fromkeys(names_of(name, field), None))
     return fields
-
-
-def _names_of(name: str, field: Any) -> list[str]:
-    """Every key a model may give a field under, as written: its name, its alias, each
-    validation alias (the first step of an `AliasPath`), so that a secret given under any of
-    them is found in the arguments as written (helper-69: `api_key` beside `alias="apiKey"`)."""
-    names = [name, *([field.alias] if field.alias else [])]
-    choices = getattr(field.validation_alias, "choices", None)
-    for alias in choices if choices is not None else [field.validation_alias]:
-        path = getattr(alias, "path", None)
-        first = path[0] if path else alias
-        if isinstance(first, str):
-            names.append(first)
-    return list(dict.fromkeys(names))
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:

@@ -30,6 +30,7 @@ from langchain_core.utils._signature import _signature_parameters
 from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel, ValidationError
 
+from graphkit._fields import names_of
 from graphkit._limits import check_value, storable
 from graphkit.errors import SuspendPayloadError
 
@@ -488,7 +489,7 @@ def _check_template(template: str, schema: Any, tool_name: str) -> None:
     fields = getattr(schema, "model_fields", None)
     if not isinstance(fields, Mapping):
         return  # a schema given as JSON: nothing to check against
-    names = {info.alias or name for name, info in fields.items()} | set(fields)
+    names = {key for name, info in fields.items() for key in names_of(name, info)}
     unknown = sorted({m.group(1).split(".")[0] for m in _PLACEHOLDER.finditer(template)}
                      - names)
     if unknown:

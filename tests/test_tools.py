@@ -11,7 +11,15 @@ from typing import Any
 import pytest
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
-from pydantic import BaseModel, Field, SecretBytes, SecretStr, field_validator
+from pydantic import (
+    AliasChoices,
+    AliasPath,
+    BaseModel,
+    Field,
+    SecretBytes,
+    SecretStr,
+    field_validator,
+)
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from graphkit import Agent, GraphkitTool, ToolContext, create_tool
@@ -345,6 +353,46 @@ def test_a_default_a_validator_fills_in_is_shown() -> None:
         "wire", {"amount": 5}, "w1")), "done"]))
     (pending,) = agent.generate("wire").pending_approvals
     assert pending.args == {"amount": 5, "account": "ops-main-treasury"}
+
+
+class Memo(BaseModel):
+    code: str = Field(validation_alias="c")
+    note: str = Field("-", serialization_alias="nt")
+
+
+class Aliased(BaseModel):
+    account: str = Field(validation_alias="acct")
+    amount: int = Field(100, serialization_alias="amt")
+    payee: str = Field(alias="to")
+    memo: Memo = Field(validation_alias=AliasChoices("memo_text", AliasPath("m", 0)))
+
+
+def test_arguments_run_and_show_under_the_keys_the_tool_reads_them_by() -> None:
+    """Validated arguments were written by pydantic's dump: a `validation_alias`'s field under
+    its name, which the tool then refused (the approved call failed in the tools node), and
+    a `serialization_alias`'s under that alias, which was then dropped: the reviewer never
+    saw the amount and the tool ran with its default (session 17)."""
+    ran: list[dict[str, Any]] = []
+
+    def pay(**kwargs: Any) -> str:
+        ran.append(kwargs)
+        return "paid"
+
+    pay_tool = create_tool(pay, name="pay", description="Pay.", args_schema=Aliased,
+                           needs_approval=True,
+                           approval_prompt="Pay {{amount}} from {{account}} to {{payee}}?")
+    given = {"acct": "A-1", "amount": 999_999, "to": "bob",
+             "memo_text": {"c": "X", "note": "rent"}}
+    agent = Agent(name="bank", tools=[pay_tool], model=ScriptedChatModel([
+        turn(call("pay", given, "p1")), "done"]))
+    paused = agent.generate("pay")
+    (pending,) = paused.pending_approvals
+    assert pending.args == given
+    assert pending.prompt == "Pay 999999 from A-1 to bob?"
+    done = agent.approve_tool_call_generate(run_id=paused.run_id, decided_by="cfo")
+    assert done.finish_reason == "stop"
+    assert ran == [{"account": "A-1", "amount": 999_999, "payee": "bob",
+                    "memo": Memo(c="X", note="rent")}]
 
 
 def test_a_runnable_config_parameter_is_langchains_to_give_never_the_models() -> None:
