@@ -425,9 +425,13 @@ def _mentions_secret(annotation: Any, seen: set[type]) -> bool:
 
 
 def _as_json(model: BaseModel) -> Any:
-    """A model as JSON with each secret field's value, not pydantic's mask of it."""
-    dumped = model.model_dump(mode="json")
-    return _revealed(model.model_dump(), dumped) if _masked(dumped) else dumped
+    """A model as JSON with each secret field's value, not pydantic's mask of it, under the
+    keys its own validation reads (the data is validated again where it is used)."""
+    dumped = model.model_dump(mode="json", by_alias=True)
+    if _masked(dumped):
+        dumped = _revealed(model.model_dump(by_alias=True), dumped)
+    _as_input(model, dumped)
+    return dumped
 
 
 def validate_resume(tool: BaseTool | None, data: Any) -> Any:

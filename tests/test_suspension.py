@@ -21,7 +21,7 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, Field, SecretStr
 
 from graphkit import (
     Agent,
@@ -99,6 +99,37 @@ def test_invalid_resume_data_is_refused_and_the_tool_stays_suspended() -> None:
     assert agent.pending_approvals(run_id=result.run_id)[0].kind == "suspension"
     assert agent.resume_generate(City(city="Rome"), run_id=result.run_id).text == "ok"
     assert log[-1] == "fetched Rome"
+
+
+class Trip(BaseModel):
+    city: str = Field(alias="cityName")
+    days: int = None  # type: ignore[assignment]  # the implicit Optional
+    note: str = Field("-", serialization_alias="remark")
+
+
+@pytest.mark.parametrize("given", ["as a dict", "as the schema's model"])
+def test_resume_data_reaches_the_tool_as_its_schema_reads_it(given: str) -> None:
+    """The data was kept as pydantic's dump by name with its null defaults: the tool's
+    schema, which reads `city` by its alias and refuses `days: null`, could not read it back,
+    and the resume silently left the tool suspended (session 17)."""
+    got: list[Trip] = []
+
+    @create_tool(suspend_schema=Ask, resume_schema=Trip)
+    def plan_trip(ctx: ToolContext) -> str:
+        """Plan a trip."""
+        if ctx.resume_data is None:
+            return ctx.suspend({"message": "Where to?"})
+        got.append(ctx.resume_data)
+        return "planned"
+
+    agent = Agent(name="trips", tools=[plan_trip], model=ScriptedChatModel(
+        [turn(call("plan_trip", {}, "t1")), "done"]))
+    paused = agent.generate("plan")
+    data: Any = {"cityName": "Oslo", "note": "window"}
+    final = agent.resume_generate(Trip.model_validate(data) if given != "as a dict" else data,
+                                  run_id=paused.run_id)
+    assert (final.finish_reason, final.text) == ("stop", "done")
+    assert got == [Trip(cityName="Oslo", note="window")]
 
 
 def test_invalid_suspend_payload_raises_inside_the_tool() -> None:
