@@ -208,18 +208,43 @@ def _connect(path: str, *, autocommit: bool = False) -> sqlite3.Connection:
 _SERVED: Storage | None = None
 
 
+DEV_LEDGER = os.path.join(".langgraph_api", "graphkit.sqlite")
+"""Where the agents served by `langgraph dev` keep their ledger without `GRAPHKIT_DB`: beside
+the threads its in-memory runtime saves to `.langgraph_api/` (in the directory it runs from)
+and loads again when it restarts, on every code change too. A ledger in memory was forgotten
+then, while the threads were not: replaying a checkpoint from before a call ran (Studio's time
+travel) asked it again as new, and approved, it ran twice (helper-72)."""
+
+
 def served_storage() -> Storage:
     """The one storage of the agents a LangGraph server serves in this process: the server
     keeps their checkpoints; their ledger is shared here, so the web inbox
     mounted in the same server (`graphkit.web:app`) decides in them. With `GRAPHKIT_DB` set
     (`postgresql://...` or `sqlite:///...`) they live in that database, where `Inbox`, the CLI
-    and every process of the deployment share them; else in this process's memory."""
+    and every process of the deployment share them; under `langgraph dev` in `DEV_LEDGER`;
+    else in this process's memory."""
     global _SERVED
     if _SERVED is None:
         url = os.environ.get("GRAPHKIT_DB")
-        _SERVED = open_storage(url) if url else Storage(
-            InMemorySaver(), InMemoryStore(), "the LangGraph server of this process",
-            Ledger.sqlite(), "langgraph-server")
+        if url:
+            _SERVED = open_storage(url)
+        else:
+            dev = os.environ.get("LANGGRAPH_RUNTIME_EDITION") == "inmem"
+            if dev:
+                os.makedirs(os.path.dirname(DEV_LEDGER), exist_ok=True)
+            ledger = _set_up(lambda: Ledger.sqlite(os.path.abspath(DEV_LEDGER))) if dev else (
+                Ledger.sqlite())
+            where = f"the LangGraph server of this process ({DEV_LEDGER})" if dev else (
+                "the LangGraph server of this process")
+            if not dev:
+                logger.warning(
+                    "graphkit: no GRAPHKIT_DB: the served agents' approvals and what ran are "
+                    "kept in this process's memory, while the server keeps their threads; a "
+                    "restart or another server process forgets them (a replayed checkpoint "
+                    "asks again, and a call that ran may run again). Set GRAPHKIT_DB to the "
+                    "deployment's database.")
+            _SERVED = Storage(InMemorySaver(), InMemoryStore(), where, ledger,
+                              "langgraph-server")
         _SERVED.ledger.serves = True
     return _SERVED
 

@@ -650,12 +650,13 @@ def test_legit_an_approved_call_survives_a_stop_and_a_new_message(sqlite_url: st
 
 def test_a_call_that_ran_does_not_run_again_after_a_restart_via_an_old_checkpoint() -> None:
     """A checkpointer instance keeps its checkpoints; graphkit's ledger beside it lives in the
-    process (as under `langgraph dev` without GRAPHKIT_DB). After a restart, a client resumes
-    the paused checkpoint of a payment that already ran (Studio's time travel), with the
-    decision it was paused for. The plans are the ledger's too, so the restarted gate finds
-    none for the turn: it plans the turn anew, under new ids, in a pass of its own, and asks
-    again; the old resume value decides nothing. (A reviewer who approves the new request
-    would run it again: the ledger that knew it ran is gone. Keep the ledger in a database.)"""
+    process (as under a LangGraph server without GRAPHKIT_DB, but `langgraph dev`). After a
+    restart, a client resumes the paused checkpoint of a payment that already ran (Studio's
+    time travel), with the decision it was paused for. The plans are the ledger's too, so the
+    restarted gate finds none for the turn: it plans the turn anew, under new ids, in a pass
+    of its own, and asks again; the old resume value decides nothing. (A reviewer who approves
+    the new request would run it again: the ledger that knew it ran is gone. Keep the ledger
+    in a database.)"""
     from langgraph.checkpoint.memory import InMemorySaver
 
     saver = InMemorySaver()

@@ -157,3 +157,36 @@ def test_a_deployment_on_postgresql_is_decided_from_the_inbox_and_cli(
         assert "rolled out 5.5.5 to production" in tool[-1]["content"]
         events = [e["event"] for e in Inbox(url).audit(id=pending.id)]
         assert events[:2] == ["requested", "approved"]
+
+
+def test_a_call_that_ran_never_runs_again_after_the_dev_server_restarts(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`langgraph dev` saves its threads in `.langgraph_api/` and loads them when it restarts
+    (on every code change too); the served agents' ledger lived in the process's memory and was
+    forgotten. A replay of the paused checkpoint of a rollout that had run, approved again,
+    rolled it out a second time (helper-72). The ledger now lives beside the threads."""
+    workdir = tmp_path_factory.mktemp("langgraph-dev-restart")
+    runs = workdir / "runs.log"
+    runs.write_text("")
+    config = {"dependencies": [str(ROOT)],
+              "graphs": {"guarded": f"{ROOT / 'tests' / 'server_agents.py'}:graph"},
+              "auth": {"path": f"{ROOT / 'graphs' / 'auth.py'}:auth"}, "env": {}}
+    env = {"GRAPHKIT_TOKENS": json.dumps(TOKENS), "GRAPHKIT_TEST_RUNS": str(runs)}
+    approve = {"resume": {"decisions": [{"type": "approve"}]}}
+    with langgraph_dev(workdir, config, env=env) as url:
+        rm = client(url, "tok-rm")
+        thread = paused(rm, "6.0.0")
+        rm.runs.wait(thread, "guarded", command=approve)
+        assert rollouts(runs) == ["6.0.0"]
+    assert (workdir / ".langgraph_api" / "graphkit.sqlite").exists()
+    with langgraph_dev(workdir, config, env=env) as url:
+        rm = client(url, "tok-rm")
+        history = rm.threads.get_history(thread, limit=20)
+        assert any(c["next"] == ["approval_gate"] for c in history)  # (the threads were kept)
+        for checkpoint in history:
+            checkpoint_id = checkpoint["checkpoint"]["checkpoint_id"]
+            if checkpoint["next"] == ["approval_gate"]:
+                rm.runs.wait(thread, "guarded", command=approve, checkpoint_id=checkpoint_id)
+            elif checkpoint["next"]:
+                rm.runs.wait(thread, "guarded", input=None, checkpoint_id=checkpoint_id)
+    assert rollouts(runs) == ["6.0.0"]
