@@ -39,6 +39,7 @@ __all__ = [
     "left_to_the_gate",
     "open_turns",
     "stopped_turn",
+    "unplanned_turn",
     "with_fixes",
 ]
 
@@ -221,3 +222,24 @@ def drop_written_while_waiting(messages: list[AnyMessage], opened: list[tuple[in
          *(RemoveMessage(id=str(m.id)) for m in newer)]
         if None not in gone else [RemoveMessage(id=REMOVE_ALL_MESSAGES), *kept])
     return dropped
+
+
+
+def unplanned_turn(messages: list[AnyMessage], opened: list[tuple[int, int]],
+                   ctx: GateContext) -> AIMessage | None:
+    """The conversation's last turn with calls unanswered, when no model node of this agent
+    planned it in this thread and no user message came after it: a client wrote it
+    (`Command(update=...)`, `update_state`), or it came with a copied thread, or the ledger
+    that planned it lost its rows. Checked after `drop_written_while_waiting`, so nothing
+    waits before it: such a turn was planned by the gate, which a client's `Command` reached
+    while an earlier turn waited, and its call replaced the waiting one in the interrupt
+    (helper-72). The model node plans it now, as it plans its own (each call meets the policy
+    as if the model made it), and the gate then asks or runs."""
+    if not opened:
+        return None
+    turn, later = opened[0]
+    ai = messages[turn]
+    if (not isinstance(ai, AIMessage) or any(from_user(m) for m in messages[later:])
+            or ctx.turn(turn_key(ai, ctx.scope)) is not None):
+        return None
+    return ai

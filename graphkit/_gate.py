@@ -516,17 +516,14 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         new_messages: list[BaseMessage] = []
         # The ledger's plan of this turn, which only gates write (the state only points to it).
         previous = ctx.turn(turn_key(ai, ctx.scope), approvals=True)
-        changed = False
         if previous is None:
-            plan, errors, _ = planner.plan(ai, state, ctx)
-            supersede_abandoned(messages, ctx)  # an earlier version of this turn, rewritten
-            new_messages.extend(errors)
-            update["turn"] = pointer(plan)
-            if ctx.new_conversation:
-                update["conversation"] = ctx.conversation
-            changed = True  # the state has writes to take before any pause
-        else:
-            plan = _copy_plan(previous)
+            # Only the model node plans a turn: this one it never planned (a client's
+            # `Command(update=...)` or `update_state`, a copied thread). The model node's
+            # checks of what clients write drop it while an earlier turn waits (a client's
+            # turn took the waiting call's place in the interrupt; helper-72), else plan it.
+            return Command(goto="model")
+        plan = _copy_plan(previous)
+        changed = False
         if state.get("reports"):  # a tool suspended (or a client says so): the ledger knows
             _suspended(plan, ctx)
             update["reports"] = {}

@@ -31,6 +31,7 @@ from graphkit._client_writes import (
     left_to_the_gate,
     open_turns,
     stopped_turn,
+    unplanned_turn,
     with_fixes,
 )
 from graphkit._gate import dispatch_now, pointer, supersede_abandoned
@@ -196,6 +197,10 @@ def make_model_node(
             return [], False, [], wait, None, ctx
         supersede_abandoned(messages, ctx)
         messages, moved = stopped_turn(messages, opened, ctx)
+        written = unplanned_turn(messages, opened, ctx)
+        if written is not None:
+            planned = plan_written(written, state, ctx, [*forged, *moved])
+            return [], False, [], planned, None, ctx
         forget = _forgettable(state, ctx)
         messages, unqueued = left_queued(messages, ctx.queue({m.id for m in messages}))
         if forget:
@@ -232,6 +237,17 @@ def make_model_node(
         if ctx.new_conversation:
             update["conversation"] = ctx.conversation
         return Command(update=update, goto=sends or "approval_gate")
+
+    def plan_written(ai: AIMessage, state: AgentState, ctx: GateContext,
+                     fixes: list[BaseMessage]) -> Command[ModelTarget]:
+        """Plan a turn this node did not write (`unplanned_turn`) as it plans its own, then
+        let the gate ask or run: only a model node plans a turn."""
+        plan, errors, _ = planner.plan(ai, state, ctx)
+        ctx.journal.sync(None, plan, {m.tool_call_id for m in errors})
+        update: dict[str, Any] = {"messages": [*fixes, *errors], "turn": pointer(plan)}
+        if ctx.new_conversation:
+            update["conversation"] = ctx.conversation
+        return Command(update=update, goto="approval_gate")
 
     def noted(command: Command[ModelTarget], delivered: Callable[[], None] | None
               ) -> Command[ModelTarget]:
