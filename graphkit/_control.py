@@ -13,13 +13,14 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from langchain_core.messages import BaseMessage, HumanMessage, messages_to_dict
 from langchain_core.tools import BaseTool
 from langgraph.types import Command
 
 from graphkit._approvals import last_turn_plan
+from graphkit._context import thread_id_of
 from graphkit._events import pending_from_interrupts
 from graphkit._gate import BY_NEW_MESSAGE
 from graphkit._latest import Paused, options_of
@@ -34,6 +35,7 @@ from graphkit._review import (
     shown,
     superseded,
 )
+from graphkit._secrets import masked_record
 from graphkit._settings import Approvers
 from graphkit._state import RunOptions
 from graphkit.errors import (
@@ -79,10 +81,22 @@ class Waiting:
         return PendingApproval.from_record(self.shown)
 
 
-def waiting(snapshot: Paused, ledger: Ledger) -> list[Waiting]:
+def waiting(snapshot: Paused, ledger: Ledger, agent: str | None) -> list[Waiting]:
+    """What the thread of `agent` waits on: its interrupts', or, when the run stopped mid-step
+    with none (its process died while it applied decisions, or `on_state_change`), what the
+    ledger says its gates wait on. The API refused to decide, after a crash, the approvals
+    `pending_approvals` listed until someone resumed the run (helper-71)."""
     found = pending_from_interrupts(snapshot.interrupts, ledger)
+    if not found and agent is not None:
+        rows_of_thread = ledger.waiting_rows(thread_id=thread_id_of(snapshot.config))
+        found = [("", cast(ApprovalRecord, masked_record(w.record))) for w in rows_of_thread
+                 if w.waiting and list(w.row.agent_path)[:1] == [agent]]
     rows = ledger.approvals(r["id"] for _, r in found if r["status"] == "pending")
     return [Waiting(i, r, rows.get(r["id"])) for i, r in found]
+
+
+def _agent(req: Request) -> str | None:
+    return req.agent_path[0] if req.agent_path else None
 
 
 def is_current(snapshot: Paused, ledger: Ledger, *, thread_id: str, agent: str,
@@ -205,7 +219,7 @@ def _expire(items: list[Waiting], snapshot: Paused, req: Request) -> list[Waitin
     for item in items:
         if item.record["id"] in due:
             expire(req.ledger, item.record, thread_id=req.thread_id, run_id=req.run_id)
-    return waiting(snapshot, req.ledger) if due else items
+    return waiting(snapshot, req.ledger, _agent(req)) if due else items
 
 
 def decide(
@@ -223,7 +237,7 @@ def decide(
     """Take one decision on a waiting call of this run (checked, claimed, audited)."""
     current = is_current(snapshot, req.ledger, thread_id=req.thread_id,
                          agent=req.agent_path[0] if req.agent_path else "", run_id=req.run_id)
-    items = of_run(_expire(waiting(snapshot, req.ledger), snapshot, req), req.run_id,
+    items = of_run(_expire(waiting(snapshot, req.ledger, _agent(req)), snapshot, req), req.run_id,
                    current=current)
     kind: Literal["approval", "suspension"] | None = (
         "suspension" if choice.type == "resume" else "approval" if choice.type != "reject"
@@ -259,7 +273,7 @@ def apply_command(snapshot: Paused) -> Command[Any] | None:
 
 def continue_command(snapshot: Paused, req: Request) -> Any:
     """Continue once every waiting call is decided (here, or in the inbox)."""
-    items = _expire(waiting(snapshot, req.ledger), snapshot, req)
+    items = _expire(waiting(snapshot, req.ledger, _agent(req)), snapshot, req)
     undecided = [i.record["tool_call_id"] for i in items if i.shown["status"] == "pending"]
     if undecided:
         msg = (f"run {req.run_id!r} still has undecided tool calls {undecided}; decide them "

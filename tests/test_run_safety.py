@@ -11,6 +11,7 @@ another thread.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from typing import Any
@@ -318,3 +319,33 @@ def test_arguments_with_keys_that_are_not_text_get_a_typed_error() -> None:
     with pytest.raises(InvalidApprovedArgsError, match="keys must be text"):
         agent.approve_tool_call(run_id=result.run_id, args={**PAY, 1: 2})
     assert ran.ran == []
+
+
+def test_a_run_stopped_while_it_applied_a_decision_is_decided_by_the_api(tmp_path: Any) -> None:
+    """A process died while its resume applied one of three decisions (helper-71 killed it
+    at random moments; here its stream is left after the first chunk): the state holds no
+    interrupt, `pending_approvals` listed the other two calls, and the API refused to decide
+    them ("no pending approval ... pending: []") until someone resumed the run. What waits is
+    the ledger's to say: every door decides it."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    calls = [call("pay", {"amount": 10 + i, "payee": {"name": "ACME"}}, f"c{i}")
+             for i in range(3)]
+    script = [turn(*calls), "done"]
+    agent, ran = agent_with(script, checkpointer=url)
+    paused = agent.generate("pay")
+    stream = agent.approve_tool_call(run_id=paused.run_id, tool_call_id="c0", decided_by="cfo")
+    chunks = iter(stream)
+    while next(chunks).type == "start":  # its gate's step, and no further: the process died
+        pass
+    del chunks, stream
+    gc.collect()  # (its lease goes with it)
+    restarted, _ = agent_with(script, ran, checkpointer=url)
+    assert [(p.tool_call_id, p.status) for p in restarted.pending_approvals(
+        run_id=paused.run_id)] == [("c0", "approved"), ("c1", "pending"), ("c2", "pending")]
+    declined = restarted.decline_tool_call_generate(run_id=paused.run_id, tool_call_id="c1",
+                                                    decided_by="cfo")
+    assert [p.tool_call_id for p in declined.pending_approvals] == ["c2"]
+    done = restarted.approve_tool_call_generate(run_id=paused.run_id, tool_call_id="c2",
+                                                decided_by="cfo")
+    assert done.text == "done"
+    assert [args["amount"] for _, args in ran.ran] == [10, 12]
