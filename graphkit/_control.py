@@ -82,10 +82,12 @@ class Waiting:
 
 
 def waiting(snapshot: Paused, ledger: Ledger, agent: str | None) -> list[Waiting]:
-    """What the thread of `agent` waits on: its interrupts', or, when the run stopped mid-step
-    with none (its process died while it applied decisions, or `on_state_change`), what the
-    ledger says its gates wait on. The API refused to decide, after a crash, the approvals
-    `pending_approvals` listed until someone resumed the run (helper-71)."""
+    """What the thread waits on: its interrupts'; with `agent` (a decision is to be taken),
+    when the run stopped mid-step with none (its process died while it applied decisions, or
+    `on_state_change`), what the ledger says that agent's gates wait on. The API refused to
+    decide, after a crash, the approvals `pending_approvals` listed until someone resumed the
+    run (helper-71). Continuing a run reads the interrupts alone: a stopped run goes on to
+    its gate, which asks."""
     found = pending_from_interrupts(snapshot.interrupts, ledger)
     if not found and agent is not None:
         rows_of_thread = ledger.waiting_rows(thread_id=thread_id_of(snapshot.config))
@@ -211,15 +213,16 @@ def _select(items: list[Waiting], snapshot: Paused, req: Request, *,
     raise AmbiguousApprovalError(msg, pending_ids=ids)
 
 
-def _expire(items: list[Waiting], snapshot: Paused, req: Request) -> list[Waiting]:
+def _expire(items: list[Waiting], snapshot: Paused, req: Request, agent: str | None
+            ) -> list[Waiting]:
     """Touching a run declines what waited past its expiry (an expiry is a fact, not a
-    choice)."""
+    choice); what waits is then read again (`waiting`, with `agent`)."""
     due = req.ledger.overdue(i.record["id"] for i in items
                              if i.record.get("expires_at") and i.shown["status"] == "pending")
     for item in items:
         if item.record["id"] in due:
             expire(req.ledger, item.record, thread_id=req.thread_id, run_id=req.run_id)
-    return waiting(snapshot, req.ledger, _agent(req)) if due else items
+    return waiting(snapshot, req.ledger, agent) if due else items
 
 
 def decide(
@@ -237,7 +240,8 @@ def decide(
     """Take one decision on a waiting call of this run (checked, claimed, audited)."""
     current = is_current(snapshot, req.ledger, thread_id=req.thread_id,
                          agent=req.agent_path[0] if req.agent_path else "", run_id=req.run_id)
-    items = of_run(_expire(waiting(snapshot, req.ledger, _agent(req)), snapshot, req), req.run_id,
+    agent = _agent(req)
+    items = of_run(_expire(waiting(snapshot, req.ledger, agent), snapshot, req, agent), req.run_id,
                    current=current)
     kind: Literal["approval", "suspension"] | None = (
         "suspension" if choice.type == "resume" else "approval" if choice.type != "reject"
@@ -273,7 +277,7 @@ def apply_command(snapshot: Paused) -> Command[Any] | None:
 
 def continue_command(snapshot: Paused, req: Request) -> Any:
     """Continue once every waiting call is decided (here, or in the inbox)."""
-    items = _expire(waiting(snapshot, req.ledger, _agent(req)), snapshot, req)
+    items = _expire(waiting(snapshot, req.ledger, None), snapshot, req, None)
     undecided = [i.record["tool_call_id"] for i in items if i.shown["status"] == "pending"]
     if undecided:
         msg = (f"run {req.run_id!r} still has undecided tool calls {undecided}; decide them "

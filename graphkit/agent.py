@@ -412,7 +412,7 @@ class Agent:
                 named = options_of(snapshot).get("run_id") == req.run_id
                 return _with_options(build(snapshot, req),
                                      None if named else req.ledger.run_options(req.run_id))
-            items = waiting(snapshot, req.ledger, self.name)
+            items = waiting(snapshot, req.ledger, None)
             undecided = [i for i in items if i.row is not None and not i.row.decided]
             if of_run(undecided, req.run_id, current=False):
                 return build(snapshot, req)
@@ -884,7 +884,7 @@ class Agent:
                  ) -> list[PendingApproval]:
         """What the thread waits on; with `run_id`, on behalf of that run only."""
         ledger = self._storage.ledger
-        everything = waiting(snapshot, ledger, self.name)
+        everything = waiting(snapshot, ledger, None)
         thread_id = thread_id_of(snapshot.config)
         current = run_id is None or is_current(snapshot, ledger, thread_id=thread_id,
                                                agent=self.name, run_id=run_id)
