@@ -8,16 +8,21 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def read_as(name: str, field: Any, config: Mapping[str, Any]) -> str:
-    """The key a model's validation reads a field by: its validation alias (the first of its
-    choices that is a key, not a path), else its name."""
+def read_as(name: str, field: Any, config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The keys a model's validation reads a field by: its validation alias (the first of its
+    choices that is a key, else the first path of keys), else its name."""
     if config.get("validate_by_alias", True):
         alias = field.validation_alias
         choices = getattr(alias, "choices", None)
-        for option in choices if choices is not None else [alias]:
+        options = choices if choices is not None else [alias]
+        for option in options:
             if isinstance(option, str):
-                return option
-    return name
+                return (option,)
+        for option in options:
+            path = getattr(option, "path", None)
+            if path and all(isinstance(step, str) for step in path):
+                return tuple(path)
+    return (name,)
 
 
 def names_of(name: str, field: Any) -> list[str]:

@@ -259,18 +259,18 @@ def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
         msg = (f"arguments are not valid for tool {tool.name!r}: "
                f"{exc.errors(include_url=False, include_context=False, include_input=False)}")
         raise InvalidApprovedArgsError(msg) from None
-    # By alias: the names the model (and the tool's own validation) use, not Python's
-    # (`from_` is `from`).
-    dumped: dict[str, Any] = parsed.model_dump(mode="json", by_alias=True)
+    # By name (each field's one key: a serialization alias may be another field's name),
+    # then under the key the tool's own validation reads (`_as_input`: `from_` is `from`).
+    dumped: dict[str, Any] = parsed.model_dump(mode="json")
     shown = dumped
     if _masked(dumped):
         try:
-            dumped = _revealed(parsed.model_dump(by_alias=True), dumped)
+            dumped = _revealed(parsed.model_dump(), dumped)
         except ValueError as exc:  # UnicodeDecodeError too: secret bytes that are not text
             msg = f"arguments for tool {tool.name!r} cannot be stored as JSON: {exc}"
             raise InvalidApprovedArgsError(msg) from exc
     # Keep only what was given or has a default, without the injected context.
-    names = {field.serialization_alias or name for name, field in schema.model_fields.items()}
+    names = set(schema.model_fields)
     result = {k: v for k, v in dumped.items() if k in names}
     _as_input(parsed, result)
     if shown is not dumped:  # (the shown form left out the same: it is compared key by key)
@@ -283,11 +283,13 @@ def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
 
 
 def _as_input(value: Any, dumped: Any, depth: int = 0) -> None:
-    """Make `dumped` (pydantic's dump of `value`) what the tool's own validation reads when
-    the call runs, at every depth (models and dataclasses in models, lists, tuples, dicts):
-    - each field under the key validation reads it by (a dump writes a `validation_alias`'s
-      field under its name and a `serialization_alias`'s under that alias, which the tool
-      refuses or drops);
+    """Make `dumped` (pydantic's dump of `value`, by field name) what the tool's own
+    validation reads when the call runs, at every depth (models and dataclasses in models,
+    lists, tuples, dicts):
+    - each field under the key validation reads it by (its validation alias, or the path of
+      an `AliasPath`: a dump by alias wrote a `validation_alias`'s field under its name, which
+      the tool refused, and a `serialization_alias`'s under that alias, which was dropped, or
+      taken for another field of that name);
     - without a field the arguments did not give whose default is None, as null: pydantic
       never checks a default, and `x: int = None` written out as `null` is refused (every
       approved call of such a tool failed in the tools node). Left out, the tool gets the
@@ -296,21 +298,23 @@ def _as_input(value: Any, dumped: Any, depth: int = 0) -> None:
         return
     if isinstance(dumped, dict) and (fields := _fields_of(value)) is not None:
         given = getattr(value, "model_fields_set", None)  # (a dataclass keeps no such set:
-        renamed: dict[str, str] = {}                      # a null default is left out as null)
-        for name, (key, read_as, default) in fields.items():
-            if key not in dumped:
+        moved: list[tuple[str, tuple[str, ...]]] = []     # a null default is left out as null)
+        for name, (read, default) in fields.items():
+            if name not in dumped:
                 continue
-            if (default is None and dumped[key] is None
+            if (default is None and dumped[name] is None
                     and (given is None or name not in given)):
-                del dumped[key]
+                del dumped[name]
                 continue
-            _as_input(getattr(value, name, None), dumped[key], depth + 1)
-            if read_as != key:
-                renamed[key] = read_as
-        if renamed:
+            _as_input(getattr(value, name, None), dumped[name], depth + 1)
+            if read != (name,):
+                moved.append((name, read))
+        if moved:
             items = list(dumped.items())
             dumped.clear()
-            dumped.update((renamed.get(k, k), v) for k, v in items)
+            paths = dict(moved)
+            for key, item in items:
+                _put(dumped, paths.get(key, (key,)), item)
     elif isinstance(value, list | tuple) and isinstance(dumped, list):
         for item, item_dumped in zip(value, dumped, strict=False):
             _as_input(item, item_dumped, depth + 1)
@@ -320,9 +324,20 @@ def _as_input(value: Any, dumped: Any, depth: int = 0) -> None:
                 _as_input(item, dumped[str(key)], depth + 1)
 
 
-def _fields_of(value: Any) -> dict[str, tuple[str, str, Any]] | None:
-    """A model's or a dataclass's fields: each one's name, its key in a dump by alias, the
-    key validation reads it by, and its default (`MISSING` or `PydanticUndefined` for none)."""
+def _put(into: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    """`value` at `path` (an `AliasPath`'s keys) in `into`, making the dicts on the way."""
+    for key in path[:-1]:
+        nested = into.setdefault(key, {})
+        if not isinstance(nested, dict):  # (another field holds the key: validation fails
+            return                        # on what is left, never on a guess)
+        into = nested
+    into[path[-1]] = value
+
+
+def _fields_of(value: Any) -> dict[str, tuple[tuple[str, ...], Any]] | None:
+    """A model's or a dataclass's fields: each one's name, the keys validation reads it by (a
+    path: one key, or an `AliasPath`'s), and its default (`MISSING` or `PydanticUndefined`
+    for none)."""
     config: Mapping[str, Any]
     if isinstance(value, BaseModel):
         fields, config = type(value).model_fields, type(value).model_config
@@ -331,9 +346,9 @@ def _fields_of(value: Any) -> dict[str, tuple[str, str, Any]] | None:
     elif (pydantic_fields := getattr(type(value), "__pydantic_fields__", None)) is not None:
         fields, config = pydantic_fields, getattr(type(value), "__pydantic_config__", {})
     else:
-        return {f.name: (f.name, f.name, f.default) for f in dataclasses.fields(value)}
-    return {name: (field.serialization_alias or name, read_as(name, field, config),
-                   field.default) for name, field in fields.items()}
+        return {f.name: ((f.name,), f.default) for f in dataclasses.fields(value)}
+    return {name: (read_as(name, field, config), field.default)
+            for name, field in fields.items()}
 
 
 _SECRET_TYPES = (SecretStr, SecretBytes, Secret)
@@ -427,9 +442,9 @@ def _mentions_secret(annotation: Any, seen: set[type]) -> bool:
 def _as_json(model: BaseModel) -> Any:
     """A model as JSON with each secret field's value, not pydantic's mask of it, under the
     keys its own validation reads (the data is validated again where it is used)."""
-    dumped = model.model_dump(mode="json", by_alias=True)
+    dumped = model.model_dump(mode="json")
     if _masked(dumped):
-        dumped = _revealed(model.model_dump(by_alias=True), dumped)
+        dumped = _revealed(model.model_dump(), dumped)
     _as_input(model, dumped)
     return dumped
 

@@ -363,15 +363,18 @@ class Memo(BaseModel):
 class Aliased(BaseModel):
     account: str = Field(validation_alias="acct")
     amount: int = Field(100, serialization_alias="amt")
+    amt: int = 7  # (the name another field is dumped under by alias)
     payee: str = Field(alias="to")
     memo: Memo = Field(validation_alias=AliasChoices("memo_text", AliasPath("m", 0)))
+    ref: str = Field(validation_alias=AliasPath("meta", "ref"))
 
 
 def test_arguments_run_and_show_under_the_keys_the_tool_reads_them_by() -> None:
     """Validated arguments were written by pydantic's dump: a `validation_alias`'s field under
     its name, which the tool then refused (the approved call failed in the tools node), and
     a `serialization_alias`'s under that alias, which was then dropped: the reviewer never
-    saw the amount and the tool ran with its default (session 17)."""
+    saw the amount and the tool ran with its default (session 17), or took it for the field
+    of that name; an `AliasPath`'s field was written under its name (helper-73)."""
     ran: list[dict[str, Any]] = []
 
     def pay(**kwargs: Any) -> str:
@@ -381,8 +384,8 @@ def test_arguments_run_and_show_under_the_keys_the_tool_reads_them_by() -> None:
     pay_tool = create_tool(pay, name="pay", description="Pay.", args_schema=Aliased,
                            needs_approval=True,
                            approval_prompt="Pay {{amount}} from {{account}} to {{payee}}?")
-    given = {"acct": "A-1", "amount": 999_999, "to": "bob",
-             "memo_text": {"c": "X", "note": "rent"}}
+    given = {"acct": "A-1", "amount": 999_999, "amt": 3, "to": "bob",
+             "memo_text": {"c": "X", "note": "rent"}, "meta": {"ref": "R-1"}}
     agent = Agent(name="bank", tools=[pay_tool], model=ScriptedChatModel([
         turn(call("pay", given, "p1")), "done"]))
     paused = agent.generate("pay")
@@ -391,8 +394,8 @@ def test_arguments_run_and_show_under_the_keys_the_tool_reads_them_by() -> None:
     assert pending.prompt == "Pay 999999 from A-1 to bob?"
     done = agent.approve_tool_call_generate(run_id=paused.run_id, decided_by="cfo")
     assert done.finish_reason == "stop"
-    assert ran == [{"account": "A-1", "amount": 999_999, "payee": "bob",
-                    "memo": Memo(c="X", note="rent")}]
+    assert ran == [{"account": "A-1", "amount": 999_999, "amt": 3, "payee": "bob",
+                    "memo": Memo(c="X", note="rent"), "ref": "R-1"}]
 
 
 def test_a_runnable_config_parameter_is_langchains_to_give_never_the_models() -> None:
