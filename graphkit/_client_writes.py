@@ -38,6 +38,7 @@ __all__ = [
     "from_user",
     "left_to_the_gate",
     "open_turns",
+    "rewritten_turn",
     "stopped_turn",
     "unplanned_turn",
     "with_fixes",
@@ -49,6 +50,8 @@ DISCARDED = ("Tool call {name!r} did not run: a result for it was written from o
              "agent (not by its tools node) and was discarded.")
 DROPPED = ("{count} message(s) written from outside the agent while this call waited, none of "
            "them a user's, were dropped: only a user message ends a wait.")
+REWRITTEN = ("Tool call {name!r} did not run: the model's message was rewritten from outside the "
+             "agent (under its id); only the model writes its calls.")
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -225,6 +228,7 @@ def drop_written_while_waiting(messages: list[AnyMessage], opened: list[tuple[in
 
 
 
+
 def unplanned_turn(messages: list[AnyMessage], opened: list[tuple[int, int]],
                    ctx: GateContext) -> AIMessage | None:
     """The conversation's last turn with calls unanswered, when no model node of this agent
@@ -234,7 +238,7 @@ def unplanned_turn(messages: list[AnyMessage], opened: list[tuple[int, int]],
     waits before it: such a turn was planned by the gate, which a client's `Command` reached
     while an earlier turn waited, and its call replaced the waiting one in the interrupt
     (helper-72). The model node plans it now, as it plans its own (each call meets the policy
-    as if the model made it), and the gate then asks or runs."""
+    as if the model made it), and the gate then asks or runs; but see `rewritten_turn`."""
     if not opened:
         return None
     turn, later = opened[0]
@@ -243,3 +247,30 @@ def unplanned_turn(messages: list[AnyMessage], opened: list[tuple[int, int]],
             or ctx.turn(turn_key(ai, ctx.scope)) is not None):
         return None
     return ai
+
+
+def rewritten_turn(ai: AIMessage, messages: list[AnyMessage], later: int, ctx: GateContext
+                   ) -> tuple[list[AnyMessage], list[BaseMessage]] | None:
+    """An unplanned turn (`unplanned_turn`) under the id of a message this agent planned in
+    this thread is that message rewritten from outside (`add_messages` replaces a message of
+    the same id in place): a client rewrote the model's words. Its calls are answered as not
+    run and never planned: planned, the call a client put in the waiting turn's place was
+    asked in its stead, or ran beside a reject (helper-73). What waited on the turn as it was
+    is declined as superseded (`supersede_abandoned`). Returns the conversation as the model
+    reads it and the writes that make the state say the same; None for another turn."""
+    if ai.id is None or not ctx.ledger.planned_message(ctx.thread_id, ctx.path, str(ai.id)):
+        return None
+    index = next(i for i, m in enumerate(messages) if m is ai)
+    answered = {m.tool_call_id for m in messages[index + 1:later] if isinstance(m, ToolMessage)}
+    unanswered = list({c["id"]: c for c in ai.tool_calls
+                       if c.get("id") not in answered}.values())
+    answers = [ToolMessage(REWRITTEN.format(name=c["name"]), tool_call_id=str(c["id"]),
+                           name=c["name"], status="error") for c in unanswered]
+    ctx.ledger.audit([audit_row(
+        "refused", {"tool_name": c["name"], "tool_call_id": c["id"]}, thread_id=ctx.thread_id,
+        run_id=ctx.run_id, detail=REWRITTEN.format(name=c["name"])) for c in unanswered])
+    newer = messages[later:]
+    # what came after the turn moves after its answers: removed, then written again
+    writes: list[BaseMessage] = [*(RemoveMessage(id=str(m.id)) for m in newer), *answers,
+                                 *newer]
+    return [*messages[:later], *answers, *newer], writes

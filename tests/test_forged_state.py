@@ -815,10 +815,12 @@ def test_a_client_goto_model_never_gives_the_model_a_call_without_its_result() -
 ], ids=["other args", "an extra call", "another call"])
 def test_an_ai_message_under_a_reused_id_never_takes_the_earlier_turns_plan(
         sqlite_url: str, calls: list[dict[str, Any]]) -> None:
-    """A client (or a model that reuses ids) rewrites the conversation with an AI message
-    whose id is an earlier, approved and run turn's, with other calls: it is another turn
-    (the plan's key is the message's id and calls), planned anew. Every call is asked about;
-    none runs on the earlier approval, and none is told the earlier call's result."""
+    """A client rewrites the conversation with an AI message whose id is an earlier,
+    approved and run turn's, with other calls: it is another turn (the plan's key is the
+    message's id and calls), and the model's words rewritten: none runs on the earlier
+    approval, none is told the earlier call's result, and none is planned (helper-73: a
+    rewrite planned anew put a client's call in a waiting one's place): each is answered as
+    not run."""
     from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 
     agent, ran = agent_with(pay_then_done, checkpointer=sqlite_url, approvers=cfo_only,
@@ -837,17 +839,19 @@ def test_an_ai_message_under_a_reused_id_never_takes_the_earlier_turns_plan(
         as_node="model")
     agent.graph.invoke(Command(goto="approval_gate"), cfg)
     state = agent.graph.get_state(cfg)
-    asked = sorted(a["tool_call_id"] for i in state.interrupts for a in i.value["approvals"])
-    assert asked == sorted(c["id"] for c in calls)
+    assert state.interrupts == ()
     assert ran.ran == [("pay", PAY)]
-    assert not [m for m in state.values["messages"][len(messages) - len(later):]
-                if getattr(m, "tool_call_id", None)]
+    told = [m for m in state.values["messages"][len(messages) - len(later):]
+            if getattr(m, "tool_call_id", None)]
+    assert sorted(m.tool_call_id for m in told) == sorted(c["id"] for c in calls)
+    assert all("rewritten from outside the agent" in str(m.content) for m in told)
 
 
 def test_a_pending_turn_rewritten_in_place_leaves_no_approval_waiting(sqlite_url: str) -> None:
     """A client rewrites a paused turn's AI message in place (same id, other arguments): the
-    gate plans the rewritten turn and asks anew, and the first version's approval, which no
-    run will reach, is declined as superseded, not left decidable in the inbox forever."""
+    first version's approval, which no run will reach, is declined as superseded, not left
+    decidable in the inbox forever; the rewritten call is answered as not run, never asked
+    (helper-73: asked anew, a payment to mallory took the waiting one's place)."""
     from langchain_core.messages import AIMessage
 
     from graphkit import Inbox
@@ -863,8 +867,7 @@ def test_a_pending_turn_rewritten_in_place_leaves_no_approval_waiting(sqlite_url
     agent.graph.update_state(cfg, {"messages": [AIMessage("", id=t1.id, tool_calls=[
         call("pay", {**PAY, "amount": 41}, "c1")])]}, as_node="model")
     agent.graph.invoke(Command(goto="approval_gate"), cfg)
-    (new,) = Inbox(sqlite_url).pending()
-    assert new.id != old.id and new.args["amount"] == 41
+    assert Inbox(sqlite_url).pending() == []
     row = agent._storage.ledger.approval(old.id)
     assert row is not None and row.status == "rejected"
     with pytest.raises(GraphkitError):

@@ -137,6 +137,15 @@ class Plans(LedgerBase):
         plan: TurnPlan | None = unstowed(self._sql.query, rows[0][0]) if rows else None
         return plan
 
+    def planned_message(self, thread_id: str, agent_path: Sequence[str],
+                        ai_message_id: str) -> bool:
+        """Whether a turn of this AI message id was planned here (under any content: a turn's
+        key is its message's id, `#`, a digest of its calls)."""
+        return bool(self._sql.query(
+            "SELECT 1 FROM graphkit_turns WHERE thread_id = ? AND agent_path = ? AND "
+            "turn_key >= ? AND turn_key < ? LIMIT 1",
+            (thread_id, path_text(agent_path), f"{ai_message_id}#", f"{ai_message_id}$")))
+
     def turn_and_queue(self, thread_id: str, agent_path: Sequence[str], key: str | None,
                        agent: str, *, pending: bool = False, outcomes: bool = False,
                        approvals: bool = False, run_of: str | None = None) -> TurnReading:
