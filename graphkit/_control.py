@@ -23,7 +23,7 @@ from graphkit._approvals import last_turn_plan
 from graphkit._context import thread_id_of
 from graphkit._events import pending_from_interrupts
 from graphkit._gate import BY_NEW_MESSAGE
-from graphkit._latest import Paused, options_of
+from graphkit._latest import Paused, mid_step, options_of
 from graphkit._ledger import ApprovalRow, Ledger, NewRun, QueuedFor, queued_id, same_queued
 from graphkit._review import (
     Choice,
@@ -89,7 +89,7 @@ def waiting(snapshot: Paused, ledger: Ledger, agent: str | None) -> list[Waiting
     run (helper-71). Continuing a run reads the interrupts alone: a stopped run goes on to
     its gate, which asks."""
     found = pending_from_interrupts(snapshot.interrupts, ledger)
-    if not found and agent is not None:
+    if not found and agent is not None and mid_step(snapshot):
         rows_of_thread = ledger.waiting_rows(thread_id=thread_id_of(snapshot.config))
         found = [("", cast(ApprovalRecord, masked_record(w.record))) for w in rows_of_thread
                  if w.waiting and list(w.row.agent_path)[:1] == [agent]]

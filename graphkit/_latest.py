@@ -70,6 +70,18 @@ class Latest:
         return self._graph.get_state(self._query).values
 
 
+def mid_step(snapshot: Paused) -> bool:
+    """Whether the thread's run was caught mid-step: it has next tasks, none waiting on an
+    interrupt (its process died, or `on_state_change` stopped it). Not an ended run, nor one
+    a client's state write left with nothing next: no resume moves those on."""
+    if isinstance(snapshot, Latest):
+        state: Any = snapshot._graph.get_state(snapshot._query)
+    else:
+        state = snapshot
+    tasks = getattr(state, "tasks", ())
+    return bool(tasks) and not any(task.interrupts for task in tasks)
+
+
 def options_of(snapshot: Paused) -> Mapping[str, Any]:
     """The run options the thread's state holds, without restoring every channel when the
     checkpoint says them."""

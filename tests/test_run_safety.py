@@ -340,8 +340,8 @@ def test_a_run_stopped_while_it_applied_a_decision_is_decided_by_the_api(tmp_pat
     del chunks, stream
     gc.collect()  # (its lease goes with it)
     restarted, _ = agent_with(script, ran, checkpointer=url)
-    assert [(p.tool_call_id, p.status) for p in restarted.pending_approvals(
-        run_id=paused.run_id)] == [("c0", "approved"), ("c1", "pending"), ("c2", "pending")]
+    assert [p.tool_call_id for p in restarted.pending_approvals(run_id=paused.run_id)
+            if p.status == "pending"] == ["c1", "c2"]
     declined = restarted.decline_tool_call_generate(run_id=paused.run_id, tool_call_id="c1",
                                                     decided_by="cfo")
     assert [p.tool_call_id for p in declined.pending_approvals] == ["c2"]
@@ -349,3 +349,23 @@ def test_a_run_stopped_while_it_applied_a_decision_is_decided_by_the_api(tmp_pat
                                                 decided_by="cfo")
     assert done.text == "done"
     assert [args["amount"] for _, args in ran.ran] == [10, 12]
+
+
+def test_a_decision_is_refused_for_a_run_a_state_write_left_with_nothing_next(
+        tmp_path: Any) -> None:
+    """A client's state write (`update_state(..., as_node="model")`, which changes nothing)
+    leaves the paused run with no interrupt and nothing next: no resume moves it on. A
+    decision there was recorded and audited as approved, and never applied (helper-74); it
+    is refused, changing nothing."""
+    from graphkit import ApprovalNotFoundError
+
+    agent, ran = agent_with([turn(call("pay", {"amount": 5, "payee": {"name": "ACME"}}, "c1")),
+                             "done"], checkpointer=f"sqlite:///{tmp_path / 'runs.db'}")
+    paused = agent.generate("pay")
+    cfg = {"configurable": {"thread_id": paused.thread_id}}
+    agent.graph.update_state(cfg, {"messages": []}, as_node="model")
+    with pytest.raises(ApprovalNotFoundError):
+        agent.approve_tool_call_generate(run_id=paused.run_id, decided_by="cfo")
+    (row,) = [agent._storage.ledger.approval(p.id) for p in agent.pending_approvals(
+        run_id=paused.run_id)]
+    assert row is not None and row.status == "pending" and ran.ran == []
