@@ -25,6 +25,7 @@ from langchain_core.messages import (
 )
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
+from graphkit._context import last_ai
 from graphkit._gate import supersede_unanswered
 from graphkit._planner import GateContext
 from graphkit._reply import turn_span
@@ -87,7 +88,7 @@ def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
             "refused", {"tool_name": m.name, "tool_call_id": m.tool_call_id},
             thread_id=ctx.thread_id, run_id=ctx.run_id, detail=ORPHAN) for m in fixes])
     if not plan:
-        return fixes
+        return fixes + _unplanned_results(messages, ctx)
     calls = {c["tool_call_id"]: c for c in plan["calls"]}
     answers: list[tuple[ToolMessage, Any]] = []
     seen = False
@@ -227,6 +228,35 @@ def drop_written_while_waiting(messages: list[AnyMessage], opened: list[tuple[in
     return dropped
 
 
+
+
+def _unplanned_results(messages: list[AnyMessage], ctx: GateContext) -> list[ToolMessage]:
+    """Results of the calls of the conversation's last turn when no gate of this agent planned
+    it here: no tool ran them (a client wrote the turn and its results, or rewrote a model
+    message under its id and answered it; helper-74: the model read `root:$6$...`). Each is
+    replaced in place by a notice, but one that says already that the call did not run."""
+    ai = last_ai(messages)
+    if ai is None or not ai.tool_calls:
+        return []
+    names = {c.get("id"): c["name"] for c in ai.tool_calls}
+    index = next(i for i in range(len(messages) - 1, -1, -1) if messages[i] is ai)
+    fixes: list[ToolMessage] = []
+    for message in messages[index + 1:]:
+        if isinstance(message, AIMessage):
+            break
+        if not isinstance(message, ToolMessage) or message.tool_call_id not in names:
+            continue
+        name = names[message.tool_call_id]
+        text = DISCARDED.format(name=name)
+        if message.content in (text, REWRITTEN.format(name=name)):
+            continue
+        fixes.append(ToolMessage(text, tool_call_id=message.tool_call_id, id=message.id,
+                                 name=name, status="error"))
+    if fixes:
+        ctx.ledger.audit([audit_row(
+            "refused", {"tool_name": m.name, "tool_call_id": m.tool_call_id},
+            thread_id=ctx.thread_id, run_id=ctx.run_id, detail=str(m.content)) for m in fixes])
+    return fixes
 
 
 def unplanned_turn(messages: list[AnyMessage], opened: list[tuple[int, int]],
