@@ -39,7 +39,7 @@ __all__ = [
     "from_user",
     "left_to_the_gate",
     "open_turns",
-    "rewritten_turn",
+    "refused_turn",
     "stopped_turn",
     "unplanned_turn",
     "with_fixes",
@@ -53,6 +53,8 @@ DROPPED = ("{count} message(s) written from outside the agent while this call wa
            "them a user's, were dropped: only a user message ends a wait.")
 REWRITTEN = ("Tool call {name!r} did not run: the model's message was rewritten from outside the "
              "agent (under its id); only the model writes its calls.")
+WRITTEN = ("Tool call {name!r} did not run: it was written into the conversation from outside "
+           "the agent (not by its model); only the model writes its calls.")
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -248,7 +250,7 @@ def _unplanned_results(messages: list[AnyMessage], ctx: GateContext) -> list[Too
             continue
         name = names[message.tool_call_id]
         text = DISCARDED.format(name=name)
-        if message.content in (text, REWRITTEN.format(name=name)):
+        if message.content in (text, REWRITTEN.format(name=name), WRITTEN.format(name=name)):
             continue
         fixes.append(ToolMessage(text, tool_call_id=message.tool_call_id, id=message.id,
                                  name=name, status="error"))
@@ -262,13 +264,12 @@ def _unplanned_results(messages: list[AnyMessage], ctx: GateContext) -> list[Too
 def unplanned_turn(messages: list[AnyMessage], opened: list[tuple[int, int]],
                    ctx: GateContext) -> AIMessage | None:
     """The conversation's last turn with calls unanswered, when no model node of this agent
-    planned it in this thread and no user message came after it: a client wrote it
-    (`Command(update=...)`, `update_state`), or it came with a copied thread, or the ledger
-    that planned it lost its rows. Checked after `drop_written_while_waiting`, so nothing
-    waits before it: such a turn was planned by the gate, which a client's `Command` reached
-    while an earlier turn waited, and its call replaced the waiting one in the interrupt
-    (helper-72). The model node plans it now, as it plans its own (each call meets the policy
-    as if the model made it), and the gate then asks or runs; but see `rewritten_turn`."""
+    planned it in this thread and no user message came after it. Checked after
+    `drop_written_while_waiting`, so nothing waits before it (a client's turn, planned by the
+    gate which a client's `Command` reached while an earlier turn waited, took the waiting
+    call's place in the interrupt; helper-72). Planned now only if this agent's model node
+    wrote it, in some thread (`Ledger.planned_anywhere`: a copy of a thread holds its turns);
+    else `refused_turn` answers it."""
     if not opened:
         return None
     turn, later = opened[0]
@@ -279,26 +280,31 @@ def unplanned_turn(messages: list[AnyMessage], opened: list[tuple[int, int]],
     return ai
 
 
-def rewritten_turn(ai: AIMessage, messages: list[AnyMessage], later: int, ctx: GateContext
-                   ) -> tuple[list[AnyMessage], list[BaseMessage]] | None:
-    """An unplanned turn (`unplanned_turn`) under the id of a message this agent planned in
-    this thread is that message rewritten from outside (`add_messages` replaces a message of
-    the same id in place): a client rewrote the model's words. Its calls are answered as not
-    run and never planned: planned, the call a client put in the waiting turn's place was
-    asked in its stead, or ran beside a reject (helper-73). What waited on the turn as it was
-    is declined as superseded (`supersede_abandoned`). Returns the conversation as the model
-    reads it and the writes that make the state say the same; None for another turn."""
-    if ai.id is None or not ctx.ledger.planned_message(ctx.thread_id, ctx.path, str(ai.id)):
+def refused_turn(ai: AIMessage, messages: list[AnyMessage], later: int, ctx: GateContext
+                 ) -> tuple[list[AnyMessage], list[BaseMessage]] | None:
+    """The answers, as not run, of an unplanned turn (`unplanned_turn`) no model node of this
+    agent wrote in any thread: a client wrote it (`Command(update=...)`, `update_state`), new
+    or as a rewrite of a model message under its id (`add_messages` replaces it in place), or
+    the ledger that planned it lost its rows. Planned, the call a client wrote was asked in
+    the waiting call's place, or ran beside a reject, also once the same write removed the
+    waiting turn (helper-72, -73, -74). What waited on a turn the conversation no longer
+    holds is declined as superseded (`supersede_abandoned`). Returns the conversation as the
+    model reads it and the writes that make the state say the same; None for a turn the
+    model node wrote (a copied thread's: it is planned anew)."""
+    if ctx.ledger.planned_anywhere(turn_key(ai, ctx.scope)):
         return None
+    rewritten = ai.id is not None and ctx.ledger.planned_message(ctx.thread_id, ctx.path,
+                                                                 str(ai.id))
+    notice = REWRITTEN if rewritten else WRITTEN
     index = next(i for i, m in enumerate(messages) if m is ai)
     answered = {m.tool_call_id for m in messages[index + 1:later] if isinstance(m, ToolMessage)}
     unanswered = list({c["id"]: c for c in ai.tool_calls
                        if c.get("id") not in answered}.values())
-    answers = [ToolMessage(REWRITTEN.format(name=c["name"]), tool_call_id=str(c["id"]),
+    answers = [ToolMessage(notice.format(name=c["name"]), tool_call_id=str(c["id"]),
                            name=c["name"], status="error") for c in unanswered]
     ctx.ledger.audit([audit_row(
         "refused", {"tool_name": c["name"], "tool_call_id": c["id"]}, thread_id=ctx.thread_id,
-        run_id=ctx.run_id, detail=REWRITTEN.format(name=c["name"])) for c in unanswered])
+        run_id=ctx.run_id, detail=notice.format(name=c["name"])) for c in unanswered])
     newer = messages[later:]
     # what came after the turn moves after its answers: removed, then written again
     writes: list[BaseMessage] = [*(RemoveMessage(id=str(m.id)) for m in newer), *answers,

@@ -30,7 +30,7 @@ from graphkit._client_writes import (
     drop_written_while_waiting,
     left_to_the_gate,
     open_turns,
-    rewritten_turn,
+    refused_turn,
     stopped_turn,
     unplanned_turn,
     with_fixes,
@@ -200,7 +200,7 @@ def make_model_node(
         messages, moved = stopped_turn(messages, opened, ctx)
         written = unplanned_turn(messages, opened, ctx)
         if written is not None:
-            answered = rewritten_turn(written, messages, opened[0][1], ctx)
+            answered = refused_turn(written, messages, opened[0][1], ctx)
             if answered is None:
                 planned = plan_written(written, state, ctx, [*forged, *moved])
                 return [], False, [], planned, None, ctx

@@ -653,10 +653,10 @@ def test_a_call_that_ran_does_not_run_again_after_a_restart_via_an_old_checkpoin
     process (as under a LangGraph server without GRAPHKIT_DB, but `langgraph dev`). After a
     restart, a client resumes the paused checkpoint of a payment that already ran (Studio's
     time travel), with the decision it was paused for. The plans are the ledger's too, so the
-    restarted gate finds none for the turn: it plans the turn anew, under new ids, in a pass
-    of its own, and asks again; the old resume value decides nothing. (A reviewer who approves
-    the new request would run it again: the ledger that knew it ran is gone. Keep the ledger
-    in a database.)"""
+    restarted agent finds none for the turn, anywhere: a turn no model node wrote, as far as
+    the ledger knows, is never planned (it was planned anew and asked again, and a reviewer
+    who approved it ran the payment again): its call is answered as not run. Keep the ledger
+    in a database."""
     from langgraph.checkpoint.memory import InMemorySaver
 
     saver = InMemorySaver()
@@ -683,7 +683,7 @@ def test_a_call_that_ran_does_not_run_again_after_a_restart_via_an_old_checkpoin
                                {"configurable": {**paused["configurable"],
                                                  "langgraph_auth_user": {"identity": "cfo"}}})
     assert ran.ran == [("pay", PAY)], f"the payment ran again: {ran.ran}"
-    assert [p.status for p in restarted.pending_approvals(run_id=r.run_id)] == ["pending"]
+    assert restarted.pending_approvals(run_id=r.run_id) == []
 
 
 # ====================================================================== R3-11: the reviewed

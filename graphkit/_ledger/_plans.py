@@ -146,6 +146,13 @@ class Plans(LedgerBase):
             "turn_key >= ? AND turn_key < ? LIMIT 1",
             (thread_id, path_text(agent_path), f"{ai_message_id}#", f"{ai_message_id}$")))
 
+    def planned_anywhere(self, key: str) -> bool:
+        """Whether a model node planned the turn of `key` (its message's id and calls) in any
+        thread, for any agent: a thread copied from one where it was planned holds it (and an
+        agent run on another's thread meets that agent's turns)."""
+        return bool(self._sql.query(
+            "SELECT 1 FROM graphkit_turns WHERE turn_key = ? LIMIT 1", (key,)))
+
     def turn_and_queue(self, thread_id: str, agent_path: Sequence[str], key: str | None,
                        agent: str, *, pending: bool = False, outcomes: bool = False,
                        approvals: bool = False, run_of: str | None = None) -> TurnReading:

@@ -211,7 +211,9 @@ LATE = ("CREATE INDEX IF NOT EXISTS graphkit_approvals_waiting ON graphkit_appro
         # a turn's calls, read with its plan (`turn_and_queue`)
         "CREATE INDEX IF NOT EXISTS graphkit_calls_turn ON graphkit_calls (thread_id, turn_key)",
         # a thread's runs in the order they started (`later_run`)
-        "CREATE INDEX IF NOT EXISTS graphkit_runs_thread ON graphkit_runs (thread_id, created_at)")
+        "CREATE INDEX IF NOT EXISTS graphkit_runs_thread ON graphkit_runs (thread_id, created_at)",
+        # whether a model turn was planned in any thread (`planned_anywhere`: a copied thread)
+        "CREATE INDEX IF NOT EXISTS graphkit_turns_key ON graphkit_turns (turn_key)")
 """Statements on migrated columns: run after `MIGRATIONS`."""
 
 NOTIFY_RECHECK = 5.0
