@@ -517,10 +517,11 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         # The ledger's plan of this turn, which only gates write (the state only points to it).
         previous = ctx.turn(turn_key(ai, ctx.scope), approvals=True)
         if previous is None:
-            # Only the model node plans a turn: this one it never planned (a client's
+            # Only the model node plans a turn: this one it never planned here (a client's
             # `Command(update=...)` or `update_state`, a copied thread). The model node's
             # checks of what clients write drop it while an earlier turn waits (a client's
-            # turn took the waiting call's place in the interrupt; helper-72), else plan it.
+            # turn took the waiting call's place in the interrupt; helper-72), else plan it
+            # if a model node wrote it (a copy), else answer it as not run.
             return Command(goto="model")
         plan = _copy_plan(previous)
         changed = False

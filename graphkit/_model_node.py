@@ -244,8 +244,8 @@ def make_model_node(
 
     def plan_written(ai: AIMessage, state: AgentState, ctx: GateContext,
                      fixes: list[BaseMessage]) -> Command[ModelTarget]:
-        """Plan a turn this node did not write (`unplanned_turn`) as it plans its own, then
-        let the gate ask or run: only a model node plans a turn."""
+        """Plan a turn a model node wrote in another thread (a copied thread's: `unplanned_turn`
+        and not `refused_turn`) as it plans its own, then let the gate ask or run."""
         plan, errors, _ = planner.plan(ai, state, ctx)
         ctx.journal.sync(None, plan, {m.tool_call_id for m in errors})
         update: dict[str, Any] = {"messages": [*fixes, *errors], "turn": pointer(plan)}
