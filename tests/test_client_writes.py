@@ -351,13 +351,13 @@ def test_a_model_turn_a_client_writes_into_a_command_never_takes_a_waiting_calls
 
 @pytest.mark.parametrize("beside", ["a reject", "nothing"])
 def test_a_waiting_turn_rewritten_in_place_runs_and_asks_none_of_the_clients_calls(
-        sqlite_url: str, beside: str) -> None:
+        durable_url: str, beside: str) -> None:
     """A client's turn under the waiting turn's own message id replaces it in place
     (`add_messages`): planned anew, `cat /etc/shadow` ran beside a reject and a payment to
     mallory was asked in the waiting payment's place (helper-73). The waiting approval is
     declined as superseded (its turn is gone); the client's calls are answered as not run."""
     agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done", "done"],
-                            checkpointer=sqlite_url)
+                            checkpointer=durable_url)
     paused = agent.generate("pay")
     cfg = config(paused.thread_id)
     waiting_id = next(m.id for m in agent.graph.get_state(cfg).values["messages"]

@@ -141,10 +141,11 @@ class Plans(LedgerBase):
                         ai_message_id: str) -> bool:
         """Whether a turn of this AI message id was planned here (under any content: a turn's
         key is its message's id, `#`, a digest of its calls)."""
+        prefix = f"{ai_message_id}#"  # (compared as text: a range would follow the collation)
         return bool(self._sql.query(
             "SELECT 1 FROM graphkit_turns WHERE thread_id = ? AND agent_path = ? AND "
-            "turn_key >= ? AND turn_key < ? LIMIT 1",
-            (thread_id, path_text(agent_path), f"{ai_message_id}#", f"{ai_message_id}$")))
+            "substr(turn_key, 1, ?) = ? LIMIT 1",
+            (thread_id, path_text(agent_path), len(prefix), prefix)))
 
     def planned_anywhere(self, key: str) -> bool:
         """Whether a model node planned the turn of `key` (its message's id and calls) in any
