@@ -25,8 +25,8 @@ from langchain_core.messages import (
 )
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
-from graphkit._context import last_ai
 from graphkit._gate import supersede_unanswered
+from graphkit._ledger import Ledger
 from graphkit._planner import GateContext
 from graphkit._reply import turn_span
 from graphkit._review import audit_row, supersede
@@ -232,32 +232,65 @@ def drop_written_while_waiting(messages: list[AnyMessage], opened: list[tuple[in
 
 
 
+WALKED_BACK = 20
+"""How many unplanned turns, back from the conversation's end, have their results checked."""
+
+
 def _unplanned_results(messages: list[AnyMessage], ctx: GateContext) -> list[ToolMessage]:
-    """Results of the calls of the conversation's last turn when no gate of this agent planned
-    it here: no tool ran them (a client wrote the turn and its results, or rewrote a model
-    message under its id and answered it; helper-74: the model read `root:$6$...`). Each is
-    replaced in place by a notice, but one that says already that the call did not run."""
-    ai = last_ai(messages)
-    if ai is None or not ai.tool_calls:
-        return []
-    names = {c.get("id"): c["name"] for c in ai.tool_calls}
-    index = next(i for i in range(len(messages) - 1, -1, -1) if messages[i] is ai)
+    """Results of calls of turns no gate of this agent planned in this thread, after the
+    last one it planned: no tool of this thread ran them (a client wrote the turn and its
+    results, or rewrote a model message under its id and answered it: helper-74, the model
+    read `root:$6$...`; a model's words after them hid them from a check of the last turn
+    alone: helper-75). A result stands only as a tools node recorded it, where a model node
+    planned that very turn (a copied thread's history); any other is replaced in place by a
+    notice, but one that says already that the call did not run."""
     fixes: list[ToolMessage] = []
-    for message in messages[index + 1:]:
-        if isinstance(message, AIMessage):
+    end = len(messages)
+    walked = 0
+    for index in range(len(messages) - 1, -1, -1):
+        ai = messages[index]
+        if not isinstance(ai, AIMessage) or not ai.tool_calls:
+            if isinstance(ai, AIMessage):
+                end = index
+            continue
+        key = turn_key(ai, ctx.scope)
+        if ctx.ledger.turn(ctx.thread_id, ctx.path, key) is not None or walked >= WALKED_BACK:
             break
+        walked += 1
+        fixes += _unrecorded(ai, messages[index + 1:end], ctx.ledger, ctx.ledger.planned_where(key))
+        end = index
+    if fixes:
+        ctx.ledger.audit([audit_row(
+            "refused", {"tool_name": m.name, "tool_call_id": m.tool_call_id},
+            thread_id=ctx.thread_id, run_id=ctx.run_id, detail=str(m.content)) for m in fixes])
+    return fixes
+
+
+def _unrecorded(ai: AIMessage, after: Sequence[AnyMessage], ledger: Ledger,
+                planned: tuple[str, TurnPlan] | None) -> list[ToolMessage]:
+    """The notices for the results after `ai` that its planned turn (elsewhere) did not
+    record, or all of them when no model node planned it."""
+    names = {c.get("id"): c["name"] for c in ai.tool_calls}
+    recorded: dict[str, Any] = {}
+    if planned is not None:
+        thread_id, plan = planned
+        keys = {c["tool_call_id"]: c["key"] for c in plan["calls"]}
+        outcomes = ledger.outcomes(keys.values(), thread_id=thread_id)
+        recorded = {call_id: (outcomes.get(key) or {}).get("content")
+                    for call_id, key in keys.items() if outcomes.get(key) is not None}
+    fixes: list[ToolMessage] = []
+    for message in after:
         if not isinstance(message, ToolMessage) or message.tool_call_id not in names:
             continue
         name = names[message.tool_call_id]
         text = DISCARDED.format(name=name)
         if message.content in (text, REWRITTEN.format(name=name), WRITTEN.format(name=name)):
             continue
+        if message.tool_call_id in recorded and _same(recorded[message.tool_call_id],
+                                                      message.content):
+            continue
         fixes.append(ToolMessage(text, tool_call_id=message.tool_call_id, id=message.id,
                                  name=name, status="error"))
-    if fixes:
-        ctx.ledger.audit([audit_row(
-            "refused", {"tool_name": m.name, "tool_call_id": m.tool_call_id},
-            thread_id=ctx.thread_id, run_id=ctx.run_id, detail=str(m.content)) for m in fixes])
     return fixes
 
 
@@ -289,10 +322,13 @@ def refused_turn(ai: AIMessage, messages: list[AnyMessage], later: int, ctx: Gat
     the waiting call's place, or ran beside a reject, also once the same write removed the
     waiting turn (helper-72, -73, -74). What waited on a turn the conversation no longer
     holds is declined as superseded (`supersede_abandoned`). Returns the conversation as the
-    model reads it and the writes that make the state say the same; None for a turn the
-    model node wrote (a copied thread's: it is planned anew)."""
-    if ctx.ledger.planned_anywhere(turn_key(ai, ctx.scope)):
-        return None
+    model reads it and the writes that make the state say the same; None for a turn a model
+    node wrote elsewhere, in a thread where this agent planned nothing yet (a copied
+    thread's: it is planned anew). A model's turn moved into a thread where the agent works
+    (the waiting turn removed in the same write) took the waiting call's place (helper-75)."""
+    if (not ctx.ledger.plans_in(ctx.thread_id, ctx.path)
+            and ctx.ledger.planned_where(turn_key(ai, ctx.scope)) is not None):
+        return None  # (a model's turn in a thread this agent never planned in: a copy)
     rewritten = ai.id is not None and ctx.ledger.planned_message(ctx.thread_id, ctx.path,
                                                                  str(ai.id))
     notice = REWRITTEN if rewritten else WRITTEN

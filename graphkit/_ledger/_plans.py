@@ -147,12 +147,22 @@ class Plans(LedgerBase):
             "substr(turn_key, 1, ?) = ? LIMIT 1",
             (thread_id, path_text(agent_path), len(prefix), prefix)))
 
-    def planned_anywhere(self, key: str) -> bool:
-        """Whether a model node planned the turn of `key` (its message's id and calls) in any
-        thread, for any agent: a thread copied from one where it was planned holds it (and an
-        agent run on another's thread meets that agent's turns)."""
+    def planned_where(self, key: str) -> tuple[str, TurnPlan] | None:
+        """The thread where a model node planned the turn of `key` (its message's id and
+        calls), for any agent, and the plan: a thread copied from one where it was planned
+        holds it (and an agent run on another's thread meets that agent's turns)."""
+        rows = self._sql.query(
+            "SELECT thread_id, plan FROM graphkit_turns WHERE turn_key = ? LIMIT 1", (key,))
+        if not rows:
+            return None
+        plan: TurnPlan | None = unstowed(self._sql.query, rows[0][1])
+        return (str(rows[0][0]), plan) if plan is not None else None
+
+    def plans_in(self, thread_id: str, agent_path: Sequence[str]) -> bool:
+        """Whether this agent planned any turn in this thread."""
         return bool(self._sql.query(
-            "SELECT 1 FROM graphkit_turns WHERE turn_key = ? LIMIT 1", (key,)))
+            "SELECT 1 FROM graphkit_turns WHERE thread_id = ? AND agent_path = ? LIMIT 1",
+            (thread_id, path_text(agent_path))))
 
     def turn_and_queue(self, thread_id: str, agent_path: Sequence[str], key: str | None,
                        agent: str, *, pending: bool = False, outcomes: bool = False,
