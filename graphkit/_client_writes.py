@@ -104,10 +104,19 @@ def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
     if not answers:
         return fixes
     outcomes = ctx.outcomes(call["key"] for _, call in answers)
+    elsewhere: dict[str, Any] | None = None
     for message, call in answers:
         outcome = outcomes.get(call["key"])
         if outcome is not None and _same(outcome.get("content"), message.content):
             continue
+        if outcome is None:  # (a copied thread's turn, planned anew: its tools ran there)
+            if elsewhere is None:
+                elsewhere = _recorded_elsewhere(ctx.ledger, str(plan.get("turn_key")),
+                                                ctx.thread_id)
+            found = elsewhere.get(message.tool_call_id)
+            if found is not None and _same(found.get("content"), message.content):
+                ctx.ledger.settle({call["key"]: found}, thread_id=ctx.thread_id)
+                continue
         if message.content in {REFUSED.format(name=call["tool_name"], why=w) for w in REASONS}:
             continue  # the tools node's own refusal: the call did not run, as it says
         text = DISCARDED.format(name=call["tool_name"])
@@ -257,7 +266,8 @@ def _unplanned_results(messages: list[AnyMessage], ctx: GateContext) -> list[Too
         if ctx.ledger.turn(ctx.thread_id, ctx.path, key) is not None or walked >= WALKED_BACK:
             break
         walked += 1
-        fixes += _unrecorded(ai, messages[index + 1:end], ctx.ledger, ctx.ledger.planned_where(key))
+        recorded = _recorded_elsewhere(ctx.ledger, key, ctx.thread_id)
+        fixes += _unrecorded(ai, messages[index + 1:end], recorded)
         end = index
     if fixes:
         ctx.ledger.audit([audit_row(
@@ -266,18 +276,24 @@ def _unplanned_results(messages: list[AnyMessage], ctx: GateContext) -> list[Too
     return fixes
 
 
-def _unrecorded(ai: AIMessage, after: Sequence[AnyMessage], ledger: Ledger,
-                planned: tuple[str, TurnPlan] | None) -> list[ToolMessage]:
-    """The notices for the results after `ai` that its planned turn (elsewhere) did not
-    record, or all of them when no model node planned it."""
+def _recorded_elsewhere(ledger: Ledger, key: str, thread_id: str) -> dict[str, Any]:
+    """What the tools node recorded for each call (by tool_call_id) of the turn of `key` in
+    another thread where a model node planned it (a copied thread's history); none else."""
+    planned = ledger.planned_where(key, thread_id)
+    if planned is None:
+        return {}
+    where, plan = planned
+    keys = {c["tool_call_id"]: c["key"] for c in plan["calls"]}
+    outcomes = ledger.outcomes(keys.values(), thread_id=where)
+    return {call_id: outcomes[key] for call_id, key in keys.items()
+            if outcomes.get(key) is not None}
+
+
+def _unrecorded(ai: AIMessage, after: Sequence[AnyMessage], recorded: dict[str, Any]
+                ) -> list[ToolMessage]:
+    """The notices for the results after `ai` that no tools node recorded (`recorded`: where
+    a model node planned the turn elsewhere)."""
     names = {c.get("id"): c["name"] for c in ai.tool_calls}
-    recorded: dict[str, Any] = {}
-    if planned is not None:
-        thread_id, plan = planned
-        keys = {c["tool_call_id"]: c["key"] for c in plan["calls"]}
-        outcomes = ledger.outcomes(keys.values(), thread_id=thread_id)
-        recorded = {call_id: (outcomes.get(key) or {}).get("content")
-                    for call_id, key in keys.items() if outcomes.get(key) is not None}
     fixes: list[ToolMessage] = []
     for message in after:
         if not isinstance(message, ToolMessage) or message.tool_call_id not in names:
@@ -286,8 +302,8 @@ def _unrecorded(ai: AIMessage, after: Sequence[AnyMessage], ledger: Ledger,
         text = DISCARDED.format(name=name)
         if message.content in (text, REWRITTEN.format(name=name), WRITTEN.format(name=name)):
             continue
-        if message.tool_call_id in recorded and _same(recorded[message.tool_call_id],
-                                                      message.content):
+        found = recorded.get(message.tool_call_id)
+        if found is not None and _same(found.get("content"), message.content):
             continue
         fixes.append(ToolMessage(text, tool_call_id=message.tool_call_id, id=message.id,
                                  name=name, status="error"))
@@ -327,7 +343,7 @@ def refused_turn(ai: AIMessage, messages: list[AnyMessage], later: int, ctx: Gat
     thread's: it is planned anew). A model's turn moved into a thread where the agent works
     (the waiting turn removed in the same write) took the waiting call's place (helper-75)."""
     if (not ctx.ledger.plans_in(ctx.thread_id, ctx.path)
-            and ctx.ledger.planned_where(turn_key(ai, ctx.scope)) is not None):
+            and ctx.ledger.planned_where(turn_key(ai, ctx.scope), ctx.thread_id) is not None):
         return None  # (a model's turn in a thread this agent never planned in: a copy)
     rewritten = ai.id is not None and ctx.ledger.planned_message(ctx.thread_id, ctx.path,
                                                                  str(ai.id))

@@ -418,3 +418,32 @@ def test_a_result_a_client_writes_for_a_turn_nobody_planned_never_reaches_the_mo
     assert read and "SECRET" not in str(read[-1])
     (told,) = [m for m in read[-1] if isinstance(m, ToolMessage) and m.tool_call_id == "f1"]
     assert "did not run" in str(told.content)
+
+
+def test_a_copied_threads_results_stand_as_their_tools_node_recorded_them(
+        sqlite_url: str) -> None:
+    """A copy of a thread paused on a payment, beside a lookup that ran in the same turn: the
+    copy plans the turn anew and asks again, and the lookup's result, which no tool of the
+    copy gave, was replaced by "did not run" (helper-75). A result stands as the tools node
+    recorded it where a model node planned that very turn; it never runs again in the copy."""
+    read: list[list[Any]] = []
+
+    def reply(messages: list[Any]) -> Any:
+        read.append(list(messages))
+        if not any(isinstance(m, AIMessage) for m in messages):
+            return turn(call("lookup", {"key": "k1"}, "l1"), call("pay", PAY, "c1"))
+        return "done"
+
+    agent, ran = agent_with(reply, checkpointer=sqlite_url)
+    paused = agent.generate("look up and pay")
+    assert ran.ran == [("lookup", {"key": "k1"})]
+    copied = agent.graph.get_state(config(paused.thread_id)).values["messages"]
+    copy = config("the-copy")
+    agent.graph.update_state(copy, {"messages": copied}, as_node="model")
+    agent.graph.invoke(Command(goto="approval_gate"), copy)
+    (asked,) = [a for i in agent.graph.get_state(copy).interrupts for a in i.value["approvals"]]
+    assert asked["tool_call_id"] == "c1"
+    agent.graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), copy)
+    assert ran.ran == [("lookup", {"key": "k1"}), ("pay", PAY)]
+    told = {m.tool_call_id: str(m.content) for m in read[-1] if isinstance(m, ToolMessage)}
+    assert told == {"l1": "value of k1", "c1": "paid 40 to ACME"}
