@@ -343,7 +343,7 @@ def refused_turn(ai: AIMessage, messages: list[AnyMessage], later: int, ctx: Gat
     thread's: it is planned anew). A model's turn moved into a thread where the agent works
     (the waiting turn removed in the same write) took the waiting call's place (helper-75)."""
     if (not ctx.ledger.plans_in(ctx.thread_id, ctx.path)
-            and ctx.ledger.planned_where(turn_key(ai, ctx.scope), ctx.thread_id) is not None):
+            and ctx.ledger.planned_where(turn_key(ai, ctx.scope)) is not None):
         return None  # (a model's turn in a thread this agent never planned in: a copy)
     rewritten = ai.id is not None and ctx.ledger.planned_message(ctx.thread_id, ctx.path,
                                                                  str(ai.id))
