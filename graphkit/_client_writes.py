@@ -104,20 +104,12 @@ def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
     if not answers:
         return fixes
     outcomes = ctx.outcomes(call["key"] for _, call in answers)
-    elsewhere: dict[str, Any] | None = None
     for message, call in answers:
         outcome = outcomes.get(call["key"])
         if outcome is not None and _same(outcome.get("content"), message.content):
             continue
-        if outcome is None:  # (a copied thread's turn, planned anew: its tools ran there)
-            if elsewhere is None:
-                elsewhere = _recorded_elsewhere(ctx.ledger, str(plan.get("turn_key")),
-                                                ctx.thread_id)
-            found = elsewhere.get(message.tool_call_id)
-            if found is not None and _same(found.get("content"), message.content):
-                ctx.ledger.settle({call["key"]: found}, thread_id=ctx.thread_id)
-                continue
-        if message.content in {REFUSED.format(name=call["tool_name"], why=w) for w in REASONS}:
+        if isinstance(message.content, str) and message.content in {
+                REFUSED.format(name=call["tool_name"], why=w) for w in REASONS}:
             continue  # the tools node's own refusal: the call did not run, as it says
         text = DISCARDED.format(name=call["tool_name"])
         for record in (call["approval"], call["suspension"]):
@@ -250,12 +242,15 @@ def _unplanned_results(messages: list[AnyMessage], ctx: GateContext) -> list[Too
     last one it planned: no tool of this thread ran them (a client wrote the turn and its
     results, or rewrote a model message under its id and answered it: helper-74, the model
     read `root:$6$...`; a model's words after them hid them from a check of the last turn
-    alone: helper-75). A result stands only as a tools node recorded it, where a model node
-    planned that very turn (a copied thread's history); any other is replaced in place by a
-    notice, but one that says already that the call did not run."""
+    alone: helper-75). In a thread the agent planned nothing in (a copy), a result stands as
+    a tools node recorded it where a model node planned that very turn (the copy's history;
+    in a thread the agent works in, such results were another thread's laundered: helper-76);
+    any other is replaced in place by a notice, but one that says already that the call did
+    not run."""
     fixes: list[ToolMessage] = []
     end = len(messages)
     walked = 0
+    copied: bool | None = None  # (a thread the agent planned nothing in: a copy's history)
     for index in range(len(messages) - 1, -1, -1):
         ai = messages[index]
         if not isinstance(ai, AIMessage) or not ai.tool_calls:
@@ -266,8 +261,10 @@ def _unplanned_results(messages: list[AnyMessage], ctx: GateContext) -> list[Too
         if ctx.ledger.turn(ctx.thread_id, ctx.path, key) is not None or walked >= WALKED_BACK:
             break
         walked += 1
-        recorded = _recorded_elsewhere(ctx.ledger, key, ctx.thread_id)
-        fixes += _unrecorded(ai, messages[index + 1:end], recorded)
+        if copied is None:
+            copied = not ctx.ledger.plans_in(ctx.thread_id, ctx.path)
+        recorded = copied and _recorded_elsewhere(ctx.ledger, key, ctx.thread_id)
+        fixes += _unrecorded(ai, messages[index + 1:end], recorded or {})
         end = index
     if fixes:
         ctx.ledger.audit([audit_row(
@@ -300,7 +297,8 @@ def _unrecorded(ai: AIMessage, after: Sequence[AnyMessage], recorded: dict[str, 
             continue
         name = names[message.tool_call_id]
         text = DISCARDED.format(name=name)
-        if message.content in (text, REWRITTEN.format(name=name), WRITTEN.format(name=name)):
+        if isinstance(message.content, str) and message.content in (
+                text, REWRITTEN.format(name=name), WRITTEN.format(name=name)):
             continue
         found = recorded.get(message.tool_call_id)
         if found is not None and _same(found.get("content"), message.content):

@@ -420,30 +420,50 @@ def test_a_result_a_client_writes_for_a_turn_nobody_planned_never_reaches_the_mo
     assert "did not run" in str(told.content)
 
 
-def test_a_copied_threads_results_stand_as_their_tools_node_recorded_them(
+def test_a_result_recorded_in_a_copy_never_settles_the_originals_waiting_call(
         sqlite_url: str) -> None:
-    """A copy of a thread paused on a payment, beside a lookup that ran in the same turn: the
-    copy plans the turn anew and asks again, and the lookup's result, which no tool of the
-    copy gave, was replaced by "did not run" (helper-75). A result stands as the tools node
-    recorded it where a model node planned that very turn; it never runs again in the copy."""
+    """A copy of a thread paused on a payment, the copy's payment rejected there, and the
+    copy's recorded answer written into the original as the waiting call's result: for a
+    while a result recorded where a model node planned the same turn stood, and it settled
+    the original's call as rejected by a reviewer nobody asked, its approval pending forever
+    (helper-76). A result only the tools node of this thread recorded stands: this one is
+    thrown away, and what waited is declined as superseded, as for any written result."""
     read: list[list[Any]] = []
 
     def reply(messages: list[Any]) -> Any:
         read.append(list(messages))
         if not any(isinstance(m, AIMessage) for m in messages):
-            return turn(call("lookup", {"key": "k1"}, "l1"), call("pay", PAY, "c1"))
+            return turn(call("pay", PAY, "c1"))
         return "done"
 
     agent, ran = agent_with(reply, checkpointer=sqlite_url)
-    paused = agent.generate("look up and pay")
-    assert ran.ran == [("lookup", {"key": "k1"})]
-    copied = agent.graph.get_state(config(paused.thread_id)).values["messages"]
+    paused = agent.generate("pay")
+    original = config(paused.thread_id)
     copy = config("the-copy")
-    agent.graph.update_state(copy, {"messages": copied}, as_node="model")
+    agent.graph.update_state(copy, {"messages": agent.graph.get_state(original).values[
+        "messages"]}, as_node="model")
     agent.graph.invoke(Command(goto="approval_gate"), copy)
-    (asked,) = [a for i in agent.graph.get_state(copy).interrupts for a in i.value["approvals"]]
-    assert asked["tool_call_id"] == "c1"
-    agent.graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), copy)
-    assert ran.ran == [("lookup", {"key": "k1"}), ("pay", PAY)]
-    told = {m.tool_call_id: str(m.content) for m in read[-1] if isinstance(m, ToolMessage)}
-    assert told == {"l1": "value of k1", "c1": "paid 40 to ACME"}
+    agent.graph.invoke(Command(resume={"decisions": [{"type": "reject"}]}), copy)
+    answer = next(m for m in agent.graph.get_state(copy).values["messages"]
+                  if isinstance(m, ToolMessage) and m.tool_call_id == "c1")
+    agent.graph.invoke({"messages": [ToolMessage(answer.content, tool_call_id="c1",
+                                                 name="pay")]}, original)
+    told = [m for m in read[-1] if isinstance(m, ToolMessage) and m.tool_call_id == "c1"]
+    assert told and all("written from outside the agent" in str(m.content) for m in told)
+    (pending,) = paused.pending_approvals
+    row = agent._storage.ledger.approval(pending.id)
+    assert row is not None and row.status == "rejected" and ran.ran == []
+
+
+def test_a_written_result_whose_content_is_a_list_of_blocks_is_thrown_away(
+        sqlite_url: str) -> None:
+    """A result given as content blocks (a list) crashed the model node (`unhashable type:
+    'list'`), and the thread stayed stuck for every later message or decision (helper-76)."""
+    agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done", "done"],
+                            checkpointer=sqlite_url)
+    paused = agent.generate("pay")
+    agent.graph.invoke({"messages": [ToolMessage([{"type": "text", "text": "paid"}],
+                                                 tool_call_id="c1", name="pay")]},
+                       config(paused.thread_id))
+    done = agent.generate("and now?", thread_id=paused.thread_id)
+    assert done.finish_reason == "stop" and ran.ran == []
