@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import (
     AIMessage,
@@ -57,6 +57,26 @@ WRITTEN = ("Tool call {name!r} did not run: it was written into the conversation
            "the agent (not by its model); only the model writes its calls.")
 
 
+def _audit_refused(ctx: GateContext, notices: Sequence[ToolMessage]) -> None:
+    """Audit as refused each call a notice answers in a result's place (the notice says why)."""
+    if notices:
+        ctx.ledger.audit([audit_row(
+            "refused", {"tool_name": m.name, "tool_call_id": m.tool_call_id},
+            thread_id=ctx.thread_id, run_id=ctx.run_id, detail=str(m.content))
+            for m in notices])
+
+
+def _moved_after(messages: list[AnyMessage], later: int, answers: list[ToolMessage]
+                 ) -> tuple[list[AnyMessage], list[BaseMessage]]:
+    """`answers` right after a turn whose results end at `later`: the conversation as the
+    model reads it, and the writes that make the state say the same (what came after the
+    turn moves after its answers: removed, then written again)."""
+    newer = messages[later:]
+    writes: list[BaseMessage] = [*(RemoveMessage(id=str(m.id)) for m in newer), *answers,
+                                 *newer]
+    return [*messages[:later], *answers, *newer], writes
+
+
 def _same(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True,
                                                                       default=str)
@@ -85,10 +105,7 @@ def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
     messages = list(state.get("messages") or [])
     fixes = [ToolMessage(ORPHAN, tool_call_id=m.tool_call_id, id=m.id, name=m.name,
                          status="error") for m in _orphans(messages)]
-    if fixes:
-        ctx.ledger.audit([audit_row(
-            "refused", {"tool_name": m.name, "tool_call_id": m.tool_call_id},
-            thread_id=ctx.thread_id, run_id=ctx.run_id, detail=ORPHAN) for m in fixes])
+    _audit_refused(ctx, fixes)
     if not plan:
         return fixes + _unplanned_results(messages, ctx)
     calls = {c["tool_call_id"]: c for c in plan["calls"]}
@@ -116,13 +133,12 @@ def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
             if record is not None:
                 supersede(ctx.ledger, record, comment="a client wrote a result for the call",
                           thread_id=ctx.thread_id, run_id=ctx.run_id, detail=text)
-        ctx.ledger.audit([audit_row(
-            "refused", {"tool_name": call["tool_name"], "tool_call_id": call["tool_call_id"]},
-            thread_id=ctx.thread_id, run_id=ctx.run_id, detail=text)])
+        notice = ToolMessage(text, tool_call_id=message.tool_call_id, id=message.id,
+                             name=call["tool_name"], status="error")
+        _audit_refused(ctx, [notice])
         ctx.ledger.settle({call["key"]: {"content": text, "status": "error"}},
                           thread_id=ctx.thread_id)
-        fixes.append(ToolMessage(text, tool_call_id=message.tool_call_id, id=message.id,
-                                 name=call["tool_name"], status="error"))
+        fixes.append(notice)
     return fixes
 
 
@@ -151,10 +167,7 @@ def stopped_turn(messages: list[AnyMessage], opened: list[tuple[int, int]], ctx:
                                    agent_path=ctx.path, run_id=ctx.run_id, scope=ctx.scope)
     if not answers:
         return messages, []
-    # the newer messages move after the answers: removed, then written again
-    writes: list[BaseMessage] = [*(RemoveMessage(id=str(m.id)) for m in newer), *answers,
-                                 *newer]
-    return [*messages[:later], *answers, *newer], writes
+    return _moved_after(messages, later, answers)
 
 
 def left_to_the_gate(plan: TurnPlan | None, messages: list[AnyMessage]) -> bool:
@@ -231,8 +244,6 @@ def drop_written_while_waiting(messages: list[AnyMessage], opened: list[tuple[in
     return dropped
 
 
-
-
 WALKED_BACK = 20
 """How many unplanned turns, back from the conversation's end, have their results checked."""
 
@@ -266,10 +277,7 @@ def _unplanned_results(messages: list[AnyMessage], ctx: GateContext) -> list[Too
         recorded = copied and _recorded_elsewhere(ctx.ledger, key, ctx.thread_id)
         fixes += _unrecorded(ai, messages[index + 1:end], recorded or {})
         end = index
-    if fixes:
-        ctx.ledger.audit([audit_row(
-            "refused", {"tool_name": m.name, "tool_call_id": m.tool_call_id},
-            thread_id=ctx.thread_id, run_id=ctx.run_id, detail=str(m.content)) for m in fixes])
+    _audit_refused(ctx, fixes)
     return fixes
 
 
@@ -314,9 +322,9 @@ def unplanned_turn(messages: list[AnyMessage], opened: list[tuple[int, int]],
     planned it in this thread and no user message came after it. Checked after
     `drop_written_while_waiting`, so nothing waits before it (a client's turn, planned by the
     gate which a client's `Command` reached while an earlier turn waited, took the waiting
-    call's place in the interrupt; helper-72). Planned now only if this agent's model node
-    wrote it, in some thread (`Ledger.planned_anywhere`: a copy of a thread holds its turns);
-    else `refused_turn` answers it."""
+    call's place in the interrupt; helper-72). Planned now only if a model node wrote it in
+    another thread and this agent planned nothing here yet (a copy: `refused_turn`, which
+    else answers it)."""
     if not opened:
         return None
     turn, later = opened[0]
@@ -327,7 +335,7 @@ def unplanned_turn(messages: list[AnyMessage], opened: list[tuple[int, int]],
     return ai
 
 
-def refused_turn(ai: AIMessage, messages: list[AnyMessage], later: int, ctx: GateContext
+def refused_turn(messages: list[AnyMessage], turn: int, later: int, ctx: GateContext
                  ) -> tuple[list[AnyMessage], list[BaseMessage]] | None:
     """The answers, as not run, of an unplanned turn (`unplanned_turn`) no model node of this
     agent wrote in any thread: a client wrote it (`Command(update=...)`, `update_state`), new
@@ -340,23 +348,17 @@ def refused_turn(ai: AIMessage, messages: list[AnyMessage], later: int, ctx: Gat
     node wrote elsewhere, in a thread where this agent planned nothing yet (a copied
     thread's: it is planned anew). A model's turn moved into a thread where the agent works
     (the waiting turn removed in the same write) took the waiting call's place (helper-75)."""
+    ai = cast(AIMessage, messages[turn])  # (`unplanned_turn` found it so)
     if (not ctx.ledger.plans_in(ctx.thread_id, ctx.path)
             and ctx.ledger.planned_where(turn_key(ai, ctx.scope)) is not None):
         return None  # (a model's turn in a thread this agent never planned in: a copy)
     rewritten = ai.id is not None and ctx.ledger.planned_message(ctx.thread_id, ctx.path,
                                                                  str(ai.id))
     notice = REWRITTEN if rewritten else WRITTEN
-    index = next(i for i, m in enumerate(messages) if m is ai)
-    answered = {m.tool_call_id for m in messages[index + 1:later] if isinstance(m, ToolMessage)}
+    answered = {m.tool_call_id for m in messages[turn + 1:later] if isinstance(m, ToolMessage)}
     unanswered = list({c["id"]: c for c in ai.tool_calls
                        if c.get("id") not in answered}.values())
     answers = [ToolMessage(notice.format(name=c["name"]), tool_call_id=str(c["id"]),
                            name=c["name"], status="error") for c in unanswered]
-    ctx.ledger.audit([audit_row(
-        "refused", {"tool_name": c["name"], "tool_call_id": c["id"]}, thread_id=ctx.thread_id,
-        run_id=ctx.run_id, detail=notice.format(name=c["name"])) for c in unanswered])
-    newer = messages[later:]
-    # what came after the turn moves after its answers: removed, then written again
-    writes: list[BaseMessage] = [*(RemoveMessage(id=str(m.id)) for m in newer), *answers,
-                                 *newer]
-    return [*messages[:later], *answers, *newer], writes
+    _audit_refused(ctx, answers)
+    return _moved_after(messages, later, answers)

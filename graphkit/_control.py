@@ -238,9 +238,9 @@ def decide(
     remember: Remember = "once",
 ) -> ApprovalRecord:
     """Take one decision on a waiting call of this run (checked, claimed, audited)."""
-    current = is_current(snapshot, req.ledger, thread_id=req.thread_id,
-                         agent=req.agent_path[0] if req.agent_path else "", run_id=req.run_id)
     agent = _agent(req)
+    current = is_current(snapshot, req.ledger, thread_id=req.thread_id, agent=agent or "",
+                         run_id=req.run_id)
     items = of_run(_expire(waiting(snapshot, req.ledger, agent), snapshot, req, agent), req.run_id,
                    current=current)
     kind: Literal["approval", "suspension"] | None = (

@@ -200,7 +200,7 @@ def make_model_node(
         messages, moved = stopped_turn(messages, opened, ctx)
         written = unplanned_turn(messages, opened, ctx)
         if written is not None:
-            answered = refused_turn(written, messages, opened[0][1], ctx)
+            answered = refused_turn(messages, *opened[0], ctx)
             if answered is None:
                 planned = plan_written(written, state, ctx, [*forged, *moved])
                 return [], False, [], planned, None, ctx

@@ -36,7 +36,6 @@ def now_iso() -> str:
     return iso_time(datetime.now(UTC))
 
 
-
 def _args_model(tool: BaseTool | None) -> type[BaseModel] | None:
     """The tool's pydantic model of its arguments; None for a JSON schema, or none (the
     arguments are then taken as they are)."""

@@ -212,7 +212,7 @@ LATE = ("CREATE INDEX IF NOT EXISTS graphkit_approvals_waiting ON graphkit_appro
         "CREATE INDEX IF NOT EXISTS graphkit_calls_turn ON graphkit_calls (thread_id, turn_key)",
         # a thread's runs in the order they started (`later_run`)
         "CREATE INDEX IF NOT EXISTS graphkit_runs_thread ON graphkit_runs (thread_id, created_at)",
-        # whether a model turn was planned in any thread (`planned_anywhere`: a copied thread)
+        # where a model turn was planned, in any thread (`planned_where`: a copied thread)
         "CREATE INDEX IF NOT EXISTS graphkit_turns_key ON graphkit_turns (turn_key)")
 """Statements on migrated columns: run after `MIGRATIONS`."""
 
