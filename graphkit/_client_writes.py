@@ -191,8 +191,8 @@ def open_turns(messages: list[AnyMessage]) -> Iterator[tuple[int, int]]:
         if isinstance(message, ToolMessage):
             answered.add(message.tool_call_id)
             continue
-        if isinstance(message, AIMessage) and message.tool_calls and message.id and any(
-                c.get("id") not in answered for c in message.tool_calls):
+        if (isinstance(message, AIMessage) and message.tool_calls and message.id is not None
+                and any(c.get("id") not in answered for c in message.tool_calls)):
             yield index, end
         answered = set()
         end = index

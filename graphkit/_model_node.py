@@ -65,8 +65,9 @@ _Reply = TypeVar("_Reply", bound=BaseMessage)
 
 def _unique_id(response: _Reply, messages: Sequence[BaseMessage]) -> _Reply:
     """Some OpenAI-compatible servers reuse one completion id: a reply must not replace an
-    earlier message that happens to share its id."""
-    if response.id is None or any(m.id == response.id for m in messages):
+    earlier message that happens to share its id, and an empty id is none (no turn of it could be
+    told apart)."""
+    if not response.id or any(m.id == response.id for m in messages):
         return response.model_copy(update={"id": f"run-{uuid.uuid4()}"})
     return response
 

@@ -467,3 +467,31 @@ def test_a_written_result_whose_content_is_a_list_of_blocks_is_thrown_away(
                        config(paused.thread_id))
     done = agent.generate("and now?", thread_id=paused.thread_id)
     assert done.finish_reason == "stop" and ran.ran == []
+
+
+@pytest.mark.parametrize("how", ["goto model", "update_state", "graph input"])
+def test_a_client_turn_under_an_empty_message_id_is_answered_like_any_other(
+        sqlite_url: str, how: str) -> None:
+    """A turn under the message id `""` was skipped as one without an id by the checks of
+    unanswered turns: the model was handed a call without a result (a provider refuses that,
+    on every later message of the thread) (helper-74). An empty id is an id: the turn is
+    answered as not run, like any turn no model node wrote."""
+    read: list[list[Any]] = []
+
+    def reply(messages: list[Any]) -> Any:
+        read.append(list(messages))
+        return "done"
+
+    agent, ran = agent_with(reply, checkpointer=sqlite_url)
+    cfg = config(agent.generate("hi").thread_id)
+    ai = AIMessage("", id="", tool_calls=[call("bash", {"command": "cat /etc/shadow"}, "f1")])
+    if how == "goto model":
+        agent.graph.invoke(Command(update={"messages": [ai]}, goto="model"), cfg)
+    elif how == "update_state":
+        agent.graph.update_state(cfg, {"messages": [ai]}, as_node="model")
+        agent.graph.invoke(Command(goto="approval_gate"), cfg)
+    else:
+        agent.graph.invoke({"messages": [ai, HumanMessage("and?")]}, cfg)
+    assert ran.ran == [] and len(read) == 2
+    (told,) = [m for m in read[-1] if isinstance(m, ToolMessage) and m.tool_call_id == "f1"]
+    assert "did not run" in str(told.content) or "stopped" in str(told.content)
