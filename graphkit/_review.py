@@ -295,8 +295,8 @@ def refuse_unknown(tool_name: str, schema: Mapping[str, Any] | None, args: Any) 
     it, and a misspelt `ammount` would leave the amount the reviewer meant to lower as the
     model wrote it."""
     if unknown := unknown_args(schema, args):
-        msg = (f"tool {tool_name!r} takes no argument {', '.join(map(repr, unknown))} (it goes "
-               "by the names the model sees): an edit names only arguments the tool takes; "
+        msg = (f"tool {tool_name!r} takes no argument {', '.join(map(repr, unknown))}: an edit "
+               "names only arguments the tool takes, by the keys they are shown under; "
                "nothing was decided")
         raise InvalidApprovedArgsError(msg)
 

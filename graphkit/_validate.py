@@ -13,6 +13,7 @@ from typing import Any, Union, get_args, get_origin
 
 import jsonschema
 from langchain_core.tools import BaseTool
+from langchain_core.tools.base import get_all_basemodel_annotations
 from pydantic import BaseModel, Secret, SecretBytes, SecretStr, ValidationError
 from pydantic_core import to_jsonable_python
 
@@ -152,17 +153,81 @@ def validated_args(tool: BaseTool, args: Mapping[str, Any]
 
 
 def args_json_schema(tool: BaseTool) -> dict[str, Any] | None:
-    """The JSON schema of the arguments the model sees, for checking edits without the tool
-    (it is recorded with the plan) and for naming the arguments a tool takes."""
+    """The JSON schema of the arguments the model sees, under the keys they are shown, stored
+    and edited by (the keys the tool's validation reads: `read_as`), for checking edits
+    without the tool (it is recorded with the plan) and for naming the arguments a tool
+    takes."""
     schema = tool.tool_call_schema
     if isinstance(schema, dict):
         return schema
     # (pydantic's, or its v1 API's)
     make = getattr(schema, "model_json_schema", None) or getattr(schema, "schema", None)
     try:
-        return dict(make()) if make is not None else None
+        seen = dict(make()) if make is not None else None
     except Exception:  # an exotic schema: the inbox then skips its own check
         return None
+    model = _args_model(tool)
+    return _under_read_keys(seen, model) if seen is not None and model is not None else seen
+
+
+def _under_read_keys(seen: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    """LangChain names a model's fields by their names, not by the aliases its validation
+    reads them by (and arguments are shown under: helper-73): an edit under the key the
+    reviewer saw was refused as an argument the tool does not take. The model's own schema
+    in validation mode names them by those keys."""
+    aliased = _aliased_schema(model)
+    if aliased is None:
+        return seen
+    # LangChain leaves out the injected arguments, and (by a slip of its own) the fields it
+    # did not see in the model's signature, which has a validation alias there: the model is
+    # not told of them, but a call that gives them shows them, and an edit may name them
+    injected = set(get_all_basemodel_annotations(model)) - set(seen.get("properties") or {})
+    given = aliased.get("properties") or {}
+    needed = set(aliased.get("required") or [])
+    out = {**aliased, "properties": {}}
+    out.pop("required", None)
+    for name, field in model.model_fields.items():
+        if name in injected:
+            continue
+        path = read_as(name, field, model.model_config)
+        # (pydantic names an `AliasPath`'s field by its name: it is read, and shown, nested)
+        named = path[0] if len(path) == 1 else name
+        if named in given:
+            _nest(out, path, given[named], required=named in needed)
+    out.update((key, seen[key]) for key in ("title", "description") if key in seen)
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _aliased_schema(model: type[BaseModel]) -> dict[str, Any] | None:
+    """The model's schema by the keys its validation reads; None when no alias changes it."""
+    try:
+        aliased = model.model_json_schema(mode="validation")
+        if aliased != model.model_json_schema(by_alias=False, mode="validation"):
+            return aliased
+    except Exception:  # (a schema pydantic cannot write: LangChain's is kept)
+        pass
+    return None
+
+
+def _nest(schema: dict[str, Any], path: tuple[str, ...], value: Any, *, required: bool) -> None:
+    """Put a field's schema at `path` of an object's schema, making (or copying: the model's
+    schema is cached) the objects on the way."""
+    for key in path[:-1]:
+        _require(schema, key, required)
+        found = schema["properties"].get(key)
+        inner = {"type": "object", **(found if isinstance(found, dict) else {})}
+        inner["properties"] = dict(inner.get("properties") or {})
+        if "required" in inner:
+            inner["required"] = list(inner["required"])
+        schema["properties"][key] = schema = inner
+    schema["properties"][path[-1]] = value
+    _require(schema, path[-1], required)
+
+
+def _require(schema: dict[str, Any], key: str, required: bool) -> None:
+    if required and key not in schema.setdefault("required", []):
+        schema["required"].append(key)
 
 
 def unknown_args(schema: Mapping[str, Any] | None, args: Any) -> list[str]:

@@ -22,7 +22,7 @@ from pydantic import (
 )
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from graphkit import Agent, GraphkitTool, ToolContext, create_tool
+from graphkit import Agent, GraphkitTool, Inbox, InvalidApprovedArgsError, ToolContext, create_tool
 from graphkit.testing import ScriptedChatModel
 from graphkit.tools import render_prompt
 from tests.helpers import call, turn
@@ -396,6 +396,49 @@ def test_arguments_run_and_show_under_the_keys_the_tool_reads_them_by() -> None:
     assert done.finish_reason == "stop"
     assert ran == [{"account": "A-1", "amount": 999_999, "amt": 3, "payee": "bob",
                     "memo": Memo(c="X", note="rent"), "ref": "R-1"}]
+
+
+@pytest.mark.parametrize("door", ["the agent", "an inbox without the tool"])
+def test_an_edit_names_the_arguments_by_the_keys_the_reviewer_saw(sqlite_url: str,
+                                                                  door: str) -> None:
+    """The edit check went by LangChain's schema, which names fields by their names (and
+    leaves out a field read by a validation alias): an edit under the keys the reviewer was
+    shown was refused, and, with `populate_by_name`, so was one under the field's name, at the
+    gate (helper-73). Edits name the arguments as they are shown; a field's bare name, which
+    the reviewer never saw, is refused and nothing is decided."""
+    ran: list[dict[str, Any]] = []
+
+    def pay(**kwargs: Any) -> str:
+        ran.append(kwargs)
+        return "paid"
+
+    pay_tool = create_tool(pay, name="pay", description="Pay.", args_schema=Aliased,
+                           needs_approval=True)
+    given = {"acct": "A-1", "amount": 50, "amt": 3, "to": "bob",
+             "memo_text": {"c": "X", "note": "rent"}, "meta": {"ref": "R-1"}}
+    agent = Agent(name="bank", tools=[pay_tool], checkpointer=sqlite_url,
+                  model=ScriptedChatModel([turn(call("pay", given, "p1")), "done"]))
+    paused = agent.generate("pay")
+    (pending,) = paused.pending_approvals
+    edit = {**pending.args, "acct": "A-2", "to": "carol", "memo_text": {"c": "Y"},
+            "meta": {"ref": "R-2"}}
+    inbox = Inbox(sqlite_url)
+    with pytest.raises(InvalidApprovedArgsError, match="takes no argument 'payee'"):
+        if door == "the agent":
+            agent.approve_tool_call(run_id=paused.run_id, args={**edit, "payee": "eve"},
+                                    decided_by="cfo")
+        else:
+            inbox.approve(pending.id, args={**edit, "payee": "eve"}, decided_by="cfo")
+    assert [p.status for p in agent.pending_approvals(run_id=paused.run_id)] == ["pending"]
+    if door == "the agent":
+        done = agent.approve_tool_call_generate(run_id=paused.run_id, args=edit,
+                                                decided_by="cfo")
+    else:
+        inbox.approve(pending.id, args=edit, decided_by="cfo")
+        done = agent.resume(run_id=paused.run_id)
+    assert done.finish_reason == "stop"
+    assert ran == [{"account": "A-2", "amount": 50, "amt": 3, "payee": "carol",
+                    "memo": Memo(c="Y"), "ref": "R-2"}]
 
 
 def test_a_runnable_config_parameter_is_langchains_to_give_never_the_models() -> None:
