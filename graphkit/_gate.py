@@ -509,6 +509,10 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
     def approval_gate(state: AgentState, config: RunnableConfig) -> Command[GateTarget]:
         messages = list(state.get("messages") or [])
         ai = last_ai(messages)
+        if ai is not None and not ai.tool_calls and messages[-1] is ai:
+            # the model answered last: nothing is left to do (a pass a stale trigger started,
+            # a task a client sent to the tools node, say, called the model once more)
+            return Command()
         if ai is None or not ai.tool_calls:
             return Command(goto="model")
         ctx = planner.context(state, config)

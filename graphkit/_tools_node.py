@@ -212,7 +212,7 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
                 return _Admitted(owner, ledger.resume_values(row.call_key, row.thread_id),
                                  dict(row.once_results or {}), dict(row.args), at)
         if outcome == "done" and held is not None and held.outcome is not None:
-            return ToolMessage(held.outcome.get("content", ""),
+            return ToolMessage(held.outcome.get("content", ""), id=result_id(row.call_key),
                                tool_call_id=task["tool_call_id"], name=name,
                                status=held.outcome.get("status") or "success")
         why = RUNNING
@@ -373,14 +373,23 @@ def _brief(exc: BaseException, secrets: Sequence[str]) -> str:
     return text if len(text) <= 300 else text[:299] + "…"
 
 
+def result_id(key: str) -> str:
+    """The id of a call's result message: one per call (its ledger key)."""
+    return f"result-{key}"
+
+
 def result_command(task: ToolTask, output: Any) -> Command[ToolTarget]:
-    """The command that hands one tool call's result back to its turn."""
+    """The command that hands one tool call's result back to its turn, under an id of the
+    call's own: a call's result written again (a replay, a task sent to this node more than
+    once: helper-72) takes its own place, never a second one beside it."""
     if isinstance(output, ToolMessage):
         message = output
     else:
         message = ToolMessage(str(output), tool_call_id=task["tool_call_id"])
     if not message.name:
         message.name = task["tool_name"]
+    if task.get("key"):
+        message.id = result_id(task["key"])
     goto: ToolTarget = "model" if task.get("then") == "model" else "approval_gate"
     return Command(update={"messages": [message]}, goto=goto)
 

@@ -100,6 +100,30 @@ def test_a_sent_task_runs_the_arguments_the_ledger_holds_never_its_own(sqlite_ur
     assert [args for _, args in ran.ran] == [PAY]  # once
 
 
+@pytest.mark.parametrize("sends", [1, 3])
+def test_a_task_sent_again_for_a_call_that_ran_leaves_one_result_and_one_answer(
+        sqlite_url: str, sends: int) -> None:
+    """`Command(goto=[Send("tools", task)] * 3)` for a call that had run while another waited:
+    each task answered with the recorded result under a new message id, so the turn held
+    the call's result four times; and their passes to the gate, which went on to the model
+    whenever the conversation ended with a reply, called the model once more after the run's
+    answer (helper-72). A call's result has one id (its key), and a gate pass with nothing
+    after the model's reply ends the run."""
+    agent, ran = agent_with([turn(call("lookup", {"key": "k"}, "c0"), call("pay", PAY, "c1")),
+                             "done", "done again"], checkpointer=sqlite_url)
+    paused = agent.generate("pay")
+    cfg = config(paused.thread_id)
+    look = next(c for c in plan_of(agent, paused.thread_id)["calls"]
+                if c["tool_name"] == "lookup")
+    agent.graph.invoke(Command(goto=[Send("tools", task(look, ["assistant"]))] * sends), cfg)
+    done = agent.approve_tool_call_generate(run_id=paused.run_id, decided_by="cfo")
+    assert done.finish_reason == "stop" and ran.names() == ["lookup", "pay"]
+    messages = agent.graph.get_state(cfg).values["messages"]
+    assert [(m.type, getattr(m, "tool_call_id", None)) for m in messages[1:]] == [
+        ("ai", None), ("tool", "c0"), ("tool", "c1"), ("ai", None)]
+    assert messages[-1].content == "done"
+
+
 def test_a_plan_marked_approved_in_state_runs_nothing() -> None:
     agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done", "done"])
     result = agent.generate("pay")
