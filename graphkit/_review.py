@@ -35,6 +35,8 @@ from graphkit._secrets import (
     record_digest,
     record_paths,
     restored,
+    scrub_exception,
+    secret_values,
     unmasked,
     with_secrets,
 )
@@ -309,7 +311,26 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
     The policy decides approvals always (without an identity it refuses), and a suspension's
     answer whenever the decider is known or must be (`identity_required`: a client's resume);
     the trusted in-process API may answer a suspension without naming anyone.
+
+    A refusal never shows the call's secret values, nor those an edit typed where they go:
+    its message is audited, raised to whoever decided, and shown in the next interrupt, and
+    what made it may quote them (a validator's, the approvers policy's error: helper-78).
     """
+    try:
+        return _checked(record, choice, decided_by=decided_by, comment=comment,
+                        approvers=approvers, tool=tool, check_args=check_args,
+                        identity_required=identity_required)
+    except GraphkitError as exc:
+        paths = record_paths(record)
+        scrub_exception(exc, sorted({*secret_values(record.get("args"), paths),
+                                     *secret_values(choice.args, paths)},
+                                    key=lambda t: (-len(t), t)))
+        raise
+
+
+def _checked(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
+             comment: str | None, approvers: Approvers | None, tool: BaseTool | None,
+             check_args: ArgsCheck | None, identity_required: bool) -> Taken:
     decided_by = named(decided_by)
     recorded = record.get("args_digest")
     if (not isinstance(record.get("args"), Mapping)

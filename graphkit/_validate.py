@@ -145,9 +145,13 @@ def validated_args(tool: BaseTool, args: Mapping[str, Any]
         # and digested (not a validator's second conversion, say dollars to cents again).
         again, shown_again, _ = _parsed(tool, schema, result)
         if again != parsed:
+            # (which arguments, never their values: they may be secrets; helper-78)
+            moved = sorted(str(k) for k in {*result, *shown_again}
+                           if result.get(k) != shown_again.get(k))
             msg = (f"tool {tool.name!r} changes its arguments each time they are validated "
-                   f"({result!r} becomes {shown_again!r}): the values approved would not be "
-                   "the values it runs with; make its validators idempotent")
+                   f"({', '.join(moved) or 'their types'} read again differ): the values "
+                   "approved would not be the values it runs with; make its validators "
+                   "idempotent")
             raise InvalidApprovedArgsError(msg)
     return result, secrets
 
@@ -528,9 +532,12 @@ def validate_resume(tool: BaseTool | None, data: Any) -> Any:
         parsed = schema.model_validate(data)
     except ValidationError as exc:
         name = tool.name if tool else "?"
+        # where and why, never the values: the message is audited, raised to the caller and
+        # shown in the next interrupt, and a field may be a secret the tool asked for (a
+        # one-time code typed beside a wrong amount; helper-77)
         msg = (
-            f"resume data {data!r} does not match resume_schema {schema.__name__} of tool "
-            f"{name!r}: {exc.errors(include_url=False, include_context=False)}"
+            f"resume data does not match resume_schema {schema.__name__} of tool {name!r}: "
+            f"{exc.errors(include_url=False, include_context=False, include_input=False)}"
         )
-        raise ResumeDataError(msg) from exc
+        raise ResumeDataError(msg) from None
     return _as_json(parsed)

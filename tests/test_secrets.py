@@ -17,7 +17,15 @@ from urllib.parse import quote
 import pytest
 from langgraph.errors import NodeCancelledError
 from langgraph.types import Command
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, Secret, SecretStr
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Secret,
+    SecretStr,
+    field_validator,
+)
 from starlette.testclient import TestClient
 
 from graphkit import Agent, Inbox, ToolContext, Webhook, _html, create_tool
@@ -130,6 +138,54 @@ def test_a_refused_edit_never_echoes_a_secret(tmp_path: Path) -> None:
         "csrf": csrf.group(1), "arg.amount": "lots", "arg.api_key": MASK})
     assert KEY not in answer.headers.get("location", "")
     assert KEY not in json.dumps(Inbox(url).audit(thread_id=first.thread_id))
+
+
+class _Cents(BaseModel):
+    token: SecretStr
+    amount: int
+
+    @field_validator("amount")
+    @classmethod
+    def cents(cls, value: int) -> int:  # dollars to cents, each time it is read (a bug)
+        return value * 100 if value < 1_000 else value
+
+
+@pytest.mark.parametrize("refusal", ["a validator's", "the approvers policy's error",
+                                     "an edit's own new secret"])
+def test_a_refusal_never_shows_a_secret_whatever_made_its_message(sqlite_url: str,
+                                                                  refusal: str) -> None:
+    """A refusal quoted the call's secret: a validator that changes its value each time it
+    is read was refused with the arguments revealed, and an approvers policy that raised
+    `KeyError(account)` was quoted whole, to a reviewer allowed to view only, in the error,
+    the audit, the web notice and the next interrupt (helper-78). Every refusal of a decision
+    is scrubbed of the call's secrets and of the secrets the edit typed."""
+    from graphkit.errors import GraphkitError
+
+    secret, typed = "sk-live-4242-abcdef", "sk-new-7777-typed"
+
+    def policy(who: str, pending: Any) -> bool:
+        token = pending.args["token"]
+        token = token.get_secret_value() if hasattr(token, "get_secret_value") else token
+        return who in {"sk-known-1": {"cfo"}}[token]  # (a KeyError quotes the key)
+
+    tool = create_tool(lambda token, amount: "paid", name="pay", description="Pay.",
+                       args_schema=_Cents, needs_approval=True)
+    agent = Agent(name="a", tools=[tool], checkpointer=sqlite_url,
+                  approvers=policy if refusal == "the approvers policy's error" else None,
+                  model=ScriptedChatModel([turn(call("pay", {"token": secret, "amount": 5_000},
+                                                     "p1")), "done"]))
+    first = agent.generate("pay")
+    (pending,) = first.pending_approvals
+    edit = {**pending.args, "amount": 5, **({"token": typed} if "edit's" in refusal else {})}
+    with pytest.raises(GraphkitError) as refused:
+        if refusal == "the approvers policy's error":
+            Inbox(sqlite_url, agents=[agent]).approve(pending.id, decided_by="cfo")
+        else:
+            agent.approve_tool_call(run_id=first.run_id, decided_by="cfo", args=edit)
+    said = json.dumps([str(refused.value), Inbox(sqlite_url).audit(thread_id=first.thread_id),
+                       traceback.format_exception(refused.value)])
+    assert "refused" in said and secret not in said and typed not in said
+    assert [p.status for p in agent.pending_approvals(run_id=first.run_id)] == ["pending"]
 
 
 def test_an_edit_that_adds_a_secret_shows_it_masked() -> None:

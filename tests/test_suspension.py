@@ -21,6 +21,7 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
+from langgraph.types import Command
 from pydantic import BaseModel, Field, SecretStr
 
 from graphkit import (
@@ -206,6 +207,55 @@ def test_a_secret_in_resume_data_reaches_the_tool_and_no_view(tmp_path: Path,
         rows = db.execute(f"SELECT * FROM {table}").fetchall()
         assert not any(code in (v.decode("utf-8", "replace") if isinstance(v, bytes)
                                 else str(v)) for row in rows for v in row), table
+
+class Coded(BaseModel):
+    amount: int = Field(lt=100)
+    otp: SecretStr
+
+
+def test_resume_data_refused_for_one_field_shows_none_of_its_values(tmp_path: Path) -> None:
+    """Resume data refused by its schema was quoted whole in the error: raised to the caller,
+    audited, and written into the plan that the next interrupt shows to every client, with
+    the one-time code typed beside a wrong amount (helper-77). The error says where and why,
+    never a value; the data, refused, is kept nowhere."""
+    import json
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+
+    @create_tool(suspend_schema=Ask, resume_schema=Coded)
+    def wire(to: str, ctx: ToolContext) -> str:
+        """Wire money; asks for the amount and a one-time code."""
+        if ctx.resume_data is None:
+            return ctx.suspend({"message": "Amount and OTP?"})
+        return f"wired {ctx.resume_data.amount}"
+
+    agent = Agent(name="a", tools=[wire], checkpointer=url, model=ScriptedChatModel(
+        [turn(call("wire", {"to": "acme"}, "w1")), "done"]))
+    first = agent.generate("go")
+    with pytest.raises(ResumeDataError) as refused:
+        agent.resume_generate({"amount": 5_000, "otp": "otp-111111"}, run_id=first.run_id)
+    assert "amount" in str(refused.value) and "otp-111111" not in str(refused.value)
+    assert refused.value.__cause__ is None and "5000" not in str(refused.value)
+    cfg = {"configurable": {"thread_id": first.thread_id}}
+    agent.graph.invoke(Command(resume={"decisions": [{"type": "resume", "tool_call_id": "w1",
+                                                      "data": {"amount": 5_000,
+                                                               "otp": "otp-222222"}}]}), cfg)
+    (waiting,) = agent.graph.get_state(cfg).interrupts
+    assert "amount" in str(waiting.value) and "otp-222222" not in str(waiting.value)
+    final = agent.resume_generate({"amount": 5, "otp": "otp-333333"}, run_id=first.run_id)
+    assert final.finish_reason == "stop"
+    shown = json.dumps([Inbox(url).audit(), agent.snapshot(run_id=first.run_id)], default=str)
+    db = sqlite3.connect(tmp_path / "runs.db")
+    for code in ("otp-111111", "otp-222222", "otp-333333"):
+        assert code not in shown
+        # (a raw `Command`'s resume value is LangGraph's to keep among its writes)
+        for table in ("checkpoints", "graphkit_audit",
+                      *(["writes"] if code != "otp-222222" else [])):
+            rows = db.execute(f"SELECT * FROM {table}").fetchall()
+            assert not any(code in (v.decode("utf-8", "replace") if isinstance(v, bytes)
+                                    else str(v)) for row in rows for v in row), (code, table)
+
 
 
 async def test_a_tool_may_suspend_twice_in_a_row_with_the_assignment_idiom() -> None:
@@ -484,7 +534,7 @@ def test_an_unnamed_decision_for_a_suspended_tool_says_to_name_it() -> None:
     """Decisions given in order answer approvals, as LangChain's HITL shape does; when only a
     suspended tool waits, the error says so (not "0 pending tool calls"), the tool has not run
     with the data, and the named decision then resumes it."""
-    from langgraph.types import Command
+
 
     log: list[str] = []
     agent = Agent(name="wx", tools=[weather_tool(log)], checkpointer="memory",
@@ -974,7 +1024,7 @@ def test_a_forged_report_asks_nothing_and_feeds_nothing(tmp_path: Any) -> None:
     'question': the gate asks only what the tools node told the ledger a tool asked, so the
     approval keeps waiting, the tool later asks its own question, and the forged answer
     reaches nothing."""
-    from langgraph.types import Command
+
 
     from graphkit import Inbox
 
