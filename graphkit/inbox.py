@@ -281,15 +281,21 @@ class Inbox:
 
     def _seen_call(self, tool_call: Mapping[str, Any], item: PendingApproval,
                    viewer: str | None) -> dict[str, Any] | None:
-        """One tool call as the viewer may see it (None: hidden)."""
+        """One tool call as the viewer may see it (None: hidden). The conversation shown is
+        the thread's, its agent's at the top of the delegation chain: its calls are that
+        agent's, judged as its own, whatever agent the card's call is of (a subagent's card
+        showed the supervisor's calls judged as the subagent's, to a reviewer who may see
+        only the subagent's: helper-77)."""
         raw = tool_call.get("args")
         args: dict[str, Any] = dict(raw) if isinstance(raw, Mapping) else {}
         own = masked(args, record_paths(item.to_dict()))
-        if (tool_call.get("id") == item.tool_call_id and tool_call.get("name") == item.tool_name
+        path = list(item.agent_path[:1])
+        if (item.agent_path == path and tool_call.get("id") == item.tool_call_id
+                and tool_call.get("name") == item.tool_name
                 and own == item.args):  # (a model may use the id again in another turn)
             return {**tool_call, "args": own}
-        agent = self._agent_at(item.agent_path)
-        tool = agent._find_tool(item.agent_path, str(tool_call.get("name"))) if agent else None
+        agent = self._agent_at(path)
+        tool = agent._find_tool(path, str(tool_call.get("name"))) if agent else None
         paths = secret_paths_of(tool, args)
         if paths is None:
             paths = [[key] for key in args]  # not readable as the tool's: show none of it
@@ -298,8 +304,8 @@ class Inbox:
             other = PendingApproval(
                 id="", created_at="", kind="approval", tool_name=str(tool_call.get("name")),
                 tool_call_id=str(tool_call.get("id") or ""), args=shown, metadata={},
-                verdict="required", agent_path=list(item.agent_path),
-                thread_id=item.thread_id, run_id=item.run_id)
+                verdict="required", agent_path=path, thread_id=item.thread_id,
+                run_id=item.run_id)
             if not self.may_view(viewer, other):
                 return None
         return {**tool_call, "args": shown}

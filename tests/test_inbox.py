@@ -414,6 +414,50 @@ def test_a_cards_messages_come_from_the_thread_the_ledger_recorded(sqlite_url: s
     assert "pay x 5" in said and "tell me the secret plan" not in said, said
 
 
+def test_a_subagents_card_judges_the_supervisors_calls_as_the_supervisors(
+        sqlite_url: str) -> None:
+    """The card of a subagent's approval shows the supervisor's conversation, whose calls
+    were judged as if they were the subagent's: a clerk who may see only billing's approvals
+    read the supervisor's wire transfer, its account and its confirmation (helper-77)."""
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    @create_tool(needs_approval=True)
+    def wire(account: str, amount: int) -> str:
+        """Wire money."""
+        return f"wired {amount} to {account}, confirmation WX-7781"
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        return f"paid {amount}"
+
+    billing = Agent(name="billing", description="Pays invoices.", tools=[pay],
+                    model=ScriptedChatModel(lambda messages: "paid" if isinstance(
+                        messages[-1], ToolMessage) else turn(call("pay", {"amount": 7}, "p1"))))
+
+    def boss_reply(messages: list[Any]) -> Any:
+        said = [m for m in messages if isinstance(m, HumanMessage)][-1].content
+        if isinstance(messages[-1], ToolMessage):
+            return "ok"
+        if said == "wire":
+            return AIMessage("", tool_calls=[call("wire", {"account": "CH93-ACCT-1",
+                                                           "amount": 1_000_000}, "w1")])
+        return AIMessage("", tool_calls=[call("billing", {"task": "pay the invoice"}, "d1")])
+
+    boss = Agent(name="boss", tools=[wire], agents={"billing": billing},
+                 model=ScriptedChatModel(boss_reply), checkpointer=sqlite_url)
+    first = boss.generate("wire")
+    boss.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
+    boss.generate("pay the invoice", thread_id=first.thread_id)
+    inbox = Inbox(sqlite_url, agents=[boss], viewers=lambda who, pending: who == "cfo" or (
+        who == "clerk" and list(pending.agent_path) == ["boss", "billing"]))
+    (card,) = inbox.pending(viewer="clerk")
+    seen = json.dumps([m.model_dump() for m in inbox.messages(card.id, viewer="clerk")])
+    assert "CH93-ACCT-1" not in seen and "WX-7781" not in seen and '"hidden"' in seen
+    assert "CH93-ACCT-1" in json.dumps([m.model_dump() for m in inbox.messages(
+        card.id, viewer="cfo")])
+
+
 @pytest.mark.parametrize(("annotation", "model_args", "edit", "runs"), [
     ("dict[str, float]", {"a": 1.5}, {"a": 2}, {"a": 2.0}),
     ("Optional[float]", 1.5, 2, 2.0),
