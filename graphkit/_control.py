@@ -21,7 +21,7 @@ from langgraph.types import Command
 
 from graphkit._approvals import last_turn_plan
 from graphkit._context import thread_id_of
-from graphkit._events import pending_from_interrupts
+from graphkit._events import pending_from_interrupts, with_waiting_beside
 from graphkit._gate import BY_NEW_MESSAGE
 from graphkit._latest import Paused, mid_step, options_of
 from graphkit._ledger import ApprovalRow, Ledger, NewRun, QueuedFor, queued_id, same_queued
@@ -88,7 +88,8 @@ def waiting(snapshot: Paused, ledger: Ledger, agent: str | None) -> list[Waiting
     decide, after a crash, the approvals `pending_approvals` listed until someone resumed the
     run (helper-71). Continuing a run reads the interrupts alone: a stopped run goes on to
     its gate, which asks."""
-    found = pending_from_interrupts(snapshot.interrupts, ledger)
+    found = with_waiting_beside(pending_from_interrupts(snapshot.interrupts, ledger), ledger,
+                                thread_id_of(snapshot.config), agent)
     if not found and agent is not None and mid_step(snapshot):
         rows_of_thread = ledger.waiting_rows(thread_id=thread_id_of(snapshot.config))
         found = [("", cast(ApprovalRecord, masked_record(w.record))) for w in rows_of_thread
@@ -324,14 +325,17 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
     # (a decline it found in the ledger would apply without reading it). The message is
     # queued all the same: a run stopped before its gate leaves the tool asking, and the
     # message waiting to be delivered once the turn settles.
-    rows = req.ledger.approvals(r["id"] for _, r in found) if req is not None else {}
+    # (what the agent's gates wait on beside the interrupts is superseded too)
+    everything = (with_waiting_beside(found, req.ledger, req.thread_id, _agent(req))
+                  if req is not None else found)
+    rows = req.ledger.approvals(r["id"] for _, r in everything) if req is not None else {}
     decided = any(row.decided for row in rows.values())
     reads_data = auto and any(r["kind"] == "suspension" for _, r in found)
     durable = req is not None and (decided or (plan is not None and not reads_data))
     queue_here = (req is not None and plan is not None) or durable or any(
         len(r["agent_path"]) > 1 for _, r in found)
     if req is not None:
-        undecided = [record for _, record in found
+        undecided = [record for _, record in everything
                      if (row := rows.get(record["id"])) is not None and not row.decided]
         declines = [superseded(record, comment=BY_NEW_MESSAGE, thread_id=req.thread_id,
                                run_id=req.run_id) for record in undecided

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from langchain_core.messages import (
     AIMessage,
@@ -126,6 +126,31 @@ def pending_from_interrupts(interrupts: Sequence[Interrupt], ledger: Ledger | No
             found.extend((item.id, in_full(record, ledger))
                          for record in value.get("approvals") or [])
     return found
+
+
+def with_waiting_beside(found: list[tuple[str, ApprovalRecord]], ledger: Ledger | None,
+                        thread_id: str, agent: str | None) -> list[tuple[str, ApprovalRecord]]:
+    """`found` (a paused run's interrupts' records) and what else the agent's gates wait on,
+    as the ledger marks it (with no interrupt id): a supervisor's own approval, asked in the
+    turn that delegated, is asked by its gate only once the subagent it delegated to is
+    done; while that subagent waits, its approval was the run's only interrupt, so the API
+    listed it alone, took a decision without a tool_call_id (or by a tool_call_id both
+    shared) as the subagent's, and a new message did not supersede the supervisor's own
+    (helper-77)."""
+    # Only a gate that delegated to an agent whose approval is an interrupt waits so: one of
+    # an agent above it in the chain (a subagent's own marks beside its interrupt are those
+    # of a run of it that a client's task re-dispatched, which no gate waits on any more).
+    above = {tuple(record.get("agent_path") or [])[:depth] for _, record in found
+             for depth in range(1, len(record.get("agent_path") or []))}
+    if not above or ledger is None or agent is None:
+        return found
+    seen = {record.get("id") for _, record in found}
+    beside: list[tuple[str, ApprovalRecord]] = [
+        ("", cast(ApprovalRecord, masked_record(w.record)))
+        for w in sorted(ledger.waiting_rows(thread_id=thread_id), key=lambda w: w.place)
+        if w.waiting and tuple(w.row.agent_path) in above and w.row.agent_path[0] == agent
+        and w.record.get("id") not in seen]
+    return [*found, *beside]
 
 
 def in_full(record: ApprovalRecord, ledger: Ledger | None) -> ApprovalRecord:

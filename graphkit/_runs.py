@@ -29,6 +29,7 @@ from graphkit._events import (
     pending_from_interrupts,
     run_text,
     suspend_payload,
+    with_waiting_beside,
 )
 from graphkit._ledger import Ledger
 from graphkit._offload import apart, offload
@@ -73,8 +74,8 @@ class Invocation:
 def pending_of(snapshot: RunView, *, stopped: bool, ledger: Ledger | None, thread_id: str,
                agent: str | None) -> list[PendingApproval]:
     """What waits on a human in this state: interrupts, or (when stopped early) the plan."""
-    records = [PendingApproval.from_record(r) for _, r in pending_from_interrupts(
-        snapshot.interrupts, ledger)]
+    records = [PendingApproval.from_record(r) for _, r in with_waiting_beside(
+        pending_from_interrupts(snapshot.interrupts, ledger), ledger, thread_id, agent)]
     if not records and stopped:
         records = awaiting(snapshot.values, ledger, thread_id, agent)
     return records
@@ -366,7 +367,9 @@ class AsyncAgentStream:
                         break
             finally:
                 await parts.aclose()
-            final = run.finish(run.observed() or await self._graph.aget_state(inv.config))
+            # (what waits is read from the ledger too: off the event loop)
+            final = await offload(run.finish, run.observed()
+                                  or await self._graph.aget_state(inv.config))
             resumed = True
         finally:
             if inv.release is not None:

@@ -884,7 +884,7 @@ class Agent:
                  ) -> list[PendingApproval]:
         """What the thread waits on; with `run_id`, on behalf of that run only."""
         ledger = self._storage.ledger
-        everything = waiting(snapshot, ledger, None)
+        everything = waiting(snapshot, ledger, self.name)
         thread_id = thread_id_of(snapshot.config)
         current = run_id is None or is_current(snapshot, ledger, thread_id=thread_id,
                                                agent=self.name, run_id=run_id)

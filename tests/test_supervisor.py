@@ -466,3 +466,71 @@ def test_a_tool_call_id_two_subagents_share_is_ambiguous_and_an_approval_id_name
                                 tool_call_id=by_path["beta"].id, decided_by="ops")
     assert done.text == "all done"
     assert sorted(fetched) == [("alpha", "Oslo"), ("beta", "Rome")]
+
+
+def _boss_and_billing(url: str, ran: list[tuple[str, int]]) -> Agent:
+    """A supervisor that pays 5 itself and has billing pay 90000 in the same turn, both under
+    the tool_call_id `p1` (models reuse ids)."""
+
+    def payer(who: str) -> Any:
+        @create_tool(name="pay", needs_approval=True)
+        def pay(amount: int) -> str:
+            """Pay."""
+            ran.append((who, amount))
+            return f"paid {amount}"
+        return pay
+
+    billing = Agent(name="billing", description="Pays invoices.", tools=[payer("billing")],
+                    model=ScriptedChatModel(lambda messages: "billing paid" if isinstance(
+                        messages[-1], ToolMessage) else turn(call("pay", {"amount": 90_000},
+                                                                  "p1"))))
+
+    def boss_reply(messages: list[BaseMessage]) -> Any:
+        if isinstance(messages[-1], HumanMessage) and len(messages) == 1:
+            return turn(call("pay", {"amount": 5}, "p1"),
+                        call("billing", {"task": "pay the invoice"}, "d1"))
+        return "boss done"
+
+    return Agent(name="boss", tools=[payer("boss")], agents={"billing": billing},
+                 model=ScriptedChatModel(boss_reply), checkpointer=url)
+
+
+def test_the_supervisors_own_approval_beside_a_waiting_subagent_is_listed_and_decided_apart(
+        sqlite_url: str) -> None:
+    """The supervisor's gate asks its own approval once the delegation of the same turn is
+    over; while the subagent waited, its approval was the run's only interrupt: the API
+    listed it alone, and a decision without a tool_call_id, or by the `p1` both calls bear,
+    approved billing's 90000 for a reviewer who meant the supervisor's 5 (the inbox listed
+    both) (helper-77). The API lists what the ledger says the agent's gates wait on."""
+    from graphkit import AmbiguousApprovalError
+
+    ran: list[tuple[str, int]] = []
+    boss = _boss_and_billing(sqlite_url, ran)
+    paused = boss.generate("pay")
+    listed = {(tuple(p.agent_path), p.args["amount"]): p for p in paused.pending_approvals}
+    assert set(listed) == {(("boss",), 5), (("boss", "billing"), 90_000)}
+    assert {p.id for p in boss.pending_approvals(run_id=paused.run_id)} == {
+        p.id for p in listed.values()}
+    for named in ("p1", None):
+        with pytest.raises(AmbiguousApprovalError):
+            boss.approve_tool_call(run_id=paused.run_id, tool_call_id=named, decided_by="cfo")
+    assert ran == []
+    own = listed[(("boss",), 5)]
+    boss.approve_tool_call_generate(run_id=paused.run_id, tool_call_id=own.id,
+                                    decided_by="cfo")
+    assert ran == []  # (billing's still waits: nothing of the turn went on)
+    done = boss.decline_tool_call_generate(run_id=paused.run_id, decided_by="cfo")
+    assert done.finish_reason == "stop" and ran == [("boss", 5)]
+
+
+def test_a_new_message_supersedes_the_supervisors_own_approval_beside_a_waiting_subagent(
+        sqlite_url: str) -> None:
+    """A new user message declined the subagent's waiting call but not the supervisor's own
+    of the same turn: the new message's run paused on it, and approved, it paid, before the
+    model read the message that withdrew it (helper-77)."""
+    ran: list[tuple[str, int]] = []
+    boss = _boss_and_billing(sqlite_url, ran)
+    paused = boss.generate("pay")
+    after = boss.generate("cancel everything", thread_id=paused.thread_id)
+    assert after.finish_reason == "stop" and after.pending_approvals == []
+    assert Inbox(sqlite_url).pending() == [] and ran == []
