@@ -389,6 +389,10 @@ def _checked(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
             if suspension:
                 msg = f"tool call {record['tool_call_id']!r} is suspended; resume or decline it"
                 raise GraphkitError(msg)
+            if not str(choice.message or "").strip():  # (every door's: helper-78)
+                msg = ("a respond decision needs the answer the model is to read in 'message'; "
+                       "nothing was decided")
+                raise GraphkitError(msg)
             status, event = "rejected", "responded"
         case "resume":
             if not suspension:

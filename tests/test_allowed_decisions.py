@@ -258,3 +258,24 @@ def test_a_grant_is_refused_for_a_tool_that_does_not_allow_approve(sqlite_url: s
     done = agent.approve_tool_call_generate(run_id=first.run_id, args={"amount": 50},
                                             decided_by="cfo")
     assert ran == ["transfer 50"] and done.text == "model read: moved 50"
+
+
+@pytest.mark.parametrize("door", ["agent", "inbox", "inbox without the agent"])
+@pytest.mark.parametrize("answer", ["", "   "])
+def test_a_respond_without_an_answer_is_refused_at_every_door(sqlite_url: str, door: str,
+                                                              answer: str) -> None:
+    """A respond with an empty answer was refused by a raw `Command` but recorded by the
+    inbox (and its web page), and the model read an empty answer (helper-78): the check is
+    the decision's, whatever door brings it."""
+    ran: list[str] = []
+    agent = _agent(sqlite_url, ran)
+    first = agent.generate("move 500")
+    (pending,) = first.pending_approvals
+    with pytest.raises(GraphkitError, match="needs the answer"):
+        if door == "agent":
+            agent.respond_tool_call(run_id=first.run_id, message=answer, decided_by="cfo")
+        else:
+            inbox = Inbox(sqlite_url, agents=[agent] if door == "inbox" else ())
+            inbox.respond(pending.id, decided_by="cfo", message=answer)
+    assert Inbox(sqlite_url).get(pending.id).status == "pending"
+    assert len(_refusals(sqlite_url, pending.id)) == 1 and ran == []
