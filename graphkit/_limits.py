@@ -11,6 +11,7 @@ value with an explicit stack and stop as soon as a bound is crossed, without ser
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -136,6 +137,9 @@ def _scalar_size(value: object, *, what: str, error: type[Exception]) -> int:
                         "send it as text")
         return len(str(value))
     if isinstance(value, float):
+        if not math.isfinite(value):  # (JSON has none: a store writes null, or refuses it)
+            raise error(f"{what}: {value!r} is not a number JSON can hold; send a finite "
+                        "number")
         return len(repr(value))
     try:
         text = str(value)

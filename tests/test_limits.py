@@ -135,6 +135,33 @@ def test_a_call_with_an_integer_beyond_64_bits_is_answered_and_the_run_goes_on(
     assert told and "beyond 64 bits" in str(told[0].content)
 
 
+def test_numbers_json_cannot_hold_are_refused() -> None:
+    """`nan`, `inf` and `1e400` typed into an edit were approved: the tool ran with NaN or
+    infinity, and one inside a JSON field was approved as null, not as typed (helper-78)."""
+    check({"amount": [0.5, -1e308, 5e-324]})
+    for number in (float("nan"), float("inf"), float("-inf"), float("1e400")):
+        with pytest.raises(Refused, match="not a number JSON can hold"):
+            check({"amount": [number]})
+
+
+def test_an_edit_to_a_number_json_cannot_hold_is_refused_and_decides_nothing(
+        sqlite_url: str) -> None:
+    from graphkit import Inbox, InvalidApprovedArgsError
+
+    agent, ran = agent_with([turn(call("pay", {"amount": 5, "payee": {"name": "ACME"}}, "c1")),
+                             "done"], checkpointer=sqlite_url)
+    paused = agent.generate("pay")
+    (pending,) = paused.pending_approvals
+    for typed in (float("nan"), float("inf")):
+        with pytest.raises(InvalidApprovedArgsError, match="JSON can hold"):
+            agent.approve_tool_call(run_id=paused.run_id, decided_by="cfo",
+                                    args={**pending.args, "amount": typed})
+        with pytest.raises(InvalidApprovedArgsError, match="JSON can hold"):
+            Inbox(sqlite_url).approve(pending.id, decided_by="cfo",
+                                      args=json.loads('{"amount": NaN, "payee": {"name": "x"}}'))
+    assert Inbox(sqlite_url).get(pending.id).status == "pending" and ran.ran == []
+
+
 def test_lone_surrogates_are_refused() -> None:
     with pytest.raises(Refused, match="not valid Unicode"):
         check({"text": "ok \ud800"})

@@ -256,8 +256,9 @@ def test_an_edit_of_one_field_runs_every_other_as_the_card_showed_it(
         tmp_path: Path, browser: Any) -> None:
     """A reviewer who changes one field of a card's edit form approves the other fields as
     the card showed them, whatever an HTML form cannot hold: a text's leading line break
-    (HTML drops the first), a carriage return, NUL, `inf` and nulls in number inputs and a
-    check box. Each changed before, silently (helper-65, helper-66)."""
+    (HTML drops the first), a carriage return, NUL, a fraction and nulls in number inputs
+    and a check box. Each changed before, silently (helper-65, helper-66). (`inf`, which no
+    JSON holds, is refused where any value comes in: helper-78.)"""
 
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     ran: list[dict[str, Any]] = []
@@ -271,7 +272,7 @@ def test_an_edit_of_one_field_runs_every_other_as_the_card_showed_it(
         return "sent"
 
     asked = {"amount": 900, "memo": "\n\nline2", "header": "a\rb", "ref": "REF\x00-99",
-             "slippage": float("inf"), "replicas": None, "dry_run": None}
+             "slippage": 0.125, "replicas": None, "dry_run": None}
     agent = Agent(name="treasury", tools=[transfer], checkpointer=url, model=ScriptedChatModel(
         [turn(call("transfer", asked, "t1")), "done"]))
     paused = agent.generate("send it")
