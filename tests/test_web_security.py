@@ -158,6 +158,41 @@ def test_wrong_tokens_from_one_client_stop_its_sign_ins_for_a_while(sqlite_url: 
     assert sign_in(other, "tok-alice") == 303 and "graphkit_session" in other.cookies
 
 
+def test_a_form_is_read_no_further_than_its_bound(sqlite_url: str) -> None:
+    """An anonymous 64 MB sign-in was read and parsed whole before it was refused (the
+    process grew by 300 MB: helper-78). A sign-in reads 64 KiB at most, a decision's form
+    what an edit of the largest value takes; past that, 413 and nothing decided."""
+    from graphkit.web import FORM_BYTES, SIGN_IN_BYTES
+
+    ran: list[Any] = []
+    agent = _payee_agent(sqlite_url, ran)
+    agent.generate("pay")
+    (pending,) = Inbox(sqlite_url).pending()
+    anonymous = TestClient(create_app(sqlite_url, authenticate=TOKENS, secret="s"))
+    big = "token=" + "x" * SIGN_IN_BYTES
+    told = anonymous.post("/login", content=big, headers={
+        "content-type": "application/x-www-form-urlencoded"})
+    assert told.status_code == 413
+
+    def chunks() -> Any:  # (no length declared: read as it comes)
+        yield b"token=" + b"x" * (SIGN_IN_BYTES // 2)
+        yield b"x" * SIGN_IN_BYTES
+
+    assert anonymous.post("/login", content=chunks(), headers={
+        "content-type": "application/x-www-form-urlencoded"}).status_code == 413
+    alice = signed_in(sqlite_url, agents=[agent])
+    csrf = csrf_of(alice, pending.id)
+    told = alice.post(f"/approvals/{pending.id}/approve", follow_redirects=False,
+                      content=f"csrf={csrf}&digest={pending.args_digest}&pad="
+                      + "x" * FORM_BYTES,
+                      headers={"content-type": "application/x-www-form-urlencoded"})
+    assert told.status_code == 413
+    assert Inbox(sqlite_url).get(pending.id).status == "pending" and ran == []
+    assert alice.post(f"/approvals/{pending.id}/approve", follow_redirects=False, data={
+        "csrf": csrf, "digest": pending.args_digest}).status_code == 303
+    assert Inbox(sqlite_url).get(pending.id).status == "approved"
+
+
 def test_a_cards_thread_audit_link_reaches_any_thread_id(sqlite_url: str) -> None:
     """A thread id is the client's text; one with `/`, `?` or `#` made the card's link to the
     thread's audit lead elsewhere (helper-65)."""

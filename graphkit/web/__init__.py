@@ -35,6 +35,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from graphkit import _html as render
+from graphkit._limits import MAX_BYTES, human_size
 from graphkit._review import named
 from graphkit._settings import Approvers
 from graphkit._storage import Storage, open_storage
@@ -183,9 +184,31 @@ def _same_origin(request: Request) -> bool:
     return parts.scheme in ("http", "https") and parts.netloc == host
 
 
-async def _form(request: Request) -> dict[str, str]:
-    body = (await request.body()).decode("utf-8", errors="replace")
+SIGN_IN_BYTES = 64 * 1024
+"""The most a sign-in form may send (a token and a nonce)."""
+FORM_BYTES = 4 * MAX_BYTES + 64 * 1024
+"""The most a decision's form may send: an edit of the largest value, percent-encoded."""
+
+
+async def _form(request: Request, limit: int = FORM_BYTES) -> dict[str, str] | None:
+    """The posted form; None when its body is over `limit` bytes, read no further (an
+    anonymous sign-in of 64 MB was read and parsed whole: helper-78)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    body = b"".join(chunks).decode("utf-8", errors="replace")
     return {k: v[-1] for k, v in parse_qs(body, keep_blank_values=True).items()}
+
+
+def _too_large(limit: int) -> Response:
+    return PlainTextResponse(f"the form is larger than {human_size(limit)}", status_code=413)
 
 
 def create_app(url_or_storage: str | Storage | None = None, *,
@@ -268,11 +291,13 @@ def _routes(web: _Web) -> list[Any]:
                 if post or request.url.path.endswith("/events"):
                     return PlainTextResponse("sign in first", status_code=401)
                 return RedirectResponse(_base(request) + "login", status_code=303)
-            form: dict[str, str] = {}
+            form: dict[str, str] | None = {}
             if post:
                 if not _same_origin(request):
                     return PlainTextResponse("cross-origin request refused", status_code=403)
                 form = await _form(request)
+                if form is None:
+                    return _too_large(FORM_BYTES)
                 if not web.sessions.check_csrf(who[1], form.get("csrf")):
                     return PlainTextResponse("missing or wrong CSRF token", status_code=403)
             result: Response = await handler(request, who[0], who[1], form)
@@ -298,7 +323,9 @@ def _routes(web: _Web) -> list[Any]:
     async def login(request: Request) -> Response:
         if not _same_origin(request):
             return PlainTextResponse("cross-origin sign-in refused", status_code=403)
-        form = await _form(request)
+        form = await _form(request, SIGN_IN_BYTES)
+        if form is None:
+            return _too_large(SIGN_IN_BYTES)
         nonce, _, seal = (request.cookies.get(LOGIN_COOKIE) or "").partition(".")
         if not (nonce and hmac.compare_digest(seal, web.sessions.sign("login", nonce))
                 and hmac.compare_digest(nonce, form.get("login", ""))):
