@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.types import Command
 
@@ -442,6 +443,34 @@ def test_a_subagents_wait_under_a_turn_time_travel_left_is_declined_and_never_ru
         Inbox(sqlite_url).approve(old.id, decided_by="alice")
     replayed = sup.graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), paused)
     assert ran == [100] and "not run" in str(replayed["messages"][-1].content)
+
+
+@pytest.mark.parametrize("decided", ["before the write", "after it, by the api",
+                                     "after it, in the inbox"])
+def test_an_approved_call_of_a_subagent_that_ended_without_it_leaves_nothing_ready(
+        sqlite_url: str, decided: str) -> None:
+    """Attack (helper-77): a client's write on the subagent's namespace (an empty one) ended
+    it; its call, approved before or after, was recorded as stopped, yet its approval stayed
+    marked waiting: the inbox listed the run as ready after every resume, for good. A call
+    settled as never to run leaves nothing waiting on it."""
+    ran: list[int] = []
+    sup = _chain(sqlite_url, ran)
+    first = sup.generate("pay 100")
+    inbox = Inbox(sqlite_url, agents=[sup])
+    (pending,) = inbox.pending()
+    if decided == "before the write":
+        inbox.approve(pending.id, decided_by="cfo")
+    payer = sup.graph.get_state(config(first.thread_id), subgraphs=True
+                                ).tasks[0].state.tasks[0].state
+    sup.graph.update_state(payer.config, {"messages": []})
+    if decided == "after it, by the api":
+        sup.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
+    else:
+        if decided == "after it, in the inbox":
+            inbox.approve(pending.id, decided_by="cfo")
+        sup.resume(run_id=first.run_id)
+    assert ran == [] and inbox.pending() == [] and inbox.ready() == []
+    assert sup.resume(run_id=first.run_id).finish_reason == "stop" and ran == []
 
 
 def test_a_subagent_that_ended_without_answering_leaves_nothing_waiting(sqlite_url: str

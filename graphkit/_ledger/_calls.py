@@ -283,7 +283,10 @@ class Executions(LedgerBase):
 
     def settle(self, outcomes: Mapping[str, Mapping[str, Any]], *, thread_id: str) -> None:
         """Record the answer of calls of this thread that will never run (declined,
-        superseded); a key from another thread (a client can read keys) settles nothing."""
+        superseded, stopped); a key from another thread (a client can read keys) settles
+        nothing. No run waits on a settled call's approval any more: a subagent that ended
+        without its approved call (a client's write on its namespace) left the approval
+        marked waiting, and its run listed as ready for good (helper-77)."""
         if not outcomes:
             return
         with self._sql.transaction() as tx:
@@ -292,6 +295,8 @@ class Executions(LedgerBase):
                         "UPDATE graphkit_calls SET executed = ?, outcome = ? "
                         "WHERE call_key = ? AND thread_id = ? AND executed IS NULL",
                         (DONE, dumps(dict(outcome)), key, thread_id)) == 1:
+                    tx.execute("UPDATE graphkit_approvals SET waiting = NULL WHERE call_key = ? "
+                               "AND thread_id = ? AND waiting IS NOT NULL", (key, thread_id))
                     self._call_finished(tx, key, outcome, "not_run")
 
     def settle_call(self, call_key: str, outcome: Mapping[str, Any], *, thread_id: str,
