@@ -251,6 +251,26 @@ def test_policy_judges_the_arguments_that_will_run() -> None:
     assert ran.ran == [("pay", {**PAY, "amount": 90})]
 
 
+def test_a_policy_is_told_the_type_of_the_decision_it_judges() -> None:
+    """A policy that bounds the amount alone let its clerk edit the payee of a payment it may
+    approve (helper-78, with docs/reviewing.md's example): `metadata["decision"]` says what
+    the decision is, so a policy can refuse edits (the docs' example now does)."""
+    seen: list[str] = []
+
+    def no_edits(decided_by: str | None, pending: Any) -> bool:
+        seen.append(pending.metadata["decision"])
+        return decided_by == "clerk" and pending.metadata["decision"] != "edit"
+
+    agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done"], approvers=no_edits)
+    result = agent.generate("pay")
+    with pytest.raises(ApproverNotAllowedError):
+        agent.approve_tool_call(run_id=result.run_id, decided_by="clerk",
+                                args={**PAY, "payee": {"name": "mallory"}})
+    assert agent.approve_tool_call_generate(run_id=result.run_id,
+                                            decided_by="clerk").text == "done"
+    assert seen[:2] == ["edit", "approve"] and ran.ran == [("pay", PAY)]
+
+
 @pytest.mark.parametrize("door", ["approve", "edit", "inbox edit"])
 def test_a_policy_that_changes_what_it_is_shown_changes_nothing_that_runs(
         sqlite_url: str, door: str) -> None:
