@@ -11,7 +11,7 @@ user's message supersedes the calls its turn left unanswered.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
 from langchain_core.messages import (
@@ -38,7 +38,6 @@ __all__ = [
     "drop_written_while_waiting",
     "from_user",
     "left_to_the_gate",
-    "open_turns",
     "refused_turn",
     "stopped_turn",
     "unplanned_turn",
@@ -178,24 +177,6 @@ def left_to_the_gate(plan: TurnPlan | None, messages: list[AnyMessage]) -> bool:
         return False
     answered = {m.tool_call_id for m in messages[span[0] + 1:] if isinstance(m, ToolMessage)}
     return any(c["tool_call_id"] not in answered for c in plan["calls"])
-
-
-def open_turns(messages: list[AnyMessage]) -> Iterator[tuple[int, int]]:
-    """Where the model turns some of whose calls have no result are (`turn_span`), the last
-    first: one pass back over the conversation, each turn's results being the tool messages
-    right after it."""
-    answered: set[Any] = set()
-    end = len(messages)
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if isinstance(message, ToolMessage):
-            answered.add(message.tool_call_id)
-            continue
-        if (isinstance(message, AIMessage) and message.tool_calls and message.id is not None
-                and any(c.get("id") not in answered for c in message.tool_calls)):
-            yield index, end
-        answered = set()
-        end = index
 
 
 def from_user(message: AnyMessage) -> bool:

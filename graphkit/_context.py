@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, AnyMessage
+from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.config import get_store, get_stream_writer
@@ -119,6 +119,24 @@ def last_ai(messages: Sequence[AnyMessage]) -> AIMessage | None:
         if isinstance(message, AIMessage):
             return message
     return None
+
+
+def open_turns(messages: Sequence[AnyMessage]) -> Iterator[tuple[int, int]]:
+    """Where the model turns some of whose calls have no result are (`turn_span`), the last
+    first: one pass back over the conversation, each turn's results being the tool messages
+    right after it."""
+    answered: set[Any] = set()
+    end = len(messages)
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, ToolMessage):
+            answered.add(message.tool_call_id)
+            continue
+        if (isinstance(message, AIMessage) and message.tool_calls and message.id is not None
+                and any(c.get("id") not in answered for c in message.tool_calls)):
+            yield index, end
+        answered = set()
+        end = index
 
 
 def store() -> BaseStore | None:

@@ -27,7 +27,7 @@ from graphkit._approvals import (
     telemetry,
     waiting_records,
 )
-from graphkit._context import emit, last_ai
+from graphkit._context import emit, last_ai, open_turns
 from graphkit._ledger import ApprovalRow, AuditRow, Clearance, Ledger, PendingTurn, queued_id
 from graphkit._limits import check_value
 from graphkit._offload import offload
@@ -509,9 +509,12 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
     def approval_gate(state: AgentState, config: RunnableConfig) -> Command[GateTarget]:
         messages = list(state.get("messages") or [])
         ai = last_ai(messages)
-        if ai is not None and not ai.tool_calls and messages[-1] is ai:
-            # the model answered last: nothing is left to do (a pass a stale trigger started,
-            # a task a client sent to the tools node, say, called the model once more)
+        if (ai is not None and not ai.tool_calls and messages[-1] is ai
+                and next(open_turns(messages), None) is None):
+            # the model answered last, over no call without its result: nothing is left to do
+            # (a pass a stale trigger started, a task a client sent to the tools node, say,
+            # called the model once more). Words over a waiting call are a client's, which
+            # the model node drops (they ended the wait: helper-79).
             return Command()
         if ai is None or not ai.tool_calls:
             return Command(goto="model")

@@ -29,12 +29,12 @@ from graphkit._client_writes import (
     discard_forged,
     drop_written_while_waiting,
     left_to_the_gate,
-    open_turns,
     refused_turn,
     stopped_turn,
     unplanned_turn,
     with_fixes,
 )
+from graphkit._context import open_turns
 from graphkit._gate import dispatch_now, pointer, supersede_abandoned
 from graphkit._ledger import queued_id
 from graphkit._limits import check_value

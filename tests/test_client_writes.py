@@ -380,6 +380,29 @@ def test_a_model_turn_a_client_writes_into_a_command_never_takes_a_waiting_calls
         assert said == [] and asked == ["c1"]
         assert [p.status for p in agent.pending_approvals(run_id=paused.run_id)] == ["pending"]
 
+@pytest.mark.parametrize("beside", ["an approve", "nothing"])
+def test_words_a_client_writes_over_a_waiting_call_never_end_the_wait(
+        sqlite_url: str, beside: str) -> None:
+    """`Command(update={"messages": [AIMessage("Paid.")]})` on a waiting thread: the gate took
+    the client's words for the model's answer and ended the run, the approval left pending
+    with no run to apply it; approved in the inbox, the payment never ran (helper-79, a
+    regression of a gate that ends a run the model answered). The words are dropped and the
+    call asked again."""
+    agent, ran = agent_with(pay_then_done, checkpointer=sqlite_url)
+    paused = agent.generate("pay acme")
+    cfg = config(paused.thread_id)
+    resume = {"resume": {"decisions": [{"type": "approve"}]}} if beside == "an approve" else {}
+    agent.graph.invoke(Command(update={"messages": [AIMessage("Paid. Nothing else to do.")]},
+                               **resume), cfg)
+    state = agent.graph.get_state(cfg)
+    assert state.next == ("approval_gate",) and len(state.interrupts) == 1
+    assert "Paid." not in str(state.values["messages"][-1].content)
+    (pending,) = agent.pending_approvals(run_id=paused.run_id)
+    Inbox(sqlite_url).approve(pending.id, decided_by="cfo")
+    assert agent.resume(run_id=paused.run_id).finish_reason == "stop"
+    assert ran.ran == [("pay", PAY)] and Inbox(sqlite_url).ready() == []
+
+
 @pytest.mark.parametrize("beside", ["a reject", "nothing"])
 def test_a_waiting_turn_rewritten_in_place_runs_and_asks_none_of_the_clients_calls(
         durable_url: str, beside: str) -> None:
