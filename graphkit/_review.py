@@ -43,6 +43,7 @@ from graphkit._secrets import (
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers
 from graphkit._validate import (
     args_json_schema,
+    declared_secret_paths,
     now_iso,
     secret_paths_of,
     unknown_args,
@@ -274,7 +275,9 @@ def _policy(approvers: Approvers | None, decided_by: str | None, record: Approva
         try:
             allowed = bool(approvers(decided_by, pending))
         except Exception as exc:  # a policy that cannot decide has allowed nothing
-            allowed, reason = False, f"the approvers policy raised {exc!r}"
+            # (its kind only: its message may hold an argument it read, a secret in any
+            # form, upper-cased or encoded, that no scrub would find: helper-79)
+            allowed, reason = False, f"the approvers policy raised {type(exc).__name__}"
     if allowed:
         return
     who = repr(decided_by) if decided_by is not None else "a decider without a name"
@@ -322,8 +325,11 @@ def check(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
                         identity_required=identity_required)
     except GraphkitError as exc:
         paths = record_paths(record)
+        # (an edit's own secrets where the tool declares them: one the model's call left out
+        # has no path in the record; helper-79)
+        typed = declared_secret_paths(tool, choice.args) if tool is not None else []
         scrub_exception(exc, sorted({*secret_values(record.get("args"), paths),
-                                     *secret_values(choice.args, paths)},
+                                     *secret_values(choice.args, [*(paths or []), *typed])},
                                     key=lambda t: (-len(t), t)))
         raise
 
@@ -389,7 +395,7 @@ def _checked(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
             if suspension:
                 msg = f"tool call {record['tool_call_id']!r} is suspended; resume or decline it"
                 raise GraphkitError(msg)
-            if not str(choice.message or "").strip():  # (every door's: helper-78)
+            if named(str(choice.message or "")) is None:  # (every door's: helper-78, -79)
                 msg = ("a respond decision needs the answer the model is to read in 'message'; "
                        "nothing was decided")
                 raise GraphkitError(msg)

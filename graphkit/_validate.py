@@ -139,6 +139,8 @@ def validated_args(tool: BaseTool, args: Mapping[str, Any]
         storable(dict(args), f"arguments for tool {tool.name!r}", InvalidApprovedArgsError)
         return dict(args), []
     parsed, result, secrets = _parsed(tool, schema, args)
+    # (what the schema made of them: the text "nan" is a float NaN to pydantic; helper-79)
+    check_value(result, what=f"arguments for tool {tool.name!r}", error=InvalidApprovedArgsError)
     storable(result, f"arguments for tool {tool.name!r}", InvalidApprovedArgsError)
     if validation_runs_code(tool):
         # The tool parses what it is given once more: it must get the values shown, decided
@@ -540,4 +542,6 @@ def validate_resume(tool: BaseTool | None, data: Any) -> Any:
             f"{exc.errors(include_url=False, include_context=False, include_input=False)}"
         )
         raise ResumeDataError(msg) from None
-    return _as_json(parsed)
+    read = _as_json(parsed)
+    check_value(read, what="resume data", error=ResumeDataError)  # (as read: "nan" is NaN)
+    return read

@@ -261,12 +261,13 @@ def test_a_grant_is_refused_for_a_tool_that_does_not_allow_approve(sqlite_url: s
 
 
 @pytest.mark.parametrize("door", ["agent", "inbox", "inbox without the agent"])
-@pytest.mark.parametrize("answer", ["", "   "])
+@pytest.mark.parametrize("answer", ["", "   ", "\u200b", "\u3164", "\u2800\u200d"])
 def test_a_respond_without_an_answer_is_refused_at_every_door(sqlite_url: str, door: str,
                                                               answer: str) -> None:
     """A respond with an empty answer was refused by a raw `Command` but recorded by the
-    inbox (and its web page), and the model read an empty answer (helper-78): the check is
-    the decision's, whatever door brings it."""
+    inbox (and its web page), and the model read an empty answer (helper-78), or one of
+    blank characters only (helper-79): the check is the decision's, whatever door brings
+    it, and reads text as a name is read."""
     ran: list[str] = []
     agent = _agent(sqlite_url, ran)
     first = agent.generate("move 500")

@@ -146,20 +146,35 @@ def test_numbers_json_cannot_hold_are_refused() -> None:
 
 def test_an_edit_to_a_number_json_cannot_hold_is_refused_and_decides_nothing(
         sqlite_url: str) -> None:
-    from graphkit import Inbox, InvalidApprovedArgsError
+    """As given, and as text the tool's schema reads as such a number: the model's "nan" was
+    planned and shown as NaN (`graphkit inbox --json` printed no JSON) and run (helper-79)."""
+    from graphkit import Agent, Inbox, InvalidApprovedArgsError, create_tool
+    from graphkit.testing import ScriptedChatModel
 
-    agent, ran = agent_with([turn(call("pay", {"amount": 5, "payee": {"name": "ACME"}}, "c1")),
-                             "done"], checkpointer=sqlite_url)
-    paused = agent.generate("pay")
+    ran: list[float] = []
+
+    @create_tool(needs_approval=True)
+    def move(amount: float, to: str) -> str:
+        """Move money."""
+        ran.append(amount)
+        return "moved"
+
+    agent = Agent(name="bank", tools=[move], checkpointer=sqlite_url, model=ScriptedChatModel([
+        turn(call("move", {"amount": "nan", "to": "acme"}, "m0")),
+        turn(call("move", {"amount": 5.5, "to": "acme"}, "m1")), "done"]))
+    paused = agent.generate("move")
+    told = [m for m in paused.messages if m.type == "tool"]
+    assert told and "JSON can hold" in str(told[0].content)
     (pending,) = paused.pending_approvals
-    for typed in (float("nan"), float("inf")):
+    for typed in (float("nan"), float("inf"), "nan", "-Infinity", "1e400"):
         with pytest.raises(InvalidApprovedArgsError, match="JSON can hold"):
             agent.approve_tool_call(run_id=paused.run_id, decided_by="cfo",
                                     args={**pending.args, "amount": typed})
         with pytest.raises(InvalidApprovedArgsError, match="JSON can hold"):
             Inbox(sqlite_url).approve(pending.id, decided_by="cfo",
-                                      args=json.loads('{"amount": NaN, "payee": {"name": "x"}}'))
-    assert Inbox(sqlite_url).get(pending.id).status == "pending" and ran.ran == []
+                                      args=json.loads('{"amount": NaN, "to": "x"}'))
+    assert Inbox(sqlite_url).get(pending.id).status == "pending" and ran == []
+    assert [e["event"] for e in Inbox(sqlite_url).audit(id=pending.id)].count("edited") == 0
 
 
 def test_lone_surrogates_are_refused() -> None:

@@ -25,6 +25,7 @@ from pydantic import (
     Secret,
     SecretStr,
     field_validator,
+    model_validator,
 )
 from starlette.testclient import TestClient
 
@@ -150,41 +151,64 @@ class _Cents(BaseModel):
         return value * 100 if value < 1_000 else value
 
 
+class _Capped(BaseModel):
+    amount: int
+    token: SecretStr | None = None
+
+    @model_validator(mode="after")
+    def capped(self) -> _Capped:  # (a validator that says the value it refuses)
+        if self.token is not None and self.amount > 100:
+            raise ValueError(f"token {self.token.get_secret_value()} may not pay {self.amount}")
+        return self
+
+
 @pytest.mark.parametrize("refusal", ["a validator's", "the approvers policy's error",
-                                     "an edit's own new secret"])
+                                     "an edit's own new secret",
+                                     "a validator's, of a secret the model left out",
+                                     "a policy's error of the secret upper-cased"])
 def test_a_refusal_never_shows_a_secret_whatever_made_its_message(sqlite_url: str,
                                                                   refusal: str) -> None:
     """A refusal quoted the call's secret: a validator that changes its value each time it
     is read was refused with the arguments revealed, and an approvers policy that raised
     `KeyError(account)` was quoted whole, to a reviewer allowed to view only, in the error,
-    the audit, the web notice and the next interrupt (helper-78). Every refusal of a decision
-    is scrubbed of the call's secrets and of the secrets the edit typed."""
+    the audit, the web notice and the next interrupt (helper-78); then a secret an edit typed
+    where the model's call gave none, and a policy's error holding the secret in another form
+    (helper-79). Every refusal of a decision is scrubbed of the call's secrets and of those
+    the edit typed where the tool declares secrets, and a policy's error is named by its
+    kind only."""
     from graphkit.errors import GraphkitError
 
     secret, typed = "sk-live-4242-abcdef", "sk-new-7777-typed"
+    left_out = "left out" in refusal
 
     def policy(who: str, pending: Any) -> bool:
         token = pending.args["token"]
         token = token.get_secret_value() if hasattr(token, "get_secret_value") else token
+        if "upper-cased" in refusal:
+            token = token.upper()
         return who in {"sk-known-1": {"cfo"}}[token]  # (a KeyError quotes the key)
 
-    tool = create_tool(lambda token, amount: "paid", name="pay", description="Pay.",
-                       args_schema=_Cents, needs_approval=True)
+    tool = create_tool(lambda token=None, amount=0: "paid", name="pay", description="Pay.",
+                       args_schema=_Capped if left_out else _Cents, needs_approval=True)
     agent = Agent(name="a", tools=[tool], checkpointer=sqlite_url,
-                  approvers=policy if refusal == "the approvers policy's error" else None,
-                  model=ScriptedChatModel([turn(call("pay", {"token": secret, "amount": 5_000},
-                                                     "p1")), "done"]))
+                  approvers=policy if "policy" in refusal else None,
+                  model=ScriptedChatModel([turn(call("pay", {"amount": 5_000} if left_out else {
+                      "token": secret, "amount": 5_000}, "p1")), "done"]))
     first = agent.generate("pay")
     (pending,) = first.pending_approvals
     edit = {**pending.args, "amount": 5, **({"token": typed} if "edit's" in refusal else {})}
+    if left_out:
+        edit = {"amount": 500, "token": typed}
     with pytest.raises(GraphkitError) as refused:
-        if refusal == "the approvers policy's error":
+        if "policy" in refusal:
             Inbox(sqlite_url, agents=[agent]).approve(pending.id, decided_by="cfo")
         else:
             agent.approve_tool_call(run_id=first.run_id, decided_by="cfo", args=edit)
     said = json.dumps([str(refused.value), Inbox(sqlite_url).audit(thread_id=first.thread_id),
                        traceback.format_exception(refused.value)])
-    assert "refused" in said and secret not in said and typed not in said
+    assert "refused" in said and "may not pay" in said if left_out else "refused" in said
+    for shown in (secret, typed, secret.upper()):
+        assert shown not in said
     assert [p.status for p in agent.pending_approvals(run_id=first.run_id)] == ["pending"]
 
 
