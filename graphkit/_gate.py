@@ -696,18 +696,25 @@ def _ready(plan: TurnPlan, answered: set[str]) -> list[CallPlan]:
 
 def _answers(plan: TurnPlan, answered: set[str], ledger: Ledger, thread_id: str
              ) -> list[ToolMessage]:
-    """ToolMessages for calls that will not run; the ledger records them as their outcome."""
+    """ToolMessages for calls that will not run; the ledger records them as their outcome,
+    and a call it settled before (a replay of a turn its conversation left, whose approval
+    was superseded then) is answered as it was."""
     messages = [
         ToolMessage(c["answer"], tool_call_id=c["tool_call_id"], name=c["tool_name"],
                     status="success" if c.get("answer_status") == "success" else "error")
         for c in plan["calls"]
         if c["answer"] is not None and c["tool_call_id"] not in answered
     ]
-    if messages:
-        keys = {c["tool_call_id"]: c["key"] for c in plan["calls"]}
-        ledger.settle({keys[m.tool_call_id]: {"content": m.content, "status": m.status}
-                       for m in messages}, thread_id=thread_id)
-    return messages
+    if not messages:
+        return messages
+    keys = {c["tool_call_id"]: c["key"] for c in plan["calls"]}
+    ledger.settle({keys[m.tool_call_id]: {"content": m.content, "status": m.status}
+                   for m in messages}, thread_id=thread_id)
+    recorded = ledger.outcomes((keys[m.tool_call_id] for m in messages), thread_id=thread_id)
+    return [m if not (was := recorded.get(keys[m.tool_call_id])) else m.model_copy(update={
+        "content": was.get("content", m.content),
+        "status": "success" if was.get("status") == "success" else "error"})
+        for m in messages]
 
 
 def _task(call: CallPlan, agent_path: list[str], options: RunOptions, then: str) -> Send:

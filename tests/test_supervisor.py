@@ -534,3 +534,27 @@ def test_a_new_message_supersedes_the_supervisors_own_approval_beside_a_waiting_
     after = boss.generate("cancel everything", thread_id=paused.thread_id)
     assert after.finish_reason == "stop" and after.pending_approvals == []
     assert Inbox(sqlite_url).pending() == [] and ran == []
+
+
+def test_an_approved_call_a_new_message_overtakes_is_recorded_as_superseded(
+        sqlite_url: str) -> None:
+    """The supervisor's own payment, approved in the inbox while billing's call waited, then a
+    new user message as graph input (the LangGraph server's door): the payment was told 'not
+    run: superseded by a new user message' while its approval stayed approved, with no
+    audit of what became of it (helper-79). A call settled as never to run supersedes its
+    approval, audited."""
+    from langchain_core.messages import HumanMessage as Human
+
+    ran: list[tuple[str, int]] = []
+    boss = _boss_and_billing(sqlite_url, ran)
+    paused = boss.generate("pay")
+    inbox = Inbox(sqlite_url, agents=[boss])
+    own = next(p for p in inbox.pending() if p.agent_path == ["boss"])
+    inbox.approve(own.id, decided_by="cfo")
+    boss.graph.invoke({"messages": [Human("cancel everything")]},
+                      {"configurable": {"thread_id": paused.thread_id}})
+    assert ran == [] and inbox.pending() == [] and inbox.ready() == []
+    row = boss._storage.ledger.approval(own.id)
+    assert row is not None and row.status == "rejected"
+    assert [e["event"] for e in inbox.audit(id=own.id)] == ["requested", "approved",
+                                                            "superseded"]

@@ -14,6 +14,7 @@ from graphkit._ledger._once import once_text, once_values
 from graphkit._ledger._rows import (
     APPROVAL_READ,
     ApprovalRow,
+    AuditRow,
     CallRow,
     Claimed,
     Start,
@@ -24,7 +25,7 @@ from graphkit._ledger._schema import (
     DONE,
     RUN_ARGS,
 )
-from graphkit._ledger._sql import dumps, loads, path_text
+from graphkit._ledger._sql import dumps, iso_now, loads, path_text
 from graphkit._ledger._values import unstowed
 
 __all__ = ["Executions"]
@@ -284,9 +285,12 @@ class Executions(LedgerBase):
     def settle(self, outcomes: Mapping[str, Mapping[str, Any]], *, thread_id: str) -> None:
         """Record the answer of calls of this thread that will never run (declined,
         superseded, stopped); a key from another thread (a client can read keys) settles
-        nothing. No run waits on a settled call's approval any more: a subagent that ended
-        without its approved call (a client's write on its namespace) left the approval
-        marked waiting, and its run listed as ready for good (helper-77)."""
+        nothing. No run waits on a settled call's approval any more, and one approved that
+        will not run now is recorded as superseded, with the call's answer: a subagent that
+        ended without its approved call (a client's write on its namespace) left the approval
+        approved and marked waiting, its run listed as ready for good (helper-77), and a new
+        message through the graph's input told a supervisor's approved call 'not run' while
+        the inbox showed it approved (helper-79)."""
         if not outcomes:
             return
         with self._sql.transaction() as tx:
@@ -295,9 +299,31 @@ class Executions(LedgerBase):
                         "UPDATE graphkit_calls SET executed = ?, outcome = ? "
                         "WHERE call_key = ? AND thread_id = ? AND executed IS NULL",
                         (DONE, dumps(dict(outcome)), key, thread_id)) == 1:
-                    tx.execute("UPDATE graphkit_approvals SET waiting = NULL WHERE call_key = ? "
-                               "AND thread_id = ? AND waiting IS NOT NULL", (key, thread_id))
+                    self._overtaken(tx, key, thread_id, str(outcome.get("content", "")))
                     self._call_finished(tx, key, outcome, "not_run")
+
+    def _overtaken(self, tx: Any, call_key: str, thread_id: str, answer: str) -> None:
+        """A settled call's approvals: no run waits on them; approved, they are superseded."""
+        tx.execute("UPDATE graphkit_approvals SET waiting = NULL WHERE call_key = ? "
+                   "AND thread_id = ? AND waiting IS NOT NULL", (call_key, thread_id))
+        approved = tx.query("SELECT a.approval_id, a.tool_name, c.tool_call_id, a.agent_path, "
+                            "a.run_id FROM graphkit_approvals a JOIN graphkit_calls c "
+                            "ON c.call_key = a.call_key WHERE a.call_key = ? "
+                            "AND a.thread_id = ? AND a.status = 'approved'",
+                            (call_key, thread_id))
+        for approval_id, tool_name, tool_call_id, path, run_id in approved:
+            decision = {"type": "reject", "event": "superseded", "status": "rejected",
+                        "decided_by": None, "comment": answer}
+            tx.execute(f"UPDATE graphkit_approvals SET status = 'rejected', decision = ?, "
+                       f"decided_at = {self._sql.now} WHERE approval_id = ? "
+                       "AND status = 'approved'", (dumps(decision), approval_id))
+            tx.execute("DELETE FROM graphkit_cleared WHERE approval_id = ?", (approval_id,))
+            self._audit(tx, [AuditRow(thread_id=thread_id, approval_id=str(approval_id), entry={
+                "event": "superseded", "at": iso_now(), "thread_id": thread_id,
+                "run_id": run_id, "approval_id": approval_id, "tool_name": tool_name,
+                "tool_call_id": tool_call_id, "agent_path": str(path).split("/"),
+                "decided_by": None, "comment": answer, "args_before": None,
+                "args_after": None, "detail": "approved, it had not run when this came"})])
 
     def settle_call(self, call_key: str, outcome: Mapping[str, Any], *, thread_id: str,
                     agent_path: Sequence[str], tool_name: str) -> bool:
