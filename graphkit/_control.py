@@ -23,7 +23,7 @@ from graphkit._approvals import last_turn_plan
 from graphkit._context import thread_id_of
 from graphkit._events import pending_from_interrupts, with_waiting_beside
 from graphkit._gate import BY_NEW_MESSAGE
-from graphkit._latest import Paused, mid_step, options_of
+from graphkit._latest import Paused, ended, mid_step, options_of
 from graphkit._ledger import ApprovalRow, Ledger, NewRun, QueuedFor, queued_id, same_queued
 from graphkit._review import (
     Choice,
@@ -54,6 +54,7 @@ __all__ = [
     "continue_command",
     "decide",
     "is_current",
+    "left_decided",
     "of_run",
     "start_payload",
     "waiting",
@@ -91,7 +92,8 @@ def waiting(snapshot: Paused, ledger: Ledger, agent: str | None) -> list[Waiting
     found = with_waiting_beside(pending_from_interrupts(snapshot.interrupts, ledger), ledger,
                                 thread_id_of(snapshot.config), agent)
     if not found and agent is not None and mid_step(snapshot):
-        rows_of_thread = ledger.waiting_rows(thread_id=thread_id_of(snapshot.config))
+        rows_of_thread = sorted(ledger.waiting_rows(thread_id=thread_id_of(snapshot.config)),
+                                key=lambda w: w.place)  # (in the turn's order)
         found = [("", cast(ApprovalRecord, masked_record(w.record))) for w in rows_of_thread
                  if w.waiting and list(w.row.agent_path)[:1] == [agent]]
     rows = ledger.approvals(r["id"] for _, r in found if r["status"] == "pending")
@@ -284,7 +286,22 @@ def continue_command(snapshot: Paused, req: Request) -> Any:
         msg = (f"run {req.run_id!r} still has undecided tool calls {undecided}; decide them "
                "(resolve_tool_approval / approve_tool_call / resume_stream / the inbox) first")
         raise ApprovalsPendingError(msg)
-    return apply_command(snapshot)  # None: continue a run stopped by on_state_change
+    # None: continue a run stopped by on_state_change
+    return apply_command(snapshot) or left_decided(snapshot, req)
+
+
+def left_decided(snapshot: Paused, req: Request) -> Command[Any] | None:
+    """For a run a client's state write left with nothing next while its gate waited
+    (`update_state` on the paused thread), once the ledger holds a decision for what the
+    agent's gate waits on: the inbox listed the run as ready, and every resume did nothing, for
+    good (helper-72, helper-79). The run goes back to its gate, which applies the ledger's
+    decisions (what a client wrote over the waiting call is dropped on the way)."""
+    if snapshot.interrupts or not ended(snapshot):
+        return None
+    agent = _agent(req)
+    decided = any(w.waiting and w.row.decided and list(w.row.agent_path)[:1] == [agent]
+                  for w in req.ledger.waiting_rows(thread_id=req.thread_id))
+    return Command(goto="approval_gate") if decided else None
 
 
 def _plan(snapshot: Paused, req: Request) -> Mapping[str, Any] | None:

@@ -82,6 +82,16 @@ def mid_step(snapshot: Paused) -> bool:
     return bool(tasks) and not any(task.interrupts for task in tasks)
 
 
+def ended(snapshot: Paused) -> bool:
+    """Whether the thread's run has nothing next: it ended, or a client's state write left it
+    with nothing to do while a call waited."""
+    if isinstance(snapshot, Latest):
+        state: Any = snapshot._graph.get_state(snapshot._query)
+    else:
+        state = snapshot
+    return not getattr(state, "tasks", ())
+
+
 def options_of(snapshot: Paused) -> Mapping[str, Any]:
     """The run options the thread's state holds, without restoring every channel when the
     checkpoint says them."""

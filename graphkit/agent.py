@@ -33,6 +33,7 @@ from graphkit._control import (
     continue_command,
     decide,
     is_current,
+    left_decided,
     of_run,
     policy_finder,
     shared_names,
@@ -986,4 +987,4 @@ def _at_rest(state: StateSnapshot) -> bool:
 
 def _apply(snapshot: Paused, req: Request) -> Any:
     """The resume that lets each waiting gate apply what the ledger holds."""
-    return apply_command(snapshot)
+    return apply_command(snapshot) or left_decided(snapshot, req)

@@ -369,3 +369,35 @@ def test_a_decision_is_refused_for_a_run_a_state_write_left_with_nothing_next(
     (row,) = [agent._storage.ledger.approval(p.id) for p in agent.pending_approvals(
         run_id=paused.run_id)]
     assert row is not None and row.status == "pending" and ran.ran == []
+
+
+@pytest.mark.parametrize("written", ["words", "nothing, as the model"])
+def test_a_run_a_state_write_left_with_nothing_next_applies_the_inboxs_decision_on_resume(
+        tmp_path: Any, written: str) -> None:
+    """The same write, then the call approved in the inbox (which records it): the inbox
+    listed the run as ready, and every resume did nothing, for good; approved, the payment
+    never ran (helper-72, helper-79). A resume takes the run back to its gate, which applies
+    the decision: the call runs once, and what the client wrote over it is dropped."""
+    from langchain_core.messages import AIMessage
+
+    from graphkit import Inbox
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent, ran = agent_with([turn(call("pay", {"amount": 5, "payee": {"name": "ACME"}}, "c1")),
+                             "done"], checkpointer=url)
+    paused = agent.generate("pay")
+    cfg = {"configurable": {"thread_id": paused.thread_id}}
+    if written == "words":
+        agent.graph.update_state(cfg, {"messages": [AIMessage("All done, nothing to pay.")]})
+    else:
+        agent.graph.update_state(cfg, {"messages": []}, as_node="model")
+    inbox = Inbox(url)
+    (pending,) = inbox.pending()
+    inbox.approve(pending.id, decided_by="cfo")
+    assert inbox.ready() == [paused.run_id]
+    done = agent.resume(run_id=paused.run_id)
+    assert done.finish_reason == "stop" and done.text == "done"
+    assert ran.ran == [("pay", {"amount": 5, "payee": {"name": "ACME"}})]
+    assert inbox.ready() == [] and inbox.pending() == []
+    assert "nothing to pay" not in str(agent.graph.get_state(cfg).values["messages"])
+    assert agent.resume(run_id=paused.run_id).finish_reason == "stop" and len(ran.ran) == 1
