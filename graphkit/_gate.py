@@ -16,6 +16,8 @@ from typing import Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
+from langgraph._internal._constants import CONFIG_KEY_SCRATCHPAD
+from langgraph.config import get_config
 from langgraph.types import Command, Send, interrupt
 
 from graphkit._approvals import (
@@ -540,8 +542,11 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
             m.tool_call_id for m in new_messages if isinstance(m, ToolMessage)}
         step = _Pass(planner, ctx, plan, config, extract)
         if not changed and not _ready(plan, answered) and _undecided(plan, answered):
-            # Decisions taken since the pause (by any door) apply first; else pause.
-            if not step.apply_ledger(answered):
+            # Decisions taken since the pause (by any door) apply first; else pause. A client's
+            # resume is read all the same: one naming a call decided since (the CLI's approve,
+            # then Agent Chat UI's reject) is refused and audited, never dropped unread while
+            # the other decision runs (helper-80).
+            if _resumed_with_decisions() or not step.apply_ledger(answered):
                 value = interrupt(interrupt_value(plan, answered, agent_path=ctx.path,
                                                   ledger=ctx.ledger, rows=step.rows))
                 plan["error"] = None
@@ -576,6 +581,19 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         return await offload(approval_gate, state, config)
 
     return approval_gate, aapproval_gate
+
+
+def _resumed_with_decisions() -> bool:
+    """Whether this pass of a paused gate was resumed with decisions to take (a client's
+    `Command(resume={"decisions": [...]})`), which its `interrupt()` would return at once:
+    LangGraph's scratchpad holds the value for the task, or as a resume for every task. (The
+    API's and the workers' resumes carry none: they took their decisions in the ledger.)"""
+    try:
+        scratchpad = get_config()["configurable"][CONFIG_KEY_SCRATCHPAD]
+        value = scratchpad.resume[0] if scratchpad.resume else scratchpad.get_null_resume(False)
+    except Exception:  # (not inside a run, or a LangGraph whose scratchpad reads otherwise)
+        return False
+    return isinstance(value, Mapping) and "decisions" in value
 
 
 LOST = ("Tool call {name!r} was stopped: its turn is no longer in the conversation (the "

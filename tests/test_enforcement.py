@@ -162,6 +162,34 @@ def test_without_auth_or_policy_decisions_work_and_are_audited_as_anonymous() ->
     assert approved["decided_by"] is None
 
 
+@pytest.mark.parametrize("calls", [1, 2])
+def test_a_clients_decision_for_a_call_decided_since_is_refused_never_dropped(
+        sqlite_url: str, calls: int) -> None:
+    """`graphkit approve` (the CLI), then Agent Chat UI, which still showed the pause, sends a
+    reject: the gate applied the ledger's approve without reading the client's resume, so
+    the reject was dropped without a word or an audit entry while the call ran (helper-80);
+    with two calls, both of the client's decisions were dropped. The resume is read: the
+    decision for the call decided since is refused as already resolved, audited, and said in
+    the pause; the first decision stands."""
+    from graphkit import Inbox
+
+    planned = [call("pay", {**PAY, "amount": 5 + n}, f"c{n}") for n in range(calls)]
+    agent, ran = agent_with([turn(*planned), "done"], checkpointer=sqlite_url)
+    paused = agent.generate("pay")
+    inbox = Inbox(sqlite_url)
+    first = next(p for p in inbox.pending() if p.tool_call_id == "c0")
+    inbox.approve(first.id, decided_by="carol")
+    raw(agent, paused.thread_id, {"decisions": [{"type": "reject", "message": "do NOT"}] * calls})
+    assert ran.ran == [("pay", {**PAY, "amount": 5})]
+    refusals = [e for e in inbox.audit(id=first.id) if e["event"] == "refused"]
+    assert len(refusals) == 1 and "already approved by carol" in str(refusals[0]["detail"])
+    state = agent.graph.get_state(config(paused.thread_id))
+    if calls == 2:  # (the other still waits, and the pause says why nothing was taken)
+        (waiting,) = state.interrupts
+        assert "already approved by carol" in str(waiting.value["error"])
+        assert pending_status(agent, paused.run_id) == ["pending"]
+
+
 def test_raw_resume_meets_the_ledger_decline_expiry_and_exactly_once(sqlite_url: str) -> None:
     agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done"], checkpointer=sqlite_url)
     result = agent.generate("pay")
