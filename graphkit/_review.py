@@ -531,8 +531,7 @@ def withdraw_thread(ledger: Ledger, thread_id: str, *, comment: str = THREAD_DEL
                  and (only is None or found.row.approval_id in only)
                  and not (served_only and found.run_id is not None)
                  and supersede(ledger, {**found.record, "id": found.row.approval_id},
-                               comment=comment, thread_id=thread_id, run_id=found.run_id,
-                               detail=comment)]
+                               comment=comment, thread_id=thread_id, run_id=found.run_id)]
     for grant in ledger.grants(thread_id):
         if grant.revoked is None:
             ledger.revoke(grant.grant_id, {"by": None, "at": now_iso(), "reason": comment},

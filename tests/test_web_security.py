@@ -193,6 +193,17 @@ def test_a_form_is_read_no_further_than_its_bound(sqlite_url: str) -> None:
     assert Inbox(sqlite_url).get(pending.id).status == "approved"
 
 
+def test_an_inbox_without_tokens_says_so_at_sign_in(sqlite_url: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no `GRAPHKIT_TOKENS`, nobody can sign in, and the page only said "That token is
+    not known" (helper-80)."""
+    monkeypatch.delenv("GRAPHKIT_TOKENS", raising=False)
+    page = TestClient(create_app(sqlite_url, secret="s")).get("/login").text
+    assert "No reviewer tokens are set up" in page and "GRAPHKIT_TOKENS" in page
+    assert "No reviewer tokens" not in TestClient(create_app(
+        sqlite_url, authenticate=TOKENS, secret="s")).get("/login").text
+
+
 def test_a_cards_thread_audit_link_reaches_any_thread_id(sqlite_url: str) -> None:
     """A thread id is the client's text; one with `/`, `?` or `#` made the card's link to the
     thread's audit lead elsewhere (helper-65)."""

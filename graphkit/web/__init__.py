@@ -136,9 +136,9 @@ class _Web:
             return []
         try:
             served = await self.thread_messages(thread_id)
-        except Exception:  # context only: the card is shown without it
-            logger.warning("inbox: could not read thread %s from the server", thread_id,
-                           exc_info=True)
+        except Exception as exc:  # context only: the card is shown without it
+            logger.warning("inbox: could not read thread %s from the server (%s)", thread_id,
+                           type(exc).__name__)  # (a deleted thread is no trace's business)
             return []
         seen: list[BaseMessage] = await asyncio.to_thread(self.inbox.seen_messages, served,
                                                           item, viewer)
@@ -308,6 +308,9 @@ def _routes(web: _Web) -> list[Any]:
     async def login_page(request: Request) -> Response:
         error = request.query_params.get("error")
         note = "<p class='error'>That token is not known.</p>" if error else ""
+        if web.check_token is None and web.authenticate is None:  # (nobody can sign in)
+            note = ("<p class='error'>No reviewer tokens are set up for this inbox: set "
+                    "GRAPHKIT_TOKENS (see docs/reviewing.md).</p>")
         request.state.reviewer = await web.reviewer(request)
         nonce = secrets.token_hex(16)
         body = ("<h1>Sign in</h1>" + note + "<form method='post' action='login'>"
