@@ -18,6 +18,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph._internal._constants import CONFIG_KEY_SCRATCHPAD
 from langgraph.config import get_config
+from langgraph.errors import GraphInterrupt
 from langgraph.types import Command, Send, interrupt
 
 from graphkit._approvals import (
@@ -546,14 +547,20 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
             # resume is read all the same: one naming a call decided since (the CLI's approve,
             # then Agent Chat UI's reject) is refused and audited, never dropped unread while
             # the other decision runs (helper-80).
-            if _resumed_with_decisions() or not step.apply_ledger(answered):
-                value = interrupt(interrupt_value(plan, answered, agent_path=ctx.path,
-                                                  ledger=ctx.ledger, rows=step.rows))
+            def ask() -> Any:
+                return interrupt(interrupt_value(plan, answered, agent_path=ctx.path,
+                                                 ledger=ctx.ledger, rows=step.rows))
+
+            given = _given_decisions(ask)
+            if given is not None or not step.apply_ledger(answered):
+                value = given if given is not None else ask()
                 plan["error"] = None
                 try:
                     step.resume(value, answered, {m.id for m in messages if m.id})
                 except GraphkitError as exc:
                     plan["error"] = str(exc)
+                if given is not None:  # (the rows read with the plan predate its decisions)
+                    ctx.forget_approvals()
                 step.apply_ledger(answered)
             changed = True
         if step.edited:
@@ -581,6 +588,19 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         return await offload(approval_gate, state, config)
 
     return approval_gate, aapproval_gate
+
+
+def _given_decisions(ask: Callable[[], Any]) -> Any:
+    """The decisions a client resumed this pass with (`ask`: the pass's `interrupt`, which
+    returns them), or None. LangGraph's scratchpad still shows a plain resume another pass
+    took already (a later pass of the same run): `interrupt` then pauses, which here only
+    means there is nothing to read."""
+    if not _resumed_with_decisions():
+        return None
+    try:
+        return ask()
+    except GraphInterrupt:
+        return None
 
 
 def _resumed_with_decisions() -> bool:

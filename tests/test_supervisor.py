@@ -558,3 +558,22 @@ def test_an_approved_call_a_new_message_overtakes_is_recorded_as_superseded(
     assert row is not None and row.status == "rejected"
     assert [e["event"] for e in inbox.audit(id=own.id)] == ["requested", "approved",
                                                             "superseded"]
+
+
+def test_a_clients_decision_two_levels_down_is_read_once_and_the_run_goes_on() -> None:
+    """Agent Chat UI's edit, resuming the supervisor of a call two delegations down: the gate
+    that reads a client's resume even where the ledger holds decisions saw LangGraph's plain
+    resume again in its next pass, which had been taken already, and paused the run on the
+    approval it had just applied (a regression the served graphs' test caught)."""
+    from langgraph.types import Command
+
+    from graphkit.examples import supervisor_agent
+
+    agent = supervisor_agent()
+    cfg = {"configurable": {"thread_id": "two-down"}}
+    agent.graph.invoke({"messages": [{"role": "user", "content": "purge logs older than 90 days"}]},
+                       cfg)
+    out = agent.graph.invoke(Command(resume={"decisions": [{"type": "edit", "edited_action": {
+        "name": "purge_logs", "args": {"days": 120}}}]}), cfg)
+    assert "purged logs older than 120 days" in str(out["messages"][-1].content)
+    assert agent.graph.get_state(cfg).next == ()
