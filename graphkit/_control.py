@@ -298,8 +298,10 @@ def left_decided(snapshot: Paused, req: Request) -> Command[Any] | None:
     decisions (what a client wrote over the waiting call is dropped on the way)."""
     if snapshot.interrupts or not ended(snapshot):
         return None
+    # (the agent's own gate's only: a subagent's waits on a delegation that gate would hand
+    # out anew, whose subagent would plan again and ask again: helper-81)
     agent = _agent(req)
-    decided = any(w.waiting and w.row.decided and list(w.row.agent_path)[:1] == [agent]
+    decided = any(w.waiting and w.row.decided and list(w.row.agent_path) == [agent]
                   for w in req.ledger.waiting_rows(thread_id=req.thread_id))
     return Command(goto="approval_gate") if decided else None
 

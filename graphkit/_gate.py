@@ -30,7 +30,7 @@ from graphkit._approvals import (
     telemetry,
     waiting_records,
 )
-from graphkit._context import emit, last_ai, open_turns
+from graphkit._context import emit, last_ai, open_turns, thread_id_of
 from graphkit._ledger import ApprovalRow, AuditRow, Clearance, Ledger, PendingTurn, queued_id
 from graphkit._limits import check_value
 from graphkit._offload import offload
@@ -513,11 +513,15 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         messages = list(state.get("messages") or [])
         ai = last_ai(messages)
         if (ai is not None and not ai.tool_calls and messages[-1] is ai
-                and next(open_turns(messages), None) is None):
-            # the model answered last, over no call without its result: nothing is left to do
-            # (a pass a stale trigger started, a task a client sent to the tools node, say,
-            # called the model once more). Words over a waiting call are a client's, which
-            # the model node drops (they ended the wait: helper-79).
+                and next(open_turns(messages), None) is None
+                and not planner.ledger.pending_turns(thread_id_of(config),
+                                                     planner.path_of(config))):
+            # the model answered last, over no call without its result, and nothing of this
+            # agent waits in the ledger: nothing is left to do (a pass a stale trigger started,
+            # a task a client sent to the tools node, say, called the model once more). Words
+            # over a waiting call are a client's, even where a result a client wrote closes
+            # the turn: the model node drops or discards them (they ended the wait: helper-79,
+            # helper-81).
             return Command()
         if ai is None or not ai.tool_calls:
             return Command(goto="model")
