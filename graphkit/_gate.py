@@ -46,7 +46,9 @@ from graphkit._review import (
     judge,
     parse_choice,
     refuse,
+    resolved_message,
     supersede,
+    taken_by,
     verify,
 )
 from graphkit._secrets import masked_ai, record_paths, with_secrets
@@ -62,6 +64,7 @@ from graphkit._state import (
 from graphkit._validate import now_iso
 from graphkit.errors import (
     AmbiguousApprovalError,
+    ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
     ApproverNotAllowedError,
     GraphkitError,
@@ -195,9 +198,15 @@ class _Pass:
                 ids = [r["tool_call_id"] for r in waiting]
                 raise AmbiguousApprovalError(INPUT_NEEDS_IDS.format(ids=ids), pending_ids=ids)
             if len(parsed) != len(undecided):
-                ids = [r["tool_call_id"] for r in undecided]
-                msg = DECISION_COUNT.format(given=len(parsed), expected=len(undecided), ids=ids)
-                raise AmbiguousApprovalError(msg, pending_ids=ids)
+                # (one for each call still undecided, as the pause lists them: some were
+                # decided since the pause, in the inbox, say; helper-81)
+                rows = self.ctx.ledger.approvals(r["id"] for r in undecided)
+                left = [r for r in undecided if not (rows.get(r["id"]) and rows[r["id"]].decided)]
+                if len(parsed) != len(left):
+                    ids = [r["tool_call_id"] for r in left]
+                    msg = DECISION_COUNT.format(given=len(parsed), expected=len(left), ids=ids)
+                    raise AmbiguousApprovalError(msg, pending_ids=ids)
+                undecided = left
             targets = undecided
         else:
             targets = [self._target(waiting, call_id, approval_id)
@@ -218,10 +227,24 @@ class _Pass:
                 refuse(self.ctx.ledger, record, exc, decided_by=identity,
                        thread_id=self.ctx.thread_id, run_id=self.ctx.run_id)
                 raise exc
-        # every decision is checked before any is claimed: one refused changes nothing
-        claims = [self._judge(record, choice, identity)
-                  for record, (choice, _, _, _) in zip(targets, parsed, strict=True)]
-        for record, claim in zip(targets, claims, strict=True):
+        # every decision is checked before any is claimed: one refused changes nothing, one
+        # for a call decided since the pause (in the inbox, by the CLI) too (a batch whose
+        # first decision was claimed before the second was found decided went on half taken:
+        # helper-81); a decision this resume took already (a retried pass reads its resume
+        # again) is the ledger's to apply, not a refusal
+        rows = self.ctx.ledger.approvals(r["id"] for r in targets)
+        fresh: list[tuple[ApprovalRecord, Choice]] = []
+        for record, (choice, _, _, _) in zip(targets, parsed, strict=True):
+            row = rows.get(record["id"])
+            if row is None or not row.decided:
+                fresh.append((record, choice))
+            elif not taken_by(row, choice, identity):
+                exc = ApprovalAlreadyResolvedError(resolved_message(record, row.decision))
+                refuse(self.ctx.ledger, record, exc, decided_by=identity,
+                       thread_id=self.ctx.thread_id, run_id=self.ctx.run_id)
+                raise exc
+        claims = [(record, self._judge(record, choice, identity)) for record, choice in fresh]
+        for record, claim in claims:
             self.taken[record["id"]] = claim()
 
     def _judge(self, record: ApprovalRecord, choice: Choice, decided_by: str | None

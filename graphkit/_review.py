@@ -76,6 +76,7 @@ __all__ = [
     "shown",
     "supersede",
     "superseded",
+    "taken_by",
     "verify",
 ]
 
@@ -442,6 +443,15 @@ def _allowed_of(record: Mapping[str, Any]) -> tuple[str, ...]:
 def not_allowed(record: Mapping[str, Any], kind: str, allowed: Sequence[str]) -> str:
     return (f"a {kind!r} decision is not allowed for tool {record.get('tool_name')!r} "
             f"(approval {record.get('id')!r}); it allows {list(allowed)}")
+
+
+def taken_by(row: ApprovalRow, choice: Choice, decided_by: str | None) -> bool:
+    """Whether the decision the ledger holds is this one, taken by a client's resume already
+    (a pass LangGraph retried reads its resume again): its type, decider and words."""
+    decision = row.decision or {}
+    return (decision.get("source") == "resume" and decision.get("type") == choice.type
+            and decision.get("decided_by") == decided_by
+            and decision.get("comment") == choice.message)
 
 
 def _explain_lost(ledger: Ledger, record: ApprovalRecord, reviewed: str, *, thread_id: str,

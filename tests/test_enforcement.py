@@ -190,6 +190,70 @@ def test_a_clients_decision_for_a_call_decided_since_is_refused_never_dropped(
         assert pending_status(agent, paused.run_id) == ["pending"]
 
 
+def test_a_batch_with_a_decision_for_a_call_decided_since_takes_none_of_it(
+        sqlite_url: str) -> None:
+    """c0 and c1 wait; the inbox approves c1; a client sends two rejects: c0's was claimed
+    and applied before c1's was found decided, and the run went on half taken, the client
+    told nothing (helper-81). Every decision is checked before any is claimed: nothing is
+    taken, the refusal is audited and said in the pause, and c0 still waits."""
+    from graphkit import Inbox
+
+    planned = [call("pay", {**PAY, "amount": 5 + n}, f"c{n}") for n in range(2)]
+    agent, ran = agent_with([turn(*planned), "done"], checkpointer=sqlite_url)
+    paused = agent.generate("pay")
+    inbox = Inbox(sqlite_url)
+    second = next(p for p in inbox.pending() if p.tool_call_id == "c1")
+    inbox.approve(second.id, decided_by="carol")
+    raw(agent, paused.thread_id, {"decisions": [{"type": "reject"}, {"type": "reject"}]})
+    (waiting,) = agent.graph.get_state(config(paused.thread_id)).interrupts
+    assert "already approved by carol" in str(waiting.value["error"])
+    assert [(p.tool_call_id, p.status) for p in inbox.pending()] == [("c0", "pending")]
+    assert ran.ran == [("pay", {**PAY, "amount": 6})]  # (carol's approve stands)
+
+
+def test_unnamed_decisions_answer_the_calls_still_undecided(sqlite_url: str) -> None:
+    """The inbox declined c1; the pause lists c0 alone, and one unnamed approve was refused
+    as "1 does not match 2 pending calls" (helper-81): it answers c0."""
+    from graphkit import Inbox
+
+    planned = [call("pay", {**PAY, "amount": 5 + n}, f"c{n}") for n in range(2)]
+    agent, ran = agent_with([turn(*planned), "done"], checkpointer=sqlite_url)
+    paused = agent.generate("pay")
+    inbox = Inbox(sqlite_url)
+    inbox.decline(next(p.id for p in inbox.pending() if p.tool_call_id == "c1"),
+                  decided_by="carol")
+    raw(agent, paused.thread_id, {"decisions": [{"type": "approve"}]})
+    assert ran.ran == [("pay", {**PAY, "amount": 5})] and inbox.pending() == []
+
+
+def test_a_retried_pass_reads_its_own_decision_again_without_refusing_it(
+        sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A raw approve claimed, then the gate's pass failed (a locked database, say): retried,
+    LangGraph runs the pass again with its saved resume, which the gate read again and
+    audited as refused, already resolved, by the client's own approve (helper-81)."""
+    import graphkit._gate as gate
+    from graphkit import Inbox
+
+    agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done"], checkpointer=sqlite_url)
+    paused = agent.generate("pay")
+    route, failed = gate._route, []
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        if not failed:
+            failed.append(True)
+            raise RuntimeError("database is locked (simulated)")
+        return route(*args, **kwargs)
+
+    monkeypatch.setattr(gate, "_route", flaky)
+    with pytest.raises(RuntimeError, match="simulated"):
+        raw(agent, paused.thread_id, {"decisions": [{"type": "approve"}]})
+    agent.graph.invoke(None, config(paused.thread_id))
+    (pending,) = paused.pending_approvals
+    assert ran.ran == [("pay", PAY)]
+    assert [e["event"] for e in Inbox(sqlite_url).audit(id=pending.id)] == ["requested",
+                                                                          "approved"]
+
+
 def test_raw_resume_meets_the_ledger_decline_expiry_and_exactly_once(sqlite_url: str) -> None:
     agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done"], checkpointer=sqlite_url)
     result = agent.generate("pay")
