@@ -383,7 +383,10 @@ def result_command(task: ToolTask, output: Any) -> Command[ToolTarget]:
     call's own: a call's result written again (a replay, a task sent to this node more than
     once: helper-72) takes its own place, never a second one beside it."""
     if isinstance(output, ToolMessage):
-        message = output
+        # (the answer of the call this task ran, whatever id the tool wrote in it: one under
+        # another id answered nothing, and was audited as a client's result: helper-82)
+        message = (output if output.tool_call_id == task["tool_call_id"] else
+                   output.model_copy(update={"tool_call_id": task["tool_call_id"]}))
     else:
         message = ToolMessage(str(output), tool_call_id=task["tool_call_id"])
     if not message.name:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
 from pydantic import (
@@ -488,3 +489,36 @@ def test_a_predicate_or_prompt_that_changes_the_arguments_changes_nothing_that_r
     assert first.pending_approvals[0].args == args
     assert agent.approve_tool_call_generate(run_id=first.run_id).text == "done"
     assert got == [("staging", {})]
+
+
+def test_a_tool_that_returns_its_own_message_under_another_id_answers_its_call(
+        sqlite_url: str) -> None:
+    """A tool returned a `ToolMessage` (with an artifact) under a `tool_call_id` of its own: it
+    ran once, but its result answered no call, and the audit said a client's result had been
+    discarded, "nothing ran" (helper-82). The tools node's result answers the call it ran."""
+
+    ran: list[str] = []
+
+    @create_tool(needs_approval=True)
+    def deploy(env: str) -> ToolMessage:
+        """Deploy."""
+        ran.append(env)
+        return ToolMessage("deployed", artifact={"sha": "abc"}, tool_call_id="made-up")
+
+    read: list[list[Any]] = []
+
+    def reply(messages: list[Any]) -> Any:
+        read.append(list(messages))
+        return turn(call("deploy", {"env": "prod"}, "d1")) if len(read) == 1 else "ok"
+
+    agent = Agent(name="ops", tools=[deploy], checkpointer=sqlite_url,
+                  model=ScriptedChatModel(reply))
+    paused = agent.generate("deploy")
+    agent.approve_tool_call_generate(run_id=paused.run_id)
+    agent.generate("thanks", thread_id=paused.thread_id)
+    told = [m for m in read[-1] if isinstance(m, ToolMessage)]
+    assert [(m.tool_call_id, m.content, m.artifact) for m in told] == [
+        ("d1", "deployed", {"sha": "abc"})]
+    assert ran == ["prod"]
+    assert [e["event"] for e in Inbox(sqlite_url).audit(thread_id=paused.thread_id)] == [
+        "requested", "approved"]
