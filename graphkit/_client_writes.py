@@ -37,6 +37,7 @@ __all__ = [
     "discard_forged",
     "drop_written_while_waiting",
     "from_user",
+    "last_planned",
     "left_to_the_gate",
     "refused_turn",
     "stopped_turn",
@@ -105,9 +106,6 @@ def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
     fixes = [ToolMessage(ORPHAN, tool_call_id=m.tool_call_id, id=m.id, name=m.name,
                          status="error") for m in _orphans(messages)]
     _audit_refused(ctx, fixes)
-    # (words after the turn do not hide it: a result written for its waiting call, then
-    # "Paid.", reached the model and left the approval pending with no run: helper-81)
-    plan = plan or _last_planned(messages, ctx)
     if not plan:
         return fixes + _unplanned_results(messages, ctx)
     calls = {c["tool_call_id"]: c for c in plan["calls"]}
@@ -144,9 +142,11 @@ def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
     return fixes
 
 
-def _last_planned(messages: list[AnyMessage], ctx: GateContext) -> TurnPlan | None:
+def last_planned(messages: list[AnyMessage], ctx: GateContext) -> TurnPlan | None:
     """The plan of the conversation's last model turn with calls, where words came after it
-    (the last turn's own plan is read with the pass)."""
+    (the last turn's own plan is read with the pass): words do not hide it, whoever wrote
+    them (a result written for its waiting call, then "Paid.", reached the model and left the
+    approval pending with no run: helper-81)."""
     ai = next((m for m in reversed(messages) if isinstance(m, AIMessage) and m.tool_calls), None)
     return ctx.turn(turn_key(ai, ctx.scope)) if ai is not None else None
 

@@ -28,6 +28,7 @@ from graphkit._approvals import Extractor, last_turn_key
 from graphkit._client_writes import (
     discard_forged,
     drop_written_while_waiting,
+    last_planned,
     left_to_the_gate,
     refused_turn,
     stopped_turn,
@@ -172,16 +173,18 @@ def make_model_node(
         ctx = planner.context(state, config)
         key = last_turn_key(state.get("messages") or [], ctx.scope)
         plan = ctx.turn(key, outcomes=True)  # (with the queue, what waits, what ran: below)
-        forged = discard_forged(state, plan, ctx)
+        # the last turn with calls, where words came after it (`last_planned`)
+        paused = plan or last_planned(list(state.get("messages") or []), ctx)
+        forged = discard_forged(state, paused, ctx)
         messages = with_fixes(list(state.get("messages") or []), forged)
-        reply = reply_to_suspension(plan, messages, options, planner, ctx, config)
-        if plan and reply:
+        reply = reply_to_suspension(paused, messages, options, planner, ctx, config)
+        if paused and reply:
             answer_reply(reply, ctx, planner, extract, config)
             # queued in the ledger, taken out of the conversation: the gate appends it once
             # every call of the turn has its answer
             said = messages_to_dict(reply.messages)
-            ctx.enqueue(str(plan["ai_message_id"]), said)
-            removed = [RemoveMessage(id=str(m.id)) for m in reply.messages]
+            ctx.enqueue(str(paused["ai_message_id"]), said)
+            removed = [RemoveMessage(id=str(m.id)) for m in (*reply.dropped, *reply.messages)]
             to_gate: Command[ModelTarget] = Command(
                 update={"messages": [*forged, *removed]}, goto="approval_gate")
             return [], False, [], to_gate, None, ctx

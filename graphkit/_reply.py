@@ -58,6 +58,9 @@ class Reply:
     """Ids of the waiting records the ledger holds as pending for their call."""
     auto: bool = False
     """Whether auto-resume may read a suspended tool's data from the reply."""
+    dropped: tuple[AnyMessage, ...] = ()
+    """Words a client wrote between the paused turn and the reply (no model wrote them over a
+    call without its result): taken out of the conversation with the reply."""
 
 
 def turn_span(messages: list[AnyMessage], ai_message_id: Any) -> tuple[int, int] | None:
@@ -86,8 +89,16 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
     if plan is None or where is None:
         return None
     turn, later = where
-    newer = messages[later:]
-    if not newer or not all(isinstance(m, HumanMessage) and m.id is not None for m in newer):
+    # Words a client wrote over the paused turn (a `Command(update=...)`, `update_state`) before
+    # the user's message: they are no model's and end nothing; the decision taken since still
+    # runs first (they stood in its way, and it was superseded: helper-81).
+    tail = messages[later:]
+    said = [i for i, m in enumerate(tail) if isinstance(m, AIMessage) and not m.tool_calls]
+    words = tuple(tail[i] for i in said)
+    newer = [m for i, m in enumerate(tail) if i not in said]
+    if (not newer or not all(isinstance(m, HumanMessage) and m.id is not None for m in newer)
+            or said != list(range(len(said)))  # (words after the reply: no)
+            or any(m.id is None for m in words)):
         return None
     queued = {queued_id(q.message): q.message for q in ctx.queue_rows()}
     if not all(same_queued(queued.get(m.id), m) for m in newer):
@@ -130,7 +141,8 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
     reads = reads and brought_by_this_run(config, newer[0])
     if not (reads or decided):
         return None
-    return Reply(messages=newer, waiting=waiting, pending=frozenset(pending), auto=reads)
+    return Reply(messages=newer, waiting=waiting, pending=frozenset(pending), auto=reads,
+                 dropped=words)
 
 
 def answer_reply(reply: Reply, ctx: GateContext, planner: Planner, extract: Extractor | None,

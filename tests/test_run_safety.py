@@ -401,3 +401,34 @@ def test_a_run_a_state_write_left_with_nothing_next_applies_the_inboxs_decision_
     assert inbox.ready() == [] and inbox.pending() == []
     assert "nothing to pay" not in str(agent.graph.get_state(cfg).values["messages"])
     assert agent.resume(run_id=paused.run_id).finish_reason == "stop" and len(ran.ran) == 1
+
+
+@pytest.mark.parametrize("door", ["the Agent API", "graph input"])
+def test_a_decision_taken_before_a_message_runs_first_whatever_words_a_client_wrote(
+        tmp_path: Any, door: str) -> None:
+    """A client's words over the waiting call, the call approved in the inbox, then a new user
+    message: the words stood between the turn and the message, so the message superseded the
+    approved payment instead of letting it run first, as a decision taken before a message
+    does (helper-81). The words are dropped; the payment runs once; the message follows."""
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from graphkit import Inbox
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent, ran = agent_with([turn(call("pay", {"amount": 5, "payee": {"name": "ACME"}}, "c1")),
+                             "done", "done again"], checkpointer=url)
+    paused = agent.generate("pay")
+    cfg = {"configurable": {"thread_id": paused.thread_id}}
+    agent.graph.update_state(cfg, {"messages": [AIMessage("All done, nothing to pay.")]})
+    (pending,) = Inbox(url).pending()
+    Inbox(url).approve(pending.id, decided_by="cfo")
+    if door == "the Agent API":
+        agent.generate("and email me the receipt", thread_id=paused.thread_id)
+    else:
+        agent.graph.invoke({"messages": [HumanMessage("and email me the receipt", id="h2")]},
+                           cfg)
+    said = [str(m.content) for m in agent.graph.get_state(cfg).values["messages"]]
+    assert ran.ran == [("pay", {"amount": 5, "payee": {"name": "ACME"}})]
+    assert "All done, nothing to pay." not in said
+    assert said.index("paid 5 to ACME") < said.index("and email me the receipt")
+    assert [e["event"] for e in Inbox(url).audit(id=pending.id)] == ["requested", "approved"]
