@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, messages_to_dict
 from langchain_core.tools import BaseTool
@@ -21,7 +21,7 @@ from langgraph.types import Command
 
 from graphkit._approvals import last_turn_plan
 from graphkit._context import thread_id_of
-from graphkit._events import pending_from_interrupts, with_waiting_beside
+from graphkit._events import marked_waiting, pending_from_interrupts, with_waiting_beside
 from graphkit._gate import BY_NEW_MESSAGE
 from graphkit._latest import Paused, ended, mid_step, options_of
 from graphkit._ledger import ApprovalRow, Ledger, NewRun, QueuedFor, queued_id, same_queued
@@ -35,7 +35,6 @@ from graphkit._review import (
     shown,
     superseded,
 )
-from graphkit._secrets import masked_record
 from graphkit._settings import Approvers
 from graphkit._state import RunOptions
 from graphkit.errors import (
@@ -92,10 +91,8 @@ def waiting(snapshot: Paused, ledger: Ledger, agent: str | None) -> list[Waiting
     found = with_waiting_beside(pending_from_interrupts(snapshot.interrupts, ledger), ledger,
                                 thread_id_of(snapshot.config), agent)
     if not found and agent is not None and mid_step(snapshot):
-        rows_of_thread = sorted(ledger.waiting_rows(thread_id=thread_id_of(snapshot.config)),
-                                key=lambda w: w.place)  # (in the turn's order)
-        found = [("", cast(ApprovalRecord, masked_record(w.record))) for w in rows_of_thread
-                 if w.waiting and list(w.row.agent_path)[:1] == [agent]]
+        found = marked_waiting(ledger, thread_id_of(snapshot.config),
+                               lambda w: list(w.row.agent_path)[:1] == [agent])
     rows = ledger.approvals(r["id"] for _, r in found if r["status"] == "pending")
     return [Waiting(i, r, rows.get(r["id"])) for i, r in found]
 

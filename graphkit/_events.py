@@ -24,7 +24,7 @@ from graphkit._approvals import (
     waiting_records,
 )
 from graphkit._context import EVENT_KEY
-from graphkit._ledger import Ledger
+from graphkit._ledger import Ledger, WaitingRow
 from graphkit._secrets import masked_record
 from graphkit.types import ApprovalRecord, FinishReason, PendingApproval, StreamChunk
 
@@ -145,12 +145,18 @@ def with_waiting_beside(found: list[tuple[str, ApprovalRecord]], ledger: Ledger 
     if not above or ledger is None or agent is None:
         return found
     seen = {record.get("id") for _, record in found}
-    beside: list[tuple[str, ApprovalRecord]] = [
-        ("", cast(ApprovalRecord, masked_record(w.record)))
-        for w in sorted(ledger.waiting_rows(thread_id=thread_id), key=lambda w: w.place)
-        if w.waiting and tuple(w.row.agent_path) in above and w.row.agent_path[0] == agent
-        and w.record.get("id") not in seen]
-    return [*found, *beside]
+    return [*found, *marked_waiting(ledger, thread_id, lambda w: (
+        tuple(w.row.agent_path) in above and w.row.agent_path[0] == agent
+        and w.record.get("id") not in seen))]
+
+
+def marked_waiting(ledger: Ledger, thread_id: str, keep: Callable[[WaitingRow], bool]
+                   ) -> list[tuple[str, ApprovalRecord]]:
+    """What the ledger marks the thread's gates as waiting on (`keep`: which of it), in each
+    turn's order, as views (secrets masked), with no interrupt id."""
+    return [("", cast(ApprovalRecord, masked_record(w.record)))
+            for w in sorted(ledger.waiting_rows(thread_id=thread_id), key=lambda w: w.place)
+            if w.waiting and keep(w)]
 
 
 def in_full(record: ApprovalRecord, ledger: Ledger | None) -> ApprovalRecord:

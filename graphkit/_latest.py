@@ -74,22 +74,21 @@ def mid_step(snapshot: Paused) -> bool:
     """Whether the thread's run was caught mid-step: it has next tasks, none waiting on an
     interrupt (its process died, or `on_state_change` stopped it). Not an ended run, nor one
     a client's state write left with nothing next: no resume moves those on."""
-    if isinstance(snapshot, Latest):
-        state: Any = snapshot._graph.get_state(snapshot._query)
-    else:
-        state = snapshot
-    tasks = getattr(state, "tasks", ())
+    tasks = _next_tasks(snapshot)
     return bool(tasks) and not any(task.interrupts for task in tasks)
 
 
 def ended(snapshot: Paused) -> bool:
     """Whether the thread's run has nothing next: it ended, or a client's state write left it
     with nothing to do while a call waited."""
-    if isinstance(snapshot, Latest):
-        state: Any = snapshot._graph.get_state(snapshot._query)
-    else:
-        state = snapshot
-    return not getattr(state, "tasks", ())
+    return not _next_tasks(snapshot)
+
+
+def _next_tasks(snapshot: Paused) -> Any:
+    """The thread's next tasks, as `get_state` lists them (a `Latest` reads them now)."""
+    state: Any = (snapshot._graph.get_state(snapshot._query) if isinstance(snapshot, Latest)
+                  else snapshot)
+    return getattr(state, "tasks", ())
 
 
 def options_of(snapshot: Paused) -> Mapping[str, Any]:
