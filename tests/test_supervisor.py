@@ -558,6 +558,9 @@ def test_an_approved_call_a_new_message_overtakes_is_recorded_as_superseded(
     assert row is not None and row.status == "rejected"
     assert [e["event"] for e in inbox.audit(id=own.id)] == ["requested", "approved",
                                                             "superseded"]
+    import re  # (stamped as every audit entry is: milliseconds, UTC)
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", e["at"])
+               for e in inbox.audit(id=own.id))
 
 
 def test_a_clients_decision_two_levels_down_is_read_once_and_the_run_goes_on() -> None:

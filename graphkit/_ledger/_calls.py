@@ -25,7 +25,7 @@ from graphkit._ledger._schema import (
     DONE,
     RUN_ARGS,
 )
-from graphkit._ledger._sql import dumps, iso_now, loads, path_text
+from graphkit._ledger._sql import dumps, iso_now_ms, loads, path_text
 from graphkit._ledger._values import unstowed
 
 __all__ = ["Executions"]
@@ -319,7 +319,7 @@ class Executions(LedgerBase):
                        "AND status = 'approved'", (dumps(decision), approval_id))
             tx.execute("DELETE FROM graphkit_cleared WHERE approval_id = ?", (approval_id,))
             self._audit(tx, [AuditRow(thread_id=thread_id, approval_id=str(approval_id), entry={
-                "event": "superseded", "at": iso_now(), "thread_id": thread_id,
+                "event": "superseded", "at": iso_now_ms(), "thread_id": thread_id,
                 "run_id": run_id, "approval_id": approval_id, "tool_name": tool_name,
                 "tool_call_id": tool_call_id, "agent_path": str(path).split("/"),
                 "decided_by": None, "comment": answer, "args_before": None,

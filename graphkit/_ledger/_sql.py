@@ -12,6 +12,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 __all__ = ["PAGE_SIZE", "Batch", "Postgres", "PostgresTx", "RunBusyError", "Sql", "Sqlite",
@@ -385,6 +386,12 @@ class Postgres(Sql):
 
 def iso_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def iso_now_ms() -> str:
+    """Now, as an audit entry's `at` says it (`_validate.now_iso`: ISO 8601, milliseconds,
+    UTC with Z)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def dumps(value: Any) -> str:
