@@ -164,6 +164,15 @@ class _Run:
         return chunks
 
 
+def _finished(run: _Run, snapshot: RunView) -> list[StreamChunk]:
+    """`run.finish`, then what the run held freed as after a run that went on (as the error
+    says otherwise): one thread hop for an async run's end, not two."""
+    final = run.finish(snapshot)
+    if run.invocation.release is not None:
+        run.invocation.release(True)
+    return final
+
+
 DROPPED = ("{method}() recorded its decision for run {run_id!r}, but the stream it returned "
            "was dropped unread, so the run did not continue. Iterate the stream or call its "
            ".result() (or use {method}_generate()); agent.resume(run_id=...) continues it now, "
@@ -367,13 +376,14 @@ class AsyncAgentStream:
                         break
             finally:
                 await parts.aclose()
-            # (what waits is read from the ledger too: off the event loop)
-            final = await offload(run.finish, run.observed()
+            # (what waits is read from the ledger too: off the event loop, in the hop that
+            # frees what the run held)
+            final = await offload(_finished, run, run.observed()
                                   or await self._graph.aget_state(inv.config))
             resumed = True
         finally:
-            if inv.release is not None:
-                await offload(inv.release, resumed)
+            if inv.release is not None and not resumed:
+                await offload(inv.release, False)
         for chunk in final:
             yield chunk
 
