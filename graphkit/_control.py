@@ -23,7 +23,7 @@ from graphkit._approvals import last_turn_plan
 from graphkit._context import thread_id_of
 from graphkit._events import marked_waiting, pending_from_interrupts, with_waiting_beside
 from graphkit._gate import BY_NEW_MESSAGE
-from graphkit._latest import Paused, ended, mid_step, options_of
+from graphkit._latest import Paused, ended, options_of, stalled
 from graphkit._ledger import ApprovalRow, Ledger, NewRun, QueuedFor, queued_id, same_queued
 from graphkit._review import (
     Choice,
@@ -83,14 +83,15 @@ class Waiting:
 
 def waiting(snapshot: Paused, ledger: Ledger, agent: str | None) -> list[Waiting]:
     """What the thread waits on: its interrupts'; with `agent` (a decision is to be taken),
-    when the run stopped mid-step with none (its process died while it applied decisions, or
-    `on_state_change`), what the ledger says that agent's gates wait on. The API refused to
-    decide, after a crash, the approvals `pending_approvals` listed until someone resumed the
-    run (helper-71). Continuing a run reads the interrupts alone: a stopped run goes on to
-    its gate, which asks."""
+    when the run stopped with none (its process died while it applied decisions,
+    `on_state_change`, a client's state write that left it with nothing next), what the ledger
+    says that agent's gates wait on. The API refused to decide, after a crash, the approvals
+    `pending_approvals` listed until someone resumed the run (helper-71), and listed nothing
+    of a run a write left while the inbox listed its approval. Continuing a run reads the
+    interrupts alone: a stopped run goes on to its gate, which asks."""
     found = with_waiting_beside(pending_from_interrupts(snapshot.interrupts, ledger), ledger,
                                 thread_id_of(snapshot.config), agent)
-    if not found and agent is not None and mid_step(snapshot):
+    if not found and agent is not None and stalled(snapshot):
         found = marked_waiting(ledger, thread_id_of(snapshot.config),
                                lambda w: list(w.row.agent_path)[:1] == [agent])
     rows = ledger.approvals(r["id"] for _, r in found if r["status"] == "pending")

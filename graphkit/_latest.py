@@ -70,12 +70,12 @@ class Latest:
         return self._graph.get_state(self._query).values
 
 
-def mid_step(snapshot: Paused) -> bool:
-    """Whether the thread's run was caught mid-step: it has next tasks, none waiting on an
-    interrupt (its process died, or `on_state_change` stopped it). Not an ended run, nor one
-    a client's state write left with nothing next: no resume moves those on."""
-    tasks = _next_tasks(snapshot)
-    return bool(tasks) and not any(task.interrupts for task in tasks)
+def stalled(snapshot: Paused) -> bool:
+    """Whether no next task of the thread waits on an interrupt: its run was caught mid-step
+    (its process died, or `on_state_change` stopped it), or ended, or a client's state write
+    left it with nothing next while a call waited (a resume takes that one back to its gate:
+    `_control.left_decided`). What waits is then what the ledger says."""
+    return not any(task.interrupts for task in _next_tasks(snapshot))
 
 
 def ended(snapshot: Paused) -> bool:

@@ -351,26 +351,6 @@ def test_a_run_stopped_while_it_applied_a_decision_is_decided_by_the_api(tmp_pat
     assert [args["amount"] for _, args in ran.ran] == [10, 12]
 
 
-def test_a_decision_is_refused_for_a_run_a_state_write_left_with_nothing_next(
-        tmp_path: Any) -> None:
-    """A client's state write (`update_state(..., as_node="model")`, which changes nothing)
-    leaves the paused run with no interrupt and nothing next: no resume moves it on. A
-    decision there was recorded and audited as approved, and never applied (helper-74); it
-    is refused, changing nothing."""
-    from graphkit import ApprovalNotFoundError
-
-    agent, ran = agent_with([turn(call("pay", {"amount": 5, "payee": {"name": "ACME"}}, "c1")),
-                             "done"], checkpointer=f"sqlite:///{tmp_path / 'runs.db'}")
-    paused = agent.generate("pay")
-    cfg = {"configurable": {"thread_id": paused.thread_id}}
-    agent.graph.update_state(cfg, {"messages": []}, as_node="model")
-    with pytest.raises(ApprovalNotFoundError):
-        agent.approve_tool_call_generate(run_id=paused.run_id, decided_by="cfo")
-    (row,) = [agent._storage.ledger.approval(p.id) for p in agent.pending_approvals(
-        run_id=paused.run_id)]
-    assert row is not None and row.status == "pending" and ran.ran == []
-
-
 @pytest.mark.parametrize("written", ["words", "nothing, as the model"])
 def test_a_run_a_state_write_left_with_nothing_next_applies_the_inboxs_decision_on_resume(
         tmp_path: Any, written: str) -> None:
@@ -401,6 +381,36 @@ def test_a_run_a_state_write_left_with_nothing_next_applies_the_inboxs_decision_
     assert inbox.ready() == [] and inbox.pending() == []
     assert "nothing to pay" not in str(agent.graph.get_state(cfg).values["messages"])
     assert agent.resume(run_id=paused.run_id).finish_reason == "stop" and len(ran.ran) == 1
+
+
+@pytest.mark.parametrize("written", ["words", "nothing, as the model"])
+def test_the_api_lists_and_decides_what_a_run_a_state_write_left_with_nothing_next_waits_on(
+        tmp_path: Any, written: str) -> None:
+    """The same write: the inbox listed the waiting payment while `pending_approvals` listed
+    nothing and `approve_tool_call` said the run had no pending approvals, so the API could
+    never decide it (refused on purpose once, helper-74, when no resume moved such a run on:
+    the decision was recorded and never applied). Both read what the ledger says the run
+    waits on, and the decision is applied as the inbox's is."""
+    from langchain_core.messages import AIMessage
+
+    from graphkit import Inbox
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent, ran = agent_with([turn(call("pay", {"amount": 5, "payee": {"name": "ACME"}}, "c1")),
+                             "done"], checkpointer=url)
+    paused = agent.generate("pay")
+    cfg = {"configurable": {"thread_id": paused.thread_id}}
+    if written == "words":
+        agent.graph.update_state(cfg, {"messages": [AIMessage("All done, nothing to pay.")]})
+    else:
+        agent.graph.update_state(cfg, {"messages": []}, as_node="model")
+    (listed,) = agent.pending_approvals(run_id=paused.run_id)
+    assert (listed.id, listed.status) == (Inbox(url).pending()[0].id, "pending")
+    assert agent.snapshot(run_id=paused.run_id)["awaiting_approval"] is True
+    done = agent.approve_tool_call_generate(run_id=paused.run_id, tool_call_id="c1")
+    assert done.finish_reason == "stop" and done.text == "done"
+    assert ran.ran == [("pay", {"amount": 5, "payee": {"name": "ACME"}})]
+    assert agent.pending_approvals(run_id=paused.run_id) == [] and Inbox(url).ready() == []
 
 
 @pytest.mark.parametrize("door", ["the Agent API", "graph input"])
