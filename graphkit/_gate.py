@@ -647,6 +647,10 @@ LOST = ("Tool call {name!r} was stopped: its turn is no longer in the conversati
         "thread went back to an earlier checkpoint, or was rewritten). It will not run.")
 """(A call that suspended had started: what it did before it paused stands, so the answer
 does not say it never ran.)"""
+LOST_UNKNOWN = ("Tool call {name!r} was stopped: its turn is no longer in the conversation "
+                "(the thread went back to an earlier checkpoint, or was rewritten), and the "
+                "process that had started it died, so whether it took effect is unknown. It "
+                "will not run again.")
 ABANDONED = ("its turn is no longer in the conversation: the thread went back to an earlier "
              "checkpoint, or was rewritten")
 
@@ -676,10 +680,16 @@ def supersede_abandoned(messages: Sequence[BaseMessage], ctx: GateContext) -> No
             supersede(ctx.ledger, {"id": w.approval_id, "kind": w.kind,
                                    "tool_name": w.tool_name, "agent_path": path},
                       comment=ABANDONED, thread_id=ctx.thread_id, run_id=ctx.run_id)
-    ctx.ledger.settle({w.call_key: {"content": LOST.format(name=w.tool_name),
-                                    "status": "error"}
-                       for w in lost if not w.pending and w.call_key is not None},
-                      thread_id=ctx.thread_id)
+    stopped = {w.call_key: w.tool_name for w in lost if not w.pending and w.call_key is not None}
+    ctx.ledger.settle({key: {"content": LOST.format(name=name), "status": "error"}
+                       for key, name in stopped.items()}, thread_id=ctx.thread_id)
+    # A call a process that died had claimed (it may have started): recorded too, else a
+    # replay of the old branch took it over from the dead holder and ran it after the
+    # conversation went on without it, a second time if it had run (helper-84). One a live
+    # process runs records its own result, which a replay then gets.
+    ctx.ledger.fence({key: {"content": LOST_UNKNOWN.format(name=name), "status": "error"}
+                      for key, name in stopped.items()},
+                     thread_id=ctx.thread_id, holder_dead=holder_is_dead)
 
 
 def _abandoned_beneath(deep: list[PendingTurn], present: set[str], ctx: GateContext

@@ -283,6 +283,41 @@ def test_time_travel_before_an_approved_call_that_never_started_records_it_not_r
     assert "no longer in the conversation" in told and "will not run" in told
 
 
+def test_time_travel_before_a_call_a_dead_process_had_claimed_never_lets_a_replay_run_it(
+        sqlite_url: str) -> None:
+    """As above, but a process claimed T2's approved call and died (before its tool started,
+    or inside it after the payment): the fork recorded nothing for a call already claimed,
+    and the replay of T2's paused checkpoint took the call over from the dead holder and paid
+    (again, if it had paid: helper-84). It is recorded as stopped, its outcome unknown."""
+    from tests.helpers import PAY, agent_with, call, config, dead_owner, turn
+
+    def model(messages: list[Any]) -> Any:
+        if isinstance(messages[-1], HumanMessage):
+            asked = sum(isinstance(m, HumanMessage) for m in messages)
+            return turn(call("pay", PAY, f"c{asked}"))
+        return "done"
+
+    agent, ran = agent_with(model, checkpointer=sqlite_url, name="billing")
+    first = agent.generate("pay")
+    agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
+    second = agent.generate("pay again", thread_id=first.thread_id)
+    (waiting,) = second.pending_approvals
+    paused = agent.graph.get_state(config(first.thread_id)).config
+    Inbox(sqlite_url).approve(waiting.id, decided_by="cfo")
+    ledger = agent._storage.ledger
+    key = ledger.approval(waiting.id).call_key
+    assert ledger.start(key, dead_owner(), holder_dead=lambda _o: False)[0] == "won"
+    old = next(s for s in agent.graph.get_state_history(config(first.thread_id))
+               if s.next == ("approval_gate",) and isinstance(s.values["messages"][-1], AIMessage)
+               and s.values["messages"][-1].tool_calls[0]["id"] == "c1")
+    agent.graph.invoke(None, old.config)
+    out = agent.graph.invoke(None, paused)  # the old branch, where T2 was approved
+    assert ran.ran == [("pay", PAY)]
+    (told,) = [m.text for m in out["messages"]
+               if isinstance(m, ToolMessage) and m.tool_call_id == waiting.tool_call_id]
+    assert "no longer in the conversation" in told and "unknown" in told
+
+
 def test_time_travel_before_a_resumed_suspension_stops_its_call(sqlite_url: str) -> None:
     """The weather tool of T2 suspended, and the inbox resumed it with a city; its run has not
     gone on. A client forks the thread from before T2 and goes on: T2's call is recorded as
