@@ -83,15 +83,26 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _orphans(messages: Sequence[AnyMessage]) -> list[ToolMessage]:
-    """Tool results after the last model reply that answer none of its calls: written by a
-    client (after a turn that is over), never by graphkit."""
+    """Tool results that answer no call of the last model turn with calls before them, or
+    that come after the last model reply and answer none of its calls: written by a client
+    (for a call nobody made, or after a turn that is over), never by graphkit. (Words a
+    client wrote between a turn and a result do not hide the result: helper-83.)"""
+    orphans: list[ToolMessage] = []
+    asked: set[Any] = set()
+    for message in messages:
+        if isinstance(message, AIMessage):
+            asked = {c.get("id") for c in message.tool_calls} if message.tool_calls else asked
+        elif (isinstance(message, ToolMessage) and message.tool_call_id not in asked
+              and message.content != ORPHAN):
+            orphans.append(message)
     last = next((i for i in range(len(messages) - 1, -1, -1)
                  if isinstance(messages[i], AIMessage)), None)
-    if last is None:
-        return [m for m in messages if isinstance(m, ToolMessage)]
-    asked = {c.get("id") for c in getattr(messages[last], "tool_calls", None) or []}
-    return [m for m in messages[last + 1:]
-            if isinstance(m, ToolMessage) and m.tool_call_id not in asked]
+    if last is not None:
+        replied = {c.get("id") for c in getattr(messages[last], "tool_calls", None) or []}
+        found = {id(m) for m in orphans}
+        orphans += [m for m in messages[last + 1:] if isinstance(m, ToolMessage)
+                    and m.tool_call_id not in replied and id(m) not in found]
+    return orphans
 
 
 def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
@@ -116,8 +127,8 @@ def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
             seen = message.id == plan["ai_message_id"]
         elif isinstance(message, ToolMessage) and message.tool_call_id in calls:
             answers.append((message, calls[message.tool_call_id]))
-        elif isinstance(message, AIMessage):
-            break
+        elif isinstance(message, AIMessage) and message.tool_calls:
+            break  # (words, whoever wrote them, do not end the turn's results: helper-83)
     if not answers:
         return fixes
     outcomes = ctx.outcomes(call["key"] for _, call in answers)
@@ -158,25 +169,38 @@ def with_fixes(messages: list[AnyMessage], fixes: list[ToolMessage]) -> list[Any
 
 def stopped_turn(messages: list[AnyMessage], opened: list[tuple[int, int]], ctx: GateContext
                   ) -> tuple[list[AnyMessage], list[BaseMessage]]:
-    """A new user message after a turn whose run stopped before all its calls had a result
-    (`on_state_change`, a crash; input from any client): the calls are superseded and their
-    answers go right after the turn, before the newer messages. Returns the conversation as the
-    model reads it and the writes that make the state say the same."""
-    # The conversation's last turn with calls unanswered (`opened`, from `open_turns`; a later
-    # turn a client wrote with its results does not hide it). The ledger's plan of it, if a
-    # gate planned it, says what became of each call; else the sweep answers them all.
-    if not opened:
+    """A new user message after turns whose run stopped before all their calls had a result
+    (`on_state_change`, a crash; input from any client): the calls are superseded and each
+    turn's answers go right after it, before the newer messages. Returns the conversation as
+    the model reads it and the writes that make the state say the same."""
+    # The conversation's turns with calls unanswered (`opened`, from `open_turns`, the last
+    # first), every one of them: a turn a client wrote over a waiting one (with or without its
+    # results) hid the waiting one, whose approval then waited for good, with no run and no
+    # inbox listing it, and whose call the model was handed without a result (helper-83). The
+    # ledger's plan of each, if a gate planned it, says what became of each call; else the
+    # sweep answers them all.
+    if not opened or not any(from_user(m) for m in messages[opened[0][1]:]):
         return messages, []
-    turn, later = opened[0]
-    last = str(messages[turn].id)
-    newer = messages[later:]
-    if not any(from_user(m) for m in newer) or any(m.id is None for m in newer):
+    first = min(later for _, later in opened)
+    if any(m.id is None for m in messages[first:]):
         return messages, []
-    answers = supersede_unanswered(last, messages, ctx.ledger, thread_id=ctx.thread_id,
-                                   agent_path=ctx.path, run_id=ctx.run_id, scope=ctx.scope)
-    if not answers:
+    # (the earliest first: a turn no gate planned sweeps what the agent holds open, which a
+    # planned turn before it answers as it was planned, "not run")
+    answers = [(later, supersede_unanswered(
+        str(messages[turn].id), messages, ctx.ledger, thread_id=ctx.thread_id,
+        agent_path=ctx.path, run_id=ctx.run_id, scope=ctx.scope))
+        for turn, later in reversed(opened)]
+    read = messages
+    moved: int | None = None
+    for later, said in reversed(answers):  # (the last first: it moves no turn before it)
+        if said:
+            read = [*read[:later], *said, *read[later:]]
+            moved = later
+    if moved is None:
         return messages, []
-    return _moved_after(messages, later, answers)
+    # (what came after the earliest answered turn moves after its answers: removed, then
+    # written again)
+    return read, [*(RemoveMessage(id=str(m.id)) for m in messages[moved:]), *read[moved:]]
 
 
 def left_to_the_gate(plan: TurnPlan | None, messages: list[AnyMessage]) -> bool:

@@ -30,6 +30,7 @@ from langchain_core.messages import (
     BaseMessage,
     HumanMessage,
     RemoveMessage,
+    SystemMessage,
     ToolMessage,
 )
 from langchain_core.runnables import RunnableConfig
@@ -89,15 +90,14 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
     if plan is None or where is None:
         return None
     turn, later = where
-    # Words a client wrote over the paused turn (a `Command(update=...)`, `update_state`) before
-    # the user's message: they are no model's and end nothing; the decision taken since still
-    # runs first (they stood in its way, and it was superseded: helper-81).
+    # Words a client wrote over the paused turn (a `Command(update=...)`, `update_state`,
+    # graph input) around the user's message, as the model's or the system's: no model wrote
+    # them over a call without its result, and they end nothing; the decision taken since
+    # still runs first (they stood in its way, and it was superseded: helper-81, helper-83).
     tail = messages[later:]
-    said = [i for i, m in enumerate(tail) if isinstance(m, AIMessage) and not m.tool_calls]
-    words = tuple(tail[i] for i in said)
-    newer = [m for i, m in enumerate(tail) if i not in said]
+    words = tuple(m for m in tail if _words(m))
+    newer = [m for m in tail if not _words(m)]
     if (not newer or not all(isinstance(m, HumanMessage) and m.id is not None for m in newer)
-            or said != list(range(len(said)))  # (words after the reply: no)
             or any(m.id is None for m in words)):
         return None
     queued = {queued_id(q.message): q.message for q in ctx.queue_rows()}
@@ -143,6 +143,12 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
         return None
     return Reply(messages=newer, waiting=waiting, pending=frozenset(pending), auto=reads,
                  dropped=words)
+
+
+def _words(message: AnyMessage) -> bool:
+    """Words that are not a user's: the model's (without calls) or the system's."""
+    return (isinstance(message, AIMessage) and not message.tool_calls) or isinstance(
+        message, SystemMessage)
 
 
 def answer_reply(reply: Reply, ctx: GateContext, planner: Planner, extract: Extractor | None,
