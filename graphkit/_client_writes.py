@@ -184,23 +184,47 @@ def stopped_turn(messages: list[AnyMessage], opened: list[tuple[int, int]], ctx:
     first = min(later for _, later in opened)
     if any(m.id is None for m in messages[first:]):
         return messages, []
+    read, moved = _results_in_place(messages, opened)
     # (the earliest first: a turn no gate planned sweeps what the agent holds open, which a
     # planned turn before it answers as it was planned, "not run")
     answers = [(later, supersede_unanswered(
-        str(messages[turn].id), messages, ctx.ledger, thread_id=ctx.thread_id,
+        str(read[turn].id), read, ctx.ledger, thread_id=ctx.thread_id,
         agent_path=ctx.path, run_id=ctx.run_id, scope=ctx.scope))
         for turn, later in reversed(opened)]
-    read = messages
-    moved: int | None = None
     for later, said in reversed(answers):  # (the last first: it moves no turn before it)
         if said:
             read = [*read[:later], *said, *read[later:]]
-            moved = later
+            moved = later if moved is None else min(moved, later)
     if moved is None:
         return messages, []
     # (what came after the earliest answered turn moves after its answers: removed, then
     # written again)
     return read, [*(RemoveMessage(id=str(m.id)) for m in messages[moved:]), *read[moved:]]
+
+
+def _results_in_place(messages: list[AnyMessage], opened: list[tuple[int, int]]
+                      ) -> tuple[list[AnyMessage], int | None]:
+    """The results of each open turn's calls that came after other messages (before the next
+    turn with calls), moved right after the turn, and where the first move is (None: none
+    moved). A user message written while a call waited, then the call decided and run: its
+    result came after the message, and the model was handed a call without its result next to
+    it, which providers refuse (helper-83); the decision was taken before the message was
+    read, so its result goes first."""
+    read = messages
+    moved: int | None = None
+    for turn, later in opened:  # (the last first: a move shifts no turn before it)
+        calls = {c.get("id") for c in getattr(read[turn], "tool_calls", None) or []}
+        found: list[AnyMessage] = []
+        for message in read[later:]:
+            if isinstance(message, AIMessage) and message.tool_calls:
+                break
+            if isinstance(message, ToolMessage) and message.tool_call_id in calls:
+                found.append(message)
+        if found:
+            out = {id(m) for m in found}
+            read = [*read[:later], *found, *(m for m in read[later:] if id(m) not in out)]
+            moved = later
+    return read, moved
 
 
 def left_to_the_gate(plan: TurnPlan | None, messages: list[AnyMessage]) -> bool:

@@ -517,6 +517,33 @@ def test_a_user_message_after_a_client_turn_over_a_waiting_call_supersedes_both(
     assert set(answered) == {"c1", "c9"} and "superseded" in answered["c1"]
 
 
+def test_a_result_that_came_after_a_user_message_goes_back_next_to_its_call(
+        sqlite_url: str) -> None:
+    """A user message written while the payment waited, then the payment approved and run:
+    its result came after the message, and the model was handed the call, the message, then
+    the result, which providers refuse (helper-83). The decision was taken before the
+    message was read: its result goes right after the call, in the state too."""
+    read: list[list[Any]] = []
+
+    def reply(messages: list[Any]) -> Any:
+        read.append(list(messages))
+        return turn(call("pay", PAY, "c1")) if len(read) == 1 else "done"
+
+    agent, ran = agent_with(reply, checkpointer=sqlite_url)
+    paused = agent.generate("pay acme")
+    cfg = config(paused.thread_id)
+    agent.graph.update_state(cfg, {"messages": [HumanMessage("also email me")]},
+                             as_node="tools")
+    (pending,) = Inbox(sqlite_url).pending()
+    Inbox(sqlite_url).approve(pending.id, decided_by="cfo")
+    agent.resume(run_id=paused.run_id)
+    assert ran.ran == [("pay", PAY)]
+    kinds = [type(m).__name__ for m in read[-1]]
+    assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "HumanMessage"]
+    state = agent.graph.get_state(cfg).values["messages"]
+    assert [type(m).__name__ for m in state][:4] == kinds
+
+
 @pytest.mark.parametrize("beside", ["a reject", "nothing"])
 def test_a_waiting_turn_rewritten_in_place_runs_and_asks_none_of_the_clients_calls(
         durable_url: str, beside: str) -> None:
