@@ -15,6 +15,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 from pydantic import BaseModel, Field
@@ -117,6 +118,26 @@ def make_delegate_nodes(
                               status="success" if outcome.get("status") == "success" else "error")
         return result_command(task, message)
 
+    def entry(config: RunnableConfig, sub_input: dict[str, Any]) -> Any:
+        """What the subagent is invoked with: its task (LangGraph ignores it where the subagent
+        has a checkpoint to go on from), or, where a client's state write on its namespace
+        left it with nothing next while its gate waited, a return to its gate, which applies
+        what was decided or asks again, as a top-level run goes back to its own
+        (`_control.left_decided`). The write's words stood as its answer, and its approved
+        call never ran (helper-83)."""
+        configurable = config.get("configurable") or {}
+        scope = str(configurable.get("checkpoint_ns") or "")
+        saver = configurable.get(CONFIG_KEY_CHECKPOINTER)
+        if saver is None or not ledger.waits_in_scope(thread_id_of(config),
+                                                      [*path_of(config), key], scope):
+            return sub_input
+        state = subgraph.get_state({"configurable": {
+            "thread_id": thread_id_of(config), "checkpoint_ns": scope,
+            CONFIG_KEY_CHECKPOINTER: saver}})
+        if state.next or not state.values:
+            return sub_input
+        return Command(goto="approval_gate")
+
     def delegate(task: ToolTask, config: RunnableConfig) -> Command[Any]:
         if not well_typed_task(task):  # a client's `Send` of anything: it does nothing
             return Command()
@@ -124,7 +145,7 @@ def make_delegate_nodes(
         if isinstance(done, Command):
             return done
         sub_input, sub_config = prepare(task, done, config)
-        return answer(task, subgraph.invoke(sub_input, sub_config), config)
+        return answer(task, subgraph.invoke(entry(config, sub_input), sub_config), config)
 
     async def adelegate(task: ToolTask, config: RunnableConfig) -> Command[Any]:
         if not well_typed_task(task):
@@ -133,7 +154,8 @@ def make_delegate_nodes(
         if isinstance(done, Command):
             return done
         sub_input, sub_config = prepare(task, done, config)
-        output = await subgraph.ainvoke(sub_input, sub_config)
+        given = await asyncio.to_thread(entry, config, sub_input)
+        output = await subgraph.ainvoke(given, sub_config)
         return await asyncio.to_thread(answer, task, output, config)
 
     return delegate, adelegate

@@ -100,6 +100,14 @@ class Waiting(LedgerBase):
             f"NULL AND approval_id IN ({', '.join('?' for _ in ids)})", (thread_id, *ids))
         return {str(r[0]) for r in rows}
 
+    def waits_in_scope(self, thread_id: str, agent_path: Sequence[str], scope: str) -> bool:
+        """Whether a gate of this agent, in this scope (a subagent's: the checkpoint namespace
+        its delegation runs it in), marked something it waits on and has not applied yet."""
+        return bool(self._sql.query(
+            "SELECT 1 FROM graphkit_approvals WHERE thread_id = ? AND agent_path = ? AND "
+            "COALESCE(scope, '') = ? AND waiting IS NOT NULL LIMIT 1",
+            (thread_id, path_text(agent_path), scope)))
+
     def save_tool_schema(self, agent_path: Sequence[str], tool_name: str,
                          schema: Mapping[str, Any]) -> None:
         """The tool's argument and resume schemas as its agent declares them (for an inbox
