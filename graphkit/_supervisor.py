@@ -128,8 +128,10 @@ def make_delegate_nodes(
         configurable = config.get("configurable") or {}
         scope = str(configurable.get("checkpoint_ns") or "")
         saver = configurable.get(CONFIG_KEY_CHECKPOINTER)
+        # (the subagent's path goes by its name, which its key need not be: helper-85)
         if saver is None or not ledger.waits_in_scope(thread_id_of(config),
-                                                      [*path_of(config), key], scope):
+                                                      [*path_of(config), subgraph.name],
+                                                      scope):
             return sub_input
         state = subgraph.get_state({"configurable": {
             "thread_id": thread_id_of(config), "checkpoint_ns": scope,
