@@ -91,9 +91,15 @@ def waiting(snapshot: Paused, ledger: Ledger, agent: str | None) -> list[Waiting
     interrupts alone: a stopped run goes on to its gate, which asks."""
     found = with_waiting_beside(pending_from_interrupts(snapshot.interrupts, ledger), ledger,
                                 thread_id_of(snapshot.config), agent)
-    if not found and agent is not None and stalled(snapshot):
-        found = marked_waiting(ledger, thread_id_of(snapshot.config),
-                               lambda w: list(w.row.agent_path)[:1] == [agent])
+    how = stalled(snapshot) if not found and agent is not None else None
+    if how is not None:
+        # (of an ended run, its own gate's only: a resume takes it back there, never to a
+        # subagent's, whose decision the API then said it took while nothing would apply it:
+        # helper-85)
+        depth = None if how == "mid-step" else 1
+        found = marked_waiting(ledger, thread_id_of(snapshot.config), lambda w: (
+            list(w.row.agent_path)[:1] == [agent]
+            and (depth is None or len(w.row.agent_path) == depth)))
     rows = ledger.approvals(r["id"] for _, r in found if r["status"] == "pending")
     return [Waiting(i, r, rows.get(r["id"])) for i, r in found]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -70,12 +70,16 @@ class Latest:
         return self._graph.get_state(self._query).values
 
 
-def stalled(snapshot: Paused) -> bool:
-    """Whether no next task of the thread waits on an interrupt: its run was caught mid-step
-    (its process died, or `on_state_change` stopped it), or ended, or a client's state write
-    left it with nothing next while a call waited (a resume takes that one back to its gate:
-    `_control.left_decided`). What waits is then what the ledger says."""
-    return not any(task.interrupts for task in _next_tasks(snapshot))
+def stalled(snapshot: Paused) -> Literal["mid-step", "ended"] | None:
+    """How the thread's run stopped where no next task waits on an interrupt: caught
+    mid-step (its process died, or `on_state_change` stopped it: it has next tasks), or
+    ended (a client's state write may have left it with nothing next while a call waited: a
+    resume takes it back to its own gate, `_control.left_decided`); None where a task waits
+    on an interrupt. What waits is then what the ledger says."""
+    tasks = _next_tasks(snapshot)
+    if any(task.interrupts for task in tasks):
+        return None
+    return "mid-step" if tasks else "ended"
 
 
 def ended(snapshot: Paused) -> bool:
