@@ -179,7 +179,11 @@ def stopped_turn(messages: list[AnyMessage], opened: list[tuple[int, int]], ctx:
     # inbox listing it, and whose call the model was handed without a result (helper-83). The
     # ledger's plan of each, if a gate planned it, says what became of each call; else the
     # sweep answers them all.
-    if not opened or not any(from_user(m) for m in messages[opened[0][1]:]):
+    # (those a user message came after: one before a turn a client wrote answers the turns
+    # before it, never the client's, which `refused_turn` answers: helper-85)
+    users = [i for i, m in enumerate(messages) if from_user(m)]
+    opened = [(turn, later) for turn, later in opened if users and users[-1] >= later]
+    if not opened:
         return messages, []
     first = min(later for _, later in opened)
     if any(m.id is None for m in messages[first:]):

@@ -202,6 +202,8 @@ def make_model_node(
             return [], False, [], wait, None, ctx
         supersede_abandoned(messages, ctx)
         messages, moved = stopped_turn(messages, opened, ctx)
+        if moved:  # (answers went in: the turns still open are where they are now)
+            opened = list(open_turns(messages))
         written = unplanned_turn(messages, opened, ctx)
         if written is not None:
             answered = refused_turn(messages, *opened[0], ctx)
