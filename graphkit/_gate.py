@@ -538,13 +538,16 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         if (ai is not None and not ai.tool_calls and messages[-1] is ai
                 and next(open_turns(messages), None) is None
                 and not planner.ledger.pending_turns(thread_id_of(config),
-                                                     planner.path_of(config))):
+                                                     planner.path_of(config))
+                and not planner.ledger.waits_in_scope(thread_id_of(config),
+                                                      planner.path_of(config), _scope_of(config))):
             # the model answered last, over no call without its result, and nothing of this
             # agent waits in the ledger: nothing is left to do (a pass a stale trigger started,
             # a task a client sent to the tools node, say, called the model once more). Words
             # over a waiting call are a client's, even where a result a client wrote closes
             # the turn: the model node drops or discards them (they ended the wait: helper-79,
-            # helper-81).
+            # helper-81), a decision its gate has not applied yet included (a decline: the run
+            # ended on the words, and stayed ready: helper-85).
             return Command()
         if ai is None or not ai.tool_calls:
             return Command(goto="model")
@@ -615,6 +618,13 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         return await offload(approval_gate, state, config)
 
     return approval_gate, aapproval_gate
+
+
+def _scope_of(config: RunnableConfig) -> str:
+    """The scope a gate marks what it waits on in (`GateJournal.scope`): the namespace its
+    agent runs in, "" at the top."""
+    task_ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
+    return task_ns.rpartition("|")[0]
 
 
 def _given_decisions(ask: Callable[[], Any]) -> Any:
