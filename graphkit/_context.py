@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover - a LangGraph without them: no run is kn
 
 __all__ = ["DELEGATION_KEY", "EVENT_KEY", "LEASE_KEY", "PATH_KEY", "agent_path_of",
            "delegation_of", "durability_of", "emit", "last_ai", "lease_of", "never_written",
-           "step_of", "store", "thread_id_of"]
+           "scope_of", "step_of", "store", "thread_id_of"]
 
 PATH_KEY = "graphkit_agent_path"
 """Key of `config["configurable"]` holding the agent path of an enclosing supervisor."""
@@ -46,6 +46,13 @@ def agent_path_of(config: RunnableConfig, name: str) -> list[str]:
     if not isinstance(parent, list) or not all(isinstance(p, str) for p in parent):
         parent = []
     return [*parent, name]
+
+
+def scope_of(config: RunnableConfig) -> str:
+    """The scope a node's pass marks what its agent waits on in: the checkpoint namespace the
+    agent runs in (its node's, without the node's own task), "" at the top."""
+    task_ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
+    return task_ns.rpartition("|")[0]
 
 
 def delegation_of(config: RunnableConfig) -> str:

@@ -30,7 +30,7 @@ from graphkit._approvals import (
     telemetry,
     waiting_records,
 )
-from graphkit._context import emit, last_ai, open_turns, thread_id_of
+from graphkit._context import emit, last_ai, open_turns, scope_of, thread_id_of
 from graphkit._ledger import ApprovalRow, AuditRow, Clearance, Ledger, PendingTurn, queued_id
 from graphkit._limits import check_value
 from graphkit._offload import offload
@@ -540,7 +540,7 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
                 and not planner.ledger.pending_turns(thread_id_of(config),
                                                      planner.path_of(config))
                 and not planner.ledger.waits_in_scope(thread_id_of(config),
-                                                      planner.path_of(config), _scope_of(config))):
+                                                      planner.path_of(config), scope_of(config))):
             # the model answered last, over no call without its result, and nothing of this
             # agent waits in the ledger: nothing is left to do (a pass a stale trigger started,
             # a task a client sent to the tools node, say, called the model once more). Words
@@ -618,13 +618,6 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         return await offload(approval_gate, state, config)
 
     return approval_gate, aapproval_gate
-
-
-def _scope_of(config: RunnableConfig) -> str:
-    """The scope a gate marks what it waits on in (`GateJournal.scope`): the namespace its
-    agent runs in, "" at the top."""
-    task_ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
-    return task_ns.rpartition("|")[0]
 
 
 def _given_decisions(ask: Callable[[], Any]) -> Any:

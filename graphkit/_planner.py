@@ -26,6 +26,7 @@ from graphkit._context import (
     durability_of,
     emit,
     never_written,
+    scope_of,
     step_of,
     thread_id_of,
 )
@@ -227,12 +228,10 @@ class Planner:
         """The context of a pass (`like`: another context of the same node's pass, whose read
         of the thread's current run stands: no run starts on the thread while this one holds
         its lease)."""
-        # The node's namespace ends with its own task; the agent's scope is what precedes it.
-        task_ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
         thread_id = thread_id_of(config)
         path = self.path_of(config)
         journal = GateJournal(self.ledger, thread_id=thread_id, schemas=self.schemas,
-                              scope=task_ns.rpartition("|")[0], agent_path=path)
+                              scope=scope_of(config), agent_path=path)
         if like is not None and like.journal.run_known:
             journal.known_run([run] if (run := like.journal.run_id) is not None else [])
         if self.nested:  # (the delegation node's word; a top-level graph ignores the config's)
