@@ -117,8 +117,14 @@ def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
     fixes = [ToolMessage(ORPHAN, tool_call_id=m.tool_call_id, id=m.id, name=m.name,
                          status="error") for m in _orphans(messages)]
     _audit_refused(ctx, fixes)
+    last = next((m for m in reversed(messages) if isinstance(m, AIMessage) and m.tool_calls),
+                None)
+    if not plan or last is None or last.id != plan["ai_message_id"]:
+        # turns no model node wrote after the last one planned (or none planned): their
+        # results, then (below) the planned turn's own
+        fixes += _unplanned_results(messages, ctx)
     if not plan:
-        return fixes + _unplanned_results(messages, ctx)
+        return fixes
     calls = {c["tool_call_id"]: c for c in plan["calls"]}
     answers: list[tuple[ToolMessage, Any]] = []
     seen = False
@@ -154,12 +160,19 @@ def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
 
 
 def last_planned(messages: list[AnyMessage], ctx: GateContext) -> TurnPlan | None:
-    """The plan of the conversation's last model turn with calls, where words came after it
-    (the last turn's own plan is read with the pass): words do not hide it, whoever wrote
-    them (a result written for its waiting call, then "Paid.", reached the model and left the
-    approval pending with no run: helper-81)."""
-    ai = next((m for m in reversed(messages) if isinstance(m, AIMessage) and m.tool_calls), None)
-    return ctx.turn(turn_key(ai, ctx.scope)) if ai is not None else None
+    """The plan of the conversation's last model turn this agent planned, where words or
+    turns no model node wrote came after it (the last turn's own plan is read with the pass):
+    neither hides it, whoever wrote them (a result written for its waiting call, then "Paid.",
+    reached the model and left the approval pending with no run: helper-81; so did one
+    written before a client's turn with calls: helper-86)."""
+    walked = 0
+    for message in reversed(messages):
+        if isinstance(message, AIMessage) and message.tool_calls:
+            plan = ctx.turn(turn_key(message, ctx.scope))
+            if plan is not None or walked >= WALKED_BACK:
+                return plan
+            walked += 1
+    return None
 
 
 def with_fixes(messages: list[AnyMessage], fixes: list[ToolMessage]) -> list[AnyMessage]:
