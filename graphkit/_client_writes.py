@@ -117,14 +117,29 @@ def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
     fixes = [ToolMessage(ORPHAN, tool_call_id=m.tool_call_id, id=m.id, name=m.name,
                          status="error") for m in _orphans(messages)]
     _audit_refused(ctx, fixes)
-    last = next((m for m in reversed(messages) if isinstance(m, AIMessage) and m.tool_calls),
-                None)
-    if not plan or last is None or last.id != plan["ai_message_id"]:
+    turns = _turns_back(messages, ctx)
+    if not plan or not turns or messages[turns[0][0]].id != plan["ai_message_id"]:
         # turns no model node wrote after the last one planned (or none planned): their
         # results, then (below) the planned turn's own
         fixes += _unplanned_results(messages, ctx)
-    if not plan:
-        return fixes
+    plans = [plan] if plan else []
+    if len(turns) > 1:
+        # and those of a turn of this agent's that still waits, wherever it is: a planned
+        # turn a client wrote again after it (removed and added back) hid it (helper-87)
+        own = {w.turn_key for w in ctx.pending_turns() if w.agent_path in (None, ctx.agent)}
+        plans += [found for index, key in turns
+                  if key in own and (not plan or messages[index].id != plan["ai_message_id"])
+                  and (found := ctx.turn(key)) is not None]
+    for checked in plans:
+        fixes += _results_checked(messages, checked, ctx)
+    return fixes
+
+
+def _results_checked(messages: list[AnyMessage], plan: TurnPlan, ctx: GateContext
+                     ) -> list[ToolMessage]:
+    """The notices for the results of a planned turn's calls (every one before the next turn
+    with calls) that differ from what its tools node recorded; what waited for such a call
+    is declined as superseded, and the call recorded as not run."""
     calls = {c["tool_call_id"]: c for c in plan["calls"]}
     answers: list[tuple[ToolMessage, Any]] = []
     seen = False
@@ -136,7 +151,8 @@ def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
         elif isinstance(message, AIMessage) and message.tool_calls:
             break  # (words, whoever wrote them, do not end the turn's results: helper-83)
     if not answers:
-        return fixes
+        return []
+    fixes: list[ToolMessage] = []
     outcomes = ctx.outcomes(call["key"] for _, call in answers)
     for message, call in answers:
         outcome = outcomes.get(call["key"])
@@ -162,17 +178,25 @@ def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
 def last_planned(messages: list[AnyMessage], ctx: GateContext) -> TurnPlan | None:
     """The plan of the conversation's last model turn this agent planned, where words or
     turns no model node wrote came after it (the last turn's own plan is read with the pass):
-    neither hides it, whoever wrote them (a result written for its waiting call, then "Paid.",
-    reached the model and left the approval pending with no run: helper-81; so did one
-    written before a client's turn with calls: helper-86)."""
-    walked = 0
-    for message in reversed(messages):
-        if isinstance(message, AIMessage) and message.tool_calls:
-            plan = ctx.turn(turn_key(message, ctx.scope))
-            if plan is not None or walked >= WALKED_BACK:
-                return plan
-            walked += 1
-    return None
+    neither hides it, whoever wrote them, nor how many (a result written for its waiting
+    call, then "Paid.", reached the model and left the approval pending with no run:
+    helper-81; so did one written before a client's turns with calls: helper-86, helper-87)."""
+    turns = _turns_back(messages, ctx)
+    if not turns:
+        return None
+    plan = ctx.turn(turns[0][1])  # (the last turn: one read, as a model's own turn is)
+    if plan is not None or len(turns) == 1:
+        return plan
+    planned = ctx.ledger.planned_keys(ctx.thread_id, ctx.path, (key for _, key in turns[1:]))
+    key = next((key for _, key in turns[1:] if key in planned), None)
+    return ctx.turn(key) if key is not None else None
+
+
+def _turns_back(messages: list[AnyMessage], ctx: GateContext) -> list[tuple[int, str]]:
+    """Where each model turn with calls is and its ledger key, the last first."""
+    return [(index, turn_key(message, ctx.scope)) for index, message
+            in reversed(list(enumerate(messages)))
+            if isinstance(message, AIMessage) and message.tool_calls]
 
 
 def with_fixes(messages: list[AnyMessage], fixes: list[ToolMessage]) -> list[AnyMessage]:
@@ -300,13 +324,10 @@ def drop_written_while_waiting(messages: list[AnyMessage], opened: list[tuple[in
     return dropped
 
 
-WALKED_BACK = 20
-"""How many unplanned turns, back from the conversation's end, have their results checked."""
-
-
 def _unplanned_results(messages: list[AnyMessage], ctx: GateContext) -> list[ToolMessage]:
     """Results of calls of turns no gate of this agent planned in this thread, after the
-    last one it planned: no tool of this thread ran them (a client wrote the turn and its
+    last one it planned (all of them, whatever their number: past 20, the model read them:
+    helper-87): no tool of this thread ran them (a client wrote the turn and its
     results, or rewrote a model message under its id and answered it: helper-74, the model
     read `root:$6$...`; a model's words after them hid them from a check of the last turn
     alone: helper-75). In a thread the agent planned nothing in (a copy), a result stands as
@@ -314,25 +335,21 @@ def _unplanned_results(messages: list[AnyMessage], ctx: GateContext) -> list[Too
     in a thread the agent works in, such results were another thread's laundered: helper-76);
     any other is replaced in place by a notice, but one that says already that the call did
     not run."""
+    turns = _turns_back(messages, ctx)
+    if not turns:
+        return []
+    planned = ctx.ledger.planned_keys(ctx.thread_id, ctx.path, (key for _, key in turns))
+    copied = not planned and not ctx.ledger.plans_in(ctx.thread_id, ctx.path)
     fixes: list[ToolMessage] = []
-    end = len(messages)
-    walked = 0
-    copied: bool | None = None  # (a thread the agent planned nothing in: a copy's history)
-    for index in range(len(messages) - 1, -1, -1):
-        ai = messages[index]
-        if not isinstance(ai, AIMessage) or not ai.tool_calls:
-            if isinstance(ai, AIMessage):
-                end = index
-            continue
-        key = turn_key(ai, ctx.scope)
-        if ctx.ledger.turn(ctx.thread_id, ctx.path, key) is not None or walked >= WALKED_BACK:
+    ends = {index: next((i for i in range(index + 1, len(messages))
+                         if isinstance(messages[i], AIMessage)), len(messages))
+            for index, _ in turns}
+    for index, key in turns:
+        if key in planned:
             break
-        walked += 1
-        if copied is None:
-            copied = not ctx.ledger.plans_in(ctx.thread_id, ctx.path)
+        ai = cast(AIMessage, messages[index])
         recorded = copied and _recorded_elsewhere(ctx.ledger, key, ctx.thread_id)
-        fixes += _unrecorded(ai, messages[index + 1:end], recorded or {})
-        end = index
+        fixes += _unrecorded(ai, messages[index + 1:ends[index]], recorded or {})
     _audit_refused(ctx, fixes)
     return fixes
 

@@ -161,6 +161,20 @@ class Plans(LedgerBase):
         plan: TurnPlan | None = unstowed(self._sql.query, rows[0][1])
         return (str(rows[0][0]), plan) if plan is not None else None
 
+    def planned_keys(self, thread_id: str, agent_path: Sequence[str], keys: Iterable[str]
+                     ) -> set[str]:
+        """Which of these turn keys this agent planned in this thread (read in chunks: a
+        conversation may hold any number of turns a client wrote)."""
+        wanted = list(dict.fromkeys(keys))
+        found: set[str] = set()
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start:start + 500]
+            found |= {str(r[0]) for r in self._sql.query(
+                "SELECT turn_key FROM graphkit_turns WHERE thread_id = ? AND agent_path = ? "
+                f"AND turn_key IN ({', '.join('?' for _ in chunk)})",
+                (thread_id, path_text(agent_path), *chunk))}
+        return found
+
     def plans_in(self, thread_id: str, agent_path: Sequence[str]) -> bool:
         """Whether this agent planned any turn in this thread."""
         return bool(self._sql.query(

@@ -171,10 +171,11 @@ PENDING_TURNS = ("a.approval_id, a.kind, a.tool_name, c.turn_key, a.status, c.ca
                  "c.call_key = a.call_key WHERE a.thread_id = ? AND (a.agent_path = ? OR "
                  "substr(a.agent_path, 1, length(?)) = ?) AND "
                  "(a.status = 'pending' OR (a.status = 'approved' AND (c.executed IS NULL "
-                 "OR c.executed <> 'done')))")
-"""What one agent and its subagents wait on in one thread, with the turn that asked, and the
-calls approved (or resumed) there that have not run (again) since, or were claimed and have
-no outcome (a process that died may have started one: helper-84) (parameters: `beneath`),
+                 "OR c.executed <> 'done')) OR a.waiting IS NOT NULL)")
+"""What one agent and its subagents wait on in one thread, with the turn that asked: what
+is pending, what a gate still waits on to apply (decided since it asked), and the calls
+approved (or resumed) there that have not run (again) since, or were claimed and have no
+outcome (a process that died may have started one: helper-84) (parameters: `beneath`),
 after a SELECT: read alone or beside the turn's plan."""
 
 
