@@ -117,19 +117,21 @@ def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
     fixes = [ToolMessage(ORPHAN, tool_call_id=m.tool_call_id, id=m.id, name=m.name,
                          status="error") for m in _orphans(messages)]
     _audit_refused(ctx, fixes)
-    turns = _turns_back(messages, ctx)
-    if not plan or not turns or messages[turns[0][0]].id != plan["ai_message_id"]:
+    turns = _turns_back(messages)
+    if not plan or not turns or messages[turns[0]].id != plan["ai_message_id"]:
         # turns no model node wrote after the last one planned (or none planned): their
         # results, then (below) the planned turn's own
         fixes += _unplanned_results(messages, ctx)
     plans = [plan] if plan else []
-    if len(turns) > 1:
-        # and those of a turn of this agent's that still waits, wherever it is: a planned
-        # turn a client wrote again after it (removed and added back) hid it (helper-87)
-        own = {w.turn_key for w in ctx.pending_turns() if w.agent_path in (None, ctx.agent)}
-        plans += [found for index, key in turns
-                  if key in own and (not plan or messages[index].id != plan["ai_message_id"])
-                  and (found := ctx.turn(key)) is not None]
+    own = ({w.turn_key for w in ctx.pending_turns() if w.agent_path in (None, ctx.agent)}
+           if len(turns) > 1 else set())
+    # and those of a turn of this agent's that still waits, wherever it is: a planned turn a
+    # client wrote again after it (removed and added back) hid it (helper-87)
+    for index in turns if own else ():
+        key = turn_key(messages[index], ctx.scope)
+        if key in own and (not plan or messages[index].id != plan["ai_message_id"]):
+            found = ctx.turn(key)
+            plans += [found] if found is not None else []
     for checked in plans:
         fixes += _results_checked(messages, checked, ctx)
     return fixes
@@ -181,22 +183,23 @@ def last_planned(messages: list[AnyMessage], ctx: GateContext) -> TurnPlan | Non
     neither hides it, whoever wrote them, nor how many (a result written for its waiting
     call, then "Paid.", reached the model and left the approval pending with no run:
     helper-81; so did one written before a client's turns with calls: helper-86, helper-87)."""
-    turns = _turns_back(messages, ctx)
+    turns = _turns_back(messages)
     if not turns:
         return None
-    plan = ctx.turn(turns[0][1])  # (the last turn: one read, as a model's own turn is)
+    plan = ctx.turn(turn_key(messages[turns[0]], ctx.scope))  # (one read, as the last turn's)
     if plan is not None or len(turns) == 1:
         return plan
-    planned = ctx.ledger.planned_keys(ctx.thread_id, ctx.path, (key for _, key in turns[1:]))
-    key = next((key for _, key in turns[1:] if key in planned), None)
+    keys = [turn_key(messages[index], ctx.scope) for index in turns[1:]]
+    planned = ctx.ledger.planned_keys(ctx.thread_id, ctx.path, keys)
+    key = next((key for key in keys if key in planned), None)
     return ctx.turn(key) if key is not None else None
 
 
-def _turns_back(messages: list[AnyMessage], ctx: GateContext) -> list[tuple[int, str]]:
-    """Where each model turn with calls is and its ledger key, the last first."""
-    return [(index, turn_key(message, ctx.scope)) for index, message
-            in reversed(list(enumerate(messages)))
-            if isinstance(message, AIMessage) and message.tool_calls]
+def _turns_back(messages: list[AnyMessage]) -> list[int]:
+    """Where each model turn with calls is, the last first."""
+    return [index for index in range(len(messages) - 1, -1, -1)
+            if isinstance(messages[index], AIMessage)
+            and cast(AIMessage, messages[index]).tool_calls]
 
 
 def with_fixes(messages: list[AnyMessage], fixes: list[ToolMessage]) -> list[AnyMessage]:
@@ -335,7 +338,7 @@ def _unplanned_results(messages: list[AnyMessage], ctx: GateContext) -> list[Too
     in a thread the agent works in, such results were another thread's laundered: helper-76);
     any other is replaced in place by a notice, but one that says already that the call did
     not run."""
-    turns = _turns_back(messages, ctx)
+    turns = [(index, turn_key(messages[index], ctx.scope)) for index in _turns_back(messages)]
     if not turns:
         return []
     planned = ctx.ledger.planned_keys(ctx.thread_id, ctx.path, (key for _, key in turns))
