@@ -683,7 +683,14 @@ def supersede_abandoned(messages: Sequence[BaseMessage], ctx: GateContext) -> No
             supersede(ctx.ledger, {"id": w.approval_id, "kind": w.kind,
                                    "tool_name": w.tool_name, "agent_path": path},
                       comment=ABANDONED, thread_id=ctx.thread_id, run_id=ctx.run_id)
-    stopped = {w.call_key: w.tool_name for w in lost if not w.pending and w.call_key is not None}
+    # (a decline stands: a replay of a branch that holds its turn still answers it so, and
+    # nothing waits on it any more: helper-88)
+    declined = [w.approval_id for w in lost if w.declined]
+    if declined:
+        ctx.ledger.mark_waiting(ctx.thread_id, ctx.path, run_id=ctx.run_id, scope=ctx.scope,
+                                waiting={}, done=declined)
+    stopped = {w.call_key: w.tool_name for w in lost
+               if not w.pending and not w.declined and w.call_key is not None}
     ctx.ledger.settle({key: {"content": LOST.format(name=name), "status": "error"}
                        for key, name in stopped.items()}, thread_id=ctx.thread_id)
     # A call a process that died had claimed (it may have started): recorded too, else a

@@ -318,6 +318,32 @@ def test_time_travel_before_a_call_a_dead_process_had_claimed_never_lets_a_repla
     assert "no longer in the conversation" in told and "unknown" in told
 
 
+def test_time_travel_before_a_declined_call_keeps_its_decline_and_leaves_nothing_ready(
+        sqlite_url: str) -> None:
+    """A payment declined in the inbox, its run not gone on, then a fork from before its turn:
+    the decline stayed marked waiting, the run ready for good; counted as waiting, it was
+    then recorded as stopped, and a replay of the branch that holds the turn told the model
+    "its turn is no longer in the conversation", the reviewer's words lost (helper-88). The
+    decline stands, and nothing waits on it."""
+    from tests.helpers import PAY, agent_with, call, config, turn
+
+    agent, ran = agent_with([turn(call("pay", PAY, "c1")), "words", "done"],
+                            checkpointer=sqlite_url)
+    paused = agent.generate("pay")
+    (pending,) = Inbox(sqlite_url).pending()
+    Inbox(sqlite_url).decline(pending.id, decided_by="cfo", comment="too much")
+    history = list(agent.graph.get_state_history(config(paused.thread_id)))
+    before = next(s for s in history if s.next == ("model",) and not any(
+        isinstance(m, AIMessage) for m in s.values.get("messages", [])))
+    agent.graph.invoke(None, agent.graph.update_state(before.config, {
+        "messages": [HumanMessage("never mind")]}))
+    assert Inbox(sqlite_url).ready() == []
+    out = agent.graph.invoke(None, history[0].config)  # the branch that holds the turn
+    (told,) = [m.text for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert "rejected by 'cfo': too much" in told and ran.ran == []
+    assert Inbox(sqlite_url).ready() == [] and Inbox(sqlite_url).pending() == []
+
+
 def test_time_travel_before_a_resumed_suspension_stops_its_call(sqlite_url: str) -> None:
     """The weather tool of T2 suspended, and the inbox resumed it with a city; its run has not
     gone on. A client forks the thread from before T2 and goes on: T2's call is recorded as

@@ -156,6 +156,8 @@ class PendingTurn(NamedTuple):
     call_key: str | None = None
     agent_path: str | None = None
     """The path (as text) of the agent that asked: this one, or one of its subagents."""
+    declined: bool = False
+    """Declined since its gate asked, and not applied yet (its gate still waits on it)."""
 
 
 class CallLink(NamedTuple):
@@ -192,7 +194,7 @@ thread's current run, which calls are filed under and decisions may take anythin
 
 def pending_turn(row: Sequence[Any]) -> PendingTurn:
     return PendingTurn(str(row[0]), str(row[1]), str(row[2]), row[3], row[4] == "pending",
-                       row[5], row[6])
+                       row[5], row[6], row[4] == "rejected")
 
 
 GRANT_COLUMNS = ("grant_id, thread_id, agent_path, tool_name, grantor, approval_id, "
