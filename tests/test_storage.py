@@ -785,10 +785,15 @@ def test_a_turns_plan_its_agents_queue_and_what_it_waits_on_are_read_in_one_stat
     assert [m["data"]["content"] for _, m, _ in found.queue] == ["first", "second"]
     assert found.pending is not None
     assert sorted(found.pending) == sorted(ledger.pending_turns("t1", ["a"])) == [
-        ("apr-approved", "approval", "pay", "k2", False, "call-apr-approved", "a"),
-        ("apr-k0", "approval", "pay", "k0", True, "call-apr-k0", "a"),
-        ("apr-k1", "approval", "pay", "k1", True, "call-apr-k1", "a"),
-        ("apr-sub", "approval", "pay", "k1", True, "call-apr-sub", "a/sub")]  # (its subagent's)
+        ("apr-approved", "approval", "pay", "k2", False, "call-apr-approved", "a", False),
+        ("apr-k0", "approval", "pay", "k0", True, "call-apr-k0", "a", False),
+        ("apr-k1", "approval", "pay", "k1", True, "call-apr-k1", "a", False),
+        ("apr-sub", "approval", "pay", "k1", True, "call-apr-sub", "a/sub", False)]
+    # (a decline its gate still waits on to apply is listed too, as declined)
+    ledger.mark_waiting("t1", ["a"], run_id="r1", scope="", waiting={"apr-decided": 0})
+    assert ("apr-decided", "approval", "pay", "k1", False, "call-apr-decided", "a",
+            True) in ledger.pending_turns("t1", ["a"])
+    ledger.mark_waiting("t1", ["a"], run_id="r1", scope="", waiting={}, done=["apr-decided"])
     assert found.outcomes == ledger.outcomes(["call-apr-k1", "call-apr-decided"],
                                              thread_id="t1") == {
         "call-apr-k1": {"content": "paid", "status": "success"}, "call-apr-decided": None}
