@@ -30,7 +30,7 @@ from graphkit._approvals import (
     telemetry,
     waiting_records,
 )
-from graphkit._context import emit, last_ai, open_turns, scope_of, thread_id_of
+from graphkit._context import emit, last_ai, open_turns, thread_id_of
 from graphkit._ledger import ApprovalRow, AuditRow, Clearance, Ledger, PendingTurn, queued_id
 from graphkit._limits import check_value
 from graphkit._offload import offload
@@ -538,12 +538,12 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         if (ai is not None and not ai.tool_calls and messages[-1] is ai
                 and next(open_turns(messages), None) is None
                 and not planner.ledger.pending_turns(thread_id_of(config),
-                                                     planner.path_of(config))
-                and not planner.ledger.waits_in_scope(thread_id_of(config),
-                                                      planner.path_of(config), scope_of(config))):
+                                                     planner.path_of(config))):
             # the model answered last, over no call without its result, and nothing of this
-            # agent waits in the ledger: nothing is left to do (a pass a stale trigger started,
-            # a task a client sent to the tools node, say, called the model once more). Words
+            # agent waits in the ledger (`pending_turns`: what is pending, approved and not
+            # run, or marked waiting by a gate): nothing is left to do (a pass a stale trigger
+            # started, a task a client sent to the tools node, say, called the model once
+            # more). Words
             # over a waiting call are a client's, even where a result a client wrote closes
             # the turn: the model node drops or discards them (they ended the wait: helper-79,
             # helper-81), a decision its gate has not applied yet included (a decline: the run
