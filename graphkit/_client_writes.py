@@ -69,12 +69,16 @@ def _audit_refused(ctx: GateContext, notices: Sequence[ToolMessage]) -> None:
 def _moved_after(messages: list[AnyMessage], later: int, answers: list[ToolMessage]
                  ) -> tuple[list[AnyMessage], list[BaseMessage]]:
     """`answers` right after a turn whose results end at `later`: the conversation as the
-    model reads it, and the writes that make the state say the same (what came after the
-    turn moves after its answers: removed, then written again)."""
-    newer = messages[later:]
-    writes: list[BaseMessage] = [*(RemoveMessage(id=str(m.id)) for m in newer), *answers,
-                                 *newer]
-    return [*messages[:later], *answers, *newer], writes
+    model reads it, and the writes that make the state say the same."""
+    read = [*messages[:later], *answers, *messages[later:]]
+    return read, _rewritten(messages, read, later)
+
+
+def _rewritten(messages: list[AnyMessage], read: list[AnyMessage], at: int
+               ) -> list[BaseMessage]:
+    """The writes that make the state's `messages` say `read`, the two alike before `at`:
+    what came from `at` on is removed, then written again in its new order."""
+    return [*(RemoveMessage(id=str(m.id)) for m in messages[at:]), *read[at:]]
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -241,9 +245,7 @@ def stopped_turn(messages: list[AnyMessage], opened: list[tuple[int, int]], ctx:
             moved = later if moved is None else min(moved, later)
     if moved is None:
         return messages, []
-    # (what came after the earliest answered turn moves after its answers: removed, then
-    # written again)
-    return read, [*(RemoveMessage(id=str(m.id)) for m in messages[moved:]), *read[moved:]]
+    return read, _rewritten(messages, read, moved)
 
 
 def _results_in_place(messages: list[AnyMessage], opened: list[tuple[int, int]]

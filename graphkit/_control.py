@@ -23,7 +23,7 @@ from graphkit._approvals import last_turn_plan
 from graphkit._context import thread_id_of
 from graphkit._events import marked_waiting, pending_from_interrupts, with_waiting_beside
 from graphkit._gate import BY_NEW_MESSAGE
-from graphkit._latest import Paused, ended, options_of, stalled
+from graphkit._latest import Paused, options_of, stalled
 from graphkit._ledger import ApprovalRow, Ledger, NewRun, QueuedFor, queued_id, same_queued
 from graphkit._review import (
     Choice,
@@ -300,7 +300,7 @@ def left_decided(snapshot: Paused, req: Request) -> Command[Any] | None:
     agent's gate waits on: the inbox listed the run as ready, and every resume did nothing, for
     good (helper-72, helper-79). The run goes back to its gate, which applies the ledger's
     decisions (what a client wrote over the waiting call is dropped on the way)."""
-    if snapshot.interrupts or not ended(snapshot):
+    if snapshot.interrupts or stalled(snapshot) != "ended":
         return None
     # (the agent's own gate's only: a subagent's waits on a delegation that gate would hand
     # out anew, whose subagent would plan again and ask again: helper-81)

@@ -82,12 +82,6 @@ def stalled(snapshot: Paused) -> Literal["mid-step", "ended"] | None:
     return "mid-step" if tasks else "ended"
 
 
-def ended(snapshot: Paused) -> bool:
-    """Whether the thread's run has nothing next: it ended, or a client's state write left it
-    with nothing to do while a call waited."""
-    return not _next_tasks(snapshot)
-
-
 def _next_tasks(snapshot: Paused) -> Any:
     """The thread's next tasks, as `get_state` lists them (a `Latest` reads them now)."""
     state: Any = (snapshot._graph.get_state(snapshot._query) if isinstance(snapshot, Latest)

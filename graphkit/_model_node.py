@@ -173,7 +173,8 @@ def make_model_node(
         ctx = planner.context(state, config)
         key = last_turn_key(state.get("messages") or [], ctx.scope)
         plan = ctx.turn(key, outcomes=True)  # (with the queue, what waits, what ran: below)
-        # the last turn with calls, where words came after it (`last_planned`)
+        # the last turn this agent planned, where words or a client's turns came after it
+        # (`last_planned`)
         paused = plan or last_planned(list(state.get("messages") or []), ctx)
         forged = discard_forged(state, paused, ctx)
         messages = with_fixes(list(state.get("messages") or []), forged)

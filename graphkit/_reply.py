@@ -60,8 +60,8 @@ class Reply:
     auto: bool = False
     """Whether auto-resume may read a suspended tool's data from the reply."""
     dropped: tuple[AnyMessage, ...] = ()
-    """Words a client wrote between the paused turn and the reply (no model wrote them over a
-    call without its result): taken out of the conversation with the reply."""
+    """Words a client wrote around the reply, as the model's or the system's (no model wrote
+    them over a call without its result): taken out of the conversation with the reply."""
 
 
 def turn_span(messages: list[AnyMessage], ai_message_id: Any) -> tuple[int, int] | None:
