@@ -248,47 +248,18 @@ def test_time_travel_before_a_pending_approval_supersedes_it(sqlite_url: str) ->
     assert ran.ran == [("pay", PAY)]
 
 
-def test_time_travel_before_an_approved_call_that_never_started_records_it_not_run(
-        sqlite_url: str) -> None:
+@pytest.mark.parametrize("claimed", ["never", "by a process that died"])
+def test_time_travel_before_an_approved_call_that_has_no_outcome_records_it_stopped(
+        sqlite_url: str, claimed: str) -> None:
     """T1 paid; T2's payment was approved in the inbox, and its run has not gone on. A client
     forks the thread from T1's checkpoint: T2's turn is no longer in the conversation, so its
     call is recorded as not run, and a replay of T2's own paused checkpoint answers it so, and
     pays nothing. Before, the approval outlived its turn and that replay paid; the model,
     which reuses tool_call_ids, may meanwhile have been told that a call of the same id did
-    not run (helper-25)."""
-    from tests.helpers import PAY, agent_with, call, config, turn
-
-    def model(messages: list[Any]) -> Any:
-        if isinstance(messages[-1], HumanMessage):
-            asked = sum(isinstance(m, HumanMessage) for m in messages)
-            return turn(call("pay", PAY, f"c{asked}"))
-        return "done"
-
-    agent, ran = agent_with(model, checkpointer=sqlite_url, name="billing")
-    first = agent.generate("pay")
-    agent.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
-    second = agent.generate("pay again", thread_id=first.thread_id)
-    (waiting,) = second.pending_approvals
-    paused = agent.graph.get_state(config(first.thread_id)).config
-    Inbox(sqlite_url).approve(waiting.id, decided_by="cfo")
-    old = next(s for s in agent.graph.get_state_history(config(first.thread_id))
-               if s.next == ("approval_gate",) and isinstance(s.values["messages"][-1], AIMessage)
-               and s.values["messages"][-1].tool_calls[0]["id"] == "c1")
-    agent.graph.invoke(None, old.config)
-    assert ran.ran == [("pay", PAY)]
-    out = agent.graph.invoke(None, paused)  # the old branch, where T2 was approved
-    assert ran.ran == [("pay", PAY)]
-    (told,) = [m.text for m in out["messages"]
-               if isinstance(m, ToolMessage) and m.tool_call_id == waiting.tool_call_id]
-    assert "no longer in the conversation" in told and "will not run" in told
-
-
-def test_time_travel_before_a_call_a_dead_process_had_claimed_never_lets_a_replay_run_it(
-        sqlite_url: str) -> None:
-    """As above, but a process claimed T2's approved call and died (before its tool started,
-    or inside it after the payment): the fork recorded nothing for a call already claimed,
-    and the replay of T2's paused checkpoint took the call over from the dead holder and paid
-    (again, if it had paid: helper-84). It is recorded as stopped, its outcome unknown."""
+    not run (helper-25). So for a call a process claimed and died with (before its tool
+    started, or inside it after the payment): the fork recorded nothing for a call already
+    claimed, and the replay took it over from the dead holder and paid (again, if it had
+    paid: helper-84); it is recorded as stopped, its outcome unknown."""
     from tests.helpers import PAY, agent_with, call, config, dead_owner, turn
 
     def model(messages: list[Any]) -> Any:
@@ -304,18 +275,22 @@ def test_time_travel_before_a_call_a_dead_process_had_claimed_never_lets_a_repla
     (waiting,) = second.pending_approvals
     paused = agent.graph.get_state(config(first.thread_id)).config
     Inbox(sqlite_url).approve(waiting.id, decided_by="cfo")
-    ledger = agent._storage.ledger
-    key = ledger.approval(waiting.id).call_key
-    assert ledger.start(key, dead_owner(), holder_dead=lambda _o: False)[0] == "won"
+    if claimed != "never":
+        ledger = agent._storage.ledger
+        key = ledger.approval(waiting.id).call_key
+        assert ledger.start(key, dead_owner(), holder_dead=lambda _o: False)[0] == "won"
     old = next(s for s in agent.graph.get_state_history(config(first.thread_id))
                if s.next == ("approval_gate",) and isinstance(s.values["messages"][-1], AIMessage)
                and s.values["messages"][-1].tool_calls[0]["id"] == "c1")
     agent.graph.invoke(None, old.config)
+    assert ran.ran == [("pay", PAY)]
     out = agent.graph.invoke(None, paused)  # the old branch, where T2 was approved
     assert ran.ran == [("pay", PAY)]
     (told,) = [m.text for m in out["messages"]
                if isinstance(m, ToolMessage) and m.tool_call_id == waiting.tool_call_id]
-    assert "no longer in the conversation" in told and "unknown" in told
+    assert "no longer in the conversation" in told and "will not run" in told
+    if claimed != "never":
+        assert "unknown" in told
 
 
 def test_time_travel_before_a_declined_call_keeps_its_decline_and_leaves_nothing_ready(
