@@ -379,18 +379,11 @@ def test_the_api_never_takes_a_decision_no_resume_would_apply(tmp_path: Any) -> 
     assert [p.status for p in Inbox(url).pending()] == ["pending"]
 
 
-@pytest.mark.parametrize("written", ["words", "nothing, as the model"])
-def test_a_run_a_state_write_left_with_nothing_next_applies_the_inboxs_decision_on_resume(
-        tmp_path: Any, written: str) -> None:
-    """The same write, then the call approved in the inbox (which records it): the inbox
-    listed the run as ready, and every resume did nothing, for good; approved, the payment
-    never ran (helper-72, helper-79). A resume takes the run back to its gate, which applies
-    the decision: the call runs once, and what the client wrote over it is dropped."""
+def _written_over(url: str, written: str) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """A paused payment a client's state write left with nothing next: its words as the
+    model's, or nothing, as the model. The agent, what it ran, the paused result, its config."""
     from langchain_core.messages import AIMessage
 
-    from graphkit import Inbox
-
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
     agent, ran = agent_with([turn(call("pay", {"amount": 5, "payee": {"name": "ACME"}}, "c1")),
                              "done"], checkpointer=url)
     paused = agent.generate("pay")
@@ -399,6 +392,20 @@ def test_a_run_a_state_write_left_with_nothing_next_applies_the_inboxs_decision_
         agent.graph.update_state(cfg, {"messages": [AIMessage("All done, nothing to pay.")]})
     else:
         agent.graph.update_state(cfg, {"messages": []}, as_node="model")
+    return agent, ran, paused, cfg
+
+
+@pytest.mark.parametrize("written", ["words", "nothing, as the model"])
+def test_a_run_a_state_write_left_with_nothing_next_applies_the_inboxs_decision_on_resume(
+        tmp_path: Any, written: str) -> None:
+    """The same write, then the call approved in the inbox (which records it): the inbox
+    listed the run as ready, and every resume did nothing, for good; approved, the payment
+    never ran (helper-72, helper-79). A resume takes the run back to its gate, which applies
+    the decision: the call runs once, and what the client wrote over it is dropped."""
+    from graphkit import Inbox
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    agent, ran, paused, cfg = _written_over(url, written)
     inbox = Inbox(url)
     (pending,) = inbox.pending()
     inbox.approve(pending.id, decided_by="cfo")
@@ -419,19 +426,10 @@ def test_the_api_lists_and_decides_what_a_run_a_state_write_left_with_nothing_ne
     never decide it (refused on purpose once, helper-74, when no resume moved such a run on:
     the decision was recorded and never applied). Both read what the ledger says the run
     waits on, and the decision is applied as the inbox's is."""
-    from langchain_core.messages import AIMessage
-
     from graphkit import Inbox
 
     url = f"sqlite:///{tmp_path / 'runs.db'}"
-    agent, ran = agent_with([turn(call("pay", {"amount": 5, "payee": {"name": "ACME"}}, "c1")),
-                             "done"], checkpointer=url)
-    paused = agent.generate("pay")
-    cfg = {"configurable": {"thread_id": paused.thread_id}}
-    if written == "words":
-        agent.graph.update_state(cfg, {"messages": [AIMessage("All done, nothing to pay.")]})
-    else:
-        agent.graph.update_state(cfg, {"messages": []}, as_node="model")
+    agent, ran, paused, _ = _written_over(url, written)
     (listed,) = agent.pending_approvals(run_id=paused.run_id)
     assert (listed.id, listed.status) == (Inbox(url).pending()[0].id, "pending")
     assert agent.snapshot(run_id=paused.run_id)["awaiting_approval"] is True
