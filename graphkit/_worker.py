@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +59,8 @@ class Worker:
         self._ledger = agent._storage.ledger
         self._stop = threading.Event()
         self._leave = threading.Event()
+        self._signalled = 0
+        """Stops asked for by a signal handler (`stop_from_signal`), which `run` acts on."""
         self._lock = threading.Lock()
         self._busy: set[str] = set()
         """The runs this worker's threads are resuming now."""
@@ -75,6 +78,13 @@ class Worker:
             self._leave.set()
         self._halt()
 
+    def stop_from_signal(self) -> None:
+        """`stop()`, for a signal handler: it runs in the main thread between any two of its
+        steps, also inside an `Event.wait` that holds the event's lock, where `stop()`
+        setting that event waited on the lock for good (a worker never exited after SIGTERM,
+        found in CI). It only counts the request, which `run` acts on: one stops, two leave."""
+        self._signalled += 1
+
     def _halt(self) -> None:
         self._stop.set()
         with self._wake:
@@ -91,8 +101,8 @@ class Worker:
         for thread in threads:
             thread.start()
         try:
-            while not self._stop.wait(0.2):
-                pass
+            while not self._stop.is_set() and not self._signalled:
+                time.sleep(0.2)
         finally:
             self._halt()
             self._finish(loops)
@@ -111,7 +121,7 @@ class Worker:
                            len(busy), ", ".join(busy))
         try:
             for thread in loops:
-                while thread.is_alive() and not self._leave.is_set():
+                while thread.is_alive() and not self._leave.is_set() and self._signalled < 2:
                     thread.join(0.2)
         except KeyboardInterrupt:
             self._leave.set()

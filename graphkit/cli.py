@@ -316,7 +316,7 @@ def _work(args: argparse.Namespace, out: Callable[[str], None]) -> int:
                   f" with {args.concurrency} thread(s); Ctrl-C stops"))
     sys.stdout.flush()  # a supervisor's log (a pipe: buffered) shows it now, not at exit
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+        signal.signal(signal.SIGTERM, lambda *_: worker.stop_from_signal())
     try:
         worker.run()
     except KeyboardInterrupt:

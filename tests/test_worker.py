@@ -775,6 +775,26 @@ def test_a_second_stop_leaves_the_runs_in_progress_to_another_worker(
     assert agent._storage.ledger.queued(paused.run_id)  # another worker continues it
 
 
+def test_a_stop_from_a_signal_takes_no_lock_the_interrupted_thread_may_hold(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's SIGTERM handler runs in the main thread between any two of its steps, also
+    inside `Event.wait` on the worker's stop event, which holds that event's lock: `stop()`
+    there waited on the lock for good (a worker process of a CI run was still alive an hour
+    after its SIGTERM, every run of it done). The handler's stop takes no lock, and `run`
+    acts on it: one stops the worker, two leave the runs in progress."""
+    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(tmp_path / "effects.db"))
+    worker = Worker(make(f"sqlite:///{tmp_path / 'runs.db'}"))
+    asked = threading.Thread(target=worker.stop_from_signal, daemon=True)
+    with worker._stop._cond:  # what the main thread holds inside `Event.wait`
+        asked.start()
+        asked.join(2.0)
+        assert not asked.is_alive()
+    runner = threading.Thread(target=worker.run, daemon=True)
+    runner.start()
+    runner.join(5.0)
+    assert not runner.is_alive()
+
+
 @pytest.mark.parametrize("ready_at", ["'NaN'", "'soon'", "x'00ff'"])
 def test_a_queued_run_whose_time_is_no_number_is_made_ready_and_runs_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ready_at: str) -> None:
