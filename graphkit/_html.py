@@ -130,7 +130,8 @@ def card(item: PendingApproval, *, messages: Sequence[Mapping[str, Any]] = (),
     if item.kind == "suspension":
         rows.insert(1, ("Asks for", f"<pre>{_json(item.metadata.get('suspend_payload'))}</pre>"))
     if item.status != "pending":
-        rows.append(("Decided by", f"{_e(item.decided_by or 'nobody in particular')}"
+        # no name: an anonymous reviewer, or graphkit itself (expiry, a new message)
+        rows.append(("Decided by", f"{_e(item.decided_by or 'no named reviewer')}"
                      f"{' — ' + _e(item.comment) if item.comment else ''}"))
     if item.approved_args is not None:
         rows.append(("Approved args", f"<pre>{_json(item.approved_args)}</pre>"))

@@ -234,10 +234,12 @@ def resolved_message(record: Mapping[str, Any], decision: Mapping[str, Any] | No
     by = (decision or {}).get("decided_by") or record.get("decided_by")
     comment = (decision or {}).get("comment") or record.get("comment")
     why = f" ({comment})" if comment else ""
+    # no name: an anonymous reviewer, or graphkit itself (expiry, a new message), whose
+    # comment then says why
+    who = f" by {by}" if by else ""
     return (
         f"approval {record['id']!r} for tool call {record['tool_call_id']!r} "
-        f"({record['tool_name']}) was already {status} by {by or 'nobody in particular'}{why}; "
-        "a decision is final"
+        f"({record['tool_name']}) was already {status}{who}{why}; a decision is final"
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from graphkit import (
     GraphkitError,
     InvalidApprovedArgsError,
     SnapshotNotFoundError,
+    _html,
 )
 from graphkit.testing import ScriptedChatModel
 from tests.helpers import agent_with, call, turn
@@ -219,6 +221,26 @@ def test_resolve_twice_is_refused() -> None:
     agent.resolve_tool_approval(run_id=result.run_id, id=approval.id, approved=True)
     with pytest.raises(ApprovalAlreadyResolvedError):
         agent.resolve_tool_approval(run_id=result.run_id, id=approval.id, approved=False)
+
+
+def test_a_decision_with_no_name_says_no_name() -> None:
+    """An anonymous decision, or one graphkit took (a new message superseded the call), names
+    nobody: the refusal of a second decision says what was decided and why, and never calls
+    the decider "nobody in particular"."""
+    agent, _ = agent_with([turn(call("pay", PAY, "c1"), call("pay", PAY, "c2")), "done", "ok"])
+    first = agent.generate("go")
+    card = _html.card(dataclasses.replace(first.pending_approvals[0], status="rejected",
+                                          comment="superseded by a new user message"))
+    assert "no named reviewer — superseded by a new user message" in card
+    agent.approve_tool_call(run_id=first.run_id, tool_call_id="c1")
+    with pytest.raises(ApprovalAlreadyResolvedError) as anonymous:
+        agent.decline_tool_call(run_id=first.run_id, tool_call_id="c1")
+    assert "was already approved; a decision is final" in str(anonymous.value)
+    agent.generate("forget it", thread_id=first.thread_id)
+    with pytest.raises(ApprovalAlreadyResolvedError) as superseded:
+        agent.approve_tool_call(run_id=first.run_id, tool_call_id="c2")
+    assert "was already rejected (superseded" in str(superseded.value)
+    assert "nobody" not in str(anonymous.value) + str(superseded.value)
 
 
 def test_approvers_policy_refuses_and_the_approval_stays_pending() -> None:
