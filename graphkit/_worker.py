@@ -59,8 +59,9 @@ class Worker:
         self._ledger = agent._storage.ledger
         self._stop = threading.Event()
         self._leave = threading.Event()
-        self._signalled = 0
-        """Stops asked for by a signal handler (`stop_from_signal`), which `run` acts on."""
+        self._asked = 0
+        """Stops asked for (`stop`, `stop_from_signal`, Ctrl-C), whatever the door: one
+        stops, two leave (a Ctrl-C then a SIGTERM counted as one before: helper-89)."""
         self._lock = threading.Lock()
         self._busy: set[str] = set()
         """The runs this worker's threads are resuming now."""
@@ -74,7 +75,8 @@ class Worker:
         off mid-call would run again in the worker that continues its run). Called again
         while they finish (a second SIGTERM or Ctrl-C): `run` returns now, and they are left
         as a killed worker leaves them."""
-        if self._stop.is_set():
+        self._asked += 1
+        if self._asked >= 2 or self._stop.is_set():
             self._leave.set()
         self._halt()
 
@@ -83,7 +85,13 @@ class Worker:
         steps, also inside an `Event.wait` that holds the event's lock, where `stop()`
         setting that event waited on the lock for good (a worker never exited after SIGTERM,
         found in CI). It only counts the request, which `run` acts on: one stops, two leave."""
-        self._signalled += 1
+        self._asked += 1
+
+    @property
+    def left_runs(self) -> bool:
+        """Whether `run` returned leaving runs in progress (a second stop): their tools may
+        still run in threads of this process, which its exit would wait for."""
+        return self._leave.is_set() or self._asked >= 2
 
     def _halt(self) -> None:
         self._stop.set()
@@ -101,7 +109,7 @@ class Worker:
         for thread in threads:
             thread.start()
         try:
-            while not self._stop.is_set() and not self._signalled:
+            while not self._stop.is_set() and not self._asked:
                 time.sleep(0.2)
         finally:
             self._halt()
@@ -121,9 +129,10 @@ class Worker:
                            len(busy), ", ".join(busy))
         try:
             for thread in loops:
-                while thread.is_alive() and not self._leave.is_set() and self._signalled < 2:
+                while thread.is_alive() and not self.left_runs:
                     thread.join(0.2)
         except KeyboardInterrupt:
+            self._asked += 1
             self._leave.set()
         with self._lock:
             left = sorted(self._busy)

@@ -316,12 +316,21 @@ def _work(args: argparse.Namespace, out: Callable[[str], None]) -> int:
                   f" with {args.concurrency} thread(s); Ctrl-C stops"))
     sys.stdout.flush()  # a supervisor's log (a pipe: buffered) shows it now, not at exit
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: worker.stop_from_signal())
+        # one door for both: a Ctrl-C then a SIGTERM is two stops (helper-89)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: worker.stop_from_signal())
     try:
         worker.run()
     except KeyboardInterrupt:
         worker.stop()
     out(f"worker: stopped after resuming {worker.resumed} run(s)")
+    if worker.left_runs and threading.current_thread() is threading.main_thread():
+        # "at once": the runs left may have tools running in LangGraph's pool threads, which
+        # an interpreter's exit waits for (a worker with two calls running hung after a
+        # second SIGTERM: helper-89); they are left as a killed worker leaves them
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

@@ -775,6 +775,42 @@ def test_a_second_stop_leaves_the_runs_in_progress_to_another_worker(
     assert agent._storage.ledger.queued(paused.run_id)  # another worker continues it
 
 
+@pytest.mark.parametrize("signals", [(signal.SIGTERM, signal.SIGTERM),
+                                     (signal.SIGINT, signal.SIGTERM)])
+def test_a_second_signal_leaves_at_once_while_calls_run_in_parallel(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signals: tuple[int, int]) -> None:
+    """A worker process whose run had two calls running hung after a second SIGTERM until
+    its tools returned (an interpreter's exit waits for LangGraph's pool threads), and a
+    Ctrl-C then a SIGTERM counted as one stop (helper-89). Either two leaves at once."""
+    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(tmp_path / "effects.db"))
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    monkeypatch.setenv("GRAPHKIT_TEST_CALLS", "2")
+    agent = make(url)
+    paused = agent.generate("move 1")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRAPHKIT_TEST_TOOL_SECONDS": "120"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "graphkit.cli", "worker", "--db", url, "--agent",
+         "tests.worker_agent:make"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        assert _first_line(proc).startswith("worker: resuming ready runs")
+        for pending in paused.pending_approvals:
+            Inbox(url).approve(pending.id, decided_by="ops")
+        started = effects(str(tmp_path / "effects.db"))
+        wait_for(lambda: started.execute("SELECT COUNT(*) FROM started").fetchone()[0] == 2)
+        for signum in signals:
+            proc.send_signal(signum)
+            time.sleep(0.5)
+        out, err = proc.communicate(timeout=30)  # (the tools take 120 s)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "left 1 run(s) in progress" in err and "stopped after resuming" in out
+    assert agent._storage.ledger.queued(paused.run_id)  # another worker continues it
+
+
 def test_a_stop_from_a_signal_takes_no_lock_the_interrupted_thread_may_hold(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI's SIGTERM handler runs in the main thread between any two of its steps, also

@@ -2,7 +2,8 @@
 
 Its `transfer` tool records each real execution (tool_call_id, when, which process) in the
 SQLite file named by $GRAPHKIT_TEST_EFFECTS. With $GRAPHKIT_TEST_TOOL_SECONDS it takes that
-long, and records its start first (`started`).
+long, and records its start first (`started`). With $GRAPHKIT_TEST_CALLS its model asks for
+that many transfers in one turn (they run in parallel).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def effects(path: str) -> sqlite3.Connection:
 def make(url: str) -> Agent:
     conn = effects(os.environ["GRAPHKIT_TEST_EFFECTS"])
     seconds = float(os.environ.get("GRAPHKIT_TEST_TOOL_SECONDS", "0"))
+    calls = int(os.environ.get("GRAPHKIT_TEST_CALLS", "1"))
 
     @create_tool(needs_approval=True)
     def transfer(amount: int, ctx: ToolContext) -> str:
@@ -44,7 +46,8 @@ def make(url: str) -> Agent:
         if isinstance(messages[-1], ToolMessage):
             return AIMessage("done")
         return AIMessage("", tool_calls=[{"name": "transfer", "args": {"amount": 1},
-                                          "id": f"call-{time.time_ns()}"}])
+                                          "id": f"call-{time.time_ns()}-{i}"}
+                                         for i in range(calls)])
 
     return Agent(name="bank", model=ScriptedChatModel(reply), tools=[transfer], checkpointer=url)
 
