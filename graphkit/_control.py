@@ -53,7 +53,7 @@ __all__ = [
     "continue_command",
     "decide",
     "is_current",
-    "left_decided",
+    "left_waiting",
     "of_run",
     "start_payload",
     "waiting",
@@ -93,13 +93,10 @@ def waiting(snapshot: Paused, ledger: Ledger, agent: str | None) -> list[Waiting
                                 thread_id_of(snapshot.config), agent)
     how = stalled(snapshot) if not found and agent is not None else None
     if how is not None:
-        # (of an ended run, its own gate's only: a resume takes it back there, never to a
-        # subagent's, whose decision the API then said it took while nothing would apply it:
-        # helper-85)
-        depth = None if how == "mid-step" else 1
-        found = marked_waiting(ledger, thread_id_of(snapshot.config), lambda w: (
-            list(w.row.agent_path)[:1] == [agent]
-            and (depth is None or len(w.row.agent_path) == depth)))
+        # (a subagent's too: a resume hands its delegation out again, and the subagent goes
+        # back to its gate, `_supervisor.entry`)
+        found = marked_waiting(ledger, thread_id_of(snapshot.config),
+                               lambda w: list(w.row.agent_path)[:1] == [agent])
     rows = ledger.approvals(r["id"] for _, r in found if r["status"] == "pending")
     return [Waiting(i, r, rows.get(r["id"])) for i, r in found]
 
@@ -291,23 +288,24 @@ def continue_command(snapshot: Paused, req: Request) -> Any:
                "(resolve_tool_approval / approve_tool_call / resume_stream / the inbox) first")
         raise ApprovalsPendingError(msg)
     # None: continue a run stopped by on_state_change
-    return apply_command(snapshot) or left_decided(snapshot, req)
+    return apply_command(snapshot) or left_waiting(snapshot, req)
 
 
-def left_decided(snapshot: Paused, req: Request) -> Command[Any] | None:
-    """For a run a client's state write left with nothing next while its gate waited
-    (`update_state` on the paused thread), once the ledger holds a decision for what the
-    agent's gate waits on: the inbox listed the run as ready, and every resume did nothing, for
-    good (helper-72, helper-79). The run goes back to its gate, which applies the ledger's
-    decisions (what a client wrote over the waiting call is dropped on the way)."""
+def left_waiting(snapshot: Paused, req: Request) -> Command[Any] | None:
+    """For a run a client's state write left with nothing next while a gate of its agent
+    waited (`update_state` on the paused thread, on its namespace or a supervisor's above it):
+    the inbox listed the run as ready once decided, and every resume did nothing, for good
+    (helper-72, helper-79), or said the run stopped on the client's words. The run goes back
+    to its gate, which applies the ledger's decisions, or asks again (what a client wrote over
+    the waiting call is dropped on the way); a subagent's gate too: its supervisor hands the
+    delegation out again, and the subagent goes back to its gate where it waited
+    (`_supervisor.entry`)."""
     if snapshot.interrupts or stalled(snapshot) != "ended":
         return None
-    # (the agent's own gate's only: a subagent's waits on a delegation that gate would hand
-    # out anew, whose subagent would plan again and ask again: helper-81)
     agent = _agent(req)
-    decided = any(w.waiting and w.row.decided and list(w.row.agent_path) == [agent]
-                  for w in req.ledger.waiting_rows(thread_id=req.thread_id))
-    return Command(goto="approval_gate") if decided else None
+    waits = any(w.waiting and list(w.row.agent_path)[:1] == [agent]
+                for w in req.ledger.waiting_rows(thread_id=req.thread_id))
+    return Command(goto="approval_gate") if waits else None
 
 
 def _plan(snapshot: Paused, req: Request) -> Mapping[str, Any] | None:

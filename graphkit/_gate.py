@@ -59,6 +59,7 @@ from graphkit._state import (
     ToolTask,
     TurnPlan,
     TurnPointer,
+    delegation_of_turn,
     turn_key,
 )
 from graphkit._validate import now_iso
@@ -709,7 +710,7 @@ def _abandoned_beneath(deep: list[PendingTurn], present: set[str], ctx: GateCont
     answering), or was planned in a turn of this agent the conversation no longer holds.
     One read per level of delegation, and only where a subagent waits while its
     supervisor's conversation moves (time travel, a rewritten state)."""
-    todo = {w: _scope(w.turn_key) for w in deep}
+    todo = {w: delegation_of_turn(w.turn_key) for w in deep}
     lost: list[PendingTurn] = []
     for _ in range(32):  # (deeper than any chain of delegations)
         links = ctx.ledger.call_links(key for key in todo.values() if key)
@@ -721,16 +722,11 @@ def _abandoned_beneath(deep: list[PendingTurn], present: set[str], ctx: GateCont
             if link.done or (link.agent_path == ctx.agent and link.turn_key not in present):
                 lost.append(w)
             elif link.agent_path != ctx.agent:
-                above[w] = _scope(link.turn_key)
+                above[w] = delegation_of_turn(link.turn_key)
         if not above:
             break
         todo = above
     return lost
-
-
-def _scope(key: str | None) -> str | None:
-    """The delegation call a subagent's turn works for (`turn_key`'s scope)."""
-    return key.rpartition("@")[2] or None if key and "@" in key else None
 
 
 def pointer(plan: TurnPlan) -> TurnPointer:

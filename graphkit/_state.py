@@ -126,6 +126,11 @@ def turn_key(ai: BaseMessage, scope: str = "") -> str:
     return f"{ai.id or ''}#{digest[:32]}" + (f"@{scope}" if scope else "")
 
 
+def delegation_of_turn(key: str | None) -> str | None:
+    """The delegation call a subagent's turn works for (`turn_key`'s scope)."""
+    return key.rpartition("@")[2] or None if key and "@" in key else None
+
+
 def merge_reports(
     old: dict[str, SuspensionReport] | None, new: dict[str, SuspensionReport] | None
 ) -> dict[str, SuspensionReport]:

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from graphkit._context import CONVERSATION_KEY, DELEGATION_KEY, PATH_KEY, thread_id_of
 from graphkit._ledger import DONE, CallRow, Ledger
-from graphkit._state import ToolTask, well_typed_task
+from graphkit._state import ToolTask, delegation_of_turn, well_typed_task
 from graphkit._tools_node import result_command, runs_as_recorded
 from graphkit.tools import DelegationTool
 
@@ -118,27 +118,60 @@ def make_delegate_nodes(
                               status="success" if outcome.get("status") == "success" else "error")
         return result_command(task, message)
 
-    def entry(config: RunnableConfig, sub_input: dict[str, Any]) -> Any:
+    def entry(task: ToolTask, config: RunnableConfig, sub_input: dict[str, Any]) -> Any:
         """What the subagent is invoked with: its task (LangGraph ignores it where the subagent
-        has a checkpoint to go on from), or, where a client's state write on its namespace
-        left it with nothing next while its gate waited, a return to its gate, which applies
-        what was decided or asks again, as a top-level run goes back to its own
-        (`_control.left_decided`). The write's words stood as its answer, and its approved
-        call never ran (helper-83)."""
+        has a checkpoint to go on from), or, where its gate waits with nothing to go on, a
+        return to that gate, which applies what was decided or asks again, as a top-level run
+        goes back to its own (`_control.left_waiting`):
+        - a client's state write on its namespace left it with nothing next (the write's
+          words stood as its answer, and its approved call never ran: helper-83);
+        - the delegation is handed out again (a state write on the supervisor's namespace
+          ended the task it waited in; LangGraph gives the new task a new namespace): the
+          subagent's state where it waited is carried over, and so are its gate's waits (the
+          subagent planned again and asked again, and the first approval stayed listed,
+          decidable, with nothing to apply it: helper-85, helper-86)."""
         configurable = config.get("configurable") or {}
         scope = str(configurable.get("checkpoint_ns") or "")
         saver = configurable.get(CONFIG_KEY_CHECKPOINTER)
+        thread_id = thread_id_of(config)
         # (the subagent's path goes by its name, which its key need not be: helper-85)
-        if saver is None or not ledger.waits_in_scope(thread_id_of(config),
-                                                      [*path_of(config), subgraph.name],
-                                                      scope):
+        path = [*path_of(config), subgraph.name]
+        waits = ledger.waits_beneath(thread_id, path) if saver is not None else []
+        if not waits:
             return sub_input
-        state = subgraph.get_state({"configurable": {
-            "thread_id": thread_id_of(config), "checkpoint_ns": scope,
-            CONFIG_KEY_CHECKPOINTER: saver}})
-        if state.next or not state.values:
-            return sub_input
-        return Command(goto="approval_gate")
+
+        def at(ns: str) -> RunnableConfig:
+            return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                     CONFIG_KEY_CHECKPOINTER: saver}}
+
+        if any(ns == scope or ns.startswith(f"{scope}|") for ns, _, _ in waits):
+            state = subgraph.get_state(at(scope))
+            return sub_input if state.next or not state.values else Command(
+                goto="approval_gate")
+        # where it waited (or a subagent below it did) for this delegation: the same depth
+        depth = scope.count("|") + 1
+        for old in dict.fromkeys("|".join(ns.split("|")[:depth]) for ns, _, turn in waits
+                                 if works_for(turn, task["key"])):
+            left = subgraph.get_state(at(old))
+            if not left.values or subgraph.get_state(at(scope)).values:
+                continue
+            # the state first: a process that dies before the waits move leaves them where
+            # the next hand-out finds them again
+            subgraph.update_state(at(scope), left.values, as_node="model")
+            ledger.move_waits(thread_id, path, old, scope)
+            return Command(goto="approval_gate")
+        return sub_input
+
+    def works_for(turn: str | None, delegation: str) -> bool:
+        """Whether a subagent's waiting turn works for `delegation`, or for a delegation
+        made under it (one read per level)."""
+        key = delegation_of_turn(turn)
+        for _ in range(32):  # (deeper than any chain of delegations)
+            if key is None or key == delegation:
+                return key is not None
+            link = ledger.call_links([key]).get(key)
+            key = delegation_of_turn(link.turn_key) if link is not None else None
+        return False
 
     def delegate(task: ToolTask, config: RunnableConfig) -> Command[Any]:
         if not well_typed_task(task):  # a client's `Send` of anything: it does nothing
@@ -147,7 +180,7 @@ def make_delegate_nodes(
         if isinstance(done, Command):
             return done
         sub_input, sub_config = prepare(task, done, config)
-        return answer(task, subgraph.invoke(entry(config, sub_input), sub_config), config)
+        return answer(task, subgraph.invoke(entry(task, config, sub_input), sub_config), config)
 
     async def adelegate(task: ToolTask, config: RunnableConfig) -> Command[Any]:
         if not well_typed_task(task):
@@ -156,7 +189,7 @@ def make_delegate_nodes(
         if isinstance(done, Command):
             return done
         sub_input, sub_config = prepare(task, done, config)
-        given = await asyncio.to_thread(entry, config, sub_input)
+        given = await asyncio.to_thread(entry, task, config, sub_input)
         output = await subgraph.ainvoke(given, sub_config)
         return await asyncio.to_thread(answer, task, output, config)
 

@@ -33,7 +33,7 @@ from graphkit._control import (
     continue_command,
     decide,
     is_current,
-    left_decided,
+    left_waiting,
     of_run,
     policy_finder,
     shared_names,
@@ -987,4 +987,4 @@ def _at_rest(state: StateSnapshot) -> bool:
 
 def _apply(snapshot: Paused, req: Request) -> Any:
     """The resume that lets each waiting gate apply what the ledger holds."""
-    return apply_command(snapshot) or left_decided(snapshot, req)
+    return apply_command(snapshot) or left_waiting(snapshot, req)

@@ -351,34 +351,6 @@ def test_a_run_stopped_while_it_applied_a_decision_is_decided_by_the_api(tmp_pat
     assert [args["amount"] for _, args in ran.ran] == [10, 12]
 
 
-def test_the_api_never_takes_a_decision_no_resume_would_apply(tmp_path: Any) -> None:
-    """A write on the supervisor's own namespace leaves its run with nothing next while its
-    subagent's call waits: a resume takes a run back to its own gate only, so the subagent's
-    decision would never be applied. The API listed it and said "approved" (helper-85); it
-    lists the supervisor's own waits only, and refuses, changing nothing."""
-    from langchain_core.messages import AIMessage
-
-    from graphkit import Agent, ApprovalNotFoundError, Inbox, create_tool
-
-    @create_tool(needs_approval=True)
-    def pay(amount: int) -> str:
-        """Send a payment."""
-        return f"paid {amount}"
-
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
-    payer = Agent(name="payer", description="Pays.", tools=[pay],
-                  model=ScriptedChatModel([turn(call("pay", {"amount": 100}, "p1")), "paid"]))
-    sup = Agent(name="sup", agents={"payer": payer}, checkpointer=url, model=ScriptedChatModel(
-        [turn(call("payer", {"task": "pay 100"}, "d1")), "done"]))
-    first = sup.generate("pay 100")
-    sup.graph.update_state({"configurable": {"thread_id": first.thread_id}},
-                           {"messages": [AIMessage("all paid")]}, as_node="model")
-    assert sup.pending_approvals(run_id=first.run_id) == []
-    with pytest.raises(ApprovalNotFoundError):
-        sup.approve_tool_call_generate(run_id=first.run_id, tool_call_id="p1")
-    assert [p.status for p in Inbox(url).pending()] == ["pending"]
-
-
 def _written_over(url: str, written: str) -> tuple[Any, Any, Any, dict[str, Any]]:
     """A paused payment a client's state write left with nothing next: its words as the
     model's, or nothing, as the model. The agent, what it ran, the paused result, its config."""

@@ -100,13 +100,28 @@ class Waiting(LedgerBase):
             f"NULL AND approval_id IN ({', '.join('?' for _ in ids)})", (thread_id, *ids))
         return {str(r[0]) for r in rows}
 
-    def waits_in_scope(self, thread_id: str, agent_path: Sequence[str], scope: str) -> bool:
-        """Whether a gate of this agent, in this scope (a subagent's: the checkpoint namespace
-        its delegation runs it in), marked something it waits on and has not applied yet."""
-        return bool(self._sql.query(
-            "SELECT 1 FROM graphkit_approvals WHERE thread_id = ? AND agent_path = ? AND "
-            "COALESCE(scope, '') = ? AND waiting IS NOT NULL LIMIT 1",
-            (thread_id, path_text(agent_path), scope)))
+    def waits_beneath(self, thread_id: str, agent_path: Sequence[str]
+                      ) -> list[tuple[str, str, str | None]]:
+        """Where the gates of this agent and of the subagents below it marked waits they have
+        not applied yet: (the scope, a subagent's the checkpoint namespace its delegation ran
+        it in; the agent's path; the waiting turn's key, which names the delegation it works
+        for)."""
+        path = path_text(agent_path)
+        rows = self._sql.query(
+            "SELECT DISTINCT COALESCE(a.scope, ''), a.agent_path, c.turn_key FROM "
+            "graphkit_approvals a LEFT JOIN graphkit_calls c ON c.call_key = a.call_key "
+            "WHERE a.thread_id = ? AND (a.agent_path = ? OR substr(a.agent_path, 1, ?) = ?) "
+            "AND a.waiting IS NOT NULL", (thread_id, path, len(path) + 1, f"{path}/"))
+        return [(str(r[0]), str(r[1]), None if r[2] is None else str(r[2])) for r in rows]
+
+    def move_waits(self, thread_id: str, agent_path: Sequence[str], old: str, new: str
+                   ) -> bool:
+        """Mark what this subagent's gate waited on in scope `old` as waited on in `new`;
+        whether anything moved (of two tasks that race to take the waits over, one does)."""
+        return self._sql.execute(
+            "UPDATE graphkit_approvals SET scope = ? WHERE thread_id = ? AND agent_path = ? "
+            "AND COALESCE(scope, '') = ? AND waiting IS NOT NULL",
+            (new, thread_id, path_text(agent_path), old)) > 0
 
     def save_tool_schema(self, agent_path: Sequence[str], tool_name: str,
                          schema: Mapping[str, Any]) -> None:
