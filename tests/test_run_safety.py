@@ -368,6 +368,20 @@ def _written_over(url: str, written: str) -> tuple[Any, Any, Any, dict[str, Any]
 
 
 @pytest.mark.parametrize("written", ["words", "nothing, as the model"])
+def test_a_resume_before_any_decision_of_a_run_a_state_write_left_asks_again(
+        tmp_path: Any, written: str) -> None:
+    """The same write, and a resume before anyone decided: it said the run stopped, with the
+    client's words as its text ("All done"), or ran out of steps, while the payment waited
+    (helper-89). The run goes back to its gate, which asks again."""
+    agent, ran, paused, _ = _written_over(f"sqlite:///{tmp_path / 'runs.db'}", written)
+    asked = agent.resume(run_id=paused.run_id)
+    assert asked.finish_reason == "suspended" and "nothing to pay" not in asked.text
+    assert [p.tool_call_id for p in asked.pending_approvals] == ["c1"] and ran.ran == []
+    done = agent.approve_tool_call_generate(run_id=paused.run_id, decided_by="cfo")
+    assert done.text == "done" and len(ran.ran) == 1
+
+
+@pytest.mark.parametrize("written", ["words", "nothing, as the model"])
 def test_a_run_a_state_write_left_with_nothing_next_applies_the_inboxs_decision_on_resume(
         tmp_path: Any, written: str) -> None:
     """The same write, then the call approved in the inbox (which records it): the inbox
