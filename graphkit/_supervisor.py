@@ -15,7 +15,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER
+from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER, CONFIG_KEY_REPLAY_STATE
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 from pydantic import BaseModel, Field
@@ -148,6 +148,12 @@ def make_delegate_nodes(
             state = subgraph.get_state(at(scope))
             return sub_input if state.next or not state.values else Command(
                 goto="approval_gate")
+        if configurable.get(CONFIG_KEY_REPLAY_STATE) is not None:
+            # time travel: the fork's subagent reads only checkpoints from before the one it
+            # replays (it never saw a copy, and ended with no answer: helper-90), and starts
+            # over; what waited in the branch left is the gate's to judge
+            # (`supersede_abandoned`)
+            return sub_input
         # where it waited (or a subagent below it did) for this delegation: the same depth
         depth = scope.count("|") + 1
         for old in dict.fromkeys("|".join(ns.split("|")[:depth]) for ns, _, turn in waits

@@ -34,7 +34,6 @@ from graphkit._review import (
     refuse_unknown,
     resolved_message,
     shown,
-    supersede,
 )
 from graphkit._secrets import masked, masked_record, record_paths
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers
@@ -58,19 +57,6 @@ __all__ = ["Inbox"]
 def _pending(entry: dict[str, Any]) -> PendingApproval:
     return PendingApproval.from_record(entry)
 
-
-RUN_ENDED = ("the run that waited on it ended without it (its thread's state was written "
-             "from outside the agent); a new message on the thread asks again")
-
-
-def _run_ended(agent: Agent, thread_id: str) -> bool:
-    """Whether the thread's run is over: no task is next and nothing waits (read from the
-    agent's checkpointer; False when it cannot be told, as for a thread it does not hold)."""
-    try:
-        snapshot = agent.graph.get_state({"configurable": {"thread_id": thread_id}})
-    except Exception:  # no checkpointer of its own (a LangGraph server supplies one)
-        return False
-    return bool(snapshot.values) and not snapshot.next and not snapshot.interrupts
 
 
 def _entry_of(found: WaitingRow) -> dict[str, Any]:
@@ -522,13 +508,10 @@ class Inbox:
                       if args is None else Choice(type="edit", args=args))
         if entry.get("expires_at") and ledger.overdue([approval_id]):
             expire(ledger, record, thread_id=thread_id, run_id=run_id, enqueue=True)
+        # (of a run a state write ended, too: a resume takes it back to its gate, which
+        # applies this; an inbox given the agent declined it, where every other door
+        # recorded it: helper-90)
         agent = self._agent_for(record)
-        if agent is not None and _run_ended(agent, thread_id):
-            # a state write ended the paused run (`update_state(..., as_node=...)`): nothing
-            # would ever run what is decided here, so it is declined, and the reviewer told
-            supersede(ledger, record, comment=RUN_ENDED, thread_id=thread_id, run_id=run_id)
-            raise ApprovalAlreadyResolvedError(
-                f"approval {approval_id!r} ({entry['tool_name']}) no longer waits: {RUN_ENDED}")
         tool = agent._find_tool(record["agent_path"], record["tool_name"]) if agent else None
         approvers = self.approvers if self.approvers is not None else (
             policy_finder(agent)(record["agent_path"]) if agent else None)

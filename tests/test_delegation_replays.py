@@ -629,3 +629,22 @@ def test_the_api_decides_a_subagents_wait_a_write_above_it_left(sqlite_url: str,
     assert done.finish_reason == "stop" and ran == ([100] if decision == "approve" else [])
     assert sup.pending_approvals(run_id=first.run_id) == []
     assert Inbox(sqlite_url).ready() == [] and Inbox(sqlite_url).pending() == []
+
+
+def test_time_travel_before_a_delegation_whose_subagent_waits_asks_again_and_pays_once(
+        sqlite_url: str) -> None:
+    """Time travel to the checkpoint before the delegation ran, while the payer waits: the
+    fork's delegation took the payer's state over from the branch it left, which the fork's
+    subagent never read (it reads only checkpoints from before the one replayed), and the
+    replay crashed, the supervisor told the team "finished without an answer" and the
+    approved payment dropped (helper-90). A fork's subagent starts over and asks again; the
+    branch's approval is superseded once the fork goes on, and the payment runs once."""
+    ran: list[int] = []
+    sup = _chain(sqlite_url, ran)
+    first = sup.generate("pay 100")
+    cfg = config(first.thread_id)
+    before = next(h for h in sup.graph.get_state_history(cfg) if h.next == ("team",))
+    sup.graph.invoke(None, before.config)
+    done = sup.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
+    assert done.text == "team: payer: pay: paid 100" and ran == [100]
+    assert Inbox(sqlite_url).pending() == [] and Inbox(sqlite_url).ready() == []

@@ -551,13 +551,15 @@ def test_an_inbox_that_cannot_run_the_agents_policy_shows_its_approvals_to_no_re
     assert seeing.pending(viewer="dev") == []
 
 
-def test_a_decision_for_a_run_a_state_write_ended_is_refused_and_nothing_is_left_waiting(
-        sqlite_url: str) -> None:
+@pytest.mark.parametrize("given", ["the agent", "no agent"])
+def test_a_decision_for_a_run_a_state_write_ended_applies_once_whichever_inbox_takes_it(
+        sqlite_url: str, given: str) -> None:
     """A client writes the paused thread's state as its tools node (`update_state(...,
-    as_node="tools")`) and continues it: the run ends without its gate, so nothing waits on
-    the pending approval any more. The inbox (given the agent) refuses to approve it rather
-    than record an approval that never runs, and declines it as superseded, so that no door
-    lists it as waiting; a new message tells the model the call did not run."""
+    as_node="tools")`) and continues it: the run ends without its gate. An inbox given the
+    agent declined the approval as superseded ("no longer waits"), while the API and an inbox
+    without the agent recorded it and a resume ran it (helper-90): the doors disagreed. Every
+    door records it; the run is listed as ready, and its resume (a worker's) takes it back
+    to its gate: the call runs once, and nothing is left waiting."""
     from tests.helpers import pay_then_done
 
     agent, ran = agent_with(pay_then_done, checkpointer=sqlite_url, name="billing")
@@ -565,13 +567,10 @@ def test_a_decision_for_a_run_a_state_write_ended_is_refused_and_nothing_is_left
     cfg = {"configurable": {"thread_id": first.thread_id}}
     agent.graph.update_state(cfg, {"reports": {}}, as_node="tools")
     agent.graph.invoke(None, cfg)
-    inbox = Inbox(sqlite_url, agents=[agent])
+    inbox = Inbox(sqlite_url, agents=[agent]) if given == "the agent" else Inbox(sqlite_url)
     (pending,) = inbox.pending()
-    with pytest.raises(ApprovalAlreadyResolvedError, match="ended without it"):
-        inbox.approve(pending.id, decided_by="cfo")
-    assert inbox.pending() == []
-    assert ran.ran == []
-    again = agent.generate("and now?", thread_id=first.thread_id)
-    told = [m for m in again.messages if isinstance(m, ToolMessage)]
-    assert len(told) == 1 and "was not run" in str(told[0].content)
-    assert ran.ran == [] and inbox.pending() == []
+    assert inbox.approve(pending.id, decided_by="cfo").status == "approved"
+    assert inbox.ready() == [first.run_id] and ran.ran == []
+    done = agent.resume(run_id=first.run_id)
+    assert done.text == "done" and len(ran.ran) == 1
+    assert inbox.pending() == [] and inbox.ready() == []
