@@ -218,8 +218,15 @@ def make_model_node(
             ctx.dequeue(forget)
         appended = [str(m.id) for m in unqueued if isinstance(m, HumanMessage)]
         moved = [*moved, *unqueued]
-        return ([*system, *messages], model_steps(messages) >= limit, [*forged, *moved], None,
-                (lambda: ctx.deliver(appended)) if appended else None, ctx)
+        # The model answered last and nothing came since: nothing to answer (a second branch
+        # of the run reached this node after the first one's answer: a client's `Send` of a
+        # delegation beside the run's own, and the supervisor's model, called again over its
+        # own answer, planned the payment again: helper-90)
+        over = (not moved and not forged and bool(messages) and isinstance(messages[-1], AIMessage)
+                and not messages[-1].tool_calls)
+        return ([*system, *messages], over or model_steps(messages) >= limit,
+                [*forged, *moved], None, (lambda: ctx.deliver(appended)) if appended else None,
+                ctx)
 
     def ended(response: BaseMessage, state: AgentState, fixes: list[BaseMessage]
               ) -> Command[ModelTarget]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langgraph.types import Command
+from langgraph.types import Command, Send
 
 from graphkit import Agent, ApprovalsPendingError, Inbox, create_tool
 from graphkit.testing import ScriptedChatModel
@@ -648,3 +648,22 @@ def test_time_travel_before_a_delegation_whose_subagent_waits_asks_again_and_pay
     done = sup.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
     assert done.text == "team: payer: pay: paid 100" and ran == [100]
     assert Inbox(sqlite_url).pending() == [] and Inbox(sqlite_url).ready() == []
+
+
+def test_a_clients_send_of_a_delegation_beside_the_runs_own_never_asks_the_model_twice(
+        sqlite_url: str) -> None:
+    """A write on the supervisor's namespace, then a client's `Send` of the planned
+    delegation (as LangGraph saved it): the run's resume and the client's task each reached
+    the supervisor's model, which was called a second time over its own answer and planned
+    the payment again, and a second approval paid it twice (helper-90). A model node with
+    nothing new since the model's answer ends the run."""
+    ran: list[int] = []
+    sup, first = _written_above(sqlite_url, ran, "supervisor", "words")
+    cfg = config(first.thread_id)
+    sends = next(w[2] for h in sup.graph.get_state_history(cfg)
+                 for w in (sup.graph.checkpointer.get_tuple(h.config).pending_writes or [])
+                 if w[1] == "__pregel_tasks")
+    sup.graph.invoke(Command(goto=[Send(sends.node, sends.arg)]), cfg)
+    done = sup.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
+    assert done.finish_reason == "stop" and done.text == "team: payer: pay: paid 100"
+    assert ran == [100] and Inbox(sqlite_url).pending() == [] and Inbox(sqlite_url).ready() == []
