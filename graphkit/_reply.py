@@ -36,9 +36,9 @@ from langchain_core.messages import (
 from langchain_core.runnables import RunnableConfig
 
 from graphkit._approvals import Extractor, parsed_messages
-from graphkit._gate import BY_NEW_MESSAGE
+from graphkit._gate import BY_NEW_MESSAGE, DELEGATION_STOPPED
 from graphkit._input import brought_by_this_run
-from graphkit._ledger import ApprovalRow, queued_id, same_queued
+from graphkit._ledger import ApprovalRow, WaitingRow, queued_id, same_queued
 from graphkit._planner import GateContext, Planner
 from graphkit._review import auto_resume, identity_of, supersede
 from graphkit._state import CallPlan, TurnPlan
@@ -62,6 +62,12 @@ class Reply:
     dropped: tuple[AnyMessage, ...] = ()
     """Words a client wrote around the reply, as the model's or the system's (no model wrote
     them over a call without its result): taken out of the conversation with the reply."""
+    beneath: tuple[Mapping[str, Any], ...] = ()
+    """What the subagents of the turn's waiting delegations wait on, undecided: the reply
+    supersedes it (a decision taken there since runs first)."""
+    stopped: tuple[tuple[str, str], ...] = ()
+    """The waiting delegations (key, name) with no decision taken beneath them: the reply
+    stops them (their delegation node answers so, and never runs their subagents again)."""
 
 
 def turn_span(messages: list[AnyMessage], ai_message_id: Any) -> tuple[int, int] | None:
@@ -109,9 +115,12 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
     if {c["tool_call_id"] for c in waiting} != asked or len(waiting) != len(asked):
         return None  # the plan does not account for every call of the turn
     records = [r for c in waiting for r in (c["approval"], c["suspension"]) if r is not None]
-    if not waiting or not all(c.get("answer") is None and c["node"] == "tools"
-                              for c in waiting):
+    if not waiting or not all(c.get("answer") is None for c in waiting):
         return None
+    # a delegation's: what its subagents wait on (a state write ended the task they waited
+    # in: the decision taken there was lost, the payment dropped, and the run listed as
+    # ready for good: helper-91)
+    below = {c["key"]: _beneath(c, ctx) for c in waiting if c["node"] != "tools"}
     rows = ctx.ledger.approvals(r["id"] for r in records)
     # What the ledger holds as pending, and what it holds as decided since the pause (the
     # gate has not applied it: the plan still says pending).
@@ -126,11 +135,15 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
                 pending.add(record["id"])
             elif record.get("status") == "pending":
                 decided.add(record["id"])
+    for waits in below.values():
+        for w in waits:
+            (decided if w.row.decided else pending).add(w.row.approval_id)
     for call in waiting:
         row = ctx.ledger.call(call["key"])
         if (row is None or row.thread_id != ctx.thread_id or row.executed is not None
-                or not any(r is not None and r["id"] in pending | decided
-                           for r in (call["approval"], call["suspension"]))):
+                or not (below.get(call["key"]) or any(
+                    r is not None and r["id"] in pending | decided
+                    for r in (call["approval"], call["suspension"])))):
             return None  # claimed, ran, or waits on nothing the ledger knows
     # Resume data is read from one user message and nothing else, the input of the run that
     # reads it: messages that piled up unread (a run stopped before the model read them, a
@@ -142,7 +155,21 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
     if not (reads or decided):
         return None
     return Reply(messages=newer, waiting=waiting, pending=frozenset(pending), auto=reads,
-                 dropped=words)
+                 dropped=words, beneath=tuple(w.record for waits in below.values()
+                                              for w in waits if not w.row.decided),
+                 stopped=tuple((c["key"], c["tool_name"]) for c in waiting if c["node"] != "tools"
+                               and not any(w.row.decided for w in below[c["key"]])))
+
+
+def _beneath(call: CallPlan, ctx: GateContext) -> list[WaitingRow]:
+    """What the subagents of a delegation call (at any depth) wait on."""
+    depth = len(ctx.path)
+    rows = [w for w in ctx.ledger.waiting_rows(thread_id=ctx.thread_id)
+            if w.waiting and w.row.call_key is not None and len(w.row.agent_path) > depth
+            and list(w.row.agent_path[:depth]) == list(ctx.path)]
+    links = ctx.ledger.call_links(str(w.row.call_key) for w in rows)
+    return [w for w in rows if (link := links.get(str(w.row.call_key))) is not None
+            and ctx.ledger.works_for(link.turn_key, call["key"])]
 
 
 def _words(message: AnyMessage) -> bool:
@@ -173,6 +200,11 @@ def answer_reply(reply: Reply, ctx: GateContext, planner: Planner, extract: Extr
             if record is not None and record["id"] in reply.pending:
                 supersede(ctx.ledger, record, comment=BY_NEW_MESSAGE, thread_id=ctx.thread_id,
                           run_id=ctx.run_id, decided_by=identity_of(config))
+    for below in reply.beneath:
+        supersede(ctx.ledger, below, comment=BY_NEW_MESSAGE, thread_id=ctx.thread_id,
+                  run_id=ctx.run_id, decided_by=identity_of(config))
+    ctx.ledger.settle({key: {"content": DELEGATION_STOPPED.format(name=name), "status": "error"}
+                       for key, name in reply.stopped}, thread_id=ctx.thread_id)
 
 
 def left_queued(messages: list[AnyMessage], kept: Sequence[tuple[str, dict[str, Any]]] = ()

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from graphkit._context import CONVERSATION_KEY, DELEGATION_KEY, PATH_KEY, thread_id_of
 from graphkit._ledger import DONE, CallRow, Ledger
-from graphkit._state import ToolTask, delegation_of_turn, well_typed_task
+from graphkit._state import ToolTask, well_typed_task
 from graphkit._tools_node import result_command, runs_as_recorded
 from graphkit.tools import DelegationTool
 
@@ -157,7 +157,7 @@ def make_delegate_nodes(
         # where it waited (or a subagent below it did) for this delegation: the same depth
         depth = scope.count("|") + 1
         for old in dict.fromkeys("|".join(ns.split("|")[:depth]) for ns, _, turn in waits
-                                 if works_for(turn, task["key"])):
+                                 if ledger.works_for(turn, task["key"])):
             left = subgraph.get_state(at(old))
             if not left.values or subgraph.get_state(at(scope)).values:
                 continue
@@ -167,17 +167,6 @@ def make_delegate_nodes(
             ledger.move_waits(thread_id, path, old, scope)
             return Command(goto="approval_gate")
         return sub_input
-
-    def works_for(turn: str | None, delegation: str) -> bool:
-        """Whether a subagent's waiting turn works for `delegation`, or for a delegation
-        made under it (one read per level)."""
-        key = delegation_of_turn(turn)
-        for _ in range(32):  # (deeper than any chain of delegations)
-            if key is None or key == delegation:
-                return key is not None
-            link = ledger.call_links([key]).get(key)
-            key = delegation_of_turn(link.turn_key) if link is not None else None
-        return False
 
     def delegate(task: ToolTask, config: RunnableConfig) -> Command[Any]:
         if not well_typed_task(task):  # a client's `Send` of anything: it does nothing

@@ -667,3 +667,23 @@ def test_a_clients_send_of_a_delegation_beside_the_runs_own_never_asks_the_model
     done = sup.approve_tool_call_generate(run_id=first.run_id, decided_by="cfo")
     assert done.finish_reason == "stop" and done.text == "team: payer: pay: paid 100"
     assert ran == [100] and Inbox(sqlite_url).pending() == [] and Inbox(sqlite_url).ready() == []
+
+
+@pytest.mark.parametrize("where", ["supervisor", "team"])
+def test_a_subagents_decision_taken_before_a_new_message_runs_first_after_a_write_above(
+        sqlite_url: str, where: str) -> None:
+    """The write above the waiting payer, the payment approved in the inbox, then a new user
+    message: the message stopped the delegation, the approved payment never ran, and the
+    first run stayed listed as ready for good (helper-91). A decision taken before the
+    message runs first, as a top-level agent's does; the message is answered after."""
+    ran: list[int] = []
+    sup, first = _written_above(sqlite_url, ran, where, "words")
+    inbox = Inbox(sqlite_url, agents=[sup])
+    (pending,) = inbox.pending()
+    inbox.approve(pending.id, decided_by="cfo")
+    then = sup.generate("and then pay 5", thread_id=first.thread_id)
+    assert ran[:1] == [100] and 100 not in ran[1:]
+    said = [m.text for m in then.messages]
+    assert said.index("payer: pay: paid 100") < said.index("and then pay 5")
+    assert first.run_id not in inbox.ready()
+    assert [(p.tool_call_id, p.args) for p in inbox.pending()] == [("p1", {"amount": 5})]

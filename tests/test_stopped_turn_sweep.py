@@ -28,6 +28,7 @@ import copy
 import uuid
 from typing import Any
 
+import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.types import Command
 
@@ -340,28 +341,35 @@ def test_held_the_sweep_does_not_settle_the_supervisors_subagent_calls_of_anothe
 
 
 
-def test_a_subagent_call_approved_in_the_inbox_does_not_run_after_the_delegation_stopped(
-        sqlite_url: str) -> None:
+@pytest.mark.parametrize("door", ["graph input", "api"])
+def test_a_subagent_call_approved_in_the_inbox_before_a_new_message_runs_first_once(
+        sqlite_url: str, door: str) -> None:
     """Attack (no state forgery): the supervisor waits on its subagent's find-user approval; a
     reviewer approves it in the inbox (the ledger says approved; no gate applied it yet), then
-    the user sends 'never mind' as graph input. The stopped turn settles the DELEGATION's call
-    and `pending_below` declines only what is still pending below: the subagent's approved
-    call is neither settled nor fenced. The model is told the delegation 'will not go on';
-    a server client replaying the supervisor's paused checkpoint then runs the lookup."""
+    the user sends 'never mind'. The stopped turn settled the DELEGATION's call and left the
+    subagent's approved call unsettled: the model was told the delegation 'will not go on',
+    and a server client replaying the supervisor's paused checkpoint then ran the lookup.
+    Then the doors disagreed: through the API the decision taken before the message ran
+    first, as graph input the delegation was stopped (helper-91). It runs first, once,
+    whichever door brought the message; the model is told what it found, and a replay of
+    the paused checkpoint never runs it again."""
     users = Users()
     sup = supervisor(users, [FIND[0], "Okay, dropping it."], checkpointer=sqlite_url)
     first = sup.generate("Find user with ID 12345")
     (pending,) = first.pending_approvals
     paused = sup.graph.get_state(config(first.thread_id)).config
     Inbox(sup._storage, agents=[sup]).approve(pending.id, decided_by="dpo")
-    out = say(sup, first.thread_id, "never mind")
-    told = _told(out["messages"], "d1")
+    if door == "api":
+        messages = sup.generate("never mind", thread_id=first.thread_id).messages
+    else:
+        messages = say(sup, first.thread_id, "never mind")["messages"]
+    said = [str(m.content) for m in messages]
+    assert users.looked_up == ["12345"] and said[-2:] == ["never mind", "Okay, dropping it."]
+    assert said[-3].startswith("Found:")
     with contextlib.suppress(Exception):
         (interrupt,) = sup.graph.get_state(paused).interrupts
         sup.graph.invoke(Command(resume={interrupt.id: {"apply": True}}), paused)
-    assert users.looked_up == [], (
-        f"the model was told {told!r}, and the subagent's lookup ran afterwards: "
-        f"{users.looked_up}")
+    assert users.looked_up == ["12345"]
 
 
 async def test_a_rewritten_key_async_is_not_told_not_run_then_paid(sqlite_url: str) -> None:

@@ -536,13 +536,14 @@ def test_a_new_message_supersedes_the_supervisors_own_approval_beside_a_waiting_
     assert Inbox(sqlite_url).pending() == [] and ran == []
 
 
-def test_an_approved_call_a_new_message_overtakes_is_recorded_as_superseded(
-        sqlite_url: str) -> None:
+def test_an_approved_call_a_new_message_comes_after_runs_first(sqlite_url: str) -> None:
     """The supervisor's own payment, approved in the inbox while billing's call waited, then a
     new user message as graph input (the LangGraph server's door): the payment was told 'not
     run: superseded by a new user message' while its approval stayed approved, with no
-    audit of what became of it (helper-79). A call settled as never to run supersedes its
-    approval, audited."""
+    audit of what became of it (helper-79); then it was declined as superseded, where a
+    top-level agent's decision taken before a message runs first. It runs first here too,
+    once; billing's undecided call is superseded and its delegation stopped (it never asks
+    again), and the message is answered after them."""
     from langchain_core.messages import HumanMessage as Human
 
     ran: list[tuple[str, int]] = []
@@ -550,17 +551,19 @@ def test_an_approved_call_a_new_message_overtakes_is_recorded_as_superseded(
     paused = boss.generate("pay")
     inbox = Inbox(sqlite_url, agents=[boss])
     own = next(p for p in inbox.pending() if p.agent_path == ["boss"])
+    billing = next(p for p in inbox.pending() if p.agent_path == ["boss", "billing"])
     inbox.approve(own.id, decided_by="cfo")
-    boss.graph.invoke({"messages": [Human("cancel everything")]},
-                      {"configurable": {"thread_id": paused.thread_id}})
-    assert ran == [] and inbox.pending() == [] and inbox.ready() == []
-    row = boss._storage.ledger.approval(own.id)
-    assert row is not None and row.status == "rejected"
-    assert [e["event"] for e in inbox.audit(id=own.id)] == ["requested", "approved",
-                                                            "superseded"]
+    out = boss.graph.invoke({"messages": [Human("cancel everything")]},
+                            {"configurable": {"thread_id": paused.thread_id}})
+    assert ran == [("boss", 5)] and inbox.pending() == [] and inbox.ready() == []
+    said = [m.text for m in out["messages"]]
+    assert said.index("paid 5") < said.index("cancel everything") and said[-1] == "boss done"
+    assert any(t.startswith("Delegation 'billing' was stopped") for t in said)
+    assert [e["event"] for e in inbox.audit(id=own.id)] == ["requested", "approved"]
+    assert [e["event"] for e in inbox.audit(id=billing.id)] == ["requested", "superseded"]
     import re  # (stamped as every audit entry is: milliseconds, UTC)
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", e["at"])
-               for e in inbox.audit(id=own.id))
+               for e in inbox.audit(id=billing.id))
 
 
 def test_a_clients_decision_two_levels_down_is_read_once_and_the_run_goes_on() -> None:

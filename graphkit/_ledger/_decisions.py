@@ -25,6 +25,7 @@ from graphkit._ledger._rows import (
 from graphkit._ledger._schema import DONE
 from graphkit._ledger._sql import Tx, dumps, path_text
 from graphkit._ledger._values import unstowed
+from graphkit._state import delegation_of_turn
 from graphkit.types import ApprovalRecord
 
 __all__ = ["Decisions", "Decline", "NewRun", "QueuedFor"]
@@ -188,6 +189,17 @@ class Decisions(LedgerBase):
             "SELECT call_key, agent_path, turn_key, executed FROM graphkit_calls WHERE "
             f"call_key IN ({', '.join('?' for _ in keys)})", tuple(keys))
         return {str(r[0]): CallLink(str(r[1]), r[2], r[3] == DONE) for r in rows}
+
+    def works_for(self, turn_key: str | None, delegation: str) -> bool:
+        """Whether a subagent's turn works for the delegation call `delegation`, or for a
+        delegation made under it (one read per level)."""
+        key = delegation_of_turn(turn_key)
+        for _ in range(32):  # (deeper than any chain of delegations)
+            if key is None or key == delegation:
+                return key is not None
+            link = self.call_links([key]).get(key)
+            key = delegation_of_turn(link.turn_key) if link is not None else None
+        return False
 
     def pending_ids(self, thread_id: str, agent_path: Sequence[str]) -> set[str]:
         """The approvals and suspensions of one agent in one thread that wait on a decision."""
