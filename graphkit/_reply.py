@@ -136,7 +136,7 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
             elif record.get("status") == "pending":
                 decided.add(record["id"])
     for waits in below.values():
-        for w in waits:
+        for w, _ in waits:
             (decided if w.row.decided else pending).add(w.row.approval_id)
     for call in waiting:
         row = ctx.ledger.call(call["key"])
@@ -156,20 +156,41 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
         return None
     return Reply(messages=newer, waiting=waiting, pending=frozenset(pending), auto=reads,
                  dropped=words, beneath=tuple(w.record for waits in below.values()
-                                              for w in waits if not w.row.decided),
-                 stopped=tuple((c["key"], c["tool_name"]) for c in waiting if c["node"] != "tools"
-                               and not any(w.row.decided for w in below[c["key"]])))
+                                              for w, _ in waits if not w.row.decided),
+                 stopped=_stopped(below, ctx))
 
 
-def _beneath(call: CallPlan, ctx: GateContext) -> list[WaitingRow]:
-    """What the subagents of a delegation call (at any depth) wait on."""
+def _beneath(call: CallPlan, ctx: GateContext) -> list[tuple[WaitingRow, list[str]]]:
+    """What the subagents of a delegation call (at any depth) wait on, each with the
+    delegations it works for up to that call (its own first)."""
     depth = len(ctx.path)
     rows = [w for w in ctx.ledger.waiting_rows(thread_id=ctx.thread_id)
             if w.waiting and w.row.call_key is not None and len(w.row.agent_path) > depth
             and list(w.row.agent_path[:depth]) == list(ctx.path)]
     links = ctx.ledger.call_links(str(w.row.call_key) for w in rows)
-    return [w for w in rows if (link := links.get(str(w.row.call_key))) is not None
-            and ctx.ledger.works_for(link.turn_key, call["key"])]
+    found: list[tuple[WaitingRow, list[str]]] = []
+    for w in rows:
+        link = links.get(str(w.row.call_key))
+        chain = ctx.ledger.delegations_of(link.turn_key) if link is not None else []
+        if call["key"] in chain:
+            found.append((w, chain[:chain.index(call["key"]) + 1]))
+    return found
+
+
+def _stopped(below: Mapping[str, list[tuple[WaitingRow, list[str]]]], ctx: GateContext
+             ) -> tuple[tuple[str, str], ...]:
+    """The delegations (key, name), at any depth, that only undecided waits work for: the
+    reply stops them, so that no subagent whose waits it superseded starts over and asks
+    again (a middle agent's decision beside them re-ran the payer from scratch: helper-92)."""
+    undecided = {k for waits in below.values() for w, chain in waits if not w.row.decided
+                 for k in chain}
+    decided = {k for waits in below.values() for w, chain in waits if w.row.decided
+               for k in chain}
+    stopped = []
+    for key in sorted(undecided - decided):
+        row = ctx.ledger.call(key)
+        stopped.append((key, row.tool_name if row is not None else "subagent"))
+    return tuple(stopped)
 
 
 def _words(message: AnyMessage) -> bool:

@@ -687,3 +687,51 @@ def test_a_subagents_decision_taken_before_a_new_message_runs_first_after_a_writ
     assert said.index("payer: pay: paid 100") < said.index("and then pay 5")
     assert first.run_id not in inbox.ready()
     assert [(p.tool_call_id, p.args) for p in inbox.pending()] == [("p1", {"amount": 5})]
+
+
+def test_a_middle_agents_decision_beside_undecided_calls_below_runs_and_stops_the_rest(
+        sqlite_url: str) -> None:
+    """supervisor -> team -> payer: the team's own gated call approved in the inbox while the
+    payer's two payments waited undecided, then a new user message as graph input. The
+    payer's waits were superseded, the team handed its delegation out again, and the payer
+    started over and asked for both payments again; the message was never answered, and
+    approving the payments it had superseded paid them (helper-92). The team's call runs
+    once, the payer's delegation is stopped (it never asks again), and the message is
+    answered after."""
+    from langchain_core.messages import HumanMessage
+
+    ran: list[tuple[str, int]] = []
+
+    def tool(name: str) -> Any:
+        @create_tool(name=name, needs_approval=True)
+        def pay(amount: int) -> str:
+            """Pay."""
+            ran.append((name, amount))
+            return f"{name} {amount}"
+        return pay
+
+    def plans(*calls: dict[str, Any]) -> Any:
+        def reply(messages: list[BaseMessage]) -> Any:
+            if isinstance(messages[-1], HumanMessage) and messages[-1].text == "go":
+                return turn(*calls)
+            return "done" if isinstance(messages[-1], ToolMessage) else "ok"
+        return ScriptedChatModel(reply)
+
+    payer = Agent(name="payer", description="Pays.", tools=[tool("pay")], model=plans(
+        call("pay", {"amount": 1}, "pa"), call("pay", {"amount": 2}, "pb")))
+    team = Agent(name="team", description="Coordinates.", tools=[tool("tpay")],
+                 agents={"payer": payer}, model=plans(call("tpay", {"amount": 3}, "tm"),
+                                                      call("payer", {"task": "go"}, "td")))
+    sup = Agent(name="sup", agents={"team": team}, checkpointer=sqlite_url,
+                model=plans(call("team", {"task": "go"}, "s1")))
+    first = sup.generate("go")
+    inbox = Inbox(sqlite_url, agents=[sup])
+    inbox.approve(next(p.id for p in inbox.pending() if p.tool_call_id == "tm"),
+                  decided_by="cfo")
+    out = sup.graph.invoke({"messages": [HumanMessage("hello there")]},
+                           config(first.thread_id))
+    assert ran == [("tpay", 3)] and out["messages"][-2].text == "hello there"
+    assert out["messages"][-1].text == "ok" and inbox.pending() == [] and inbox.ready() == []
+    requested = [e["tool_call_id"] for e in inbox.audit(thread_id=first.thread_id)
+                 if e["event"] == "requested"]
+    assert sorted(requested) == ["pa", "pb", "tm"]  # (asked once each)

@@ -190,16 +190,21 @@ class Decisions(LedgerBase):
             f"call_key IN ({', '.join('?' for _ in keys)})", tuple(keys))
         return {str(r[0]): CallLink(str(r[1]), r[2], r[3] == DONE) for r in rows}
 
-    def works_for(self, turn_key: str | None, delegation: str) -> bool:
-        """Whether a subagent's turn works for the delegation call `delegation`, or for a
-        delegation made under it (one read per level)."""
+    def delegations_of(self, turn_key: str | None) -> list[str]:
+        """The delegation calls a subagent's turn works for: its own, then each one above it,
+        to the top (one read per level)."""
+        chain: list[str] = []
         key = delegation_of_turn(turn_key)
-        for _ in range(32):  # (deeper than any chain of delegations)
-            if key is None or key == delegation:
-                return key is not None
+        while key is not None and key not in chain and len(chain) < 32:
+            chain.append(key)
             link = self.call_links([key]).get(key)
             key = delegation_of_turn(link.turn_key) if link is not None else None
-        return False
+        return chain
+
+    def works_for(self, turn_key: str | None, delegation: str) -> bool:
+        """Whether a subagent's turn works for the delegation call `delegation`, or for a
+        delegation made under it."""
+        return delegation in self.delegations_of(turn_key)
 
     def pending_ids(self, thread_id: str, agent_path: Sequence[str]) -> set[str]:
         """The approvals and suspensions of one agent in one thread that wait on a decision."""
