@@ -38,7 +38,7 @@ from langchain_core.runnables import RunnableConfig
 from graphkit._approvals import Extractor, parsed_messages
 from graphkit._gate import BY_NEW_MESSAGE, DELEGATION_STOPPED
 from graphkit._input import brought_by_this_run
-from graphkit._ledger import ApprovalRow, WaitingRow, queued_id, same_queued
+from graphkit._ledger import DONE, ApprovalRow, WaitingRow, queued_id, same_queued
 from graphkit._planner import GateContext, Planner
 from graphkit._review import auto_resume, identity_of, supersede
 from graphkit._state import CallPlan, TurnPlan
@@ -140,6 +140,12 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
             (decided if w.row.decided else pending).add(w.row.approval_id)
     for call in waiting:
         row = ctx.ledger.call(call["key"])
+        if (call["node"] != "tools" and row is not None and row.thread_id == ctx.thread_id
+                and row.executed == DONE):
+            # a delegation an earlier reply stopped, whose gate has not answered it yet: its
+            # node answers so (a second message then swept the turn, and a decided call
+            # below the other delegation never ran: helper-93)
+            continue
         if (row is None or row.thread_id != ctx.thread_id or row.executed is not None
                 or not (below.get(call["key"]) or any(
                     r is not None and r["id"] in pending | decided
