@@ -22,7 +22,7 @@ from langgraph.types import Command
 from graphkit._approvals import last_turn_plan
 from graphkit._context import thread_id_of
 from graphkit._events import marked_waiting, pending_from_interrupts, with_waiting_beside
-from graphkit._gate import BY_NEW_MESSAGE
+from graphkit._gate import BY_NEW_MESSAGE, DELEGATION_STOPPED
 from graphkit._latest import Paused, options_of, stalled
 from graphkit._ledger import ApprovalRow, Ledger, NewRun, QueuedFor, queued_id, same_queued
 from graphkit._review import (
@@ -374,6 +374,18 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
                    reads_data or (durable and len(declines) == len(undecided))) else None)
         if declines or queue is not None or run is not None:
             req.ledger.take_message(req.thread_id, declines=declines, queue=queue, run=run)
+        # A delegation with nothing decided below it is stopped, as graph input stops it
+        # (`_reply`): its subagent, whose calls the message superseded, went on to its model,
+        # which could plan again and ask again (helper-92). Its node answers so on resume.
+        stops = req.ledger.stoppable(
+            (req.ledger.delegations_of_call(str(record["call_key"])),
+             row.decided or (auto and record["kind"] == "suspension"))
+            for _, record in everything
+            if len(record["agent_path"]) > 1 and record.get("call_key")
+            and (row := rows.get(record["id"])) is not None) if durable else []
+        req.ledger.settle({key: {"content": DELEGATION_STOPPED.format(name=name),
+                                 "status": "error"} for key, name in stops},
+                          thread_id=req.thread_id)
     resume = {interrupt_id: GateResume(supersede=said, auto_resume=auto, queue=not queue_here)
               for interrupt_id, _ in found}
     # the new message starts a new run: what the turn records from here on is filed under it

@@ -163,7 +163,8 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
     return Reply(messages=newer, waiting=waiting, pending=frozenset(pending), auto=reads,
                  dropped=words, beneath=tuple(w.record for waits in below.values()
                                               for w, _ in waits if not w.row.decided),
-                 stopped=_stopped(below, ctx))
+                 stopped=tuple(ctx.ledger.stoppable(
+                     (chain, w.row.decided) for waits in below.values() for w, chain in waits)))
 
 
 def _beneath(call: CallPlan, ctx: GateContext) -> list[tuple[WaitingRow, list[str]]]:
@@ -181,22 +182,6 @@ def _beneath(call: CallPlan, ctx: GateContext) -> list[tuple[WaitingRow, list[st
         if call["key"] in chain:
             found.append((w, chain[:chain.index(call["key"]) + 1]))
     return found
-
-
-def _stopped(below: Mapping[str, list[tuple[WaitingRow, list[str]]]], ctx: GateContext
-             ) -> tuple[tuple[str, str], ...]:
-    """The delegations (key, name), at any depth, that only undecided waits work for: the
-    reply stops them, so that no subagent whose waits it superseded starts over and asks
-    again (a middle agent's decision beside them re-ran the payer from scratch: helper-92)."""
-    undecided = {k for waits in below.values() for w, chain in waits if not w.row.decided
-                 for k in chain}
-    decided = {k for waits in below.values() for w, chain in waits if w.row.decided
-               for k in chain}
-    stopped = []
-    for key in sorted(undecided - decided):
-        row = ctx.ledger.call(key)
-        stopped.append((key, row.tool_name if row is not None else "subagent"))
-    return tuple(stopped)
 
 
 def _words(message: AnyMessage) -> bool:

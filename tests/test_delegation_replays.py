@@ -779,3 +779,51 @@ def test_a_second_message_before_the_first_replys_gate_keeps_the_decision_below(
     said = [m.text for m in done.messages]
     assert said.index("done") < said.index("hello there") < said.index("second one")
     assert inbox.pending() == [] and inbox.ready() == []
+
+
+@pytest.mark.parametrize("door", ["api", "graph input"])
+def test_a_new_message_stops_a_delegation_with_nothing_decided_below_at_every_door(
+        sqlite_url: str, door: str) -> None:
+    """Two delegations wait, a payment approved below one of them, nothing decided below the
+    other; then a new user message. Through the API the other subagent was told its call did
+    not run and went on: a model that tries again asked for a new payment, and the message
+    waited behind it (helper-92), where graph input stopped that delegation. Both doors stop
+    it: its subagent is never called again, and the message is answered after the payment."""
+    from langchain_core.messages import HumanMessage
+
+    ran: list[int] = []
+    read: dict[str, int] = {"a": 0, "b": 0}
+
+    def payer(name: str, amount: int) -> Agent:
+        @create_tool(name=f"pay_{name}", needs_approval=True)
+        def pay(amount: int) -> str:
+            """Pay."""
+            ran.append(amount)
+            return f"paid {amount}"
+
+        def reply(messages: list[BaseMessage]) -> Any:
+            read[name] += 1
+            if isinstance(messages[-1], ToolMessage) and "paid" in messages[-1].text:
+                return "done"
+            return turn(call(f"pay_{name}", {"amount": amount}, f"x{name}{read[name]}"))
+
+        return Agent(name=name, description="Pays.", tools=[pay],
+                     model=ScriptedChatModel(reply))
+
+    sup = Agent(name="sup", agents={"a": payer("a", 1), "b": payer("b", 2)},
+                checkpointer=sqlite_url, model=ScriptedChatModel(
+                    lambda m: turn(call("a", {"task": "go"}, "da"), call("b", {"task": "go"},
+                                                                         "db"))
+                    if m[-1].text == "go" else f"ok: {m[-1].text}"))
+    first = sup.generate("go")
+    inbox = Inbox(sqlite_url, agents=[sup])
+    inbox.approve(next(p.id for p in inbox.pending() if p.tool_call_id == "xa1"),
+                  decided_by="cfo")
+    if door == "api":
+        messages = sup.generate("hello there", thread_id=first.thread_id).messages
+    else:
+        messages = sup.graph.invoke({"messages": [HumanMessage("hello there")]},
+                                    config(first.thread_id))["messages"]
+    assert ran == [1] and read["b"] == 1 and messages[-1].text == "ok: hello there"
+    assert any(m.text.startswith("Delegation 'b' was stopped") for m in messages)
+    assert inbox.pending() == [] and inbox.ready() == []

@@ -201,6 +201,24 @@ class Decisions(LedgerBase):
             key = delegation_of_turn(link.turn_key) if link is not None else None
         return chain
 
+    def stoppable(self, waits: Iterable[tuple[Sequence[str], bool]]) -> list[tuple[str, str]]:
+        """Of the delegations waits below an agent work for ((the delegations each works
+        for, up to one of that agent's calls; whether it was decided) each), those (key, tool
+        name) only undecided waits work for: what a new user message stops, so that no
+        subagent whose waits it superseded starts over and asks again (helper-92)."""
+        undecided: set[str] = set()
+        decided: set[str] = set()
+        for chain, done in waits:
+            (decided if done else undecided).update(chain)
+        rows = {key: self.call(key) for key in sorted(undecided - decided)}
+        return [(key, row.tool_name if row is not None else "subagent")
+                for key, row in rows.items()]
+
+    def delegations_of_call(self, call_key: str) -> list[str]:
+        """`delegations_of` the turn a call was planned in."""
+        link = self.call_links([call_key]).get(call_key)
+        return self.delegations_of(link.turn_key) if link is not None else []
+
     def works_for(self, turn_key: str | None, delegation: str) -> bool:
         """Whether a subagent's turn works for the delegation call `delegation`, or for a
         delegation made under it."""
