@@ -377,12 +377,13 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
         # A delegation with nothing decided below it is stopped, as graph input stops it
         # (`_reply`): its subagent, whose calls the message superseded, went on to its model,
         # which could plan again and ask again (helper-92). Its node answers so on resume.
+        below = [record for _, record in everything
+                 if len(record["agent_path"]) > 1 and record.get("call_key")]
         stops = req.ledger.stoppable(
-            (req.ledger.delegations_of_call(str(record["call_key"])),
-             row.decided or (auto and record["kind"] == "suspension"))
-            for _, record in everything
-            if len(record["agent_path"]) > 1 and record.get("call_key")
-            and (row := rows.get(record["id"])) is not None) if durable else []
+            ((req.ledger.delegations_of_call(str(record["call_key"])), record["id"])
+             for record in below),
+            kept={r["id"] for r in below if auto and r["kind"] == "suspension"}
+        ) if durable and below else []
         req.ledger.settle({key: {"content": DELEGATION_STOPPED.format(name=name),
                                  "status": "error"} for key, name in stops},
                           thread_id=req.thread_id)

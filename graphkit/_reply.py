@@ -65,9 +65,10 @@ class Reply:
     beneath: tuple[Mapping[str, Any], ...] = ()
     """What the subagents of the turn's waiting delegations wait on, undecided: the reply
     supersedes it (a decision taken there since runs first)."""
-    stopped: tuple[tuple[str, str], ...] = ()
-    """The waiting delegations (key, name) with no decision taken beneath them: the reply
-    stops them (their delegation node answers so, and never runs their subagents again)."""
+    below: tuple[tuple[tuple[str, ...], str], ...] = ()
+    """What waits beneath the turn's delegations: (the delegations it works for, its
+    approval id) each. The reply stops those no decision beneath works for (their node
+    answers so, and never runs their subagents again)."""
 
 
 def turn_span(messages: list[AnyMessage], ai_message_id: Any) -> tuple[int, int] | None:
@@ -163,8 +164,8 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
     return Reply(messages=newer, waiting=waiting, pending=frozenset(pending), auto=reads,
                  dropped=words, beneath=tuple(w.record for waits in below.values()
                                               for w, _ in waits if not w.row.decided),
-                 stopped=tuple(ctx.ledger.stoppable(
-                     (chain, w.row.decided) for waits in below.values() for w, chain in waits)))
+                 below=tuple((tuple(chain), w.row.approval_id) for waits in below.values()
+                             for w, chain in waits))
 
 
 def _beneath(call: CallPlan, ctx: GateContext) -> list[tuple[WaitingRow, list[str]]]:
@@ -215,8 +216,9 @@ def answer_reply(reply: Reply, ctx: GateContext, planner: Planner, extract: Extr
     for below in reply.beneath:
         supersede(ctx.ledger, below, comment=BY_NEW_MESSAGE, thread_id=ctx.thread_id,
                   run_id=ctx.run_id, decided_by=identity_of(config))
+    stopped = ctx.ledger.stoppable(reply.below)  # (once the message superseded them)
     ctx.ledger.settle({key: {"content": DELEGATION_STOPPED.format(name=name), "status": "error"}
-                       for key, name in reply.stopped}, thread_id=ctx.thread_id)
+                       for key, name in stopped}, thread_id=ctx.thread_id)
 
 
 def left_queued(messages: list[AnyMessage], kept: Sequence[tuple[str, dict[str, Any]]] = ()

@@ -827,3 +827,42 @@ def test_a_new_message_stops_a_delegation_with_nothing_decided_below_at_every_do
     assert ran == [1] and read["b"] == 1 and messages[-1].text == "ok: hello there"
     assert any(m.text.startswith("Delegation 'b' was stopped") for m in messages)
     assert inbox.pending() == [] and inbox.ready() == []
+
+
+def test_a_decision_taken_just_before_a_new_message_supersedes_keeps_its_delegation(
+        sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The payer waits on two payments; a reviewer approves one in the inbox at the moment
+    a new message through the API supersedes what waits (after the API read the waits,
+    before it recorded the message). The delegation was stopped from that earlier read,
+    with nothing decided below, and the approved payment never ran (helper-94). What a
+    message stops is read once it superseded what waits: the payment runs once."""
+    from graphkit._ledger import Ledger
+
+    ran: list[int] = []
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        ran.append(amount)
+        return f"paid {amount}"
+
+    payer = Agent(name="payer", description="Pays.", tools=[pay], model=ScriptedChatModel(
+        lambda m: "done" if isinstance(m[-1], ToolMessage) else turn(
+            call("pay", {"amount": 1}, "pa"), call("pay", {"amount": 2}, "pb"))))
+    sup = Agent(name="sup", agents={"payer": payer}, checkpointer=sqlite_url,
+                model=ScriptedChatModel(lambda m: turn(call("payer", {"task": "go"}, "d1"))
+                                        if m[-1].text == "go" else f"ok: {m[-1].text}"))
+    first = sup.generate("go")
+    inbox = Inbox(sqlite_url, agents=[sup])
+    first_payment = next(p.id for p in inbox.pending() if p.tool_call_id == "pa")
+    take = Ledger.take_message
+
+    def approved_meanwhile(self: Ledger, *args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(Ledger, "take_message", take)
+        inbox.approve(first_payment, decided_by="cfo")
+        return take(self, *args, **kwargs)
+
+    monkeypatch.setattr(Ledger, "take_message", approved_meanwhile)
+    done = sup.generate("hello there", thread_id=first.thread_id)
+    assert ran == [1] and done.text == "ok: hello there"
+    assert inbox.pending() == [] and inbox.ready() == []

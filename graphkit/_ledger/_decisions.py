@@ -4,7 +4,7 @@ reviewed, bound to what the planner allowed), their expiry and withdrawal, and g
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from graphkit._ledger._base import LedgerBase
@@ -201,18 +201,27 @@ class Decisions(LedgerBase):
             key = delegation_of_turn(link.turn_key) if link is not None else None
         return chain
 
-    def stoppable(self, waits: Iterable[tuple[Sequence[str], bool]]) -> list[tuple[str, str]]:
-        """Of the delegations waits below an agent work for ((the delegations each works
-        for, up to one of that agent's calls; whether it was decided) each), those (key, tool
-        name) only undecided waits work for: what a new user message stops, so that no
-        subagent whose waits it superseded starts over and asks again (helper-92)."""
+    def stoppable(self, waits: Iterable[tuple[Sequence[str], str]], *,
+                  kept: Collection[str] = ()) -> list[tuple[str, str]]:
+        """Of the delegations waits below an agent work for ((the delegations one works for,
+        up to one of that agent's calls; its approval id) each), those (key, tool name) no
+        reviewer's decision below works for (`kept`: approvals that count as decided): what
+        a new user message stops, so that no subagent whose waits it superseded starts over
+        and asks again (helper-92). Read once the message superseded what waits, after which
+        no decision can be taken: a decision read before that, and taken just before it,
+        stopped a delegation it was to run in (helper-94)."""
+        pairs = list(waits)
+        rows = self.approvals(approval_id for _, approval_id in pairs)
         undecided: set[str] = set()
         decided: set[str] = set()
-        for chain, done in waits:
-            (decided if done else undecided).update(chain)
-        rows = {key: self.call(key) for key in sorted(undecided - decided)}
+        for chain, approval_id in pairs:
+            row = rows.get(approval_id)
+            taken = approval_id in kept or (row is not None and row.decided and (
+                row.decision or {}).get("event") != "superseded")
+            (decided if taken else undecided).update(chain)
+        calls = {key: self.call(key) for key in sorted(undecided - decided)}
         return [(key, row.tool_name if row is not None else "subagent")
-                for key, row in rows.items()]
+                for key, row in calls.items()]
 
     def delegations_of_call(self, call_key: str) -> list[str]:
         """`delegations_of` the turn a call was planned in."""
