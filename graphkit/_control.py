@@ -22,7 +22,7 @@ from langgraph.types import Command
 from graphkit._approvals import last_turn_plan
 from graphkit._context import thread_id_of
 from graphkit._events import marked_waiting, pending_from_interrupts, with_waiting_beside
-from graphkit._gate import BY_NEW_MESSAGE, DELEGATION_STOPPED
+from graphkit._gate import BY_NEW_MESSAGE, stop_delegations
 from graphkit._latest import Paused, options_of, stalled
 from graphkit._ledger import ApprovalRow, Ledger, NewRun, QueuedFor, queued_id, same_queued
 from graphkit._review import (
@@ -379,14 +379,12 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
         # which could plan again and ask again (helper-92). Its node answers so on resume.
         below = [record for _, record in everything
                  if len(record["agent_path"]) > 1 and record.get("call_key")]
-        stops = req.ledger.stoppable(
-            ((req.ledger.delegations_of_call(str(record["call_key"])), record["id"])
-             for record in below),
-            kept={r["id"] for r in below if auto and r["kind"] == "suspension"}
-        ) if durable and below else []
-        req.ledger.settle({key: {"content": DELEGATION_STOPPED.format(name=name),
-                                 "status": "error"} for key, name in stops},
-                          thread_id=req.thread_id)
+        if durable and below:
+            stop_delegations(
+                req.ledger, ((req.ledger.delegations_of_call(str(record["call_key"])),
+                              record["id"]) for record in below),
+                thread_id=req.thread_id,
+                kept={r["id"] for r in below if auto and r["kind"] == "suspension"})
     resume = {interrupt_id: GateResume(supersede=said, auto_resume=auto, queue=not queue_here)
               for interrupt_id, _ in found}
     # the new message starts a new run: what the turn records from here on is filed under it

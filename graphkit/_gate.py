@@ -10,7 +10,7 @@ the tools node runs nothing the ledger does not allow.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -492,6 +492,15 @@ def supersede_unanswered(ai_message_id: str, messages: Sequence[BaseMessage], le
             tool_call_id=asked["id"], name=asked["name"],
             status="success" if outcome.get("status") == "success" else "error"))
     return answers
+
+
+def stop_delegations(ledger: Ledger, waits: Iterable[tuple[Sequence[str], str]], *,
+                     thread_id: str, kept: Collection[str] = ()) -> None:
+    """Settle as stopped the delegations a new user message stops (`Ledger.stoppable`: those
+    no decision below them works for), read once the message superseded what waits; their
+    delegation node answers so, and never runs their subagents again."""
+    ledger.settle({key: {"content": DELEGATION_STOPPED.format(name=name), "status": "error"}
+                   for key, name in ledger.stoppable(waits, kept=kept)}, thread_id=thread_id)
 
 
 def _not_run(call: CallPlan) -> str:

@@ -74,7 +74,7 @@ def stalled(snapshot: Paused) -> Literal["mid-step", "ended"] | None:
     """How the thread's run stopped where no next task waits on an interrupt: caught
     mid-step (its process died, or `on_state_change` stopped it: it has next tasks), or
     ended (a client's state write may have left it with nothing next while a call waited: a
-    resume takes it back to its own gate, `_control.left_waiting`); None where a task waits
+    resume takes it back to its gate, `_control.left_waiting`); None where a task waits
     on an interrupt. What waits is then what the ledger says."""
     tasks = _next_tasks(snapshot)
     if any(task.interrupts for task in tasks):

@@ -36,7 +36,7 @@ from langchain_core.messages import (
 from langchain_core.runnables import RunnableConfig
 
 from graphkit._approvals import Extractor, parsed_messages
-from graphkit._gate import BY_NEW_MESSAGE, DELEGATION_STOPPED
+from graphkit._gate import BY_NEW_MESSAGE, stop_delegations
 from graphkit._input import brought_by_this_run
 from graphkit._ledger import DONE, ApprovalRow, WaitingRow, queued_id, same_queued
 from graphkit._planner import GateContext, Planner
@@ -62,13 +62,10 @@ class Reply:
     dropped: tuple[AnyMessage, ...] = ()
     """Words a client wrote around the reply, as the model's or the system's (no model wrote
     them over a call without its result): taken out of the conversation with the reply."""
-    beneath: tuple[Mapping[str, Any], ...] = ()
-    """What the subagents of the turn's waiting delegations wait on, undecided: the reply
-    supersedes it (a decision taken there since runs first)."""
-    below: tuple[tuple[tuple[str, ...], str], ...] = ()
+    below: tuple[tuple[tuple[str, ...], Mapping[str, Any]], ...] = ()
     """What waits beneath the turn's delegations: (the delegations it works for, its
-    approval id) each. The reply stops those no decision beneath works for (their node
-    answers so, and never runs their subagents again)."""
+    record) each. The reply supersedes what of it is pending (a decision taken there since
+    runs first), then stops the delegations no decision beneath works for."""
 
 
 def turn_span(messages: list[AnyMessage], ai_message_id: Any) -> tuple[int, int] | None:
@@ -162,10 +159,8 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
     if not (reads or decided):
         return None
     return Reply(messages=newer, waiting=waiting, pending=frozenset(pending), auto=reads,
-                 dropped=words, beneath=tuple(w.record for waits in below.values()
-                                              for w, _ in waits if not w.row.decided),
-                 below=tuple((tuple(chain), w.row.approval_id) for waits in below.values()
-                             for w, chain in waits))
+                 dropped=words, below=tuple((tuple(chain), w.record)
+                                            for waits in below.values() for w, chain in waits))
 
 
 def _beneath(call: CallPlan, ctx: GateContext) -> list[tuple[WaitingRow, list[str]]]:
@@ -213,12 +208,12 @@ def answer_reply(reply: Reply, ctx: GateContext, planner: Planner, extract: Extr
             if record is not None and record["id"] in reply.pending:
                 supersede(ctx.ledger, record, comment=BY_NEW_MESSAGE, thread_id=ctx.thread_id,
                           run_id=ctx.run_id, decided_by=identity_of(config))
-    for below in reply.beneath:
-        supersede(ctx.ledger, below, comment=BY_NEW_MESSAGE, thread_id=ctx.thread_id,
-                  run_id=ctx.run_id, decided_by=identity_of(config))
-    stopped = ctx.ledger.stoppable(reply.below)  # (once the message superseded them)
-    ctx.ledger.settle({key: {"content": DELEGATION_STOPPED.format(name=name), "status": "error"}
-                       for key, name in stopped}, thread_id=ctx.thread_id)
+    for _, below in reply.below:
+        if below["id"] in reply.pending:
+            supersede(ctx.ledger, below, comment=BY_NEW_MESSAGE, thread_id=ctx.thread_id,
+                      run_id=ctx.run_id, decided_by=identity_of(config))
+    stop_delegations(ctx.ledger, ((chain, record["id"]) for chain, record in reply.below),
+                     thread_id=ctx.thread_id)
 
 
 def left_queued(messages: list[AnyMessage], kept: Sequence[tuple[str, dict[str, Any]]] = ()

@@ -58,7 +58,6 @@ class Worker:
         self.on_resumed = on_resumed
         self._ledger = agent._storage.ledger
         self._stop = threading.Event()
-        self._leave = threading.Event()
         self._asked = 0
         """Stops asked for (`stop`, `stop_from_signal`, Ctrl-C), whatever the door: one
         stops, two leave (a Ctrl-C then a SIGTERM counted as one before: helper-89)."""
@@ -76,8 +75,6 @@ class Worker:
         while they finish (a second SIGTERM or Ctrl-C): `run` returns now, and they are left
         as a killed worker leaves them."""
         self._asked += 1
-        if self._asked >= 2 or self._stop.is_set():
-            self._leave.set()
         self._halt()
 
     def stop_from_signal(self) -> None:
@@ -91,7 +88,7 @@ class Worker:
     def left_runs(self) -> bool:
         """Whether `run` returned leaving runs in progress (a second stop): their tools may
         still run in threads of this process, which its exit would wait for."""
-        return self._leave.is_set() or self._asked >= 2
+        return self._asked >= 2
 
     def _halt(self) -> None:
         self._stop.set()
@@ -111,6 +108,9 @@ class Worker:
         try:
             while not self._stop.is_set() and not self._asked:
                 time.sleep(0.2)
+        except KeyboardInterrupt:  # (a library's caller: the CLI takes SIGINT as a signal)
+            self._asked += 1
+            raise
         finally:
             self._halt()
             self._finish(loops)
@@ -133,7 +133,6 @@ class Worker:
                     thread.join(0.2)
         except KeyboardInterrupt:
             self._asked += 1
-            self._leave.set()
         with self._lock:
             left = sorted(self._busy)
         if left:

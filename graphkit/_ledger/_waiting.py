@@ -115,13 +115,12 @@ class Waiting(LedgerBase):
         return [(str(r[0]), str(r[1]), None if r[2] is None else str(r[2])) for r in rows]
 
     def move_waits(self, thread_id: str, agent_path: Sequence[str], old: str, new: str
-                   ) -> bool:
-        """Mark what this subagent's gate waited on in scope `old` as waited on in `new`;
-        whether anything moved (of two tasks that race to take the waits over, one does)."""
-        return self._sql.execute(
+                   ) -> None:
+        """Mark what this subagent's gate waited on in scope `old` as waited on in `new`."""
+        self._sql.execute(
             "UPDATE graphkit_approvals SET scope = ? WHERE thread_id = ? AND agent_path = ? "
             "AND COALESCE(scope, '') = ? AND waiting IS NOT NULL",
-            (new, thread_id, path_text(agent_path), old)) > 0
+            (new, thread_id, path_text(agent_path), old))
 
     def save_tool_schema(self, agent_path: Sequence[str], tool_name: str,
                          schema: Mapping[str, Any]) -> None:
