@@ -737,60 +737,11 @@ def test_a_middle_agents_decision_beside_undecided_calls_below_runs_and_stops_th
     assert sorted(requested) == ["pa", "pb", "tm"]  # (asked once each)
 
 
-def test_a_second_message_before_the_first_replys_gate_keeps_the_decision_below(
-        sqlite_url: str) -> None:
-    """Two delegations wait, one with a payment approved below it; a user message as graph
-    input, its stream left right after the model node took the reply (the other delegation
-    stopped in the ledger, the message queued); then a second message through the API. The
-    stopped delegation made the second reply give up, the turn was swept, the approved
-    payment never ran and the first run was listed as ready for good (helper-93). The
-    payment runs once, and both messages come after it."""
-    from langchain_core.messages import HumanMessage
-
-    ran: list[tuple[str, int]] = []
-
-    def payer(name: str, tool: str, amount: int, call_id: str) -> Agent:
-        @create_tool(name=tool, needs_approval=True)
-        def pay(amount: int) -> str:
-            """Pay."""
-            ran.append((tool, amount))
-            return f"paid {amount}"
-
-        return Agent(name=name, description="Pays.", tools=[pay], model=ScriptedChatModel(
-            lambda m: "done" if isinstance(m[-1], ToolMessage) else turn(
-                call(tool, {"amount": amount}, call_id))))
-
-    sup = Agent(name="sup", agents={"a": payer("a", "pay", 1, "xa"),
-                                    "b": payer("b", "pay2", 2, "xb")},
-                checkpointer=sqlite_url, model=ScriptedChatModel(
-                    lambda m: turn(call("a", {"task": "go"}, "da"), call("b", {"task": "go"},
-                                                                         "db"))
-                    if m[-1].text == "go" else f"ok: {m[-1].text}"))
-    first = sup.generate("go")
-    inbox = Inbox(sqlite_url, agents=[sup])
-    inbox.approve(next(p.id for p in inbox.pending() if p.tool_call_id == "xa"),
-                  decided_by="cfo")
-    stream = sup.graph.stream({"messages": [HumanMessage("hello there")]},
-                              config(first.thread_id), stream_mode="updates")
-    assert "model" in next(stream)  # (the reply taken; the gate never ran)
-    stream.close()
-    done = sup.generate("second one", thread_id=first.thread_id)
-    assert ran == [("pay", 1)] and done.text == "ok: second one"
-    said = [m.text for m in done.messages]
-    assert said.index("done") < said.index("hello there") < said.index("second one")
-    assert inbox.pending() == [] and inbox.ready() == []
-
-
-@pytest.mark.parametrize("door", ["api", "graph input"])
-def test_a_new_message_stops_a_delegation_with_nothing_decided_below_at_every_door(
-        sqlite_url: str, door: str) -> None:
-    """Two delegations wait, a payment approved below one of them, nothing decided below the
-    other; then a new user message. Through the API the other subagent was told its call did
-    not run and went on: a model that tries again asked for a new payment, and the message
-    waited behind it (helper-92), where graph input stopped that delegation. Both doors stop
-    it: its subagent is never called again, and the message is answered after the payment."""
-    from langchain_core.messages import HumanMessage
-
+def _two_payers(url: str) -> tuple[Agent, Any, Inbox, list[int], dict[str, int]]:
+    """A supervisor delegating to payers `a` (pays 1) and `b` (pays 2) in one turn, both
+    waiting, `a`'s payment approved in the inbox; a payer told its call did not run asks
+    again, under a new id. The supervisor, its first result, the inbox, what was paid and how
+    often each payer's model was called."""
     ran: list[int] = []
     read: dict[str, int] = {"a": 0, "b": 0}
 
@@ -811,14 +762,50 @@ def test_a_new_message_stops_a_delegation_with_nothing_decided_below_at_every_do
                      model=ScriptedChatModel(reply))
 
     sup = Agent(name="sup", agents={"a": payer("a", 1), "b": payer("b", 2)},
-                checkpointer=sqlite_url, model=ScriptedChatModel(
+                checkpointer=url, model=ScriptedChatModel(
                     lambda m: turn(call("a", {"task": "go"}, "da"), call("b", {"task": "go"},
                                                                          "db"))
                     if m[-1].text == "go" else f"ok: {m[-1].text}"))
     first = sup.generate("go")
-    inbox = Inbox(sqlite_url, agents=[sup])
+    inbox = Inbox(url, agents=[sup])
     inbox.approve(next(p.id for p in inbox.pending() if p.tool_call_id == "xa1"),
                   decided_by="cfo")
+    return sup, first, inbox, ran, read
+
+
+def test_a_second_message_before_the_first_replys_gate_keeps_the_decision_below(
+        sqlite_url: str) -> None:
+    """Two delegations wait, one with a payment approved below it; a user message as graph
+    input, its stream left right after the model node took the reply (the other delegation
+    stopped in the ledger, the message queued); then a second message through the API. The
+    stopped delegation made the second reply give up, the turn was swept, the approved
+    payment never ran and the first run was listed as ready for good (helper-93). The
+    payment runs once, and both messages come after it."""
+    from langchain_core.messages import HumanMessage
+
+    sup, first, inbox, ran, _ = _two_payers(sqlite_url)
+    stream = sup.graph.stream({"messages": [HumanMessage("hello there")]},
+                              config(first.thread_id), stream_mode="updates")
+    assert "model" in next(stream)  # (the reply taken; the gate never ran)
+    stream.close()
+    done = sup.generate("second one", thread_id=first.thread_id)
+    assert ran == [1] and done.text == "ok: second one"
+    said = [m.text for m in done.messages]
+    assert said.index("done") < said.index("hello there") < said.index("second one")
+    assert inbox.pending() == [] and inbox.ready() == []
+
+
+@pytest.mark.parametrize("door", ["api", "graph input"])
+def test_a_new_message_stops_a_delegation_with_nothing_decided_below_at_every_door(
+        sqlite_url: str, door: str) -> None:
+    """Two delegations wait, a payment approved below one of them, nothing decided below the
+    other; then a new user message. Through the API the other subagent was told its call did
+    not run and went on: a model that tries again asked for a new payment, and the message
+    waited behind it (helper-92), where graph input stopped that delegation. Both doors stop
+    it: its subagent is never called again, and the message is answered after the payment."""
+    from langchain_core.messages import HumanMessage
+
+    sup, first, inbox, ran, read = _two_payers(sqlite_url)
     if door == "api":
         messages = sup.generate("hello there", thread_id=first.thread_id).messages
     else:

@@ -716,6 +716,28 @@ def test_a_run_id_written_into_another_threads_state_files_nothing_under_that_ru
         (victim.run_id, victim.thread_id)]
 
 
+def _worker_process(url: str, *, tool_seconds: str) -> subprocess.Popen[str]:
+    """A `graphkit worker` process resuming `tests.worker_agent`'s runs on `url`, its tool
+    taking `tool_seconds`."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRAPHKIT_TEST_TOOL_SECONDS": tool_seconds}
+    return subprocess.Popen(
+        [sys.executable, "-m", "graphkit.cli", "worker", "--db", url, "--agent",
+         "tests.worker_agent:make"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+
+
+def _approved_and_started(proc: subprocess.Popen[str], url: str, paused: Any,
+                          effects_path: Path) -> None:
+    """Once the worker says it is ready: every call of the paused run approved in the inbox,
+    and each of them started in the worker's tool."""
+    assert _first_line(proc).startswith("worker: resuming ready runs")
+    for pending in paused.pending_approvals:
+        Inbox(url).approve(pending.id, decided_by="ops")
+    started = effects(str(effects_path))
+    count = len(paused.pending_approvals)
+    wait_for(lambda: started.execute("SELECT COUNT(*) FROM started").fetchone()[0] == count)
+
+
 def test_sigterm_lets_a_tool_in_progress_finish_however_long_it_takes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker SIGTERM'd while an approved tool ran waited 5 s, then exited with the tool cut
@@ -727,16 +749,9 @@ def test_sigterm_lets_a_tool_in_progress_finish_however_long_it_takes(
     monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(path))
     agent = make(url)
     paused = agent.generate("move 1")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRAPHKIT_TEST_TOOL_SECONDS": "7"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "graphkit.cli", "worker", "--db", url, "--agent",
-         "tests.worker_agent:make"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+    proc = _worker_process(url, tool_seconds="7")
     try:
-        assert _first_line(proc).startswith("worker: resuming ready runs")
-        Inbox(url).approve(paused.pending_approvals[0].id, decided_by="ops")
-        started = effects(str(path))
-        wait_for(lambda: started.execute("SELECT COUNT(*) FROM started").fetchone()[0] == 1)
+        _approved_and_started(proc, url, paused, path)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -787,17 +802,9 @@ def test_a_second_signal_leaves_at_once_while_calls_run_in_parallel(
     monkeypatch.setenv("GRAPHKIT_TEST_CALLS", "2")
     agent = make(url)
     paused = agent.generate("move 1")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRAPHKIT_TEST_TOOL_SECONDS": "120"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "graphkit.cli", "worker", "--db", url, "--agent",
-         "tests.worker_agent:make"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+    proc = _worker_process(url, tool_seconds="120")
     try:
-        assert _first_line(proc).startswith("worker: resuming ready runs")
-        for pending in paused.pending_approvals:
-            Inbox(url).approve(pending.id, decided_by="ops")
-        started = effects(str(tmp_path / "effects.db"))
-        wait_for(lambda: started.execute("SELECT COUNT(*) FROM started").fetchone()[0] == 2)
+        _approved_and_started(proc, url, paused, tmp_path / "effects.db")
         for signum in signals:
             proc.send_signal(signum)
             time.sleep(0.5)
