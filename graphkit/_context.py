@@ -37,8 +37,9 @@ EVENT_KEY = "graphkit_event"
 """Key marking graphkit's custom stream events (telemetry) among other custom events."""
 LEASE_KEY = "__graphkit_lease"
 """Key of `config["configurable"]` holding the owner token of the thread lease the run holds
-(graphkit's doors set it; LangGraph keeps keys starting with "__" out of checkpoint metadata).
-A client that sets it only names a lease this process does not hold: nothing is checked."""
+(graphkit's doors and the agent's graph set it; LangGraph keeps keys starting with "__" out
+of checkpoint metadata). A client that sets it names a lease this process does not hold: the
+agent's graph takes one of its own (`graphkit._leased_graph`)."""
 
 
 def agent_path_of(config: RunnableConfig, name: str) -> list[str]:
@@ -66,8 +67,8 @@ def thread_id_of(config: RunnableConfig) -> str:
 
 
 def lease_of(config: RunnableConfig) -> str | None:
-    """The owner token of the thread lease the run holds, None for a run without one (a
-    LangGraph server's: its own queue orders a thread's runs)."""
+    """The owner token of the thread lease the run holds, None for a run without one (of a
+    graph compiled from an agent's builder by hand: the agent's own graph takes one)."""
     owner = (config.get("configurable") or {}).get(LEASE_KEY)
     return owner if isinstance(owner, str) else None
 

@@ -44,8 +44,9 @@ def _lapsed(thread_id: str) -> RunBusyError:
 
 def fenced_node(func: Callable[..., Any], afunc: Callable[..., Any]
                 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """A node's bodies, checking first. A run without a lease (a LangGraph server's, whose
-    own queue orders a thread's runs) is not checked."""
+    """A node's bodies, checking first. A run without a lease (of a graph compiled from an
+    agent's builder by hand, not the agent's own, which takes one: `graphkit._leased_graph`)
+    is not checked."""
 
     def fenced(value: Any, config: RunnableConfig) -> Any:
         _stop_if_lapsed(config)

@@ -43,6 +43,7 @@ from graphkit._control import (
 from graphkit._events import finish_reason
 from graphkit._graph import build_graph
 from graphkit._latest import Paused, ServesLatest, latest, options_of
+from graphkit._leased_graph import LeasedGraph
 from graphkit._ledger import WAIT_SECONDS, Ledger
 from graphkit._notify import Dispatcher, Webhook, start_notifications
 from graphkit._owner import new_owner
@@ -199,11 +200,12 @@ class Agent:
         self.dispatcher: Dispatcher | None = (
             start_notifications(self._storage.ledger, self.notify) if self.notify else None)
         self.builder = self._builder(self._storage.ledger)
-        self.graph: CompiledStateGraph[Any, Any, Any, Any] = self.builder.compile(
+        # its runs hold their thread's lease, however they are started (`_leased_graph`)
+        self.graph: CompiledStateGraph[Any, Any, Any, Any] = LeasedGraph.of(self.builder.compile(
             checkpointer=None if served else self._storage.checkpointer,
             store=None if served else self._storage.store,
             name=name,
-        )
+        ), self._storage.ledger)
         if served:  # once built: an agent whose construction failed is never served
             serve_agent(self)
 

@@ -22,7 +22,7 @@ USER = {"langgraph_auth_user": {"identity": "user"}}
 
 
 def _raw_input(agent: Agent, thread_id: str, text: str) -> dict[str, Any]:
-    """A LangGraph server client's new message: plain graph input (no lease, no API)."""
+    """A client's new message: plain graph input, given to the graph without graphkit's API."""
     out: dict[str, Any] = agent.graph.invoke(
         {"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": thread_id, **USER}})
     return out
@@ -41,12 +41,13 @@ def _pay_then_done(messages: list[BaseMessage]) -> Any:
 def test_a_payment_that_ran_while_fenced_is_never_reported_as_not_run(sqlite_url: str
                                                                       ) -> None:
     """The approved payment is running (the Agent API resumed it, a worker say) when the user
-    types in a LangGraph server client (plain graph input, which takes no lease). The model
-    node of that input fences the live call (outcome 'unknown'). The payment completes; its
-    `finish` records nothing; the running graph writes its real result 'paid 40 to ACME' into
-    the conversation, and the next model node replaces it with DISCARDED: 'did not run'.
-    Money moved; the thread's conversation (what the model, and a later reviewer, reads) says
-    it did not, and the ledger says 'unknown'."""
+    types in a client that gives the graph its input directly. That input took no lease: its
+    model node fenced the live call (outcome 'unknown'), the payment completed, its `finish`
+    recorded nothing, and the next model node replaced its real result 'paid 40 to ACME' with
+    DISCARDED: 'did not run'. Money moved; the thread's conversation (what the model, and a
+    later reviewer, reads) said it did not. The graph's input now waits for the thread's
+    lease (`graphkit._leased_graph`): the message comes after the payment, which the
+    conversation reports as paid."""
     started, release = threading.Event(), threading.Event()
     paid: list[int] = []
 
@@ -69,13 +70,18 @@ def test_a_payment_that_ran_while_fenced_is_never_reported_as_not_run(sqlite_url
         results["final"] = agent.resume(run_id=r.run_id)
 
     running = threading.Thread(target=worker)
+    typing = threading.Thread(
+        target=lambda: _raw_input(agent, r.thread_id, "meanwhile: what's the weather?"))
     running.start()
     try:
         assert started.wait(20)
-        _raw_input(agent, r.thread_id, "meanwhile: what's the weather?")
+        typing.start()
+        typing.join(0.5)
+        assert typing.is_alive(), "the message ran beside the payment"
     finally:
         release.set()
         running.join(30)
+        typing.join(30)
     assert paid == [40]
 
     final = agent.graph.get_state(config(r.thread_id)).values["messages"]
@@ -83,6 +89,7 @@ def test_a_payment_that_ran_while_fenced_is_never_reported_as_not_run(sqlite_url
             if isinstance(m, ToolMessage) and m.tool_call_id == "c1"]
     assert told and not any("did not run" in t for t in told), (
         f"the payment ran ({paid}) and the thread's conversation says: {told}")
+    assert [m.content for m in final[-3:]] == ["done", "meanwhile: what's the weather?", "done"]
 
 
 # ============================================================ F2: the idempotence check misses

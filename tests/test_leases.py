@@ -18,6 +18,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -1084,3 +1085,54 @@ def test_a_thread_lease_is_judged_by_the_databases_clock_never_a_process_clock(
             pass
     with taker.lease("t1"):  # released: free to anyone, whatever their clock
         pass
+
+
+@pytest.mark.parametrize("door", ["invoke", "ainvoke", "a lease key of the client's"])
+def test_graph_input_given_to_the_graph_waits_for_the_threads_lease(tmp_path: Path,
+                                                                    door: str) -> None:
+    """LangGraph does not order a thread's runs: graph input given to the agent's graph
+    directly went on beside the process holding the thread's lease (a worker paying), from
+    the same checkpoint, and the later writer's checkpoints hid the other's (helper-95: the
+    user's message and its answer lost). It waits for the lease now, as graphkit's doors do;
+    a lease named in the config that this process does not hold is no way around it."""
+    import asyncio
+
+    from langchain_core.messages import BaseMessage, HumanMessage
+
+    from graphkit import Agent
+    from graphkit._context import LEASE_KEY
+    from graphkit.testing import ScriptedChatModel
+
+    db = tmp_path / "runs.db"
+    asked: list[str] = []
+
+    def reply(messages: list[BaseMessage]) -> str:
+        asked.append(str(messages[-1].content))
+        return "hi"
+
+    agent = Agent(name="chat", model=ScriptedChatModel(reply), checkpointer=f"sqlite:///{db}")
+    configurable = {"thread_id": "t1"}
+    if door == "a lease key of the client's":
+        configurable[LEASE_KEY] = new_owner()
+    given = {"messages": [HumanMessage("hello")]}
+    (tmp_path / "holder.py").write_text(HOLDER)
+    proc, _ = _start_holder([sys.executable, str(tmp_path / "holder.py"), str(db), "t1"])
+    outs: list[Any] = []
+
+    def run() -> None:
+        config: Any = {"configurable": configurable}
+        outs.append(asyncio.run(agent.graph.ainvoke(given, config)) if door == "ainvoke"
+                    else agent.graph.invoke(given, config))
+
+    running = threading.Thread(target=run)
+    try:
+        running.start()
+        running.join(1.0)
+        assert running.is_alive() and asked == [], "the input ran beside the lease's holder"
+    finally:
+        proc.send_signal(signal.SIGKILL)  # (its lease is taken from the dead at once)
+        proc.communicate()
+    running.join(30)
+    assert asked == ["hello"] and outs[0]["messages"][-1].content == "hi"
+    ledger = agent._storage.ledger
+    ledger.release_thread("t1", ledger.hold_thread("t1", wait=0.0))  # given back after the run

@@ -766,6 +766,37 @@ def test_sigterm_lets_a_tool_in_progress_finish_however_long_it_takes(
     assert Inbox(url).ready() == []
 
 
+def test_graph_input_beside_a_workers_payment_comes_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker was paying an approved transfer when the user's next message came as graph
+    input given to the agent's graph directly: the two runs wrote from the same checkpoint,
+    and the thread's final state lost the message and its answer (helper-95). The input now
+    waits for the worker's thread lease (`graphkit._leased_graph`) and goes on from the paid
+    turn."""
+    from langchain_core.messages import HumanMessage
+
+    path = tmp_path / "effects.db"
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(path))
+    agent = make(url)
+    paused = agent.generate("move 1")
+    config: Any = {"configurable": {"thread_id": paused.thread_id}}
+    proc = _worker_process(url, tool_seconds="3")
+    try:
+        _approved_and_started(proc, url, paused, path)
+        agent.graph.invoke({"messages": [HumanMessage("and now?")]}, config)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    assert [pid for _, pid in ran(path)] == [proc.pid]
+    said = [(type(m).__name__, m.content)
+            for m in agent.graph.get_state(config).values["messages"]]
+    assert said[2:] == [("ToolMessage", "moved"), ("AIMessage", "done"),
+                        ("HumanMessage", "and now?"), ("AIMessage", "")]
+    (asked,) = Inbox(url).pending()  # the message's own turn
+    assert asked.tool_call_id != paused.pending_approvals[0].tool_call_id
+
+
 def test_a_second_stop_leaves_the_runs_in_progress_to_another_worker(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A second SIGTERM or Ctrl-C while the runs in progress finish: the worker leaves now,

@@ -458,6 +458,17 @@ class Leases(LedgerBase):
         if held is not None:
             yield held
             return
+        owner = self.hold_thread(thread_id, wait=wait, run=run)
+        try:
+            yield owner
+        finally:
+            self.release_thread(thread_id, owner)
+
+    def hold_thread(self, thread_id: str, *, wait: float = WAIT_SECONDS,
+                    run: tuple[str, str] | None = None) -> str:
+        """Take the thread's lease, waiting up to `wait` seconds for its holder to let it go
+        (else `RunBusyError`), and have it renewed until `release_thread`; its owner token.
+        (`lease`, for a body that holds it from start to end.)"""
         owner = new_owner()
         deadline = time.monotonic() + wait
         pause = 0.005
@@ -468,8 +479,8 @@ class Leases(LedgerBase):
             time.sleep(pause)
             pause = min(pause * 2, 0.1)
         _keeper.KEEPER.hold(self, ("thread", thread_id), owner, _schema.LEASE_SECONDS)
-        try:
-            yield owner
-        finally:
-            _keeper.KEEPER.drop(("thread", thread_id), owner)
-            self._release(thread_id, owner)
+        return owner
+
+    def release_thread(self, thread_id: str, owner: str) -> None:
+        _keeper.KEEPER.drop(("thread", thread_id), owner)
+        self._release(thread_id, owner)
