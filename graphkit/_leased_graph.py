@@ -8,9 +8,9 @@ it, and the later writer's checkpoints hid the other's: the user's message and i
 lost, and a delegation the message stopped was told it "did not run" while it paid (helper-95).
 
 So the graph's own `stream` and `astream`, which `invoke`, `ainvoke`, `astream_events` and
-the LangGraph server all go through, take the lease as graphkit's doors do, waiting for its
-holder as they do, unless the config names one this process holds for the thread (a door's,
-or the enclosing run's for a nested graph). The run's nodes and writes then check that it is
+the LangGraph server all go through, and its state writes (`update_state` and its kin), take
+the lease as graphkit's doors do, waiting for its holder as they do, unless the config names
+one this process holds for the thread (a door's, or the enclosing run's for a nested graph). The run's nodes and writes then check that it is
 still theirs (`graphkit._fence`). A config that names a lease this process does not hold (a
 client's guess) gets a lease of its own: the key is no way around the order.
 """
@@ -20,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import merge_configs
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import StateUpdate
 
 from graphkit._context import LEASE_KEY, lease_of, thread_id_of
 from graphkit._ledger import Ledger, RunBusyError, _keeper, _schema
@@ -77,6 +78,26 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
             async for part in super().astream(input, _leased(config, owner), **kwargs):
                 yield part
         finally:  # (shielded: a cancel while it is given back still gives it back)
+            await asyncio.shield(offload(self.leases.release_thread, thread_id, owner))
+
+    def bulk_update_state(self, config: RunnableConfig,
+                          supersteps: Sequence[Sequence[StateUpdate]]) -> RunnableConfig:
+        thread_id = self._unleased(config)
+        if not thread_id:
+            return super().bulk_update_state(config, supersteps)
+        with self.leases.lease(thread_id, wait=_schema.WAIT_SECONDS) as owner:
+            return super().bulk_update_state(_leased(config, owner), supersteps)
+
+    async def abulk_update_state(self, config: RunnableConfig,
+                                 supersteps: Sequence[Sequence[StateUpdate]]
+                                 ) -> RunnableConfig:
+        thread_id = self._unleased(config)
+        if not thread_id:
+            return await super().abulk_update_state(config, supersteps)
+        owner = await _ahold(self.leases, thread_id)
+        try:
+            return await super().abulk_update_state(_leased(config, owner), supersteps)
+        finally:
             await asyncio.shield(offload(self.leases.release_thread, thread_id, owner))
 
 

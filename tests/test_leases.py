@@ -1087,6 +1087,37 @@ def test_a_thread_lease_is_judged_by_the_databases_clock_never_a_process_clock(
         pass
 
 
+def _chat_agent(db: Path, asked: list[str]) -> Any:
+    from langchain_core.messages import BaseMessage
+
+    from graphkit import Agent
+    from graphkit.testing import ScriptedChatModel
+
+    def reply(messages: list[BaseMessage]) -> str:
+        asked.append(str(messages[-1].content))
+        return "hi"
+
+    return Agent(name="chat", model=ScriptedChatModel(reply), checkpointer=f"sqlite:///{db}")
+
+
+def _waits_for_a_holder_elsewhere(tmp_path: Path, db: Path, thread_id: str, door: Any,
+                                  unchanged: Any) -> None:
+    """`door()` run while another process holds the thread's lease: it has not gone on
+    (`unchanged()`) a second later; it goes on once the holder dies."""
+    (tmp_path / "holder.py").write_text(HOLDER)
+    proc, _ = _start_holder([sys.executable, str(tmp_path / "holder.py"), str(db), thread_id])
+    running = threading.Thread(target=door)
+    try:
+        running.start()
+        running.join(1.0)
+        assert running.is_alive() and unchanged(), "it went on beside the lease's holder"
+    finally:
+        proc.send_signal(signal.SIGKILL)  # (its lease is taken from the dead at once)
+        proc.communicate()
+    running.join(30)
+    assert not running.is_alive()
+
+
 @pytest.mark.parametrize("door", ["invoke", "ainvoke", "a lease key of the client's"])
 def test_graph_input_given_to_the_graph_waits_for_the_threads_lease(tmp_path: Path,
                                                                     door: str) -> None:
@@ -1097,42 +1128,51 @@ def test_graph_input_given_to_the_graph_waits_for_the_threads_lease(tmp_path: Pa
     a lease named in the config that this process does not hold is no way around it."""
     import asyncio
 
-    from langchain_core.messages import BaseMessage, HumanMessage
+    from langchain_core.messages import HumanMessage
 
-    from graphkit import Agent
     from graphkit._context import LEASE_KEY
-    from graphkit.testing import ScriptedChatModel
 
-    db = tmp_path / "runs.db"
-    asked: list[str] = []
-
-    def reply(messages: list[BaseMessage]) -> str:
-        asked.append(str(messages[-1].content))
-        return "hi"
-
-    agent = Agent(name="chat", model=ScriptedChatModel(reply), checkpointer=f"sqlite:///{db}")
+    db, asked = tmp_path / "runs.db", []
+    agent = _chat_agent(db, asked)
     configurable = {"thread_id": "t1"}
     if door == "a lease key of the client's":
         configurable[LEASE_KEY] = new_owner()
-    given = {"messages": [HumanMessage("hello")]}
-    (tmp_path / "holder.py").write_text(HOLDER)
-    proc, _ = _start_holder([sys.executable, str(tmp_path / "holder.py"), str(db), "t1"])
+    given, config = {"messages": [HumanMessage("hello")]}, {"configurable": configurable}
     outs: list[Any] = []
 
     def run() -> None:
-        config: Any = {"configurable": configurable}
         outs.append(asyncio.run(agent.graph.ainvoke(given, config)) if door == "ainvoke"
                     else agent.graph.invoke(given, config))
 
-    running = threading.Thread(target=run)
-    try:
-        running.start()
-        running.join(1.0)
-        assert running.is_alive() and asked == [], "the input ran beside the lease's holder"
-    finally:
-        proc.send_signal(signal.SIGKILL)  # (its lease is taken from the dead at once)
-        proc.communicate()
-    running.join(30)
+    _waits_for_a_holder_elsewhere(tmp_path, db, "t1", run, lambda: asked == [])
     assert asked == ["hello"] and outs[0]["messages"][-1].content == "hi"
     ledger = agent._storage.ledger
     ledger.release_thread("t1", ledger.hold_thread("t1", wait=0.0))  # given back after the run
+
+
+@pytest.mark.parametrize("door", ["update_state", "aupdate_state"])
+def test_a_state_write_waits_for_the_threads_lease(tmp_path: Path, door: str) -> None:
+    """A client's state write beside a run that holds the thread wrote from the checkpoint
+    the run had left, and one of the two writers' checkpoints hid the other's. It waits for
+    the lease as a run does."""
+    import asyncio
+
+    from langchain_core.messages import AIMessage
+
+    db, asked = tmp_path / "runs.db", []
+    agent = _chat_agent(db, asked)
+    config: Any = {"configurable": {"thread_id": "t1"}}
+    agent.graph.invoke({"messages": [("user", "hello")]}, config)
+    values = {"messages": [AIMessage("noted")]}
+
+    def write() -> None:
+        if door == "aupdate_state":
+            asyncio.run(agent.graph.aupdate_state(config, values, as_node="model"))
+        else:
+            agent.graph.update_state(config, values, as_node="model")
+
+    def said() -> list[Any]:
+        return [m.content for m in agent.graph.get_state(config).values["messages"]]
+
+    _waits_for_a_holder_elsewhere(tmp_path, db, "t1", write, lambda: said() == ["hello", "hi"])
+    assert said() == ["hello", "hi", "noted"]
