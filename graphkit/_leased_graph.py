@@ -10,9 +10,10 @@ lost, and a delegation the message stopped was told it "did not run" while it pa
 So the graph's own `stream` and `astream`, which `invoke`, `ainvoke`, `astream_events` and
 the LangGraph server all go through, and its state writes (`update_state` and its kin), take
 the lease as graphkit's doors do, waiting for its holder as they do, unless the config names
-one this process holds for the thread (a door's, or the enclosing run's for a nested graph). The run's nodes and writes then check that it is
-still theirs (`graphkit._fence`). A config that names a lease this process does not hold (a
-client's guess) gets a lease of its own: the key is no way around the order.
+one this process holds for the thread (a door's, or the enclosing run's for a nested graph).
+The run's nodes and writes then check that it is still theirs (`graphkit._fence`). A config
+that names a lease this process does not hold (a client's guess) gets a lease of its own: the
+key is no way around the order.
 """
 
 from __future__ import annotations
