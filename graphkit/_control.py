@@ -358,9 +358,13 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
     if req is not None:
         undecided = [record for _, record in everything
                      if (row := rows.get(record["id"])) is not None and not row.decided]
+        # Where auto-resume reads a suspended tool's data, a subagent's undecided approval
+        # is declined here too, and its delegation stopped below: left to its gate, the
+        # subagent was told its call did not run and asked again (helper-92, helper-94).
         declines = [superseded(record, comment=BY_NEW_MESSAGE, thread_id=req.thread_id,
                                run_id=req.run_id) for record in undecided
-                    if durable and not (auto and record["kind"] == "suspension")]
+                    if (durable or (reads_data and len(record["agent_path"]) > 1))
+                    and not (auto and record["kind"] == "suspension")]
         # (`_reply.left_queued` reads the queue too)
         queue = (QueuedFor("/".join(req.agent_path), str(plan.get("ai_message_id")), said)
                  if queue_here and plan else None)
@@ -379,7 +383,7 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
         # which could plan again and ask again (helper-92). Its node answers so on resume.
         below = [record for _, record in everything
                  if len(record["agent_path"]) > 1 and record.get("call_key")]
-        if durable and below:
+        if (durable or reads_data) and below:
             stop_delegations(
                 req.ledger, ((req.ledger.delegations_of_call(str(record["call_key"])),
                               record["id"]) for record in below),

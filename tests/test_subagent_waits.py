@@ -483,3 +483,58 @@ def test_a_decision_taken_just_before_a_new_message_supersedes_keeps_its_delegat
     done = sup.generate("hello there", thread_id=first.thread_id)
     assert ran == [1] and done.text == "ok: hello there"
     assert inbox.pending() == [] and inbox.ready() == []
+
+
+def test_a_reply_auto_resume_reads_for_a_subagent_stops_the_sibling_it_supersedes(
+        sqlite_url: str) -> None:
+    """Through the API, a reply auto-resume reads for one subagent's suspended tool also
+    superseded the undecided payment a sibling subagent waited on, but left that delegation
+    running: the payer was told its payment "was not run", planned it again, and the run
+    paused on a second payment, the message unanswered (helper-92 F3, helper-94 F2). Graph
+    input stops such a delegation. The API now stops it too: the payer never asks again."""
+    from tests.test_suspension import city_from_reply, weather_tool
+
+    ran: list[int] = []
+    asked: list[int] = []
+    log: list[str] = []
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Send a payment."""
+        ran.append(amount)
+        return f"paid {amount}"
+
+    def payer_reply(messages: list[BaseMessage]) -> Any:
+        if isinstance(messages[-1], ToolMessage):
+            asked.append(0)  # told its payment did not run: it asks again
+            return turn(call("pay", {"amount": 2}, f"p{len(asked) + 1}"))
+        asked.append(1)
+        return turn(call("pay", {"amount": 1}, "p1"))
+
+    def forecaster_reply(messages: list[BaseMessage]) -> Any:
+        results = [m for m in messages if isinstance(m, ToolMessage)]
+        return turn(call("weather", {}, "w1")) if not results else f"sub: {results[-1].text}"
+
+    def top_reply(messages: list[BaseMessage]) -> Any:
+        if not any(isinstance(m, AIMessage) for m in messages):
+            return turn(call("payer", {"task": "pay"}, "d1"),
+                        call("forecaster", {"task": "weather"}, "d2"))
+        return f"top: {messages[-1].text}"
+
+    payer = Agent(name="payer", description="Pays.", tools=[pay],
+                  model=ScriptedChatModel(payer_reply))
+    forecaster = Agent(name="forecaster", description="Weather", tools=[weather_tool(log)],
+                       model=ScriptedChatModel(forecaster_reply, structured=city_from_reply))
+    sup = Agent(name="supervisor", agents={"payer": payer, "forecaster": forecaster},
+                checkpointer=sqlite_url, auto_resume_suspended_tools=True,
+                model=ScriptedChatModel(top_reply))
+    first = sup.generate("pay and tell me the weather")
+    assert sorted(p.tool_call_id for p in first.pending_approvals) == ["p1", "w1"]
+
+    final = sup.generate("Paris", thread_id=first.thread_id)
+    assert log[-1] == "fetched Paris" and ran == [] and asked == [1]
+    assert final.finish_reason == "stop" and final.text == "top: Paris"
+    told = {m.tool_call_id: m.text for m in final.messages if isinstance(m, ToolMessage)}
+    assert told["d2"] == "sub: Paris: sunny, +72F"
+    assert "stopped by a new user message" in told["d1"]
+    assert Inbox(sqlite_url).pending() == [] and Inbox(sqlite_url).ready() == []
