@@ -410,3 +410,22 @@ def test_held_a_top_level_call_approved_in_the_inbox_runs_once_and_is_told_after
         (interrupt,) = agent.graph.get_state(paused).interrupts
         agent.graph.invoke(Command(resume={interrupt.id: {"apply": True}}), paused)
     assert len(ledger.ran) == 1
+
+
+def test_what_the_sweep_declines_below_a_delegation_is_audited_with_its_tool_call_id(
+        sqlite_url: str) -> None:
+    """A new message given as graph input stops a delegation whose subagents wait: the sweep
+    declined their approvals from the approval's row alone, and audited the decline with no
+    tool_call_id, so an auditor could not tie it to the model's call it declined."""
+    from langchain_core.messages import HumanMessage
+
+    from tests.test_subagent_waits import _chain
+
+    sup = _chain(sqlite_url, [])
+    first = sup.generate("pay 1")
+    (asked,) = first.pending_approvals
+    sup.graph.invoke({"messages": [HumanMessage("never mind, pay 2")]}, config(first.thread_id))
+    declined = [e for e in sup._storage.ledger.read_audit(thread_id=first.thread_id)
+                if e["event"] == "superseded"]
+    assert declined and all(e["approval_id"] == asked.id for e in declined)
+    assert [e["tool_call_id"] for e in declined] == [asked.tool_call_id] * len(declined)
