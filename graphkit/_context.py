@@ -38,8 +38,9 @@ EVENT_KEY = "graphkit_event"
 LEASE_KEY = "__graphkit_lease"
 """Key of `config["configurable"]` holding the owner token of the thread lease the run holds
 (graphkit's doors and the agent's graph set it; LangGraph keeps keys starting with "__" out
-of checkpoint metadata). A client that sets it names a lease this process does not hold: the
-agent's graph takes one of its own (`graphkit._leased_graph`)."""
+of checkpoint metadata), which its nodes check (`graphkit._fence`). It proves nothing: a run
+holds the lease because its door or graph took it (`graphkit._leased_graph`), and a client
+that names one only has its run fenced by a lease it does not hold."""
 
 
 def agent_path_of(config: RunnableConfig, name: str) -> list[str]:
@@ -63,7 +64,9 @@ def delegation_of(config: RunnableConfig) -> str:
 
 
 def thread_id_of(config: RunnableConfig) -> str:
-    return str((config.get("configurable") or {}).get("thread_id") or "")
+    """The thread, as LangGraph's savers name it (`str`; a thread id of 0 is "0")."""
+    thread_id = (config.get("configurable") or {}).get("thread_id")
+    return "" if thread_id is None else str(thread_id)
 
 
 def lease_of(config: RunnableConfig) -> str | None:

@@ -9,11 +9,14 @@ lost, and a delegation the message stopped was told it "did not run" while it pa
 
 So the graph's own `stream` and `astream`, which `invoke`, `ainvoke`, `astream_events` and
 the LangGraph server all go through, and its state writes (`update_state` and its kin), take
-the lease as graphkit's doors do, waiting for its holder as they do, unless the config names
-one this process holds for the thread (a door's, or the enclosing run's for a nested graph).
-The run's nodes and writes then check that it is still theirs (`graphkit._fence`). A config
-that names a lease this process does not hold (a client's guess) gets a lease of its own: the
-key is no way around the order.
+the lease as graphkit's doors do, waiting for its holder as they do. The thread is the one
+LangGraph itself reads: the config given, over the one a surrounding runnable passes down.
+graphkit's doors, which hold the lease already, stream through `stream_held` and
+`astream_held`: nothing in a config says a run holds the lease (a key there was a bearer
+token, which a run's own debug stream shows its client: helper-96). The lease's owner does
+go in the config, for the run's nodes and writes to check that it is still theirs
+(`graphkit._fence`); a client that names one only has its run fenced by a lease it does not
+hold.
 """
 
 from __future__ import annotations
@@ -25,13 +28,21 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langchain_core.runnables.config import merge_configs
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import StateUpdate
 
-from graphkit._context import LEASE_KEY, lease_of, thread_id_of
-from graphkit._ledger import Ledger, RunBusyError, _keeper, _schema
+from graphkit._context import LEASE_KEY
+from graphkit._ledger import Ledger, RunBusyError, _schema
 from graphkit._offload import apart, offload
+
+try:
+    from langgraph._internal._config import ensure_config
+except ImportError:  # pragma: no cover - a LangGraph without it: LangChain's merge
+    from langchain_core.runnables.config import ensure_config as _ensure
+    from langchain_core.runnables.config import merge_configs
+
+    def ensure_config(*configs: RunnableConfig | None) -> RunnableConfig:
+        return _ensure(merge_configs(*configs))
 
 __all__ = ["LeasedGraph"]
 
@@ -48,20 +59,16 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
         attrs = {k: v for k, v in compiled.__dict__.items() if k != "__orig_class__"}
         return cls(leases=leases, **attrs)
 
-    def _unleased(self, config: RunnableConfig | None) -> str:
-        """The thread a run with `config` advances without holding its lease here; "" when
-        it holds it (or names no thread)."""
-        merged = merge_configs(self.config, config)
-        thread_id = thread_id_of(merged)
-        owner = lease_of(merged)
-        if not thread_id or (owner is not None and _keeper.KEEPER.holds(thread_id, owner)):
-            return ""
-        return thread_id
+    def _thread(self, config: RunnableConfig | None) -> str | None:
+        """The thread a run with `config` advances, as LangGraph reads it (None: none)."""
+        thread_id = (ensure_config(self.config, config).get("configurable") or {}).get(
+            "thread_id")
+        return None if thread_id is None else str(thread_id)
 
     def stream(self, input: Any, config: RunnableConfig | None = None,
                **kwargs: Any) -> Iterator[Any]:
-        thread_id = self._unleased(config)
-        if not thread_id:
+        thread_id = self._thread(config)
+        if thread_id is None:
             yield from super().stream(input, config, **kwargs)
             return
         with self.leases.lease(thread_id, wait=_schema.WAIT_SECONDS) as owner:
@@ -69,8 +76,8 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
 
     async def astream(self, input: Any, config: RunnableConfig | None = None,
                       **kwargs: Any) -> AsyncIterator[Any]:
-        thread_id = self._unleased(config)
-        if not thread_id:
+        thread_id = self._thread(config)
+        if thread_id is None:
             async for part in super().astream(input, config, **kwargs):
                 yield part
             return
@@ -81,10 +88,20 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
         finally:  # (shielded: a cancel while it is given back still gives it back)
             await asyncio.shield(offload(self.leases.release_thread, thread_id, owner))
 
+    def stream_held(self, input: Any, config: RunnableConfig, **kwargs: Any) -> Iterator[Any]:
+        """`stream`, for a door that holds the thread's lease already (its owner in
+        `config`)."""
+        return super().stream(input, config, **kwargs)
+
+    def astream_held(self, input: Any, config: RunnableConfig, **kwargs: Any
+                     ) -> AsyncIterator[Any]:
+        """`astream`, for a door that holds the thread's lease already."""
+        return super().astream(input, config, **kwargs)
+
     def bulk_update_state(self, config: RunnableConfig,
                           supersteps: Sequence[Sequence[StateUpdate]]) -> RunnableConfig:
-        thread_id = self._unleased(config)
-        if not thread_id:
+        thread_id = self._thread(config)
+        if thread_id is None:
             return super().bulk_update_state(config, supersteps)
         with self.leases.lease(thread_id, wait=_schema.WAIT_SECONDS) as owner:
             return super().bulk_update_state(_leased(config, owner), supersteps)
@@ -92,8 +109,8 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
     async def abulk_update_state(self, config: RunnableConfig,
                                  supersteps: Sequence[Sequence[StateUpdate]]
                                  ) -> RunnableConfig:
-        thread_id = self._unleased(config)
-        if not thread_id:
+        thread_id = self._thread(config)
+        if thread_id is None:
             return await super().abulk_update_state(config, supersteps)
         owner = await _ahold(self.leases, thread_id)
         try:
@@ -125,7 +142,7 @@ async def _ahold(leases: Ledger, thread_id: str) -> str:
         if owner is not None:
             return owner
         if time.monotonic() >= deadline:
-            msg = f"thread {thread_id!r} is being advanced by another process"
+            msg = f"thread {thread_id!r} is being advanced by another run"
             raise RunBusyError(msg)
         await asyncio.sleep(pause)
         pause = min(pause * 2, 0.1)

@@ -31,6 +31,7 @@ from graphkit._events import (
     suspend_payload,
     with_waiting_beside,
 )
+from graphkit._leased_graph import LeasedGraph
 from graphkit._ledger import Ledger
 from graphkit._offload import apart, offload
 from graphkit.types import GenerateResult, PendingApproval, RunState, StreamChunk
@@ -258,9 +259,11 @@ class AgentStream:
         resumed = False
         try:
             yield run.start()
-            parts: Any = self._graph.stream(inv.input, inv.config, stream_mode=self._modes,
-                                            durability=DURABILITY,
-                                            subgraphs=self._modes is STREAM_MODES)
+            # (it holds the thread's lease: the graph does not take it again)
+            stream = (self._graph.stream_held if isinstance(self._graph, LeasedGraph)
+                      else self._graph.stream)
+            parts: Any = stream(inv.input, inv.config, stream_mode=self._modes,
+                                durability=DURABILITY, subgraphs=self._modes is STREAM_MODES)
             try:
                 for part in parts:
                     chunks, stop = run.feed(part)
@@ -364,9 +367,10 @@ class AsyncAgentStream:
         resumed = False
         try:
             yield run.start()
-            parts: Any = self._graph.astream(inv.input, inv.config, stream_mode=self._modes,
-                                             durability=DURABILITY,
-                                             subgraphs=self._modes is STREAM_MODES)
+            astream = (self._graph.astream_held if isinstance(self._graph, LeasedGraph)
+                       else self._graph.astream)
+            parts: Any = astream(inv.input, inv.config, stream_mode=self._modes,
+                                 durability=DURABILITY, subgraphs=self._modes is STREAM_MODES)
             try:
                 async for part in parts:
                     chunks, stop = run.feed(part)

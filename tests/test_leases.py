@@ -1118,36 +1118,72 @@ def _waits_for_a_holder_elsewhere(tmp_path: Path, db: Path, thread_id: str, door
     assert not running.is_alive()
 
 
-@pytest.mark.parametrize("door", ["invoke", "ainvoke", "a lease key of the client's"])
+@pytest.mark.parametrize("door", ["invoke", "ainvoke", "a lease key of the client's",
+                                  "inside a runnable", "thread id 0"])
 def test_graph_input_given_to_the_graph_waits_for_the_threads_lease(tmp_path: Path,
                                                                     door: str) -> None:
     """LangGraph does not order a thread's runs: graph input given to the agent's graph
     directly went on beside the process holding the thread's lease (a worker paying), from
     the same checkpoint, and the later writer's checkpoints hid the other's (helper-95: the
-    user's message and its answer lost). It waits for the lease now, as graphkit's doors do;
-    a lease named in the config that this process does not hold is no way around it."""
+    user's message and its answer lost). It waits for the lease now, as graphkit's doors do,
+    wherever LangGraph reads the thread from: the config given, or the one a surrounding
+    runnable passes down (helper-96: that run took no lease), and a thread id of 0 (read as
+    "0" by the saver, as no thread by the lease: helper-96)."""
     import asyncio
 
     from langchain_core.messages import HumanMessage
+    from langchain_core.runnables import RunnableLambda
 
     from graphkit._context import LEASE_KEY
 
     db, asked = tmp_path / "runs.db", []
     agent = _chat_agent(db, asked)
-    configurable = {"thread_id": "t1"}
+    thread_id: Any = 0 if door == "thread id 0" else "t1"
+    configurable = {"thread_id": thread_id}
     if door == "a lease key of the client's":
         configurable[LEASE_KEY] = new_owner()
     given, config = {"messages": [HumanMessage("hello")]}, {"configurable": configurable}
     outs: list[Any] = []
 
     def run() -> None:
-        outs.append(asyncio.run(agent.graph.ainvoke(given, config)) if door == "ainvoke"
-                    else agent.graph.invoke(given, config))
+        if door == "ainvoke":
+            outs.append(asyncio.run(agent.graph.ainvoke(given, config)))
+        elif door == "inside a runnable":  # (the graph called without a config of its own)
+            outs.append(RunnableLambda(lambda x: agent.graph.invoke(x)).invoke(given, config))
+        else:
+            outs.append(agent.graph.invoke(given, config))
 
-    _waits_for_a_holder_elsewhere(tmp_path, db, "t1", run, lambda: asked == [])
+    _waits_for_a_holder_elsewhere(tmp_path, db, str(thread_id), run, lambda: asked == [])
     assert asked == ["hello"] and outs[0]["messages"][-1].content == "hi"
+    ledger = agent._storage.ledger  # given back after the run
+    ledger.release_thread(str(thread_id), ledger.hold_thread(str(thread_id), wait=0.0))
+
+
+def test_naming_the_holders_lease_in_the_config_opens_nothing(tmp_path: Path) -> None:
+    """The owner token of the lease a run holds was a bearer token: a run whose config named
+    it went on beside the holder, and a run's own debug and checkpoint streams show its
+    config (helper-96: a client read it from one run and sent the next with it; a tool of
+    one agent passed its config to another's graph). Only the door that took the lease
+    streams without taking it (`LeasedGraph.stream_held`)."""
+    from langchain_core.messages import HumanMessage
+
+    from graphkit._context import LEASE_KEY
+
+    asked: list[str] = []
+    agent = _chat_agent(tmp_path / "runs.db", asked)
     ledger = agent._storage.ledger
-    ledger.release_thread("t1", ledger.hold_thread("t1", wait=0.0))  # given back after the run
+    owner = ledger.hold_thread("t1")  # as a run of this process holds it while it streams
+    config: Any = {"configurable": {"thread_id": "t1", LEASE_KEY: owner}}
+    running = threading.Thread(
+        target=lambda: agent.graph.invoke({"messages": [HumanMessage("hello")]}, config))
+    try:
+        running.start()
+        running.join(1.0)
+        assert running.is_alive() and asked == [], "it went on beside the lease's holder"
+    finally:
+        ledger.release_thread("t1", owner)
+    running.join(30)
+    assert asked == ["hello"]
 
 
 @pytest.mark.parametrize("door", ["update_state", "aupdate_state"])

@@ -474,7 +474,7 @@ class Leases(LedgerBase):
         pause = 0.005
         while not self._take(thread_id, owner, run):
             if time.monotonic() >= deadline:
-                msg = f"thread {thread_id!r} is being advanced by another process"
+                msg = f"thread {thread_id!r} is being advanced by another run"
                 raise RunBusyError(msg)
             time.sleep(pause)
             pause = min(pause * 2, 0.1)
