@@ -32,7 +32,8 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import StateUpdate
 
 from graphkit._context import LEASE_KEY
-from graphkit._ledger import Ledger, RunBusyError, _schema
+from graphkit._ledger import Ledger, RunBusyError, _keeper, _schema
+from graphkit._ledger._leases import busy
 from graphkit._offload import apart, offload
 
 try:
@@ -65,14 +66,36 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
             "thread_id")
         return None if thread_id is None else str(thread_id)
 
+    def _hold(self, thread_id: str) -> str:
+        """The thread's lease for a sync call, as `Ledger.hold_thread` takes it; at once or
+        not at all on a running event loop while a run of this process holds it (a
+        notebook's cell beside a task it started): the wait would block the loop that run
+        may need to finish, for the whole wait (helper-96)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self.leases.hold_thread(thread_id, wait=_schema.WAIT_SECONDS)
+        if not _keeper.KEEPER.held_here(thread_id):
+            return self.leases.hold_thread(thread_id, wait=_schema.WAIT_SECONDS)
+        try:
+            return self.leases.hold_thread(thread_id, wait=0.0)
+        except RunBusyError as exc:
+            msg = (f"thread {thread_id!r} is being advanced by another run of this process, "
+                   "and this call would wait for it on the event loop that run may need: "
+                   "await `ainvoke` or `astream` instead")
+            raise RunBusyError(msg) from exc
+
     def stream(self, input: Any, config: RunnableConfig | None = None,
                **kwargs: Any) -> Iterator[Any]:
         thread_id = self._thread(config)
         if thread_id is None:
             yield from super().stream(input, config, **kwargs)
             return
-        with self.leases.lease(thread_id, wait=_schema.WAIT_SECONDS) as owner:
+        owner = self._hold(thread_id)
+        try:
             yield from super().stream(input, _leased(config, owner), **kwargs)
+        finally:
+            self.leases.release_thread(thread_id, owner)
 
     async def astream(self, input: Any, config: RunnableConfig | None = None,
                       **kwargs: Any) -> AsyncIterator[Any]:
@@ -103,8 +126,11 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
         thread_id = self._thread(config)
         if thread_id is None:
             return super().bulk_update_state(config, supersteps)
-        with self.leases.lease(thread_id, wait=_schema.WAIT_SECONDS) as owner:
+        owner = self._hold(thread_id)
+        try:
             return super().bulk_update_state(_leased(config, owner), supersteps)
+        finally:
+            self.leases.release_thread(thread_id, owner)
 
     async def abulk_update_state(self, config: RunnableConfig,
                                  supersteps: Sequence[Sequence[StateUpdate]]
@@ -142,8 +168,7 @@ async def _ahold(leases: Ledger, thread_id: str) -> str:
         if owner is not None:
             return owner
         if time.monotonic() >= deadline:
-            msg = f"thread {thread_id!r} is being advanced by another run"
-            raise RunBusyError(msg)
+            raise busy(thread_id)
         await asyncio.sleep(pause)
         pause = min(pause * 2, 0.1)
 

@@ -1186,6 +1186,43 @@ def test_naming_the_holders_lease_in_the_config_opens_nothing(tmp_path: Path) ->
     assert asked == ["hello"]
 
 
+@pytest.mark.blocks_its_loop  # (a sync call on a loop: what a notebook cell makes)
+@pytest.mark.parametrize("where", ["a notebook cell's event loop", "a thread"])
+def test_a_sync_call_beside_a_run_of_this_process_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """A sync call on an event loop (a notebook cell) while a run of this process held the
+    thread (a task the cell started) waited on the loop that run needed, for the whole wait,
+    and then said "another process" (helper-96). It fails at once now, saying to await; a
+    call that waits in a thread and gives up says the holder is a run of this process."""
+    import asyncio
+
+    from langchain_core.messages import HumanMessage
+
+    from graphkit._ledger import _schema
+
+    monkeypatch.setattr(_schema, "WAIT_SECONDS", 1.0)
+    asked: list[str] = []
+    agent = _chat_agent(tmp_path / "runs.db", asked)
+    ledger = agent._storage.ledger
+    owner = ledger.hold_thread("t1")  # as a task of this process holds it while it streams
+    config: Any = {"configurable": {"thread_id": "t1"}}
+
+    async def cell() -> Any:
+        return agent.graph.invoke({"messages": [HumanMessage("hello")]}, config)
+
+    try:
+        with pytest.raises(RunBusyError) as raised:
+            if where == "a thread":
+                agent.graph.invoke({"messages": [HumanMessage("hello")]}, config)
+            else:
+                asyncio.run(cell())
+    finally:
+        ledger.release_thread("t1", owner)
+    said = str(raised.value)
+    assert "of this process" in said and asked == []
+    assert ("await `ainvoke`" in said) == (where != "a thread")
+
+
 @pytest.mark.parametrize("door", ["update_state", "aupdate_state"])
 def test_a_state_write_waits_for_the_threads_lease(tmp_path: Path, door: str) -> None:
     """A client's state write beside a run that holds the thread wrote from the checkpoint

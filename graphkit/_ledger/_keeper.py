@@ -53,9 +53,9 @@ class LeaseKeeper:
             if what[0] == "thread":
                 self._threads.pop((what[1], owner), None)
 
-    def holds(self, thread_id: str, owner: str) -> bool:
-        """Whether this process holds the thread's lease as `owner` (lapsed or not)."""
-        return (thread_id, owner) in self._threads
+    def held_here(self, thread_id: str) -> bool:
+        """Whether a run of this process holds the thread's lease."""
+        return any(held == thread_id for held, _ in list(self._threads))
 
     def lapsed(self, thread_id: str, owner: str) -> bool:
         """Whether the thread lease `owner` (taken by this process) is no longer its own:

@@ -27,7 +27,7 @@ from graphkit._ledger._sql import RunBusyError, Tx, dumps, loads
 from graphkit._owner import holder_is_dead, new_owner
 from graphkit.errors import GraphkitError
 
-__all__ = ["Leases", "ReadyRun"]
+__all__ = ["Leases", "ReadyRun", "busy"]
 
 logger = logging.getLogger("graphkit")
 
@@ -68,6 +68,13 @@ class ReadyRun(NamedTuple):
     transaction, which holds the database's write lock). PostgreSQL's claim is one statement,
     whose snapshot may predate a run started and ended on the thread before the lease was
     taken (helper-36, helper-38): the resume reads it once it holds the lease."""
+
+
+def busy(thread_id: str) -> RunBusyError:
+    """The error of a run that found its thread held for longer than it waits."""
+    here = (" of this process (a stream not read to its end holds it until it is closed)"
+            if _keeper.KEEPER.held_here(thread_id) else "")
+    return RunBusyError(f"thread {thread_id!r} is being advanced by another run{here}")
 
 
 class Leases(LedgerBase):
@@ -474,8 +481,7 @@ class Leases(LedgerBase):
         pause = 0.005
         while not self._take(thread_id, owner, run):
             if time.monotonic() >= deadline:
-                msg = f"thread {thread_id!r} is being advanced by another run"
-                raise RunBusyError(msg)
+                raise busy(thread_id)
             time.sleep(pause)
             pause = min(pause * 2, 0.1)
         _keeper.KEEPER.hold(self, ("thread", thread_id), owner, _schema.LEASE_SECONDS)
