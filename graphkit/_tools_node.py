@@ -291,6 +291,8 @@ class _Handoff:
         self._ledger, self._key = ledger, key
         self._lock = threading.Lock()
         self.cancelled = False
+        self.started = False
+        """Whether the thread took the claim to start the tool (a sync tool's whole call)."""
         self._landed: _Admitted | None = None
 
     def landed(self, admitted: _Admitted, *, take: bool = False) -> bool:
@@ -299,6 +301,7 @@ class _Handoff:
         with self._lock:
             if not self.cancelled:
                 self._landed = None if take else admitted
+                self.started = self.started or take
                 return True
         self._ledger.release(self._key, admitted.owner)
         return False
@@ -601,11 +604,19 @@ def make_tools_nodes(
         if named is not None and _is_sync(named):
             # the whole call in one hop: admitted, run and recorded in the tool's thread
             handoff = _Handoff(ledger, task["key"])
+            running = asyncio.ensure_future(run_in_executor(
+                _SYNC_TOOL_POOL, run_tool, task, config, handoff))
             try:
-                command: Command[ToolTarget] = await run_in_executor(
-                    _SYNC_TOOL_POOL, run_tool, task, config, handoff)
+                command: Command[ToolTarget] = await asyncio.shield(running)
             except asyncio.CancelledError:
                 handoff.cancel()  # a waiting thread stops waiting, and never starts the tool
+                if handoff.started:
+                    # A tool that started runs on in its thread, whatever cancels the run:
+                    # the run ends when it ends, so that its thread's lease is not let go
+                    # while it runs (the next run told its payment's outcome was unknown,
+                    # while it paid: helper-96). A second cancel leaves it at once.
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(running)
                 raise
             return command
         begun = await abegin(task, config)

@@ -9,6 +9,7 @@ thing leases exist to prevent. The real-process tests below kill a holder in our
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import random
@@ -942,6 +943,64 @@ def test_a_cancelled_runs_sync_tool_never_starts_after_the_cancel(
     assert runs == []
     agent.graph.invoke(Command(resume={}), config)
     assert runs == ["api"]
+
+
+def test_a_cancelled_async_run_holds_its_thread_until_the_sync_tool_it_started_ends(
+        tmp_path: Path) -> None:
+    """An async run cancelled while its approved sync tool ran (a client that went away, a
+    timeout) let its thread's lease go at once, while the tool went on in its thread: the
+    next run started beside the payment, and told the conversation its outcome was unknown
+    while it paid (helper-96). The cancelled run now ends when the tool ends."""
+    import asyncio
+
+    from langchain_core.messages import HumanMessage, ToolMessage
+    from langgraph.types import Command
+
+    from graphkit import Agent, create_tool
+    from graphkit.testing import ScriptedChatModel
+    from tests.helpers import call, turn
+
+    started, release = threading.Event(), threading.Event()
+    paid: list[int] = []
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Send a payment."""
+        started.set()
+        assert release.wait(20)
+        paid.append(amount)
+        return f"paid {amount}"
+
+    def reply(messages: list[Any]) -> Any:
+        if isinstance(messages[-1], HumanMessage) and messages[-1].content == "pay":
+            return turn(call("pay", {"amount": 1}, "c1"))
+        return f"ok: {messages[-1].content}"
+
+    agent = Agent(name="bank", tools=[pay], model=ScriptedChatModel(reply),
+                  checkpointer=f"sqlite:///{tmp_path / 'runs.db'}")
+    first = agent.generate("pay")
+    config: Any = {"configurable": {"thread_id": first.thread_id}}
+
+    async def main() -> bool:
+        paying = asyncio.ensure_future(agent.graph.ainvoke(
+            Command(resume={"decisions": [{"type": "approve"}]}), config))
+        while not started.is_set():
+            await asyncio.sleep(0.02)
+        paying.cancel()
+        after = asyncio.ensure_future(agent.graph.ainvoke(
+            {"messages": [HumanMessage("and then?")]}, config))
+        await asyncio.sleep(1.0)
+        went_on = after.done()
+        release.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await paying
+        await after
+        return went_on
+
+    assert asyncio.run(main()) is False, "the next run went on while the payment ran"
+    told = [m.content for m in agent.graph.get_state(config).values["messages"]
+            if isinstance(m, ToolMessage)]
+    assert paid == [1] and told == ["paid 1"]
 
 
 @pytest.mark.parametrize("flavour", ["sync run", "async run"])
