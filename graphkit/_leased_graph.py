@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import StateUpdate
 
@@ -38,9 +39,12 @@ from graphkit._offload import apart, offload
 
 try:
     from langgraph._internal._config import ensure_config
-except ImportError:  # pragma: no cover - a LangGraph without it: LangChain's merge
+    from langgraph._internal._constants import CONFIG_KEY_TASK_ID
+except ImportError:  # pragma: no cover - a LangGraph without them: LangChain's merge
     from langchain_core.runnables.config import ensure_config as _ensure
     from langchain_core.runnables.config import merge_configs
+
+    CONFIG_KEY_TASK_ID = "__pregel_task_id"
 
     def ensure_config(*configs: RunnableConfig | None) -> RunnableConfig:
         return _ensure(merge_configs(*configs))
@@ -61,10 +65,18 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
         return cls(leases=leases, **attrs)
 
     def _thread(self, config: RunnableConfig | None) -> str | None:
-        """The thread a run with `config` advances, as LangGraph reads it (None: none)."""
-        thread_id = (ensure_config(self.config, config).get("configurable") or {}).get(
-            "thread_id")
-        return None if thread_id is None else str(thread_id)
+        """The thread a run with `config` advances, as LangGraph reads it; None for none, and
+        for a graph called inside a running graph's task (a subgraph, an agent a tool calls),
+        as LangGraph tells one: the run of that task advances the thread, under its lease
+        if it is an agent's (waiting for it there hung the run for the whole wait:
+        helper-97). Only LangGraph's own context says so, never a key a client passed."""
+        configurable = ensure_config(self.config, config).get("configurable") or {}
+        thread_id = configurable.get("thread_id")
+        ambient = (var_child_runnable_config.get() or {}).get("configurable") or {}
+        if thread_id is None or (CONFIG_KEY_TASK_ID in configurable
+                                 and CONFIG_KEY_TASK_ID in ambient):
+            return None
+        return str(thread_id)
 
     def _hold(self, thread_id: str) -> str:
         """The thread's lease for a sync call, as `Ledger.hold_thread` takes it; at once or

@@ -1178,7 +1178,8 @@ def _waits_for_a_holder_elsewhere(tmp_path: Path, db: Path, thread_id: str, door
 
 
 @pytest.mark.parametrize("door", ["invoke", "ainvoke", "a lease key of the client's",
-                                  "inside a runnable", "thread id 0"])
+                                  "a task id of the client's", "inside a runnable",
+                                  "thread id 0"])
 def test_graph_input_given_to_the_graph_waits_for_the_threads_lease(tmp_path: Path,
                                                                     door: str) -> None:
     """LangGraph does not order a thread's runs: graph input given to the agent's graph
@@ -1201,6 +1202,8 @@ def test_graph_input_given_to_the_graph_waits_for_the_threads_lease(tmp_path: Pa
     configurable = {"thread_id": thread_id}
     if door == "a lease key of the client's":
         configurable[LEASE_KEY] = new_owner()
+    if door == "a task id of the client's":  # (as if the graph ran inside another's task)
+        configurable["__pregel_task_id"] = str(uuid.uuid4())
     given, config = {"messages": [HumanMessage("hello")]}, {"configurable": configurable}
     outs: list[Any] = []
 
@@ -1216,6 +1219,39 @@ def test_graph_input_given_to_the_graph_waits_for_the_threads_lease(tmp_path: Pa
     assert asked == ["hello"] and outs[0]["messages"][-1].content == "hi"
     ledger = agent._storage.ledger  # given back after the run
     ledger.release_thread(str(thread_id), ledger.hold_thread(str(thread_id), wait=0.0))
+
+
+def test_an_agent_a_tool_calls_runs_inside_the_callers_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent's tool that calls another agent's graph without a config of its own (the
+    agent-as-a-tool pattern): LangGraph runs it inside the tool's task, on the caller's
+    thread, which the caller's run holds. It waited for that lease, the whole wait, and the
+    caller's run failed (helper-97). It runs inside the caller's run, as before."""
+    from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
+
+    from graphkit import Agent, create_tool
+    from graphkit._ledger import _schema
+    from graphkit.testing import ScriptedChatModel
+    from tests.helpers import call, turn
+
+    monkeypatch.setattr(_schema, "WAIT_SECONDS", 2.0)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    helper = _chat_agent(tmp_path / "runs.db", [])
+
+    @create_tool
+    def ask_helper(question: str) -> str:
+        """Ask the helper agent."""
+        out = helper.graph.invoke({"messages": [HumanMessage(question)]})
+        return str(out["messages"][-1].content)
+
+    def reply(messages: list[BaseMessage]) -> Any:
+        if isinstance(messages[-1], ToolMessage):
+            return f"helper said {messages[-1].content}"
+        return turn(call("ask_helper", {"question": "q"}, "c1"))
+
+    caller = Agent(name="caller", tools=[ask_helper], model=ScriptedChatModel(reply),
+                   checkpointer=url)
+    assert caller.generate("go").text == "helper said hi"
 
 
 def test_naming_the_holders_lease_in_the_config_opens_nothing(tmp_path: Path) -> None:
