@@ -358,12 +358,21 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
     if req is not None:
         undecided = [record for _, record in everything
                      if (row := rows.get(record["id"])) is not None and not row.decided]
+        below = [record for _, record in everything
+                 if len(record["agent_path"]) > 1 and record.get("call_key")]
+        chains = ({r["id"]: req.ledger.delegations_of_call(str(r["call_key"])) for r in below}
+                  if durable or reads_data else {})
+        kept = {r["id"] for r in below if auto and r["kind"] == "suspension"}
+        read_at = {tuple(r["agent_path"]) for r in below if r["id"] in kept}
         # Where auto-resume reads a suspended tool's data, a subagent's undecided approval
         # is declined here too, and its delegation stopped below: left to its gate, the
         # subagent was told its call did not run and asked again (helper-92, helper-94).
+        # One beside the suspension, in the subagent whose gate reads it, is left to that
+        # gate (a decline applied there first skipped reading: helper-97).
         declines = [superseded(record, comment=BY_NEW_MESSAGE, thread_id=req.thread_id,
                                run_id=req.run_id) for record in undecided
-                    if (durable or (reads_data and len(record["agent_path"]) > 1))
+                    if (durable or (reads_data and record["id"] in chains
+                                    and tuple(record["agent_path"]) not in read_at))
                     and not (auto and record["kind"] == "suspension")]
         # (`_reply.left_queued` reads the queue too)
         queue = (QueuedFor("/".join(req.agent_path), str(plan.get("ai_message_id")), said)
@@ -381,14 +390,9 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
         # A delegation with nothing decided below it is stopped, as graph input stops it
         # (`_reply`): its subagent, whose calls the message superseded, went on to its model,
         # which could plan again and ask again (helper-92). Its node answers so on resume.
-        below = [record for _, record in everything
-                 if len(record["agent_path"]) > 1 and record.get("call_key")]
         if (durable or reads_data) and below:
-            stop_delegations(
-                req.ledger, ((req.ledger.delegations_of_call(str(record["call_key"])),
-                              record["id"]) for record in below),
-                thread_id=req.thread_id,
-                kept={r["id"] for r in below if auto and r["kind"] == "suspension"})
+            stop_delegations(req.ledger, ((chains[r["id"]], r["id"]) for r in below),
+                             thread_id=req.thread_id, kept=kept)
     resume = {interrupt_id: GateResume(supersede=said, auto_resume=auto, queue=not queue_here)
               for interrupt_id, _ in found}
     # the new message starts a new run: what the turn records from here on is filed under it

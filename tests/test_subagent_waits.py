@@ -538,3 +538,45 @@ def test_a_reply_auto_resume_reads_for_a_subagent_stops_the_sibling_it_supersede
     assert told["d2"] == "sub: Paris: sunny, +72F"
     assert "stopped by a new user message" in told["d1"]
     assert Inbox(sqlite_url).pending() == [] and Inbox(sqlite_url).ready() == []
+
+
+def test_a_reply_auto_resume_reads_for_a_subagent_supersedes_the_approval_beside_it_there(
+        sqlite_url: str) -> None:
+    """A subagent's turn holds a suspended tool and an undecided payment; the user's reply
+    through the API is read for the tool. The payment was declined in the ledger before
+    the subagent's gate ran, which then applied the decline and never read the reply: the
+    tool asked again, the message unanswered (helper-97). Its gate reads the reply, and
+    supersedes the payment beside it, as an agent's own gate does at the top."""
+    from tests.test_suspension import city_from_reply, weather_tool
+
+    ran: list[int] = []
+    log: list[str] = []
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Send a payment."""
+        ran.append(amount)
+        return f"paid {amount}"
+
+    def forecaster_reply(messages: list[BaseMessage]) -> Any:
+        results = [m for m in messages if isinstance(m, ToolMessage)]
+        if not results:
+            return turn(call("weather", {}, "w1"), call("pay", {"amount": 5}, "p1"))
+        return "sub: " + " | ".join(m.text for m in results)
+
+    def top_reply(messages: list[BaseMessage]) -> Any:
+        if not any(isinstance(m, AIMessage) for m in messages):
+            return turn(call("forecaster", {"task": "weather"}, "d1"))
+        return f"top: {messages[-1].text}"
+
+    forecaster = Agent(name="forecaster", description="Weather", tools=[weather_tool(log), pay],
+                       model=ScriptedChatModel(forecaster_reply, structured=city_from_reply))
+    sup = Agent(name="supervisor", agents={"forecaster": forecaster}, checkpointer=sqlite_url,
+                auto_resume_suspended_tools=True, model=ScriptedChatModel(top_reply))
+    first = sup.generate("weather, and pay")
+    final = sup.generate("Paris", thread_id=first.thread_id)
+    assert log[-1] == "fetched Paris" and ran == []
+    assert final.finish_reason == "stop" and final.text == "top: Paris"
+    told = {m.tool_call_id: m.text for m in final.messages if isinstance(m, ToolMessage)}
+    assert "Paris: sunny" in told["d1"] and "not run" in told["d1"]
+    assert Inbox(sqlite_url).pending() == []
