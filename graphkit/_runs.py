@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
@@ -32,7 +33,7 @@ from graphkit._events import (
     with_waiting_beside,
 )
 from graphkit._leased_graph import LeasedGraph
-from graphkit._ledger import Ledger
+from graphkit._ledger import WAIT_SECONDS, Ledger, RunBusyError
 from graphkit._offload import apart, offload
 from graphkit.types import GenerateResult, PendingApproval, RunState, StreamChunk
 
@@ -322,9 +323,12 @@ class AsyncAgentStream:
         thread_id: str,
         *,
         decides: str | None = None,
+        wait: float = WAIT_SECONDS,
     ) -> None:
         self._graph = graph
         self._prepare = prepare
+        self._wait = wait
+        """Seconds it waits for its thread while another run holds it."""
         self._decides = decides
         """The method whose decision this stream takes when first awaited, if any."""
         self._awaited = False
@@ -347,11 +351,28 @@ class AsyncAgentStream:
             if self._run is None:
                 # in a thread: it reads storage, may wait for the thread's lease, and may run
                 # an approvers policy
-                invocation = await offload(self._prepare, True)
+                invocation = await self._prepared()
                 self._run = _Run(invocation)
                 self.thread_id = invocation.thread_id
                 self.run_id = invocation.run_id  # (a decision's stream may go on as a later run)
         return self._run
+
+    async def _prepared(self) -> Invocation:
+        """The invocation, prepared in a thread (it reads storage, and may run an approvers
+        policy), each try refused at once while another run holds the thread: the wait is
+        on the event loop. Runs that waited in pool threads filled the loop's default pool,
+        which the holder needed to finish: every run stalled for the whole wait
+        (helper-97)."""
+        deadline = time.monotonic() + self._wait
+        pause = 0.005
+        while True:
+            try:
+                return await offload(self._prepare, False)
+            except RunBusyError:
+                if time.monotonic() >= deadline:
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.1)
 
     def __await__(self) -> Generator[Any, None, AsyncAgentStream]:
         async def ready() -> AsyncAgentStream:

@@ -470,7 +470,7 @@ class Agent:
             return claimed[0](wait)
 
         return AsyncAgentStream(self.graph, prepare, run_id, "",
-                                decides=getattr(claim, "method", None))
+                                decides=getattr(claim, "method", None), wait=WAIT_SECONDS)
 
     # ------------------------------------------------------------------ generate / stream
 
@@ -533,7 +533,7 @@ class Agent:
             checkpoint_reason)
         prepare = self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
                                 on_state_change=on_state_change, fresh=fresh, new_run=True)
-        return AsyncAgentStream(self.graph, prepare, run_id, thread_id)
+        return AsyncAgentStream(self.graph, prepare, run_id, thread_id, wait=WAIT_SECONDS)
 
     async def agenerate(
         self,

@@ -1254,6 +1254,47 @@ def test_an_agent_a_tool_calls_runs_inside_the_callers_run(
     assert caller.generate("go").text == "helper said hi"
 
 
+def test_async_runs_waiting_for_a_thread_leave_the_loops_pool_to_its_holder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight `agenerate` calls on a thread an async run held: each waited for the lease in a
+    thread of the loop's default pool (six on two cores), which the holder needed for its
+    own storage work: every run stalled for the whole wait, and most failed (helper-97).
+    They wait on the loop now, and all go on in turn."""
+    import asyncio
+    import time as clock
+
+    from langchain_core.messages import BaseMessage, HumanMessage
+
+    import graphkit.agent as agent_module
+    from graphkit import Agent
+    from graphkit.testing import ScriptedChatModel
+
+    monkeypatch.setattr(agent_module, "WAIT_SECONDS", 10.0)
+
+    def reply(messages: list[BaseMessage]) -> str:
+        if messages[-1].content == "slow":
+            clock.sleep(0.3)
+        return f"re: {messages[-1].content}"
+
+    agent = Agent(name="chat", model=ScriptedChatModel(reply),
+                  checkpointer=f"sqlite:///{tmp_path / 'runs.db'}")
+    config: Any = {"configurable": {"thread_id": "t1"}}
+
+    async def main() -> list[Any]:
+        await agent.agenerate("start", thread_id="t1")
+        holder = asyncio.ensure_future(
+            agent.graph.ainvoke({"messages": [HumanMessage("slow")]}, config))
+        await asyncio.sleep(0.05)
+        waiters = [agent.agenerate(f"m{i}", thread_id="t1") for i in range(8)]
+        return await asyncio.gather(holder, *waiters, return_exceptions=True)
+
+    outs = asyncio.run(main())
+    assert not [o for o in outs if isinstance(o, BaseException)], outs
+    said = [m.content for m in agent.graph.get_state(config).values["messages"]
+            if isinstance(m, HumanMessage)]
+    assert sorted(said) == sorted(["start", "slow", *(f"m{i}" for i in range(8))])
+
+
 def test_naming_the_holders_lease_in_the_config_opens_nothing(tmp_path: Path) -> None:
     """The owner token of the lease a run holds was a bearer token: a run whose config named
     it went on beside the holder, and a run's own debug and checkpoint streams show its
