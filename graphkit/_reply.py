@@ -138,11 +138,13 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
             (decided if w.row.decided else pending).add(w.row.approval_id)
     for call in waiting:
         row = ctx.ledger.call(call["key"])
-        if (call["node"] != "tools" and row is not None and row.thread_id == ctx.thread_id
-                and row.executed == DONE):
+        if row is not None and row.thread_id == ctx.thread_id and row.executed == DONE:
             # a delegation an earlier reply stopped, whose gate has not answered it yet: its
             # node answers so (a second message then swept the turn, and a decided call
-            # below the other delegation never ran: helper-93)
+            # below the other delegation never ran: helper-93); or a call that ran beside
+            # the calls that wait, its result in the step they interrupted: its node
+            # answers it as recorded (the turn was swept, and the payment a reviewer
+            # approved below never ran: helper-97)
             continue
         if (row is None or row.thread_id != ctx.thread_id or row.executed is not None
                 or not (below.get(call["key"]) or any(

@@ -580,3 +580,51 @@ def test_a_reply_auto_resume_reads_for_a_subagent_supersedes_the_approval_beside
     told = {m.tool_call_id: m.text for m in final.messages if isinstance(m, ToolMessage)}
     assert "Paris: sunny" in told["d1"] and "not run" in told["d1"]
     assert Inbox(sqlite_url).pending() == []
+
+
+def test_a_decision_below_a_delegation_beside_a_call_that_ran_runs_first_at_graph_input(
+        sqlite_url: str) -> None:
+    """The supervisor's turn delegated a payment and ran a lookup beside it; a reviewer
+    approved the payment in the inbox, then the user's next message came as graph input.
+    The lookup's result was still in the step the payment's wait interrupted, so the reply
+    gave up, the turn was swept, and the approved payment never ran, its run listed as
+    ready for good (helper-97). The payment runs first, once; the lookup is answered as
+    recorded, never run again."""
+    from langchain_core.messages import HumanMessage
+
+    ran: list[str] = []
+
+    @create_tool
+    def lookup(key: str) -> str:
+        """Look something up."""
+        ran.append("lookup")
+        return f"value of {key}"
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Send a payment."""
+        ran.append("pay")
+        return f"paid {amount}"
+
+    def payer_reply(messages: list[BaseMessage]) -> Any:
+        if isinstance(messages[-1], ToolMessage):
+            return f"payer: {messages[-1].text}"
+        return turn(call("pay", {"amount": 1}, "p1"))
+
+    def top_reply(messages: list[BaseMessage]) -> Any:
+        if not any(isinstance(m, AIMessage) for m in messages):
+            return turn(call("payer", {"task": "pay"}, "d1"), call("lookup", {"key": "k"}, "l1"))
+        return f"top: {messages[-1].text}"
+
+    payer = Agent(name="payer", description="Pays.", tools=[pay],
+                  model=ScriptedChatModel(payer_reply))
+    sup = Agent(name="supervisor", agents={"payer": payer}, tools=[lookup],
+                checkpointer=sqlite_url, model=ScriptedChatModel(top_reply))
+    first = sup.generate("pay and look up")
+    (asked,) = Inbox(sqlite_url).pending()
+    Inbox(sqlite_url).approve(asked.id, decided_by="cfo")
+    out = sup.graph.invoke({"messages": [HumanMessage("hello")]}, config(first.thread_id))
+    told = {m.tool_call_id: m.text for m in out["messages"] if isinstance(m, ToolMessage)}
+    assert ran == ["lookup", "pay"] and told == {"d1": "payer: paid 1", "l1": "value of k"}
+    assert out["messages"][-1].text == "top: hello"
+    assert Inbox(sqlite_url).pending() == [] and Inbox(sqlite_url).ready() == []
