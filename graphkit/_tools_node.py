@@ -21,11 +21,10 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal, TypeGuard
+from typing import Any, Literal, TypeGuard, TypeVar
 
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.runnables.config import run_in_executor
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
@@ -332,6 +331,19 @@ class _Handoff:
             apart(self._ledger.release, self._key, left.owner, name="graphkit-give-back")
 
 
+T = TypeVar("T")
+
+
+def _no_stop_iteration(func: Callable[..., T], *args: Any) -> T:
+    """`func(*args)` in an executor: a StopIteration it raises is a RuntimeError (set on an
+    asyncio future, it would leave the future pending for good), as LangChain's
+    `run_in_executor` does."""
+    try:
+        return func(*args)
+    except StopIteration as exc:
+        raise RuntimeError from exc
+
+
 def _prepare(
     tools: Mapping[str, BaseTool], task: ToolTask, config: RunnableConfig, ledger: Ledger,
     admitted: _Admitted,
@@ -604,8 +616,10 @@ def make_tools_nodes(
         if named is not None and _is_sync(named):
             # the whole call in one hop: admitted, run and recorded in the tool's thread
             handoff = _Handoff(ledger, task["key"])
-            running = asyncio.ensure_future(run_in_executor(
-                _SYNC_TOOL_POOL, run_tool, task, config, handoff))
+            # a future, not a task: `asyncio.run` ending cancels every task, and a task that
+            # ran the tool would give up waiting for it (helper-98)
+            running = asyncio.get_running_loop().run_in_executor(
+                _SYNC_TOOL_POOL, _no_stop_iteration, run_tool, task, config, handoff)
             try:
                 command: Command[ToolTarget] = await asyncio.shield(running)
             except asyncio.CancelledError:

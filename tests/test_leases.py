@@ -945,12 +945,14 @@ def test_a_cancelled_runs_sync_tool_never_starts_after_the_cancel(
     assert runs == ["api"]
 
 
+@pytest.mark.parametrize("how", ["task.cancel()", "asyncio.run ends"])
 def test_a_cancelled_async_run_holds_its_thread_until_the_sync_tool_it_started_ends(
-        tmp_path: Path) -> None:
+        tmp_path: Path, how: str) -> None:
     """An async run cancelled while its approved sync tool ran (a client that went away, a
-    timeout) let its thread's lease go at once, while the tool went on in its thread: the
-    next run started beside the payment, and told the conversation its outcome was unknown
-    while it paid (helper-96). The cancelled run now ends when the tool ends."""
+    timeout, `asyncio.run` ending with the run pending) let its thread's lease go at once,
+    while the tool went on in its thread: the next run started beside the payment, and told
+    the conversation its outcome was unknown while it paid (helper-96, helper-98). The
+    cancelled run now ends when the tool ends."""
     import asyncio
 
     from langchain_core.messages import HumanMessage, ToolMessage
@@ -981,11 +983,13 @@ def test_a_cancelled_async_run_holds_its_thread_until_the_sync_tool_it_started_e
     first = agent.generate("pay")
     config: Any = {"configurable": {"thread_id": first.thread_id}}
 
-    async def main() -> bool:
+    async def pay_then(leave: bool) -> bool:
         paying = asyncio.ensure_future(agent.graph.ainvoke(
             Command(resume={"decisions": [{"type": "approve"}]}), config))
         while not started.is_set():
             await asyncio.sleep(0.02)
+        if leave:
+            return False  # (`asyncio.run` cancels the run as it ends)
         paying.cancel()
         after = asyncio.ensure_future(agent.graph.ainvoke(
             {"messages": [HumanMessage("and then?")]}, config))
@@ -997,7 +1001,21 @@ def test_a_cancelled_async_run_holds_its_thread_until_the_sync_tool_it_started_e
         await after
         return went_on
 
-    assert asyncio.run(main()) is False, "the next run went on while the payment ran"
+    if how == "task.cancel()":
+        assert asyncio.run(pay_then(False)) is False, "the next run went on beside the payment"
+    else:
+        ending = threading.Thread(target=lambda: asyncio.run(pay_then(True)))
+        ending.start()
+        assert started.wait(20)
+        after = threading.Thread(target=lambda: agent.graph.invoke(
+            {"messages": [HumanMessage("and then?")]}, config))
+        after.start()
+        after.join(1.0)
+        went_on = not after.is_alive()
+        release.set()
+        ending.join(30)
+        after.join(30)
+        assert not went_on, "the next run went on beside the payment"
     told = [m.content for m in agent.graph.get_state(config).values["messages"]
             if isinstance(m, ToolMessage)]
     assert paid == [1] and told == ["paid 1"]
