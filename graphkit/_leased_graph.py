@@ -73,9 +73,11 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
         configurable = ensure_config(self.config, config).get("configurable") or {}
         thread_id = configurable.get("thread_id")
         ambient = (var_child_runnable_config.get() or {}).get("configurable") or {}
-        if thread_id is None or (CONFIG_KEY_TASK_ID in configurable
-                                 and CONFIG_KEY_TASK_ID in ambient):
-            return None
+        if thread_id is None or (
+                ambient.get(CONFIG_KEY_TASK_ID) is not None
+                and configurable.get(CONFIG_KEY_TASK_ID) == ambient.get(CONFIG_KEY_TASK_ID)
+                and thread_id == ambient.get("thread_id")):
+            return None  # (the task's own thread, and the task LangGraph runs: helper-98)
         return str(thread_id)
 
     def _hold(self, thread_id: str) -> str:

@@ -1313,6 +1313,46 @@ def test_async_runs_waiting_for_a_thread_leave_the_loops_pool_to_its_holder(
     assert sorted(said) == sorted(["start", "slow", *(f"m{i}" for i in range(8))])
 
 
+def test_a_task_id_named_inside_a_task_is_no_way_around_the_lease(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside a tool (a running task), a call of another agent's graph that named a thread
+    held elsewhere and any task id took no lease: the nesting check asked only that both
+    carried one (helper-98). Only the task LangGraph runs, on its own thread, is nested."""
+    from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
+
+    from graphkit import Agent, create_tool
+    from graphkit._ledger import _schema
+    from graphkit.testing import ScriptedChatModel
+    from tests.helpers import call, turn
+
+    monkeypatch.setattr(_schema, "WAIT_SECONDS", 1.0)
+    db, asked = tmp_path / "runs.db", []
+    helper = _chat_agent(db, asked)
+    forged: Any = {"configurable": {"thread_id": "t1", "__pregel_task_id": "x"}}
+
+    @create_tool
+    def ask_helper(question: str) -> str:
+        """Ask the helper agent."""
+        return str(helper.graph.invoke({"messages": [HumanMessage(question)]}, forged))
+
+    def reply(messages: list[BaseMessage]) -> Any:
+        if isinstance(messages[-1], ToolMessage):
+            return "done"
+        return turn(call("ask_helper", {"question": "q"}, "c1"))
+
+    caller = Agent(name="caller", tools=[ask_helper], model=ScriptedChatModel(reply),
+                   checkpointer=f"sqlite:///{db}")
+    (tmp_path / "holder.py").write_text(HOLDER)
+    proc, _ = _start_holder([sys.executable, str(tmp_path / "holder.py"), str(db), "t1"])
+    try:
+        with contextlib.suppress(RunBusyError):  # (the tool waited, and gave up)
+            caller.generate("go")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+    assert asked == []
+
+
 def test_naming_the_holders_lease_in_the_config_opens_nothing(tmp_path: Path) -> None:
     """The owner token of the lease a run holds was a bearer token: a run whose config named
     it went on beside the holder, and a run's own debug and checkpoint streams show its
