@@ -349,8 +349,6 @@ class AsyncAgentStream:
             self._preparing = (loop, asyncio.Lock())
         async with self._preparing[1]:
             if self._run is None:
-                # in a thread: it reads storage, may wait for the thread's lease, and may run
-                # an approvers policy
                 invocation = await self._prepared()
                 self._run = _Run(invocation)
                 self.thread_id = invocation.thread_id
