@@ -628,3 +628,55 @@ def test_a_decision_below_a_delegation_beside_a_call_that_ran_runs_first_at_grap
     assert ran == ["lookup", "pay"] and told == {"d1": "payer: paid 1", "l1": "value of k"}
     assert out["messages"][-1].text == "top: hello"
     assert Inbox(sqlite_url).pending() == [] and Inbox(sqlite_url).ready() == []
+
+
+def test_a_decision_below_a_delegation_beside_a_tool_that_suspended_runs_first_at_graph_input(
+        sqlite_url: str) -> None:
+    """The supervisor's turn delegated a payment and ran its own weather tool beside it,
+    which suspended in the step the payment's wait interrupted (its gate had not taken the
+    question yet). A reviewer approved the payment; the user's next message as graph input
+    made the reply give up, the turn was swept, and the approved payment never ran, its run
+    listed as ready for good (helper-98). The payment runs first, once; the weather tool asks
+    as the API door leaves it; once answered, the message is delivered and answered."""
+    from langchain_core.messages import HumanMessage
+
+    from tests.test_suspension import city_from_reply, weather_tool
+
+    ran: list[int] = []
+    log: list[str] = []
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Send a payment."""
+        ran.append(amount)
+        return f"paid {amount}"
+
+    def payer_reply(messages: list[BaseMessage]) -> Any:
+        if isinstance(messages[-1], ToolMessage):
+            return f"payer: {messages[-1].text}"
+        return turn(call("pay", {"amount": 1}, "p1"))
+
+    def top_reply(messages: list[BaseMessage]) -> Any:
+        if not any(isinstance(m, AIMessage) for m in messages):
+            return turn(call("payer", {"task": "pay"}, "d1"), call("weather", {}, "w1"))
+        return f"top: {messages[-1].text}"
+
+    payer = Agent(name="payer", description="Pays.", tools=[pay],
+                  model=ScriptedChatModel(payer_reply))
+    sup = Agent(name="supervisor", agents={"payer": payer}, tools=[weather_tool(log)],
+                checkpointer=sqlite_url, model=ScriptedChatModel(top_reply,
+                                                                 structured=city_from_reply))
+    first = sup.generate("pay, and the weather")
+    inbox = Inbox(sqlite_url)
+    (asked,) = inbox.pending()
+    inbox.approve(asked.id, decided_by="cfo")
+    sup.graph.invoke({"messages": [HumanMessage("hello")]}, config(first.thread_id))
+    assert ran == [1]
+    (weather,) = inbox.pending()
+    assert weather.tool_call_id == "w1" and inbox.ready() == []
+    inbox.resume(weather.id, {"city": "Tokyo"}, decided_by="cfo")
+    (ready,) = inbox.ready()
+    assert sup.resume(run_id=ready).text == "top: hello"
+    said = [m.text for m in sup.graph.get_state(config(first.thread_id)).values["messages"]]
+    assert said[2:] == ["payer: paid 1", "Tokyo: sunny, +72F", "hello", "top: hello"]
+    assert ran == [1] and inbox.pending() == [] and inbox.ready() == []

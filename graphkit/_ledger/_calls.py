@@ -275,6 +275,13 @@ class Executions(LedgerBase):
                        f"thread_id = ? AND call_key IN ({marks})", (thread_id, *keys))
         return {str(key): loads(payload) or {} for key, payload in rows}
 
+    def asked(self, call_key: str, thread_id: str) -> bool:
+        """Whether the call (of this thread) suspended itself and its gate has not taken what
+        it asked yet (`take_suspensions`)."""
+        return bool(self._sql.query(
+            "SELECT 1 FROM graphkit_calls WHERE call_key = ? AND thread_id = ? AND "
+            "suspended_with IS NOT NULL", (call_key, thread_id)))
+
     def release(self, call_key: str, owner: str) -> None:
         """The call stopped without a result (it suspended, or raised): it may run again."""
         _keeper.KEEPER.drop(("call", call_key), owner)
