@@ -20,15 +20,22 @@ from tests.helpers import call, config, turn
 from tests.test_delegation_replays import _history
 
 
-def _chain(url: str, ran: list[int]) -> Agent:
-    """supervisor -> team -> payer, whose `pay` needs approval; each model asks the one below
-    to pay the amount the user named, and passes the answer up."""
+def _pay(ran: list[int]) -> Any:
+    """A `pay` tool that needs approval and records each amount it really paid in `ran`."""
 
     @create_tool(needs_approval=True)
     def pay(amount: int) -> str:
         """Send a payment."""
         ran.append(amount)
         return f"paid {amount}"
+
+    return pay
+
+
+def _chain(url: str, ran: list[int]) -> Agent:
+    """supervisor -> team -> payer, whose `pay` needs approval; each model asks the one below
+    to pay the amount the user named, and passes the answer up."""
+    pay = _pay(ran)
 
     def asks(below: str, key: str, task: str) -> Any:
         def reply(messages: list[BaseMessage]) -> Any:
@@ -145,11 +152,7 @@ def test_a_subagent_offered_under_another_key_goes_back_to_its_gate_too(
     the approved payment never ran (helper-85)."""
     ran: list[int] = []
 
-    @create_tool(needs_approval=True)
-    def pay(amount: int) -> str:
-        """Send a payment."""
-        ran.append(amount)
-        return f"paid {amount}"
+    pay = _pay(ran)
 
     def told(prefix: str, calls: Any) -> Any:
         def reply(messages: list[BaseMessage]) -> Any:
@@ -498,11 +501,7 @@ def test_a_reply_auto_resume_reads_for_a_subagent_stops_the_sibling_it_supersede
     asked: list[int] = []
     log: list[str] = []
 
-    @create_tool(needs_approval=True)
-    def pay(amount: int) -> str:
-        """Send a payment."""
-        ran.append(amount)
-        return f"paid {amount}"
+    pay = _pay(ran)
 
     def payer_reply(messages: list[BaseMessage]) -> Any:
         if isinstance(messages[-1], ToolMessage):
@@ -552,11 +551,7 @@ def test_a_reply_auto_resume_reads_for_a_subagent_supersedes_the_approval_beside
     ran: list[int] = []
     log: list[str] = []
 
-    @create_tool(needs_approval=True)
-    def pay(amount: int) -> str:
-        """Send a payment."""
-        ran.append(amount)
-        return f"paid {amount}"
+    pay = _pay(ran)
 
     def forecaster_reply(messages: list[BaseMessage]) -> Any:
         results = [m for m in messages if isinstance(m, ToolMessage)]
@@ -645,11 +640,7 @@ def test_a_decision_below_a_delegation_beside_a_tool_that_suspended_runs_first_a
     ran: list[int] = []
     log: list[str] = []
 
-    @create_tool(needs_approval=True)
-    def pay(amount: int) -> str:
-        """Send a payment."""
-        ran.append(amount)
-        return f"paid {amount}"
+    pay = _pay(ran)
 
     def payer_reply(messages: list[BaseMessage]) -> Any:
         if isinstance(messages[-1], ToolMessage):
