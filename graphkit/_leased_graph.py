@@ -22,10 +22,11 @@ hold.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
@@ -34,7 +35,6 @@ from langgraph.types import StateUpdate
 
 from graphkit._context import LEASE_KEY
 from graphkit._ledger import Ledger, RunBusyError, _keeper, _schema
-from graphkit._ledger._leases import busy
 from graphkit._offload import apart, offload
 
 try:
@@ -49,7 +49,9 @@ except ImportError:  # pragma: no cover - a LangGraph without them: LangChain's 
     def ensure_config(*configs: RunnableConfig | None) -> RunnableConfig:
         return _ensure(merge_configs(*configs))
 
-__all__ = ["LeasedGraph"]
+__all__ = ["LeasedGraph", "until_free"]
+
+T = TypeVar("T")
 
 
 class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
@@ -99,31 +101,45 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
                    "await `ainvoke` or `astream` instead")
             raise RunBusyError(msg) from exc
 
-    def stream(self, input: Any, config: RunnableConfig | None = None,
-               **kwargs: Any) -> Iterator[Any]:
+    @contextlib.contextmanager
+    def _leased(self, config: RunnableConfig | None) -> Iterator[RunnableConfig | None]:
+        """`config` for a sync call, the lease of its thread held (and named in it) while
+        the body runs; as it is for a call that names no thread or runs nested."""
         thread_id = self._thread(config)
         if thread_id is None:
-            yield from super().stream(input, config, **kwargs)
+            yield config
             return
         owner = self._hold(thread_id)
         try:
-            yield from super().stream(input, _leased(config, owner), **kwargs)
+            yield _with_owner(config, owner)
         finally:
             self.leases.release_thread(thread_id, owner)
 
-    async def astream(self, input: Any, config: RunnableConfig | None = None,
-                      **kwargs: Any) -> AsyncIterator[Any]:
+    @contextlib.asynccontextmanager
+    async def _aleased(self, config: RunnableConfig | None
+                       ) -> AsyncIterator[RunnableConfig | None]:
+        """`_leased` for an async call: the lease waited for on the event loop (`_ahold`),
+        and given back even when a cancel comes as it is given back (shielded)."""
         thread_id = self._thread(config)
         if thread_id is None:
-            async for part in super().astream(input, config, **kwargs):
-                yield part
+            yield config
             return
         owner = await _ahold(self.leases, thread_id)
         try:
-            async for part in super().astream(input, _leased(config, owner), **kwargs):
-                yield part
-        finally:  # (shielded: a cancel while it is given back still gives it back)
+            yield _with_owner(config, owner)
+        finally:
             await asyncio.shield(offload(self.leases.release_thread, thread_id, owner))
+
+    def stream(self, input: Any, config: RunnableConfig | None = None,
+               **kwargs: Any) -> Iterator[Any]:
+        with self._leased(config) as leased:
+            yield from super().stream(input, leased, **kwargs)
+
+    async def astream(self, input: Any, config: RunnableConfig | None = None,
+                      **kwargs: Any) -> AsyncIterator[Any]:
+        async with self._aleased(config) as leased:
+            async for part in super().astream(input, leased, **kwargs):
+                yield part
 
     def stream_held(self, input: Any, config: RunnableConfig, **kwargs: Any) -> Iterator[Any]:
         """`stream`, for a door that holds the thread's lease already (its owner in
@@ -137,63 +153,58 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
 
     def bulk_update_state(self, config: RunnableConfig,
                           supersteps: Sequence[Sequence[StateUpdate]]) -> RunnableConfig:
-        thread_id = self._thread(config)
-        if thread_id is None:
-            return super().bulk_update_state(config, supersteps)
-        owner = self._hold(thread_id)
-        try:
-            return super().bulk_update_state(_leased(config, owner), supersteps)
-        finally:
-            self.leases.release_thread(thread_id, owner)
+        with self._leased(config) as leased:
+            return super().bulk_update_state(cast(RunnableConfig, leased), supersteps)
 
     async def abulk_update_state(self, config: RunnableConfig,
                                  supersteps: Sequence[Sequence[StateUpdate]]
                                  ) -> RunnableConfig:
-        thread_id = self._thread(config)
-        if thread_id is None:
-            return await super().abulk_update_state(config, supersteps)
-        owner = await _ahold(self.leases, thread_id)
-        try:
-            return await super().abulk_update_state(_leased(config, owner), supersteps)
-        finally:
-            await asyncio.shield(offload(self.leases.release_thread, thread_id, owner))
+        async with self._aleased(config) as leased:
+            return await super().abulk_update_state(cast(RunnableConfig, leased), supersteps)
 
 
-def _leased(config: RunnableConfig | None, owner: str) -> RunnableConfig:
+def _with_owner(config: RunnableConfig | None, owner: str) -> RunnableConfig:
     config = config or {}
     return {**config, "configurable": {**(config.get("configurable") or {}), LEASE_KEY: owner}}
 
 
-async def _ahold(leases: Ledger, thread_id: str) -> str:
-    """The thread's lease, as `Ledger.hold_thread` takes it, but waiting for its holder on the
-    event loop: runs that waited in worker threads filled the loop's default pool, which the
-    holder needs to finish (helper-8). Each try is a statement in a worker thread; one
-    cancelled as it tries gives the lease back once taken (kept, it would be renewed for as
-    long as the process lives)."""
-    deadline = time.monotonic() + _schema.WAIT_SECONDS
+async def until_free(attempt: Callable[[], Awaitable[T]], wait: float) -> T:
+    """`attempt()` (one try, in a worker thread, raising `RunBusyError` while another run
+    holds the thread) until it goes through, for up to `wait` seconds, sleeping on the event
+    loop in between: runs that waited in worker threads filled the loop's default pool,
+    which the holder needs to finish (helper-8, helper-97). The last refusal is raised."""
+    deadline = time.monotonic() + wait
     pause = 0.005
     while True:
-        taking = asyncio.ensure_future(offload(_try_hold, leases, thread_id))
         try:
-            owner = await asyncio.shield(taking)
-        except asyncio.CancelledError:
-            taking.add_done_callback(functools.partial(_give_back, leases, thread_id))
-            raise
-        if owner is not None:
-            return owner
-        if time.monotonic() >= deadline:
-            raise busy(thread_id)
+            return await attempt()
+        except RunBusyError:
+            if time.monotonic() >= deadline:
+                raise
         await asyncio.sleep(pause)
         pause = min(pause * 2, 0.1)
 
 
-def _try_hold(leases: Ledger, thread_id: str) -> str | None:
-    try:
-        return leases.hold_thread(thread_id, wait=0.0)
-    except RunBusyError:
-        return None
+async def _ahold(leases: Ledger, thread_id: str) -> str:
+    """The thread's lease, as `Ledger.hold_thread` takes it, waited for on the event loop
+    (`until_free`). One try cancelled as it runs gives the lease back once taken (kept, it
+    would be renewed for as long as the process lives)."""
+
+    async def attempt() -> str:
+        taking = asyncio.ensure_future(offload(_hold_now, leases, thread_id))
+        try:
+            return await asyncio.shield(taking)
+        except asyncio.CancelledError:
+            taking.add_done_callback(functools.partial(_give_back, leases, thread_id))
+            raise
+
+    return await until_free(attempt, _schema.WAIT_SECONDS)
 
 
-def _give_back(leases: Ledger, thread_id: str, taking: asyncio.Future[str | None]) -> None:
-    if not taking.cancelled() and taking.exception() is None and (owner := taking.result()):
-        apart(leases.release_thread, thread_id, owner, name="graphkit-release")
+def _hold_now(leases: Ledger, thread_id: str) -> str:
+    return leases.hold_thread(thread_id, wait=0.0)
+
+
+def _give_back(leases: Ledger, thread_id: str, taking: asyncio.Future[str]) -> None:
+    if not taking.cancelled() and taking.exception() is None:
+        apart(leases.release_thread, thread_id, taking.result(), name="graphkit-release")

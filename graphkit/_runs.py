@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import warnings
 import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
@@ -32,8 +31,8 @@ from graphkit._events import (
     suspend_payload,
     with_waiting_beside,
 )
-from graphkit._leased_graph import LeasedGraph
-from graphkit._ledger import WAIT_SECONDS, Ledger, RunBusyError
+from graphkit._leased_graph import LeasedGraph, until_free
+from graphkit._ledger import WAIT_SECONDS, Ledger
 from graphkit._offload import apart, offload
 from graphkit.types import GenerateResult, PendingApproval, RunState, StreamChunk
 
@@ -358,19 +357,8 @@ class AsyncAgentStream:
     async def _prepared(self) -> Invocation:
         """The invocation, prepared in a thread (it reads storage, and may run an approvers
         policy), each try refused at once while another run holds the thread: the wait is
-        on the event loop. Runs that waited in pool threads filled the loop's default pool,
-        which the holder needed to finish: every run stalled for the whole wait
-        (helper-97)."""
-        deadline = time.monotonic() + self._wait
-        pause = 0.005
-        while True:
-            try:
-                return await offload(self._prepare, False)
-            except RunBusyError:
-                if time.monotonic() >= deadline:
-                    raise
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 0.1)
+        on the event loop (`until_free`)."""
+        return await until_free(lambda: offload(self._prepare, False), self._wait)
 
     def __await__(self) -> Generator[Any, None, AsyncAgentStream]:
         async def ready() -> AsyncAgentStream:

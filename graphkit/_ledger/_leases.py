@@ -27,7 +27,7 @@ from graphkit._ledger._sql import RunBusyError, Tx, dumps, loads
 from graphkit._owner import holder_is_dead, new_owner
 from graphkit.errors import GraphkitError
 
-__all__ = ["Leases", "ReadyRun", "busy"]
+__all__ = ["Leases", "ReadyRun"]
 
 logger = logging.getLogger("graphkit")
 
