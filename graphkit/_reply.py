@@ -146,17 +146,16 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
             # answers it as recorded (the turn was swept, and the payment a reviewer
             # approved below never ran: helper-97)
             continue
-        if (row is not None and row.thread_id == ctx.thread_id and row.executed is None
-                and call["suspension"] is None and ctx.ledger.asked(call["key"], ctx.thread_id)):
-            # a tool that suspended itself beside the calls that wait, in the step they
-            # interrupted: its gate asks once the turn goes on (the turn was swept, and the
-            # payment a reviewer approved below never ran: helper-98)
-            continue
-        if (row is None or row.thread_id != ctx.thread_id or row.executed is not None
-                or not (below.get(call["key"]) or any(
-                    r is not None and r["id"] in pending | decided
-                    for r in (call["approval"], call["suspension"])))):
-            return None  # claimed, ran, or waits on nothing the ledger knows
+        if row is None or row.thread_id != ctx.thread_id or row.executed is not None:
+            return None  # unknown, claimed, or ran
+        if not (below.get(call["key"]) or any(
+                r is not None and r["id"] in pending | decided
+                for r in (call["approval"], call["suspension"]))) and not (
+                # a tool that suspended itself beside the calls that wait, in the step they
+                # interrupted: its gate asks once the turn goes on (the turn was swept, and
+                # the payment a reviewer approved below never ran: helper-98)
+                call["suspension"] is None and ctx.ledger.asked(call["key"], ctx.thread_id)):
+            return None  # waits on nothing the ledger knows
     # Resume data is read from one user message and nothing else, the input of the run that
     # reads it: messages that piled up unread (a run stopped before the model read them, a
     # state write) came from nobody this run can name.
