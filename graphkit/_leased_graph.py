@@ -71,7 +71,8 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
         for a graph called inside a running graph's task (a subgraph, an agent a tool calls),
         as LangGraph tells one: the run of that task advances the thread, under its lease
         if it is an agent's (waiting for it there hung the run for the whole wait:
-        helper-97). Only LangGraph's own context says so, never a key a client passed."""
+        helper-97). Only LangGraph's own context says so, never a key a client passed.
+        `RunBusyError` at once for a run of the thread an agent's run inside it holds."""
         configurable = ensure_config(self.config, config).get("configurable") or {}
         thread_id = configurable.get("thread_id")
         ambient = (var_child_runnable_config.get() or {}).get("configurable") or {}
@@ -80,6 +81,16 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
                 and configurable.get(CONFIG_KEY_TASK_ID) == ambient.get(CONFIG_KEY_TASK_ID)
                 and thread_id == ambient.get("thread_id")):
             return None  # (the task's own thread, and the task LangGraph runs: helper-98)
+        if (thread_id == ambient.get("thread_id")
+                and _keeper.KEEPER.holds(str(thread_id), ambient.get(LEASE_KEY))):
+            # a task of an agent's run on this thread (a tool that names its own thread in
+            # a config of its own): the lease it would wait for is its own run's, which
+            # waits for it to return; it waited out the whole wait and failed its run
+            msg = (f"this call runs inside a run of thread {thread_id!r}, which holds the "
+                   "thread until the call returns: it cannot start a run of that thread. "
+                   "Give it a thread of its own, or no config (it then runs inside the "
+                   "caller's run)")
+            raise RunBusyError(msg)
         return str(thread_id)
 
     def _hold(self, thread_id: str) -> str:

@@ -1443,3 +1443,44 @@ def test_a_state_write_waits_for_the_threads_lease(tmp_path: Path, door: str) ->
 
     _waits_for_a_holder_elsewhere(tmp_path, db, "t1", write, lambda: said() == ["hello", "hi"])
     assert said() == ["hello", "hi", "noted"]
+
+
+def test_a_tool_naming_its_own_runs_thread_is_told_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tool that starts a run of its own agent's graph on its own run's thread, in a config
+    of its own: the lease it waits for is its caller's, which waits for the tool. It waited
+    out the whole wait and failed its run, saying only that the thread was busy (its holder
+    "another run"). It is told at once why; its error is the tool's, as any other."""
+    from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
+
+    from graphkit import Agent, ToolContext, create_tool
+    from graphkit._ledger import _schema
+    from graphkit.testing import ScriptedChatModel
+    from tests.helpers import call, turn
+
+    monkeypatch.setattr(_schema, "WAIT_SECONDS", 0.5)
+    said: list[str] = []  # (the error as the tool saw it: once, with no retry)
+    box: list[Agent] = []
+
+    @create_tool
+    def again(ctx: ToolContext) -> str:
+        """Run the agent once more on this thread."""
+        try:
+            box[0].graph.invoke({"messages": [HumanMessage("inner")]},
+                                {"configurable": {"thread_id": ctx.thread_id}})
+        except RunBusyError as exc:
+            said.append(str(exc))
+            raise
+        return "ran"
+
+    def reply(messages: list[BaseMessage]) -> Any:
+        if isinstance(messages[-1], ToolMessage):
+            return "done"
+        return turn(call("again", {}, "c1"))
+
+    agent = Agent(name="self", tools=[again], model=ScriptedChatModel(reply),
+                  checkpointer=f"sqlite:///{tmp_path / 'runs.db'}")
+    box.append(agent)
+    with pytest.raises(RunBusyError, match="runs inside a run of thread 't2'"):
+        agent.generate("go", thread_id="t2")
+    assert len(said) == 1, said

@@ -57,6 +57,10 @@ class LeaseKeeper:
         """Whether a run of this process holds the thread's lease."""
         return any(held == thread_id for held, _ in list(self._threads))
 
+    def holds(self, thread_id: str, owner: object) -> bool:
+        """Whether `owner` (a run of this process) holds the thread's lease."""
+        return isinstance(owner, str) and (thread_id, owner) in self._threads
+
     def lapsed(self, thread_id: str, owner: str) -> bool:
         """Whether the thread lease `owner` (taken by this process) is no longer its own:
         another process took it over after it expired (this one stalled, or its renewals
