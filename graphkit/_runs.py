@@ -7,6 +7,7 @@ drains it. Both share one `_Run`, so streaming and `generate` cannot drift apart
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import warnings
 import weakref
@@ -32,7 +33,7 @@ from graphkit._events import (
     with_waiting_beside,
 )
 from graphkit._leased_graph import LeasedGraph, until_free
-from graphkit._ledger import WAIT_SECONDS, Ledger
+from graphkit._ledger import WAIT_SECONDS, Ledger, RunBusyError
 from graphkit._offload import apart, offload
 from graphkit.types import GenerateResult, PendingApproval, RunState, StreamChunk
 
@@ -178,6 +179,10 @@ DROPPED = ("{method}() recorded its decision for run {run_id!r}, but the stream 
            "was dropped unread, so the run did not continue. Iterate the stream or call its "
            ".result() (or use {method}_generate()); agent.resume(run_id=...) continues it now, "
            "and a `graphkit worker` of this agent does once the decision's hold on it lapses.")
+KEPT = ("{error}. {method}() recorded its decision for run {run_id!r} all the same, and it "
+        "stays: it applies when the run goes on (agent.resume(run_id=...) once the thread is "
+        "free, a `graphkit worker` of this agent once the decision's hold lapses, or the run "
+        "that holds the thread, at its gate); deciding again is refused as already decided.")
 NEVER_AWAITED = ("{method}() returned a stream that was never awaited or iterated: nothing was "
                  "decided for run {run_id!r} and the run did not continue. Await it (`await "
                  "stream.result()`), or use {method}_generate().")
@@ -214,6 +219,19 @@ def released_when_dropped(invocation: Invocation) -> Invocation:
 def _release_apart(release: Release) -> None:
     if not release.done:  # (the stream's end released it: no thread to start)
         apart(release, False, name="graphkit-release")
+
+
+@contextlib.contextmanager
+def _kept(method: str | None, run_id: str) -> Iterator[None]:
+    """A decision's stream that gave up waiting for its thread says that the decision it
+    carried stays recorded: the error alone read as if nothing had happened, and deciding
+    again was refused as already decided."""
+    try:
+        yield
+    except RunBusyError as exc:
+        if method is None:
+            raise
+        raise RunBusyError(KEPT.format(error=exc, method=method, run_id=run_id)) from exc
 
 
 def _finished_html(run: _Run | None, how: str) -> str:
@@ -253,7 +271,8 @@ class AgentStream:
 
     def _generate(self) -> Generator[StreamChunk, None, None]:
         self._started = True
-        inv = self._prepare(True)
+        with _kept(self._decided_by, self.run_id):
+            inv = self._prepare(True)
         self.run_id = inv.run_id  # (a decision's stream may go on as a later run)
         run = self._run = _Run(inv)
         resumed = False
@@ -348,7 +367,8 @@ class AsyncAgentStream:
             self._preparing = (loop, asyncio.Lock())
         async with self._preparing[1]:
             if self._run is None:
-                invocation = await self._prepared()
+                with _kept(self._decides, self.run_id):
+                    invocation = await self._prepared()
                 self._run = _Run(invocation)
                 self.thread_id = invocation.thread_id
                 self.run_id = invocation.run_id  # (a decision's stream may go on as a later run)

@@ -1484,3 +1484,48 @@ def test_a_tool_naming_its_own_runs_thread_is_told_at_once(
     with pytest.raises(RunBusyError, match="runs inside a run of thread 't2'"):
         agent.generate("go", thread_id="t2")
     assert len(said) == 1, said
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_decision_whose_stream_gives_up_waiting_says_it_is_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flavour: str) -> None:
+    """A decision taken through the API whose stream then gave up waiting for its thread
+    (another run held it) stayed recorded, but the error only said the thread was busy: a
+    caller took the decision for lost, and deciding again was refused as already decided
+    (helper-97). The error says the decision stays, and a resume applies it, once."""
+    import asyncio
+
+    import graphkit.agent as agent_module
+    from graphkit import Agent, create_tool
+    from graphkit.testing import ScriptedChatModel
+    from tests.helpers import call, turn
+
+    monkeypatch.setattr(agent_module, "WAIT_SECONDS", 0.3)
+    runs: list[str] = []
+
+    @create_tool(needs_approval=True)
+    def deploy(service: str) -> str:
+        """Deploy a service."""
+        runs.append(service)
+        return f"deployed {service}"
+
+    agent = Agent(name="ops", tools=[deploy], checkpointer=f"sqlite:///{tmp_path / 'g.db'}",
+                  model=ScriptedChatModel([turn(call("deploy", {"service": "api"}, "c1")),
+                                           "done"]))
+    first = agent.generate("deploy the api", thread_id="t1")
+    ledger = agent._storage.ledger
+    owner = ledger.hold_thread("t1")  # another run advances the thread
+    method = "approve_tool_call" if flavour == "sync" else "aapprove_tool_call"
+    try:
+        with pytest.raises(RunBusyError, match=rf"{method}\(\) recorded its decision .* "
+                                               "stays"):
+            if flavour == "sync":
+                agent.approve_tool_call_generate(run_id=first.run_id, tool_call_id="c1")
+            else:
+                asyncio.run(agent.aapprove_tool_call_generate(run_id=first.run_id,
+                                                              tool_call_id="c1"))
+    finally:
+        ledger.release_thread("t1", owner)
+    assert runs == []
+    assert agent.resume(run_id=first.run_id).text == "done"
+    assert runs == ["api"]
