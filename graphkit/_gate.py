@@ -49,6 +49,7 @@ from graphkit._review import (
     resolved_message,
     supersede,
     taken_by,
+    tool_call_id_of,
     verify,
 )
 from graphkit._secrets import masked_ai, record_paths, with_secrets
@@ -462,7 +463,7 @@ def supersede_unanswered(ai_message_id: str, messages: Sequence[BaseMessage], le
         for row in ledger.pending_below(thread_id, agent_path):
             supersede(ledger, {"id": row.approval_id, "tool_name": row.tool_name,
                                "agent_path": list(row.agent_path), "kind": row.kind,
-                               "tool_call_id": _tool_call_id(ledger, row.call_key)},
+                               "tool_call_id": tool_call_id_of(ledger, row.call_key)},
                       comment=BY_NEW_MESSAGE, thread_id=thread_id, run_id=run_id)
     ledger.settle({c["key"]: {"content": _not_run(c), "status": "error"} for c in calls},
                   thread_id=thread_id)
@@ -502,13 +503,6 @@ def stop_delegations(ledger: Ledger, waits: Iterable[tuple[Sequence[str], str]],
     delegation node answers so, and never runs their subagents again."""
     ledger.settle({key: {"content": DELEGATION_STOPPED.format(name=name), "status": "error"}
                    for key, name in ledger.stoppable(waits, kept=kept)}, thread_id=thread_id)
-
-
-def _tool_call_id(ledger: Ledger, call_key: str | None) -> str | None:
-    """The tool_call_id of a call the ledger planned, for the audit of a decline that only
-    has the approval's row (an auditor matches entries to the model's calls by it)."""
-    row = ledger.call(call_key) if call_key is not None else None
-    return row.tool_call_id if row is not None else None
 
 
 def _not_run(call: CallPlan) -> str:
@@ -700,7 +694,7 @@ def supersede_abandoned(messages: Sequence[BaseMessage], ctx: GateContext) -> No
             path = w.agent_path.split("/") if w.agent_path else ctx.path
             supersede(ctx.ledger, {"id": w.approval_id, "kind": w.kind,
                                    "tool_name": w.tool_name, "agent_path": path,
-                                   "tool_call_id": _tool_call_id(ctx.ledger, w.call_key)},
+                                   "tool_call_id": tool_call_id_of(ctx.ledger, w.call_key)},
                       comment=ABANDONED, thread_id=ctx.thread_id, run_id=ctx.run_id)
     # (a decline stands: a replay of a branch that holds its turn still answers it so, and
     # nothing waits on it any more: helper-88)

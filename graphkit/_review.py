@@ -68,6 +68,7 @@ __all__ = [
     "Remember",
     "Taken",
     "audit_row",
+    "grant_record",
     "identity_of",
     "named",
     "parse_choice",
@@ -77,6 +78,7 @@ __all__ = [
     "supersede",
     "superseded",
     "taken_by",
+    "tool_call_id_of",
     "verify",
 ]
 
@@ -547,13 +549,27 @@ def withdraw_thread(ledger: Ledger, thread_id: str, *, comment: str = THREAD_DEL
     for grant in ledger.grants(thread_id):
         if grant.revoked is None:
             ledger.revoke(grant.grant_id, {"by": None, "at": now_iso(), "reason": comment},
-                          [audit_row("revoked", {"id": grant.approval_id,
-                                                 "tool_name": grant.tool_name,
-                                                 "agent_path": list(grant.agent_path)},
+                          [audit_row("revoked", grant_record(ledger, grant),
                                      thread_id=thread_id, run_id=None, comment=comment,
                                      detail=f"grant {grant.grant_id} revoked: {comment}")])
     ledger.forget_ready(thread_id, served_only=served_only)
     return withdrawn
+
+
+def tool_call_id_of(ledger: Ledger, call_key: str | None) -> str | None:
+    """The tool_call_id of a call the ledger planned, for the audit of what only has the
+    approval's row (an auditor matches entries to the model's calls by it)."""
+    row = ledger.call(call_key) if call_key is not None else None
+    return row.tool_call_id if row is not None else None
+
+
+def grant_record(ledger: Ledger, grant: GrantRow) -> dict[str, Any]:
+    """What the audit rows of a grant's revoke (or its refusal) say of it: filed under the
+    approval that made it, with that call's tool_call_id (they had none: helper-97)."""
+    row = ledger.approval(grant.approval_id) if grant.approval_id else None
+    return {"id": grant.approval_id, "tool_name": grant.tool_name,
+            "agent_path": list(grant.agent_path),
+            "tool_call_id": tool_call_id_of(ledger, row.call_key if row else None)}
 
 
 def refuse(ledger: Ledger, record: Mapping[str, Any] | None, exc: Exception, *,

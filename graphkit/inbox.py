@@ -28,6 +28,7 @@ from graphkit._review import (
     Remember,
     audit_row,
     expire,
+    grant_record,
     judge,
     named,
     refuse,
@@ -395,8 +396,7 @@ class Inbox:
         grant = ledger.grant(grant_id)
         if grant is not None and viewer is not None and not (
                 grant.approval_id and self._shows(viewer, grant.approval_id)):
-            refuse(ledger, {"id": grant.approval_id, "tool_name": grant.tool_name,
-                            "agent_path": list(grant.agent_path)},
+            refuse(ledger, grant_record(ledger, grant),
                    ApprovalNotFoundError("viewers policy: the grant is not shown to them"),
                    decided_by=viewer, thread_id=grant.thread_id, run_id=None)
             grant = None
@@ -407,8 +407,7 @@ class Inbox:
         if grant.revoked is not None:
             msg = f"grant {grant_id!r} was already revoked by {grant.revoked.get('by')!r}"
             raise ApprovalAlreadyResolvedError(msg)
-        record = {"id": grant.approval_id, "tool_name": grant.tool_name,
-                  "agent_path": list(grant.agent_path)}
+        record = grant_record(ledger, grant)
         by = named(decided_by)
         if by != grant.grantor and not self._may_decide(by, grant):
             exc = ApproverNotAllowedError(

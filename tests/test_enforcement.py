@@ -946,3 +946,8 @@ def test_a_grant_is_revoked_only_by_its_grantor_or_someone_who_may_decide_its_to
     assert len(refusals) == 3
     inbox.revoke(grant["id"], decided_by="controller")  # the policy lets them decide pay
     assert Inbox(sqlite_url).grants()[0]["revoked"]["by"] == "controller"
+    # each row names the call the grant came from, as an auditor matches rows to the model's
+    # calls (they had no tool_call_id: helper-97), the viewers policy's refusal too
+    rows = [e for e in Inbox(sqlite_url).audit(thread_id=first.thread_id)
+            if e["event"] in ("revoked", "refused")]
+    assert len(rows) == 5 and {e.get("tool_call_id") for e in rows} == {"c1"}, rows

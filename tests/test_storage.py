@@ -1054,6 +1054,9 @@ def test_a_deleted_thread_takes_its_grants_and_a_delete_that_deletes_nothing_wit
     assert again.finish_reason == "suspended" and len(ledger.ran) == 2
     assert {g["thread_id"]: g["revoked"] is not None for g in Inbox(sqlite_url).grants()} == {
         "ticket-1": True, "ticket-2": False}
+    (revoked,) = [e for e in Inbox(sqlite_url).audit(thread_id="ticket-1")
+                  if e["event"] == "revoked"]
+    assert revoked["tool_call_id"] == "c1"  # (it had none: helper-97)
 
     memory, memory_ledger = agent_with([turn(call("pay", pay, "c1")), "paid"])
     thread = uuid.uuid4()
