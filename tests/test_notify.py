@@ -165,6 +165,7 @@ def test_requested_decided_and_expired_arrive_signed(durable_url: str,
                               ("approval.requested", "requested"),
                               ("approval.expired", "expired")]
     assert events[2]["outcome"] == "ran" and events[2]["result"] == "paid 1 to ACME"
+    assert events[2]["approval"]["tool_call_id"] == "c0"  # (as each approval event's)
     assert events[-1]["approval"]["approval_id"] == waiting.id
     assert len({e["id"] for e in events}) == 5
     assert all(r["verified"] for r in receiver.requests)

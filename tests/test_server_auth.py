@@ -383,6 +383,11 @@ def test_a_reviewer_the_deployment_lets_run_continues_what_they_decide(owner_ser
     assert any("rolled out 6.0.1" in str(m["content"]) for m in values["messages"])
     audit = web.get(f"/threads/{thread_id}/audit").text  # the continuation, under its approval
     assert "continued" in audit and run["run_id"] in audit, audit
+    from graphkit import Inbox
+
+    (continued,) = [e for e in Inbox(DATABASES[owner_server]).audit(thread_id=thread_id)
+                    if e["event"] == "continued"]  # with its call's id, as every row
+    assert continued["tool_call_id"] == gate["value"]["approvals"][0]["tool_call_id"]
 
 
 def test_the_mounted_inbox_shows_nothing_of_a_thread_the_deployment_hides(owner_server: str

@@ -130,15 +130,15 @@ class LedgerBase:
         never run (`result`), with the tool's own words."""
         if not self._notifying(tx)[0]:
             return
-        rows = tx.query("SELECT approval_id, thread_id, agent_path, tool_name FROM "
-                        "graphkit_calls WHERE call_key = ? AND approval_id IS NOT NULL",
+        rows = tx.query("SELECT approval_id, thread_id, agent_path, tool_name, tool_call_id "
+                        "FROM graphkit_calls WHERE call_key = ? AND approval_id IS NOT NULL",
                         (call_key,))
         if not rows:
             return
-        approval_id, thread_id, path, tool_name = rows[0]
+        approval_id, thread_id, path, tool_name, tool_call_id = rows[0]
         entry = {"event": result, "approval_id": approval_id, "thread_id": thread_id,
                  "agent_path": str(path).split("/"), "tool_name": tool_name,
-                 "at": iso_now()}
+                 "tool_call_id": tool_call_id, "at": iso_now()}
         content = str(outcome.get("content", ""))
         self._outbox(tx, AuditRow(thread_id=str(thread_id), approval_id=str(approval_id),
                                   entry=entry),

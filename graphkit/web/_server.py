@@ -24,7 +24,7 @@ from langchain_core.messages import BaseMessage, convert_to_messages
 
 from graphkit._approvals import INTERRUPT_MARKER
 from graphkit._ledger import SERVER_THREAD, Ledger
-from graphkit._review import audit_row, withdraw_thread
+from graphkit._review import audit_row, tool_call_id_of, withdraw_thread
 from graphkit.server_auth import REVIEWERS_ENV, reviewers_of
 from graphkit.types import PendingApproval
 
@@ -484,7 +484,9 @@ class ServerRuns:
         row = self._ledger.approval(approval_id)
         # under the approval whose decision made the run ready: its viewers see it in the audit
         self._ledger.audit([audit_row(
-            "continued", {"id": approval_id, "tool_name": row.tool_name if row else None},
+            "continued", {"id": approval_id, "tool_name": row.tool_name if row else None,
+                          "tool_call_id": tool_call_id_of(self._ledger,
+                                                          row.call_key if row else None)},
             thread_id=thread_id, run_id=run_id, decided_by=reviewer, comment=server_run,
             detail=f"the LangGraph server continues the run (its run {server_run}), started "
                    "by the inbox")])
