@@ -11,6 +11,7 @@ user's message supersedes the calls its turn left unanswered.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -39,6 +40,7 @@ __all__ = [
     "from_user",
     "last_planned",
     "left_to_the_gate",
+    "readable",
     "refused_turn",
     "stopped_turn",
     "unplanned_turn",
@@ -51,6 +53,8 @@ DISCARDED = ("Tool call {name!r} did not run: a result for it was written from o
              "agent (not by its tools node) and was discarded.")
 DROPPED = ("{count} message(s) written from outside the agent while this call waited, none of "
            "them a user's, were dropped: only a user message ends a wait.")
+SECOND = ("A second result for tool call {name!r}, written from outside the agent, was "
+          "discarded: the call ran, and its result is the one its tools node wrote.")
 REWRITTEN = ("Tool call {name!r} did not run: the model's message was rewritten from outside the "
              "agent (under its id); only the model writes its calls.")
 WRITTEN = ("Tool call {name!r} did not run: it was written into the conversation from outside "
@@ -160,13 +164,20 @@ def _results_checked(messages: list[AnyMessage], plan: TurnPlan, ctx: GateContex
         return []
     fixes: list[ToolMessage] = []
     outcomes = ctx.outcomes(call["key"] for _, call in answers)
+    own = {call["key"] for message, call in answers if _is_own(message, outcomes.get(call["key"]))}
     for message, call in answers:
-        outcome = outcomes.get(call["key"])
-        if outcome is not None and _same(outcome.get("content"), message.content):
+        if _is_own(message, outcomes.get(call["key"])):
             continue
         if isinstance(message.content, str) and message.content in {
                 REFUSED.format(name=call["tool_name"], why=w) for w in REASONS}:
             continue  # the tools node's own refusal: the call did not run, as it says
+        if call["key"] in own:  # a second result, for a call that has its own: it ran
+            if message.content != SECOND.format(name=call["tool_name"]):  # (noticed before)
+                fixes.append(ToolMessage(SECOND.format(name=call["tool_name"]),
+                                         tool_call_id=message.tool_call_id, id=message.id,
+                                         name=call["tool_name"], status="error"))
+                _audit_refused(ctx, fixes[-1:])
+            continue
         text = DISCARDED.format(name=call["tool_name"])
         for record in (call["approval"], call["suspension"]):
             if record is not None:
@@ -179,6 +190,30 @@ def _results_checked(messages: list[AnyMessage], plan: TurnPlan, ctx: GateContex
                           thread_id=ctx.thread_id)
         fixes.append(notice)
     return fixes
+
+
+def _is_own(message: ToolMessage, outcome: dict[str, Any] | None) -> bool:
+    """Whether `message` is the result the call's tools node recorded."""
+    return outcome is not None and _same(outcome.get("content"), message.content)
+
+
+def readable(messages: list[AnyMessage]) -> list[AnyMessage]:
+    """The conversation as the model reads it: a result only right after its call's turn,
+    once per call. A result a client wrote anywhere else stays in the state, as a notice,
+    but no chat provider takes it: OpenAI's API refuses a result that follows no call of the
+    turn before it, and each later model call of the thread failed (helper-99)."""
+    read: list[AnyMessage] = []
+    asked: Counter[str] = Counter()  # (a model may give two calls one id: each is answered)
+    for message in messages:
+        if isinstance(message, ToolMessage):
+            if asked[message.tool_call_id] > 0:
+                asked[message.tool_call_id] -= 1
+                read.append(message)
+            continue
+        calls = message.tool_calls if isinstance(message, AIMessage) else []
+        asked = Counter(str(c.get("id")) for c in calls)
+        read.append(message)
+    return read
 
 
 def last_planned(messages: list[AnyMessage], ctx: GateContext) -> TurnPlan | None:

@@ -30,6 +30,7 @@ from graphkit._client_writes import (
     drop_written_while_waiting,
     last_planned,
     left_to_the_gate,
+    readable,
     refused_turn,
     stopped_turn,
     unplanned_turn,
@@ -224,7 +225,7 @@ def make_model_node(
         # own answer, planned the payment again: helper-90)
         over = (not moved and not forged and bool(messages) and isinstance(messages[-1], AIMessage)
                 and not messages[-1].tool_calls)
-        return ([*system, *messages], over or model_steps(messages) >= limit,
+        return ([*system, *readable(messages)], over or model_steps(messages) >= limit,
                 [*forged, *moved], None, (lambda: ctx.deliver(appended)) if appended else None,
                 ctx)
 

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
-__all__ = ["ScriptExhaustedError", "ScriptedChatModel", "reply_text"]
+__all__ = ["MalformedConversationError", "ScriptExhaustedError", "ScriptedChatModel",
+           "conversation_errors", "reply_text"]
 
 Script = Sequence[AIMessage | str] | Callable[[list[BaseMessage]], AIMessage | str]
 StructuredScript = Sequence[Any] | Callable[[Any, list[BaseMessage]], Any]
@@ -28,6 +30,36 @@ StructuredScript = Sequence[Any] | Callable[[Any, list[BaseMessage]], Any]
 
 class ScriptExhaustedError(AssertionError):
     """The conversation needs a reply the script does not have (a bug in the test)."""
+
+
+class MalformedConversationError(ValueError):
+    """The model was handed a conversation a chat provider refuses (OpenAI's API answers it
+    with a 400): a tool result away from its call, a call left without its result."""
+
+
+def conversation_errors(messages: Sequence[BaseMessage]) -> list[str]:
+    """What a chat provider would refuse in `messages`: each model turn's calls are answered
+    by one result each, right after it (nothing but results between), and a result answers a
+    call of the turn right before it. OpenAI's and Anthropic's APIs refuse anything else, so
+    an agent that hands a model such a conversation breaks its thread for a real model."""
+    errors: list[str] = []
+    asked: Counter[str] = Counter()  # (a model may give two calls one id: one result each)
+    for message in messages:
+        if isinstance(message, ToolMessage):
+            if message.tool_call_id not in asked:
+                errors.append(f"a result for call {message.tool_call_id!r} does not follow it")
+            elif asked[message.tool_call_id] == 0:
+                errors.append(f"call {message.tool_call_id!r} has more than one result")
+            else:
+                asked[message.tool_call_id] -= 1
+            continue
+        if open_ := sorted(+asked):
+            errors.append(f"calls {open_} have no result before the next message")
+        calls = getattr(message, "tool_calls", None) if isinstance(message, AIMessage) else None
+        asked = Counter(str(c.get("id")) for c in calls or [])
+    if open_ := sorted(+asked):
+        errors.append(f"calls {open_} have no result")
+    return errors
 
 
 def _ai_turns(messages: Sequence[BaseMessage]) -> int:
@@ -46,6 +78,9 @@ class ScriptedChatModel(BaseChatModel):
             Without it, the reply the script would give is parsed: its first tool call's
             arguments, or its content as JSON.
         chunk_words: Stream text in pieces of this many words (for `text-delta` chunks).
+        strict: Refuse, as a chat provider does, a conversation with a tool result away from
+            its call or a call without its result (`MalformedConversationError`): a model
+            that took it would hide a conversation a real model cannot be given.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -53,6 +88,7 @@ class ScriptedChatModel(BaseChatModel):
     responses: Any
     structured: Any = None
     chunk_words: int = 1
+    strict: bool = True
     _calls: list[list[BaseMessage]] = PrivateAttr(default_factory=list)
     _structured_calls: int = PrivateAttr(default=0)
 
@@ -71,6 +107,9 @@ class ScriptedChatModel(BaseChatModel):
     def reply_for(self, messages: Sequence[BaseMessage]) -> AIMessage:
         """The scripted reply to `messages` (without recording a call)."""
         conversation = list(messages)
+        if self.strict and (errors := conversation_errors(conversation)):
+            msg = ("a chat provider would refuse this conversation: " + "; ".join(errors))
+            raise MalformedConversationError(msg)
         if callable(self.responses):
             reply = self.responses(conversation)
         else:

@@ -79,6 +79,36 @@ def test_scripted_model_answers_by_conversation_turn() -> None:
     assert streamed == "a b c"
 
 
+def test_scripted_model_refuses_what_a_chat_provider_refuses() -> None:
+    """A result away from its call, a second result, a call without one: OpenAI's API
+    answers each with a 400, so the scripted model does too (`strict`), or a test would pass
+    a conversation no real model can be given (helper-99)."""
+    from langchain_core.messages import ToolMessage
+
+    from graphkit.testing import MalformedConversationError
+
+    def asks(*ids: str) -> AIMessage:
+        return AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": i} for i in ids])
+
+    def result(i: str) -> ToolMessage:
+        return ToolMessage("r", tool_call_id=i)
+
+    model = ScriptedChatModel(["ok"] * 9)
+    for bad, why in [
+        ([asks("a"), result("a"), AIMessage("done"), result("a")], "'a' does not follow it"),
+        ([asks("a"), result("a"), result("a")], "'a' has more than one result"),
+        ([asks("a", "b"), result("a"), HumanMessage("x")], r"\['b'\] have no result before"),
+        ([asks("a")], r"\['a'\] have no result"),
+        ([HumanMessage("x"), result("a")], "'a' does not follow it"),
+    ]:
+        with pytest.raises(MalformedConversationError, match=why):
+            model.invoke([HumanMessage("hi"), *bad])
+    fine = [asks("a", "a", "b"), result("b"), result("a"), result("a"), AIMessage("done")]
+    assert model.invoke([HumanMessage("hi"), *fine]).text == "ok"
+    loose = ScriptedChatModel(["ok"], strict=False)
+    assert loose.invoke([HumanMessage("hi"), result("a")]).text == "ok"
+
+
 def test_scripted_model_function_and_structured_output() -> None:
     from pydantic import BaseModel
 
