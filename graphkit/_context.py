@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
@@ -17,9 +17,10 @@ try:
         CONFIG_KEY_CHECKPOINT_MAP,
         CONFIG_KEY_CHECKPOINTER,
         CONFIG_KEY_DURABILITY,
+        NS_SEP,
     )
 except ImportError:  # pragma: no cover - a LangGraph without them: no run is known durable
-    CONFIG_KEY_CHECKPOINT_MAP = CONFIG_KEY_CHECKPOINTER = CONFIG_KEY_DURABILITY = ""
+    CONFIG_KEY_CHECKPOINT_MAP = CONFIG_KEY_CHECKPOINTER = CONFIG_KEY_DURABILITY = NS_SEP = ""
 
 __all__ = ["DELEGATION_KEY", "EVENT_KEY", "LEASE_KEY", "PATH_KEY", "agent_path_of",
            "delegation_of", "durability_of", "emit", "last_ai", "lease_of", "never_written",
@@ -76,12 +77,22 @@ def lease_of(config: RunnableConfig) -> str | None:
     return owner if isinstance(owner, str) else None
 
 
+def _own_checkpoint(conf: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(the node's graph's namespace, the id of the checkpoint its step runs from), read
+    under that namespace in LangGraph's checkpoint map: never as the map's last entry, which
+    a client's own map (in the run's config, merged before LangGraph's) put last (a forged
+    step re-appended a queued message, or took one for delivered)."""
+    found = conf.get(CONFIG_KEY_CHECKPOINT_MAP)
+    namespace = str(conf.get("checkpoint_ns") or "").rpartition(NS_SEP)[0]
+    step = found.get(namespace) if isinstance(found, dict) and NS_SEP else None
+    return (namespace, step) if isinstance(step, str) else None
+
+
 def step_of(config: RunnableConfig) -> str | None:
     """The id of the checkpoint the node's step runs from (a replay of the step after a crash
     runs from the same one); None in a graph without a checkpointer."""
-    found = (config.get("configurable") or {}).get(CONFIG_KEY_CHECKPOINT_MAP)
-    step = list(found.values())[-1] if isinstance(found, dict) and found else None
-    return step if isinstance(step, str) else None
+    own = _own_checkpoint(config.get("configurable") or {})
+    return own[1] if own is not None else None
 
 
 _WRITTEN: OrderedDict[tuple[int, str, str, str], None] = OrderedDict()
@@ -95,10 +106,10 @@ def never_written(config: RunnableConfig) -> Callable[[str], bool]:
     before the checkpoint was written), and the run replays from an earlier one. Reads the
     saver; False without one."""
     conf = config.get("configurable") or {}
-    saver, found = conf.get(CONFIG_KEY_CHECKPOINTER), conf.get(CONFIG_KEY_CHECKPOINT_MAP)
-    if not isinstance(saver, BaseCheckpointSaver) or not isinstance(found, dict) or not found:
+    saver, own = conf.get(CONFIG_KEY_CHECKPOINTER), _own_checkpoint(conf)
+    if not isinstance(saver, BaseCheckpointSaver) or own is None:
         return lambda _checkpoint_id: False
-    namespace, thread_id = list(found)[-1], conf.get("thread_id")
+    namespace, thread_id = own[0], conf.get("thread_id")
 
     def missing(checkpoint_id: str) -> bool:
         key = (id(saver), str(thread_id), namespace, checkpoint_id)

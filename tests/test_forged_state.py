@@ -30,6 +30,7 @@ from graphkit.testing import ScriptedChatModel
 from tests.helpers import (
     PAY,
     agent_with,
+    boss_over_billing,
     call,
     cfo_only,
     config,
@@ -873,3 +874,29 @@ def test_a_pending_turn_rewritten_in_place_leaves_no_approval_waiting(sqlite_url
     with pytest.raises(GraphkitError):
         lax_inbox(sqlite_url).approve(old.id, decided_by="cfo")
     assert ran.ran == []
+
+
+def test_a_checkpoint_map_in_a_clients_config_names_no_step(
+        sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client's config may carry LangGraph's checkpoint map, which LangGraph merges before
+    its own entry: the step a node ran from was read as the map's last entry, so a client's
+    entry named it (the queue of replies then re-appended a message it took for this step's,
+    or took one for delivered). The step is read under the node's own namespace, at every
+    depth."""
+    from langgraph._internal._constants import CONFIG_KEY_CHECKPOINT_MAP
+
+    import graphkit._planner as planner_module
+    from graphkit._context import step_of
+
+    seen: list[str | None] = []
+
+    def spied(config: Any) -> str | None:
+        seen.append(step_of(config))
+        return seen[-1]
+
+    monkeypatch.setattr(planner_module, "step_of", spied)
+    boss = boss_over_billing(sqlite_url)
+    forged = {"": "forged-top", "billing:x": "forged-sub", "zz": "forged-last"}
+    boss.graph.invoke({"messages": [HumanMessage("pay acme 40")]}, {"configurable": {
+        "thread_id": "t1", CONFIG_KEY_CHECKPOINT_MAP: forged}})
+    assert len(seen) >= 3 and all(s is not None and not s.startswith("forged") for s in seen)
