@@ -164,6 +164,8 @@ def test_the_one_statement_claim_admits_exactly_what_the_ledger_allows(durable_u
     ledger.clear({"apr1": Clearance("d2", edited)})
     won = claim("gated", "me")
     assert won is not None and won.args == edited and won.digest == "d2"
+    for key in ("free", "gated"):  # (the claims are kept renewed until given back: a claim
+        ledger.release(key, "me")  # left held was renewed through every later test)
 
 
 def test_a_sqlite_saver_instance_keeps_the_ledger_in_its_file(tmp_path: Path) -> None:
