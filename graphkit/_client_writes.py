@@ -204,16 +204,34 @@ def readable(messages: list[AnyMessage]) -> list[AnyMessage]:
     turn before it, and each later model call of the thread failed (helper-99)."""
     read: list[AnyMessage] = []
     asked: Counter[str] = Counter()  # (a model may give two calls one id: each is answered)
-    for message in messages:
+    block: list[ToolMessage] = []
+    for message in [*messages, None]:
         if isinstance(message, ToolMessage):
-            if asked[message.tool_call_id] > 0:
-                asked[message.tool_call_id] -= 1
-                read.append(message)
+            block.append(message)
             continue
-        calls = message.tool_calls if isinstance(message, AIMessage) else []
-        asked = Counter(str(c.get("id")) for c in calls)
-        read.append(message)
+        read += _answers(block, asked)
+        if message is not None:
+            calls = message.tool_calls if isinstance(message, AIMessage) else []
+            asked, block = Counter(str(c.get("id")) for c in calls), []
+            read.append(message)
     return read
+
+
+def _answers(block: list[ToolMessage], asked: Counter[str]) -> list[ToolMessage]:
+    """Of the results right after a turn, one per call (in their order): a call's own
+    before the notice that took a client's result's place (which the client may have written
+    first: the model read the notice, never the subagent's answer: helper-100)."""
+    def notice(m: ToolMessage) -> bool:
+        return m.status == "error" and m.content == SECOND.format(name=m.name)
+
+    left = Counter(asked)
+    kept: set[int] = set()
+    for second in (False, True):
+        for index, message in enumerate(block):
+            if notice(message) == second and left[message.tool_call_id] > 0:
+                left[message.tool_call_id] -= 1
+                kept.add(index)
+    return [m for index, m in enumerate(block) if index in kept]
 
 
 def last_planned(messages: list[AnyMessage], ctx: GateContext) -> TurnPlan | None:
