@@ -303,8 +303,9 @@ class _Pass:
         auto = (self.planner.settings.auto_resume_suspended_tools
                 or bool(value.get("auto_resume"))) and self.extract is not None
         for call in self.plan["calls"]:
-            if call["tool_call_id"] in answered or call["answer"] is not None:
-                continue
+            if call["tool_call_id"] in answered or call["answer"] is not None or (
+                    call["approval"] is not None and call["approval"]["status"] == "approved"):
+                continue  # (a decision taken before the message runs first)
             suspension = call["suspension"]
             tool = self.planner.tools.get(call["tool_name"])
             schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None
@@ -593,16 +594,21 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
                 return interrupt(interrupt_value(plan, answered, agent_path=ctx.path,
                                                  ledger=ctx.ledger, rows=step.rows))
 
-            given = _given_decisions(ask)
-            if given is not None or not step.apply_ledger(answered):
-                value = given if given is not None else ask()
+            given = _given(ask, "decisions")
+            applied = given is None and step.apply_ledger(answered)
+            # A new message's resume (the API's) is read after the decisions taken before it,
+            # which run first: left unread, auto-resume never read the message for a tool
+            # beside them, which asked again, the message held back (helper-100).
+            said = _given(ask, "supersede") if applied else None
+            if given is not None or said is not None or not applied:
+                value = given if given is not None else said if said is not None else ask()
                 plan["error"] = None
                 try:
                     step.resume(value, answered, {m.id for m in messages if m.id})
                 except GraphkitError as exc:
                     plan["error"] = str(exc)
-                if given is not None:  # (the rows read with the plan predate its decisions)
-                    ctx.forget_approvals()
+                if given is not None or said is not None:  # (the rows read with the plan
+                    ctx.forget_approvals()                 # predate what it decided)
                 step.apply_ledger(answered)
             changed = True
         if step.edited:
@@ -632,12 +638,13 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
     return approval_gate, aapproval_gate
 
 
-def _given_decisions(ask: Callable[[], Any]) -> Any:
-    """The decisions a client resumed this pass with (`ask`: the pass's `interrupt`, which
-    returns them), or None. LangGraph's scratchpad still shows a plain resume another pass
-    took already (a later pass of the same run): `interrupt` then pauses, which here only
-    means there is nothing to read."""
-    if not _resumed_with_decisions():
+def _given(ask: Callable[[], Any], field: str) -> Any:
+    """The value this pass was resumed with (`ask`: the pass's `interrupt`, which returns
+    it), if it carries `field` ("decisions": a client's; "supersede": a new message's), else
+    None. LangGraph's scratchpad still shows a plain resume another pass took already (a
+    later pass of the same run): `interrupt` then pauses, which here only means there is
+    nothing to read."""
+    if not _resumed_with(field):
         return None
     try:
         return ask()
@@ -645,17 +652,17 @@ def _given_decisions(ask: Callable[[], Any]) -> Any:
         return None
 
 
-def _resumed_with_decisions() -> bool:
-    """Whether this pass of a paused gate was resumed with decisions to take (a client's
-    `Command(resume={"decisions": [...]})`), which its `interrupt()` would return at once:
-    LangGraph's scratchpad holds the value for the task, or as a resume for every task. (The
-    API's and the workers' resumes carry none: they took their decisions in the ledger.)"""
+def _resumed_with(field: str) -> bool:
+    """Whether this pass of a paused gate was resumed with a value carrying `field` (a
+    client's `Command(resume={"decisions": [...]})`), which its `interrupt()` would return at
+    once: LangGraph's scratchpad holds the value for the task, or as a resume for every
+    task. (The API's and the workers' decisions carry none: they are in the ledger.)"""
     try:
         scratchpad = get_config()["configurable"][CONFIG_KEY_SCRATCHPAD]
         value = scratchpad.resume[0] if scratchpad.resume else scratchpad.get_null_resume(False)
     except Exception:  # (not inside a run, or a LangGraph whose scratchpad reads otherwise)
         return False
-    return isinstance(value, Mapping) and "decisions" in value
+    return isinstance(value, Mapping) and field in value
 
 
 LOST = ("Tool call {name!r} was stopped: its turn is no longer in the conversation (the "

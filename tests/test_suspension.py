@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import (
+    AIMessage,
     BaseMessage,
     HumanMessage,
     RemoveMessage,
@@ -663,6 +664,46 @@ def test_auto_resume_never_approves_and_without_it_a_message_supersedes() -> Non
     moved_on = plain.generate("Tokyo", thread_id=started.thread_id)
     assert log == ["started"]
     assert "superseded" in next(m for m in moved_on.messages if isinstance(m, ToolMessage)).text
+
+
+@pytest.mark.parametrize("door", ["api", "graph input"])
+def test_auto_resume_reads_the_reply_after_a_decision_taken_beside_it(
+        sqlite_url: str, door: str) -> None:
+    """A turn's weather tool asks for a city beside a gated payment; the payment approved in
+    the inbox, then the user names the city through the API. The gate applied the decision
+    and left the message unread: the tool asked again, and the message waited in the queue
+    until someone answered it otherwise, where graph input read it (helper-100). Both doors
+    run the decision first and read the reply."""
+    from graphkit import Inbox
+
+    log: list[str] = []
+    paid: list[int] = []
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        paid.append(amount)
+        return f"paid {amount}"
+
+    def replies(messages: list[BaseMessage]) -> Any:
+        if not any(isinstance(m, AIMessage) for m in messages):
+            return turn(call("weather", {}, "w1"), call("pay", {"amount": 3}, "p1"))
+        return f"done: {messages[-1].text}"
+
+    agent = Agent(name="wx", tools=[weather_tool(log), pay], checkpointer=sqlite_url,
+                  auto_resume_suspended_tools=True,
+                  model=ScriptedChatModel(replies, structured=city_from_reply))
+    first = agent.generate("weather, and pay")
+    inbox = Inbox(sqlite_url)
+    (payment,) = [p for p in inbox.pending() if p.tool_call_id == "p1"]
+    inbox.approve(payment.id, decided_by="cfo")
+    if door == "api":
+        assert agent.generate("Paris, please", thread_id=first.thread_id).text == (
+            "done: Paris, please")
+    else:
+        say(agent, first.thread_id, "Paris, please", user=SERVER_USER)
+    assert paid == [3] and log == ["started", "started", "fetched Paris"]
+    assert inbox.pending() == [] and inbox.ready() == []
 
 
 # ---------------------------------------------------------------- auto-resume from graph input
