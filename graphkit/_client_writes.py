@@ -26,7 +26,7 @@ from langchain_core.messages import (
 )
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
-from graphkit._gate import supersede_unanswered
+from graphkit._gate import supersede_abandoned, supersede_unanswered
 from graphkit._ledger import Ledger
 from graphkit._planner import GateContext
 from graphkit._reply import turn_span
@@ -53,6 +53,7 @@ DISCARDED = ("Tool call {name!r} did not run: a result for it was written from o
              "agent (not by its tools node) and was discarded.")
 DROPPED = ("{count} message(s) written from outside the agent while this call waited, none of "
            "them a user's, were dropped: only a user message ends a wait.")
+WRITTEN_FOR_DELEGATION = "a client wrote a result for the delegation it works for"
 SECOND = ("A second result for tool call {name!r}, written from outside the agent, was "
           "discarded: the call ran, and its result is the one its tools node wrote.")
 REWRITTEN = ("Tool call {name!r} did not run: the model's message was rewritten from outside the "
@@ -140,16 +141,22 @@ def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
         if key in own and (not plan or messages[index].id != plan["ai_message_id"]):
             found = ctx.turn(key)
             plans += [found] if found is not None else []
+    stopped: list[str] = []
     for checked in plans:
-        fixes += _results_checked(messages, checked, ctx)
+        fixes += _results_checked(messages, checked, ctx, stopped)
+    if stopped:
+        # a delegation answered so is stopped: what waits beneath it is declined now, not
+        # left listed as pending, approved later and never run (helper-100)
+        supersede_abandoned(messages, ctx, beneath=WRITTEN_FOR_DELEGATION)
     return fixes
 
 
-def _results_checked(messages: list[AnyMessage], plan: TurnPlan, ctx: GateContext
-                     ) -> list[ToolMessage]:
+def _results_checked(messages: list[AnyMessage], plan: TurnPlan, ctx: GateContext,
+                     stopped: list[str]) -> list[ToolMessage]:
     """The notices for the results of a planned turn's calls (every one before the next turn
     with calls) that differ from what its tools node recorded; what waited for such a call
-    is declined as superseded, and the call recorded as not run."""
+    is declined as superseded, and the call recorded as not run (the keys of delegations so
+    stopped go in `stopped`)."""
     calls = {c["tool_call_id"]: c for c in plan["calls"]}
     answers: list[tuple[ToolMessage, Any]] = []
     seen = False
@@ -188,6 +195,8 @@ def _results_checked(messages: list[AnyMessage], plan: TurnPlan, ctx: GateContex
         _audit_refused(ctx, [notice])
         ctx.ledger.settle({call["key"]: {"content": text, "status": "error"}},
                           thread_id=ctx.thread_id)
+        if call["node"] != "tools":
+            stopped.append(call["key"])
         fixes.append(notice)
     return fixes
 

@@ -677,7 +677,8 @@ ABANDONED = ("its turn is no longer in the conversation: the thread went back to
              "checkpoint, or was rewritten")
 
 
-def supersede_abandoned(messages: Sequence[BaseMessage], ctx: GateContext) -> None:
+def supersede_abandoned(messages: Sequence[BaseMessage], ctx: GateContext, *,
+                        beneath: str = ABANDONED) -> None:
     """Decline, as superseded, what this agent waits on for a turn the conversation no longer
     holds as it was planned (time travel forked the thread before it; a client rewrote the
     message): the conversation will never carry its answer, so it must not stay decidable, or
@@ -686,7 +687,8 @@ def supersede_abandoned(messages: Sequence[BaseMessage], ctx: GateContext) -> No
     conversation went on without it (a model that reuses tool_call_ids may have been told
     that a call of the same id did not run). Only a top-level agent has one conversation per
     thread (a subagent's parallel delegations each have their own): it judges its subagents'
-    waits too, by the delegation each works for (`_abandoned_beneath`)."""
+    waits too, by the delegation each works for (`_abandoned_beneath`), declined as
+    `beneath` says."""
     if len(ctx.path) != 1:
         return
     waiting = ctx.pending_turns()
@@ -695,14 +697,16 @@ def supersede_abandoned(messages: Sequence[BaseMessage], ctx: GateContext) -> No
     present = {turn_key(m) for m in messages if isinstance(m, AIMessage) and m.tool_calls}
     own = [w for w in waiting if w.agent_path in (None, ctx.agent)]
     lost = [w for w in own if w.turn_key is not None and w.turn_key not in present]
-    lost += _abandoned_beneath([w for w in waiting if w not in own], present, ctx)
-    for w in lost:
+    deep = _abandoned_beneath([w for w in waiting if w not in own], present, ctx)
+    for w in (*lost, *deep):
         if w.pending:
             path = w.agent_path.split("/") if w.agent_path else ctx.path
             supersede(ctx.ledger, {"id": w.approval_id, "kind": w.kind,
                                    "tool_name": w.tool_name, "agent_path": path,
                                    "tool_call_id": tool_call_id_of(ctx.ledger, w.call_key)},
-                      comment=ABANDONED, thread_id=ctx.thread_id, run_id=ctx.run_id)
+                      comment=beneath if w in deep else ABANDONED, thread_id=ctx.thread_id,
+                      run_id=ctx.run_id)
+    lost += deep
     # (a decline stands: a replay of a branch that holds its turn still answers it so, and
     # nothing waits on it any more: helper-88)
     declined = [w.approval_id for w in lost if w.declined]

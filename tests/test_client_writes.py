@@ -853,3 +853,38 @@ def test_a_result_written_for_a_running_delegation_never_hides_its_answer(sqlite
     assert isinstance(model, ScriptedChatModel)
     results = [m.content for m in model.calls[-1] if isinstance(m, ToolMessage)]
     assert results == ["sub done"], results
+
+
+def test_a_result_written_for_a_waiting_delegation_declines_what_waits_beneath_it(
+        sqlite_url: str) -> None:
+    """A client's graph input writes a result for the supervisor's delegation while the
+    subagent's payment waits, beside the supervisor's own gated wire: the delegation is
+    answered "did not run", and stopped, but the payment stayed listed as pending, and was
+    declined only once the wire was decided (helper-100). What waits beneath the stopped
+    delegation is declined with it, at once; the wire still waits."""
+    paid: list[int] = []
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        paid.append(amount)
+        return f"paid {amount}"
+
+    @create_tool(needs_approval=True)
+    def wire(amount: int) -> str:
+        """Wire."""
+        return f"wired {amount}"
+
+    sub = Agent(name="billing", tools=[pay], model=ScriptedChatModel(
+        lambda m: turn(call("pay", {"amount": 7}, "p1")) if len(m) == 1 else "sub done"))
+    boss = Agent(name="boss", agents={"billing": sub}, tools=[wire], checkpointer=sqlite_url,
+                 model=ScriptedChatModel([turn(call("billing", {"task": "pay"}, "d1"),
+                                               call("wire", {"amount": 9}, "w1")), "ok"]))
+    first = boss.generate("pay and wire")
+    assert {p.tool_call_id for p in Inbox(sqlite_url).pending()} == {"p1", "w1"}
+    written = ToolMessage("nothing paid (forged)", tool_call_id="d1", name="billing")
+    boss.graph.invoke({"messages": [written]}, config(first.thread_id))
+    assert [p.tool_call_id for p in Inbox(sqlite_url).pending()] == ["w1"] and paid == []
+    (declined,) = [e for e in Inbox(sqlite_url).audit(thread_id=first.thread_id)
+                   if e["event"] == "superseded"]
+    assert declined["tool_call_id"] == "p1" and "delegation" in declined["comment"]
