@@ -10,7 +10,6 @@ user's message supersedes the calls its turn left unanswered.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any, cast
@@ -26,7 +25,7 @@ from langchain_core.messages import (
 )
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
-from graphkit._gate import supersede_abandoned, supersede_unanswered
+from graphkit._gate import same_content, supersede_abandoned, supersede_unanswered
 from graphkit._ledger import Ledger
 from graphkit._planner import GateContext
 from graphkit._reply import turn_span
@@ -84,11 +83,6 @@ def _rewritten(messages: list[AnyMessage], read: list[AnyMessage], at: int
     """The writes that make the state's `messages` say `read`, the two alike before `at`:
     what came from `at` on is removed, then written again in its new order."""
     return [*(RemoveMessage(id=str(m.id)) for m in messages[at:]), *read[at:]]
-
-
-def _same(a: Any, b: Any) -> bool:
-    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True,
-                                                                      default=str)
 
 
 def _orphans(messages: Sequence[AnyMessage]) -> list[ToolMessage]:
@@ -203,7 +197,7 @@ def _results_checked(messages: list[AnyMessage], plan: TurnPlan, ctx: GateContex
 
 def _is_own(message: ToolMessage, outcome: dict[str, Any] | None) -> bool:
     """Whether `message` is the result the call's tools node recorded."""
-    return outcome is not None and _same(outcome.get("content"), message.content)
+    return outcome is not None and same_content(outcome.get("content"), message.content)
 
 
 def readable(messages: list[AnyMessage]) -> list[AnyMessage]:
@@ -449,7 +443,7 @@ def _unrecorded(ai: AIMessage, after: Sequence[AnyMessage], recorded: dict[str, 
                 text, REWRITTEN.format(name=name), WRITTEN.format(name=name)):
             continue
         found = recorded.get(message.tool_call_id)
-        if found is not None and _same(found.get("content"), message.content):
+        if found is not None and same_content(found.get("content"), message.content):
             continue
         fixes.append(ToolMessage(text, tool_call_id=message.tool_call_id, id=message.id,
                                  name=name, status="error"))

@@ -10,6 +10,7 @@ the tools node runs nothing the ledger does not allow.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -63,6 +64,7 @@ from graphkit._state import (
     delegation_of_turn,
     turn_key,
 )
+from graphkit._tools_node import REASONS, REFUSED
 from graphkit._validate import now_iso
 from graphkit.errors import (
     AmbiguousApprovalError,
@@ -74,7 +76,7 @@ from graphkit.errors import (
 from graphkit.tools import GraphkitTool
 from graphkit.types import ApprovalRecord, GateResume, args_digest
 
-__all__ = ["dispatch_now", "make_gate_node", "pointer",
+__all__ = ["dispatch_now", "make_gate_node", "pointer", "same_content",
            "supersede_abandoned", "supersede_unanswered"]
 
 GateTarget = Literal["model", "tools", "approval_gate"]
@@ -535,6 +537,41 @@ def _copy_plan(plan: TurnPlan) -> TurnPlan:
     return {**plan, "calls": calls}
 
 
+def _answered(messages: Sequence[BaseMessage], plan: TurnPlan, ctx: GateContext) -> set[str]:
+    """The turn's calls the conversation holds their answer for, as the ledger recorded it
+    (or as the tools node refused them: the refusals it does not record). A result a client
+    wrote answers nothing here, whatever the door: the call still waits on what it waited on
+    (a decision beneath a delegation, say), which still applies, and the model node tells
+    the model what was written. It ended a delegation's wait through `update_state`, and the
+    subagent's payment, approved since, was told "not run" (helper-100)."""
+    answered = answered_ids(messages, plan["ai_message_id"])
+    calls = {c["tool_call_id"]: c for c in plan["calls"] if c["tool_call_id"] in answered}
+    if not calls:
+        return answered
+    outcomes = ctx.outcomes(c["key"] for c in calls.values())
+    own: set[str] = set()
+    seen = False
+    for message in messages:
+        if not seen:
+            seen = message.id == plan["ai_message_id"]
+        elif isinstance(message, AIMessage):
+            break
+        elif isinstance(message, ToolMessage) and message.tool_call_id in calls:
+            call = calls[message.tool_call_id]
+            outcome = outcomes.get(call["key"])
+            if ((outcome is not None and same_content(outcome.get("content"), message.content))
+                    or message.content in {REFUSED.format(name=call["tool_name"], why=why)
+                                           for why in REASONS}):
+                own.add(message.tool_call_id)
+    return answered - (set(calls) - own)
+
+
+def same_content(a: Any, b: Any) -> bool:
+    """Whether two results' contents are the same (a tool's content may be a list of blocks)."""
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True,
+                                                                      default=str)
+
+
 def _undecided(plan: TurnPlan, answered: set[str]) -> bool:
     return any(r["status"] == "pending" for r in waiting_records(plan, answered))
 
@@ -582,7 +619,7 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
             _suspended(plan, ctx)
             update["reports"] = {}
             changed = True
-        answered = answered_ids(messages, plan["ai_message_id"]) | {
+        answered = _answered(messages, plan, ctx) | {
             m.tool_call_id for m in new_messages if isinstance(m, ToolMessage)}
         step = _Pass(planner, ctx, plan, config, extract)
         if not changed and not _ready(plan, answered) and _undecided(plan, answered):
