@@ -31,7 +31,6 @@ from graphkit._planner import GateContext
 from graphkit._reply import turn_span
 from graphkit._review import audit_row, supersede
 from graphkit._state import AgentState, TurnPlan, turn_key
-from graphkit._tools_node import REASONS, REFUSED
 
 __all__ = [
     "discard_forged",
@@ -169,9 +168,9 @@ def _results_checked(messages: list[AnyMessage], plan: TurnPlan, ctx: GateContex
     for message, call in answers:
         if _is_own(message, outcomes.get(call["key"])):
             continue
-        if isinstance(message.content, str) and message.content in {
-                REFUSED.format(name=call["tool_name"], why=w) for w in REASONS}:
-            continue  # the tools node's own refusal: the call did not run, as it says
+        # (whatever it says: the words of the tools node's refusal, which the ledger does not
+        # record, written by a client, ended the call's wait, and its approval, taken later,
+        # never ran: helper-101)
         if call["key"] in own:  # a second result, for a call that has its own: it ran
             if message.content != SECOND.format(name=call["tool_name"]):  # (noticed before)
                 fixes.append(ToolMessage(SECOND.format(name=call["tool_name"]),

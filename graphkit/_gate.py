@@ -64,7 +64,6 @@ from graphkit._state import (
     delegation_of_turn,
     turn_key,
 )
-from graphkit._tools_node import REASONS, REFUSED
 from graphkit._validate import now_iso
 from graphkit.errors import (
     AmbiguousApprovalError,
@@ -538,12 +537,15 @@ def _copy_plan(plan: TurnPlan) -> TurnPlan:
 
 
 def _answered(messages: Sequence[BaseMessage], plan: TurnPlan, ctx: GateContext) -> set[str]:
-    """The turn's calls the conversation holds their answer for, as the ledger recorded it
-    (or as the tools node refused them: the refusals it does not record). A result a client
-    wrote answers nothing here, whatever the door: the call still waits on what it waited on
-    (a decision beneath a delegation, say), which still applies, and the model node tells
-    the model what was written. It ended a delegation's wait through `update_state`, and the
-    subagent's payment, approved since, was told "not run" (helper-100)."""
+    """The turn's calls the conversation holds their answer for, as the ledger recorded it.
+    A result a client wrote answers nothing here, whatever the door and whatever it says:
+    the call still waits on what it waited on (a decision beneath a delegation, say), which
+    still applies, and the model node tells the model what was written. It ended a
+    delegation's wait through `update_state`, and the subagent's payment, approved since, was
+    told "not run" (helper-100); so did the words of the tools node's refusal, which the
+    ledger does not record, written by a client (helper-101). A refusal the tools node
+    itself wrote (a call running elsewhere) answers nothing either: the call is sent again,
+    and its tools node waits for the running call's recorded result."""
     answered = answered_ids(messages, plan["ai_message_id"])
     calls = {c["tool_call_id"]: c for c in plan["calls"] if c["tool_call_id"] in answered}
     if not calls:
@@ -559,9 +561,7 @@ def _answered(messages: Sequence[BaseMessage], plan: TurnPlan, ctx: GateContext)
         elif isinstance(message, ToolMessage) and message.tool_call_id in calls:
             call = calls[message.tool_call_id]
             outcome = outcomes.get(call["key"])
-            if ((outcome is not None and same_content(outcome.get("content"), message.content))
-                    or message.content in {REFUSED.format(name=call["tool_name"], why=why)
-                                           for why in REASONS}):
+            if outcome is not None and same_content(outcome.get("content"), message.content):
                 own.add(message.tool_call_id)
     return answered - (set(calls) - own)
 

@@ -898,3 +898,39 @@ def test_a_result_written_for_a_waiting_call_leaves_its_decision_to_apply(
     assert [m.content for m in model.calls[-1] if isinstance(m, ToolMessage)] == ["sub done"]
     assert not [e for e in Inbox(sqlite_url).audit(thread_id=first.thread_id)
                 if e["event"] == "superseded"]
+
+
+@pytest.mark.parametrize("door", ["update_state", "Command(update=..., resume={})",
+                                  "graph input"])
+def test_the_words_of_a_tools_node_refusal_written_by_a_client_end_no_wait(
+        sqlite_url: str, door: str) -> None:
+    """A client writes, for the waiting payment, the very words the tools node refuses a
+    call with (the one result the ledger does not record). The gate took them as the
+    call's answer and the model node let them through: the approval, taken later, was
+    accepted and the payment never ran (helper-101). They are a client's result as any
+    other: by a state write the wait and its approval stand, and the payment runs once;
+    by graph input the result is thrown away and the approval declined, at once."""
+    from graphkit import ApprovalNotFoundError
+    from graphkit._tools_node import REFUSED, RUNNING
+
+    agent, ran, read = reading_agent(sqlite_url)
+    paused = agent.generate("pay acme")
+    written = ToolMessage(REFUSED.format(name="pay", why=RUNNING), tool_call_id="c1",
+                          name="pay", status="error")
+    cfg = config(paused.thread_id)
+    if door == "update_state":
+        agent.graph.update_state(cfg, {"messages": [written]})
+    elif door == "graph input":
+        agent.graph.invoke({"messages": [written]}, cfg)
+    else:
+        agent.graph.invoke(Command(update={"messages": [written]}, resume={}), cfg)
+    if door == "graph input":
+        assert Inbox(sqlite_url).pending() == []
+        with pytest.raises(ApprovalNotFoundError, match="no pending approvals"):
+            agent.approve_tool_call_generate(run_id=paused.run_id)
+        assert ran.ran == [] and "did not run" in str(read[-1])
+        return
+    assert [p.tool_call_id for p in Inbox(sqlite_url).pending()] == ["c1"]
+    assert agent.approve_tool_call_generate(run_id=paused.run_id).text == "done"
+    assert ran.ran == [("pay", PAY)]
+    assert [m.content for m in read[-1] if isinstance(m, ToolMessage)] == ["paid 40 to ACME"]
