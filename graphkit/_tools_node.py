@@ -68,6 +68,8 @@ RUNNING = "it is already running in another process"
 REASONS = (NOT_PLANNED, ELSEWHERE, OTHER_ARGS, NO_APPROVAL, NOT_APPROVED_ARGS, RUNNING)
 """Why the tools node refuses a task. Its refusals are the only results the ledger does not
 record (the call stays as it was), so the model node knows them by their exact words."""
+DONE_UNKNOWN = ("Tool call {name!r} is recorded as done, with no outcome: whether it took "
+                "effect is unknown. It will not run again.")
 FAILED = ("Tool call {name!r} failed ({error}); an approved call is attempted once, so it "
           "will not run again unless the model calls it anew.")
 INTERRUPTED = ("Tool call {name!r} was interrupted while it ran (the run was cancelled); its "
@@ -210,10 +212,13 @@ def _admit(ledger: Ledger, task: ToolTask, config: RunnableConfig, *, context: b
             with _given_back(ledger, row.call_key, owner):
                 return _Admitted(owner, ledger.resume_values(row.call_key, row.thread_id),
                                  dict(row.once_results or {}), dict(row.args), at)
-        if outcome == "done" and held is not None and held.outcome is not None:
-            return ToolMessage(held.outcome.get("content", ""), id=result_id(row.call_key),
+        if outcome == "done":
+            recorded = (held.outcome if held is not None and held.outcome is not None
+                        else ledger.outcome_of_done(row.call_key, {
+                            "content": DONE_UNKNOWN.format(name=name), "status": "error"}))
+            return ToolMessage(recorded.get("content", ""), id=result_id(row.call_key),
                                tool_call_id=task["tool_call_id"], name=name,
-                               status=held.outcome.get("status") or "success")
+                               status=recorded.get("status") or "success")
         why = RUNNING
     ledger.audit([audit_row("refused", {"tool_name": name,
                                         "tool_call_id": task.get("tool_call_id"),

@@ -220,3 +220,30 @@ def test_a_task_naming_an_earlier_calls_key_answers_nothing_for_the_pending_call
     # call that ran is discarded after the turn as a stray: it never stands for the call)
     assert told[0].content == "paid 20 to ACME"
     assert not any("did not run" in str(m.content) for m in told)
+
+
+def test_a_call_marked_done_without_an_outcome_is_answered_once_from_the_ledger(
+        tmp_path: Any) -> None:
+    """A call the ledger marks done with no outcome (a row written by hand: none of
+    graphkit's writes leaves one): its tools node answered with a refusal the ledger did not
+    record, which the gate counts as no answer, and sent the call again, to the run's step
+    limit (10,000 steps, each a checkpoint). The outcome, unknown, is recorded and answers
+    the call; it never runs."""
+    from graphkit import Inbox
+    from tests.helpers import PAY, agent_with, call, turn
+
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done"], checkpointer=url)
+    paused = agent.generate("pay")
+    (asked,) = Inbox(url).pending()
+    Inbox(url).approve(asked.id, decided_by="cfo")
+    agent._storage.ledger._sql.execute("UPDATE graphkit_calls SET executed = 'done', "
+                                       "outcome = NULL")
+    result = agent.resume(run_id=paused.run_id)
+    assert result.text == "done" and ran.ran == []
+    (answer,) = [m for m in result.messages if m.type == "tool"]
+    assert "no outcome" in answer.text
+    (outcome,) = agent._storage.ledger.outcomes(
+        [r[0] for r in agent._storage.ledger._sql.query("SELECT call_key FROM graphkit_calls")]
+    ).values()
+    assert outcome is not None and outcome["content"] == answer.text

@@ -282,6 +282,17 @@ class Executions(LedgerBase):
             "SELECT 1 FROM graphkit_calls WHERE call_key = ? AND thread_id = ? AND "
             "suspended_with IS NOT NULL", (call_key, thread_id)))
 
+    def outcome_of_done(self, call_key: str, outcome: Mapping[str, Any]) -> dict[str, Any]:
+        """The outcome of a call marked done: the one recorded, or, where none was (a row
+        written by hand), `outcome`, recorded now, so that the answer the conversation gets
+        is the ledger's (an answer it does not hold answers nothing: the call was sent again
+        and again, to the run's step limit)."""
+        self._sql.execute("UPDATE graphkit_calls SET outcome = ? WHERE call_key = ? AND "
+                          "executed = ? AND outcome IS NULL", (dumps(dict(outcome)), call_key,
+                                                               DONE))
+        found = self.outcomes([call_key]).get(call_key)
+        return found if found is not None else dict(outcome)
+
     def release(self, call_key: str, owner: str) -> None:
         """The call stopped without a result (it suspended, or raised): it may run again."""
         _keeper.KEEPER.drop(("call", call_key), owner)
