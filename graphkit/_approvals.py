@@ -9,6 +9,7 @@ LangChain's HITL request). Deciding is `graphkit._review`'s; applying decisions,
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -63,8 +64,10 @@ __all__ = [
     "interrupt_value",
     "new_id",
     "plan_turn",
+    "same_content",
     "suspension_record",
     "telemetry",
+    "turn_results",
     "waiting_records",
 ]
 
@@ -392,19 +395,32 @@ def last_turn_plan(ledger: Ledger, thread_id: str, agent_path: Sequence[str],
     return ledger.turn(thread_id, agent_path, key) if key is not None else None
 
 
-def answered_ids(messages: Sequence[BaseMessage], ai_message_id: str) -> set[str]:
-    """Tool call ids of the turn that already have their ToolMessage (ran, refused or failed)."""
+def turn_results(messages: Sequence[BaseMessage], ai_message_id: str
+                 ) -> dict[str, list[ToolMessage]]:
+    """The ToolMessages after the turn of `ai_message_id` (up to the next model message), by
+    tool call id, in their order."""
     seen = False
-    answered: set[str] = set()
+    results: dict[str, list[ToolMessage]] = {}
     for message in messages:
         if not seen:
             seen = message.id == ai_message_id
             continue
         if isinstance(message, ToolMessage):
-            answered.add(message.tool_call_id)
+            results.setdefault(message.tool_call_id, []).append(message)
         elif isinstance(message, AIMessage):
             break
-    return answered
+    return results
+
+
+def answered_ids(messages: Sequence[BaseMessage], ai_message_id: str) -> set[str]:
+    """Tool call ids of the turn that already have their ToolMessage (ran, refused or failed)."""
+    return set(turn_results(messages, ai_message_id))
+
+
+def same_content(a: Any, b: Any) -> bool:
+    """Whether two results' contents are the same (a tool's content may be a list of blocks)."""
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True,
+                                                                      default=str)
 
 
 def waiting_records(plan: TurnPlan, answered: set[str]) -> list[ApprovalRecord]:

@@ -25,7 +25,8 @@ from langchain_core.messages import (
 )
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
-from graphkit._gate import same_content, supersede_abandoned, supersede_unanswered
+from graphkit._approvals import same_content
+from graphkit._gate import supersede_abandoned, supersede_unanswered
 from graphkit._ledger import Ledger
 from graphkit._planner import GateContext
 from graphkit._reply import turn_span

@@ -10,7 +10,6 @@ the tools node runs nothing the ledger does not allow.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -27,8 +26,10 @@ from graphkit._approvals import (
     answered_ids,
     interrupt_value,
     parsed_messages,
+    same_content,
     suspension_record,
     telemetry,
+    turn_results,
     waiting_records,
 )
 from graphkit._context import emit, last_ai, open_turns, thread_id_of
@@ -75,8 +76,8 @@ from graphkit.errors import (
 from graphkit.tools import GraphkitTool
 from graphkit.types import ApprovalRecord, GateResume, args_digest
 
-__all__ = ["dispatch_now", "make_gate_node", "pointer", "same_content",
-           "supersede_abandoned", "supersede_unanswered"]
+__all__ = ["dispatch_now", "make_gate_node", "pointer", "supersede_abandoned",
+           "supersede_unanswered"]
 
 GateTarget = Literal["model", "tools", "approval_gate"]
 
@@ -543,33 +544,13 @@ def _answered(messages: Sequence[BaseMessage], plan: TurnPlan, ctx: GateContext)
     still applies, and the model node tells the model what was written. It ended a
     delegation's wait through `update_state`, and the subagent's payment, approved since, was
     told "not run" (helper-100); so did the words of the tools node's refusal, which the
-    ledger does not record, written by a client (helper-101). A refusal the tools node
-    itself wrote (a call running elsewhere) answers nothing either: the call is sent again,
-    and its tools node waits for the running call's recorded result."""
-    answered = answered_ids(messages, plan["ai_message_id"])
-    calls = {c["tool_call_id"]: c for c in plan["calls"] if c["tool_call_id"] in answered}
-    if not calls:
-        return answered
-    outcomes = ctx.outcomes(c["key"] for c in calls.values())
-    own: set[str] = set()
-    seen = False
-    for message in messages:
-        if not seen:
-            seen = message.id == plan["ai_message_id"]
-        elif isinstance(message, AIMessage):
-            break
-        elif isinstance(message, ToolMessage) and message.tool_call_id in calls:
-            call = calls[message.tool_call_id]
-            outcome = outcomes.get(call["key"])
-            if outcome is not None and same_content(outcome.get("content"), message.content):
-                own.add(message.tool_call_id)
-    return answered - (set(calls) - own)
-
-
-def same_content(a: Any, b: Any) -> bool:
-    """Whether two results' contents are the same (a tool's content may be a list of blocks)."""
-    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True,
-                                                                      default=str)
+    ledger does not record, written by a client (helper-101)."""
+    said = turn_results(messages, plan["ai_message_id"])
+    calls = {c["tool_call_id"]: c for c in plan["calls"] if c["tool_call_id"] in said}
+    outcomes = ctx.outcomes(c["key"] for c in calls.values()) if calls else {}
+    return {call_id for call_id, results in said.items() if call_id not in calls or any(
+        (outcome := outcomes.get(calls[call_id]["key"])) is not None
+        and same_content(outcome.get("content"), m.content) for m in results)}
 
 
 def _undecided(plan: TurnPlan, answered: set[str]) -> bool:
