@@ -710,9 +710,10 @@ def test_a_database_that_stops_answering_lets_only_its_own_leases_lapse(
             blocker.close()
 
 
-def _paused_deploy(tmp_path: Path) -> tuple[Any, Any, list[str]]:
-    """An agent on SQLite whose `deploy` call is approved in the inbox, its run paused."""
-    from graphkit import Agent, Inbox, create_tool
+def _deploy_agent(tmp_path: Path) -> tuple[Any, list[str]]:
+    """An agent on SQLite whose model deploys the api (call "c1", needing approval), then
+    says "done"; with the services its tool deployed."""
+    from graphkit import Agent, create_tool
     from graphkit.testing import ScriptedChatModel
     from tests.helpers import call, turn
 
@@ -727,6 +728,14 @@ def _paused_deploy(tmp_path: Path) -> tuple[Any, Any, list[str]]:
     agent = Agent(name="ops", tools=[deploy], checkpointer=f"sqlite:///{tmp_path / 'g.db'}",
                   model=ScriptedChatModel([turn(call("deploy", {"service": "api"}, "c1")),
                                            "done"]))
+    return agent, runs
+
+
+def _paused_deploy(tmp_path: Path) -> tuple[Any, Any, list[str]]:
+    """An agent on SQLite whose `deploy` call is approved in the inbox, its run paused."""
+    from graphkit import Inbox
+
+    agent, runs = _deploy_agent(tmp_path)
     first = agent.generate("deploy the api")
     (item,) = Inbox(agent._storage).pending()
     Inbox(agent._storage).approve(item.id, decided_by="release-manager")
@@ -1496,22 +1505,9 @@ def test_a_decision_whose_stream_gives_up_waiting_says_it_is_kept(
     import asyncio
 
     import graphkit.agent as agent_module
-    from graphkit import Agent, create_tool
-    from graphkit.testing import ScriptedChatModel
-    from tests.helpers import call, turn
 
     monkeypatch.setattr(agent_module, "WAIT_SECONDS", 0.3)
-    runs: list[str] = []
-
-    @create_tool(needs_approval=True)
-    def deploy(service: str) -> str:
-        """Deploy a service."""
-        runs.append(service)
-        return f"deployed {service}"
-
-    agent = Agent(name="ops", tools=[deploy], checkpointer=f"sqlite:///{tmp_path / 'g.db'}",
-                  model=ScriptedChatModel([turn(call("deploy", {"service": "api"}, "c1")),
-                                           "done"]))
+    agent, runs = _deploy_agent(tmp_path)
     first = agent.generate("deploy the api", thread_id="t1")
     ledger = agent._storage.ledger
     owner = ledger.hold_thread("t1")  # another run advances the thread

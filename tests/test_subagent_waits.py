@@ -32,6 +32,19 @@ def _pay(ran: list[int]) -> Any:
     return pay
 
 
+def _payer(pay: Any) -> Agent:
+    """A subagent `payer` whose model pays 1 with `pay` (call "p1") and answers with what
+    that gave ("payer: <result>")."""
+
+    def reply(messages: list[BaseMessage]) -> Any:
+        if isinstance(messages[-1], ToolMessage):
+            return f"payer: {messages[-1].text}"
+        return turn(call("pay", {"amount": 1}, "p1"))
+
+    return Agent(name="payer", description="Pays.", tools=[pay],
+                 model=ScriptedChatModel(reply))
+
+
 def _chain(url: str, ran: list[int]) -> Agent:
     """supervisor -> team -> payer, whose `pay` needs approval; each model asks the one below
     to pay the amount the user named, and passes the answer up."""
@@ -601,18 +614,12 @@ def test_a_decision_below_a_delegation_beside_a_call_that_ran_runs_first_at_grap
         ran.append("pay")
         return f"paid {amount}"
 
-    def payer_reply(messages: list[BaseMessage]) -> Any:
-        if isinstance(messages[-1], ToolMessage):
-            return f"payer: {messages[-1].text}"
-        return turn(call("pay", {"amount": 1}, "p1"))
-
     def top_reply(messages: list[BaseMessage]) -> Any:
         if not any(isinstance(m, AIMessage) for m in messages):
             return turn(call("payer", {"task": "pay"}, "d1"), call("lookup", {"key": "k"}, "l1"))
         return f"top: {messages[-1].text}"
 
-    payer = Agent(name="payer", description="Pays.", tools=[pay],
-                  model=ScriptedChatModel(payer_reply))
+    payer = _payer(pay)
     sup = Agent(name="supervisor", agents={"payer": payer}, tools=[lookup],
                 checkpointer=sqlite_url, model=ScriptedChatModel(top_reply))
     first = sup.generate("pay and look up")
@@ -642,18 +649,12 @@ def test_a_decision_below_a_delegation_beside_a_tool_that_suspended_runs_first_a
 
     pay = _pay(ran)
 
-    def payer_reply(messages: list[BaseMessage]) -> Any:
-        if isinstance(messages[-1], ToolMessage):
-            return f"payer: {messages[-1].text}"
-        return turn(call("pay", {"amount": 1}, "p1"))
-
     def top_reply(messages: list[BaseMessage]) -> Any:
         if not any(isinstance(m, AIMessage) for m in messages):
             return turn(call("payer", {"task": "pay"}, "d1"), call("weather", {}, "w1"))
         return f"top: {messages[-1].text}"
 
-    payer = Agent(name="payer", description="Pays.", tools=[pay],
-                  model=ScriptedChatModel(payer_reply))
+    payer = _payer(pay)
     sup = Agent(name="supervisor", agents={"payer": payer}, tools=[weather_tool(log)],
                 checkpointer=sqlite_url, model=ScriptedChatModel(top_reply,
                                                                  structured=city_from_reply))
