@@ -55,6 +55,8 @@ DROPPED = ("{count} message(s) written from outside the agent while this call wa
 WRITTEN_FOR_DELEGATION = "a client wrote a result for the delegation it works for"
 SECOND = ("A second result for tool call {name!r}, written from outside the agent, was "
           "discarded: the call ran, and its result is the one its tools node wrote.")
+RESTORED = ("A result for tool call {name!r}, written from outside the agent over the one its "
+            "tools node recorded, was discarded: the recorded result stands.")
 REWRITTEN = ("Tool call {name!r} did not run: the model's message was rewritten from outside the "
              "agent (under its id); only the model writes its calls.")
 WRITTEN = ("Tool call {name!r} did not run: it was written into the conversation from outside "
@@ -138,6 +140,8 @@ def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
     stopped: list[str] = []
     for checked in plans:
         fixes += _results_checked(messages, checked, ctx, stopped)
+    if len(turns) > 1:
+        fixes += _earlier_results(messages, turns, {p["turn_key"] for p in plans}, ctx)
     if stopped:
         # a delegation answered so is stopped: what waits beneath it is declined now, not
         # left listed as pending, approved later and never run (helper-100)
@@ -152,32 +156,23 @@ def _results_checked(messages: list[AnyMessage], plan: TurnPlan, ctx: GateContex
     is declined as superseded, and the call recorded as not run (the keys of delegations so
     stopped go in `stopped`)."""
     calls = {c["tool_call_id"]: c for c in plan["calls"]}
-    answers: list[tuple[ToolMessage, Any]] = []
-    seen = False
-    for message in messages:
-        if not seen:
-            seen = message.id == plan["ai_message_id"]
-        elif isinstance(message, ToolMessage) and message.tool_call_id in calls:
-            answers.append((message, calls[message.tool_call_id]))
-        elif isinstance(message, AIMessage) and message.tool_calls:
-            break  # (words, whoever wrote them, do not end the turn's results: helper-83)
+    turn = next((i for i, m in enumerate(messages) if m.id == plan["ai_message_id"]), None)
+    answers = [(message, calls[message.tool_call_id])
+               for message in (_results_after(messages, turn) if turn is not None else [])
+               if message.tool_call_id in calls]
     if not answers:
         return []
     fixes: list[ToolMessage] = []
     outcomes = ctx.outcomes(call["key"] for _, call in answers)
     own = {call["key"] for message, call in answers if _is_own(message, outcomes.get(call["key"]))}
     for message, call in answers:
-        if _is_own(message, outcomes.get(call["key"])):
-            continue
         # (whatever it says: the words of the tools node's refusal, which the ledger does not
         # record, written by a client, ended the call's wait, and its approval, taken later,
         # never ran: helper-101)
-        if call["key"] in own:  # a second result, for a call that has its own: it ran
-            if message.content != SECOND.format(name=call["tool_name"]):  # (noticed before)
-                fixes.append(ToolMessage(SECOND.format(name=call["tool_name"]),
-                                         tool_call_id=message.tool_call_id, id=message.id,
-                                         name=call["tool_name"], status="error"))
-                _audit_refused(ctx, fixes[-1:])
+        recorded = outcomes.get(call["key"])
+        if recorded is not None:
+            fixes += _against_recorded(message, call["tool_name"], recorded,
+                                       call["key"] in own, ctx)
             continue
         text = DISCARDED.format(name=call["tool_name"])
         for record in (call["approval"], call["suspension"]):
@@ -193,6 +188,66 @@ def _results_checked(messages: list[AnyMessage], plan: TurnPlan, ctx: GateContex
             stopped.append(call["key"])
         fixes.append(notice)
     return fixes
+
+
+def _against_recorded(message: ToolMessage, name: str, recorded: dict[str, Any], own: bool,
+                      ctx: GateContext) -> list[ToolMessage]:
+    """The fix, if any, for `message`, a result of a call with an outcome recorded (`own`:
+    the call's own result is among its turn's results too): none for the recorded result;
+    a notice for a second one; else the recorded result, back in its place. A recorded
+    result a client rewrote in place (under its id) was told "did not run", and the model
+    had a payment that ran made again, which a reviewer reading the same would approve; in
+    an earlier turn, it reached the model as written (helper-101)."""
+    if _is_own(message, recorded):
+        return []
+    if own:  # a second result, for a call that has its own: it ran
+        if message.content == SECOND.format(name=name):  # (noticed before)
+            return []
+        notice = ToolMessage(SECOND.format(name=name), tool_call_id=message.tool_call_id,
+                             id=message.id, name=name, status="error")
+        _audit_refused(ctx, [notice])
+        return [notice]
+    _audit_refused(ctx, [ToolMessage(RESTORED.format(name=name), name=name,
+                                     tool_call_id=message.tool_call_id)])
+    return [ToolMessage(recorded.get("content", ""), id=message.id, name=name,
+                        tool_call_id=message.tool_call_id,
+                        status=recorded.get("status") or "success")]
+
+
+def _earlier_results(messages: list[AnyMessage], turns: list[int], checked: set[str],
+                     ctx: GateContext) -> list[ToolMessage]:
+    """The fixes (`_against_recorded`) for the results of this agent's planned turns but
+    those already `checked` (by key): a result rewritten under its id in an earlier turn
+    reached the model as written (helper-101). One read for them all."""
+    keys = {index: turn_key(messages[index], ctx.scope) for index in turns}
+    keys = {index: key for index, key in keys.items() if key not in checked}
+    if not keys:
+        return []
+    recorded = ctx.ledger.turn_outcomes(ctx.thread_id, ctx.path, keys.values())
+    fixes: list[ToolMessage] = []
+    for index, key in keys.items():
+        names = {c.get("id"): c["name"] for c in cast(AIMessage, messages[index]).tool_calls}
+        results = _results_after(messages, index)
+        ran = {m.tool_call_id for m in results
+               if _is_own(m, recorded.get((key, m.tool_call_id)))}
+        for message in results:
+            found = recorded.get((key, message.tool_call_id))
+            if found is not None and message.tool_call_id in names:
+                fixes += _against_recorded(message, names[message.tool_call_id], found,
+                                           message.tool_call_id in ran, ctx)
+    return fixes
+
+
+def _results_after(messages: list[AnyMessage], turn: int) -> list[ToolMessage]:
+    """The results after the turn at `turn`, up to the next turn with calls (words,
+    whoever wrote them, do not end a turn's results: helper-83)."""
+    found: list[ToolMessage] = []
+    for message in messages[turn + 1:]:
+        if isinstance(message, ToolMessage):
+            found.append(message)
+        elif isinstance(message, AIMessage) and message.tool_calls:
+            break
+    return found
 
 
 def _is_own(message: ToolMessage, outcome: dict[str, Any] | None) -> bool:

@@ -118,6 +118,23 @@ class Executions(LedgerBase):
             f"{mine}", (*keys, *((thread_id,) if thread_id is not None else ())))
         return {str(r[0]): loads(r[2]) if r[1] == DONE else None for r in rows}
 
+    def turn_outcomes(self, thread_id: str, agent_path: Sequence[str], turn_keys: Iterable[str]
+                      ) -> dict[tuple[str, str], dict[str, Any]]:
+        """The recorded outcome of each call, by its turn's key and its tool_call_id, of
+        these turns this agent planned in this thread (calls with none yet are left out;
+        read in chunks: a conversation may hold any number of turns)."""
+        wanted = list(dict.fromkeys(turn_keys))
+        found: dict[tuple[str, str], dict[str, Any]] = {}
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start:start + 500]
+            for row in self._sql.query(
+                    "SELECT turn_key, tool_call_id, outcome FROM graphkit_calls WHERE "
+                    f"thread_id = ? AND turn_key IN ({', '.join('?' for _ in chunk)}) AND "
+                    "agent_path = ? AND executed = ? AND outcome IS NOT NULL",
+                    (thread_id, *chunk, path_text(agent_path), DONE)):
+                found[(str(row[0]), str(row[1]))] = loads(row[2])
+        return found
+
     def start_admitted(self, call_key: str, owner: str, *, thread_id: str,
                        agent_path: Sequence[str], tool_name: str, tool_call_id: str
                        ) -> Claimed | None:
