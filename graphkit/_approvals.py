@@ -21,7 +21,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, message
 from langchain_core.tools import BaseTool
 
 from graphkit._context import last_ai
-from graphkit._ledger import ApprovalRow, AuditRow, CallRow, GrantRow, Ledger
+from graphkit._ledger import DONE, ApprovalRow, AuditRow, CallRow, GrantRow, Ledger
 from graphkit._review import Choice, audit_row, check
 from graphkit._secrets import (
     PATHS_KEY,
@@ -307,6 +307,14 @@ def plan_turn(
         if secrets:
             planned_call["secrets"] = secrets
         planned.plan["calls"].append(planned_call)
+    # the answers refused calls got, recorded as a tools node's are: a client rewrote them
+    # under their ids, and the model read its words as the tool's (helper-102)
+    planned.calls += [CallRow(call_key=new_id("call"), thread_id=thread_id,
+                              agent_path=agent_path, tool_name=error.name or "", args_digest="",
+                              approval_id=None, executed=DONE,
+                              outcome={"content": error.content, "status": "error"},
+                              turn_key=plan_key, tool_call_id=error.tool_call_id,
+                              conversation=conversation) for error in planned.errors]
     return planned
 
 

@@ -11,7 +11,7 @@ user's message supersedes the calls its turn left unanswered.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, cast
 
 from langchain_core.messages import (
@@ -19,6 +19,7 @@ from langchain_core.messages import (
     AnyMessage,
     BaseMessage,
     ChatMessage,
+    FunctionMessage,
     HumanMessage,
     RemoveMessage,
     ToolMessage,
@@ -43,6 +44,7 @@ __all__ = [
     "refused_turn",
     "stopped_turn",
     "unplanned_turn",
+    "untied_result",
     "with_fixes",
 ]
 
@@ -140,8 +142,8 @@ def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
     stopped: list[str] = []
     for checked in plans:
         fixes += _results_checked(messages, checked, ctx, stopped)
-    if len(turns) > 1:
-        fixes += _earlier_results(messages, turns, {p["turn_key"] for p in plans}, ctx)
+    fixes += _recorded_results(messages, turns, {p["turn_key"]: {
+        c["tool_call_id"] for c in p["calls"]} for p in plans}, ctx)
     if stopped:
         # a delegation answered so is stopped: what waits beneath it is declined now, not
         # left listed as pending, approved later and never run (helper-100)
@@ -164,14 +166,18 @@ def _results_checked(messages: list[AnyMessage], plan: TurnPlan, ctx: GateContex
         return []
     fixes: list[ToolMessage] = []
     outcomes = ctx.outcomes(call["key"] for _, call in answers)
-    own = {call["key"] for message, call in answers if _is_own(message, outcomes.get(call["key"]))}
+    own = {call["key"] for message, call in answers
+           if _is_own(message, outcomes.get(call["key"]), call["tool_name"])}
     for message, call in answers:
         # (whatever it says: the words of the tools node's refusal, which the ledger does not
         # record, written by a client, ended the call's wait, and its approval, taken later,
         # never ran: helper-101)
         recorded = outcomes.get(call["key"])
+        if _is_own(message, recorded, call["tool_name"]):
+            continue
         if recorded is not None:
-            fixes += _against_recorded(message, call["tool_name"], recorded,
+            fixes += _against_recorded(message, call["tool_name"],
+                                       None if call["key"] in own else recorded,
                                        call["key"] in own, ctx)
             continue
         text = DISCARDED.format(name=call["tool_name"])
@@ -190,23 +196,24 @@ def _results_checked(messages: list[AnyMessage], plan: TurnPlan, ctx: GateContex
     return fixes
 
 
-def _against_recorded(message: ToolMessage, name: str, recorded: dict[str, Any], own: bool,
-                      ctx: GateContext) -> list[ToolMessage]:
-    """The fix, if any, for `message`, a result of a call with an outcome recorded (`own`:
-    the call's own result is among its turn's results too): none for the recorded result;
-    a notice for a second one; else the recorded result, back in its place. A recorded
-    result a client rewrote in place (under its id) was told "did not run", and the model
-    had a payment that ran made again, which a reviewer reading the same would approve; in
-    an earlier turn, it reached the model as written (helper-101)."""
-    if _is_own(message, recorded):
-        return []
-    if own:  # a second result, for a call that has its own: it ran
+def _against_recorded(message: ToolMessage, name: str, recorded: dict[str, Any] | None,
+                      own: bool, ctx: GateContext) -> list[ToolMessage]:
+    """The fix, if any, for `message`, a result of a call with an outcome recorded, but not
+    that one (`recorded`: the outcome no result of the call's turn says, if any; `own`: the
+    call's own result is among them): a notice for a second result; else the recorded
+    result, back in its place. A recorded result a client rewrote in place (under its id)
+    was told "did not run", and the model had a payment that ran made again, which a
+    reviewer reading the same would approve; in an earlier turn, it reached the model as
+    written (helper-101)."""
+    if recorded is None and own:  # a second result, for a call that has its own: it ran
         if message.content == SECOND.format(name=name):  # (noticed before)
             return []
         notice = ToolMessage(SECOND.format(name=name), tool_call_id=message.tool_call_id,
                              id=message.id, name=name, status="error")
         _audit_refused(ctx, [notice])
         return [notice]
+    if recorded is None:
+        return []
     _audit_refused(ctx, [ToolMessage(RESTORED.format(name=name), name=name,
                                      tool_call_id=message.tool_call_id)])
     return [ToolMessage(recorded.get("content", ""), id=message.id, name=name,
@@ -214,27 +221,48 @@ def _against_recorded(message: ToolMessage, name: str, recorded: dict[str, Any],
                         status=recorded.get("status") or "success")]
 
 
-def _earlier_results(messages: list[AnyMessage], turns: list[int], checked: set[str],
-                     ctx: GateContext) -> list[ToolMessage]:
-    """The fixes (`_against_recorded`) for the results of this agent's planned turns but
-    those already `checked` (by key): a result rewritten under its id in an earlier turn
-    reached the model as written (helper-101). One read for them all."""
-    keys = {index: turn_key(messages[index], ctx.scope) for index in turns}
-    keys = {index: key for index, key in keys.items() if key not in checked}
-    if not keys:
+def _recorded_results(messages: list[AnyMessage], turns: list[int],
+                      checked: Mapping[str, Collection[str]], ctx: GateContext
+                      ) -> list[ToolMessage]:
+    """The fixes (`_against_recorded`) for the results of this agent's planned turns, but
+    those of the calls already `checked` (by turn key: the calls of a plan
+    `_results_checked` read): a result rewritten under its id in an earlier turn reached the
+    model as written (helper-101), and so did the answer of a call the gate refused
+    (malformed, unknown, an id given twice), which no tools node records, in any turn
+    (helper-102). One read for them all, where a result is left to check."""
+    left: dict[int, tuple[str, list[ToolMessage]]] = {}
+    for index in turns:
+        key = turn_key(messages[index], ctx.scope)
+        done = checked.get(key, ())
+        results = [m for m in _results_after(messages, index) if m.tool_call_id not in done]
+        if results:
+            left[index] = key, results
+    if not left:
         return []
-    recorded = ctx.ledger.turn_outcomes(ctx.thread_id, ctx.path, keys.values())
+    recorded = ctx.ledger.turn_outcomes(ctx.thread_id, ctx.path,
+                                        (key for key, _ in left.values()))
     fixes: list[ToolMessage] = []
-    for index, key in keys.items():
-        names = {c.get("id"): c["name"] for c in cast(AIMessage, messages[index]).tool_calls}
-        results = _results_after(messages, index)
-        ran = {m.tool_call_id for m in results
-               if _is_own(m, recorded.get((key, m.tool_call_id)))}
+    for index, (key, results) in left.items():
+        asked = {c.get("id") for c in cast(AIMessage, messages[index]).tool_calls}
+        by_call: dict[str, list[ToolMessage]] = {}
         for message in results:
-            found = recorded.get((key, message.tool_call_id))
-            if found is not None and message.tool_call_id in names:
-                fixes += _against_recorded(message, names[message.tool_call_id], found,
-                                           message.tool_call_id in ran, ctx)
+            if recorded.get((key, message.tool_call_id)) and message.tool_call_id in asked:
+                by_call.setdefault(message.tool_call_id, []).append(message)
+        for call_id, answers in by_call.items():
+            # each recorded outcome (two calls given one id have one each) matched once
+            unsaid = list(recorded[(key, call_id)])
+            wrong = []
+            for message in answers:
+                match = next((o for o in unsaid if _is_own(message, o[1], o[0])), None)
+                if match is None:
+                    wrong.append(message)
+                else:
+                    unsaid.remove(match)
+            own = len(unsaid) < len(recorded[(key, call_id)])
+            name = recorded[(key, call_id)][0][0]
+            for message in wrong:
+                name, outcome = unsaid.pop(0) if unsaid else (name, None)
+                fixes += _against_recorded(message, name, outcome, own, ctx)
     return fixes
 
 
@@ -250,9 +278,12 @@ def _results_after(messages: list[AnyMessage], turn: int) -> list[ToolMessage]:
     return found
 
 
-def _is_own(message: ToolMessage, outcome: dict[str, Any] | None) -> bool:
-    """Whether `message` is the result the call's tools node recorded."""
-    return outcome is not None and same_content(outcome.get("content"), message.content)
+def _is_own(message: ToolMessage, outcome: dict[str, Any] | None, name: str | None) -> bool:
+    """Whether `message` is the result the call (of tool `name`) recorded: its words, and
+    its status and tool as well (a payment that ran, told as failed: helper-102)."""
+    return (outcome is not None and same_content(outcome.get("content"), message.content)
+            and message.status == (outcome.get("status") or "success")
+            and message.name == name)
 
 
 def readable(messages: list[AnyMessage]) -> list[AnyMessage]:
@@ -267,12 +298,23 @@ def readable(messages: list[AnyMessage]) -> list[AnyMessage]:
         if isinstance(message, ToolMessage):
             block.append(message)
             continue
+        if message is not None and untied_result(message):
+            continue
         read += _answers(block, asked)
         if message is not None:
             calls = message.tool_calls if isinstance(message, AIMessage) else []
             asked, block = Counter(str(c.get("id")) for c in calls), []
             read.append(message)
     return read
+
+
+def untied_result(message: BaseMessage) -> bool:
+    """Whether `message` speaks as a tool but answers no call: a `FunctionMessage`, or a
+    `ChatMessage` in a tool's or a function's role. Only a client writes one, and the model
+    read the recorded result and the client's words beside it, in a tool's voice; a provider
+    that needs each tool message tied to its call refuses the conversation (helper-102)."""
+    return isinstance(message, FunctionMessage) or (
+        isinstance(message, ChatMessage) and message.role in ("tool", "function"))
 
 
 def _answers(block: list[ToolMessage], asked: Counter[str]) -> list[ToolMessage]:

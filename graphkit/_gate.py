@@ -632,8 +632,10 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         if step.edited:
             edited = _edited_ai(ai, step.edited, plan)
             new_messages.append(edited)
-            plan["turn_key"] = turn_key(edited, ctx.scope)  # the message the state will hold
-            ctx.ledger.rekey_calls((c["key"] for c in plan["calls"]), plan["turn_key"])
+            was, plan["turn_key"] = plan["turn_key"], turn_key(edited, ctx.scope)
+            ctx.ledger.rekey_calls((c["key"] for c in plan["calls"]), plan["turn_key"],
+                                   thread_id=ctx.thread_id, agent_path=ctx.path, was=was)
+            # (the key of the message the state will hold)
         emit(step.events)
         moved = previous is None or plan != previous
         if moved:

@@ -16,7 +16,14 @@ from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    ChatMessage,
+    FunctionMessage,
+    ToolMessage,
+)
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, ConfigDict, PrivateAttr
@@ -41,10 +48,16 @@ def conversation_errors(messages: Sequence[BaseMessage]) -> list[str]:
     """What a chat provider would refuse in `messages`: each model turn's calls are answered
     by one result each, right after it (nothing but results between), and a result answers a
     call of the turn right before it. OpenAI's and Anthropic's APIs refuse anything else, so
-    an agent that hands a model such a conversation breaks its thread for a real model."""
+    an agent that hands a model such a conversation breaks its thread for a real model. A
+    message in a tool's role that names no call (a `FunctionMessage`, or a `ChatMessage`
+    with the role "tool" or "function") is refused too."""
     errors: list[str] = []
     asked: Counter[str] = Counter()  # (a model may give two calls one id: one result each)
     for message in messages:
+        if isinstance(message, FunctionMessage) or (
+                isinstance(message, ChatMessage) and message.role in ("tool", "function")):
+            errors.append(f"a {type(message).__name__} speaks as a tool for no call")
+            continue
         if isinstance(message, ToolMessage):
             if message.tool_call_id not in asked:
                 errors.append(f"a result for call {message.tool_call_id!r} does not follow it")

@@ -119,20 +119,22 @@ class Executions(LedgerBase):
         return {str(r[0]): loads(r[2]) if r[1] == DONE else None for r in rows}
 
     def turn_outcomes(self, thread_id: str, agent_path: Sequence[str], turn_keys: Iterable[str]
-                      ) -> dict[tuple[str, str], dict[str, Any]]:
-        """The recorded outcome of each call, by its turn's key and its tool_call_id, of
-        these turns this agent planned in this thread (calls with none yet are left out;
-        read in chunks: a conversation may hold any number of turns)."""
+                      ) -> dict[tuple[str, str], list[tuple[str, dict[str, Any]]]]:
+        """The tool and the recorded outcome of the calls, by their turn's key and
+        tool_call_id (more than one call may have an id: the gate refused each), of these
+        turns this agent planned in this thread, oldest first (calls with none yet are left
+        out; read in chunks: a conversation may hold any number of turns)."""
         wanted = list(dict.fromkeys(turn_keys))
-        found: dict[tuple[str, str], dict[str, Any]] = {}
+        found: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
         for start in range(0, len(wanted), 500):
             chunk = wanted[start:start + 500]
             for row in self._sql.query(
-                    "SELECT turn_key, tool_call_id, outcome FROM graphkit_calls WHERE "
+                    "SELECT turn_key, tool_call_id, tool_name, outcome FROM graphkit_calls WHERE "
                     f"thread_id = ? AND turn_key IN ({', '.join('?' for _ in chunk)}) AND "
-                    "agent_path = ? AND executed = ? AND outcome IS NOT NULL",
+                    "agent_path = ? AND executed = ? AND outcome IS NOT NULL ORDER BY created_at",
                     (thread_id, *chunk, path_text(agent_path), DONE)):
-                found[(str(row[0]), str(row[1]))] = loads(row[2])
+                found.setdefault((str(row[0]), str(row[1])), []).append(
+                    (str(row[2]), loads(row[3])))
         return found
 
     def start_admitted(self, call_key: str, owner: str, *, thread_id: str,

@@ -94,13 +94,13 @@ class Plans(LedgerBase):
                 tx.execute(
                     "INSERT INTO graphkit_calls (call_key, thread_id, agent_path, tool_name, "
                     "args_digest, approval_id, turn_key, args, tool_call_id, conversation, "
-                    f"created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {now}) "
-                    "ON CONFLICT (call_key) "
-                    "DO NOTHING",
+                    f"executed, outcome, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                    f"{now}) ON CONFLICT (call_key) DO NOTHING",
                     (call.call_key, call.thread_id, path_text(call.agent_path), call.tool_name,
                      call.args_digest, call.approval_id, call.turn_key,
                      stowed(tx, call.args, whole=True) if call.args is not None else None,
-                     call.tool_call_id, call.conversation))
+                     call.tool_call_id, call.conversation, call.executed,
+                     dumps(dict(call.outcome)) if call.outcome is not None else None))
             for row in approvals:
                 grant_id = (row.decision or {}).get("grant_id")
                 if grant_id and self._insert_approval(tx, row, live_grant=grant_id):
@@ -276,10 +276,12 @@ class Plans(LedgerBase):
             "SELECT call_key FROM graphkit_calls WHERE thread_id = ? AND agent_path = ? "
             "AND (executed IS NULL OR executed <> ?)", (thread_id, path_text(agent_path), DONE))]
 
-    def rekey_calls(self, call_keys: Iterable[str], turn_key: str) -> None:
-        """The plan's calls now belong to the turn as edited (its key changed with it)."""
+    def rekey_calls(self, call_keys: Iterable[str], turn_key: str, *, thread_id: str,
+                    agent_path: Sequence[str], was: str) -> None:
+        """The plan's calls, and the answers of those its gate refused (filed under the
+        turn's key `was`), now belong to the turn as edited (its key changed with it)."""
         keys = list(call_keys)
-        if keys:
-            marks = ", ".join("?" for _ in keys)
-            self._sql.execute(f"UPDATE graphkit_calls SET turn_key = ? WHERE call_key IN "
-                              f"({marks})", (turn_key, *keys))
+        marks = ", ".join("?" for _ in keys) or "NULL"
+        self._sql.execute(f"UPDATE graphkit_calls SET turn_key = ? WHERE call_key IN ({marks}) "
+                          "OR (thread_id = ? AND agent_path = ? AND turn_key = ?)",
+                          (turn_key, *keys, thread_id, path_text(agent_path), was))
