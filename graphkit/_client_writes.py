@@ -26,8 +26,8 @@ from langchain_core.messages import (
 )
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
-from graphkit._approvals import same_content
-from graphkit._gate import supersede_abandoned, supersede_unanswered
+from graphkit._approvals import new_id, same_content
+from graphkit._gate import STILL_RUNNING, UNACCOUNTED, supersede_abandoned, supersede_unanswered
 from graphkit._ledger import Ledger
 from graphkit._planner import GateContext
 from graphkit._reply import turn_span
@@ -142,8 +142,10 @@ def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
     stopped: list[str] = []
     for checked in plans:
         fixes += _results_checked(messages, checked, ctx, stopped)
+    last = next((index for index in turns if plan and messages[index].id ==
+                 plan["ai_message_id"]), None)
     fixes += _recorded_results(messages, turns, {p["turn_key"]: {
-        c["tool_call_id"] for c in p["calls"]} for p in plans}, ctx)
+        c["tool_call_id"] for c in p["calls"]} for p in plans}, ctx, before=last)
     if stopped:
         # a delegation answered so is stopped: what waits beneath it is declined now, not
         # left listed as pending, approved later and never run (helper-100)
@@ -173,7 +175,7 @@ def _results_checked(messages: list[AnyMessage], plan: TurnPlan, ctx: GateContex
         # record, written by a client, ended the call's wait, and its approval, taken later,
         # never ran: helper-101)
         recorded = outcomes.get(call["key"])
-        if _is_own(message, recorded, call["tool_name"]):
+        if _is_own(message, recorded, call["tool_name"]) or _unheld(message, call["tool_name"]):
             continue
         if recorded is not None:
             fixes += _against_recorded(message, call["tool_name"],
@@ -222,14 +224,18 @@ def _against_recorded(message: ToolMessage, name: str, recorded: dict[str, Any] 
 
 
 def _recorded_results(messages: list[AnyMessage], turns: list[int],
-                      checked: Mapping[str, Collection[str]], ctx: GateContext
-                      ) -> list[ToolMessage]:
+                      checked: Mapping[str, Collection[str]], ctx: GateContext,
+                      before: int | None = None) -> list[ToolMessage]:
     """The fixes (`_against_recorded`) for the results of this agent's planned turns, but
     those of the calls already `checked` (by turn key: the calls of a plan
     `_results_checked` read): a result rewritten under its id in an earlier turn reached the
     model as written (helper-101), and so did the answer of a call the gate refused
     (malformed, unknown, an id given twice), which no tools node records, in any turn
-    (helper-102). One read for them all, where a result is left to check."""
+    (helper-102). The results of a turn the ledger holds no call of, before the last one
+    planned (at `before`; those after it are `_unplanned_results`'), get a notice unless
+    they are one: a client's turn, whose notices a client wrote back into results once a
+    later turn was planned, or a model's turn a client rewrote under its id, reached the
+    model as written (helper-102). One read for them all, where a result is left to check."""
     left: dict[int, tuple[str, list[ToolMessage]]] = {}
     for index in turns:
         key = turn_key(messages[index], ctx.scope)
@@ -239,10 +245,18 @@ def _recorded_results(messages: list[AnyMessage], turns: list[int],
             left[index] = key, results
     if not left:
         return []
-    recorded = ctx.ledger.turn_outcomes(ctx.thread_id, ctx.path,
-                                        (key for key, _ in left.values()))
+    rows = ctx.ledger.turn_outcomes(ctx.thread_id, ctx.path, (key for key, _ in left.values()))
+    held = {key for key, _ in rows}
+    recorded = {call: said for call, found in rows.items()
+                if (said := [(n, o) for n, o in found if o is not None])}
     fixes: list[ToolMessage] = []
     for index, (key, results) in left.items():
+        if key not in held:
+            if before is not None and index < before:
+                unrecorded = _not_planned(cast(AIMessage, messages[index]), results, ctx)
+                _audit_refused(ctx, unrecorded)
+                fixes += unrecorded
+            continue
         asked = {c.get("id") for c in cast(AIMessage, messages[index]).tool_calls}
         by_call: dict[str, list[ToolMessage]] = {}
         for message in results:
@@ -254,10 +268,10 @@ def _recorded_results(messages: list[AnyMessage], turns: list[int],
             wrong = []
             for message in answers:
                 match = next((o for o in unsaid if _is_own(message, o[1], o[0])), None)
-                if match is None:
-                    wrong.append(message)
-                else:
+                if match is not None:
                     unsaid.remove(match)
+                elif not any(_unheld(message, o[0]) for o in unsaid):
+                    wrong.append(message)
             own = len(unsaid) < len(recorded[(key, call_id)])
             name = recorded[(key, call_id)][0][0]
             for message in wrong:
@@ -276,6 +290,14 @@ def _results_after(messages: list[AnyMessage], turn: int) -> list[ToolMessage]:
         elif isinstance(message, AIMessage) and message.tool_calls:
             break
     return found
+
+
+def _unheld(message: ToolMessage, name: str) -> bool:
+    """Whether `message` is an answer the gate gives a call in its result's place without
+    the ledger holding it: a call still running when a new user message came (its result is
+    recorded when it ends), or one no plan accounts for."""
+    return message.status == "error" and message.content in (
+        STILL_RUNNING.format(name=name), UNACCOUNTED.format(name=name))
 
 
 def _is_own(message: ToolMessage, outcome: dict[str, Any] | None, name: str | None) -> bool:
@@ -506,9 +528,31 @@ def _unplanned_results(messages: list[AnyMessage], ctx: GateContext) -> list[Too
         if key in planned:
             break
         ai = cast(AIMessage, messages[index])
-        recorded = copied and _recorded_elsewhere(ctx.ledger, key, ctx.thread_id)
-        fixes += _unrecorded(ai, messages[index + 1:ends[index]], recorded or {})
+        after = messages[index + 1:ends[index]]
+        if not copied:
+            fixes += _not_planned(ai, after, ctx)
+            continue
+        recorded = _recorded_elsewhere(ctx.ledger, key, ctx.thread_id)
+        if recorded:  # (kept here: once the copy plans a turn, it checks this one by them)
+            names = {c.get("id"): c["name"] for c in ai.tool_calls}
+            ctx.ledger.adopt_outcomes(ctx.thread_id, ctx.path, key, [
+                (new_id("call"), call_id, names.get(call_id, ""), outcome)
+                for call_id, outcome in recorded.items()])
+        fixes += _unrecorded(ai, after, recorded)
     _audit_refused(ctx, fixes)
+    return fixes
+
+
+def _not_planned(ai: AIMessage, after: Sequence[AnyMessage], ctx: GateContext
+                 ) -> list[ToolMessage]:
+    """The notices for the results after `ai`, a turn no gate of this agent planned in this
+    thread (`_unrecorded`), but for a model's turn a client rewrote under its id: what a
+    call of it got under that id, as the ledger recorded it, stands (told "did not run", a
+    payment that ran would be made again)."""
+    fixes = _unrecorded(ai, after, {})
+    if fixes and ai.id:
+        fixes = _unrecorded(ai, after, ctx.ledger.message_outcomes(ctx.thread_id, ctx.path,
+                                                                   str(ai.id)))
     return fixes
 
 
@@ -536,8 +580,8 @@ def _unrecorded(ai: AIMessage, after: Sequence[AnyMessage], recorded: dict[str, 
             continue
         name = names[message.tool_call_id]
         text = DISCARDED.format(name=name)
-        if isinstance(message.content, str) and message.content in (
-                text, REWRITTEN.format(name=name), WRITTEN.format(name=name)):
+        notices = (text, REWRITTEN.format(name=name), WRITTEN.format(name=name))
+        if message.content in notices or _unheld(message, name):
             continue
         found = recorded.get(message.tool_call_id)
         if found is not None and same_content(found.get("content"), message.content):
