@@ -427,6 +427,8 @@ def answered_ids(messages: Sequence[BaseMessage], ai_message_id: str) -> set[str
 
 def same_content(a: Any, b: Any) -> bool:
     """Whether two results' contents are the same (a tool's content may be a list of blocks)."""
+    if isinstance(a, str) and isinstance(b, str):  # (the common case: every result, each turn)
+        return a == b
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True,
                                                                       default=str)
 

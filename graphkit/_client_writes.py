@@ -144,8 +144,11 @@ def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
         fixes += _results_checked(messages, checked, ctx, stopped)
     last = next((index for index in turns if plan and messages[index].id ==
                  plan["ai_message_id"]), None)
-    fixes += _recorded_results(messages, turns, {p["turn_key"]: {
-        c["tool_call_id"] for c in p["calls"]} for p in plans}, ctx, before=last)
+    read: dict[str, set[str]] = {}  # (the calls `_results_checked` read, by message id)
+    for each in plans:
+        read.setdefault(each["ai_message_id"], set()).update(
+            c["tool_call_id"] for c in each["calls"])
+    fixes += _recorded_results(messages, turns, read, ctx, last)
     if stopped:
         # a delegation answered so is stopped: what waits beneath it is declined now, not
         # left listed as pending, approved later and never run (helper-100)
@@ -225,58 +228,67 @@ def _against_recorded(message: ToolMessage, name: str, recorded: dict[str, Any] 
 
 def _recorded_results(messages: list[AnyMessage], turns: list[int],
                       checked: Mapping[str, Collection[str]], ctx: GateContext,
-                      before: int | None = None) -> list[ToolMessage]:
-    """The fixes (`_against_recorded`) for the results of this agent's planned turns, but
-    those of the calls already `checked` (by turn key: the calls of a plan
-    `_results_checked` read): a result rewritten under its id in an earlier turn reached the
-    model as written (helper-101), and so did the answer of a call the gate refused
-    (malformed, unknown, an id given twice), which no tools node records, in any turn
-    (helper-102). The results of a turn the ledger holds no call of, before the last one
-    planned (at `before`; those after it are `_unplanned_results`'), get a notice unless
-    they are one: a client's turn, whose notices a client wrote back into results once a
-    later turn was planned, or a model's turn a client rewrote under its id, reached the
-    model as written (helper-102). One read for them all, where a result is left to check."""
-    left: dict[int, tuple[str, list[ToolMessage]]] = {}
-    for index in turns:
-        key = turn_key(messages[index], ctx.scope)
-        done = checked.get(key, ())
+                      last: int | None) -> list[ToolMessage]:
+    """The fixes for the results of every turn up to the last one this agent planned (at
+    `last`; those after it are `_unplanned_results`'), but those of the calls already
+    `checked` (by AI message id: the calls of a plan `_results_checked` read), against
+    what the ledger recorded for each call under its turn's message id
+    (`_against_recorded`). A result rewritten under its id in an earlier turn reached the
+    model as written (helper-101); so did the answer of a call the gate refused (malformed,
+    unknown, an id given twice), which no tools node records; and so did the results of a
+    turn no gate planned here, a client's whose notices a client wrote back into results
+    once a later turn was planned, or a call a client added to a model's turn rewritten
+    under its id (helper-102): such results get a notice unless they are one. One read for
+    them all, where a result is left to check."""
+    left: dict[int, list[ToolMessage]] = {}
+    for index in (i for i in turns if last is not None and i <= last):
+        done = checked.get(str(messages[index].id), ())
         results = [m for m in _results_after(messages, index) if m.tool_call_id not in done]
         if results:
-            left[index] = key, results
+            left[index] = results
     if not left:
         return []
-    rows = ctx.ledger.turn_outcomes(ctx.thread_id, ctx.path, (key for key, _ in left.values()))
-    held = {key for key, _ in rows}
-    recorded = {call: said for call, found in rows.items()
-                if (said := [(n, o) for n, o in found if o is not None])}
+    rows = ctx.ledger.agent_outcomes(ctx.thread_id, ctx.path)
     fixes: list[ToolMessage] = []
-    for index, (key, results) in left.items():
-        if key not in held:
-            if before is not None and index < before:
-                unrecorded = _not_planned(cast(AIMessage, messages[index]), results, ctx)
-                _audit_refused(ctx, unrecorded)
-                fixes += unrecorded
-            continue
-        asked = {c.get("id") for c in cast(AIMessage, messages[index]).tool_calls}
+    for index, results in left.items():
+        ai = cast(AIMessage, messages[index])
+        asked = {c.get("id") for c in ai.tool_calls}
         by_call: dict[str, list[ToolMessage]] = {}
         for message in results:
-            if recorded.get((key, message.tool_call_id)) and message.tool_call_id in asked:
+            if message.tool_call_id in asked:
                 by_call.setdefault(message.tool_call_id, []).append(message)
         for call_id, answers in by_call.items():
-            # each recorded outcome (two calls given one id have one each) matched once
-            unsaid = list(recorded[(key, call_id)])
-            wrong = []
-            for message in answers:
-                match = next((o for o in unsaid if _is_own(message, o[1], o[0])), None)
-                if match is not None:
-                    unsaid.remove(match)
-                elif not any(_unheld(message, o[0]) for o in unsaid):
-                    wrong.append(message)
-            own = len(unsaid) < len(recorded[(key, call_id)])
-            name = recorded[(key, call_id)][0][0]
-            for message in wrong:
-                name, outcome = unsaid.pop(0) if unsaid else (name, None)
-                fixes += _against_recorded(message, name, outcome, own, ctx)
+            found = rows.get((str(ai.id), call_id)) if ai.id else None
+            if not found:  # a call no gate of this agent planned here
+                unrecorded = _unrecorded(ai, answers, {})
+                _audit_refused(ctx, unrecorded)
+                fixes += unrecorded
+                continue
+            said = [(name, outcome) for name, outcome in found if outcome is not None]
+            fixes += _matched(answers, said, ctx)
+    return fixes
+
+
+def _matched(answers: list[ToolMessage], recorded: list[tuple[str, dict[str, Any]]],
+             ctx: GateContext) -> list[ToolMessage]:
+    """The fixes (`_against_recorded`) for the results of one call, each recorded outcome
+    (tool, outcome; two calls given one id have one each) matched once."""
+    if not recorded:
+        return []  # (it waits, or runs)
+    unsaid = list(recorded)
+    wrong = []
+    for message in answers:
+        match = next((o for o in unsaid if _is_own(message, o[1], o[0])), None)
+        if match is not None:
+            unsaid.remove(match)
+        elif not any(_unheld(message, o[0]) for o in unsaid):
+            wrong.append(message)
+    own = len(unsaid) < len(recorded)
+    fixes: list[ToolMessage] = []
+    name = recorded[0][0]
+    for message in wrong:
+        name, outcome = unsaid.pop(0) if unsaid else (name, None)
+        fixes += _against_recorded(message, name, outcome, own, ctx)
     return fixes
 
 
@@ -551,8 +563,10 @@ def _not_planned(ai: AIMessage, after: Sequence[AnyMessage], ctx: GateContext
     payment that ran would be made again)."""
     fixes = _unrecorded(ai, after, {})
     if fixes and ai.id:
-        fixes = _unrecorded(ai, after, ctx.ledger.message_outcomes(ctx.thread_id, ctx.path,
-                                                                   str(ai.id)))
+        rows = ctx.ledger.agent_outcomes(ctx.thread_id, ctx.path)
+        fixes = _unrecorded(ai, after, {
+            call_id: said[-1][1] for (message_id, call_id), found in rows.items()
+            if message_id == ai.id and (said := [o for o in found if o[1] is not None])})
     return fixes
 
 

@@ -7,6 +7,7 @@ process (or LangGraph Studio) reads it back unchanged.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, NotRequired, TypedDict
 
 from langchain_core.messages import AnyMessage, BaseMessage, convert_to_messages
@@ -124,6 +125,16 @@ def turn_key(ai: BaseMessage, scope: str = "") -> str:
              for c in getattr(ai, "tool_calls", None) or []]
     digest = json_digest(calls)
     return f"{ai.id or ''}#{digest[:32]}" + (f"@{scope}" if scope else "")
+
+
+_TURN_KEY = re.compile(r"(.*)#[0-9a-f]{32}(?:@[^#]*)?", re.DOTALL)
+"""A turn's key: its message's id, `#`, a digest of its calls, and `@` a scope, if any."""
+
+
+def message_of_turn(key: str) -> str:
+    """The AI message id a turn's key (`turn_key`) files the turn under."""
+    found = _TURN_KEY.fullmatch(key)
+    return found.group(1) if found else key
 
 
 def delegation_of_turn(key: str | None) -> str | None:

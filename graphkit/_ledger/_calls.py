@@ -27,6 +27,7 @@ from graphkit._ledger._schema import (
 )
 from graphkit._ledger._sql import dumps, iso_now_ms, loads, path_text
 from graphkit._ledger._values import unstowed
+from graphkit._state import message_of_turn
 
 __all__ = ["Executions"]
 
@@ -118,39 +119,21 @@ class Executions(LedgerBase):
             f"{mine}", (*keys, *((thread_id,) if thread_id is not None else ())))
         return {str(r[0]): loads(r[2]) if r[1] == DONE else None for r in rows}
 
-    def turn_outcomes(self, thread_id: str, agent_path: Sequence[str], turn_keys: Iterable[str]
-                      ) -> dict[tuple[str, str], list[tuple[str, dict[str, Any] | None]]]:
-        """The tool and the recorded outcome (None: none yet) of the calls, by their turn's
-        key and tool_call_id (more than one call may have an id: the gate refused each), of
-        these turns this agent planned in this thread (or took from the thread it was
-        copied from: `adopt_outcomes`), oldest first; a turn it did not is left out (read in
-        chunks: a conversation may hold any number of turns)."""
-        wanted = list(dict.fromkeys(turn_keys))
+    def agent_outcomes(self, thread_id: str, agent_path: Sequence[str]
+                       ) -> dict[tuple[str, str], list[tuple[str, dict[str, Any] | None]]]:
+        """The tool and the recorded outcome (None: none yet) of every call this agent
+        planned in this thread (or took from the thread it was copied from:
+        `adopt_outcomes`), by the id of the AI message its turn is (`message_of_turn`) and
+        its tool_call_id (more than one call may have an id: the gate refused each), oldest
+        first. One read, whatever the number of turns."""
         found: dict[tuple[str, str], list[tuple[str, dict[str, Any] | None]]] = {}
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start:start + 500]
-            for row in self._sql.query(
-                    "SELECT turn_key, tool_call_id, tool_name, executed, outcome FROM "
-                    f"graphkit_calls WHERE thread_id = ? AND turn_key IN "
-                    f"({', '.join('?' for _ in chunk)}) AND agent_path = ? ORDER BY created_at",
-                    (thread_id, *chunk, path_text(agent_path))):
-                found.setdefault((str(row[0]), str(row[1])), []).append(
-                    (str(row[2]), loads(row[4]) if row[3] == DONE else None))
+        for row in self._sql.query(
+                "SELECT turn_key, tool_call_id, tool_name, executed, outcome FROM graphkit_calls "
+                "WHERE thread_id = ? AND agent_path = ? AND turn_key IS NOT NULL "
+                "ORDER BY created_at", (thread_id, path_text(agent_path))):
+            found.setdefault((message_of_turn(str(row[0])), str(row[1])), []).append(
+                (str(row[2]), loads(row[4]) if row[3] == DONE else None))
         return found
-
-    def message_outcomes(self, thread_id: str, agent_path: Sequence[str], ai_message_id: str
-                         ) -> dict[str, dict[str, Any]]:
-        """The recorded outcome of each call (by tool_call_id) of any turn of this AI message
-        id this agent planned in this thread, under any content (a turn's key is its
-        message's id, `#`, a digest of its calls): what ran, whatever a client rewrote the
-        message into since."""
-        prefix = f"{ai_message_id}#"  # (compared as text: a range would follow the collation)
-        rows = self._sql.query(
-            "SELECT tool_call_id, outcome FROM graphkit_calls WHERE thread_id = ? AND "
-            "agent_path = ? AND substr(turn_key, 1, ?) = ? AND executed = ? AND outcome IS "
-            "NOT NULL ORDER BY created_at",
-            (thread_id, path_text(agent_path), len(prefix), prefix, DONE))
-        return {str(r[0]): loads(r[1]) for r in rows}
 
     def adopt_outcomes(self, thread_id: str, agent_path: Sequence[str], turn_key: str,
                        outcomes: Sequence[tuple[str, str, str, Mapping[str, Any]]]) -> None:
