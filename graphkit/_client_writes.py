@@ -28,7 +28,6 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from graphkit._approvals import new_id, same_content
 from graphkit._gate import STILL_RUNNING, UNACCOUNTED, supersede_abandoned, supersede_unanswered
-from graphkit._ledger import Ledger
 from graphkit._planner import GateContext
 from graphkit._reply import turn_span
 from graphkit._review import audit_row, supersede
@@ -260,9 +259,7 @@ def _recorded_results(messages: list[AnyMessage], turns: list[int],
         for call_id, answers in by_call.items():
             found = rows.get((str(ai.id), call_id)) if ai.id else None
             if not found:  # a call no gate of this agent planned here
-                unrecorded = _unrecorded(ai, answers, {})
-                _audit_refused(ctx, unrecorded)
-                fixes += unrecorded
+                fixes += _unrecorded(ai, answers, {}, ctx)
                 continue
             said = [(name, outcome) for name, outcome in found if outcome is not None]
             fixes += _matched(answers, said, ctx)
@@ -523,8 +520,9 @@ def _unplanned_results(messages: list[AnyMessage], ctx: GateContext) -> list[Too
     results, or rewrote a model message under its id and answered it: helper-74, the model
     read `root:$6$...`; a model's words after them hid them from a check of the last turn
     alone: helper-75). In a thread the agent planned nothing in (a copy), a result stands as
-    a tools node recorded it where a model node planned that very turn (the copy's history;
-    in a thread the agent works in, such results were another thread's laundered: helper-76);
+    a tools node (or the gate, for a call it refused) recorded it where a model node planned
+    that very turn (the copy's history; in a thread the agent works in, such results were
+    another thread's laundered: helper-76), which the copy keeps (`adopt_outcomes`), once;
     any other is replaced in place by a notice, but one that says already that the call did
     not run."""
     turns = [(index, turn_key(messages[index], ctx.scope)) for index in _turns_back(messages)]
@@ -536,73 +534,76 @@ def _unplanned_results(messages: list[AnyMessage], ctx: GateContext) -> list[Too
     ends = {index: next((i for i in range(index + 1, len(messages))
                          if isinstance(messages[i], AIMessage)), len(messages))
             for index, _ in turns}
+    rows: list[dict[tuple[str, str], list[tuple[str, dict[str, Any] | None]]]] = []
     for index, key in turns:
         if key in planned:
             break
         ai = cast(AIMessage, messages[index])
         after = messages[index + 1:ends[index]]
-        if not copied:
-            fixes += _not_planned(ai, after, ctx)
+        names = {c.get("id"): c["name"] for c in ai.tool_calls}
+        if all(_is_notice(m, names[m.tool_call_id]) for m in after
+               if isinstance(m, ToolMessage) and m.tool_call_id in names):
+            continue  # (nothing to look up: answered by notices, or not at all)
+        if not ai.id:
+            fixes += _unrecorded(ai, after, {}, ctx)
             continue
-        recorded = _recorded_elsewhere(ctx.ledger, key, ctx.thread_id)
-        if recorded:  # (kept here: once the copy plans a turn, it checks this one by them)
-            names = {c.get("id"): c["name"] for c in ai.tool_calls}
-            ctx.ledger.adopt_outcomes(ctx.thread_id, ctx.path, key, [
-                (new_id("call"), call_id, names.get(call_id, ""), outcome)
-                for call_id, outcome in recorded.items()])
-        fixes += _unrecorded(ai, after, recorded)
-    _audit_refused(ctx, fixes)
+        if not rows:  # (read once: what the ledger holds under each message id here)
+            rows.append(ctx.ledger.agent_outcomes(ctx.thread_id, ctx.path))
+        recorded = _under(rows[0], str(ai.id))
+        if not recorded and copied:  # (a copy's history: what was recorded where it was)
+            elsewhere = ctx.ledger.planned_where(key, ctx.thread_id)
+            adopted = (ctx.ledger.turn_calls(elsewhere[0], key)
+                       if elsewhere is not None else [])
+            if adopted:
+                ctx.ledger.adopt_outcomes(ctx.thread_id, ctx.path, key, [
+                    (new_id("call"), *row) for row in adopted])
+            for call_id, tool_name, outcome in adopted:
+                recorded.setdefault(call_id, []).append((tool_name, outcome))
+        fixes += _unrecorded(ai, after, recorded, ctx)
     return fixes
 
 
-def _not_planned(ai: AIMessage, after: Sequence[AnyMessage], ctx: GateContext
-                 ) -> list[ToolMessage]:
-    """The notices for the results after `ai`, a turn no gate of this agent planned in this
-    thread (`_unrecorded`), but for a model's turn a client rewrote under its id: what a
-    call of it got under that id, as the ledger recorded it, stands (told "did not run", a
-    payment that ran would be made again)."""
-    fixes = _unrecorded(ai, after, {})
-    if fixes and ai.id:
-        rows = ctx.ledger.agent_outcomes(ctx.thread_id, ctx.path)
-        fixes = _unrecorded(ai, after, {
-            call_id: said[-1][1] for (message_id, call_id), found in rows.items()
-            if message_id == ai.id and (said := [o for o in found if o[1] is not None])})
-    return fixes
+def _under(rows: Mapping[tuple[str, str], Sequence[tuple[str, dict[str, Any] | None]]],
+           message_id: str) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """Of `Ledger.agent_outcomes`, what the calls of the turn of this AI message id got
+    (tool, outcome; by tool_call_id), under any content of the message: a model's turn a
+    client rewrote under its id keeps what ran."""
+    return {call_id: said for (found, call_id), outcomes in rows.items()
+            if found == message_id and (said := [(tool, outcome) for tool, outcome in outcomes
+                                                 if outcome is not None])}
 
 
-def _recorded_elsewhere(ledger: Ledger, key: str, thread_id: str) -> dict[str, Any]:
-    """What the tools node recorded for each call (by tool_call_id) of the turn of `key` in
-    another thread where a model node planned it (a copied thread's history); none else."""
-    planned = ledger.planned_where(key, thread_id)
-    if planned is None:
-        return {}
-    where, plan = planned
-    keys = {c["tool_call_id"]: c["key"] for c in plan["calls"]}
-    outcomes = ledger.outcomes(keys.values(), thread_id=where)
-    return {call_id: outcomes[key] for call_id, key in keys.items()
-            if outcomes.get(key) is not None}
-
-
-def _unrecorded(ai: AIMessage, after: Sequence[AnyMessage], recorded: dict[str, Any]
+def _unrecorded(ai: AIMessage, after: Sequence[AnyMessage],
+                recorded: Mapping[str, Sequence[tuple[str, dict[str, Any]]]], ctx: GateContext
                 ) -> list[ToolMessage]:
-    """The notices for the results after `ai` that no tools node recorded (`recorded`: where
-    a model node planned the turn elsewhere)."""
+    """The fixes for the results after `ai`, each audited: a call's result that is not what
+    the ledger recorded for it (`recorded`: tool and outcome, by tool_call_id) goes back to
+    the recorded one (`_matched`: the call ran, or was answered, whatever a client wrote
+    over it since); a result of a call the ledger recorded nothing for is replaced by a
+    notice that it did not run, unless it is one."""
     names = {c.get("id"): c["name"] for c in ai.tool_calls}
-    fixes: list[ToolMessage] = []
+    answers: dict[str, list[ToolMessage]] = {}
+    notices: list[ToolMessage] = []
     for message in after:
         if not isinstance(message, ToolMessage) or message.tool_call_id not in names:
             continue
+        if recorded.get(message.tool_call_id):
+            answers.setdefault(message.tool_call_id, []).append(message)
+            continue
         name = names[message.tool_call_id]
-        text = DISCARDED.format(name=name)
-        notices = (text, REWRITTEN.format(name=name), WRITTEN.format(name=name))
-        if message.content in notices or _unheld(message, name):
-            continue
-        found = recorded.get(message.tool_call_id)
-        if found is not None and same_content(found.get("content"), message.content):
-            continue
-        fixes.append(ToolMessage(text, tool_call_id=message.tool_call_id, id=message.id,
-                                 name=name, status="error"))
-    return fixes
+        if not _is_notice(message, name):
+            notices.append(ToolMessage(DISCARDED.format(name=name), id=message.id, name=name,
+                                       tool_call_id=message.tool_call_id, status="error"))
+    _audit_refused(ctx, notices)
+    return [*notices, *(fix for call_id, given in answers.items()
+                        for fix in _matched(given, list(recorded[call_id]), ctx))]
+
+
+def _is_notice(message: ToolMessage, name: str) -> bool:
+    """Whether `message` is a notice, in a result's place, that the call did not run (or an
+    answer the gate gives without the ledger holding it: `_unheld`)."""
+    return (message.content in (DISCARDED.format(name=name), REWRITTEN.format(name=name),
+                                WRITTEN.format(name=name)) or _unheld(message, name))
 
 
 def unplanned_turn(messages: list[AnyMessage], opened: list[tuple[int, int]],

@@ -135,21 +135,33 @@ class Executions(LedgerBase):
                 (str(row[2]), loads(row[4]) if row[3] == DONE else None))
         return found
 
+    def turn_calls(self, thread_id: str, turn_key: str
+                   ) -> list[tuple[str, str, dict[str, Any]]]:
+        """The tool_call_id, tool and recorded outcome of each call of the turn of `key` in
+        a thread that has one (the gate's refusals too), oldest first."""
+        return [(str(r[0]), str(r[1]), loads(r[2])) for r in self._sql.query(
+            "SELECT tool_call_id, tool_name, outcome FROM graphkit_calls WHERE thread_id = ? "
+            "AND turn_key = ? AND executed = ? AND outcome IS NOT NULL ORDER BY created_at",
+            (thread_id, turn_key, DONE))]
+
     def adopt_outcomes(self, thread_id: str, agent_path: Sequence[str], turn_key: str,
-                       outcomes: Sequence[tuple[str, str, str, Mapping[str, Any]]]) -> None:
+                       calls: Sequence[tuple[str, str, str, Mapping[str, Any]]]) -> None:
         """Record, for a turn of a copied thread's history, the outcomes its calls
-        (call key, tool_call_id, tool) had where a model node planned it (`Ledger.planned_where`),
-        once: the copy's checks of that turn read them here once it plans turns of its own."""
+        (call key, tool_call_id, tool, outcome) had where a model node planned it
+        (`turn_calls` there), unless the copy holds the turn already: its checks read them
+        here from then on, once it plans turns of its own too."""
+        path = path_text(agent_path)
         with self._sql.transaction() as tx:
-            for call_key, call_id, tool_name, outcome in outcomes:
+            if tx.query("SELECT 1 FROM graphkit_calls WHERE thread_id = ? AND turn_key = ? "
+                        "LIMIT 1", (thread_id, turn_key)):
+                return
+            for call_key, call_id, tool_name, outcome in calls:
                 tx.execute(
                     "INSERT INTO graphkit_calls (call_key, thread_id, agent_path, tool_name, "
                     "args_digest, turn_key, tool_call_id, executed, outcome, created_at) "
-                    f"SELECT ?, ?, ?, ?, '', ?, ?, ?, ?, {self._sql.now} WHERE NOT EXISTS ("
-                    "SELECT 1 FROM graphkit_calls WHERE thread_id = ? AND turn_key = ? AND "
-                    "tool_call_id = ?)",
-                    (call_key, thread_id, path_text(agent_path), tool_name, turn_key, call_id,
-                     DONE, dumps(dict(outcome)), thread_id, turn_key, call_id))
+                    f"VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, {self._sql.now})",
+                    (call_key, thread_id, path, tool_name, turn_key, call_id, DONE,
+                     dumps(dict(outcome))))
 
     def start_admitted(self, call_key: str, owner: str, *, thread_id: str,
                        agent_path: Sequence[str], tool_name: str, tool_call_id: str
