@@ -157,10 +157,11 @@ def discard_forged(state: AgentState, plan: TurnPlan | None, ctx: GateContext
 
 def _results_checked(messages: list[AnyMessage], plan: TurnPlan, ctx: GateContext,
                      stopped: list[str]) -> list[ToolMessage]:
-    """The notices for the results of a planned turn's calls (every one before the next turn
-    with calls) that differ from what its tools node recorded; what waited for such a call
-    is declined as superseded, and the call recorded as not run (the keys of delegations so
-    stopped go in `stopped`)."""
+    """The fixes for the results of a planned turn's calls (every one before the next turn
+    with calls): for a call with an outcome recorded, `_matched`'s; for one without, a
+    notice in a client's result's place, what waited for the call declined as superseded,
+    and the call recorded as not run (the keys of delegations so stopped go in
+    `stopped`)."""
     calls = {c["tool_call_id"]: c for c in plan["calls"]}
     turn = next((i for i, m in enumerate(messages) if m.id == plan["ai_message_id"]), None)
     answers = [(message, calls[message.tool_call_id])
@@ -170,19 +171,15 @@ def _results_checked(messages: list[AnyMessage], plan: TurnPlan, ctx: GateContex
         return []
     fixes: list[ToolMessage] = []
     outcomes = ctx.outcomes(call["key"] for _, call in answers)
-    own = {call["key"] for message, call in answers
-           if _is_own(message, outcomes.get(call["key"]), call["tool_name"])}
+    ran: dict[str, list[ToolMessage]] = {}  # (the results of calls with an outcome recorded)
     for message, call in answers:
         # (whatever it says: the words of the tools node's refusal, which the ledger does not
         # record, written by a client, ended the call's wait, and its approval, taken later,
         # never ran: helper-101)
-        recorded = outcomes.get(call["key"])
-        if _is_own(message, recorded, call["tool_name"]) or _unheld(message, call["tool_name"]):
+        if outcomes.get(call["key"]) is not None:
+            ran.setdefault(call["key"], []).append(message)
             continue
-        if recorded is not None:
-            fixes += _against_recorded(message, call["tool_name"],
-                                       None if call["key"] in own else recorded,
-                                       call["key"] in own, ctx)
+        if _unheld(message, call["tool_name"]):
             continue
         text = DISCARDED.format(name=call["tool_name"])
         for record in (call["approval"], call["suspension"]):
@@ -197,27 +194,29 @@ def _results_checked(messages: list[AnyMessage], plan: TurnPlan, ctx: GateContex
         if call["node"] != "tools":
             stopped.append(call["key"])
         fixes.append(notice)
+    by_key = {call["key"]: call for _, call in answers}
+    for key, given in ran.items():
+        fixes += _matched(given, [(by_key[key]["tool_name"], cast(dict[str, Any],
+                                                                   outcomes[key]))], ctx)
     return fixes
 
 
 def _against_recorded(message: ToolMessage, name: str, recorded: dict[str, Any] | None,
-                      own: bool, ctx: GateContext) -> list[ToolMessage]:
+                      ctx: GateContext) -> list[ToolMessage]:
     """The fix, if any, for `message`, a result of a call with an outcome recorded, but not
-    that one (`recorded`: the outcome no result of the call's turn says, if any; `own`: the
-    call's own result is among them): a notice for a second result; else the recorded
-    result, back in its place. A recorded result a client rewrote in place (under its id)
-    was told "did not run", and the model had a payment that ran made again, which a
-    reviewer reading the same would approve; in an earlier turn, it reached the model as
-    written (helper-101)."""
-    if recorded is None and own:  # a second result, for a call that has its own: it ran
+    that one (`recorded`: the outcome no result of the call's turn says; None: each is said,
+    by the call's own results): a notice for a second result; else the recorded result,
+    back in its place. A recorded result a client rewrote in place (under its id) was told
+    "did not run", and the model had a payment that ran made again, which a reviewer
+    reading the same would approve; in an earlier turn, it reached the model as written
+    (helper-101)."""
+    if recorded is None:  # a second result, for a call that has its own: it ran
         if message.content == SECOND.format(name=name):  # (noticed before)
             return []
         notice = ToolMessage(SECOND.format(name=name), tool_call_id=message.tool_call_id,
                              id=message.id, name=name, status="error")
         _audit_refused(ctx, [notice])
         return [notice]
-    if recorded is None:
-        return []
     _audit_refused(ctx, [ToolMessage(RESTORED.format(name=name), name=name,
                                      tool_call_id=message.tool_call_id)])
     return [ToolMessage(recorded.get("content", ""), id=message.id, name=name,
@@ -278,14 +277,13 @@ def _matched(answers: list[ToolMessage], recorded: list[tuple[str, dict[str, Any
         match = next((o for o in unsaid if _is_own(message, o[1], o[0])), None)
         if match is not None:
             unsaid.remove(match)
-        elif not any(_unheld(message, o[0]) for o in unsaid):
+        elif not any(_unheld(message, tool) for tool, _ in recorded):
             wrong.append(message)
-    own = len(unsaid) < len(recorded)
     fixes: list[ToolMessage] = []
     name = recorded[0][0]
     for message in wrong:
         name, outcome = unsaid.pop(0) if unsaid else (name, None)
-        fixes += _against_recorded(message, name, outcome, own, ctx)
+        fixes += _against_recorded(message, name, outcome, ctx)
     return fixes
 
 

@@ -16,17 +16,12 @@ from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import (
-    AIMessage,
-    AIMessageChunk,
-    BaseMessage,
-    ChatMessage,
-    FunctionMessage,
-    ToolMessage,
-)
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, ConfigDict, PrivateAttr
+
+from graphkit._client_writes import untied_result
 
 __all__ = ["MalformedConversationError", "ScriptExhaustedError", "ScriptedChatModel",
            "conversation_errors", "reply_text"]
@@ -54,8 +49,7 @@ def conversation_errors(messages: Sequence[BaseMessage]) -> list[str]:
     errors: list[str] = []
     asked: Counter[str] = Counter()  # (a model may give two calls one id: one result each)
     for message in messages:
-        if isinstance(message, FunctionMessage) or (
-                isinstance(message, ChatMessage) and message.role in ("tool", "function")):
+        if untied_result(message):
             errors.append(f"a {type(message).__name__} speaks as a tool for no call")
             continue
         if isinstance(message, ToolMessage):
