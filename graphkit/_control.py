@@ -23,7 +23,7 @@ from graphkit._approvals import last_turn_plan
 from graphkit._context import thread_id_of
 from graphkit._events import marked_waiting, pending_from_interrupts, with_waiting_beside
 from graphkit._gate import BY_NEW_MESSAGE, stop_delegations
-from graphkit._latest import Paused, options_of, stalled
+from graphkit._latest import Paused, options_of, stalled, written
 from graphkit._ledger import ApprovalRow, Ledger, NewRun, QueuedFor, queued_id, same_queued
 from graphkit._review import (
     Choice,
@@ -43,6 +43,7 @@ from graphkit.errors import (
     ApprovalNotFoundError,
     ApprovalsPendingError,
     GraphkitError,
+    SnapshotNotFoundError,
 )
 from graphkit.types import ApprovalRecord, GateResume, PendingApproval
 
@@ -288,7 +289,13 @@ def continue_command(snapshot: Paused, req: Request) -> Any:
                "(resolve_tool_approval / approve_tool_call / resume_stream / the inbox) first")
         raise ApprovalsPendingError(msg)
     # None: continue a run stopped by on_state_change
-    return apply_command(snapshot) or left_waiting(snapshot, req)
+    command = apply_command(snapshot) or left_waiting(snapshot, req)
+    if command is None and not written(snapshot):
+        msg = (f"run {req.run_id!r} has nothing to continue: its thread holds none of it (its "
+               "stream was closed, or its process stopped, before its message was written); "
+               "send the message again")
+        raise SnapshotNotFoundError(msg)
+    return command
 
 
 def left_waiting(snapshot: Paused, req: Request) -> Command[Any] | None:

@@ -89,6 +89,12 @@ def _next_tasks(snapshot: Paused) -> Any:
     return getattr(state, "tasks", ())
 
 
+def written(snapshot: Paused) -> bool:
+    """Whether the thread has a checkpoint at all (a run recorded before its graph wrote its
+    input has none: there is nothing to continue)."""
+    return bool((snapshot.config.get("configurable") or {}).get("checkpoint_id"))
+
+
 def options_of(snapshot: Paused) -> Mapping[str, Any]:
     """The run options the thread's state holds, without restoring every channel when the
     checkpoint says them."""

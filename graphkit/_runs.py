@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import threading
 import warnings
 import weakref
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,6 +189,32 @@ NEVER_AWAITED = ("{method}() returned a stream that was never awaited or iterate
                  "stream.result()`), or use {method}_generate().")
 
 
+def _until_written(parts: Iterator[Any]) -> list[Any]:
+    """A run's first stream parts, up to the one that says its graph input (a new message) is
+    in its thread: the stream's first chunk comes once it is. A stream closed at its "start"
+    chunk (or a process that stopped there) lost the message before, and `resume` of its
+    run raised LangGraph's `EmptyInputError`."""
+    written = []
+    for part in parts:
+        written.append(part)
+        if _is_input(part):
+            break
+    return written
+
+
+def _is_input(part: tuple[Any, ...]) -> bool:
+    """Whether a stream part is the root's first values: LangGraph streams them once the
+    input's checkpoint is written (`DURABILITY` "sync"), before any node runs."""
+    return part[-2] == "values" and (len(part) == 2 or not part[0])
+
+
+def _unfinished(closed: bool, run_id: str) -> RuntimeError:
+    if closed:
+        return RuntimeError(f"the stream of run {run_id!r} was closed before the run ended; "
+                            "agent.resume(run_id=...) continues it")
+    return RuntimeError("the run ended without a result")  # pragma: no cover
+
+
 class Release:
     """Frees what an invocation holds (the thread's lease, the checkpoint it served, a
     decision's hold on its run), once: at its stream's end, or when it is dropped."""
@@ -257,6 +284,7 @@ class AgentStream:
         self._prepare = prepare
         self._run: _Run | None = None
         self._chunks: Generator[StreamChunk, None, None] | None = None
+        self._closed = False
         self._modes = STREAM_MODES
         self._decided_by = decided_by
         """The method that recorded a decision before returning this stream, if one did."""
@@ -277,14 +305,15 @@ class AgentStream:
         run = self._run = _Run(inv)
         resumed = False
         try:
-            yield run.start()
             # (it holds the thread's lease: the graph does not take it again)
             stream = (self._graph.stream_held if isinstance(self._graph, LeasedGraph)
                       else self._graph.stream)
             parts: Any = stream(inv.input, inv.config, stream_mode=self._modes,
                                 durability=DURABILITY, subgraphs=self._modes is STREAM_MODES)
             try:
-                for part in parts:
+                written = _until_written(parts) if isinstance(inv.input, dict) else []
+                yield run.start()
+                for part in itertools.chain(written, parts):
                     chunks, stop = run.feed(part)
                     yield from chunks
                     if stop:
@@ -302,6 +331,22 @@ class AgentStream:
         if self._chunks is None:
             self._chunks = self._generate()
         return self._chunks
+
+    def close(self) -> None:
+        """Stop reading: the run stops after the step it is in and gives its thread back. A
+        stream read only in part holds the thread's lease until it is closed (or collected),
+        and every other door to the thread waits for it meanwhile; `resume(run_id=...)`
+        continues the run from where it stopped. Also what leaving a `with` block does."""
+        if self._chunks is None:
+            self._chunks = self._generate()  # (closed unstarted: it never runs)
+        self._chunks.close()
+        self._closed = True
+
+    def __enter__(self) -> AgentStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def full_stream(self) -> Iterator[StreamChunk]:
@@ -321,8 +366,8 @@ class AgentStream:
             self._modes = RESULT_MODES
         for _ in self:
             pass
-        if self._run is None or self._run.result is None:  # pragma: no cover
-            raise RuntimeError("the run ended without a result")
+        if self._run is None or self._run.result is None:
+            raise _unfinished(self._closed, self.run_id)
         return self._run.result
 
 
@@ -355,7 +400,8 @@ class AsyncAgentStream:
         """Held while the stream prepares (once, however many tasks await it at a time), on
         the loop it was made for (an earlier loop's, from a try that failed, is not reused)."""
         self._run: _Run | None = None
-        self._chunks: AsyncIterator[StreamChunk] | None = None
+        self._chunks: AsyncGenerator[StreamChunk, None] | None = None
+        self._closed = False
         self._modes = STREAM_MODES
         self.run_id = run_id
         self.thread_id = thread_id
@@ -387,24 +433,35 @@ class AsyncAgentStream:
 
         return ready().__await__()
 
-    async def _generate(self) -> AsyncIterator[StreamChunk]:
+    async def _generate(self) -> AsyncGenerator[StreamChunk, None]:
         self._started = True
         run = await self._ready()
         inv = run.invocation
         resumed = False
         try:
-            yield run.start()
             astream = (self._graph.astream_held if isinstance(self._graph, LeasedGraph)
                        else self._graph.astream)
             parts: Any = astream(inv.input, inv.config, stream_mode=self._modes,
                                  durability=DURABILITY, subgraphs=self._modes is STREAM_MODES)
             try:
-                async for part in parts:
+                written = []
+                if isinstance(inv.input, dict):  # (as `AgentStream._generate`)
+                    async for part in parts:
+                        written.append(part)
+                        if _is_input(part):
+                            break
+                yield run.start()
+                stop = False
+                for part in written:
                     chunks, stop = run.feed(part)
                     for chunk in chunks:
                         yield chunk
                     if stop:
                         break
+                while not stop and (part := await anext(parts, None)) is not None:
+                    chunks, stop = run.feed(part)
+                    for chunk in chunks:
+                        yield chunk
             finally:
                 await parts.aclose()
             # (what waits is read from the ledger too: off the event loop, in the hop that
@@ -432,6 +489,23 @@ class AsyncAgentStream:
             self._chunks = self._generate()
         return self._chunks
 
+    async def aclose(self) -> None:
+        """Stop reading (`AgentStream.close`): the run stops after the step it is in and gives
+        its thread back, as does a stream that was awaited (which took the thread) and never
+        read. Also what leaving an `async with` block does."""
+        if self._chunks is None:
+            self._chunks = self._generate()  # (closed unstarted: it never runs)
+            if self._run is not None and self._run.invocation.release is not None:
+                await offload(self._run.invocation.release, False)
+        await self._chunks.aclose()
+        self._closed = True
+
+    async def __aenter__(self) -> AsyncAgentStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
     @property
     def full_stream(self) -> AsyncIterator[StreamChunk]:
         return self.__aiter__()
@@ -450,6 +524,6 @@ class AsyncAgentStream:
             self._modes = RESULT_MODES
         async for _ in self:
             pass
-        if self._run is None or self._run.result is None:  # pragma: no cover
-            raise RuntimeError("the run ended without a result")
+        if self._run is None or self._run.result is None:
+            raise _unfinished(self._closed, self.run_id)
         return self._run.result

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from graphkit import AgentStream, AsyncAgentStream, StreamChunk
+from graphkit import AgentStream, AsyncAgentStream, SnapshotNotFoundError, StreamChunk
 from tests.helpers import agent_with, call, turn
 
 PAY = {"amount": 3, "payee": {"name": "Bo"}}
@@ -235,3 +235,79 @@ def test_a_stream_awaited_again_on_another_loop_prepares_there(
 
     assert asyncio.run(second()) == "Paid."
     assert ledger.names() == ["pay"]
+
+
+def _held(agent: object, thread_id: str) -> bool:
+    """Whether another door would wait for the thread now (its lease is taken)."""
+    from graphkit._ledger import RunBusyError
+
+    try:
+        with agent._storage.ledger.lease(thread_id, wait=0.2):  # type: ignore[attr-defined]
+            return False
+    except RunBusyError:
+        return True
+
+
+@pytest.mark.parametrize("how", ["close", "with"])
+def test_a_stream_closed_part_read_gives_its_thread_back_and_its_run_goes_on(how: str) -> None:
+    """A stream read in part held its thread's lease until it was collected, so every other
+    door to the thread waited (or raised `RunBusyError`), and `RunBusyError` told the user to
+    close a stream that had no `close`. Closed, it stops the run after its step and gives the
+    thread back; `resume` goes on from there, and nothing is lost or run twice."""
+    agent, ledger = agent_with([turn(call("lookup", {"key": "a"}, "c0"), call("pay", PAY, "c1"),
+                                     text="Let me look and pay."), "All done now."])
+    stream = agent.stream("go")
+    if how == "close":
+        first = next(iter(stream))
+        assert _held(agent, stream.thread_id)
+        stream.close()
+    else:
+        with stream:
+            first = next(iter(stream))
+    assert first.type == "start"  # (the message is in the thread already: resume reads it)
+    assert not _held(agent, stream.thread_id)
+    assert list(stream) == []  # closed: reading on advances nothing
+    with pytest.raises(RuntimeError, match="closed before the run ended"):
+        stream.result()
+    resumed = agent.resume(run_id=stream.run_id)
+    assert resumed.finish_reason == "suspended" and ledger.names() == ["lookup"]
+    assert [p.tool_call_id for p in resumed.pending_approvals] == ["c1"]
+    final = agent.approve_tool_call_generate(run_id=stream.run_id, decided_by="ops")
+    assert final.text == "All done now." and ledger.names() == ["lookup", "pay"]
+
+
+def test_a_stream_closed_before_it_is_read_never_runs() -> None:
+    agent, ledger = agent_with([turn(call("lookup", {"key": "a"}, "c0")), "done"])
+    stream = agent.stream("go")
+    stream.close()
+    assert list(stream) == [] and ledger.names() == []
+    assert agent.generate("go", thread_id=stream.thread_id).text == "done"
+
+
+@pytest.mark.parametrize("how", ["read in part", "awaited unread"])
+async def test_an_async_stream_closed_gives_its_thread_back(how: str) -> None:
+    """The async twin, and a stream that was awaited (which takes the thread) but never read:
+    `aclose` (or leaving `async with`) gives the thread back at once, not when collected."""
+    agent, ledger = agent_with([turn(call("lookup", {"key": "a"}, "c0"), call("pay", PAY, "c1")),
+                                "Paid."])
+    async with agent.astream("go") as stream:
+        if how == "read in part":
+            assert (await anext(aiter(stream))).type == "start"
+        else:
+            await stream
+        assert await asyncio.to_thread(_held, agent, stream.thread_id)
+    assert not await asyncio.to_thread(_held, agent, stream.thread_id)
+    assert [c async for c in stream] == []
+    with pytest.raises(RuntimeError, match="closed before the run ended"):
+        await stream.result()
+    if how == "awaited unread":  # its message never reached the thread: a typed error says so
+        with pytest.raises(SnapshotNotFoundError, match="send the message again"):
+            await agent.aresume(run_id=stream.run_id)
+        assert ledger.names() == []
+        stream = agent.astream("go", thread_id=stream.thread_id)
+        assert (await stream.result()).finish_reason == "suspended"
+    else:
+        resumed = await agent.aresume(run_id=stream.run_id)
+        assert resumed.finish_reason == "suspended"
+    final = await agent.aapprove_tool_call_generate(run_id=stream.run_id, decided_by="ops")
+    assert final.text == "Paid." and ledger.names() == ["lookup", "pay"]

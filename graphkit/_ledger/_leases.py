@@ -72,8 +72,8 @@ class ReadyRun(NamedTuple):
 
 def busy(thread_id: str) -> RunBusyError:
     """The error of a run that found its thread held for longer than it waits."""
-    here = (" of this process (a stream not read to its end holds it until it is closed)"
-            if _keeper.KEEPER.held_here(thread_id) else "")
+    here = (" of this process (a stream not read to its end holds it until it is closed: "
+            "`stream.close()`)" if _keeper.KEEPER.held_here(thread_id) else "")
     return RunBusyError(f"thread {thread_id!r} is being advanced by another run{here}")
 
 
