@@ -42,6 +42,7 @@ from graphkit._control import (
 )
 from graphkit._events import finish_reason
 from graphkit._graph import build_graph
+from graphkit._ids import given_id
 from graphkit._latest import Paused, ServesLatest, latest, options_of
 from graphkit._leased_graph import LeasedGraph
 from graphkit._ledger import WAIT_SECONDS, Ledger
@@ -805,6 +806,7 @@ class Agent:
         approved_args: Mapping[str, Any] | None = None,
     ) -> PendingApproval:
         """Record a decision without continuing the run; `resume(run_id=...)` continues."""
+        id = given_id(id, "approval id", ApprovalNotFoundError)  # (None is not "the one")
         thread_id = self._thread_of(run_id)
         config = self._config(thread_id, run_id)
         choice = _approval(approved_args) if approved else Choice(type="reject")

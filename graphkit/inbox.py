@@ -21,6 +21,7 @@ import jsonschema
 from langchain_core.messages import AIMessage, ToolMessage
 
 from graphkit._control import policy_finder, shared_names
+from graphkit._ids import given_id
 from graphkit._ledger import WaitingRow
 from graphkit._notify import Dispatcher, Webhook, start_notifications
 from graphkit._review import (
@@ -330,11 +331,12 @@ class Inbox:
         return PendingList(list(items)[:limit])
 
     def _entry(self, approval_id: str) -> dict[str, Any]:
-        found = self._storage.ledger.waiting_rows(approval_id=approval_id)
-        if not found:
+        found = self._storage.ledger.waiting_row(
+            given_id(approval_id, "approval id", ApprovalNotFoundError))
+        if found is None:
             msg = f"no approval with id {approval_id!r} in {self._storage.description}"
             raise ApprovalNotFoundError(msg)
-        return _entry_of(found[0])
+        return _entry_of(found)
 
     def get(self, id: str, *, viewer: str | None = None) -> PendingApproval:
         """One approval or suspension by id, with its decision if it has one (with `viewer`,

@@ -73,16 +73,20 @@ class Waiting(LedgerBase):
             for approval_id, place in waiting.items())
         return statements
 
-    def waiting_rows(self, *, approval_id: str | None = None, thread_id: str | None = None
-                     ) -> list[WaitingRow]:
-        """What runs wait on (one approval's, or one thread's, if given), with their records
+    def waiting_rows(self, *, thread_id: str | None = None) -> list[WaitingRow]:
+        """What runs wait on (in one thread, if given: waited on or not), with their records
         as planned; rows that predate the ledger keeping records are left out."""
-        where = "waiting IS NOT NULL AND record IS NOT NULL"
-        params: tuple[str, ...] = ()
-        if approval_id is not None:
-            where, params = "approval_id = ? AND record IS NOT NULL", (approval_id,)
-        elif thread_id is not None:
-            where, params = "thread_id = ? AND record IS NOT NULL", (thread_id,)
+        if thread_id is None:
+            return self._waiting("waiting IS NOT NULL AND record IS NOT NULL", ())
+        return self._waiting("thread_id = ? AND record IS NOT NULL", (thread_id,))
+
+    def waiting_row(self, approval_id: str) -> WaitingRow | None:
+        """One approval's row as `waiting_rows` reads it (waited on or not), or None: an id
+        names one approval or none, never any (`graphkit._ids`)."""
+        found = self._waiting("approval_id = ? AND record IS NOT NULL", (approval_id,))
+        return found[0] if found else None
+
+    def _waiting(self, where: str, params: tuple[str, ...]) -> list[WaitingRow]:
         rows = self._sql.query(f"SELECT {APPROVAL_READ}, record, waiting, call_index "
                                f"FROM graphkit_approvals WHERE {where}", params)
         return [WaitingRow(row=approval_row(r[:12]), record=unstowed(self._sql.query, r[12]),

@@ -1,0 +1,23 @@
+"""The ids a caller gives to name what it decides or reads (an approval, a run, a grant).
+
+Where an id is given, it names exactly one thing or nothing: a lookup filtered by it never
+widens to "any". `Inbox.approve(None)` read the missing id as no filter at all and decided
+whichever approval of any agent or thread waited first, and a payment nobody reviewed ran
+(helper-104); `resolve_tool_approval(id=None)` took the run's single pending approval, then
+said it found none. Every door checks the ids it is given here, before it reads or writes.
+"""
+
+from __future__ import annotations
+
+from graphkit.errors import GraphkitError
+
+__all__ = ["given_id"]
+
+
+def given_id(value: object, what: str, error: type[GraphkitError]) -> str:
+    """`value` as the id of `what` it must be: a non-empty string, else `error` (a lookup
+    error of the kind the door raises for an id it cannot find), nothing read or changed."""
+    if isinstance(value, str) and value:
+        return value
+    msg = f"{what} must be a non-empty string naming one {what.split()[0]}, got {value!r}"
+    raise error(msg)
