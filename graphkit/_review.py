@@ -393,6 +393,11 @@ def _checked(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
             # (and long text the interrupt withheld, left as shown, keeps its text)
             run_args = check_args(restored(
                 unmasked(choice.args, record["args"], record_paths(record)), record["args"]))
+            # what runs, as read for the tool, is held to the same bounds as what was given
+            # (1e20 given for an integer is an int no checkpoint holds: the gate refused it
+            # after the inbox recorded it approved, helper-104 F3)
+            check_value(run_args, what=f"edited arguments for tool {record['tool_name']!r}",
+                        error=InvalidApprovedArgsError)
             status, event = "approved", "edited"
         case "reject":
             status, event = "rejected", "cancelled" if suspension else "rejected"

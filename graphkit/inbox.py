@@ -87,11 +87,15 @@ def _date_time(value: object) -> bool:
 def as_schema_types(value: Any, schema: Any) -> Any:
     """`value` as the tool's model reads it where JSON alone cannot say: an integer given for
     a `number` is a float (pydantic reads 1150 for a float field as 1150.0; the digest of what
-    runs must be the digest of what was approved)."""
+    runs must be the digest of what was approved), and a whole float given for an `integer`
+    is an int (JSON Schema takes 3.0 as an integer, and the tool ran with 3 what was recorded
+    as approved with 3.0; 1e300 was approved, then withdrawn at the gate: helper-104 F3)."""
     if not isinstance(schema, Mapping):
         return value
     if schema.get("type") == "number" and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if schema.get("type") == "integer" and isinstance(value, float) and value.is_integer():
+        return int(value)
     if isinstance(value, dict) and isinstance(schema.get("properties"), Mapping):
         props = schema["properties"]
         return {k: as_schema_types(v, props.get(k)) for k, v in value.items()}

@@ -615,3 +615,26 @@ def test_an_id_that_names_nothing_decides_nothing_at_any_door(durable_url: str,
         assert len(waiting) == 2 and {p.status for p in waiting} == {"pending"}, door
     assert inbox.ready() == [] and ledger.ran == []
     assert {e["event"] for e in inbox.audit()} == {"requested"}
+
+
+def test_a_whole_float_edited_for_an_integer_is_the_int_that_runs_or_refused_at_once(
+        durable_url: str) -> None:
+    """An inbox without the agent's code checks an edit by the recorded JSON schema, which
+    takes 3.0 as an integer: the approval was recorded with 3.0 while the tool ran with 3,
+    and 1e20 (an int no checkpoint holds, read for the tool) was recorded approved, then
+    withdrawn by the gate (helper-104 F3). The edit is read as the tool reads it, and what
+    runs is held to the bounds of what may be given: refused at once, nothing decided."""
+    agent, ledger = agent_with(pay_calls(2), checkpointer=durable_url, name="billing")
+    paused = agent.generate("pay")
+    first, second = paused.pending_approvals
+    inbox = Inbox(durable_url)
+    with pytest.raises(InvalidApprovedArgsError, match="beyond 64 bits"):
+        inbox.approve(second.id, decided_by="ops", args={**PAY, "amount": 1e20})
+    assert inbox.get(second.id).status == "pending"
+    assert [e["event"] for e in inbox.audit(id=second.id)] == ["requested", "refused"]
+    taken = inbox.approve(first.id, decided_by="ops", args={**PAY, "amount": 3.0})
+    assert taken.approved_args == {**PAY, "amount": 3}
+    assert type(taken.approved_args["amount"]) is int
+    inbox.decline(second.id, decided_by="ops")
+    assert agent.resume(run_id=paused.run_id).text == "done"
+    assert ledger.ran == [("pay", {**PAY, "amount": 3})]
