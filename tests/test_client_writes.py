@@ -318,7 +318,7 @@ def test_a_sent_task_for_the_tools_node_never_runs_a_delegation(sqlite_url: str)
     assert any("tools node: it was not planned" in str(e.get("detail"))
                for e in boss._storage.ledger.read_audit(thread_id=result.thread_id))
     (asked,) = result.pending_approvals
-    assert [w.waiting for w in boss._storage.ledger.waiting_rows(approval_id=asked.id)] == [True]
+    assert boss._storage.ledger.waiting_row(asked.id).waiting
     assert boss.approve_tool_call_generate(run_id=result.run_id).text == "ok"
     assert paid == [7]
 
@@ -337,7 +337,7 @@ def test_a_refused_sent_task_answers_nothing(sqlite_url: str) -> None:
     assert not [m for m in out["messages"] if isinstance(m, ToolMessage)]
     assert agent.graph.get_state(config(result.thread_id)).interrupts
     (asked,) = result.pending_approvals
-    assert [w.waiting for w in agent._storage.ledger.waiting_rows(approval_id=asked.id)] == [True]
+    assert agent._storage.ledger.waiting_row(asked.id).waiting
     assert agent.approve_tool_call_generate(run_id=result.run_id).text == "done"
     assert ran.ran == [("pay", PAY)]
 
