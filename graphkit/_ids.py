@@ -4,7 +4,10 @@ Where an id is given, it names exactly one thing or nothing: a lookup filtered b
 widens to "any". `Inbox.approve(None)` read the missing id as no filter at all and decided
 whichever approval of any agent or thread waited first, and a payment nobody reviewed ran
 (helper-104); `resolve_tool_approval(id=None)` took the run's single pending approval, then
-said it found none. Every door checks the ids it is given here, before it reads or writes.
+said it found none; `approve_tool_call_generate(run_id=None)` looked for checkpoints whose run
+is None, which every thread a graph was driven on directly matched, and paid on a thread
+nobody named (helper-105). Every door checks the ids it is given here, before it reads or
+writes.
 """
 
 from __future__ import annotations

@@ -252,6 +252,9 @@ class Agent:
         )
 
     def _thread_of(self, run_id: str) -> str:
+        # (None read as no filter below: every thread a graph was driven on directly matched,
+        # and a decision went to whichever came first: helper-105)
+        run_id = given_id(run_id, "run id", SnapshotNotFoundError)
         known = self._storage.ledger.run(run_id)
         if known is not None:
             thread_id, owner = known

@@ -576,47 +576,6 @@ def test_a_decision_for_a_run_a_state_write_ended_applies_once_whichever_inbox_t
     assert inbox.pending() == [] and inbox.ready() == []
 
 
-@pytest.mark.parametrize("bad", [None, ""])
-def test_an_id_that_names_nothing_decides_nothing_at_any_door(durable_url: str,
-                                                              bad: Any) -> None:
-    """An approval id left out (None) read as no filter at all: `Inbox.approve(None)`
-    decided whichever approval of any agent or thread waited first, and its payment ran
-    (helper-104); `resolve_tool_approval(id=None)` recorded a decision on the run's one
-    approval, then raised. An id names one approval or none (`graphkit._ids`): every door
-    refuses one that is not a non-empty string, before it reads or writes anything."""
-    import asyncio
-
-    billing, ledger = agent_with(pay_calls(1), checkpointer=durable_url, name="billing")
-    ops, _ = agent_with([turn(call("bash", {"command": "rm -r /x"}, "b1")), "ok"],
-                        checkpointer=durable_url, name="ops")
-    paused = billing.generate("pay")
-    ops.generate("clean")
-    inbox = Inbox(durable_url)
-    doors = {
-        "get": lambda: inbox.get(bad),
-        "get as a viewer": lambda: inbox.get(bad, viewer="ops"),
-        "schema": lambda: inbox.schema(bad),
-        "messages": lambda: inbox.messages(bad),
-        "approve": lambda: inbox.approve(bad, decided_by="ops"),
-        "aapprove": lambda: asyncio.run(inbox.aapprove(bad, decided_by="ops")),
-        "decline": lambda: inbox.decline(bad, decided_by="ops"),
-        "respond": lambda: inbox.respond(bad, decided_by="ops", message="no"),
-        "resume": lambda: inbox.resume(bad, {"answer": 1}, decided_by="ops"),
-        "resolve_tool_approval": lambda: billing.resolve_tool_approval(
-            run_id=paused.run_id, id=bad, approved=True, decided_by="ops"),
-        "aresolve_tool_approval": lambda: asyncio.run(billing.aresolve_tool_approval(
-            run_id=paused.run_id, id=bad, approved=False, decided_by="ops")),
-    }
-    for door, attempt in doors.items():
-        # (a viewer is told the same of any id it may not see: "no approval ... may see")
-        with pytest.raises(ApprovalNotFoundError, match=r"non-empty string|may see"):
-            attempt()
-        waiting = inbox.pending()
-        assert len(waiting) == 2 and {p.status for p in waiting} == {"pending"}, door
-    assert inbox.ready() == [] and ledger.ran == []
-    assert {e["event"] for e in inbox.audit()} == {"requested"}
-
-
 def test_a_whole_float_edited_for_an_integer_is_the_int_that_runs_or_refused_at_once(
         durable_url: str) -> None:
     """An inbox without the agent's code checks an edit by the recorded JSON schema, which
