@@ -279,9 +279,12 @@ class Agent:
         auto_resume_suspended_tools: bool | None,
         max_steps: int,
     ) -> RunOptions:
-        if max_steps < 1:
-            msg = f"max_steps must be at least 1, got {max_steps}"
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            msg = f"max_steps must be a whole number of at least 1, got {max_steps!r}"
             raise ValueError(msg)
+        for name, flag in (("require_tool_approval", require_tool_approval),
+                           ("auto_resume_suspended_tools", auto_resume_suspended_tools)):
+            _flag(flag, name)
         # The agent's own settings live in its graph; a request may only add to them.
         return RunOptions(
             run_id=run_id,
@@ -810,6 +813,7 @@ class Agent:
     ) -> PendingApproval:
         """Record a decision without continuing the run; `resume(run_id=...)` continues."""
         id = given_id(id, "approval id", ApprovalNotFoundError)  # (None is not "the one")
+        _flag(approved, "approved", optional=False)
         thread_id = self._thread_of(run_id)
         config = self._config(thread_id, run_id)
         choice = _approval(approved_args) if approved else Choice(type="reject")
@@ -955,6 +959,16 @@ def _with_options(payload: Any, options: Mapping[str, Any] | None) -> Any:
     if options is None or not isinstance(payload, Command) or payload.resume is None:
         return payload
     return Command(resume=payload.resume, update={"options": options})
+
+
+def _flag(value: object, name: str, *, optional: bool = True) -> None:
+    """Refuse a yes/no a caller gave as anything but a bool (or None, where it may be left
+    out): `approved="false"` (a form's or a JSON field's text) approved the call, being
+    truthy, and `auto_resume_suspended_tools="no"` turned auto-resume on."""
+    if not (isinstance(value, bool) or (optional and value is None)):
+        allowed = "True, False or None" if optional else "True or False"
+        msg = f"{name} must be {allowed}, got {value!r}"
+        raise GraphkitError(msg)
 
 
 def _approval(args: Mapping[str, Any] | None) -> Choice:

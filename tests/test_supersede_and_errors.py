@@ -337,3 +337,26 @@ def test_a_message_after_a_recorded_decision_reaches_the_conversation(
     assert results["d1"].content == "deployed 1.0"
     assert results["d2"].status == "error" and "superseded" in str(results["d2"].content)
     assert second.text == "noted: also tell the team"
+
+
+@pytest.mark.parametrize("approved", ["false", "no", 1, 0, None])
+def test_a_yes_or_no_given_as_anything_but_a_bool_decides_nothing(approved: Any) -> None:
+    """`resolve_tool_approval(approved="false")` (a form's or a JSON field's text) approved
+    the payment, the string being truthy; a run option given so turned auto-resume on. Each
+    is refused with a typed error, nothing decided, nothing run."""
+    agent, ledger = agent_with([turn(call("pay", PAY, "c1")), "done"])
+    result = agent.generate("go")
+    (approval,) = result.pending_approvals
+    with pytest.raises(GraphkitError, match="approved must be True or False"):
+        agent.resolve_tool_approval(run_id=result.run_id, id=approval.id, approved=approved)
+    assert [p.status for p in agent.pending_approvals(run_id=result.run_id)] == ["pending"]
+    for option in ("require_tool_approval", "auto_resume_suspended_tools"):
+        if approved is None:
+            continue  # (left out: the agent's own setting)
+        with pytest.raises(GraphkitError, match=f"{option} must be True, False or None"):
+            agent.generate("again", thread_id=result.thread_id, **{option: approved})
+    with pytest.raises(ValueError, match="max_steps must be a whole number"):
+        agent.generate("again", thread_id=result.thread_id, max_steps=str(approved))
+    assert [p.status for p in agent.pending_approvals(run_id=result.run_id)] == ["pending"]
+    assert ledger.ran == []
+    assert agent.approve_tool_call_generate(run_id=result.run_id).text == "done"
