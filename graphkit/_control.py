@@ -203,8 +203,9 @@ def _select(items: list[Waiting], snapshot: Paused, req: Request, *,
     if len(candidates) == 1:
         return candidates[0]
     decided = [i for i in items if kind is None or i.record["kind"] == kind]
-    if not candidates and len(decided) == 1:
-        raise ApprovalAlreadyResolvedError(resolved_message(decided[0].shown))
+    if not candidates and len(decided) == 1:  # (told as every door tells it: "expired")
+        raise ApprovalAlreadyResolvedError(resolved_message(
+            decided[0].shown, decided[0].row.decision if decided[0].row else None))
     if not candidates:
         what = f"{kind}s" if kind else "approvals or suspensions"
         other = [i.record for i in items if i.shown["status"] == "pending"]

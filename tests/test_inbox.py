@@ -174,7 +174,7 @@ def test_undecided_in_time_is_declined_as_expired_never_approved(durable_url: st
     assert expired.id == pending.id and expired.status == "rejected"
     assert expired.comment and "expired" in expired.comment
     assert inbox.pending() == [] and inbox.expire() == []
-    with pytest.raises(ApprovalAlreadyResolvedError, match="expired"):
+    with pytest.raises(ApprovalAlreadyResolvedError, match="was already expired"):
         inbox.approve(pending.id, decided_by="late")
     final = agent.resume(run_id=result.run_id)
     assert ledger.ran == [] and final.finish_reason == "stop"
@@ -195,7 +195,8 @@ def test_tool_ttl_expires_when_the_run_is_next_touched(durable_url: str) -> None
                   checkpointer=durable_url)
     result = agent.generate("wire 1")
     time.sleep(0.06)
-    with pytest.raises(ApprovalAlreadyResolvedError, match="expired"):
+    # (told as every door tells it, where this one said "was already rejected (expired")
+    with pytest.raises(ApprovalAlreadyResolvedError, match="was already expired"):
         agent.approve_tool_call(run_id=result.run_id)
     final = agent.resume(run_id=result.run_id)
     assert ran == [] and "expired" in next(
