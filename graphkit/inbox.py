@@ -327,7 +327,10 @@ class Inbox:
         if tool_name is not None:
             filters["tool_name"] = tool_name
         entries = self._waiting_entries(**filters)
-        undecided = sorted((e for e in entries if not e["decided"]),
+        # what waited past its time is declined now, as any door that touches it does: it
+        # was listed as waiting, to a reviewer whose decision could only be refused
+        gone = self._expire_due(entries)
+        undecided = sorted((e for e in entries if not e["decided"] and e["id"] not in gone),
                            key=lambda e: (e["created_at"], e.get("position", 0), e["id"]))
         items = (_pending(e) for e in undecided)
         if viewer is not None:
@@ -643,13 +646,15 @@ class Inbox:
 
     def expire(self) -> list[PendingApproval]:
         """Decline every waiting approval past its `expires_at` (never approve one)."""
-        entries = {e["id"]: e for e in self._waiting_entries(decided=False)
-                   if e.get("expires_at")}
-        expired: list[PendingApproval] = []
-        for approval_id in self._storage.ledger.overdue(entries):
-            entry = entries[approval_id]
-            if expire(self._storage.ledger, entry,  # type: ignore[arg-type]
-                      thread_id=str(entry["thread_id"]), run_id=entry.get("run_id"),
-                      enqueue=True):
-                expired.append(self.get(approval_id))
-        return expired
+        return [self.get(approval_id)
+                for approval_id in self._expire_due(self._waiting_entries(decided=False))]
+
+    def _expire_due(self, entries: list[dict[str, Any]]) -> list[str]:
+        """Decline those of `entries` (undecided ones) past their `expires_at`; their ids."""
+        due = {e["id"]: e for e in entries if e.get("expires_at") and not e["decided"]}
+        if not due:
+            return []
+        return [approval_id for approval_id in self._storage.ledger.overdue(due)
+                if expire(self._storage.ledger, due[approval_id],  # type: ignore[arg-type]
+                          thread_id=str(due[approval_id]["thread_id"]),
+                          run_id=due[approval_id].get("run_id"), enqueue=True)]

@@ -181,6 +181,24 @@ def test_undecided_in_time_is_declined_as_expired_never_approved(durable_url: st
     assert any(e["event"] == "expired" for e in inbox.audit(thread_id=result.thread_id))
 
 
+def test_an_inbox_never_lists_an_approval_past_its_time(durable_url: str) -> None:
+    """An approval past its `expires_at` was listed as waiting (the web inbox and the CLI
+    showed its card) until something touched its run or called `expire()`, and a reviewer's
+    approval of it could only be refused. Listing declines it as expired, as touching does:
+    its run is ready to go on, told so."""
+    agent, ledger = agent_with(pay_calls(2), checkpointer=durable_url,
+                               approval_ttl=timedelta(milliseconds=50))
+    result = agent.generate("pay")
+    time.sleep(0.1)
+    inbox = Inbox(durable_url)
+    assert inbox.pending() == []
+    for approval in result.pending_approvals:
+        assert inbox.get(approval.id).status == "rejected"
+    assert [e["event"] for e in inbox.audit(thread_id=result.thread_id)].count("expired") == 2
+    assert inbox.ready() == [result.run_id] and inbox.expire() == []
+    assert agent.resume(run_id=result.run_id).finish_reason == "stop" and ledger.ran == []
+
+
 def test_tool_ttl_expires_when_the_run_is_next_touched(durable_url: str) -> None:
     ran: list[str] = []
 
