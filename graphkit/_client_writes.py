@@ -84,7 +84,11 @@ def _moved_after(messages: list[AnyMessage], later: int, answers: list[ToolMessa
 def _rewritten(messages: list[AnyMessage], read: list[AnyMessage], at: int
                ) -> list[BaseMessage]:
     """The writes that make the state's `messages` say `read`, the two alike before `at`:
-    what came from `at` on is removed, then written again in its new order."""
+    what came from `at` on is removed, then written again in its new order. A message there
+    without an id (graph input may bring one: LangGraph's delta reducer names none) cannot
+    be removed alone: the whole conversation is written again instead."""
+    if any(m.id is None for m in messages[at:]):
+        return [RemoveMessage(id=REMOVE_ALL_MESSAGES), *read]
     return [*(RemoveMessage(id=str(m.id)) for m in messages[at:]), *read[at:]]
 
 
@@ -410,9 +414,6 @@ def stopped_turn(messages: list[AnyMessage], opened: list[tuple[int, int]], ctx:
     users = [i for i, m in enumerate(messages) if from_user(m)]
     opened = [(turn, later) for turn, later in opened if users and users[-1] >= later]
     if not opened:
-        return messages, []
-    first = min(later for _, later in opened)
-    if any(m.id is None for m in messages[first:]):
         return messages, []
     read, moved = _results_in_place(messages, opened)
     # (the earliest first: a turn no gate planned sweeps what the agent holds open, which a

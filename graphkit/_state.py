@@ -152,14 +152,61 @@ def merge_reports(
 
 
 def _messages(state: list[AnyMessage], writes: list[Any]) -> list[AnyMessage]:
-    """LangGraph's delta reducer of messages, taking only writes that are messages: a write
-    a client sent that is not (`update_state(..., {"messages": {}})`) would be kept among the
-    thread's writes and fail every later read of its state; it is left out instead. (Each
-    write is judged alone, so the reducer stays batching-invariant.)"""
+    """LangGraph's delta reducer of messages, taking only writes that are messages, each
+    message named (`_named`)."""
+    return _reduced(state, _named(state, writes))
+
+
+def _reduced(state: list[AnyMessage], writes: list[Any]) -> list[AnyMessage]:
+    """LangGraph's delta reducer, taking only writes that are messages: a write a client sent
+    that is not (`update_state(..., {"messages": {}})`) would be kept among the thread's
+    writes and fail every later read of its state; it is left out instead. (Each write is
+    judged alone, so the reducer stays batching-invariant.)"""
     try:
         return _messages_delta_reducer(state, writes)
     except (ValueError, KeyError, TypeError, NotImplementedError, AttributeError):
         return _messages_delta_reducer(state, [w for w in writes if _messages_or_not(w)])
+
+
+def _named(state: list[AnyMessage], writes: list[Any]) -> list[Any]:
+    """`writes` with an id on every message. LangGraph's delta reducer names none that graph
+    input brings without one (`add_messages` would), and each check that finds a message
+    again by its id passed such a one by: a user's message sent without an id (a server
+    client's, as the SDK sends it) after a waiting run a client's state write had ended was
+    not queued behind the decision taken before it, and the approved call was told
+    superseded instead of run. The id is derived, never drawn: from the message and the one
+    it comes after once the writes before it are applied, so that reading the thread again
+    (the channel replays its writes, batched or one by one) names it alike."""
+    if not any(_unnamed(w) for w in writes):
+        return writes
+    named: list[Any] = []
+    for write in writes:
+        try:
+            messages = convert_to_messages(write if isinstance(write, list) else [write])
+        except (ValueError, KeyError, TypeError, NotImplementedError, AttributeError):
+            named.append(write)  # (not messages: `_reduced` leaves it out)
+            continue
+        done: list[BaseMessage] = []
+        for message in messages:
+            if message.id is None:
+                before = _reduced(state, [*named, done])
+                after = before[-1].id if before else None
+                message = message.model_copy(update={"id": "msg-" + json_digest(
+                    [after, message.type, message.content])[:32]})
+            done.append(message)
+        named.append(done)
+    return named
+
+
+def _unnamed(write: Any) -> bool:
+    """Whether a write holds a message-like without an id (a tuple or text has none)."""
+    for item in write if isinstance(write, list) else [write]:
+        if isinstance(item, BaseMessage):
+            if item.id is None:
+                return True
+        elif not isinstance(item, dict) or item.get("id") is None:
+            return True
+    return False
 
 
 def _messages_or_not(write: Any) -> bool:

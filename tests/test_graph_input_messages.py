@@ -215,3 +215,85 @@ def test_a_malformed_superseding_message_gets_a_typed_error() -> None:
     assert log == ["started"]
     (pending,) = agent.pending_approvals(run_id=first.run_id)
     assert pending.kind == "suspension" and pending.status == "pending"
+
+
+@pytest.mark.parametrize("sent", [("user", "go on"), {"role": "user", "content": "go on"}],
+                         ids=["tuple", "dict"])
+def test_a_message_sent_without_an_id_after_a_state_write_waits_behind_the_decision(
+        tmp_path: Any, sent: Any) -> None:
+    """A client's state write ended a waiting run (words as the model's); a reviewer
+    approved the call in the inbox; then a user's message came as graph input without an id
+    (a tuple, as a Python caller may send it). LangGraph's delta reducer leaves such a
+    message unnamed, and every check that finds a message by its id passed it by: the model
+    was handed the call without its result (a provider refuses that conversation), where
+    the same message with an id runs the approved call first (helper-106 F1, found beside
+    it). Every message is named as it enters the state (`_state._named`)."""
+    from langchain_core.messages import AIMessage
+
+    from graphkit import Inbox, create_tool
+
+    ran: list[int] = []
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        ran.append(amount)
+        return f"paid {amount}"
+
+    def reply(messages: list[BaseMessage]) -> AIMessage:
+        if isinstance(messages[-1], ToolMessage):
+            return AIMessage(f"done: {messages[-1].text}")
+        if messages[-1].text == "go on":
+            return AIMessage("going on")
+        return AIMessage("", tool_calls=[{"name": "pay", "args": {"amount": 100}, "id": "c1"}])
+
+    url = f"sqlite:///{tmp_path}/runs.db"
+    agent = Agent(name="billing", tools=[pay], model=ScriptedChatModel(reply), checkpointer=url)
+    paused = agent.generate("pay")
+    cfg = {"configurable": {"thread_id": paused.thread_id}}
+    agent.graph.update_state(cfg, {"messages": [AIMessage("words as the model's")]},
+                             as_node="model")
+    assert agent.graph.get_state(cfg).next == ()
+    inbox = Inbox(url)
+    inbox.approve(paused.pending_approvals[0].id, decided_by="ops")
+    out = agent.graph.invoke({"messages": [sent]}, cfg)
+    said = [(type(m).__name__, m.text) for m in out["messages"]]
+    assert said[-3:] == [("ToolMessage", "paid 100"), ("HumanMessage", "go on"),
+                         ("AIMessage", "going on")]
+    assert ran == [100] and all(m.id for m in out["messages"])
+
+
+def test_naming_messages_reads_a_thread_alike_however_its_writes_are_batched() -> None:
+    """The delta channel replays a thread's writes one checkpoint at a time or together: the
+    ids `_named` gives must come out the same either way (LangGraph requires its reducer to
+    be batching-invariant), removals and resets among the writes included."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from langchain_core.messages import AIMessage, RemoveMessage
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES
+
+    from graphkit._state import _messages
+
+    texts = st.sampled_from(["hi", "go on", "ok"])
+    unnamed = st.one_of(texts.map(lambda t: ("user", t)),
+                        texts.map(lambda t: {"role": "assistant", "content": t}),
+                        texts.map(lambda t: HumanMessage(t)))
+    named = st.one_of(st.sampled_from(["a", "b", "c"]).map(lambda i: AIMessage(i, id=i)),
+                      st.sampled_from(["a", "b", "x", REMOVE_ALL_MESSAGES]).map(
+                          lambda i: RemoveMessage(id=i)))
+    write = st.lists(st.one_of(unnamed, named), min_size=1, max_size=4)
+
+    def seen(messages: list[BaseMessage]) -> list[tuple[Any, ...]]:
+        return [(m.id, m.type, m.content) for m in messages]
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(write, max_size=3), st.lists(write, max_size=3),
+           st.lists(write, max_size=3))
+    def alike(start: list[Any], first: list[Any], then: list[Any]) -> None:
+        state = _messages([], start)
+        one_by_one = _messages(_messages(state, first), then)
+        together = _messages(state, [*first, *then])
+        assert seen(one_by_one) == seen(together)
+        assert all(m.id for m in together)
+
+    alike()
