@@ -14,6 +14,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from graphkit._secrets import masked_message
+from graphkit.errors import GraphkitError, InvalidApprovedArgsError
 
 if TYPE_CHECKING:
     from graphkit.types import PendingApproval
@@ -230,19 +231,37 @@ def _received(raw: str) -> str:
 
 
 def parse_fields(schema: Mapping[str, Any] | None, form: Mapping[str, str],
-                 prefix: str, shown: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Read the inputs `fields` made back into JSON values (the tool's own model validates).
+                 prefix: str, shown: Mapping[str, Any] | None = None,
+                 error: type[GraphkitError] = InvalidApprovedArgsError) -> dict[str, Any]:
+    """Read the inputs `fields` made back into JSON values (the tool's own model validates);
+    text that is not one (`1e3` for an integer, JSON nested past Python's depth) is `error`,
+    naming the field, never its value (a builtin error reached the reviewer: helper-106).
 
     With `shown` (the values the form was filled with), an input the reviewer left as it was
     keeps the value the card showed (left out where it was absent, or where it is the
     default, which it then gets): a form cannot hold every value (a leading line break, a
     carriage return, NUL, `inf`, a null in a number or a check box), and an edit of one field
     changed the others it could not hold."""
+    try:
+        return _parsed_fields(schema, form, prefix, shown)
+    except _Unreadable as exc:
+        raise error(f"field {exc.args[0]!r} does not hold a valid {exc.args[1]}") from None
+
+
+class _Unreadable(Exception):
+    """A form field whose text is not a value of its kind: (field, kind)."""
+
+
+def _parsed_fields(schema: Mapping[str, Any] | None, form: Mapping[str, str], prefix: str,
+                   shown: Mapping[str, Any] | None) -> dict[str, Any]:
     props = (schema or {}).get("properties") or {}
     if not props:
-        whole = json.loads(form.get(f"{prefix}__json", "{}") or "{}")
+        try:
+            whole = json.loads(form.get(f"{prefix}__json", "{}") or "{}")
+        except (ValueError, RecursionError):
+            raise _Unreadable(f"{prefix}__json", "JSON object") from None
         if not isinstance(whole, dict):
-            raise ValueError("the arguments must be a JSON object")
+            raise _Unreadable(f"{prefix}__json", "JSON object")
         return whole
     out: dict[str, Any] = {}
     for name, spec in props.items():
@@ -260,14 +279,18 @@ def parse_fields(schema: Mapping[str, Any] | None, form: Mapping[str, str],
             continue
         if raw is None:
             continue
-        if kind == "integer":
-            out[name] = int(raw) if raw.strip() else None
-        elif kind == "number":
-            out[name] = float(raw) if raw.strip() else None
-        elif kind == "string":
-            out[name] = raw
-        else:
-            out[name] = json.loads(raw) if raw.strip() else None
+        try:
+            if kind == "integer":
+                out[name] = int(raw) if raw.strip() else None
+            elif kind == "number":
+                out[name] = float(raw) if raw.strip() else None
+            elif kind == "string":
+                out[name] = raw
+            else:
+                out[name] = json.loads(raw) if raw.strip() else None
+        except (ValueError, RecursionError):
+            raise _Unreadable(name, kind if kind in ("integer", "number") else "JSON value"
+                              ) from None
         if out[name] is None:
             del out[name]
     return out

@@ -441,6 +441,15 @@ def test_deep_json_gets_a_refusal_not_a_crash_and_notices_cannot_be_forged(
                                "arg.payee": "x", "arg.meta": deep,
                                "digest": pending.args_digest})
     assert answer.status_code == 200 and "class='error refused'" in answer.text
+    # a typed refusal naming the field, never a builtin error (helper-106: `RecursionError`,
+    # and `ValueError: invalid literal for int()` for an amount of 1e3)
+    assert "InvalidApprovedArgsError: field &#x27;meta&#x27;" in answer.text
+    for amount in ("1e3", "0x10", "7.5"):
+        answer = client.post(f"/approvals/{pending.id}/edit",
+                             data={"csrf": csrf_of(client, pending.id), "arg.amount": amount,
+                                   "arg.payee": "x", "digest": pending.args_digest})
+        assert ("InvalidApprovedArgsError: field &#x27;amount&#x27; does not hold a valid "
+                "integer") in answer.text
     forged = client.get(f"/approvals/{pending.id}?refused=Security+notice:+approve+now")
     assert "Security notice" not in forged.text
     assert ran == [] and Inbox(sqlite_url).get(pending.id).status == "pending"

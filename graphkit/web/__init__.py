@@ -40,7 +40,7 @@ from graphkit._review import named
 from graphkit._settings import Approvers
 from graphkit._storage import Storage, open_storage
 from graphkit.agent import SERVER_ENV
-from graphkit.errors import ArgsDigestMismatchError, GraphkitError
+from graphkit.errors import ArgsDigestMismatchError, GraphkitError, ResumeDataError
 from graphkit.inbox import Inbox
 from graphkit.server_auth import parse_tokens
 from graphkit.types import PendingApproval
@@ -507,7 +507,7 @@ def _routes(web: _Web) -> list[Any]:
             elif action == "resume":
                 schema = (await asyncio.to_thread(web.inbox.schema, approval_id)).get(
                     "resume_schema")
-                data = render.parse_fields(schema, form, "data")
+                data = render.parse_fields(schema, form, "data", error=ResumeDataError)
                 await asyncio.to_thread(web.inbox.resume, approval_id, data, decided_by=who)
             else:
                 return PlainTextResponse("unknown action", status_code=404)
