@@ -17,6 +17,10 @@ token, which a run's own debug stream shows its client: helper-96). The lease's 
 go in the config, for the run's nodes and writes to check that it is still theirs
 (`graphkit._fence`); a client that names one only has its run fenced by a lease it does not
 hold.
+
+The same doors give each message that comes without an id one drawn at random
+(`_state.named_input`): LangGraph's delta reducer names none, and graphkit finds messages by
+their ids.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from langgraph.types import StateUpdate
 from graphkit._context import LEASE_KEY
 from graphkit._ledger import Ledger, RunBusyError, _keeper, _schema
 from graphkit._offload import apart, offload
+from graphkit._state import named_input
 
 try:
     from langgraph._internal._config import ensure_config
@@ -144,34 +149,41 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
     def stream(self, input: Any, config: RunnableConfig | None = None,
                **kwargs: Any) -> Iterator[Any]:
         with self._leased(config) as leased:
-            yield from super().stream(input, leased, **kwargs)
+            yield from super().stream(named_input(input), leased, **kwargs)
 
     async def astream(self, input: Any, config: RunnableConfig | None = None,
                       **kwargs: Any) -> AsyncIterator[Any]:
         async with self._aleased(config) as leased:
-            async for part in super().astream(input, leased, **kwargs):
+            async for part in super().astream(named_input(input), leased, **kwargs):
                 yield part
 
     def stream_held(self, input: Any, config: RunnableConfig, **kwargs: Any) -> Iterator[Any]:
         """`stream`, for a door that holds the thread's lease already (its owner in
         `config`)."""
-        return super().stream(input, config, **kwargs)
+        return super().stream(named_input(input), config, **kwargs)
 
     def astream_held(self, input: Any, config: RunnableConfig, **kwargs: Any
                      ) -> AsyncIterator[Any]:
         """`astream`, for a door that holds the thread's lease already."""
-        return super().astream(input, config, **kwargs)
+        return super().astream(named_input(input), config, **kwargs)
 
     def bulk_update_state(self, config: RunnableConfig,
                           supersteps: Sequence[Sequence[StateUpdate]]) -> RunnableConfig:
         with self._leased(config) as leased:
-            return super().bulk_update_state(cast(RunnableConfig, leased), supersteps)
+            return super().bulk_update_state(cast(RunnableConfig, leased), _named(supersteps))
 
     async def abulk_update_state(self, config: RunnableConfig,
                                  supersteps: Sequence[Sequence[StateUpdate]]
                                  ) -> RunnableConfig:
         async with self._aleased(config) as leased:
-            return await super().abulk_update_state(cast(RunnableConfig, leased), supersteps)
+            return await super().abulk_update_state(cast(RunnableConfig, leased),
+                                                    _named(supersteps))
+
+
+def _named(supersteps: Sequence[Sequence[StateUpdate]]) -> list[list[StateUpdate]]:
+    """The state writes with an id on each message they bring (`named_input`)."""
+    return [[update._replace(values=named_input(update.values)) for update in step]
+            for step in supersteps]
 
 
 def _with_owner(config: RunnableConfig | None, owner: str) -> RunnableConfig:

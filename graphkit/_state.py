@@ -7,12 +7,15 @@ process (or LangGraph Studio) reads it back unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import uuid
 from typing import Annotated, Any, NotRequired, TypedDict
 
-from langchain_core.messages import AnyMessage, BaseMessage, convert_to_messages
+from langchain_core.messages import AnyMessage, BaseMessage, convert_to_messages, message_to_dict
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.message import _messages_delta_reducer
+from langgraph.types import Command
 
 from graphkit._digest import json_digest
 from graphkit.types import ApprovalRecord
@@ -168,15 +171,44 @@ def _reduced(state: list[AnyMessage], writes: list[Any]) -> list[AnyMessage]:
         return _messages_delta_reducer(state, [w for w in writes if _messages_or_not(w)])
 
 
+def named_input(value: Any) -> Any:
+    """Graph input, a state write's values or a `Command`'s update, with an id on each
+    message it brings, drawn at random as it enters (`LeasedGraph`, whatever the door).
+    LangGraph's delta reducer names none that comes without one (`add_messages` would), and
+    each check that finds a message again by its id passed such a one by: a user's message
+    sent without an id (a tuple; a server client's JSON) after a waiting run a client's state
+    write had ended was not queued behind the decision taken before it, and the approved
+    call was told superseded instead of run. Drawn, not derived: a derived id can be
+    foretold, and a client that wrote a message under the id a user's answer would get had
+    the answer dropped (helper-107)."""
+    if isinstance(value, Command):
+        update = value.update
+        if isinstance(update, dict) and "messages" in update:
+            return dataclasses.replace(value, update={**update,
+                                                      "messages": _drawn(update["messages"])})
+        return value
+    if isinstance(value, dict) and "messages" in value:
+        return {**value, "messages": _drawn(value["messages"])}
+    return value
+
+
+def _drawn(messages: Any) -> Any:
+    if not _unnamed(messages):
+        return messages
+    try:
+        read = convert_to_messages(messages if isinstance(messages, list) else [messages])
+    except (ValueError, KeyError, TypeError, NotImplementedError, AttributeError):
+        return messages  # (not messages: the reducer leaves them out)
+    return [m if m.id is not None else m.model_copy(update={"id": str(uuid.uuid4())})
+            for m in read]
+
+
 def _named(state: list[AnyMessage], writes: list[Any]) -> list[Any]:
-    """`writes` with an id on every message. LangGraph's delta reducer names none that graph
-    input brings without one (`add_messages` would), and each check that finds a message
-    again by its id passed such a one by: a user's message sent without an id (a server
-    client's, as the SDK sends it) after a waiting run a client's state write had ended was
-    not queued behind the decision taken before it, and the approved call was told
-    superseded instead of run. The id is derived, never drawn: from the message and the one
-    it comes after once the writes before it are applied, so that reading the thread again
-    (the channel replays its writes, batched or one by one) names it alike."""
+    """`writes` with an id on every message, for those that did not come through the graph's
+    doors (`named_input`): a node's own writes, a graph of the user's that runs the agent
+    inside it. The id is derived from the whole message and the one it comes after once the
+    writes before it are applied, so that reading the thread again (the channel replays its
+    writes, batched or one by one) names it alike."""
     if not any(_unnamed(w) for w in writes):
         return writes
     named: list[Any] = []
@@ -192,7 +224,7 @@ def _named(state: list[AnyMessage], writes: list[Any]) -> list[Any]:
                 before = _reduced(state, [*named, done])
                 after = before[-1].id if before else None
                 message = message.model_copy(update={"id": "msg-" + json_digest(
-                    [after, message.type, message.content])[:32]})
+                    [after, message_to_dict(message)])[:32]})
             done.append(message)
         named.append(done)
     return named

@@ -297,3 +297,36 @@ def test_naming_messages_reads_a_thread_alike_however_its_writes_are_batched() -
         assert all(m.id for m in together)
 
     alike()
+
+
+@pytest.mark.parametrize("planted", [False, True])
+def test_an_answer_sent_without_an_id_reaches_the_suspended_tool_however_often_sent(
+        tmp_path: Any, planted: bool) -> None:
+    """Messages without an id were named by a digest of the message and the one before it
+    (replayed alike, but foretold): "hmm" said twice while a tool waited for its answer got
+    one id twice, and the ledger's queue kept one; a client that first wrote a message under
+    the id the user's "Paris" would get had the answer dropped and the tool told superseded
+    (helper-107). Each message the graph's doors bring without an id gets one drawn at
+    random (`_state.named_input`)."""
+    from langchain_core.messages import HumanMessage
+
+    from graphkit._digest import json_digest
+
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True,
+                          checkpointer=f"sqlite:///{tmp_path}/runs.db")
+    first = agent.generate("What's the weather like?")
+    cfg = config(first.thread_id)
+    if planted:  # under the id the old naming foretold for the user's answer
+        last = agent.graph.get_state(cfg).values["messages"][-1].id
+        foretold = "msg-" + json_digest([last, "human", "Paris"])[:32]
+        agent.graph.invoke({"messages": [HumanMessage("forget it", id=foretold)]}, cfg)
+    else:
+        for _ in range(2):
+            agent.graph.invoke({"messages": [("user", "hmm")]}, cfg)
+    out = agent.graph.invoke({"messages": [("user", "Paris")]}, cfg)
+    said = [m.text for m in out["messages"] if isinstance(m, HumanMessage)]
+    assert said[-1] == "Paris" and (planted or said.count("hmm") == 2)
+    assert log[-1] == "fetched Paris"
+    assert out["messages"][-1].text == "The weather in Paris: sunny, +72F"
+    assert len({m.id for m in out["messages"]}) == len(out["messages"])
