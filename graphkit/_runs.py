@@ -197,14 +197,14 @@ def _until_written(parts: Iterator[Any]) -> list[Any]:
     written = []
     for part in parts:
         written.append(part)
-        if _is_input(part):
+        if _is_root_values(part):
             break
     return written
 
 
-def _is_input(part: tuple[Any, ...]) -> bool:
-    """Whether a stream part is the root's first values: LangGraph streams them once the
-    input's checkpoint is written (`DURABILITY` "sync"), before any node runs."""
+def _is_root_values(part: tuple[Any, ...]) -> bool:
+    """Whether a stream part is the root's values: LangGraph streams them once a step's
+    checkpoint is written (`DURABILITY` "sync"), the input's first, before any node runs."""
     return part[-2] == "values" and (len(part) == 2 or not part[0])
 
 
@@ -443,15 +443,15 @@ class AsyncAgentStream:
                        else self._graph.astream)
             parts: Any = astream(inv.input, inv.config, stream_mode=self._modes,
                                  durability=DURABILITY, subgraphs=self._modes is STREAM_MODES)
+            stop, between = False, True  # (`between`: no step in progress)
             try:
                 written = []
                 if isinstance(inv.input, dict):  # (as `AgentStream._generate`)
                     async for part in parts:
                         written.append(part)
-                        if _is_input(part):
+                        if _is_root_values(part):
                             break
                 yield run.start()
-                stop = False
                 for part in written:
                     chunks, stop = run.feed(part)
                     for chunk in chunks:
@@ -460,8 +460,19 @@ class AsyncAgentStream:
                         break
                 while not stop and (part := await anext(parts, None)) is not None:
                     chunks, stop = run.feed(part)
+                    between = _is_root_values(part)
                     for chunk in chunks:
                         yield chunk
+            except GeneratorExit:
+                # Closed (`aclose`) mid-step: the step ends first, as the sync twin's does (a
+                # close waits for its tools' threads). Closed at once, an async tool was
+                # cancelled after its payment went through, and the model told its outcome
+                # is unknown (helper-107).
+                if not between:
+                    async for part in parts:
+                        if _is_root_values(part):
+                            break
+                raise
             finally:
                 await parts.aclose()
             # (what waits is read from the ledger too: off the event loop, in the hop that

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from langchain_core.messages import ToolMessage
 
 from graphkit import AgentStream, AsyncAgentStream, SnapshotNotFoundError, StreamChunk
 from tests.helpers import agent_with, call, turn
@@ -311,3 +312,47 @@ async def test_an_async_stream_closed_gives_its_thread_back(how: str) -> None:
         assert resumed.finish_reason == "suspended"
     final = await agent.aapprove_tool_call_generate(run_id=stream.run_id, decided_by="ops")
     assert final.text == "Paid." and ledger.names() == ["lookup", "pay"]
+
+
+async def test_an_async_stream_closed_mid_step_lets_the_step_end_as_the_sync_one_does(
+        tmp_path: object) -> None:
+    """`aclose` while an approved async tool was running cancelled it: its payment went
+    through, and the model was told its outcome is unknown (helper-107). As the sync twin's
+    close waits for its tools' threads, the async one lets the step in progress end: the
+    tool finishes once, its result stands, and the run goes on from there."""
+    from graphkit import Agent, create_tool
+    from graphkit.testing import ScriptedChatModel
+
+    done: list[str] = []
+    started = asyncio.Event()
+
+    @create_tool(needs_approval=True)
+    async def note(x: int) -> str:
+        """Note."""
+        done.append("noted")
+        return "noted"
+
+    @create_tool(needs_approval=True)
+    async def pay(amount: int) -> str:
+        """Pay."""
+        started.set()
+        await asyncio.sleep(0.5)
+        done.append(f"paid {amount}")
+        return "paid"
+
+    agent = Agent(name="a", tools=[note, pay], checkpointer=f"sqlite:///{tmp_path}/r.db",
+                  model=ScriptedChatModel([turn(call("note", {"x": 1}, "n1"),
+                                                call("pay", {"amount": 7}, "p1")), "done"]))
+    paused = await agent.agenerate("go")
+    (paying,) = [p for p in paused.pending_approvals if p.tool_call_id == "p1"]
+    await agent.aresolve_tool_approval(run_id=paused.run_id, id=paying.id, approved=True)
+    stream = agent.aapprove_tool_call(run_id=paused.run_id, tool_call_id="n1")
+    async for chunk in stream:
+        if chunk.type == "tool-result":
+            break
+    await started.wait()
+    await stream.aclose()
+    assert done == ["noted", "paid 7"]
+    final = await agent.aresume(run_id=paused.run_id)
+    assert final.text == "done" and done == ["noted", "paid 7"]
+    assert [m.text for m in final.messages if isinstance(m, ToolMessage)] == ["noted", "paid"]
