@@ -570,7 +570,9 @@ class Agent:
         checkpoint_reason: str | None,
     ) -> tuple[str, str, RunnableConfig, Build, bool]:
         fresh = thread_id is None
-        thread_id = thread_id or str(uuid.uuid4())
+        # (a thread named by 1 ran in thread "1"; by a list, the storage raised: helper-107)
+        thread_id = str(uuid.uuid4()) if fresh else given_id(thread_id, "thread id",
+                                                                GraphkitError)
         run_id = str(uuid.uuid4())
         options = self._options(run_id, require_tool_approval, auto_resume_suspended_tools,
                                 max_steps)

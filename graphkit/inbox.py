@@ -84,24 +84,50 @@ def _date_time(value: object) -> bool:
     return True
 
 
-def as_schema_types(value: Any, schema: Any) -> Any:
+def as_schema_types(value: Any, schema: Any, root: Any = None) -> Any:
     """`value` as the tool's model reads it where JSON alone cannot say: an integer given for
     a `number` is a float (pydantic reads 1150 for a float field as 1150.0; the digest of what
     runs must be the digest of what was approved), and a whole float given for an `integer`
     is an int (JSON Schema takes 3.0 as an integer, and the tool ran with 3 what was recorded
-    as approved with 3.0; 1e300 was approved, then withdrawn at the gate: helper-104 F3)."""
+    as approved with 3.0; 1e20 was approved, then withdrawn at the gate: helper-104 F3), at
+    any depth the schema names: nested models (`$ref`), optional fields (`anyOf` with null),
+    mappings (`additionalProperties`) and lists (helper-107)."""
+    root = schema if root is None else root
+    schema = _resolved(schema, root)
     if not isinstance(schema, Mapping):
         return value
-    if schema.get("type") == "number" and isinstance(value, int) and not isinstance(value, bool):
+    for key in ("anyOf", "oneOf", "allOf"):
+        if isinstance(schema.get(key), list):
+            branches = [b for b in (_resolved(b, root) for b in schema[key])
+                        if isinstance(b, Mapping) and b.get("type") != "null"]
+            return as_schema_types(value, branches[0], root) if len(branches) == 1 else value
+    kinds = schema.get("type")
+    kinds = set(kinds) if isinstance(kinds, list) else {kinds}
+    if "number" in kinds and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    if schema.get("type") == "integer" and isinstance(value, float) and value.is_integer():
+    if (kinds & {"integer", "number"}) == {"integer"} and isinstance(value, float) and (
+            value.is_integer()):
         return int(value)
-    if isinstance(value, dict) and isinstance(schema.get("properties"), Mapping):
-        props = schema["properties"]
-        return {k: as_schema_types(v, props.get(k)) for k, v in value.items()}
+    if isinstance(value, dict):
+        props: Mapping[str, Any] = (schema["properties"] if isinstance(
+            schema.get("properties"), Mapping) else {})
+        extra = schema.get("additionalProperties")
+        return {k: as_schema_types(v, props.get(k, extra), root)
+                for k, v in value.items()}
     if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
-        return [as_schema_types(v, schema["items"]) for v in value]
+        return [as_schema_types(v, schema["items"], root) for v in value]
     return value
+
+
+def _resolved(schema: Any, root: Any) -> Any:
+    """A local `$ref` (`#/$defs/Name`, as pydantic writes nested models) followed."""
+    seen = 0
+    while isinstance(schema, Mapping) and isinstance(schema.get("$ref"), str) and seen < 32:
+        target: Any = root
+        for part in schema["$ref"].removeprefix("#/").split("/"):
+            target = target.get(part) if isinstance(target, Mapping) else None
+        schema, seen = target, seen + 1
+    return schema
 
 
 HIDDEN = "[the result of a call this reviewer may not see]"
@@ -321,6 +347,10 @@ class Inbox:
     ) -> list[PendingApproval]:
         """Undecided approvals and suspensions, oldest first (with `viewer`, those only that
         the viewers policy shows them)."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit < 0):
+            msg = f"limit must be a whole number of at least 0, or None, got {limit!r}"
+            raise GraphkitError(msg)
         filters: dict[str, Any] = {}
         if agent is not None:
             filters["agent"] = agent
@@ -367,6 +397,10 @@ class Inbox:
               viewer: str | None = None) -> list[dict[str, Any]]:
         """The audit log, oldest first: for a thread, for one approval, or all of it (with
         `viewer`, the entries of approvals the viewers policy shows them only)."""
+        # (a filter given names one thing: helper-107 read a list as the storage's error)
+        id = None if id is None else given_id(id, "approval id", ApprovalNotFoundError)
+        thread_id = None if thread_id is None else given_id(thread_id, "thread id",
+                                                            GraphkitError)
         if id is not None and viewer is not None:
             self._visible(id, viewer)
         entries = self._storage.ledger.read_audit(thread_id=thread_id, approval_id=id)
@@ -402,7 +436,7 @@ class Inbox:
         """Revoke a grant: later calls of its tool in its thread ask again. With `viewer` (a
         web reviewer), a grant they may not see is not found, and nothing of it is told."""
         ledger = self._storage.ledger
-        grant = ledger.grant(grant_id)
+        grant = ledger.grant(given_id(grant_id, "grant id", ApprovalNotFoundError))
         if grant is not None and viewer is not None and not (
                 grant.approval_id and self._shows(viewer, grant.approval_id)):
             refuse(ledger, grant_record(ledger, grant),

@@ -105,3 +105,31 @@ def test_a_run_id_that_names_nothing_acts_on_no_thread(durable_url: str, bad: An
         assert ran == [], door
         assert agent.graph.get_state(theirs).interrupts, door  # still waits for its review
         assert [p.status for p in agent.pending_approvals(run_id=mine.run_id)] == ["pending"]
+
+
+@pytest.mark.parametrize("bad", ["", 1, ["x"], {"a": 1}])
+def test_a_thread_grant_or_filter_id_that_names_nothing_is_refused(sqlite_url: str,
+                                                                    bad: Any) -> None:
+    """`generate(thread_id=1)` ran in thread "1", and a list reached the storage, which
+    raised its own error; `Inbox.revoke` and `Inbox.audit(id=...)` given a list did too, and
+    `pending(limit=True)` listed one (helper-107). Each is a typed error, nothing changed."""
+    from graphkit import GraphkitError
+
+    agent, ledger = agent_with(pay_calls(1), checkpointer=sqlite_url, name="billing")
+    paused = agent.generate("pay")
+    inbox = Inbox(sqlite_url)
+    with pytest.raises(GraphkitError, match="thread id must be a non-empty string"):
+        agent.generate("pay", thread_id=bad)
+    with pytest.raises(GraphkitError, match="thread id must be a non-empty string"):
+        asyncio.run(agent.agenerate("pay", thread_id=bad))
+    with pytest.raises(ApprovalNotFoundError, match="grant id must be a non-empty string"):
+        inbox.revoke(bad, decided_by="ops")
+    with pytest.raises(ApprovalNotFoundError, match="approval id must be a non-empty string"):
+        inbox.audit(id=bad)
+    with pytest.raises(GraphkitError, match="thread id must be a non-empty string"):
+        inbox.audit(thread_id=bad)
+    for limit in (True, "x", -1, 1.5):
+        with pytest.raises(GraphkitError, match="limit must be a whole number"):
+            inbox.pending(limit=limit)  # type: ignore[arg-type]
+    assert [p.id for p in inbox.pending()] == [paused.pending_approvals[0].id]
+    assert ledger.ran == [] and agent.pending_approvals(run_id=paused.run_id)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import ToolMessage
+from pydantic import BaseModel
 
 from graphkit import (
     Agent,
@@ -616,3 +617,42 @@ def test_a_whole_float_edited_for_an_integer_is_the_int_that_runs_or_refused_at_
     inbox.decline(second.id, decided_by="ops")
     assert agent.resume(run_id=paused.run_id).text == "done"
     assert ledger.ran == [("pay", {**PAY, "amount": 3})]
+
+
+class _Payee(BaseModel):
+    name: str
+    branch: int
+
+
+def test_an_edit_is_read_as_the_tool_reads_it_at_every_depth_its_schema_names(
+        durable_url: str) -> None:
+    """Whole floats for integers were read as ints only in a field of the arguments' own
+    properties: an optional field (`anyOf` with null), a nested model (`$ref`) and a mapping
+    (`additionalProperties`) kept 3.0 in the approval while the tool ran with 3, and 1e20 was
+    recorded approved, then withdrawn at the gate (helper-107)."""
+    ran: list[dict[str, Any]] = []
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int | None, payee: _Payee, split: dict[str, int]) -> str:
+        """Pay."""
+        ran.append({"amount": amount, "payee": payee.model_dump(), "split": split})
+        return "paid"
+
+    given = {"amount": 5, "payee": {"name": "ACME", "branch": 1}, "split": {"a": 1}}
+    agent = Agent(name="billing", tools=[pay], checkpointer=durable_url,
+                  model=ScriptedChatModel([turn(call("pay", given, "c1"),
+                                                call("pay", given, "c2")), "done"]))
+    paused = agent.generate("pay")
+    first, second = paused.pending_approvals
+    inbox = Inbox(durable_url)  # without the agent's code
+    for big in ({**given, "amount": 1e20}, {**given, "payee": {"name": "A", "branch": 1e20}},
+                {**given, "split": {"a": 1e20}}):
+        with pytest.raises(InvalidApprovedArgsError, match="beyond 64 bits"):
+            inbox.approve(second.id, decided_by="ops", args=big)
+    edited = {"amount": 3.0, "payee": {"name": "ACME", "branch": 2.0}, "split": {"a": 4.0}}
+    taken = inbox.approve(first.id, decided_by="ops", args=edited)
+    read = {"amount": 3, "payee": {"name": "ACME", "branch": 2}, "split": {"a": 4}}
+    assert taken.approved_args == read
+    assert json.dumps(taken.approved_args, sort_keys=True) == json.dumps(read, sort_keys=True)
+    inbox.decline(second.id, decided_by="ops")
+    assert agent.resume(run_id=paused.run_id).text == "done" and ran == [read]
