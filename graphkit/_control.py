@@ -330,9 +330,6 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
         msg = "nothing to run: pass a message to start a new thread"
         raise GraphkitError(msg)
     _check_ids(messages, snapshot)
-    # (named here, as the state would name them anyway: `_state._named` derives an id for a
-    # message that comes without one, which costs a read of the conversation at every replay)
-    messages = [m if m.id else m.model_copy(update={"id": str(uuid.uuid4())}) for m in messages]
     if not (found and messages):
         return {"messages": messages, "options": options} if messages else None
     queued = ({queued_id(q.message): q.message for q in req.ledger.queue_rows(
