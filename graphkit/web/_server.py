@@ -195,7 +195,8 @@ class _Refused(Exception):
 
 
 async def _create_run(client: Any, thread_id: str, assistant: Any,
-                      command: dict[str, Any], reviewer: str) -> Any:
+                      command: dict[str, Any], reviewer: str,
+                      input: dict[str, Any] | None = None) -> Any:
     """The server run that continues a decided thread, created as the reviewer who decided:
     the run is theirs, as one they sent with their token, and the deployment's auth judges
     it as it would theirs. Never with more: where it refuses them (a handler's 403) or hides
@@ -206,8 +207,8 @@ async def _create_run(client: Any, thread_id: str, assistant: Any,
 
     try:
         async with _as_reviewer(reviewer):
-            return await client.runs.create(thread_id, assistant, command=command,
-                                             multitask_strategy="enqueue")
+            return await client.runs.create(thread_id, assistant, command=command or None,
+                                             input=input, multitask_strategy="enqueue")
     except (NotFoundError, PermissionDeniedError) as exc:
         logger.warning(
             "inbox: the server refuses reviewer %r the continuation of thread %s (%s: the "
@@ -443,7 +444,9 @@ class ServerRuns:
                 # a run goes on: its gate may be about to pause (its interrupt not written yet)
                 await again(BUSY)
                 return None
-            if not gates:
+            ended = not gates and not state.get("next") and bool(await asyncio.to_thread(
+                self._ledger.waiting_in, thread_id, [approval_id]))
+            if not gates and not ended:
                 # Nothing of graphkit's waits: the run waits on something else (a tool's own
                 # question) or is over. Whoever answers passes the gate, which applies what the
                 # ledger holds: nothing is answered here in anyone's place.
@@ -451,9 +454,19 @@ class ServerRuns:
                             "as the run next passes its gate", thread_id)
                 await asyncio.to_thread(self._ledger.done_ready, key, owner, ready_at)
                 return None
-            # each waiting gate applies what the ledger holds (the Agent API resumes so too)
-            command: dict[str, Any] = {"resume": {i: {} for i in gates}}
-            run = await _create_run(client, thread_id, assistant, command, reviewer)
+            if ended:
+                # A client's state write ended the run while the approval waited (a server
+                # without sign-in lets any client write state): no gate's interrupt is left to
+                # resume, and a resume there runs nothing. Graph input without messages goes
+                # through the model node, which takes the run back to its gate (what the
+                # client wrote is dropped, audited as refused), and the gate applies the
+                # decision (helper-106: the decision waited for the thread's next message).
+                run = await _create_run(client, thread_id, assistant, {}, reviewer,
+                                        input={"messages": []})
+            else:
+                # each waiting gate applies what the ledger holds (the Agent API resumes so too)
+                command: dict[str, Any] = {"resume": {i: {} for i in gates}}
+                run = await _create_run(client, thread_id, assistant, command, reviewer)
         except _Refused as refused:
             await again(str(refused))
             return None
