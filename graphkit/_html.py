@@ -242,26 +242,17 @@ def parse_fields(schema: Mapping[str, Any] | None, form: Mapping[str, str],
     default, which it then gets): a form cannot hold every value (a leading line break, a
     carriage return, NUL, `inf`, a null in a number or a check box), and an edit of one field
     changed the others it could not hold."""
-    try:
-        return _parsed_fields(schema, form, prefix, shown)
-    except _Unreadable as exc:
-        raise error(f"field {exc.args[0]!r} does not hold a valid {exc.args[1]}") from None
+    def unreadable(field: str, kind: str) -> GraphkitError:
+        return error(f"field {field!r} does not hold a valid {kind}")
 
-
-class _Unreadable(Exception):
-    """A form field whose text is not a value of its kind: (field, kind)."""
-
-
-def _parsed_fields(schema: Mapping[str, Any] | None, form: Mapping[str, str], prefix: str,
-                   shown: Mapping[str, Any] | None) -> dict[str, Any]:
     props = (schema or {}).get("properties") or {}
     if not props:
         try:
             whole = json.loads(form.get(f"{prefix}__json", "{}") or "{}")
         except (ValueError, RecursionError):
-            raise _Unreadable(f"{prefix}__json", "JSON object") from None
+            raise unreadable(f"{prefix}__json", "JSON object") from None
         if not isinstance(whole, dict):
-            raise _Unreadable(f"{prefix}__json", "JSON object")
+            raise unreadable(f"{prefix}__json", "JSON object")
         return whole
     out: dict[str, Any] = {}
     for name, spec in props.items():
@@ -289,8 +280,8 @@ def _parsed_fields(schema: Mapping[str, Any] | None, form: Mapping[str, str], pr
             else:
                 out[name] = json.loads(raw) if raw.strip() else None
         except (ValueError, RecursionError):
-            raise _Unreadable(name, kind if kind in ("integer", "number") else "JSON value"
-                              ) from None
+            raise unreadable(name, kind if kind in ("integer", "number") else "JSON value"
+                             ) from None
         if out[name] is None:
             del out[name]
     return out

@@ -170,17 +170,18 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
     def bulk_update_state(self, config: RunnableConfig,
                           supersteps: Sequence[Sequence[StateUpdate]]) -> RunnableConfig:
         with self._leased(config) as leased:
-            return super().bulk_update_state(cast(RunnableConfig, leased), _named(supersteps))
+            return super().bulk_update_state(cast(RunnableConfig, leased),
+                                             _named_updates(supersteps))
 
     async def abulk_update_state(self, config: RunnableConfig,
                                  supersteps: Sequence[Sequence[StateUpdate]]
                                  ) -> RunnableConfig:
         async with self._aleased(config) as leased:
             return await super().abulk_update_state(cast(RunnableConfig, leased),
-                                                    _named(supersteps))
+                                                    _named_updates(supersteps))
 
 
-def _named(supersteps: Sequence[Sequence[StateUpdate]]) -> list[list[StateUpdate]]:
+def _named_updates(supersteps: Sequence[Sequence[StateUpdate]]) -> list[list[StateUpdate]]:
     """The state writes with an id on each message they bring (`named_input`)."""
     return [[update._replace(values=named_input(update.values)) for update in step]
             for step in supersteps]

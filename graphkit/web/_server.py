@@ -195,7 +195,7 @@ class _Refused(Exception):
 
 
 async def _create_run(client: Any, thread_id: str, assistant: Any,
-                      command: dict[str, Any], reviewer: str,
+                      command: dict[str, Any] | None, reviewer: str,
                       input: dict[str, Any] | None = None) -> Any:
     """The server run that continues a decided thread, created as the reviewer who decided:
     the run is theirs, as one they sent with their token, and the deployment's auth judges
@@ -207,7 +207,7 @@ async def _create_run(client: Any, thread_id: str, assistant: Any,
 
     try:
         async with _as_reviewer(reviewer):
-            return await client.runs.create(thread_id, assistant, command=command or None,
+            return await client.runs.create(thread_id, assistant, command=command,
                                              input=input, multitask_strategy="enqueue")
     except (NotFoundError, PermissionDeniedError) as exc:
         logger.warning(
@@ -461,7 +461,7 @@ class ServerRuns:
                 # through the model node, which takes the run back to its gate (what the
                 # client wrote is dropped, audited as refused), and the gate applies the
                 # decision (helper-106: the decision waited for the thread's next message).
-                run = await _create_run(client, thread_id, assistant, {}, reviewer,
+                run = await _create_run(client, thread_id, assistant, None, reviewer,
                                         input={"messages": []})
             else:
                 # each waiting gate applies what the ledger holds (the Agent API resumes so too)
