@@ -20,7 +20,12 @@ hold.
 
 The same doors give each message that comes without an id one drawn at random
 (`_state.named_input`): LangGraph's delta reducer names none, and graphkit finds messages by
-their ids.
+their ids. And a run they are given messages for starts a run in the ledger, as the
+agent's API does for a new message, on a thread that has its agent's runs already: what it
+asks is filed under it, and a decision that names an earlier run never takes it. Filed under
+the earlier run, a call a client's message made the model ask (its tool_call_id reused) was
+paid on a decision an operator took for the call it superseded (helper-108). A thread the
+agent's API never ran (a LangGraph server's) keeps its runs unrecorded, as the server's own.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import asyncio
 import contextlib
 import functools
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
@@ -40,7 +46,7 @@ from langgraph.types import StateUpdate
 from graphkit._context import LEASE_KEY
 from graphkit._ledger import Ledger, RunBusyError, _keeper, _schema
 from graphkit._offload import apart, offload
-from graphkit._state import named_input
+from graphkit._state import brings_messages, named_input
 
 try:
     from langgraph._internal._config import ensure_config
@@ -62,14 +68,22 @@ T = TypeVar("T")
 class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
     """A compiled agent graph whose runs hold their thread's lease in `leases`."""
 
-    def __init__(self, *, leases: Ledger, **kwargs: Any) -> None:
+    def __init__(self, *, leases: Ledger, agent: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.leases = leases  # (an attribute of its own name: `copy` passes it back in)
+        # (attributes of their own names: `copy` passes them back in)
+        self.leases = leases
+        self.agent = agent
 
     @classmethod
-    def of(cls, compiled: CompiledStateGraph[Any, Any, Any, Any], leases: Ledger) -> LeasedGraph:
+    def of(cls, compiled: CompiledStateGraph[Any, Any, Any, Any], leases: Ledger, agent: str
+           ) -> LeasedGraph:
         attrs = {k: v for k, v in compiled.__dict__.items() if k != "__orig_class__"}
-        return cls(leases=leases, **attrs)
+        return cls(leases=leases, agent=agent, **attrs)
+
+    def _run(self, starts: bool) -> tuple[str, str] | None:
+        """The run to record as the lease is taken, for a call that `starts` one (it brings
+        messages): a new id, recorded only where the agent has runs (`follows`)."""
+        return (str(uuid.uuid4()), self.agent) if starts else None
 
     def _thread(self, config: RunnableConfig | None) -> str | None:
         """The thread a run with `config` advances, as LangGraph reads it; None for none, and
@@ -98,19 +112,20 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
             raise RunBusyError(msg)
         return str(thread_id)
 
-    def _hold(self, thread_id: str) -> str:
+    def _hold(self, thread_id: str, run: tuple[str, str] | None) -> str:
         """The thread's lease for a sync call, as `Ledger.hold_thread` takes it; at once or
         not at all on a running event loop while a run of this process holds it (a
         notebook's cell beside a task it started): the wait would block the loop that run
         may need to finish, for the whole wait (helper-96)."""
+        hold = functools.partial(self.leases.hold_thread, thread_id, run=run, follows=True)
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return self.leases.hold_thread(thread_id, wait=_schema.WAIT_SECONDS)
+            return hold(wait=_schema.WAIT_SECONDS)
         if not _keeper.KEEPER.held_here(thread_id):
-            return self.leases.hold_thread(thread_id, wait=_schema.WAIT_SECONDS)
+            return hold(wait=_schema.WAIT_SECONDS)
         try:
-            return self.leases.hold_thread(thread_id, wait=0.0)
+            return hold(wait=0.0)
         except RunBusyError as exc:
             msg = (f"thread {thread_id!r} is being advanced by another run of this process, "
                    "and this call would wait for it on the event loop that run may need: "
@@ -118,21 +133,23 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
             raise RunBusyError(msg) from exc
 
     @contextlib.contextmanager
-    def _leased(self, config: RunnableConfig | None) -> Iterator[RunnableConfig | None]:
+    def _leased(self, config: RunnableConfig | None, *, starts: bool = False
+                ) -> Iterator[RunnableConfig | None]:
         """`config` for a sync call, the lease of its thread held (and named in it) while
-        the body runs; as it is for a call that names no thread or runs nested."""
+        the body runs, and the run it `starts` recorded; as it is for a call that names no
+        thread or runs nested."""
         thread_id = self._thread(config)
         if thread_id is None:
             yield config
             return
-        owner = self._hold(thread_id)
+        owner = self._hold(thread_id, self._run(starts))
         try:
             yield _with_owner(config, owner)
         finally:
             self.leases.release_thread(thread_id, owner)
 
     @contextlib.asynccontextmanager
-    async def _aleased(self, config: RunnableConfig | None
+    async def _aleased(self, config: RunnableConfig | None, *, starts: bool = False
                        ) -> AsyncIterator[RunnableConfig | None]:
         """`_leased` for an async call: the lease waited for on the event loop (`_ahold`),
         and given back even when a cancel comes as it is given back (shielded)."""
@@ -140,7 +157,7 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
         if thread_id is None:
             yield config
             return
-        owner = await _ahold(self.leases, thread_id)
+        owner = await _ahold(self.leases, thread_id, self._run(starts))
         try:
             yield _with_owner(config, owner)
         finally:
@@ -148,12 +165,12 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
 
     def stream(self, input: Any, config: RunnableConfig | None = None,
                **kwargs: Any) -> Iterator[Any]:
-        with self._leased(config) as leased:
+        with self._leased(config, starts=brings_messages(input)) as leased:
             yield from super().stream(named_input(input), leased, **kwargs)
 
     async def astream(self, input: Any, config: RunnableConfig | None = None,
                       **kwargs: Any) -> AsyncIterator[Any]:
-        async with self._aleased(config) as leased:
+        async with self._aleased(config, starts=brings_messages(input)) as leased:
             async for part in super().astream(named_input(input), leased, **kwargs):
                 yield part
 
@@ -169,14 +186,14 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
 
     def bulk_update_state(self, config: RunnableConfig,
                           supersteps: Sequence[Sequence[StateUpdate]]) -> RunnableConfig:
-        with self._leased(config) as leased:
+        with self._leased(config, starts=_bring_messages(supersteps)) as leased:
             return super().bulk_update_state(cast(RunnableConfig, leased),
                                              _named_updates(supersteps))
 
     async def abulk_update_state(self, config: RunnableConfig,
                                  supersteps: Sequence[Sequence[StateUpdate]]
                                  ) -> RunnableConfig:
-        async with self._aleased(config) as leased:
+        async with self._aleased(config, starts=_bring_messages(supersteps)) as leased:
             return await super().abulk_update_state(cast(RunnableConfig, leased),
                                                     _named_updates(supersteps))
 
@@ -185,6 +202,10 @@ def _named_updates(supersteps: Sequence[Sequence[StateUpdate]]) -> list[list[Sta
     """The state writes with an id on each message they bring (`named_input`)."""
     return [[update._replace(values=named_input(update.values)) for update in step]
             for step in supersteps]
+
+
+def _bring_messages(supersteps: Sequence[Sequence[StateUpdate]]) -> bool:
+    return any(brings_messages(update.values) for step in supersteps for update in step)
 
 
 def _with_owner(config: RunnableConfig | None, owner: str) -> RunnableConfig:
@@ -209,13 +230,13 @@ async def until_free(attempt: Callable[[], Awaitable[T]], wait: float) -> T:
         pause = min(pause * 2, 0.1)
 
 
-async def _ahold(leases: Ledger, thread_id: str) -> str:
+async def _ahold(leases: Ledger, thread_id: str, run: tuple[str, str] | None) -> str:
     """The thread's lease, as `Ledger.hold_thread` takes it, waited for on the event loop
     (`until_free`). One try cancelled as it runs gives the lease back once taken (kept, it
     would be renewed for as long as the process lives)."""
 
     async def attempt() -> str:
-        taking = asyncio.ensure_future(offload(_hold_now, leases, thread_id))
+        taking = asyncio.ensure_future(offload(_hold_now, leases, thread_id, run))
         try:
             return await asyncio.shield(taking)
         except asyncio.CancelledError:
@@ -225,8 +246,8 @@ async def _ahold(leases: Ledger, thread_id: str) -> str:
     return await until_free(attempt, _schema.WAIT_SECONDS)
 
 
-def _hold_now(leases: Ledger, thread_id: str) -> str:
-    return leases.hold_thread(thread_id, wait=0.0)
+def _hold_now(leases: Ledger, thread_id: str, run: tuple[str, str] | None) -> str:
+    return leases.hold_thread(thread_id, wait=0.0, run=run, follows=True)
 
 
 def _give_back(leases: Ledger, thread_id: str, taking: asyncio.Future[str]) -> None:

@@ -192,6 +192,14 @@ def named_input(value: Any) -> Any:
     return value
 
 
+def brings_messages(value: Any) -> bool:
+    """Whether graph input, a state write's values or a `Command`'s update brings messages
+    (a client's new words: `LeasedGraph` starts a run for them)."""
+    if isinstance(value, Command):
+        value = value.update
+    return isinstance(value, dict) and bool(value.get("messages"))
+
+
 def _drawn(messages: Any) -> Any:
     if not _unnamed(messages):
         return messages

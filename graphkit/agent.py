@@ -206,7 +206,7 @@ class Agent:
             checkpointer=None if served else self._storage.checkpointer,
             store=None if served else self._storage.store,
             name=name,
-        ), self._storage.ledger)
+        ), self._storage.ledger, name)
         if served:  # once built: an agent whose construction failed is never served
             serve_agent(self)
 

@@ -71,6 +71,43 @@ def test_a_decision_for_an_earlier_run_never_lands_on_the_newer_call(
     assert [e["run_id"] for e in approved] == [newer.run_id]
 
 
+@pytest.mark.parametrize("door", ["invoke", "ainvoke"])
+def test_a_decision_for_an_earlier_run_never_lands_on_a_call_a_message_given_to_the_graph_made(
+        sqlite_url: str, door: str) -> None:
+    """The newer turn came from a message given to the graph itself (a LangGraph server's
+    client, Studio, Agent Chat UI, `agent.graph.invoke`): before, no run was recorded for it,
+    its call was filed under the earlier run, and an operator's decision for the earlier
+    run's call (the model reused its tool_call_id) paid the newer call (helper-108 H1). The
+    graph's doors now start a run in the ledger as the API does; a thread the API never ran
+    (a server's own) keeps its calls under no run."""
+    import asyncio
+
+    ran: list[str] = []
+    agent = _release(sqlite_url, ran)
+    older = agent.generate("ship 1.4.2")
+    config = {"configurable": {"thread_id": older.thread_id}}
+    message = {"messages": [("user", "no wait, ship 6.6.6")]}
+    if door == "invoke":
+        agent.graph.invoke(message, config)
+    else:
+        asyncio.run(agent.graph.ainvoke(message, config))
+    (waiting,) = Inbox(sqlite_url).pending()
+    assert waiting.args == {"version": "6.6.6"}
+    assert waiting.run_id not in (None, older.run_id)
+    with pytest.raises(GraphkitError):
+        agent.approve_tool_call_generate(run_id=older.run_id, tool_call_id="call_1",
+                                         decided_by="alice")
+    assert ran == [] and agent.pending_approvals(run_id=older.run_id) == []
+    done = agent.approve_tool_call_generate(run_id=waiting.run_id, decided_by="alice")
+    assert ran == ["6.6.6"] and done.text == "done: deployed 6.6.6"
+    # a thread only the graph's doors ran: its calls are filed under no run, as before
+    served = {"configurable": {"thread_id": "served"}}
+    agent.graph.invoke({"messages": [("user", "ship 2.0.0")]}, served)
+    agent.graph.invoke({"messages": [("user", "ship 2.0.1")]}, served)
+    assert [(p.args, p.run_id) for p in Inbox(sqlite_url).pending()] == [
+        ({"version": "2.0.1"}, None)]
+
+
 @pytest.mark.parametrize("newer_call", ["undecided", "expired"])
 def test_resuming_an_earlier_run_is_refused_once_the_thread_went_on(
         sqlite_url: str, newer_call: str) -> None:
