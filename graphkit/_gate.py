@@ -302,6 +302,13 @@ class _Pass:
             msg = ("'supersede' must carry the user's new messages each with an id new to the "
                    "conversation, and content (as messages_to_dict gives them): they join it")
             raise GraphkitError(msg)
+        if not value.get("queue", True) and not self._queued(users):
+            # "queue": false is the API's word that it queued the message already
+            # (`_control`): a client's message nobody queued declined what waited, past the
+            # approvers policy, and never joined the conversation (helper-108 M1)
+            msg = ("'supersede' with 'queue': false must carry the user's messages graphkit's "
+                   "API queued; leave 'queue' out: the messages join the conversation")
+            raise GraphkitError(msg)
         auto = (self.planner.settings.auto_resume_suspended_tools
                 or bool(value.get("auto_resume"))) and self.extract is not None
         for call in self.plan["calls"]:
@@ -326,6 +333,13 @@ class _Pass:
             self._supersede(call)
         if value.get("queue", True):
             self.ctx.enqueue(self.plan["ai_message_id"], said_now)
+
+    def _queued(self, users: list[HumanMessage]) -> bool:
+        """Whether each of the user's messages is in the queue of the thread's top agent,
+        where the API queues a new message (delivered since, for a replay of this pass)."""
+        queued = {queued_id(q.message) for q in self.ctx.ledger.queue_rows(
+            self.ctx.thread_id, self.ctx.path[0] if self.ctx.path else "")}
+        return all(m.id is not None and m.id in queued for m in users)
 
     def _supersede(self, call: CallPlan) -> None:
         comment = BY_NEW_MESSAGE

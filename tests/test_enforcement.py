@@ -889,6 +889,28 @@ def test_a_resume_that_supersedes_must_carry_a_users_message(said: list[Any]) ->
     assert any(m.id == "m-2" and m.content == "stop that" for m in messages)
 
 
+def test_a_resume_that_supersedes_without_queueing_must_carry_a_message_the_api_queued(
+        ) -> None:
+    """`"queue": false` is the API's word that it queued the message already (`_control`
+    records what a new message does before the graph runs): given by a client with a message
+    nobody queued, it declined the call past the approvers policy, and nothing joined the
+    conversation (helper-108 M1). Refused now; the API's own new message still supersedes."""
+    agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done"],
+                            approvers=release_manager_only)
+    result = agent.generate("pay")
+    said = [{"type": "human", "data": {"content": "stop that", "id": "m-new"}}]
+    raw(agent, result.thread_id, {"supersede": said, "queue": False}, "mallory")
+    assert pending_status(agent, result.run_id) == ["pending"]
+    assert "'queue': false" in agent.graph.get_state(
+        config(result.thread_id)).interrupts[0].value["error"]
+    assert not [e for e in agent._storage.ledger.read_audit(thread_id=result.thread_id)
+                if e["event"] == "superseded"]
+    done = agent.generate("never mind", thread_id=result.thread_id)
+    assert ran.ran == [] and done.text == "done"
+    assert [e["event"] for e in agent._storage.ledger.read_audit(thread_id=result.thread_id)
+            if e["event"] == "superseded"] == ["superseded"]
+
+
 def test_a_grant_is_revoked_only_by_its_grantor_or_someone_who_may_decide_its_tool(
         sqlite_url: str) -> None:
     """Any signed-in reviewer could revoke any grant, whatever the approvers policy said of
