@@ -99,7 +99,13 @@ def _messages(message: Message | Sequence[Message] | None) -> list[BaseMessage]:
     if isinstance(message, str):
         return [HumanMessage(message)]
     items: list[Any] = [message] if isinstance(message, BaseMessage | Mapping) else list(message)
-    return list(convert_to_messages(items))
+    try:
+        return list(convert_to_messages(items))
+    except (ValueError, TypeError, KeyError, AttributeError, NotImplementedError) as exc:
+        # (LangChain's own words name what it could not read)
+        msg = ("a message is text, a LangChain message, a (role, content) pair or a dict "
+               f"with 'role' and 'content': {exc}")
+        raise GraphkitError(msg) from exc
 
 
 def _model(model: BaseChatModel | str) -> BaseChatModel:

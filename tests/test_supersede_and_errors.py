@@ -214,6 +214,21 @@ def test_starting_a_thread_needs_a_message() -> None:
     assert agent.generate(thread_id=first.thread_id).text == "hi"  # nothing new to do
 
 
+@pytest.mark.parametrize("message", [[42], [{"role": "wizard", "content": "hi"}],
+                                     [{"content": "no role"}], [("user",)]])
+def test_a_message_langchain_cannot_read_gets_a_typed_error_and_changes_nothing(
+        message: Any) -> None:
+    """LangChain's own errors (NotImplementedError, ValueError, ...) reached the caller
+    (helper-108 L3)."""
+    agent, ledger = agent_with([turn(call("pay", PAY, "c1")), "done"])
+    result = agent.generate("go")
+    with pytest.raises(GraphkitError, match="a message is text"):
+        agent.generate(message, thread_id=result.thread_id)
+    assert [p.status for p in agent.pending_approvals(run_id=result.run_id)] == ["pending"]
+    assert agent.approve_tool_call_generate(run_id=result.run_id).text == "done"
+    assert ledger.ran == [("pay", PAY)]
+
+
 def test_resolve_twice_is_refused() -> None:
     agent, _ = agent_with([turn(call("pay", PAY, "c1"), call("pay", PAY, "c2")), "done"])
     result = agent.generate("go")
