@@ -20,12 +20,13 @@ hold.
 
 The same doors give each message that comes without an id one drawn at random
 (`_state.named_input`): LangGraph's delta reducer names none, and graphkit finds messages by
-their ids. And a run they are given messages for starts a run in the ledger, as the
-agent's API does for a new message, on a thread that has its agent's runs already: what it
-asks is filed under it, and a decision that names an earlier run never takes it. Filed under
-the earlier run, a call a client's message made the model ask (its tool_call_id reused) was
-paid on a decision an operator took for the call it superseded (helper-108). A thread the
-agent's API never ran (a LangGraph server's) keeps its runs unrecorded, as the server's own.
+their ids. And graph input that brings messages starts a run in the ledger, as the agent's
+API does for a new message, on a thread that has its agent's runs already: what the run asks
+is filed under it, and a decision that names an earlier run never takes it. Filed under the
+earlier run, a call a client's message made the model ask (its tool_call_id reused) was paid
+on a decision an operator took for the call it superseded (helper-108). A thread the agent's
+API never ran (a LangGraph server's) keeps its runs unrecorded, as the server's own. A state
+write starts none: the run it changes goes on under its id (`Agent.resume` of it).
 """
 
 from __future__ import annotations
@@ -186,14 +187,14 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
 
     def bulk_update_state(self, config: RunnableConfig,
                           supersteps: Sequence[Sequence[StateUpdate]]) -> RunnableConfig:
-        with self._leased(config, starts=_bring_messages(supersteps)) as leased:
+        with self._leased(config) as leased:
             return super().bulk_update_state(cast(RunnableConfig, leased),
                                              _named_updates(supersteps))
 
     async def abulk_update_state(self, config: RunnableConfig,
                                  supersteps: Sequence[Sequence[StateUpdate]]
                                  ) -> RunnableConfig:
-        async with self._aleased(config, starts=_bring_messages(supersteps)) as leased:
+        async with self._aleased(config) as leased:
             return await super().abulk_update_state(cast(RunnableConfig, leased),
                                                     _named_updates(supersteps))
 
@@ -202,10 +203,6 @@ def _named_updates(supersteps: Sequence[Sequence[StateUpdate]]) -> list[list[Sta
     """The state writes with an id on each message they bring (`named_input`)."""
     return [[update._replace(values=named_input(update.values)) for update in step]
             for step in supersteps]
-
-
-def _bring_messages(supersteps: Sequence[Sequence[StateUpdate]]) -> bool:
-    return any(brings_messages(update.values) for step in supersteps for update in step)
 
 
 def _with_owner(config: RunnableConfig | None, owner: str) -> RunnableConfig:
