@@ -913,3 +913,40 @@ def test_a_run_that_failed_a_thousand_times_still_waits_its_pause(tmp_path: Path
     ((pause,),) = ledger._sql.query(f"SELECT claimed_until - {ledger._sql.now} "
                                     "FROM graphkit_ready")
     assert 290 < pause <= 300
+
+
+def test_the_last_two_decisions_of_a_run_taken_at_once_queue_it_for_the_workers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres_url: str) -> None:
+    """Two reviewers decide a run's two calls at the same moment: on PostgreSQL each
+    decision's transaction saw the other call still pending (it reads what was committed as
+    each statement starts), so neither queued the run, and no worker ever went on with it
+    (helper-109). Deciders of one run now take turns where they queue it."""
+    from graphkit._ledger import Ledger
+
+    monkeypatch.setenv("GRAPHKIT_TEST_EFFECTS", str(tmp_path / "effects.db"))
+    monkeypatch.setenv("GRAPHKIT_TEST_CALLS", "2")
+    agent = make(postgres_url)
+    paused = agent.generate("move 1")
+    first, second = paused.pending_approvals
+    together = threading.Barrier(2, timeout=20)
+    enqueue = Ledger._enqueue
+
+    def at_once(self: Any, *args: Any, **kwargs: Any) -> Any:
+        together.wait()  # both decisions are written, neither committed
+        return enqueue(self, *args, **kwargs)
+
+    monkeypatch.setattr(Ledger, "_enqueue", at_once)
+    inbox = Inbox(postgres_url)
+    deciders = [threading.Thread(target=inbox.approve, args=(first.id,),
+                                 kwargs={"decided_by": "alice"}),
+                threading.Thread(target=inbox.decline, args=(second.id,),
+                                 kwargs={"decided_by": "bob"})]
+    for decider in deciders:
+        decider.start()
+    for decider in deciders:
+        decider.join(timeout=30)
+    monkeypatch.setattr(Ledger, "_enqueue", enqueue)
+    assert [inbox.get(first.id).status, inbox.get(second.id).status] == ["approved", "rejected"]
+    assert [row[0] for row in _ready_rows(postgres_url)] == [paused.run_id]
+    _worker_resumes(postgres_url)
+    assert [c for c, _ in ran(tmp_path / "effects.db")] == [first.tool_call_id]

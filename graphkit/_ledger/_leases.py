@@ -88,6 +88,13 @@ class Leases(LedgerBase):
         claim lapses (the caller died before the run went on)."""
         now = self._sql.now
         agent = self._sql.first_segment.format(c="a.agent_path")
+        if self._sql.xact_lock is not None:
+            # Deciders of one run, one after the other: the last decision of a run is taken
+            # by whoever sees the others' committed. Two at once (PostgreSQL reads what was
+            # committed as each statement starts) each saw the other's call pending, and
+            # neither queued the run: no worker ever went on with it (helper-109).
+            tx.query(f"SELECT {self._sql.xact_lock.format(key='COALESCE(run_id, ? || thread_id)')}"
+                     " FROM graphkit_approvals WHERE approval_id = ?", (SERVER_THREAD, approval_id))
         # A run the LangGraph server started has no graphkit run id: its thread stands for it,
         # under a key and agent no `graphkit worker` claims (the server's queue continues it).
         rows = tx.query(

@@ -70,6 +70,9 @@ class Sql(Tx, Protocol):
     has_column: str
     """A query's tail (table, column as parameters) that yields a row if the column exists."""
     notify: str | None
+    xact_lock: str | None
+    """An SQL expression (with `{key}` for a text) that takes a lock on that key until the
+    transaction ends; None where a write transaction holds the whole database (SQLite)."""
     writes_with: bool
     """Whether a statement may carry others as data-modifying `WITH` parts (PostgreSQL): two
     writes in one round trip and one commit, where SQLite runs them one after the other."""
@@ -204,6 +207,7 @@ class Sqlite(Sql):
     first_segment = "substr({c}, 1, instr({c} || '/', '/') - 1)"
     has_column = "1 FROM pragma_table_info(?) WHERE name = ?"
     notify: str | None = None
+    xact_lock: str | None = None  # (one writer at a time)
     writes_with = False  # in-process: a statement costs no round trip, nor its own sync
 
     def __init__(self, path: str) -> None:
@@ -327,6 +331,7 @@ class Postgres(Sql):
                   "AND table_name = ? AND column_name = ?")
     notify: str | None = "SELECT pg_notify('graphkit_ready', '')"
     """Workers LISTEN on this channel; a notification is sent when the transaction commits."""
+    xact_lock: str | None = "pg_advisory_xact_lock(hashtextextended({key}, 0))"
     writes_with = True
 
     def __init__(self, pool: Any) -> None:
