@@ -19,8 +19,26 @@ __all__ = ["given_id"]
 
 def given_id(value: object, what: str, error: type[GraphkitError]) -> str:
     """`value` as the id of `what` it must be: a non-empty string, else `error` (a lookup
-    error of the kind the door raises for an id it cannot find), nothing read or changed."""
+    error of the kind the door raises for an id it cannot find), nothing read or changed.
+    Text no database stores (a NUL, which PostgreSQL refuses; a lone surrogate, which SQLite
+    refuses) names nothing: it raised the driver's error, or a web inbox's 500 (helper-109)."""
     if isinstance(value, str) and value:
-        return value
+        if _stored(value):
+            return value
+        msg = f"no {what} {value!r}: an id holds no NUL and encodes as UTF-8"
+        raise error(msg)
     msg = f"{what} must be a non-empty string naming one {what.split()[0]}, got {value!r}"
     raise error(msg)
+
+
+def _stored(value: str) -> bool:
+    """Whether every database stores `value` as it is."""
+    if "\x00" in value:
+        return False
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -16,14 +16,16 @@ from tests.helpers import agent_with, call, turn
 from tests.test_inbox import pay_calls
 
 
-@pytest.mark.parametrize("bad", [None, ""])
+@pytest.mark.parametrize("bad", [None, "", "apr_\x00x", "apr_\ud800"])
 def test_an_id_that_names_nothing_decides_nothing_at_any_door(durable_url: str,
                                                               bad: Any) -> None:
     """An approval id left out (None) read as no filter at all: `Inbox.approve(None)`
     decided whichever approval of any agent or thread waited first, and its payment ran
     (helper-104); `resolve_tool_approval(id=None)` recorded a decision on the run's one
     approval, then raised. An id names one approval or none (`graphkit._ids`): every door
-    refuses one that is not a non-empty string, before it reads or writes anything."""
+    refuses one that is not a non-empty string, before it reads or writes anything. One
+    no database stores (a NUL: PostgreSQL; a lone surrogate: SQLite) raised the driver's
+    error (helper-109)."""
     billing, ledger = agent_with(pay_calls(1), checkpointer=durable_url, name="billing")
     ops, _ = agent_with([turn(call("bash", {"command": "rm -r /x"}, "b1")), "ok"],
                         checkpointer=durable_url, name="ops")
@@ -47,7 +49,8 @@ def test_an_id_that_names_nothing_decides_nothing_at_any_door(durable_url: str,
     }
     for door, attempt in doors.items():
         # (a viewer is told the same of any id it may not see: "no approval ... may see")
-        with pytest.raises(ApprovalNotFoundError, match=r"non-empty string|may see"):
+        with pytest.raises(ApprovalNotFoundError,
+                           match=r"non-empty string|may see|holds no NUL"):
             attempt()
         waiting = inbox.pending()
         assert len(waiting) == 2 and {p.status for p in waiting} == {"pending"}, door
