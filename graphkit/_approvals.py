@@ -253,6 +253,7 @@ def plan_turn(
             approval["call_key"] = key
             allowed = allowed_for(tool, settings.allowed_decisions)  # type: ignore[arg-type]
             approval["allowed_decisions"] = list(allowed)
+            approval["policy"] = settings.approvers is not None
             metadata["approval.verdict"] = verdict
             row = ApprovalRow(approval_id=approval["id"], thread_id=thread_id, kind="approval",
                               call_key=key, agent_path=agent_path, tool_name=name,
@@ -359,9 +360,10 @@ def _fields(row: ApprovalRow) -> dict[str, Any]:
 
 
 def suspension_record(
-    call: CallPlan, payload: dict[str, Any], *, agent_path: Sequence[str],
+    call: CallPlan, payload: dict[str, Any], *, agent_path: Sequence[str], policy: bool,
 ) -> ApprovalRecord:
-    """The pending entry of a tool that suspended itself."""
+    """The pending entry of a tool that suspended itself (`policy`: whether its agent has an
+    approvers policy, which decides who may answer it)."""
     record = _pending_record(
         id=new_id("sus"), created_at=now_iso(), kind="suspension", tool_name=call["tool_name"],
         tool_call_id=call["tool_call_id"], args=call["args"],
@@ -371,6 +373,7 @@ def suspension_record(
         verdict="required", agent_path=agent_path, expires_at=None,
     )
     record["call_key"] = call["key"]
+    record["policy"] = policy
     return record
 
 

@@ -611,7 +611,7 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         plan = _copy_plan(previous)
         changed = False
         if state.get("reports"):  # a tool suspended (or a client says so): the ledger knows
-            _suspended(plan, ctx)
+            _suspended(plan, ctx, policy=planner.settings.approvers is not None)
             update["reports"] = {}
             changed = True
         answered = _answered(messages, plan, ctx) | {
@@ -793,7 +793,7 @@ def pointer(plan: TurnPlan) -> TurnPointer:
                        keys=[call["key"] for call in plan["calls"]])
 
 
-def _suspended(plan: TurnPlan, ctx: GateContext) -> None:
+def _suspended(plan: TurnPlan, ctx: GateContext, *, policy: bool) -> None:
     """Turn what the plan's calls asked (`Ledger.suspend`, written by the tools node that ran
     them) into pending requests, in plan and ledger. The state's reports only wake the gate:
     a client can write them, and they name nothing it asks."""
@@ -806,7 +806,7 @@ def _suspended(plan: TurnPlan, ctx: GateContext) -> None:
         payload = asked.get(call["key"])
         if payload is None:
             continue
-        record = suspension_record(call, payload, agent_path=ctx.path)
+        record = suspension_record(call, payload, agent_path=ctx.path, policy=policy)
         call["suspension"] = record
         rows.append(ApprovalRow(approval_id=record["id"], thread_id=ctx.thread_id,
                                 kind="suspension", call_key=call["key"], agent_path=ctx.path,

@@ -12,6 +12,7 @@ waits again, never stranded.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -59,6 +60,13 @@ __all__ = ["Inbox"]
 def _pending(entry: dict[str, Any]) -> PendingApproval:
     return PendingApproval.from_record(entry)
 
+
+
+def _allows(policy: Approvers, viewer: str, item: PendingApproval) -> bool:
+    try:
+        return bool(policy(viewer, item))
+    except Exception:  # a policy that raises shows nothing
+        return False
 
 
 def _entry_of(found: WaitingRow) -> dict[str, Any]:
@@ -215,20 +223,31 @@ class Inbox:
             policy = policy_finder(agent)(item.agent_path) if agent else None
         if policy is None:
             return viewer is not None and not self._policy_out_of_reach(
-                agent, item.agent_path, item.tool_name)
+                agent, item.agent_path, item.tool_name, item.id)
         if viewer is None:
             return False
-        try:
-            return bool(policy(viewer, item))
-        except Exception:
-            return False
+        if self.viewers is not None:
+            return _allows(policy, viewer, item)
+        # the approvers policy: what the reviewer may decide, as it is asked of a decision,
+        # with its type (a policy that reads `metadata["decision"]`, as the docs show, hid
+        # what it let the reviewer approve: helper-109)
+        kinds = ["resume", "reject"] if item.kind == "suspension" else item.allowed_decisions
+        return any(_allows(policy, viewer, dataclasses.replace(
+            item, metadata={**item.metadata, "decision": kind})) for kind in kinds)
 
     def _policy_out_of_reach(self, agent: Agent | None, agent_path: Sequence[str],
-                             tool_name: str) -> bool:
+                             tool_name: str, approval_id: str | None) -> bool:
         """Whether the agent decides with an approvers policy this inbox cannot run: it is
-        not given the agent, and the agent's gate recorded that it has one."""
+        not given the agent, and the approval's record says its agent had one when it asked
+        (else, for a record from before it said so, the tool's schema row: the last
+        definition of the agent to plan the tool, whose word another definition without the
+        policy overwrote, and the approvals it hid were shown and decided: helper-109)."""
         if agent is not None:
             return False
+        record = self._storage.ledger.record(approval_id) if approval_id else None
+        recorded = record.get("policy") if record is not None else None
+        if isinstance(recorded, bool):
+            return recorded
         schema = self._storage.ledger.tool_schema(agent_path, tool_name) or {}
         return bool(schema.get("policy"))
 
@@ -478,7 +497,8 @@ class Inbox:
             policy_finder(agent)(grant.agent_path) if agent else None)
         if approvers is None:
             # no policy here; the agent may have one this inbox cannot run (it records so)
-            return not self._policy_out_of_reach(agent, grant.agent_path, grant.tool_name)
+            return not self._policy_out_of_reach(agent, grant.agent_path, grant.tool_name,
+                                                 grant.approval_id)
         try:
             pending = self.get(grant.approval_id) if grant.approval_id else None
         except GraphkitError:
@@ -558,7 +578,7 @@ class Inbox:
         approvers = self.approvers if self.approvers is not None else (
             policy_finder(agent)(record["agent_path"]) if agent else None)
         if approvers is None and self._policy_out_of_reach(agent, record["agent_path"],
-                                                           record["tool_name"]):
+                                                           record["tool_name"], approval_id):
             # the gate would refuse what its policy refuses, and the reviewer would believe
             # in a decision that never takes effect: refuse it here and now instead
             refused = ApproverNotAllowedError(

@@ -84,6 +84,9 @@ class ApprovalRecord(TypedDict):
     """The planned call's key in the ledger (for recording it again after a restart)."""
     allowed_decisions: NotRequired[list[str]]
     """What a reviewer may decide (an approval's): some of approve, edit, reject, respond."""
+    policy: NotRequired[bool]
+    """Whether its agent judged its deciders with an approvers policy when it was asked (an
+    inbox without the agent reads this, as the ledger keeps it)."""
 
 
 class ApproveDecision(TypedDict):

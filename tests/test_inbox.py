@@ -571,6 +571,49 @@ def test_an_inbox_that_cannot_run_the_agents_policy_shows_its_approvals_to_no_re
     assert seeing.pending(viewer="dev") == []
 
 
+def test_a_reviewer_sees_what_the_approvers_policy_lets_them_decide_as_it_reads_the_decision(
+        sqlite_url: str) -> None:
+    """The approvers policy of docs/reviewing.md reads `metadata["decision"]`; as the
+    default viewing policy it was asked with no decision, raised KeyError, and hid from bob
+    the payment it let him approve (helper-109). Viewing asks it of each decision the
+    approval allows: shown if the reviewer may take one."""
+    def approvers(who: str, pending: Any) -> bool:
+        return who == "alice" or (who == "bob" and pending.args["amount"] < 100
+                                  and pending.metadata["decision"] != "edit")
+
+    agent, ran = agent_with(pay_calls(1), checkpointer=sqlite_url, approvers=approvers)
+    (pending,) = agent.generate("pay").pending_approvals
+    inbox = Inbox(sqlite_url, agents=[agent])
+    assert [p.id for p in inbox.pending(viewer="bob")] == [pending.id]
+    assert inbox.get(pending.id, viewer="bob").id == pending.id
+    assert inbox.pending(viewer="eve") == []
+    inbox.approve(pending.id, decided_by="bob")
+    assert inbox.get(pending.id).status == "approved" and ran.names() == []
+
+
+def test_a_definition_without_the_policy_never_exposes_the_approvals_the_policy_asked(
+        sqlite_url: str) -> None:
+    """Whether an inbox without the agent may show or decide an approval read the tool's
+    schema row, which the last definition of the agent to plan the tool writes: one without
+    the policy (an old deploy still running, a script) planned a call once, and a reviewer
+    the policy refuses saw the 5000 payment and recorded an approval, blocking the one who
+    may (helper-109). Each approval says whether its agent had a policy when it asked."""
+    from graphkit import ApprovalNotFoundError, ApproverNotAllowedError
+
+    guarded, ran = agent_with(pay_calls(1), checkpointer=sqlite_url, name="billing",
+                              approvers=lambda who, p: who == "cfo")
+    asked = guarded.generate("pay").pending_approvals[0]
+    open_door, _ = agent_with(pay_calls(1), checkpointer=sqlite_url, name="billing")
+    theirs = open_door.generate("pay").pending_approvals[0]
+    blind = Inbox(sqlite_url)
+    assert [p.id for p in blind.pending(viewer="eve")] == [theirs.id]
+    with pytest.raises(ApprovalNotFoundError):
+        blind.get(asked.id, viewer="eve")
+    with pytest.raises(ApproverNotAllowedError, match="policy this inbox cannot run"):
+        blind.approve(asked.id, decided_by="eve")
+    assert blind.get(asked.id).status == "pending" and ran.names() == []
+
+
 @pytest.mark.parametrize("given", ["the agent", "no agent"])
 def test_a_decision_for_a_run_a_state_write_ended_applies_once_whichever_inbox_takes_it(
         sqlite_url: str, given: str) -> None:
