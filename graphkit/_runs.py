@@ -36,6 +36,7 @@ from graphkit._events import (
 from graphkit._leased_graph import LeasedGraph, until_free
 from graphkit._ledger import WAIT_SECONDS, Ledger, RunBusyError
 from graphkit._offload import apart, offload
+from graphkit._review import shown
 from graphkit.types import GenerateResult, PendingApproval, RunState, StreamChunk
 
 __all__ = ["AgentStream", "AsyncAgentStream", "Invocation"]
@@ -76,9 +77,16 @@ class Invocation:
 
 def pending_of(snapshot: RunView, *, stopped: bool, ledger: Ledger | None, thread_id: str,
                agent: str | None) -> list[PendingApproval]:
-    """What waits on a human in this state: interrupts, or (when stopped early) the plan."""
-    records = [PendingApproval.from_record(r) for _, r in with_waiting_beside(
-        pending_from_interrupts(snapshot.interrupts, ledger), ledger, thread_id, agent)]
+    """What waits on a human in this state: interrupts, or (when stopped early) the plan.
+    What waits beside the interrupts (a supervisor's own call) shows the ledger's decision
+    on it: listed as the plan asked it, an approval taken on it read as still pending, with
+    the arguments before its edit (helper-108)."""
+    found = with_waiting_beside(pending_from_interrupts(snapshot.interrupts, ledger), ledger,
+                                thread_id, agent)
+    beside = [r["id"] for i, r in found if not i]
+    rows = ledger.approvals(beside) if beside and ledger is not None else {}
+    records = [PendingApproval.from_record(shown(r, rows.get(r["id"])) if not i else r)
+               for i, r in found]
     if not records and stopped:
         records = awaiting(snapshot.values, ledger, thread_id, agent)
     return records

@@ -516,11 +516,18 @@ def test_the_supervisors_own_approval_beside_a_waiting_subagent_is_listed_and_de
             boss.approve_tool_call(run_id=paused.run_id, tool_call_id=named, decided_by="cfo")
     assert ran == []
     own = listed[(("boss",), 5)]
-    boss.approve_tool_call_generate(run_id=paused.run_id, tool_call_id=own.id,
-                                    decided_by="cfo")
+    still = boss.approve_tool_call_generate(run_id=paused.run_id, tool_call_id=own.id,
+                                            args={"amount": 4}, decided_by="cfo")
     assert ran == []  # (billing's still waits: nothing of the turn went on)
+    # the result shows the decision as the ledger holds it (it said "pending", with the
+    # arguments before the edit: helper-108)
+    assert [(p.agent_path, p.status, p.approved_args) for p in still.pending_approvals] == [
+        (p.agent_path, p.status, p.approved_args)
+        for p in boss.pending_approvals(run_id=paused.run_id)]
+    assert {p.id: (p.status, p.approved_args) for p in still.pending_approvals}[own.id] == (
+        "approved", {"amount": 4})
     done = boss.decline_tool_call_generate(run_id=paused.run_id, decided_by="cfo")
-    assert done.finish_reason == "stop" and ran == [("boss", 5)]
+    assert done.finish_reason == "stop" and ran == [("boss", 4)]
 
 
 def test_a_new_message_supersedes_the_supervisors_own_approval_beside_a_waiting_subagent(
