@@ -215,7 +215,8 @@ def _select(items: list[Waiting], snapshot: Paused, req: Request, *,
             f": tool {other[0]['tool_name']!r} waits for approval (approve or decline it)")
         raise ApprovalNotFoundError(f"run {req.run_id!r} has no pending {what}{hint}")
     ids = [i.record["tool_call_id"] for i in candidates]
-    msg = f"run {req.run_id!r} has {len(ids)} pending tool calls; pass tool_call_id, one of {ids}"
+    what = {"approval": "approvals", "suspension": "suspensions"}.get(kind or "", "tool calls")
+    msg = f"run {req.run_id!r} has {len(ids)} pending {what}; pass tool_call_id, one of {ids}"
     raise AmbiguousApprovalError(msg, pending_ids=ids)
 
 
@@ -284,8 +285,10 @@ def apply_command(snapshot: Paused) -> Command[Any] | None:
 def continue_command(snapshot: Paused, req: Request) -> Any:
     """Continue once every waiting call is decided (here, or in the inbox)."""
     items = _expire(waiting(snapshot, req.ledger, None), snapshot, req, None)
-    undecided = [i.record["tool_call_id"] for i in items if i.shown["status"] == "pending"]
-    if undecided:
+    if any(i.shown["status"] == "pending" for i in items):
+        # (named with what waits beside the interrupts: a supervisor's own call)
+        undecided = [i.record["tool_call_id"] for i in waiting(snapshot, req.ledger, _agent(req))
+                     if i.shown["status"] == "pending"]
         msg = (f"run {req.run_id!r} still has undecided tool calls {undecided}; decide them "
                "(resolve_tool_approval / approve_tool_call / resume_stream / the inbox) first")
         raise ApprovalsPendingError(msg)

@@ -530,6 +530,20 @@ def test_the_supervisors_own_approval_beside_a_waiting_subagent_is_listed_and_de
     assert done.finish_reason == "stop" and ran == [("boss", 4)]
 
 
+def test_resuming_before_every_call_is_decided_names_the_supervisors_own_call_too(
+        sqlite_url: str) -> None:
+    """The error named only the subagent's waiting call, not the supervisor's own beside it
+    (helper-108 L2)."""
+    from graphkit import ApprovalsPendingError
+
+    ran: list[tuple[str, int]] = []
+    boss = _boss_and_billing(sqlite_url, ran)
+    paused = boss.generate("pay")
+    with pytest.raises(ApprovalsPendingError, match=r"\['p1', 'p1'\]"):
+        boss.resume(run_id=paused.run_id)
+    assert ran == []
+
+
 def test_a_new_message_supersedes_the_supervisors_own_approval_beside_a_waiting_subagent(
         sqlite_url: str) -> None:
     """A new user message declined the subagent's waiting call but not the supervisor's own
