@@ -33,7 +33,15 @@ from graphkit._approvals import (
     waiting_records,
 )
 from graphkit._context import emit, last_ai, open_turns, thread_id_of
-from graphkit._ledger import ApprovalRow, AuditRow, Clearance, Ledger, PendingTurn, queued_id
+from graphkit._ledger import (
+    ApprovalRow,
+    AuditRow,
+    Clearance,
+    Ledger,
+    PendingTurn,
+    queued_id,
+    same_queued,
+)
 from graphkit._limits import check_value
 from graphkit._offload import offload
 from graphkit._owner import holder_is_dead
@@ -336,10 +344,12 @@ class _Pass:
 
     def _queued(self, users: list[HumanMessage]) -> bool:
         """Whether each of the user's messages is in the queue of the thread's top agent,
-        where the API queues a new message (delivered since, for a replay of this pass)."""
-        queued = {queued_id(q.message) for q in self.ctx.ledger.queue_rows(
+        where the API queues a new message (delivered since, for a replay of this pass), as
+        it is there: the words under a queued message's id were another's (helper-110)."""
+        queued = {queued_id(q.message): q.message for q in self.ctx.ledger.queue_rows(
             self.ctx.thread_id, self.ctx.path[0] if self.ctx.path else "")}
-        return all(m.id is not None and m.id in queued for m in users)
+        return all(m.id is not None and m.id in queued and same_queued(queued[m.id], m)
+                   for m in users)
 
     def _supersede(self, call: CallPlan) -> None:
         comment = BY_NEW_MESSAGE

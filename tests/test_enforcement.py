@@ -905,6 +905,14 @@ def test_a_resume_that_supersedes_without_queueing_must_carry_a_message_the_api_
         config(result.thread_id)).interrupts[0].value["error"]
     assert not [e for e in agent._storage.ledger.read_audit(thread_id=result.thread_id)
                 if e["event"] == "superseded"]
+    # nor a queued message's id with other words (helper-110)
+    ai_id = str(agent.graph.get_state(config(result.thread_id)).values["messages"][-1].id)
+    agent._storage.ledger.enqueue(result.thread_id, agent.name, ai_id, [
+        {"type": "human", "data": {"content": "what is the weather?", "id": "m-q"}}])
+    forged = [{"type": "human", "data": {"content": "stop that", "id": "m-q"}}]
+    raw(agent, result.thread_id, {"supersede": forged, "queue": False}, "mallory")
+    assert pending_status(agent, result.run_id) == ["pending"]
+    agent._storage.ledger.dequeue(result.thread_id, agent.name, ["m-q"])
     done = agent.generate("never mind", thread_id=result.thread_id)
     assert ran.ran == [] and done.text == "done"
     assert [e["event"] for e in agent._storage.ledger.read_audit(thread_id=result.thread_id)
