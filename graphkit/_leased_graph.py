@@ -26,7 +26,9 @@ is filed under it, and a decision that names an earlier run never takes it. File
 earlier run, a call a client's message made the model ask (its tool_call_id reused) was paid
 on a decision an operator took for the call it superseded (helper-108). A thread the agent's
 API never ran (a LangGraph server's) keeps its runs unrecorded, as the server's own. A state
-write starts none: the run it changes goes on under its id (`Agent.resume` of it).
+write starts one only for a user's message (a message written, then graph input with none,
+had the model answer it under the earlier run: helper-110); any other write changes the run
+it writes in, which goes on under its id (`Agent.resume` of it).
 """
 
 from __future__ import annotations
@@ -187,14 +189,14 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
 
     def bulk_update_state(self, config: RunnableConfig,
                           supersteps: Sequence[Sequence[StateUpdate]]) -> RunnableConfig:
-        with self._leased(config) as leased:
+        with self._leased(config, starts=_say(supersteps)) as leased:
             return super().bulk_update_state(cast(RunnableConfig, leased),
                                              _named_updates(supersteps))
 
     async def abulk_update_state(self, config: RunnableConfig,
                                  supersteps: Sequence[Sequence[StateUpdate]]
                                  ) -> RunnableConfig:
-        async with self._aleased(config) as leased:
+        async with self._aleased(config, starts=_say(supersteps)) as leased:
             return await super().abulk_update_state(cast(RunnableConfig, leased),
                                                     _named_updates(supersteps))
 
@@ -203,6 +205,13 @@ def _named_updates(supersteps: Sequence[Sequence[StateUpdate]]) -> list[list[Sta
     """The state writes with an id on each message they bring (`named_input`)."""
     return [[update._replace(values=named_input(update.values)) for update in step]
             for step in supersteps]
+
+
+def _say(supersteps: Sequence[Sequence[StateUpdate]]) -> bool:
+    """Whether state writes bring a user's message (a new turn of the conversation, which
+    starts a run as graph input does; other writes change the run they write in)."""
+    return any(brings_messages(update.values, users=True) for step in supersteps
+               for update in step)
 
 
 def _with_owner(config: RunnableConfig | None, owner: str) -> RunnableConfig:

@@ -192,12 +192,38 @@ def named_input(value: Any) -> Any:
     return value
 
 
-def brings_messages(value: Any) -> bool:
+def brings_messages(value: Any, *, users: bool = False) -> bool:
     """Whether graph input, a state write's values or a `Command`'s update brings messages
-    (a client's new words: `LeasedGraph` starts a run for them)."""
+    (with `users`, a user's), read as LangGraph reads them: a dict, a `Command` (its update
+    a dict, (key, value) pairs or an object with fields), a list of `Command`s, an object
+    with fields. (A client's new words: `LeasedGraph` starts a run for them; a list of
+    `Command`s or a dataclass brought them past a dict-only reading: helper-110.)"""
+    return any(key == "messages" and _holds(found, users) for key, found in _pairs(value))
+
+
+def _pairs(value: Any) -> list[tuple[str, Any]]:
+    if value is None:
+        return []
     if isinstance(value, Command):
-        value = value.update
-    return isinstance(value, dict) and bool(value.get("messages"))
+        return [] if value.graph == Command.PARENT else list(value._update_as_tuples())
+    if isinstance(value, list | tuple) and any(isinstance(i, Command) for i in value):
+        return [pair for item in value for pair in _pairs(item)]
+    try:
+        return [p for p in Command(update=value)._update_as_tuples() if p[0] != "__root__"]
+    except Exception:  # (not an update: LangGraph refuses it)
+        return []
+
+
+def _holds(found: Any, users: bool) -> bool:
+    if not found:
+        return False
+    if not users:
+        return True
+    try:
+        read = convert_to_messages(found if isinstance(found, list) else [found])
+    except (ValueError, KeyError, TypeError, NotImplementedError, AttributeError):
+        return False  # (not messages: the reducer leaves them out)
+    return any(m.type == "human" for m in read)
 
 
 def _drawn(messages: Any) -> Any:

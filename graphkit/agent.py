@@ -428,7 +428,9 @@ class Agent:
                 named = options_of(snapshot).get("run_id") == req.run_id
                 return _with_options(build(snapshot, req),
                                      None if named else req.ledger.run_options(req.run_id))
-            items = waiting(snapshot, req.ledger, None)
+            # (with what the ledger says the agent's gates wait on, for a run a state write
+            # ended: its decided call waits to be applied there)
+            items = waiting(snapshot, req.ledger, self.name)
             undecided = [i for i in items if i.row is not None and not i.row.decided]
             if of_run(undecided, req.run_id, current=False):
                 return build(snapshot, req)

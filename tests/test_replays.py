@@ -3,6 +3,7 @@ tool_call_id, which models reuse), it never lands on a newer call of the thread.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -71,26 +72,47 @@ def test_a_decision_for_an_earlier_run_never_lands_on_the_newer_call(
     assert [e["run_id"] for e in approved] == [newer.run_id]
 
 
-@pytest.mark.parametrize("door", ["invoke", "ainvoke"])
+@dataclasses.dataclass
+class _Said:
+    messages: list[Any]
+
+
+@pytest.mark.parametrize("door", ["invoke", "ainvoke", "a list of commands", "a dataclass",
+                                  "update pairs", "a state write, then input with none"])
 def test_a_decision_for_an_earlier_run_never_lands_on_a_call_a_message_given_to_the_graph_made(
         sqlite_url: str, door: str) -> None:
     """The newer turn came from a message given to the graph itself (a LangGraph server's
     client, Studio, Agent Chat UI, `agent.graph.invoke`): before, no run was recorded for it,
     its call was filed under the earlier run, and an operator's decision for the earlier
-    run's call (the model reused its tool_call_id) paid the newer call (helper-108 H1). The
-    graph's doors now start a run in the ledger as the API does; a thread the API never ran
-    (a server's own) keeps its calls under no run."""
+    run's call (the model reused its tool_call_id) paid the newer call (helper-108 H1), then
+    again for input in shapes LangGraph reads and a dict-only check did not, and for a user's
+    message a state write brought (helper-110). The graph's doors now start a run in the
+    ledger as the API does; a thread the API never ran (a server's own) keeps its calls
+    under no run."""
     import asyncio
+
+    from langgraph.types import Command
 
     ran: list[str] = []
     agent = _release(sqlite_url, ran)
     older = agent.generate("ship 1.4.2")
     config = {"configurable": {"thread_id": older.thread_id}}
-    message = {"messages": [("user", "no wait, ship 6.6.6")]}
+    said = [HumanMessage("no wait, ship 6.6.6")]
+    message = {"messages": said}
     if door == "invoke":
         agent.graph.invoke(message, config)
-    else:
+    elif door == "ainvoke":
         asyncio.run(agent.graph.ainvoke(message, config))
+    elif door == "a list of commands":
+        agent.graph.invoke([Command(update=message)], config)
+    elif door == "a dataclass":
+        agent.graph.invoke(_Said(said), config)
+    elif door == "update pairs":  # (the gate's interrupt stays: input with none goes on)
+        agent.graph.invoke(Command(update=[("messages", said)]), config)
+        agent.graph.invoke({"messages": []}, config)
+    else:
+        agent.graph.update_state(config, message)
+        agent.graph.invoke({}, config)
     (waiting,) = Inbox(sqlite_url).pending()
     assert waiting.args == {"version": "6.6.6"}
     assert waiting.run_id not in (None, older.run_id)
