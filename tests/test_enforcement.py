@@ -321,9 +321,19 @@ def test_another_agent_cannot_decide_or_run_this_agents_call(sqlite_url: str) ->
     intruder, intruder_ran = agent_with(["done"], checkpointer=sqlite_url, name="intruder")
     with pytest.raises(GraphkitError, match="belongs to agent 'billing'"):
         intruder.approve_tool_call(run_id=result.run_id)
-    raw(intruder, result.thread_id, {"decisions": [{"type": "approve"}]})
+    # nor its graph run there, given the thread's decisions or a message: a run of it went
+    # on in the owner's thread, and left the owner's approved call waiting for good
+    # (helper-110)
+    with pytest.raises(GraphkitError, match="belongs to agent 'billing'"):
+        raw(intruder, result.thread_id, {"decisions": [{"type": "approve"}]})
+    with pytest.raises(GraphkitError, match="belongs to agent 'billing'"):
+        intruder.graph.invoke({"messages": [("user", "hi")]}, config(result.thread_id))
+    with pytest.raises(GraphkitError, match="belongs to agent 'billing'"):
+        intruder.graph.update_state(config(result.thread_id), {"messages": []})
     assert ran.ran == [] and intruder_ran.ran == []
     assert owner.pending_approvals(run_id=result.run_id)[0].status == "pending"
+    assert owner.approve_tool_call_generate(run_id=result.run_id).text == "done"
+    assert ran.ran == [("pay", PAY)]
 
 
 def test_policy_judges_the_arguments_that_will_run() -> None:

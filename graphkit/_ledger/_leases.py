@@ -355,7 +355,7 @@ class Leases(LedgerBase):
         now = self._sql.now
         return _TAKE.format(source=source or f"VALUES (?, ?, {now} + ?)", now=now)
 
-    def _take(self, thread_id: str, owner: str, run: tuple[str, str] | None = None, *,
+    def _take(self, thread_id: str, owner: str, run: tuple[str | None, str] | None = None, *,
               follows: bool = False) -> bool:
         """Take the thread's lease if it is free (or this owner's); with `run` (its id and
         agent), record the run in the same transaction: a run is known once it holds its
@@ -372,36 +372,33 @@ class Leases(LedgerBase):
                 recorded = self._record_run(tx, run[0], thread_id, run[1], follows=follows)
         if not taken:
             taken, recorded = self._take_from_dead(thread_id, owner, run, follows=follows)
-        if recorded:  # (committed)
+        if recorded and run[0] is not None:  # (committed)
             if len(self._recorded) >= 10_000:
                 del self._recorded[next(iter(self._recorded))]
             self._recorded[run[0]] = (thread_id, run[1])
         return taken
 
-    def _record_run(self, tx: Tx, run_id: str, thread_id: str, agent: str, *,
+    def _record_run(self, tx: Tx, run_id: str | None, thread_id: str, agent: str, *,
                     follows: bool = False) -> bool:
         """Whether the run is recorded now (not before: a run id is recorded once). A thread
         is one agent's, the one that started its first run: a run of another agent on it is
         refused (`GraphkitError`, nothing recorded, the lease not taken), as two graphs would
         read one state, and neither's calls nor decisions would be the other's. `follows`: a
-        run is recorded only on a thread where its agent has runs already, and is never
-        refused (a message a client gave the graph itself: `LeasedGraph`)."""
+        run is recorded only on a thread where its agent has runs already, none recorded on
+        a thread with no runs (a message a client gave the graph itself: `LeasedGraph`). No
+        `run_id`: nothing is recorded, the thread's agent only checked."""
         # A thread's runs start one at a time (under its lease), each after the one before
         # it: later than it, even within the clock's tick (SQLite's is a millisecond).
-        if follows:
-            return tx.execute(
+        # (`follows`: where the agent has runs; else where the thread is the agent's or no one's)
+        owned, params = (("EXISTS (SELECT 1 FROM graphkit_runs WHERE thread_id = ? AND agent = ?)",
+                          (thread_id, agent)) if follows else
+                         (f"COALESCE(({_OWNER}), ?) = ?", (thread_id, agent, agent)))
+        if run_id is not None and tx.execute(
                 "INSERT INTO graphkit_runs (run_id, thread_id, agent, created_at) "
                 f"SELECT ?, ?, ?, {self._sql.greatest}({self._sql.now}, COALESCE(("
                 "SELECT MAX(created_at) FROM graphkit_runs WHERE thread_id = ?), 0) + 0.00001)"
-                " WHERE EXISTS (SELECT 1 FROM graphkit_runs WHERE thread_id = ? AND agent = ?)"
-                " ON CONFLICT (run_id) DO NOTHING",
-                (run_id, thread_id, agent, thread_id, thread_id, agent)) == 1
-        if tx.execute(
-                "INSERT INTO graphkit_runs (run_id, thread_id, agent, created_at) "
-                f"SELECT ?, ?, ?, {self._sql.greatest}({self._sql.now}, COALESCE(("
-                "SELECT MAX(created_at) FROM graphkit_runs WHERE thread_id = ?), 0) + 0.00001)"
-                f" WHERE COALESCE(({_OWNER}), ?) = ? ON CONFLICT (run_id) DO NOTHING",
-                (run_id, thread_id, agent, thread_id, thread_id, agent, agent)) == 1:
+                f" WHERE {owned} ON CONFLICT (run_id) DO NOTHING",
+                (run_id, thread_id, agent, thread_id, *params)) == 1:
             return True
         first = tx.query(_OWNER, (thread_id,))
         if first and str(first[0][0]) != agent:
@@ -444,8 +441,9 @@ class Leases(LedgerBase):
         found = loads(rows[0][0]) if rows and rows[0][0] else None
         return found if isinstance(found, dict) else None
 
-    def _take_from_dead(self, thread_id: str, owner: str, run: tuple[str, str] | None = None,
-                        *, follows: bool = False) -> tuple[bool, bool]:
+    def _take_from_dead(self, thread_id: str, owner: str,
+                        run: tuple[str | None, str] | None = None, *, follows: bool = False
+                        ) -> tuple[bool, bool]:
         """A lease whose holder provably no longer runs is free now, not when it expires: a
         worker restarted after a crash need not wait. With `run`, recorded in the same
         transaction (a run refused there leaves the lease as it found it). Whether the lease
@@ -491,7 +489,7 @@ class Leases(LedgerBase):
             self.release_thread(thread_id, owner)
 
     def hold_thread(self, thread_id: str, *, wait: float = WAIT_SECONDS,
-                    run: tuple[str, str] | None = None, follows: bool = False) -> str:
+                    run: tuple[str | None, str] | None = None, follows: bool = False) -> str:
         """Take the thread's lease, waiting up to `wait` seconds for its holder to let it go
         (else `RunBusyError`), and have it renewed until `release_thread`; its owner token.
         (`lease`, for a body that holds it from start to end; `run`, `follows`: `_take`.)"""
