@@ -23,6 +23,7 @@ from graphkit._approvals import last_turn_plan
 from graphkit._context import thread_id_of
 from graphkit._events import marked_waiting, pending_from_interrupts, with_waiting_beside
 from graphkit._gate import BY_NEW_MESSAGE, stop_delegations
+from graphkit._ids import stored
 from graphkit._latest import Paused, options_of, stalled, written
 from graphkit._ledger import ApprovalRow, Ledger, NewRun, QueuedFor, queued_id, same_queued
 from graphkit._review import (
@@ -419,6 +420,10 @@ def _check_ids(messages: list[BaseMessage], snapshot: Paused) -> None:
     ids = [m.id for m in messages if m.id]
     if not ids:
         return
+    unstored = sorted(repr(i) for i in ids if not stored(str(i)))
+    if unstored:  # (the driver's own error reached the caller: helper-110)
+        msg = f"message ids {unstored} hold a NUL or do not encode as UTF-8: give other ids"
+        raise GraphkitError(msg)
     present = {m.id for m in snapshot.values.get("messages") or [] if m.id}
     reused = sorted({str(i) for i in ids if i in present or ids.count(i) > 1})
     if reused:

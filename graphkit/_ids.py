@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from graphkit.errors import GraphkitError
 
-__all__ = ["given_id"]
+__all__ = ["given_id", "stored"]
 
 
 def given_id(value: object, what: str, error: type[GraphkitError]) -> str:
@@ -23,7 +23,7 @@ def given_id(value: object, what: str, error: type[GraphkitError]) -> str:
     Text no database stores (a NUL, which PostgreSQL refuses; a lone surrogate, which SQLite
     refuses) names nothing: it raised the driver's error, or a web inbox's 500 (helper-109)."""
     if isinstance(value, str) and value:
-        if _stored(value):
+        if stored(value):
             return value
         msg = f"no {what} {value!r}: an id holds no NUL and encodes as UTF-8"
         raise error(msg)
@@ -31,7 +31,7 @@ def given_id(value: object, what: str, error: type[GraphkitError]) -> str:
     raise error(msg)
 
 
-def _stored(value: str) -> bool:
+def stored(value: str) -> bool:
     """Whether every database stores `value` as it is."""
     if "\x00" in value:
         return False

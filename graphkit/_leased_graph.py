@@ -47,9 +47,11 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import StateUpdate
 
 from graphkit._context import LEASE_KEY
+from graphkit._ids import stored
 from graphkit._ledger import Ledger, RunBusyError, _keeper, _schema
 from graphkit._offload import apart, offload
 from graphkit._state import brings_messages, named_input
+from graphkit.errors import GraphkitError
 
 try:
     from langgraph._internal._config import ensure_config
@@ -105,6 +107,9 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
                 and configurable.get(CONFIG_KEY_TASK_ID) == ambient.get(CONFIG_KEY_TASK_ID)
                 and thread_id == ambient.get("thread_id")):
             return None  # (the task's own thread, and the task LangGraph runs: helper-98)
+        if not stored(str(thread_id)):  # (the driver's own error reached the caller)
+            msg = f"thread id {thread_id!r} holds a NUL or does not encode as UTF-8"
+            raise GraphkitError(msg)
         if (thread_id == ambient.get("thread_id")
                 and _keeper.KEEPER.holds(str(thread_id), ambient.get(LEASE_KEY))):
             # a task of an agent's run on this thread (a tool that names its own thread in

@@ -13,7 +13,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from graphkit import Agent, ApprovalNotFoundError, Inbox, SnapshotNotFoundError, create_tool
 from graphkit.testing import ScriptedChatModel
 from tests.helpers import agent_with, call, turn
-from tests.test_inbox import pay_calls
+from tests.test_inbox import PAY, pay_calls
 
 
 @pytest.mark.parametrize("bad", [None, "", "apr_\x00x", "apr_\ud800"])
@@ -136,3 +136,21 @@ def test_a_thread_grant_or_filter_id_that_names_nothing_is_refused(sqlite_url: s
             inbox.pending(limit=limit)  # type: ignore[arg-type]
     assert [p.id for p in inbox.pending()] == [paused.pending_approvals[0].id]
     assert ledger.ran == [] and agent.pending_approvals(run_id=paused.run_id)
+
+
+@pytest.mark.parametrize("bad", ["t\x00", "t\ud800"])
+def test_a_thread_or_message_id_no_database_stores_gets_a_typed_error_at_the_graphs_doors(
+        durable_url: str, bad: str) -> None:
+    """The graph's own doors and a new message's id reached the driver (psycopg's DataError,
+    SQLite's UnicodeEncodeError: helper-110); refused as graphkit's errors, nothing changed."""
+    from graphkit import GraphkitError
+
+    agent, ledger = agent_with(pay_calls(1), checkpointer=durable_url)
+    paused = agent.generate("pay")
+    with pytest.raises(GraphkitError, match="NUL"):
+        agent.graph.invoke({"messages": [("user", "hi")]}, {"configurable": {"thread_id": bad}})
+    with pytest.raises(GraphkitError, match="NUL"):
+        agent.generate(HumanMessage("stop", id=bad), thread_id=paused.thread_id)
+    assert [p.status for p in agent.pending_approvals(run_id=paused.run_id)] == ["pending"]
+    assert agent.approve_tool_call_generate(run_id=paused.run_id).text == "done"
+    assert ledger.ran == [("pay", {**PAY, "amount": 1})]
