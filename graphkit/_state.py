@@ -12,7 +12,14 @@ import re
 import uuid
 from typing import Annotated, Any, NotRequired, TypedDict
 
-from langchain_core.messages import AnyMessage, BaseMessage, convert_to_messages, message_to_dict
+from langchain_core.messages import (
+    AnyMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    convert_to_messages,
+    message_to_dict,
+)
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.message import _messages_delta_reducer
 from langgraph.types import Command
@@ -215,15 +222,28 @@ def _pairs(value: Any) -> list[tuple[str, Any]]:
 
 
 def _holds(found: Any, users: bool) -> bool:
+    """Whether `found` (a messages update) holds messages; with `users`, one a user said: a
+    `HumanMessage` (or a chunk of one), a chat message in the user's role; what cannot be
+    read at all counts as one (a chunk, a "chat" message and a tuple of messages passed a
+    reading by type: helper-111)."""
     if not found:
         return False
     if not users:
         return True
+    readings = [list(found) if isinstance(found, list) else [found]]
+    if isinstance(found, tuple):
+        readings.append(list(found))  # (one (role, content) message, or several messages)
+    read = [m for items in readings for item in items if (m := _message(item)) is not None]
+    return not read or any(isinstance(m, HumanMessage) or (
+        isinstance(m, ChatMessage) and m.role in ("user", "human")) for m in read)
+
+
+def _message(item: Any) -> BaseMessage | None:
     try:
-        read = convert_to_messages(found if isinstance(found, list) else [found])
+        (message,) = convert_to_messages([item])
     except (ValueError, KeyError, TypeError, NotImplementedError, AttributeError):
-        return False  # (not messages: the reducer leaves them out)
-    return any(m.type == "human" for m in read)
+        return None
+    return message
 
 
 def _drawn(messages: Any) -> Any:

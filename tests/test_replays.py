@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, HumanMessageChunk, ToolMessage
 
 from graphkit import Agent, Inbox, create_tool
 from graphkit.errors import GraphkitError
@@ -78,7 +78,8 @@ class _Said:
 
 
 @pytest.mark.parametrize("door", ["invoke", "ainvoke", "a list of commands", "a dataclass",
-                                  "update pairs", "a state write, then input with none"])
+                                  "update pairs", "a state write, then input with none",
+                                  "a state write of a chunk", "a state write of a tuple"])
 def test_a_decision_for_an_earlier_run_never_lands_on_a_call_a_message_given_to_the_graph_made(
         sqlite_url: str, door: str) -> None:
     """The newer turn came from a message given to the graph itself (a LangGraph server's
@@ -110,8 +111,10 @@ def test_a_decision_for_an_earlier_run_never_lands_on_a_call_a_message_given_to_
     elif door == "update pairs":  # (the gate's interrupt stays: input with none goes on)
         agent.graph.invoke(Command(update=[("messages", said)]), config)
         agent.graph.invoke({"messages": []}, config)
-    else:
-        agent.graph.update_state(config, message)
+    else:  # (a chunk and a tuple of messages passed a reading of the write by type)
+        written: Any = {"a state write of a chunk": [HumanMessageChunk(said[0].content)],
+                        "a state write of a tuple": tuple(said)}.get(door, said)
+        agent.graph.update_state(config, {"messages": written})
         agent.graph.invoke({}, config)
     (waiting,) = Inbox(sqlite_url).pending()
     assert waiting.args == {"version": "6.6.6"}
