@@ -30,6 +30,7 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
 from graphkit._context import PATH_KEY, thread_id_of
+from graphkit._ids import stored
 from graphkit._ledger import ApprovalRow, CallRow, Ledger, RunBusyError, _schema
 from graphkit._offload import apart, offload
 from graphkit._owner import holder_is_dead, new_owner
@@ -158,13 +159,7 @@ def _comparable(text: Any) -> bool:
     """Text every database can compare: a string without NUL (PostgreSQL refuses it) that
     encodes as UTF-8 (SQLite refuses lone surrogates). A forged task's odd key or path is
     refused by the checks, not turned into a database error."""
-    if not isinstance(text, str) or "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return isinstance(text, str) and stored(text)
 
 
 def _plain(task: Mapping[str, Any]) -> bool:
