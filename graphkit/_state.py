@@ -175,7 +175,7 @@ def _reduced(state: list[AnyMessage], writes: list[Any]) -> list[AnyMessage]:
     try:
         return _messages_delta_reducer(state, writes)
     except (ValueError, KeyError, TypeError, NotImplementedError, AttributeError):
-        return _messages_delta_reducer(state, [w for w in writes if _messages_or_not(w)])
+        return _messages_delta_reducer(state, [w for w in writes if _read(w) is not None])
 
 
 def named_input(value: Any) -> Any:
@@ -239,19 +239,15 @@ def _holds(found: Any, users: bool) -> bool:
 
 
 def _message(item: Any) -> BaseMessage | None:
-    try:
-        (message,) = convert_to_messages([item])
-    except (ValueError, KeyError, TypeError, NotImplementedError, AttributeError):
-        return None
-    return message
+    read = _read([item])
+    return read[0] if read else None
 
 
 def _drawn(messages: Any) -> Any:
     if not _unnamed(messages):
         return messages
-    try:
-        read = convert_to_messages(messages if isinstance(messages, list) else [messages])
-    except (ValueError, KeyError, TypeError, NotImplementedError, AttributeError):
+    read = _read(messages)
+    if read is None:
         return messages  # (not messages: the reducer leaves them out)
     return [m if m.id is not None else m.model_copy(update={"id": str(uuid.uuid4())})
             for m in read]
@@ -267,9 +263,8 @@ def _named(state: list[AnyMessage], writes: list[Any]) -> list[Any]:
         return writes
     named: list[Any] = []
     for write in writes:
-        try:
-            messages = convert_to_messages(write if isinstance(write, list) else [write])
-        except (ValueError, KeyError, TypeError, NotImplementedError, AttributeError):
+        messages = _read(write)
+        if messages is None:
             named.append(write)  # (not messages: `_reduced` leaves it out)
             continue
         done: list[BaseMessage] = []
@@ -295,12 +290,12 @@ def _unnamed(write: Any) -> bool:
     return False
 
 
-def _messages_or_not(write: Any) -> bool:
+def _read(write: Any) -> list[BaseMessage] | None:
+    """A write (a message-like, or a list of them) as messages; None if it is not messages."""
     try:
-        convert_to_messages(write if isinstance(write, list) else [write])
+        return convert_to_messages(write if isinstance(write, list) else [write])
     except (ValueError, KeyError, TypeError, NotImplementedError, AttributeError):
-        return False
-    return True
+        return None
 
 
 Messages = Annotated[list[AnyMessage], DeltaChannel(_messages)]
