@@ -917,17 +917,23 @@ class Agent:
                           agent=self.name)
 
     def snapshot(self, *, run_id: str) -> dict[str, Any]:
-        """The run's state as JSON-serialisable data (messages, pending approvals, status)."""
+        """The run's state as JSON-serialisable data (messages, pending approvals, status).
+        The thread's state, which a later run may have taken on: then `later_run_id` names it,
+        and `status` is "superseded" where nothing of this run waits in it (as `resume` of the
+        run says, raising `RunSupersededError`), not the later run's pause."""
         thread_id = self._thread_of(run_id)
         snap = self.graph.get_state(self._config(thread_id, run_id))
         values = snap.values or {}
         pending = self._pending(snap, run_id)
         metadata = dict(snap.metadata or {})
+        later = self._storage.ledger.later_run(run_id)
         return {
             "run_id": run_id,
             "thread_id": thread_id,
             "agent": self.name,
-            "status": finish_reason(snap, stopped=False),
+            "status": ("superseded" if later is not None and not pending
+                       else finish_reason(snap, stopped=False)),
+            "later_run_id": later,
             "awaiting_approval": any(p.status == "pending" for p in pending),
             "next": list(snap.next),
             "checkpoint_id": (snap.config.get("configurable") or {}).get("checkpoint_id"),

@@ -164,6 +164,10 @@ def test_resuming_an_earlier_run_is_refused_once_the_thread_went_on(
     assert [c.config["configurable"]["checkpoint_id"]
             for c in agent.graph.get_state_history(config)] == history
     assert [p.status for p in agent.pending_approvals(run_id=newer.run_id)] == ["pending"]
+    # its snapshot says the same, not the newer run's pause (helper-112: "suspended")
+    earlier, later = (agent.snapshot(run_id=r.run_id) for r in (older, newer))
+    assert (earlier["status"], earlier["later_run_id"]) == ("superseded", newer.run_id)
+    assert (later["status"], later["later_run_id"]) == ("suspended", None)
     if newer_call == "undecided":
         Inbox(sqlite_url).approve(waiting.id, decided_by="alice")
     done = agent.resume(run_id=newer.run_id)
