@@ -312,11 +312,17 @@ def left_waiting(snapshot: Paused, req: Request) -> Command[Any] | None:
     the waiting call is dropped on the way); a subagent's gate too: its supervisor hands the
     delegation out again, and the subagent goes back to its gate where it waited
     (`_supervisor.entry`)."""
+    return back_to_gate(snapshot, req.ledger, req.thread_id, _agent(req))
+
+
+def back_to_gate(snapshot: Paused, ledger: Ledger, thread_id: str, agent: str | None
+                 ) -> Command[Any] | None:
+    """`left_waiting`'s command, for any door that resumes the thread (a client's raw
+    `Command(resume=...)` as well: it ran nothing there, helper-111)."""
     if snapshot.interrupts or stalled(snapshot) != "ended":
         return None
-    agent = _agent(req)
     waits = any(w.waiting and list(w.row.agent_path)[:1] == [agent]
-                for w in req.ledger.waiting_rows(thread_id=req.thread_id))
+                for w in ledger.waiting_rows(thread_id=thread_id))
     return Command(goto="approval_gate") if waits else None
 
 

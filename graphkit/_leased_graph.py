@@ -28,7 +28,9 @@ on a decision an operator took for the call it superseded (helper-108). A thread
 API never ran (a LangGraph server's) keeps its runs unrecorded, as the server's own. A state
 write starts one only for a user's message (a message written, then graph input with none,
 had the model answer it under the earlier run: helper-110); any other write changes the run
-it writes in, which goes on under its id (`Agent.resume` of it).
+it writes in, which goes on under its id (`Agent.resume` of it). A client's resume of a
+thread such a write left with nothing next, while a gate of the agent waited, goes back to
+the gate as graphkit's own resume does (`_control.back_to_gate`).
 """
 
 from __future__ import annotations
@@ -44,9 +46,10 @@ from typing import Any, TypeVar, cast
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import StateUpdate
+from langgraph.types import Command, StateSnapshot, StateUpdate
 
 from graphkit._context import LEASE_KEY
+from graphkit._control import back_to_gate
 from graphkit._ids import stored
 from graphkit._ledger import Ledger, RunBusyError, _keeper, _schema
 from graphkit._offload import apart, offload
@@ -144,45 +147,57 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
 
     @contextlib.contextmanager
     def _leased(self, config: RunnableConfig | None, *, starts: bool = False
-                ) -> Iterator[RunnableConfig | None]:
+                ) -> Iterator[tuple[RunnableConfig | None, str | None]]:
         """`config` for a sync call, the lease of its thread held (and named in it) while
         the body runs, and the run it `starts` recorded; as it is for a call that names no
-        thread or runs nested."""
+        thread or runs nested. And the thread leased (None for those)."""
         thread_id = self._thread(config)
         if thread_id is None:
-            yield config
+            yield config, None
             return
         owner = self._hold(thread_id, self._run(starts))
         try:
-            yield _with_owner(config, owner)
+            yield _with_owner(config, owner), thread_id
         finally:
             self.leases.release_thread(thread_id, owner)
 
     @contextlib.asynccontextmanager
     async def _aleased(self, config: RunnableConfig | None, *, starts: bool = False
-                       ) -> AsyncIterator[RunnableConfig | None]:
+                       ) -> AsyncIterator[tuple[RunnableConfig | None, str | None]]:
         """`_leased` for an async call: the lease waited for on the event loop (`_ahold`),
         and given back even when a cancel comes as it is given back (shielded)."""
         thread_id = self._thread(config)
         if thread_id is None:
-            yield config
+            yield config, None
             return
         owner = await _ahold(self.leases, thread_id, self._run(starts))
         try:
-            yield _with_owner(config, owner)
+            yield _with_owner(config, owner), thread_id
         finally:
             await asyncio.shield(offload(self.leases.release_thread, thread_id, owner))
 
     def stream(self, input: Any, config: RunnableConfig | None = None,
                **kwargs: Any) -> Iterator[Any]:
-        with self._leased(config, starts=brings_messages(input)) as leased:
+        with self._leased(config, starts=brings_messages(input)) as (leased, thread_id):
+            if thread_id is not None and _bare_resume(input):
+                input = self._resumed(input, self.get_state(cast(RunnableConfig, leased)),
+                                      thread_id)
             yield from super().stream(named_input(input), leased, **kwargs)
 
     async def astream(self, input: Any, config: RunnableConfig | None = None,
                       **kwargs: Any) -> AsyncIterator[Any]:
-        async with self._aleased(config, starts=brings_messages(input)) as leased:
+        async with self._aleased(config, starts=brings_messages(input)) as (leased, thread_id):
+            if thread_id is not None and _bare_resume(input):
+                snapshot = await self.aget_state(cast(RunnableConfig, leased))
+                input = await offload(self._resumed, input, snapshot, thread_id)
             async for part in super().astream(named_input(input), leased, **kwargs):
                 yield part
+
+    def _resumed(self, command: Command[Any], snapshot: StateSnapshot, thread_id: str) -> Any:
+        """A client's resume, for a thread a state write left with nothing next while a gate
+        of this agent waited: it goes back to the gate, which applies what the ledger holds
+        (`_control.back_to_gate`, as the API's resume does), where it ran nothing."""
+        return back_to_gate(snapshot, self.leases, thread_id, self.agent) or command
 
     def stream_held(self, input: Any, config: RunnableConfig, **kwargs: Any) -> Iterator[Any]:
         """`stream`, for a door that holds the thread's lease already (its owner in
@@ -196,16 +211,22 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
 
     def bulk_update_state(self, config: RunnableConfig,
                           supersteps: Sequence[Sequence[StateUpdate]]) -> RunnableConfig:
-        with self._leased(config, starts=_say(supersteps)) as leased:
+        with self._leased(config, starts=_say(supersteps)) as (leased, _):
             return super().bulk_update_state(cast(RunnableConfig, leased),
                                              _named_updates(supersteps))
 
     async def abulk_update_state(self, config: RunnableConfig,
                                  supersteps: Sequence[Sequence[StateUpdate]]
                                  ) -> RunnableConfig:
-        async with self._aleased(config, starts=_say(supersteps)) as leased:
+        async with self._aleased(config, starts=_say(supersteps)) as (leased, _):
             return await super().abulk_update_state(cast(RunnableConfig, leased),
                                                     _named_updates(supersteps))
+
+
+def _bare_resume(input: Any) -> bool:
+    """Whether graph input is a resume and nothing else (no goto, update or graph)."""
+    return (isinstance(input, Command) and input.resume is not None and not input.goto
+            and input.update is None and input.graph is None)
 
 
 def _named_updates(supersteps: Sequence[Sequence[StateUpdate]]) -> list[list[StateUpdate]]:

@@ -381,13 +381,20 @@ def test_a_resume_before_any_decision_of_a_run_a_state_write_left_asks_again(
     assert done.text == "done" and len(ran.ran) == 1
 
 
+@pytest.mark.parametrize("door", ["resume", "raw Command", "raw Command, async"])
 @pytest.mark.parametrize("written", ["words", "nothing, as the model"])
 def test_a_run_a_state_write_left_with_nothing_next_applies_the_inboxs_decision_on_resume(
-        tmp_path: Any, written: str) -> None:
+        tmp_path: Any, written: str, door: str) -> None:
     """The same write, then the call approved in the inbox (which records it): the inbox
     listed the run as ready, and every resume did nothing, for good; approved, the payment
     never ran (helper-72, helper-79). A resume takes the run back to its gate, which applies
-    the decision: the call runs once, and what the client wrote over it is dropped."""
+    the decision: the call runs once, and what the client wrote over it is dropped. A
+    client's own `Command(resume={})` on the graph does the same (it ran nothing: helper-106,
+    helper-111)."""
+    import asyncio
+
+    from langgraph.types import Command
+
     from graphkit import Inbox
 
     url = f"sqlite:///{tmp_path / 'runs.db'}"
@@ -396,7 +403,13 @@ def test_a_run_a_state_write_left_with_nothing_next_applies_the_inboxs_decision_
     (pending,) = inbox.pending()
     inbox.approve(pending.id, decided_by="cfo")
     assert inbox.ready() == [paused.run_id]
-    done = agent.resume(run_id=paused.run_id)
+    if door == "resume":
+        done = agent.resume(run_id=paused.run_id)
+    else:
+        out = (agent.graph.invoke(Command(resume={}), cfg) if door == "raw Command"
+               else asyncio.run(agent.graph.ainvoke(Command(resume={}), cfg)))
+        assert out["messages"][-1].text == "done"
+        done = agent.resume(run_id=paused.run_id)  # (nothing left to do: it says the end)
     assert done.finish_reason == "stop" and done.text == "done"
     assert ran.ran == [("pay", {"amount": 5, "payee": {"name": "ACME"}})]
     assert inbox.ready() == [] and inbox.pending() == []
