@@ -163,24 +163,29 @@ def _raise_decided(snapshot: Paused, req: Request, tool_call_id: str | None,
                 record, {**(row.decision or {}), "status": row.status} if row else None))
 
 
-def _named(items: list[Waiting], *, tool_call_id: str | None, approval_id: str | None
-           ) -> list[Waiting]:
+def _named(items: list[Waiting], ledger: Ledger, *, tool_call_id: str | None,
+           approval_id: str | None) -> list[Waiting]:
     """The waiting calls a decision names: by approval id; else by tool_call_id, which a
     model may have given several calls (parallel subagents): then the decision names none
     of them, however they were decided since (a reviewer who names the call by that id may
     mean another than the one still waiting), and the error asks for the approval id, given
-    as the tool_call_id (the API's methods name a call by its tool_call_id only)."""
+    as the tool_call_id (the API's methods name a call by its tool_call_id only). An
+    approval's id given so names that approval alone, waiting or not: never a later call a
+    model gave the same id, as an approval id it read (a notebook card named its call by
+    the model's id, and decided the next call asked under it: helper-114)."""
     if approval_id is not None:
         return [i for i in items if i.record["id"] == approval_id]
-    found = [i for i in items if i.record["tool_call_id"] == tool_call_id]
-    return found or [i for i in items if i.record["id"] == tool_call_id]
+    by_id = [i for i in items if i.record["id"] == tool_call_id]
+    if by_id or (tool_call_id is not None and ledger.approval(tool_call_id) is not None):
+        return by_id
+    return [i for i in items if i.record["tool_call_id"] == tool_call_id]
 
 
 def _select(items: list[Waiting], snapshot: Paused, req: Request, *,
             tool_call_id: str | None, approval_id: str | None,
             kind: Literal["approval", "suspension"] | None) -> Waiting:
     if tool_call_id is not None or approval_id is not None:
-        found = _named(items, tool_call_id=tool_call_id, approval_id=approval_id)
+        found = _named(items, req.ledger, tool_call_id=tool_call_id, approval_id=approval_id)
         if len(found) > 1:
             pending = [i.record["id"] for i in found]
             msg = (f"tool_call_id {tool_call_id!r} matches {len(found)} waiting calls in run "
@@ -259,7 +264,7 @@ def decide(
                        approval_id=approval_id, kind=kind)
     except GraphkitError as exc:
         # audited on the call it names, but on none of several a reused id names
-        named = _named(items, tool_call_id=tool_call_id, approval_id=approval_id)
+        named = _named(items, req.ledger, tool_call_id=tool_call_id, approval_id=approval_id)
         known = named[0].shown if len(named) == 1 else None
         refuse(req.ledger, known or {"id": approval_id, "tool_call_id": tool_call_id}, exc,
                decided_by=decided_by, thread_id=req.thread_id, run_id=req.run_id)

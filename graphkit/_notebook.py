@@ -313,7 +313,7 @@ def review(agent: Agent, target: GenerateResult | str, *, decided_by: str) -> Re
 
         def on_approve(_: Any, card: ReviewCard = card) -> None:
             after(lambda: agent.approve_tool_call_generate(
-                run_id=run_id, tool_call_id=card.pending.tool_call_id, decided_by=decided_by,
+                run_id=run_id, tool_call_id=card.pending.id, decided_by=decided_by,
                 comment=card.comment.value or None, args_digest=card.pending.args_digest), card)
 
         def on_edit(_: Any, card: ReviewCard = card, read: Callable[[], Any] = edited_of
@@ -324,19 +324,19 @@ def review(agent: Agent, target: GenerateResult | str, *, decided_by: str) -> Re
                 card.message.value = f"<p class='error'>Not JSON: {_html._e(str(exc))}</p>"
                 return
             after(lambda: agent.approve_tool_call_generate(  # an edit of what the card showed
-                run_id=run_id, tool_call_id=card.pending.tool_call_id, decided_by=decided_by,
+                run_id=run_id, tool_call_id=card.pending.id, decided_by=decided_by,
                 comment=card.comment.value or None, args=edited,
                 args_digest=card.pending.args_digest), card)
 
         def on_decline(_: Any, card: ReviewCard = card) -> None:
             after(lambda: agent.decline_tool_call_generate(
-                run_id=run_id, tool_call_id=card.pending.tool_call_id, decided_by=decided_by,
+                run_id=run_id, tool_call_id=card.pending.id, decided_by=decided_by,
                 comment=card.comment.value or None), card)
 
         def on_resume(_: Any, card: ReviewCard = card, read: Callable[[], Any] = values_of
                       ) -> None:
             after(lambda: agent.resume_generate(read(), run_id=run_id,
-                                                tool_call_id=card.pending.tool_call_id,
+                                                tool_call_id=card.pending.id,
                                                 decided_by=decided_by), card)
 
         card.approve.on_click(on_approve)

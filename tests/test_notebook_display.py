@@ -153,6 +153,31 @@ def test_each_card_of_a_turn_is_decided_on_its_own() -> None:
     assert view.results[-1].finish_reason == "stop" and "paid both" in view.output.value
 
 
+@pytest.mark.parametrize("click", ["approve", "decline"])
+@pytest.mark.parametrize("other", ["the API", "another view"])
+def test_a_card_decides_its_own_call_never_a_later_one_under_a_reused_id(
+        other: str, click: str) -> None:
+    """A card named its call by the model's tool_call_id: clicked once another door had
+    decided the call (the API, a second view of the run), it decided the next call the model
+    asked under the same id, which ran twice, or was declined unseen (helper-114). A card
+    names its call by its approval id: the late click is refused as already decided."""
+    agent, ran = agent_with([turn(call("pay", PAY, "c1")), turn(call("pay", PAY, "c1")),
+                             "done"])
+    result = agent.generate("pay")
+    view = agent.review(result, decided_by="alice")
+    if other == "the API":
+        agent.approve_tool_call_generate(run_id=result.run_id, decided_by="bob")
+    else:
+        agent.review(result, decided_by="carol").cards[0].approve.click()
+    assert len(ran.ran) == 1
+    (newer,) = agent.pending_approvals(run_id=result.run_id)
+    getattr(view.cards[0], click).click()
+    assert "already" in view.cards[0].message.value
+    assert len(ran.ran) == 1
+    assert [(p.id, p.status) for p in agent.pending_approvals(run_id=result.run_id)] == [
+        (newer.id, "pending")]
+
+
 def test_a_card_offers_only_the_decisions_its_tool_allows() -> None:
     """A card showed "Approve with edits" for a tool that takes no edits (the click was
     refused); an edit-only tool's card offered a plain approve."""

@@ -595,3 +595,43 @@ def test_a_decisions_stream_goes_on_as_the_threads_current_run(sqlite_url: str,
     assert agent.graph.get_state(config).metadata["graphkit_run_id"] == later.run_id
     last = agent.approve_tool_call_generate(run_id=done.run_id, decided_by="alice")
     assert last.text == "done" and ran[-1] == waiting.args["version"]
+
+
+def test_an_approval_id_names_that_approval_never_a_call_a_model_gave_the_same_id(
+        sqlite_url: str) -> None:
+    """A decision that names a call by its approval id (as `tool_call_id`, as the notebook's
+    cards do) decided, once that approval was decided, a later call the model gave that id
+    as its tool_call_id (helper-114). It names that approval alone: already decided."""
+    from graphkit.errors import ApprovalAlreadyResolvedError
+
+    ran: list[str] = []
+    first_id: list[str] = []
+
+    @create_tool(needs_approval=True)
+    def deploy(version: str) -> str:
+        """Deploy a build."""
+        ran.append(version)
+        return f"deployed {version}"
+
+    def reply(messages: list[Any]) -> Any:
+        if not first_id:
+            return AIMessage("", tool_calls=[{"name": "deploy", "args": {"version": "1"},
+                                              "id": "call_1"}])
+        if sum(isinstance(m, ToolMessage) for m in messages) == 1:
+            return AIMessage("", tool_calls=[{"name": "deploy", "args": {"version": "6.6.6"},
+                                              "id": first_id[0]}])
+        return "done"
+
+    agent = Agent(name="release", tools=[deploy], checkpointer=sqlite_url,
+                  model=ScriptedChatModel(reply))
+    paused = agent.generate("ship 1")
+    first_id.append(paused.pending_approvals[0].id)
+    later = agent.approve_tool_call_generate(run_id=paused.run_id, decided_by="bob")
+    (newer,) = later.pending_approvals
+    assert (newer.tool_call_id, ran) == (first_id[0], ["1"])
+    for decide in (agent.approve_tool_call_generate, agent.decline_tool_call_generate):
+        with pytest.raises(ApprovalAlreadyResolvedError):
+            decide(run_id=paused.run_id, tool_call_id=first_id[0], decided_by="alice")
+    assert [(p.id, p.status) for p in agent.pending_approvals(run_id=paused.run_id)] == [
+        (newer.id, "pending")]
+    assert ran == ["1"]
