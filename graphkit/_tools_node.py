@@ -37,7 +37,12 @@ from graphkit._owner import holder_is_dead, new_owner
 from graphkit._review import audit_row
 from graphkit._secrets import observed, scrub_exception, scrubbed, secret_values, still_shows
 from graphkit._state import ToolTask
-from graphkit._validate import declares_secrets, secret_paths_of
+from graphkit._validate import (
+    declares_resume_secrets,
+    declares_secrets,
+    resume_secrets,
+    secret_paths_of,
+)
 from graphkit.errors import WithheldToolError
 from graphkit.tools import (
     CONTEXT_KEY,
@@ -417,24 +422,34 @@ WITHHELD = ("[the result of {name!r} is withheld: it could not be checked for th
             "values of the call's arguments]")
 
 
-def _secrets_of(tool: BaseTool, call: Mapping[str, Any]) -> list[str] | None:
+def _secrets_of(tool: BaseTool, call: Mapping[str, Any], resumed: Sequence[Any]
+                ) -> list[str] | None:
     """The secret values of a call's arguments (`secret_values`; none for a tool that
-    declares no secret); None where they could not be found."""
-    if not declares_secrets(tool):
-        return []
+    declares no secret) and of the data it was resumed with (`resume_secrets`); None where
+    they could not be found."""
+    found = resume_secrets(tool, resumed)
+    if found is None or not declares_secrets(tool):
+        return found
     try:
-        return secret_values(call["args"], secret_paths_of(tool, call["args"]))
+        return [*secret_values(call["args"], secret_paths_of(tool, call["args"])), *found]
     except Exception:
         return None
 
 
-def _said(tool: BaseTool, call: Mapping[str, Any], value: Any) -> Any:
+def _sees_secrets(tool: BaseTool) -> bool:
+    """Whether a call of `tool` may see a secret: in its arguments, or in the data it is
+    resumed with (its output may show either to LangChain's callbacks: `observed`)."""
+    return declares_secrets(tool) or declares_resume_secrets(tool)
+
+
+def _said(tool: BaseTool, call: Mapping[str, Any], resumed: Sequence[Any], value: Any) -> Any:
     """What a call says back (its result, with its artifact, or what it asks when it
     suspends) without the secret values of its arguments: a tool that echoes its key (or a
     key a reviewer typed in an edit) would show it to the model, the conversation's
     checkpoints, streams, webhooks and every view, where the call's own arguments show the
-    mask. (Its errors: `_failed`.)"""
-    secrets = _secrets_of(tool, call)
+    mask; and so would one that echoes a secret it was resumed with. (Its errors:
+    `_failed`.)"""
+    secrets = _secrets_of(tool, call, resumed)
     if secrets == []:
         return value
     if secrets is None:  # (not known: nothing said can be checked)
@@ -450,13 +465,13 @@ def _said(tool: BaseTool, call: Mapping[str, Any], value: Any) -> Any:
         return WITHHELD.format(name=tool.name)
 
 
-def _failed(tool: BaseTool, call: Mapping[str, Any], exc: BaseException,
-            outer: BaseException | None) -> list[str] | None:
+def _failed(tool: BaseTool, call: Mapping[str, Any], resumed: Sequence[Any],
+            exc: BaseException, outer: BaseException | None) -> list[str] | None:
     """Take the call's secret values out of the error it raised (`scrub_exception`; `outer`:
     what the caller was handling as the tool began); they are returned to take out of the
     outcome recorded too (None: they could not be found, and the error's text is withheld
     from it)."""
-    secrets = _secrets_of(tool, call)
+    secrets = _secrets_of(tool, call, resumed)
     if secrets:
         with contextlib.suppress(BaseException):  # the outcome is recorded whatever happens
             scrub_exception(exc, secrets, outer)
@@ -556,24 +571,24 @@ def make_tools_nodes(
         outer = sys.exc_info()[1]  # (the caller's: Python makes it the context of the tool's)
         withheld: BaseException | None = None
         try:
-            with observed(tool_config, secret=declares_secrets(tool)) as seen:
+            with observed(tool_config, secret=_sees_secrets(tool)) as seen:
                 output = tool.invoke(call, seen)
         except ToolSuspended as signal:
-            signal.payload = _said(tool, call, signal.payload)
+            signal.payload = _said(tool, call, admitted.resume_values, signal.payload)
             ledger.suspend(task["key"], owner, signal.payload)
             return _suspended(task, signal)
         except GraphBubbleUp:  # a tool's own interrupt(): it runs again on resume
             ledger.release(task["key"], owner)
             raise
         except BaseException as exc:
-            secrets = _failed(tool, call, exc, outer)
+            secrets = _failed(tool, call, admitted.resume_values, exc, outer)
             recorded = stopped(task, owner, FAILED, exc, secrets)
             if _shown(exc, secrets, outer):
                 raise
             withheld = _withheld(exc, recorded)
         if withheld is not None:
             raise withheld  # (out of the `except`: not even its context is the tool's)
-        return finish(task, owner, _said(tool, call, output))
+        return finish(task, owner, _said(tool, call, admitted.resume_values, output))
 
     def run_tool(task: ToolTask, config: RunnableConfig, handoff: _Handoff | None = None
                  ) -> Command[ToolTarget]:
@@ -652,10 +667,11 @@ def make_tools_nodes(
         outer = sys.exc_info()[1]
         withheld: BaseException | None = None
         try:
-            with observed(tool_config, secret=declares_secrets(tool)) as seen:
+            with observed(tool_config, secret=_sees_secrets(tool)) as seen:
                 output = await tool.ainvoke(call, seen)
         except ToolSuspended as signal:
-            signal.payload = await offload(_said, tool, call, signal.payload)
+            signal.payload = await offload(_said, tool, call, admitted.resume_values,
+                                           signal.payload)
             await offload(ledger.suspend, task["key"], owner, signal.payload)
             return _suspended(task, signal)
         except GraphBubbleUp:
@@ -668,17 +684,19 @@ def make_tools_nodes(
                 raise
             # recorded before the cancellation goes on (in its thread even if cancelled again)
             await asyncio.shield(offload(stopped, task, owner, INTERRUPTED))
-            if _shown(exc, _failed(tool, call, exc, outer), outer):  # (the tool's own?)
+            if _shown(exc, _failed(tool, call, admitted.resume_values, exc, outer),
+                      outer):  # (the tool's own?)
                 raise
             withheld = asyncio.CancelledError()
         except BaseException as exc:
-            secrets = _failed(tool, call, exc, outer)
+            secrets = _failed(tool, call, admitted.resume_values, exc, outer)
             recorded = await offload(stopped, task, owner, FAILED, exc, secrets)
             if _shown(exc, secrets, outer):
                 raise
             withheld = _withheld(exc, recorded)
         if withheld is not None:
             raise withheld
-        return await offload(lambda: finish(task, owner, _said(tool, call, output)))
+        return await offload(lambda: finish(task, owner, _said(
+            tool, call, admitted.resume_values, output)))
 
     return run_tool, arun_tool

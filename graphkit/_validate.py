@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from types import UnionType
 from typing import Any, Union, get_args, get_origin
@@ -19,12 +19,13 @@ from pydantic_core import to_jsonable_python
 
 from graphkit._fields import names_of, read_as
 from graphkit._limits import check_value, storable
-from graphkit._secrets import MASK, secret_paths
+from graphkit._secrets import MASK, secret_paths, secret_values
 from graphkit.errors import GraphkitError, InvalidApprovedArgsError, ResumeDataError
 from graphkit.tools import GraphkitTool
 
-__all__ = ["args_json_schema", "declared_secret_paths", "declares_secrets", "now_iso",
-           "storable", "unknown_args", "validate_args", "validate_resume",
+__all__ = ["args_json_schema", "declared_secret_paths", "declares_resume_secrets",
+           "declares_secrets", "now_iso",
+           "resume_secrets", "storable", "unknown_args", "validate_args", "validate_resume",
            "validation_runs_code"]
 
 
@@ -444,6 +445,28 @@ def declares_secrets(tool: BaseTool) -> bool:
     depth of its schema)."""
     schema = _args_model(tool)
     return schema is not None and bool(_secret_fields(schema))
+
+
+def declares_resume_secrets(tool: BaseTool) -> bool:
+    """Whether the data a call of `tool` is resumed with may hold a secret (its
+    `resume_schema` declares one)."""
+    schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None
+    return schema is not None and bool(_secret_fields(schema))
+
+
+def resume_secrets(tool: BaseTool, resumed: Sequence[Any]) -> list[str] | None:
+    """The secret values of the data a suspended call was resumed with (`resumed`, as
+    `validate_resume` kept it), as `secret_values` gives them, where its `resume_schema`
+    declares secrets ([] where it declares none); None where they could not be read. What
+    the tool says back must not show them (a one-time code a tool echoes: helper-114)."""
+    schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None
+    if schema is None or not _secret_fields(schema):
+        return []
+    try:
+        return [v for data in resumed if data is not None
+                for v in secret_values(data, _parsed(tool, schema, data)[2])]
+    except Exception:
+        return None
 
 
 def declared_secret_paths(tool: BaseTool | None, args: Any) -> list[list[str | int]]:

@@ -837,6 +837,53 @@ def test_a_secret_said_back_as_a_number_a_key_or_whole_shows_the_mask() -> None:
         agent.resume_generate("go", run_id=asked.run_id)
 
 
+class _Code(BaseModel):
+    code: SecretStr
+
+
+@pytest.mark.parametrize("says", ["result", "error"])
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_tool_that_says_back_the_secret_it_was_resumed_with_shows_the_mask(
+        tmp_path: Path, flavour: str, says: str) -> None:
+    """A secret of a `resume_schema` (a one-time code) reaches the tool, and the record of the
+    decision only: a tool that said it back showed it in its result, and so in the
+    conversation's checkpoints, the recorded outcome and every view, where the secrets of its
+    arguments showed the mask (helper-114). What it says back, and its error, show the mask."""
+    code = "OTP-73914628"
+    got: list[str] = []
+
+    def body(amount: int, ctx: ToolContext) -> str:
+        answer = ctx.suspend({"message": "Your one-time code?"})
+        got.append(answer.code.get_secret_value())
+        if says == "error":
+            raise ValueError(f"code {answer.code.get_secret_value()} refused by the bank")
+        return f"sent {amount} with code {answer.code.get_secret_value()}"
+
+    async def abody(amount: int, ctx: ToolContext) -> str:
+        return body(amount, ctx)
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    wire = create_tool(body if flavour == "sync" else abody, name="wire",
+                       description="Wire money.", resume_schema=_Code)
+    agent = Agent(name="bank", tools=[wire], checkpointer=url, model=ScriptedChatModel(
+        lambda m: "done" if m[-1].type == "tool" else turn(call("wire", {"amount": 5}, "w1"))))
+    first = agent.generate("wire 5")
+    resume = (agent.resume_generate if flavour == "sync" else
+              lambda *a, **k: asyncio.run(agent.aresume_generate(*a, **k)))
+    try:
+        done = resume({"code": code}, run_id=first.run_id)
+        shown = done._repr_html_() + json.dumps([m.content for m in done.messages])
+    except Exception as exc:  # (the tool's error, raised to the caller)
+        shown = "".join(traceback.format_exception(exc))
+    assert got == [code]
+    cfg = {"configurable": {"thread_id": first.thread_id}}
+    history = json.dumps([s.values for s in agent.graph.get_state_history(cfg)], default=str)
+    outcomes = str(agent._storage.ledger._sql.query("SELECT outcome FROM graphkit_calls"))
+    for where, text in {"views": shown, "conversation": history, "outcome": outcomes}.items():
+        assert code not in text, f"the code is shown in {where}"
+    assert MASK in shown + history
+
+
 @pytest.mark.parametrize("how", ["command", "path", "args", "note"])
 def test_a_tool_error_made_of_its_secret_shows_the_mask(how: str) -> None:
     """An error's message is made of more than its args: a failed command's `cmd`, the path an
