@@ -131,9 +131,11 @@ def _needs(tool: BaseTool, args: dict[str, Any], required: bool) -> tuple[bool, 
     if callable(rule):
         try:
             asked = bool(rule(copy.deepcopy(args)))  # (its own: nothing it changes runs)
-        except Exception:  # fail closed: a gate that cannot decide has granted nothing
-            logger.warning("needs_approval predicate of %s raised; asking a human", tool.name,
-                           exc_info=True)
+        except Exception as exc:  # fail closed: a gate that cannot decide has granted nothing
+            # (its kind only, as an approvers policy's: its message, or its traceback's, may
+            # hold the secret argument it read in clear: helper-113)
+            logger.warning("needs_approval predicate of %s raised %s; asking a human",
+                           tool.name, type(exc).__name__)
             asked = True
         return requested or asked, "required" if requested else "conditional"
     return requested or bool(rule), "required"

@@ -67,11 +67,14 @@ def make_extractor(model: BaseChatModel, tools: Mapping[str, BaseTool]) -> Extra
             raw = model.with_structured_output(schema).invoke(conversation)
             parsed = raw if isinstance(raw, schema) else schema.model_validate(raw)
         except (ValidationError, ValueError, TypeError, KeyError) as exc:
-            logger.info("auto-resume could not read %s from the reply: %s", schema.__name__, exc)
+            # (its kind only: a validation error quotes the reply's values, a secret field's
+            # one-time code among them)
+            logger.info("auto-resume could not read %s from the reply (%s)", schema.__name__,
+                        type(exc).__name__)
             return None
-        except Exception:  # a model failure must not lose the suspension either
-            logger.warning("auto-resume extraction failed; the tool stays suspended",
-                           exc_info=True)
+        except Exception as exc:  # a model failure must not lose the suspension either
+            logger.warning("auto-resume extraction failed (%s); the tool stays suspended",
+                           type(exc).__name__)
             return None
         return parsed.model_dump(mode="json") if isinstance(parsed, BaseModel) else None
 

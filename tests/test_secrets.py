@@ -1319,3 +1319,23 @@ def test_a_secret_number_is_masked_inside_what_a_tool_builds_of_it() -> None:
     # where its field cannot be set to the mask, the check must find it in what is stored
     assert still_shows(_CardError(pin="4821"), ["4821"])
     assert not still_shows(_CardError(pin="14821"), ["4821"])
+
+
+def test_a_predicate_that_raises_over_a_secret_logs_its_kind_only(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A `needs_approval` predicate reads the arguments in clear; one that raised logged its
+    error whole, the secret in its message, on stderr with no logging set up (helper-113).
+    As an approvers policy's, its error is named by its kind only; the call still asks."""
+    import logging
+
+    def pay_body(amount: int, pin: SecretStr) -> str:
+        return "paid"
+
+    pay = create_tool(pay_body, name="pay", description="Pay.",
+                      needs_approval=lambda args: int(args["pin"]) > 1000)
+    agent = Agent(name="shop", tools=[pay], model=ScriptedChatModel(
+        [turn(call("pay", {"amount": 5, "pin": KEY}, "p1")), "done"]))
+    with caplog.at_level(logging.DEBUG):
+        paused = agent.generate("pay")
+    assert paused.finish_reason == "suspended"
+    assert "ValueError" in caplog.text and KEY not in caplog.text
