@@ -203,29 +203,16 @@ class _Pass:
         waiting = [r for r in waiting_records(self.plan, answered) if r["status"] == "pending"]
         parsed = [parse_choice(d, i) for i, d in enumerate(raw)]
         identity = identity_of(self.config)
-        named = [p for p in parsed if p[1] is not None or p[2] is not None]
-        if parsed and not named:
-            undecided = [r for r in waiting if r["kind"] == "approval"]
-            if not undecided and waiting:  # decisions in order answer approvals only
-                ids = [r["tool_call_id"] for r in waiting]
-                raise AmbiguousApprovalError(INPUT_NEEDS_IDS.format(ids=ids), pending_ids=ids)
-            if len(parsed) != len(undecided):
-                # (one for each call still undecided, as the pause lists them: some were
-                # decided since the pause, in the inbox, say; helper-81)
-                rows = self.ctx.ledger.approvals(r["id"] for r in undecided)
-                left = [r for r in undecided if not (rows.get(r["id"]) and rows[r["id"]].decided)]
-                if len(parsed) != len(left):
-                    ids = [r["tool_call_id"] for r in left]
-                    msg = DECISION_COUNT.format(given=len(parsed), expected=len(left), ids=ids)
-                    raise AmbiguousApprovalError(msg, pending_ids=ids)
-                undecided = left
-            targets = undecided
-        else:
-            targets = [self._target(waiting, call_id, approval_id)
-                       for _, call_id, approval_id, _ in parsed]
-        if len({r["id"] for r in targets}) != len(targets):
-            msg = "two decisions for the same pending call; give one decision per call"
-            raise GraphkitError(msg)
+        try:
+            targets = self._targets(parsed, waiting)
+        except GraphkitError as unmatched:
+            # audited as the API audits a decision that names no call, or several: the
+            # client's went unrecorded (helper-114)
+            ids = next(((c, a) for _, c, a, _ in parsed if c is not None or a is not None),
+                       (None, None))
+            refuse(self.ctx.ledger, {"id": ids[1], "tool_call_id": ids[0]}, unmatched,
+                   decided_by=identity, thread_id=self.ctx.thread_id, run_id=self.ctx.run_id)
+            raise
         for record, (_, _, _, claimed) in zip(targets, parsed, strict=True):
             exc: GraphkitError | None = None
             if record["agent_path"] != self.ctx.path:
@@ -258,6 +245,34 @@ class _Pass:
         claims = [(record, self._judge(record, choice, identity)) for record, choice in fresh]
         for record, claim in claims:
             self.taken[record["id"]] = claim()
+
+    def _targets(self, parsed: list[Any], waiting: list[ApprovalRecord]
+                 ) -> list[ApprovalRecord]:
+        """The waiting call each parsed decision names (in order, where none names one)."""
+        named = [p for p in parsed if p[1] is not None or p[2] is not None]
+        if parsed and not named:
+            undecided = [r for r in waiting if r["kind"] == "approval"]
+            if not undecided and waiting:  # decisions in order answer approvals only
+                ids = [r["tool_call_id"] for r in waiting]
+                raise AmbiguousApprovalError(INPUT_NEEDS_IDS.format(ids=ids), pending_ids=ids)
+            if len(parsed) != len(undecided):
+                # (one for each call still undecided, as the pause lists them: some were
+                # decided since the pause, in the inbox, say; helper-81)
+                rows = self.ctx.ledger.approvals(r["id"] for r in undecided)
+                left = [r for r in undecided if not (rows.get(r["id"]) and rows[r["id"]].decided)]
+                if len(parsed) != len(left):
+                    ids = [r["tool_call_id"] for r in left]
+                    msg = DECISION_COUNT.format(given=len(parsed), expected=len(left), ids=ids)
+                    raise AmbiguousApprovalError(msg, pending_ids=ids)
+                undecided = left
+            targets = undecided
+        else:
+            targets = [self._target(waiting, call_id, approval_id)
+                       for _, call_id, approval_id, _ in parsed]
+        if len({r["id"] for r in targets}) != len(targets):
+            msg = "two decisions for the same pending call; give one decision per call"
+            raise GraphkitError(msg)
+        return targets
 
     def _judge(self, record: ApprovalRecord, choice: Choice, decided_by: str | None
                ) -> Callable[[], Taken]:

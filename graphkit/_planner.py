@@ -255,7 +255,8 @@ class Planner:
         # (a conversation new in this pass was given no grant: the state's channel, which no
         # graph input writes, is what a grant was given in)
         grants = (self.ledger.live_grants(ctx.thread_id, ctx.path, names,
-                                          conversation=ctx.conversation)
+                                          conversation=ctx.conversation,
+                                          ttl=self.settings.grant_ttl)
                   if names and ctx.conversation and not ctx.new_conversation else {})
         kept = stored if stored is not None else ai
         planned = plan_turn(ai, self.tools, self.settings, state.get("options") or {},

@@ -46,6 +46,7 @@ from graphkit.errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
     ApproverNotAllowedError,
+    DecisionNotAllowedError,
     GraphkitError,
     InvalidApprovedArgsError,
 )
@@ -589,6 +590,21 @@ class Inbox:
             refuse(ledger, entry, refused, decided_by=decided_by, thread_id=thread_id,
                    run_id=run_id)
             raise refused
+        if remember == "thread" and self.approvers is not None and (
+                agent is None or self.approvers is not policy_finder(agent)(
+                    record["agent_path"])):
+            # A grant approves later calls at the agent's gate, under the agent's policy: this
+            # inbox's own is not there to ask, and a grant bob could make here approved a
+            # payment it refuses him (helper-113). This call alone may be approved.
+            refused_grant = DecisionNotAllowedError(
+                f"this inbox decides with an approvers policy of its own, which the gate of "
+                f"agent {'/'.join(record['agent_path'])!r} cannot ask when a later call of "
+                f"{record['tool_name']!r} comes: a grant (remember='thread') is made where "
+                "the agent's own policy judges it (the agent's API, or an inbox given the "
+                "agent and no policy of its own); approve this call alone (remember='once')")
+            refuse(ledger, entry, refused_grant, decided_by=decided_by, thread_id=thread_id,
+                   run_id=run_id)
+            raise refused_grant
         judge(ledger, record, choice, decided_by=decided_by, comment=comment,
               approvers=approvers, tool=tool, thread_id=thread_id, run_id=run_id,
               reviewed_digest=args_digest, remember=remember,

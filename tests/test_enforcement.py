@@ -336,6 +336,40 @@ def test_another_agent_cannot_decide_or_run_this_agents_call(sqlite_url: str) ->
     assert ran.ran == [("pay", PAY)]
 
 
+def test_another_agents_graph_cannot_run_a_call_on_a_thread_only_the_graph_ran(
+        sqlite_url: str) -> None:
+    """A thread that only an agent's graph ran (a LangGraph server's: no run of the agent's
+    API recorded) was no one's: another served graph with a tool of the same name that needs
+    no approval, resumed there with a reject, ran the call that waited for approval; the
+    ledger kept it pending (helper-115). The thread is the agent's whose model planned its
+    turns: the other graph is refused, at every door."""
+    owner, ran = agent_with([turn(call("pay", PAY, "c1")), "done"], checkpointer=sqlite_url,
+                            name="billing")
+    paid: list[Any] = []
+
+    @create_tool
+    def pay(amount: int, payee: dict[str, Any]) -> str:
+        """Pay, with no approval."""
+        paid.append(amount)
+        return "paid"
+
+    intruder = Agent(name="intruder", tools=[pay], checkpointer=sqlite_url,
+                     model=ScriptedChatModel(["done"]))
+    owner.graph.invoke({"messages": [("user", "pay")]}, config("t-served"))
+    for attempt in (lambda: raw(intruder, "t-served", {"decisions": [{"type": "reject"}]}),
+                    lambda: raw(intruder, "t-served", {}),
+                    lambda: intruder.graph.invoke(None, config("t-served")),
+                    lambda: intruder.graph.invoke({"messages": [("user", "hi")]},
+                                                  config("t-served")),
+                    lambda: intruder.generate("hi", thread_id="t-served")):
+        with pytest.raises(GraphkitError, match="belongs to agent 'billing'"):
+            attempt()
+    assert paid == [] and ran.ran == []
+    assert [p.status for p in Inbox(sqlite_url).pending()] == ["pending"]
+    out = raw(owner, "t-served", {"decisions": [{"type": "approve"}]})
+    assert out["messages"][-1].text == "done" and ran.ran == [("pay", PAY)] and paid == []
+
+
 def test_policy_judges_the_arguments_that_will_run() -> None:
     def small_payments(decided_by: str | None, pending: Any) -> bool:
         return decided_by == "clerk" and pending.args["amount"] <= 100
@@ -634,6 +668,52 @@ def test_grants_expire() -> None:
     assert ran.ran == [("pay", PAY)]
 
 
+def test_a_grant_lasts_the_agents_grant_ttl_whichever_door_made_it(sqlite_url: str) -> None:
+    """An inbox without the agent cannot know its `grant_ttl`: the grant it made lasted the
+    default 8 hours, and the gate took its word, where the agent allowed 50 ms
+    (helper-113). The gate counts the agent's own lifetime from when the grant was made."""
+    script = [turn(call("pay", PAY, "c1")), "one", turn(call("pay", PAY, "c2")), "two"]
+    agent, ran = agent_with(script, checkpointer=sqlite_url,
+                            grant_ttl=timedelta(milliseconds=50))
+    first = agent.generate("pay")
+    Inbox(sqlite_url).approve(first.pending_approvals[0].id, decided_by="a",
+                              remember="thread")
+    agent.resume(run_id=first.run_id)
+    assert ran.ran == [("pay", PAY)]
+    time.sleep(0.1)
+    assert agent.generate("again", thread_id=first.thread_id).finish_reason == "suspended"
+    assert ran.ran == [("pay", PAY)]
+
+
+@pytest.mark.parametrize("agent_policy", [None, "anyone"])
+def test_an_inbox_with_a_policy_of_its_own_makes_no_grant(sqlite_url: str,
+                                                          agent_policy: str | None) -> None:
+    """A grant approves later calls at the agent's gate, under the agent's policy: one an
+    inbox with a narrower policy of its own let bob make (he may approve under 100) approved
+    the model's next payment of 9999 to mallory, with no one asked (helper-113). Such an
+    inbox approves the call alone; the grant is refused, typed and audited, nothing decided."""
+    from graphkit.errors import DecisionNotAllowedError
+
+    def small_for_bob(who: str | None, pending: Any) -> bool:
+        return who == "alice" or (who == "bob" and pending.args["amount"] < 100)
+
+    script = [turn(call("pay", PAY, "c1")), "one",
+              turn(call("pay", {**PAY, "amount": 9999}, "c2")), "two"]
+    policy = {"approvers": lambda who, pending: True} if agent_policy else {}
+    agent, ran = agent_with(script, checkpointer=sqlite_url, **policy)
+    first = agent.generate("pay")
+    inbox = Inbox(sqlite_url, approvers=small_for_bob, agents=[agent])
+    (pending,) = inbox.pending()
+    with pytest.raises(DecisionNotAllowedError, match="policy of its own"):
+        inbox.approve(pending.id, decided_by="bob", remember="thread")
+    assert inbox.get(pending.id).status == "pending" and inbox.grants() == []
+    assert audit_events(agent, first.thread_id)[-1] == "refused"
+    inbox.approve(pending.id, decided_by="bob")
+    agent.resume(run_id=first.run_id)
+    again = agent.generate("more", thread_id=first.thread_id)
+    assert again.finish_reason == "suspended" and ran.ran == [("pay", PAY)]
+
+
 def test_a_grant_dies_with_the_conversation_it_was_given_in(sqlite_url: str) -> None:
     """A grant is the thread's for the rest of its conversation. A LangGraph server deletes a
     thread without graphkit, and anyone who knows its id may create it again: the deleted
@@ -798,6 +878,26 @@ def test_refused_decisions_leave_an_audit_entry_and_nothing_else() -> None:
     assert audit_events(agent, result.thread_id).count("refused") >= 1
     with pytest.raises(InvalidApprovedArgsError):
         agent.approve_tool_call(run_id=result.run_id, args={"amount": "x", "payee": {}})
+
+
+@pytest.mark.parametrize("value", [
+    {"decisions": [{"type": "approve", "tool_call_id": "nope"}]},
+    {"decisions": [{"type": "approve"}]},  # one decision for two calls
+    {"decisions": [{"type": "approve", "tool_call_id": "c1"},
+                   {"type": "reject", "tool_call_id": "c1"}]},
+])
+def test_a_clients_decision_that_names_no_call_or_several_is_audited(
+        value: dict[str, Any]) -> None:
+    """The API audits a decision that names no waiting call (or several, or one twice); the
+    same decision a client resumed the graph with was refused unrecorded (helper-114)."""
+    agent, ran = agent_with([turn(call("pay", PAY, "c1"), call("pay", {**PAY, "amount": 7},
+                                                               "c2")), "done"])
+    result = agent.generate("pay")
+    raw(agent, result.thread_id, value)
+    refused = [e for e in agent._storage.ledger.read_audit(thread_id=result.thread_id)
+               if e["event"] == "refused"]
+    assert len(refused) == 1 and ran.ran == []
+    assert [p.status for p in agent.pending_approvals(run_id=result.run_id)] == ["pending"] * 2
 
 
 @pytest.mark.parametrize("decision", [

@@ -383,7 +383,7 @@ def test_what_waits_in_a_thread_deleted_on_the_server_leaves_the_inbox_and_never
 def test_the_mounted_inbox_withdraws_nothing_whose_thread_is_not_gone(tmp_path: Any) -> None:
     """Attacks (adversary reviews of the deleted-thread withdrawal), on a server whose agents
     share GRAPHKIT_DB with another service: a server run on a thread a client named, a graph
-    driven directly on the shared database (and a server client that runs another graph
+    driven directly on the shared database (and a server client that tries another graph
     under its thread id, then deletes that server thread) and one embedded in another graph under
     its own checkpointer (no run id, as a server's run; their threads were never the
     server's), a delete of the server's thread on graphkit's saver (which never held it), and
@@ -429,12 +429,13 @@ def test_the_mounted_inbox_withdraws_nothing_whose_thread_is_not_gone(tmp_path: 
             {"configurable": {"thread_id": embedded}})
         by_thread = {p.thread_id: p.id for p in Inbox(db).pending()}
         assert set(by_thread) == {served, direct, api.thread_id, embedded}, by_thread
-        # a server client that knows the direct graph's thread id runs another graph there and
-        # deletes it: what the server's run asked goes, the direct graph's approval stays
-        client.runs.wait(direct, "bash", if_not_exists="create",
-                         input={"messages": [{"role": "user", "content": "run: rm /srv/z"}]})
-        (planted,) = [p.id for p in Inbox(db).pending() if p.thread_id == direct
-                      and p.id != by_thread[direct]]
+        # a server client that knows the direct graph's thread id runs another graph there
+        # (refused: the thread is the agent's whose model planned its turns, helper-115) and
+        # deletes it: the direct graph's approval stays
+        with pytest.raises(Exception, match="GraphkitError"):
+            client.runs.wait(direct, "bash", if_not_exists="create",
+                             input={"messages": [{"role": "user", "content": "run: rm /srv/z"}]})
+        assert {p.id for p in Inbox(db).pending()} == set(by_thread.values())
         client.threads.delete(direct)
         # graphkit's saver on the shared database never held the server's thread: deleting it
         # there deletes nothing, and withdraws nothing
@@ -446,10 +447,8 @@ def test_the_mounted_inbox_withdraws_nothing_whose_thread_is_not_gone(tmp_path: 
         for _ in range(2):
             listing = web.get("/").text
             assert all(i in listing for i in by_thread.values()), listing[-3000:]
-            assert planted not in listing
             time.sleep(3.5)  # past the lists' memory of threads found there
         assert {p.id for p in Inbox(db).pending()} == set(by_thread.values())
-        assert Inbox(db).get(planted).status == "rejected"
 
         decide(web, by_thread[api.thread_id])
         worker = Worker(agent)

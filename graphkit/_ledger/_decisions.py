@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from datetime import timedelta
 from typing import Any, NamedTuple
 
 from graphkit._ledger._base import LedgerBase
@@ -312,23 +313,29 @@ class Decisions(LedgerBase):
         return done == 1
 
     def live_grants(self, thread_id: str, agent_path: Sequence[str],
-                    tool_names: Iterable[str], *, conversation: str) -> dict[str, GrantRow]:
+                    tool_names: Iterable[str], *, conversation: str,
+                    ttl: timedelta | None = None) -> dict[str, GrantRow]:
         """Unrevoked, unexpired grants for these tools in this thread and agent, given in this
         conversation (the one their approval's call was planned in): a thread id names a new
         conversation once its thread was deleted (a LangGraph server's delete does not go
         through graphkit) and created again, by anyone who knows the id, and a grant of the
-        deleted one approved the new one's calls with no one asked (helper-62, helper-63)."""
+        deleted one approved the new one's calls with no one asked (helper-62, helper-63).
+        With `ttl` (the agent's `grant_ttl`), only grants made within it, whatever expiry
+        the door that made them wrote: a door without the agent wrote the default's (8 hours
+        for a grant the agent limits to minutes: helper-113)."""
         names = sorted(set(tool_names))
         if not names:
             return {}
         marks = ", ".join("?" for _ in names)
+        within, limit = ((f" AND g.created_at + ? > {self._sql.now}", (ttl.total_seconds(),))
+                         if ttl is not None else ("", ()))
         rows = self._sql.query(
             f"SELECT {_GRANT_READ} FROM graphkit_grants g JOIN graphkit_approvals a "
             "ON a.approval_id = g.approval_id JOIN graphkit_calls c ON c.call_key = a.call_key "
             f"WHERE g.thread_id = ? AND g.agent_path = ? AND g.tool_name IN ({marks}) "
             f"AND g.revoked IS NULL AND (g.expires_at IS NULL OR g.expires_at > {self._sql.now})"
-            " AND c.conversation = ? ORDER BY g.created_at",
-            (thread_id, path_text(agent_path), *names, conversation))
+            f"{within} AND c.conversation = ? ORDER BY g.created_at",
+            (thread_id, path_text(agent_path), *names, *limit, conversation))
         return {g.tool_name: g for g in map(grant_row, rows)}
 
     def grants(self, thread_id: str | None = None) -> list[GrantRow]:

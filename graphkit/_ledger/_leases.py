@@ -46,6 +46,10 @@ _LATER = ("SELECT r.run_id FROM graphkit_runs r JOIN graphkit_runs me ON me.run_
 _OWNER = "SELECT agent FROM graphkit_runs WHERE thread_id = ? ORDER BY created_at LIMIT 1"
 """The agent a thread is (the one that started its first run: a database from before threads
 were one agent's may hold others' runs too)."""
+_PLANNED_BY_OTHERS = ("SELECT agent_path FROM graphkit_turns WHERE thread_id = ? "
+                      "AND agent_path <> ? AND substr(agent_path, 1, ?) <> ? LIMIT 1")
+"""A turn of the thread another agent's model planned (its agent path is not this agent's,
+nor below it): the thread is that agent's, whether or not a run of it was recorded."""
 _REARM = ("ON CONFLICT (run_id) DO UPDATE SET ready_at = excluded.ready_at, "
           "claimed_by = excluded.claimed_by, claimed_until = excluded.claimed_until, "
           "continue_as = NULL, continue_for = NULL, held_back = NULL")
@@ -390,19 +394,27 @@ class Leases(LedgerBase):
         # A thread's runs start one at a time (under its lease), each after the one before
         # it: later than it, even within the clock's tick (SQLite's is a millisecond).
         # (`follows`: where the agent has runs; else where the thread is the agent's or no one's)
+        # (and no other agent's model planned a turn there: a thread only a graph ran, a
+        # LangGraph server's, records no run, and another served graph went on in it: helper-115)
         owned, params = (("EXISTS (SELECT 1 FROM graphkit_runs WHERE thread_id = ? AND agent = ?)",
                           (thread_id, agent)) if follows else
                          (f"COALESCE(({_OWNER}), ?) = ?", (thread_id, agent, agent)))
+        others = (thread_id, agent, len(agent) + 1, f"{agent}/")
         if run_id is not None and tx.execute(
                 "INSERT INTO graphkit_runs (run_id, thread_id, agent, created_at) "
                 f"SELECT ?, ?, ?, {self._sql.greatest}({self._sql.now}, COALESCE(("
                 "SELECT MAX(created_at) FROM graphkit_runs WHERE thread_id = ?), 0) + 0.00001)"
-                f" WHERE {owned} ON CONFLICT (run_id) DO NOTHING",
-                (run_id, thread_id, agent, thread_id, *params)) == 1:
+                f" WHERE {owned} AND NOT EXISTS ({_PLANNED_BY_OTHERS}) "
+                "ON CONFLICT (run_id) DO NOTHING",
+                (run_id, thread_id, agent, thread_id, *params, *others)) == 1:
             return True
         first = tx.query(_OWNER, (thread_id,))
-        if first and str(first[0][0]) != agent:
-            msg = (f"thread {thread_id!r} belongs to agent {str(first[0][0])!r}, not {agent!r}: "
+        owner = str(first[0][0]) if first else None
+        if owner is None or owner == agent:
+            planned = tx.query(_PLANNED_BY_OTHERS, others)
+            owner = str(planned[0][0]).split("/")[0] if planned else owner
+        if owner is not None and owner != agent:
+            msg = (f"thread {thread_id!r} belongs to agent {owner!r}, not {agent!r}: "
                    "start this agent's conversation under another thread id")
             raise GraphkitError(msg)
         return False
