@@ -29,7 +29,9 @@ from langchain_core.tools import BaseTool
 from graphkit._ledger import ApprovalRow, AuditRow, Decline, GrantRow, Ledger
 from graphkit._limits import MAX_TEXT, check_text, check_value
 from graphkit._secrets import (
+    MASK,
     PATHS_KEY,
+    holds_mask,
     masked,
     masked_record,
     record_digest,
@@ -391,8 +393,15 @@ def _checked(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
                 refuse_unknown(record["tool_name"], args_json_schema(tool), choice.args)
             # a secret the reviewer saw masked, and left so, keeps its real value
             # (and long text the interrupt withheld, left as shown, keeps its text)
-            run_args = check_args(restored(
-                unmasked(choice.args, record["args"], record_paths(record)), record["args"]))
+            kept = unmasked(choice.args, record["args"], record_paths(record))
+            if holds_mask(kept):
+                # (a mask moved, added or renamed: no secret stands behind it, and the tool got
+                # the mask itself: helper-114)
+                msg = (f"the edited arguments for tool {record['tool_name']!r} show the mask "
+                       f"{MASK!r} where the call holds no secret to keep: type the value, or "
+                       "leave each masked secret where it was shown")
+                raise InvalidApprovedArgsError(msg)
+            run_args = check_args(restored(kept, record["args"]))
             # what runs, as read for the tool, is held to the same bounds as what was given
             # (1e20 given for an integer is an int no checkpoint holds: the gate refused it
             # after the inbox recorded it approved, helper-104 F3)

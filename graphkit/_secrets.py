@@ -33,7 +33,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from graphkit._digest import args_digest
 
 __all__ = ["MASK", "PATHS_KEY", "SALT_KEY", "SECRETS_KEY", "WITHHELD_CHARS", "copy_secrets",
-           "holds_secret", "masked", "masked_ai", "masked_message", "masked_record",
+           "holds_mask", "holds_secret", "masked", "masked_ai", "masked_message", "masked_record",
            "new_salt", "observed", "record_digest", "record_paths", "restored",
            "salted_digest", "scrub_exception", "scrubbed", "secret_paths", "secret_values",
            "shows_masked", "still_shows", "unmasked", "with_secrets", "withheld"]
@@ -60,16 +60,17 @@ def secret_paths(shown: Any, real: Any, at: Path | None = None) -> list[Path]:
     elif (isinstance(shown, list) and isinstance(real, list) and len(shown) == len(real)):
         return [p for i, (s, r) in enumerate(zip(shown, real, strict=True))
                 for p in secret_paths(s, r, [*at, i])]
-    return [at] if _holds_mask(shown) else []
+    return [at] if holds_mask(shown) else []
 
 
-def _holds_mask(value: Any) -> bool:
+def holds_mask(value: Any) -> bool:
+    """Whether the mask shows anywhere in `value` (a value, at any depth)."""
     if isinstance(value, str):
         return value == MASK
     if isinstance(value, Mapping):
-        return any(_holds_mask(v) for v in value.values())
+        return any(holds_mask(v) for v in value.values())
     if isinstance(value, list):
-        return any(_holds_mask(v) for v in value)
+        return any(holds_mask(v) for v in value)
     return False
 
 

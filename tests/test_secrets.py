@@ -1339,3 +1339,44 @@ def test_a_predicate_that_raises_over_a_secret_logs_its_kind_only(
         paused = agent.generate("pay")
     assert paused.finish_reason == "suspended"
     assert "ValueError" in caplog.text and KEY not in caplog.text
+
+
+@pytest.mark.parametrize("edit", [
+    {"tokens": ["NEW-TOKEN-1", MASK], "named": {"prod": MASK}},  # one put before it
+    {"tokens": [MASK, MASK], "named": {"prod": MASK}},  # one more
+    {"tokens": [MASK], "named": {"staging": MASK}},  # under another key
+])
+@pytest.mark.parametrize("door", ["api", "inbox"])
+def test_an_edit_that_moves_a_masked_secret_is_refused_and_the_tool_never_gets_the_mask(
+        sqlite_url: str, door: str, edit: dict[str, Any]) -> None:
+    """A masked secret left where the card showed it keeps its value; one moved, added or
+    renamed reached the tool as the mask itself (helper-114). Refused, typed; nothing
+    decided; an edit that keeps each secret where it was still runs with the real values."""
+    from graphkit.errors import InvalidApprovedArgsError
+
+    seen: list[Any] = []
+
+    def vault_body(tokens: list[SecretStr], named: dict[str, SecretStr]) -> str:
+        seen.append(([t.get_secret_value() for t in tokens],
+                     {k: v.get_secret_value() for k, v in named.items()}))
+        return "ok"
+
+    vault = create_tool(vault_body, name="vault", description="Keep.", needs_approval=True)
+    agent = Agent(name="a", tools=[vault], checkpointer=sqlite_url, model=ScriptedChatModel(
+        [turn(call("vault", {"tokens": [KEY], "named": {"prod": "NAMED-5555"}}, "c1")),
+         "done"]))
+    first = agent.generate("go")
+    (pending,) = first.pending_approvals
+
+    def approve(args: dict[str, Any]) -> None:
+        if door == "api":
+            agent.approve_tool_call_generate(run_id=first.run_id, decided_by="a", args=args)
+        else:
+            Inbox(sqlite_url, agents=[agent]).approve(pending.id, decided_by="a", args=args)
+            agent.resume(run_id=first.run_id)
+
+    with pytest.raises(InvalidApprovedArgsError, match="mask"):
+        approve(edit)
+    assert seen == [] and Inbox(sqlite_url).get(pending.id).status == "pending"
+    approve({"tokens": [MASK], "named": {"prod": MASK}})
+    assert seen == [([KEY], {"prod": "NAMED-5555"})]
