@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphkit import _html
 from graphkit._review import named
+from graphkit._validate import args_model
 from graphkit.errors import GraphkitError
 from graphkit.types import GenerateResult, PendingApproval
 
@@ -277,8 +278,8 @@ def review(agent: Agent, target: GenerateResult | str, *, decided_by: str) -> Re
             continue
         tool = agent._find_tool(pending.agent_path, pending.tool_name)
         is_suspension = pending.kind == "suspension"
-        schema_model = getattr(tool, "resume_schema", None) if is_suspension else getattr(
-            tool, "args_schema", None)
+        schema_model = (getattr(tool, "resume_schema", None) if is_suspension
+                        else args_model(tool) if tool is not None else None)
         make = getattr(schema_model, "model_json_schema", None)
         schema: Mapping[str, Any] = make() if callable(make) else {}
         values = {} if is_suspension else pending.args

@@ -23,9 +23,9 @@ from graphkit._secrets import MASK, secret_paths, secret_values
 from graphkit.errors import GraphkitError, InvalidApprovedArgsError, ResumeDataError
 from graphkit.tools import GraphkitTool
 
-__all__ = ["args_json_schema", "declared_secret_paths", "declares_resume_secrets",
-           "declares_secrets", "now_iso",
-           "resume_secrets", "storable", "unknown_args", "validate_args", "validate_resume",
+__all__ = ["args_json_schema", "args_model", "declared_secret_paths", "declares_resume_secrets",
+           "declares_secrets", "injected_keys", "now_iso", "resume_secrets", "storable",
+           "unknown_args", "unsupported_injections", "validate_args", "validate_resume",
            "validation_runs_code"]
 
 
@@ -39,10 +39,41 @@ def now_iso() -> str:
 
 
 def _args_model(tool: BaseTool | None) -> type[BaseModel] | None:
-    """The tool's pydantic model of its arguments; None for a JSON schema, or none (the
-    arguments are then taken as they are)."""
-    schema = tool.args_schema if tool is not None else None
+    """The tool's pydantic model of the arguments a call gives; None for a JSON schema, or
+    none (the arguments are then taken as they are). Without LangChain's injected ones (a
+    `tool_call_id: Annotated[str, InjectedToolCallId]`): the model never gives them (every
+    call of such a tool was refused for want of one), and one it writes is dropped, never
+    shown, digested or run (LangChain fills it in as the tool runs: helper-113, helper-114)."""
+    if tool is None:
+        return None
+    schema = tool.tool_call_schema if injected_keys(tool) else tool.args_schema
     return schema if isinstance(schema, type) and issubclass(schema, BaseModel) else None
+
+
+def args_model(tool: BaseTool) -> type[BaseModel] | None:
+    """`_args_model`, for a view that draws a call's arguments (a notebook card's fields)."""
+    return _args_model(tool)
+
+
+def injected_keys(tool: BaseTool) -> frozenset[str]:
+    """The arguments LangChain injects into the tool, which no call gives."""
+    keys: Any = getattr(tool, "_injected_args_keys", frozenset())
+    return frozenset(keys) if isinstance(keys, frozenset | set) else frozenset()
+
+
+def unsupported_injections(tool: BaseTool) -> list[str]:
+    """The tool's injected arguments that nothing fills in under graphkit (LangGraph's
+    `InjectedState`, `InjectedStore`, `ToolRuntime`, a bare `InjectedToolArg`): only a
+    `tool_call_id` is (LangChain's `InjectedToolCallId`, from the call). Given by the model
+    instead, a state or a user id it made up reached the tool (helper-113)."""
+    keys = injected_keys(tool)
+    if not keys:
+        return []
+    from langchain_core.tools.base import InjectedToolCallId, _is_injected_arg_type
+
+    annotations = get_all_basemodel_annotations(tool.get_input_schema())
+    return sorted(k for k in keys if k not in annotations or not _is_injected_arg_type(
+        annotations[k], injected_type=InjectedToolCallId))
 
 
 def validation_runs_code(tool: BaseTool) -> bool:

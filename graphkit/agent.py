@@ -63,7 +63,7 @@ from graphkit._secrets import masked, masked_message
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers, GateSettings
 from graphkit._state import DEFAULT_MAX_STEPS, RunOptions
 from graphkit._storage import open_storage, serve_agent, served_storage
-from graphkit._validate import declares_secrets, secret_paths_of
+from graphkit._validate import declares_secrets, secret_paths_of, unsupported_injections
 from graphkit.errors import (
     SNAPSHOT_NOT_FOUND,
     ApprovalNotFoundError,
@@ -123,6 +123,14 @@ def _tools(tools: Sequence[BaseTool | Callable[..., Any]]) -> list[BaseTool]:
     if duplicates:
         msg = f"tool names must be unique, got duplicates {duplicates}"
         raise ValueError(msg)
+    for tool in result:
+        if unfilled := unsupported_injections(tool):
+            msg = (f"tool {tool.name!r} takes injected arguments {unfilled} that graphkit does "
+                   "not fill in (LangGraph's InjectedState, InjectedStore, ToolRuntime, a bare "
+                   "InjectedToolArg; only InjectedToolCallId is): its tools run apart from the "
+                   "graph's state. Take what it needs as an argument the model gives (shown "
+                   "for approval), or from graphkit's ToolContext (thread_id, agent_path)")
+            raise GraphkitError(msg)
     return result
 
 

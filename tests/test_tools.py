@@ -6,12 +6,13 @@ import asyncio
 import dataclasses
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import BaseTool, InjectedToolArg, InjectedToolCallId, tool
+from langgraph.prebuilt import InjectedState
 from pydantic import (
     AliasChoices,
     AliasPath,
@@ -137,6 +138,56 @@ def test_plain_langchain_tools_are_accepted_and_never_ask_by_themselves() -> Non
                                                      "ok"]), tools=[echo])
     assert agent.generate("go").finish_reason == "stop"
     assert agent.generate("go", require_tool_approval=True).finish_reason == "suspended"
+
+
+@pytest.mark.parametrize("model_gives", [{}, {"tool_call_id": "forged"}])
+def test_a_langchain_tool_gets_its_tool_call_id_injected_never_the_models(
+        model_gives: dict[str, Any]) -> None:
+    """A plain LangChain tool taking `InjectedToolCallId` was refused at every call (its
+    arguments were checked with the injected one, which no model gives), and the id a model
+    wrote for it was shown for approval as an argument and offered for edits (helper-113,
+    helper-114). The call shows, digests and edits what the model gives; LangChain fills
+    the id in from the call as it runs."""
+    seen: list[tuple[str, str]] = []
+
+    @tool
+    def tag(target: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+        """Tag a target."""
+        seen.append((target, tool_call_id))
+        return "tagged"
+
+    agent = Agent(name="x", tools=[tag], require_tool_approval=True, model=ScriptedChatModel(
+        [turn(call("tag", {"target": "t1", **model_gives}, "c1")), "ok"]))
+    first = agent.generate("go")
+    assert [p.args for p in first.pending_approvals] == [{"target": "t1"}]
+    with pytest.raises(InvalidApprovedArgsError, match="tool_call_id"):
+        agent.approve_tool_call_generate(run_id=first.run_id, decided_by="a",
+                                         args={"target": "t2", "tool_call_id": "mine"})
+    done = agent.approve_tool_call_generate(run_id=first.run_id, decided_by="a",
+                                            args={"target": "t3"})
+    assert done.finish_reason == "stop" and seen == [("t3", "c1")]
+
+
+def test_a_tool_whose_injected_arguments_nothing_fills_in_is_refused_when_given() -> None:
+    """LangGraph's `InjectedState`, a bare `InjectedToolArg`: graphkit's tools run apart from
+    the graph's state, and such an argument was left to the model, which made one up (a user
+    id, a state) that the tool took as the system's (helper-113). Refused, typed, as the
+    agent is made."""
+    from graphkit.errors import GraphkitError
+
+    @tool
+    def transfer(amount: int, user_id: Annotated[str, InjectedToolArg]) -> str:
+        """Transfer money for the current user."""
+        return "ok"
+
+    @tool
+    def peek(q: str, state: Annotated[dict[str, Any], InjectedState]) -> str:
+        """Peek at the state."""
+        return "ok"
+
+    for given, name in ((transfer, "user_id"), (peek, "state")):
+        with pytest.raises(GraphkitError, match=f"injected arguments \\['{name}'\\]"):
+            Agent(name="x", tools=[given], model=ScriptedChatModel(["ok"]))
 
 
 def test_plain_functions_become_tools_and_names_must_be_unique() -> None:
