@@ -15,12 +15,26 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from graphkit.types import PendingApproval
 
-__all__ = ["DEFAULT_GRANT_TTL", "Approvers", "GateSettings"]
+__all__ = ["DEFAULT_GRANT_TTL", "MAX_TTL", "Approvers", "GateSettings", "checked_ttl"]
 
 Approvers = Callable[[str | None, "PendingApproval"], bool]
 """Who may decide: `(decided_by, pending) -> bool`."""
 DEFAULT_GRANT_TTL = timedelta(hours=8)
 """How long a `remember="thread"` grant approves later calls, unless the agent says."""
+MAX_TTL = timedelta(days=36_500)
+"""The longest lifetime an approval or a grant may be given (a hundred years)."""
+
+
+def checked_ttl(value: timedelta | None, what: str) -> timedelta | None:
+    """A lifetime as given, or a typed error now: an `int`, or `timedelta.max` (past the
+    calendar's end), was taken as it was given and failed the first run to ask (helper-113)."""
+    if value is not None and not (isinstance(value, timedelta) and value <= MAX_TTL):
+        from graphkit.errors import GraphkitError
+
+        msg = (f"{what} must be a datetime.timedelta of at most {MAX_TTL.days} days, or None; "
+               f"got {value!r}")
+        raise GraphkitError(msg)
+    return value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,3 +51,7 @@ class GateSettings:
     allowed_decisions: tuple[str, ...] | None = None
     """The decision types a reviewer may take on a tool that does not say (None: approve,
     edit, reject)."""
+
+    def __post_init__(self) -> None:
+        checked_ttl(self.approval_ttl, "approval_ttl")
+        checked_ttl(self.grant_ttl, "grant_ttl")

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from graphkit._fields import names_of
 from graphkit._limits import check_value, storable
+from graphkit._settings import checked_ttl
 from graphkit.errors import SuspendPayloadError
 
 HumanDecision = Literal["approve", "edit", "reject", "respond"]
@@ -450,7 +451,7 @@ def create_tool(
             suspend_schema=suspend_schema,
             resume_schema=resume_schema,
             context_param=ctx_param,
-            approval_ttl=approval_ttl,
+            approval_ttl=checked_ttl(approval_ttl, f"approval_ttl of tool {tool_name!r}"),
             allowed_decisions=allowed,
         )
 

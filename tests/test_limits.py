@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -386,3 +387,20 @@ def test_arguments_that_look_like_a_stored_reference_are_data(sqlite_url: str) -
     assert got[1] == (forged["run_args"], forged["approved_args"])
     audit = agent._storage.ledger.read_audit(thread_id=second.thread_id)
     assert all("s" * 100 not in json.dumps(e) for e in audit if e.get("approval_id") == pending.id)
+
+
+@pytest.mark.parametrize("given", [5, "1h", timedelta.max])
+@pytest.mark.parametrize("where", ["approval_ttl", "grant_ttl", "a tool's approval_ttl"])
+def test_a_lifetime_that_is_not_one_is_refused_when_given(given: Any, where: str) -> None:
+    """`approval_ttl=5` (an int), or `timedelta.max` (past the calendar's end), was taken as
+    given and failed the first run that asked, or the first grant, with Python's own
+    error (helper-113). Refused, typed, as the agent or the tool is made."""
+    from graphkit import Agent, create_tool
+    from graphkit.errors import GraphkitError
+    from graphkit.testing import ScriptedChatModel
+
+    with pytest.raises(GraphkitError, match="timedelta"):
+        if where == "a tool's approval_ttl":
+            create_tool(lambda x: x, name="t", description="T.", approval_ttl=given)
+        else:
+            Agent(name="a", tools=[], model=ScriptedChatModel(["ok"]), **{where: given})

@@ -656,6 +656,13 @@ def test_notifications_follow_outcomes(sqlite_url: str, receiver: Receiver) -> N
     assert outcomes == ["failed", "not_run", "ran"]
     revoked = [e for e in events if e["type"] == "grant.revoked"]
     assert len(revoked) == 1 and revoked[0]["grant_id"] == grant["id"]
+    # every event's time as every other timestamp graphkit writes: milliseconds, UTC with Z
+    # (`run.finished` said whole seconds: helper-113)
+    import re
+
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z",
+                            e["approval"]["at"]) for e in events), [
+        (e["type"], e["approval"]["at"]) for e in events]
 
 
 def test_a_call_fenced_after_its_process_died_is_told_as_finished(sqlite_url: str) -> None:

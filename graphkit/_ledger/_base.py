@@ -20,7 +20,7 @@ from graphkit._ledger._schema import (
     NOTIFY_EVENTS,
     NOTIFY_RECHECK,
 )
-from graphkit._ledger._sql import Sql, Tx, iso_now, loads
+from graphkit._ledger._sql import Sql, Tx, iso_now_ms, loads
 from graphkit._ledger._values import stowed, unstowed
 
 __all__ = ["LedgerBase"]
@@ -138,7 +138,7 @@ class LedgerBase:
         approval_id, thread_id, path, tool_name, tool_call_id = rows[0]
         entry = {"event": result, "approval_id": approval_id, "thread_id": thread_id,
                  "agent_path": str(path).split("/"), "tool_name": tool_name,
-                 "tool_call_id": tool_call_id, "at": iso_now()}
+                 "tool_call_id": tool_call_id, "at": iso_now_ms()}
         content = str(outcome.get("content", ""))
         self._outbox(tx, AuditRow(thread_id=str(thread_id), approval_id=str(approval_id),
                                   entry=entry),

@@ -9,14 +9,13 @@ import os
 import re
 import sqlite3
 import threading
-import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 __all__ = ["PAGE_SIZE", "Batch", "Postgres", "PostgresTx", "RunBusyError", "Sql", "Sqlite",
-           "SqliteTx", "Statement", "Tx", "dumps", "iso_now", "loads", "path_text"]
+           "SqliteTx", "Statement", "Tx", "dumps", "iso_now_ms", "loads", "path_text"]
 
 PAGE_SIZE = 8192
 """Bytes per page of a SQLite file graphkit creates: a checkpoint row of about 2.5 KB left 40%
@@ -387,10 +386,6 @@ class Postgres(Sql):
     def transaction(self) -> Iterator[Tx]:
         with self._connection() as conn, conn.transaction():
             yield PostgresTx(conn)
-
-
-def iso_now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def iso_now_ms() -> str:
