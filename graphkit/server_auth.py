@@ -234,7 +234,8 @@ def make_auth(
     async def create_run(
         ctx: Auth.types.AuthContext, value: Auth.types.RunsCreate
     ) -> dict[str, str] | None:
-        """Allow inputs and `command={"resume": ...}`; refuse a command's `goto` or `update`.
+        """Allow inputs and `command={"resume": ...}`; refuse a command's `goto` or `update`,
+        and a command given with input.
 
         `goto` could jump straight to the tools node and `update` could write state, both
         around the approval gate.
@@ -248,6 +249,11 @@ def make_auth(
         if carried:
             raise _forbidden(f"Run commands with {' or '.join(carried)} are disabled; "
                              "only resume is allowed")
+        if command and kwargs.get("input") is not None:
+            # LangGraph runs the command and drops the input: a user's message that was to
+            # supersede what waits vanished while the decision beside it applied (helper-115)
+            raise _forbidden("A run takes input or a resume command, not both: the input "
+                             "would be dropped; send the message as its own run")
         return owned(ctx, value, creates=True)
 
     return auth

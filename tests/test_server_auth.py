@@ -175,6 +175,11 @@ def test_goto_and_update_commands_are_refused_resume_is_not(server: str) -> None
         refused = refusal(lambda c=command: rm.runs.wait(thread_id, "deploy", command=c))
         assert refused.status_code == 403 and "only resume is allowed" in refused.text
         assert status_of(lambda c=command: rm.runs.create(thread_id, "deploy", command=c)) == 403
+    # a message beside a resume: LangGraph would drop it (helper-115)
+    both = refusal(lambda: rm.runs.wait(
+        thread_id, "deploy", command={"resume": {"decisions": [{"type": "approve"}]}},
+        input={"messages": [{"role": "user", "content": "no wait, never mind"}]}))
+    assert both.status_code == 403 and "not both" in both.text
     values = rm.runs.wait(thread_id, "deploy",
                           command={"resume": {"decisions": [{"type": "approve"}]}})
     tool_results = [m for m in values["messages"] if m["type"] == "tool"]
