@@ -126,6 +126,9 @@ class ReviewCard:
     comment: Any
     fields: dict[str, Any] = field(default_factory=dict)
     message: Any = None
+    respond: Any = None
+    """A reply in the call's place (where its tool allows `respond`), with `answer`'s text."""
+    answer: Any = None
 
 
 @dataclass
@@ -184,9 +187,11 @@ def _commands(pending: PendingApproval, by: str) -> list[str]:
     if pending.kind == "suspension":
         return [f"Inbox(DB).resume({pending.id!r}, DATA, decided_by={by!r})",
                 f"graphkit decline {q(pending.id)} --by {q(by)}"]
-    commands = [f"graphkit approve {q(pending.id)} --by {q(by)}",
-                f"graphkit reject {q(pending.id)} --by {q(by)} --comment WHY"]
-    if "respond" in (pending.allowed_decisions or ()):
+    allowed = pending.allowed_decisions or ()  # (the ones its tool allows: helper-114)
+    commands = [f"graphkit approve {q(pending.id)} --by {q(by)}"] if "approve" in allowed else []
+    if "reject" in allowed:
+        commands.append(f"graphkit reject {q(pending.id)} --by {q(by)} --comment WHY")
+    if "respond" in allowed:
         commands.append(f"graphkit respond {q(pending.id)} --by {q(by)} --message TEXT")
     return commands
 
@@ -206,6 +211,11 @@ def _field(widgets: Any, name: str, spec: Mapping[str, Any], value: Any) -> Any:
         return widgets.IntText(value=value, description=name)
     if kind == "number" and isinstance(value, int | float) and math.isfinite(value):
         return widgets.FloatText(value=float(value), description=name)
+    if kind == "string" and (spec.get("format") == "password" or spec.get("writeOnly")):
+        # a secret (a one-time code asked for): typed unseen, as the web form's password
+        # input (it showed as typed: helper-114)
+        return widgets.Password(value="" if value in (None, "**********") else str(value),
+                                description=name)
     if kind == "string" and isinstance(value, str | None):
         text = "" if value is None else value
         multiline = "\n" in text or "\r" in text  # a one-line input drops line breaks
@@ -268,7 +278,7 @@ def review(agent: Agent, target: GenerateResult | str, *, decided_by: str) -> Re
                                   f"{_html._e(type(exc).__name__)}: {_html._e(str(exc))}</p>")
             return
         result.results.append(continued)
-        for button in (card.approve, card.decline, card.edit, card.resume):
+        for button in (card.approve, card.decline, card.edit, card.resume, card.respond):
             button.disabled = True  # the others can still be decided (a stale one is refused)
         card.message.value = "<p>Decided.</p>"
         output.value = _html.result(continued)
@@ -295,12 +305,17 @@ def review(agent: Agent, target: GenerateResult | str, *, decided_by: str) -> Re
                                    disabled=is_suspension or "approve" not in allowed),
             edit=widgets.Button(description="Approve with edits",
                                 disabled=is_suspension or "edit" not in allowed),
-            decline=widgets.Button(description="Decline", button_style="danger"),
+            decline=widgets.Button(description="Decline", button_style="danger",
+                                   disabled=not is_suspension and "reject" not in allowed),
             resume=widgets.Button(description="Resume", button_style="info",
                                   disabled=not is_suspension),
             comment=widgets.Text(description="comment"),
             fields=inputs,
             message=widgets.HTML(),
+            respond=widgets.Button(description="Respond instead",
+                                   disabled=is_suspension or "respond" not in allowed),
+            answer=widgets.Text(description="answer",
+                                placeholder="what the model reads in the call's place"),
         )
 
         def values_of(card: ReviewCard = card, schema: Mapping[str, Any] = schema
@@ -334,6 +349,11 @@ def review(agent: Agent, target: GenerateResult | str, *, decided_by: str) -> Re
                 run_id=run_id, tool_call_id=card.pending.id, decided_by=decided_by,
                 comment=card.comment.value or None), card)
 
+        def on_respond(_: Any, card: ReviewCard = card) -> None:
+            after(lambda: agent.respond_tool_call_generate(
+                run_id=run_id, tool_call_id=card.pending.id, decided_by=decided_by,
+                message=card.answer.value), card)
+
         def on_resume(_: Any, card: ReviewCard = card, read: Callable[[], Any] = values_of
                       ) -> None:
             after(lambda: agent.resume_generate(read(), run_id=run_id,
@@ -344,10 +364,13 @@ def review(agent: Agent, target: GenerateResult | str, *, decided_by: str) -> Re
         card.edit.on_click(on_edit)
         card.decline.on_click(on_decline)
         card.resume.on_click(on_resume)
+        card.respond.on_click(on_respond)
         buttons = [card.resume] if is_suspension else [card.approve, card.edit]
+        replies = [] if card.respond.disabled else [card.answer]
         card.widget = widgets.VBox([
-            widgets.HTML(_html.card(pending)), *inputs.values(), card.comment,
-            widgets.HBox([*buttons, card.decline]), card.message])
+            widgets.HTML(_html.card(pending)), *inputs.values(), card.comment, *replies,
+            widgets.HBox([*buttons, card.decline, *([] if card.respond.disabled
+                                                     else [card.respond])]), card.message])
         cards.append(card)
     box.children = [*(c.widget for c in cards), output] if cards else [
         widgets.HTML("<p>Nothing waits for a decision in this run.</p>"), output]

@@ -195,6 +195,65 @@ def test_a_card_offers_only_the_decisions_its_tool_allows() -> None:
         assert not card.decline.disabled
 
 
+def test_a_card_offers_respond_where_its_tool_allows_it_and_no_decline_where_it_does_not(
+        ) -> None:
+    """A tool that allows approve and respond: its card offered Decline (refused when
+    clicked) and no Respond, and its commands to paste named `graphkit reject` (helper-114).
+    The card offers what the tool allows; a reply is what the model reads in the call's
+    place."""
+    from graphkit._notebook import _commands
+
+    ran: list[int] = []
+
+    @create_tool(needs_approval=True, allowed_decisions=["approve", "respond"])
+    def pay(amount: int) -> str:
+        """Pay."""
+        ran.append(amount)
+        return "paid"
+
+    agent = Agent(name="billing", tools=[pay], model=ScriptedChatModel(
+        lambda m: "ok" if m[-1].type == "tool" else turn(call("pay", {"amount": 5}, "p1"))))
+    result = agent.generate("pay")
+    (card,) = agent.review(result, decided_by="cfo").cards
+    assert card.decline.disabled and not card.respond.disabled and not card.approve.disabled
+    commands = _commands(card.pending, "cfo")
+    assert not any(" reject " in c for c in commands)
+    assert any(" respond " in c for c in commands)
+    card.answer.value = "Use the staging account."
+    card.respond.click()
+    assert ran == [] and "Decided" in card.message.value
+    tool = [m for m in agent.snapshot(run_id=result.run_id)["messages"] if m["type"] == "tool"]
+    assert "Use the staging account." in tool[-1]["data"]["content"]
+
+
+def test_a_secret_asked_for_is_typed_unseen() -> None:
+    """The resume form's field for a secret (a one-time code) showed as typed; the web
+    form's is a password input (helper-114)."""
+    from pydantic import BaseModel, SecretStr
+
+    from graphkit import ToolContext
+
+    class Code(BaseModel):
+        code: SecretStr
+
+    got: list[str] = []
+
+    @create_tool(resume_schema=Code)
+    def wire(ctx: ToolContext) -> str:
+        """Wire money."""
+        answer = ctx.suspend({"message": "Your one-time code?"})
+        got.append(answer.code.get_secret_value())
+        return "sent"
+
+    agent = Agent(name="w", tools=[wire],
+                  model=ScriptedChatModel([turn(call("wire", {}, "w1")), "ok"]))
+    (card,) = agent.review(agent.generate("wire"), decided_by="me").cards
+    assert type(card.fields["code"]).__name__ == "Password"
+    card.fields["code"].value = "OTP-1234"
+    card.resume.click()
+    assert got == ["OTP-1234"]
+
+
 def test_a_suspension_is_answered_from_its_form() -> None:
     from pydantic import BaseModel
 
