@@ -633,14 +633,19 @@ def refused_turn(messages: list[AnyMessage], turn: int, later: int, ctx: GateCon
     the waiting call's place, or ran beside a reject, also once the same write removed the
     waiting turn (helper-72, -73, -74). What waited on a turn the conversation no longer
     holds is declined as superseded (`supersede_abandoned`). Returns the conversation as the
-    model reads it and the writes that make the state say the same; None for a turn a model
-    node wrote elsewhere, in a thread where this agent planned nothing yet (a copied
+    model reads it and the writes that make the state say the same; None for a turn this
+    agent's model node wrote elsewhere, in a thread where it planned nothing yet (a copied
     thread's: it is planned anew). A model's turn moved into a thread where the agent works
     (the waiting turn removed in the same write) took the waiting call's place (helper-75)."""
     ai = cast(AIMessage, messages[turn])  # (`unplanned_turn` found it so)
     if (not ctx.ledger.plans_in(ctx.thread_id, ctx.path)
-            and ctx.ledger.planned_where(turn_key(ai, ctx.scope)) is not None):
-        return None  # (a model's turn in a thread this agent never planned in: a copy)
+            and ctx.ledger.planned_where(turn_key(ai, ctx.scope),
+                                         agent_path=ctx.path) is not None):
+        # (a turn this agent's model wrote, in a thread it never planned in: a copy. One
+        # another agent's wrote is a client's here: the copy of a thread, run by an agent
+        # with a tool of the same name that needs no approval, ran the owner's waiting call
+        # on a reject: helper-116)
+        return None
     rewritten = ai.id is not None and ctx.ledger.planned_message(ctx.thread_id, ctx.path,
                                                                  str(ai.id))
     notice = REWRITTEN if rewritten else WRITTEN

@@ -193,3 +193,18 @@ def null_default_agent(ran: list[dict[str, Any]], checkpointer: Any = None) -> A
                  model=ScriptedChatModel([turn(call("withdraw", {"account": "A-1"}, "w1")),
                                           "done"]))
 
+
+def copy_thread(agent: Agent, source: str, target: str) -> None:
+    """What the LangGraph server's thread copy does: the checkpoints (and their pending writes,
+    the interrupts) under a new thread id."""
+    saver = agent._storage.checkpointer
+    tuples = list(saver.list({"configurable": {"thread_id": source}}))
+    for tup in reversed(tuples):
+        ns = tup.config["configurable"].get("checkpoint_ns", "")
+        parent = tup.parent_config["configurable"]["checkpoint_id"] if tup.parent_config else None
+        cfg: dict[str, Any] = {"configurable": {"thread_id": target, "checkpoint_ns": ns}}
+        if parent:
+            cfg["configurable"]["checkpoint_id"] = parent
+        saved = saver.put(cfg, tup.checkpoint, tup.metadata, tup.checkpoint["channel_versions"])
+        for task_id, channel, value in tup.pending_writes or []:
+            saver.put_writes(saved, [(channel, value)], task_id)

@@ -19,7 +19,7 @@ from langgraph.types import Command
 
 from graphkit import Agent, Inbox, create_tool
 from graphkit.testing import ScriptedChatModel
-from tests.helpers import PAY, call, config, ledger_plan, plan_of, turn
+from tests.helpers import PAY, call, config, copy_thread, ledger_plan, plan_of, turn
 from tests.test_replies import _told
 from tests.test_stopped_turn_sweep import _approved_and_dispatched, _billing
 from tests.test_supervisor import Users
@@ -165,22 +165,6 @@ def test_held_edited_args_approval_stopped_before_tools_then_new_message(sqlite_
 # ============================================================ copied thread (server's copy)
 
 
-def _copy_thread(agent: Agent, source: str, target: str) -> None:
-    """What the LangGraph server's thread copy does: the checkpoints (and their pending writes,
-    the interrupts) under a new thread id."""
-    saver = agent._storage.checkpointer
-    tuples = list(saver.list(config(source)))
-    for tup in reversed(tuples):
-        ns = tup.config["configurable"].get("checkpoint_ns", "")
-        parent = tup.parent_config["configurable"]["checkpoint_id"] if tup.parent_config else None
-        cfg: dict[str, Any] = {"configurable": {"thread_id": target, "checkpoint_ns": ns}}
-        if parent:
-            cfg["configurable"]["checkpoint_id"] = parent
-        saved = saver.put(cfg, tup.checkpoint, tup.metadata, tup.checkpoint["channel_versions"])
-        for task_id, channel, value in tup.pending_writes or []:
-            saver.put_writes(saved, [(channel, value)], task_id)
-
-
 def test_held_a_copied_threads_new_message_leaves_the_original_payment_alone(sqlite_url: str
                                                                             ) -> None:
     """Legit flow + attack surface: the server copies a thread paused on pay (its plan's keys
@@ -190,7 +174,7 @@ def test_held_a_copied_threads_new_message_leaves_the_original_payment_alone(sql
     agent, ledger = _billing(sqlite_url)
     first = agent.generate("pay ACME", thread_id="orig")
     (pending,) = first.pending_approvals
-    _copy_thread(agent, "orig", "copy")
+    copy_thread(agent, "orig", "copy")
     # the ledger keeps plans per thread: the copy has none of the original's
     assert ledger_plan(agent, "copy") is None and ledger_plan(agent, "orig")
     out = say(agent, "copy", "never mind")

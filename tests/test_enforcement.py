@@ -29,7 +29,15 @@ from graphkit import (
 )
 from graphkit.cli import main
 from graphkit.testing import ScriptedChatModel
-from tests.helpers import agent_with, call, lax_inbox, ledger_plan, pay_then_done, turn
+from tests.helpers import (
+    agent_with,
+    call,
+    copy_thread,
+    lax_inbox,
+    ledger_plan,
+    pay_then_done,
+    turn,
+)
 
 PAY = {"amount": 40, "payee": {"name": "ACME"}}
 
@@ -354,7 +362,7 @@ def test_another_agents_graph_cannot_run_a_call_on_a_thread_only_the_graph_ran(
         return "paid"
 
     intruder = Agent(name="intruder", tools=[pay], checkpointer=sqlite_url,
-                     model=ScriptedChatModel(["done"]))
+                     model=ScriptedChatModel(lambda messages: "done"))
     owner.graph.invoke({"messages": [("user", "pay")]}, config("t-served"))
     for attempt in (lambda: raw(intruder, "t-served", {"decisions": [{"type": "reject"}]}),
                     lambda: raw(intruder, "t-served", {}),
@@ -366,6 +374,14 @@ def test_another_agents_graph_cannot_run_a_call_on_a_thread_only_the_graph_ran(
             attempt()
     assert paid == [] and ran.ran == []
     assert [p.status for p in Inbox(sqlite_url).pending()] == ["pending"]
+    # nor on a copy of the thread (the server's `threads.copy`): the owner's turn there is
+    # not the intruder's to plan anew, and its call did not run (it paid, on a reject:
+    # helper-116); the owner's own agent on a copy asks again
+    copy_thread(owner, "t-served", "t-copied")
+    out = raw(intruder, "t-copied", {"decisions": [{"type": "reject"}]})
+    assert paid == [] and ran.ran == [] and "did not run" in str(out["messages"])
+    copy_thread(owner, "t-served", "t-owners-copy")
+    assert owner.graph.get_state(config("t-owners-copy")).interrupts and ran.ran == []
     out = raw(owner, "t-served", {"decisions": [{"type": "approve"}]})
     assert out["messages"][-1].text == "done" and ran.ran == [("pay", PAY)] and paid == []
 

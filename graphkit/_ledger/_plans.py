@@ -147,15 +147,16 @@ class Plans(LedgerBase):
             "substr(turn_key, 1, ?) = ? LIMIT 1",
             (thread_id, path_text(agent_path), len(prefix), prefix)))
 
-    def planned_where(self, key: str, besides: str | None = None
-                      ) -> tuple[str, TurnPlan] | None:
+    def planned_where(self, key: str, besides: str | None = None,
+                      agent_path: Sequence[str] | None = None) -> tuple[str, TurnPlan] | None:
         """A thread (but `besides`) where a model node planned the turn of `key` (its
-        message's id and calls), for any agent, and the plan: a thread copied from one where
-        it was planned holds it (and an agent run on another's thread meets that agent's
-        turns)."""
+        message's id and calls), for any agent (or the one at `agent_path`), and the plan: a
+        thread copied from one where it was planned holds it (and an agent run on another's
+        thread meets that agent's turns)."""
+        mine, params = (" AND agent_path = ?", (path_text(agent_path),)) if agent_path else ("", ())
         rows = self._sql.query(
-            "SELECT thread_id, plan FROM graphkit_turns WHERE turn_key = ? AND thread_id <> ? "
-            "LIMIT 1", (key, "" if besides is None else besides))
+            "SELECT thread_id, plan FROM graphkit_turns WHERE turn_key = ? AND thread_id <> ?"
+            f"{mine} LIMIT 1", (key, "" if besides is None else besides, *params))
         if not rows:
             return None
         plan: TurnPlan | None = unstowed(self._sql.query, rows[0][1])
