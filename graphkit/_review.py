@@ -31,7 +31,6 @@ from graphkit._limits import MAX_TEXT, check_text, check_value
 from graphkit._secrets import (
     MASK,
     PATHS_KEY,
-    holds_mask,
     masked,
     masked_record,
     record_digest,
@@ -39,6 +38,7 @@ from graphkit._secrets import (
     restored,
     scrub_exception,
     secret_values,
+    stray_mask,
     unmasked,
     with_secrets,
 )
@@ -394,12 +394,14 @@ def _checked(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
             # a secret the reviewer saw masked, and left so, keeps its real value
             # (and long text the interrupt withheld, left as shown, keeps its text)
             kept = unmasked(choice.args, record["args"], record_paths(record))
-            if holds_mask(kept):
-                # (a mask moved, added or renamed: no secret stands behind it, and the tool got
-                # the mask itself: helper-114)
+            if stray_mask(kept, record["args"]):
+                # (a mask moved, added or renamed, or in a list item moved: no secret stands
+                # behind it, and the tool got the mask itself, or another item's secret:
+                # helper-114, helper-116)
                 msg = (f"the edited arguments for tool {record['tool_name']!r} show the mask "
                        f"{MASK!r} where the call holds no secret to keep: type the value, or "
-                       "leave each masked secret where it was shown")
+                       "leave each masked secret where it was shown (in a list, its item as "
+                       "shown, and the list no shorter)")
                 raise InvalidApprovedArgsError(msg)
             run_args = check_args(restored(kept, record["args"]))
             # what runs, as read for the tool, is held to the same bounds as what was given

@@ -36,7 +36,7 @@ __all__ = ["MASK", "PATHS_KEY", "SALT_KEY", "SECRETS_KEY", "WITHHELD_CHARS", "co
            "holds_mask", "holds_secret", "masked", "masked_ai", "masked_message", "masked_record",
            "new_salt", "observed", "record_digest", "record_paths", "restored",
            "salted_digest", "scrub_exception", "scrubbed", "secret_paths", "secret_values",
-           "shows_masked", "still_shows", "unmasked", "with_secrets", "withheld"]
+           "shows_masked", "still_shows", "stray_mask", "unmasked", "with_secrets", "withheld"]
 
 SECRETS_KEY = "graphkit_secret_paths"
 """In an AI message's `response_metadata` (which no provider is sent): where each of its tool
@@ -63,6 +63,20 @@ def secret_paths(shown: Any, real: Any, at: Path | None = None) -> list[Path]:
     return [at] if holds_mask(shown) else []
 
 
+def stray_mask(edited: Any, real: Any, at: Path | None = None) -> bool:
+    """Whether `edited` shows the mask where `real` holds no such text: a mask no secret
+    stands behind (the model's own text that reads like the mask, left where it wrote it,
+    is its value: helper-116)."""
+    at = at or []
+    if isinstance(edited, str):
+        return edited == MASK and _get(real, at) != (MASK, True)
+    if isinstance(edited, Mapping):
+        return any(stray_mask(v, real, [*at, k]) for k, v in edited.items())
+    if isinstance(edited, list):
+        return any(stray_mask(v, real, [*at, i]) for i, v in enumerate(edited))
+    return False
+
+
 def holds_mask(value: Any) -> bool:
     """Whether the mask shows anywhere in `value` (a value, at any depth)."""
     if isinstance(value, str):
@@ -86,17 +100,38 @@ def masked(value: Any, paths: Sequence[Sequence[str | int]] | None) -> Any:
 
 def unmasked(edited: Any, real: Any, paths: Sequence[Sequence[str | int]] | None) -> Any:
     """`edited` with every secret it still shows as the mask given its real value (a reviewer
-    who edits other fields keeps the secret they never saw)."""
+    who edits other fields keeps the secret they never saw). A secret inside a list's item
+    only where that item is left as it was shown, in a list no shorter (items added at its
+    end move none): an item dropped, inserted or moved took another item's secret along its
+    position (the partner's address got the internal token: helper-116); such a mask is
+    left as it is, for the edit to be refused."""
     if not paths or not isinstance(edited, Mapping):
         return edited
+    shown = masked(real, paths)  # (what the reviewer saw: long text whole, or withheld)
+    cut = withheld(shown)[0]
     result = copy.deepcopy(dict(edited))
     for path in paths:
-        shown, found = _get(result, list(path))
-        if found and shown == MASK:
+        mask, found = _get(result, list(path))
+        if found and mask == MASK and (_in_place(edited, shown, list(path))
+                                       or _in_place(edited, cut, list(path))):
             value, known = _get(real, list(path))
             if known:
                 result = _put(result, list(path), copy.deepcopy(value))
     return result
+
+
+def _in_place(edited: Any, shown: Any, path: Path) -> bool:
+    """Whether every list on `path` holds at least as many items in `edited` as in `shown`,
+    and the item the path goes through is the one shown there, unchanged."""
+    for part in path:
+        if (isinstance(edited, list) or isinstance(shown, list)) and not (
+                isinstance(edited, list) and isinstance(shown, list)
+                and len(edited) >= len(shown)):
+            return False
+        (edited, found), (shown, known) = _step(edited, part), _step(shown, part)
+        if not (found and known) or (isinstance(part, int) and edited != shown):
+            return False
+    return True
 
 
 WITHHELD_CHARS = 16 * 1024

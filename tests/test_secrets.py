@@ -1380,3 +1380,41 @@ def test_an_edit_that_moves_a_masked_secret_is_refused_and_the_tool_never_gets_t
     assert seen == [] and Inbox(sqlite_url).get(pending.id).status == "pending"
     approve({"tokens": [MASK], "named": {"prod": MASK}})
     assert seen == [([KEY], {"prod": "NAMED-5555"})]
+
+
+class _Target(BaseModel):
+    url: str
+    token: SecretStr
+
+
+@pytest.mark.parametrize("edit", ["drop the first", "swap them", "change a url"])
+def test_a_list_item_keeps_its_masked_secret_only_where_it_is_left_as_shown(edit: str) -> None:
+    """Masks were restored by position: the reviewer dropped the first of two targets, and
+    the partner's address got the internal token (helper-116); a swap did the same. A
+    secret in a list's item is kept only for the item left as shown, in a list as long;
+    else the edit is refused, typed, and nothing runs. A text of the model's own that reads
+    like the mask is its value: left as written, it is no stray mask."""
+    from graphkit.errors import InvalidApprovedArgsError
+
+    seen: list[Any] = []
+
+    def push_body(targets: list[_Target], note: str) -> str:
+        seen.append([(t.url, t.token.get_secret_value()) for t in targets])
+        return "pushed"
+
+    push = create_tool(push_body, name="push", description="Push.", needs_approval=True)
+    given = {"targets": [{"url": "https://internal", "token": "TOKEN-INTERNAL"},
+                         {"url": "https://partner", "token": "TOKEN-PARTNER"}], "note": MASK}
+    agent = Agent(name="a", tools=[push], model=ScriptedChatModel(
+        lambda m: "done" if m[-1].type == "tool" else turn(call("push", given, "p1"))))
+    first = agent.generate("push")
+    shown = first.pending_approvals[0].args
+    internal, partner = shown["targets"]
+    targets = {"drop the first": [partner], "swap them": [partner, internal],
+               "change a url": [{**internal, "url": "https://elsewhere"}, partner]}[edit]
+    with pytest.raises(InvalidApprovedArgsError, match="mask"):
+        agent.approve_tool_call_generate(run_id=first.run_id, decided_by="a",
+                                         args={**shown, "targets": targets})
+    assert seen == []
+    agent.approve_tool_call_generate(run_id=first.run_id, decided_by="a", args=shown)
+    assert seen == [[("https://internal", "TOKEN-INTERNAL"), ("https://partner", "TOKEN-PARTNER")]]
