@@ -56,9 +56,23 @@ def args_model(tool: BaseTool) -> type[BaseModel] | None:
 
 
 def injected_keys(tool: BaseTool) -> frozenset[str]:
-    """The arguments LangChain injects into the tool, which no call gives."""
+    """The arguments LangChain injects into the tool, which no call gives: declared in its
+    function's signature, or in an explicit `args_schema` (LangChain's own set misses
+    those; an `InjectedState` there was left to the model: helper-116)."""
     keys: Any = getattr(tool, "_injected_args_keys", frozenset())
-    return frozenset(keys) if isinstance(keys, frozenset | set) else frozenset()
+    found = frozenset(keys) if isinstance(keys, frozenset | set) else frozenset()
+    schema = tool.args_schema
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        found |= _injected_fields(schema)
+    return found
+
+
+@functools.lru_cache(maxsize=1024)
+def _injected_fields(schema: type[BaseModel]) -> frozenset[str]:
+    from langchain_core.tools.base import _is_injected_arg_type
+
+    return frozenset(name for name, annotation in get_all_basemodel_annotations(schema).items()
+                     if _is_injected_arg_type(annotation))
 
 
 def unsupported_injections(tool: BaseTool) -> list[str]:

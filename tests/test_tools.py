@@ -11,7 +11,13 @@ from typing import Annotated, Any
 import pytest
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool, InjectedToolArg, InjectedToolCallId, tool
+from langchain_core.tools import (
+    BaseTool,
+    InjectedToolArg,
+    InjectedToolCallId,
+    StructuredTool,
+    tool,
+)
 from langgraph.prebuilt import InjectedState
 from pydantic import (
     AliasChoices,
@@ -140,9 +146,15 @@ def test_plain_langchain_tools_are_accepted_and_never_ask_by_themselves() -> Non
     assert agent.generate("go", require_tool_approval=True).finish_reason == "suspended"
 
 
+class _TagArgs(BaseModel):
+    target: str
+    tool_call_id: Annotated[str, InjectedToolCallId]
+
+
+@pytest.mark.parametrize("declared", ["in its signature", "in its args_schema"])
 @pytest.mark.parametrize("model_gives", [{}, {"tool_call_id": "forged"}])
 def test_a_langchain_tool_gets_its_tool_call_id_injected_never_the_models(
-        model_gives: dict[str, Any]) -> None:
+        model_gives: dict[str, Any], declared: str) -> None:
     """A plain LangChain tool taking `InjectedToolCallId` was refused at every call (its
     arguments were checked with the injected one, which no model gives), and the id a model
     wrote for it was shown for approval as an argument and offered for edits (helper-113,
@@ -150,11 +162,18 @@ def test_a_langchain_tool_gets_its_tool_call_id_injected_never_the_models(
     the id in from the call as it runs."""
     seen: list[tuple[str, str]] = []
 
+    def tag_body(target: str, tool_call_id: str) -> str:
+        seen.append((target, tool_call_id))
+        return "tagged"
+
     @tool
     def tag(target: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
         """Tag a target."""
-        seen.append((target, tool_call_id))
-        return "tagged"
+        return tag_body(target, tool_call_id)
+
+    if declared == "in its args_schema":
+        tag = StructuredTool.from_function(tag_body, name="tag", description="Tag a target.",
+                                           args_schema=_TagArgs)
 
     agent = Agent(name="x", tools=[tag], require_tool_approval=True, model=ScriptedChatModel(
         [turn(call("tag", {"target": "t1", **model_gives}, "c1")), "ok"]))
@@ -185,7 +204,15 @@ def test_a_tool_whose_injected_arguments_nothing_fills_in_is_refused_when_given(
         """Peek at the state."""
         return "ok"
 
-    for given, name in ((transfer, "user_id"), (peek, "state")):
+    class PeekArgs(BaseModel):
+        q: str
+        state: Annotated[dict[str, Any], InjectedState]
+
+    # (declared in an explicit args_schema, which LangChain's own set of them misses: an
+    # InjectedState there was left to the model, helper-116)
+    declared = StructuredTool.from_function(lambda q, state: "ok", name="peek2",
+                                            description="Peek.", args_schema=PeekArgs)
+    for given, name in ((transfer, "user_id"), (peek, "state"), (declared, "state")):
         with pytest.raises(GraphkitError, match=f"injected arguments \\['{name}'\\]"):
             Agent(name="x", tools=[given], model=ScriptedChatModel(["ok"]))
 
