@@ -26,6 +26,7 @@ from langgraph.types import Command, Send
 from pydantic import BaseModel
 
 from graphkit import Agent, Inbox, ToolContext, create_tool
+from graphkit.errors import DecisionNotAllowedError
 from graphkit.testing import ScriptedChatModel
 from tests.helpers import (
     PAY,
@@ -444,8 +445,12 @@ def test_a_grant_claimed_by_a_refused_reviewer_approves_nothing_later(sqlite_url
 
     agent, ran = agent_with(reply, checkpointer=sqlite_url, approvers=cfo_only, name="billing")
     first = agent.generate("pay")
-    lax_inbox(sqlite_url).approve(first.pending_approvals[0].id, decided_by="intern",
-                              remember="thread")
+    # (an inbox with a policy of its own makes no grant at all now; before, it recorded one,
+    # and the gate withdrew the intern's decision)
+    with pytest.raises(DecisionNotAllowedError):
+        lax_inbox(sqlite_url).approve(first.pending_approvals[0].id, decided_by="intern",
+                                      remember="thread")
+    lax_inbox(sqlite_url).approve(first.pending_approvals[0].id, decided_by="intern")
     agent.resume(run_id=first.run_id)  # the gate withdraws the intern's decision
     assert ran.ran == []
     agent.decline_tool_call_generate(run_id=first.run_id, decided_by="cfo")
@@ -474,8 +479,10 @@ def test_a_withdrawn_decision_leaves_its_grant_live(sqlite_url: str) -> None:
     agent, ran = agent_with(reply, checkpointer=sqlite_url, approvers=small_payments_for_interns,
                             name="billing")
     first = agent.generate("pay 500")
-    lax_inbox(sqlite_url).approve(first.pending_approvals[0].id, decided_by="intern",
-                              remember="thread")
+    with pytest.raises(DecisionNotAllowedError):  # (no grant from such an inbox at all now)
+        lax_inbox(sqlite_url).approve(first.pending_approvals[0].id, decided_by="intern",
+                                      remember="thread")
+    lax_inbox(sqlite_url).approve(first.pending_approvals[0].id, decided_by="intern")
     agent.resume(run_id=first.run_id)  # withdrawn: pending again
     agent.decline_tool_call_generate(run_id=first.run_id, decided_by="cfo")
     assert ran.ran == []
