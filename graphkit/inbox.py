@@ -578,33 +578,11 @@ class Inbox:
         tool = agent._find_tool(record["agent_path"], record["tool_name"]) if agent else None
         approvers = self.approvers if self.approvers is not None else (
             policy_finder(agent)(record["agent_path"]) if agent else None)
-        if approvers is None and self._policy_out_of_reach(agent, record["agent_path"],
-                                                           record["tool_name"], approval_id):
-            # the gate would refuse what its policy refuses, and the reviewer would believe
-            # in a decision that never takes effect: refuse it here and now instead
-            refused = ApproverNotAllowedError(
-                f"agent {'/'.join(record['agent_path'])!r} decides who may approve "
-                f"{record['tool_name']!r} with an approvers policy this inbox cannot run; "
-                "decide it where the agent is loaded (Inbox(url, agents=[agent]), "
-                "`graphkit approve ... --agent module:attr`), or give this inbox the policy")
+        refused = self._not_here(agent, record, approval_id, approvers, remember)
+        if refused is not None:
             refuse(ledger, entry, refused, decided_by=decided_by, thread_id=thread_id,
                    run_id=run_id)
             raise refused
-        if remember == "thread" and self.approvers is not None and (
-                agent is None or self.approvers is not policy_finder(agent)(
-                    record["agent_path"])):
-            # A grant approves later calls at the agent's gate, under the agent's policy: this
-            # inbox's own is not there to ask, and a grant bob could make here approved a
-            # payment it refuses him (helper-113). This call alone may be approved.
-            refused_grant = DecisionNotAllowedError(
-                f"this inbox decides with an approvers policy of its own, which the gate of "
-                f"agent {'/'.join(record['agent_path'])!r} cannot ask when a later call of "
-                f"{record['tool_name']!r} comes: a grant (remember='thread') is made where "
-                "the agent's own policy judges it (the agent's API, or an inbox given the "
-                "agent and no policy of its own); approve this call alone (remember='once')")
-            refuse(ledger, entry, refused_grant, decided_by=decided_by, thread_id=thread_id,
-                   run_id=run_id)
-            raise refused_grant
         judge(ledger, record, choice, decided_by=decided_by, comment=comment,
               approvers=approvers, tool=tool, thread_id=thread_id, run_id=run_id,
               reviewed_digest=args_digest, remember=remember,
@@ -612,6 +590,33 @@ class Inbox:
               check_args=None if tool else lambda edited: self._check_args(entry, edited),
               source="inbox")()
         return _pending({**entry, **shown(record, ledger.approval(approval_id))})
+
+    def _not_here(self, agent: Agent | None, record: ApprovalRecord, approval_id: str,
+                  approvers: Approvers | None, remember: Remember) -> GraphkitError | None:
+        """Why this inbox may not take the decision (None: it may)."""
+        path, name = "/".join(record["agent_path"]), record["tool_name"]
+        if approvers is None and self._policy_out_of_reach(agent, record["agent_path"], name,
+                                                           approval_id):
+            # the gate would refuse what its policy refuses, and the reviewer would believe
+            # in a decision that never takes effect: refuse it here and now instead
+            return ApproverNotAllowedError(
+                f"agent {path!r} decides who may approve {name!r} with an approvers policy "
+                "this inbox cannot run; decide it where the agent is loaded (Inbox(url, "
+                "agents=[agent]), `graphkit approve ... --agent module:attr`), or give this "
+                "inbox the policy")
+        if remember == "thread" and self.approvers is not None and (
+                agent is None or self.approvers is not policy_finder(agent)(
+                    record["agent_path"])):
+            # A grant approves later calls at the agent's gate, under the agent's policy: this
+            # inbox's own is not there to ask, and a grant bob could make here approved a
+            # payment it refuses him (helper-113). This call alone may be approved.
+            return DecisionNotAllowedError(
+                f"this inbox decides with an approvers policy of its own, which the gate of "
+                f"agent {path!r} cannot ask when a later call of {name!r} comes: a grant "
+                "(remember='thread') is made where the agent's own policy judges it (the "
+                "agent's API, or an inbox given the agent and no policy of its own); approve "
+                "this call alone (remember='once')")
+        return None
 
     def _check_args(self, entry: dict[str, Any], args: Any) -> dict[str, Any]:
         if not isinstance(args, dict):
