@@ -109,7 +109,9 @@ def unmasked(edited: Any, real: Any, paths: Sequence[Sequence[str | int]] | None
         return edited
     shown = masked(real, paths)  # (what the reviewer saw: long text whole, or withheld)
     cut = withheld(shown)[0]
-    result = copy.deepcopy(dict(edited))
+    # (a copy that shares nothing: one dict given under two arguments took each secret
+    # restored in it to the other's place too, the internal key to the partner: helper-117)
+    result = _unshared(dict(edited))
     for path in paths:
         mask, found = _get(result, list(path))
         if found and mask == MASK and (_in_place(edited, shown, list(path))
@@ -118,6 +120,16 @@ def unmasked(edited: Any, real: Any, paths: Sequence[Sequence[str | int]] | None
             if known:
                 result = _put(result, list(path), copy.deepcopy(value))
     return result
+
+
+def _unshared(value: Any) -> Any:
+    """A copy of `value` in which no dict or list is reached twice (`copy.deepcopy` keeps
+    what the original shares)."""
+    if isinstance(value, Mapping):
+        return {k: _unshared(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_unshared(v) for v in value]
+    return copy.deepcopy(value)
 
 
 def _in_place(edited: Any, shown: Any, path: Path) -> bool:

@@ -15,6 +15,7 @@ import jsonschema
 from langchain_core.tools import BaseTool
 from langchain_core.tools.base import get_all_basemodel_annotations
 from pydantic import BaseModel, Secret, SecretBytes, SecretStr, ValidationError
+from pydantic.v1 import BaseModel as BaseModelV1
 from pydantic_core import to_jsonable_python
 
 from graphkit._fields import names_of, read_as
@@ -62,13 +63,13 @@ def injected_keys(tool: BaseTool) -> frozenset[str]:
     keys: Any = getattr(tool, "_injected_args_keys", frozenset())
     found = frozenset(keys) if isinstance(keys, frozenset | set) else frozenset()
     schema = tool.args_schema
-    if isinstance(schema, type) and issubclass(schema, BaseModel):
-        found |= _injected_fields(schema)
+    if isinstance(schema, type) and issubclass(schema, BaseModel | BaseModelV1):
+        found |= _injected_fields(schema)  # (pydantic's v1 API too: helper-117)
     return found
 
 
 @functools.lru_cache(maxsize=1024)
-def _injected_fields(schema: type[BaseModel]) -> frozenset[str]:
+def _injected_fields(schema: type[Any]) -> frozenset[str]:
     from langchain_core.tools.base import _is_injected_arg_type
 
     return frozenset(name for name, annotation in get_all_basemodel_annotations(schema).items()
@@ -181,7 +182,9 @@ def validated_args(tool: BaseTool, args: Mapping[str, Any]
         raise InvalidApprovedArgsError(msg)
     check_value(args, what=f"arguments for tool {tool.name!r}", error=InvalidApprovedArgsError)
     schema = _args_model(tool)
-    if schema is None:
+    if schema is None:  # (taken as they are, but an injected argument's: no call gives one)
+        hidden = injected_keys(tool)
+        args = {k: v for k, v in args.items() if k not in hidden} if hidden else args
         storable(dict(args), f"arguments for tool {tool.name!r}", InvalidApprovedArgsError)
         return dict(args), []
     parsed, result, secrets = _parsed(tool, schema, args)

@@ -1418,3 +1418,29 @@ def test_a_list_item_keeps_its_masked_secret_only_where_it_is_left_as_shown(edit
     assert seen == []
     agent.approve_tool_call_generate(run_id=first.run_id, decided_by="a", args=shown)
     assert seen == [[("https://internal", "TOKEN-INTERNAL"), ("https://partner", "TOKEN-PARTNER")]]
+
+
+def test_an_edit_that_gives_one_dict_under_two_arguments_moves_no_secret() -> None:
+    """A reviewer's script gave the internal headers' dict as the partner's too (one
+    object, `args["partner"] = args["internal"]`): each secret restored in it showed at the
+    other place as well, and the partner got the internal key (helper-117). Restored in a
+    copy that shares nothing, the mask under the partner's argument is a stray one: refused."""
+    from graphkit.errors import InvalidApprovedArgsError
+
+    seen: list[Any] = []
+
+    def notify_body(partner: dict[str, SecretStr], internal: dict[str, SecretStr]) -> str:
+        seen.append(({k: v.get_secret_value() for k, v in partner.items()},
+                     {k: v.get_secret_value() for k, v in internal.items()}))
+        return "sent"
+
+    notify = create_tool(notify_body, name="notify", description="Notify.", needs_approval=True)
+    agent = Agent(name="a", tools=[notify], model=ScriptedChatModel(
+        [turn(call("notify", {"partner": {"X-Partner": "PARTNER-KEY"},
+                              "internal": {"X-Internal": "INTERNAL-KEY"}}, "n1")), "done"]))
+    first = agent.generate("notify")
+    args = dict(first.pending_approvals[0].args)
+    args["partner"] = args["internal"]
+    with pytest.raises(InvalidApprovedArgsError, match="mask"):
+        agent.approve_tool_call_generate(run_id=first.run_id, decided_by="a", args=args)
+    assert seen == []

@@ -29,6 +29,7 @@ from pydantic import (
     field_validator,
 )
 from pydantic.dataclasses import dataclass as pydantic_dataclass
+from pydantic.v1 import BaseModel as BaseModelV1
 
 from graphkit import Agent, GraphkitTool, Inbox, InvalidApprovedArgsError, ToolContext, create_tool
 from graphkit.testing import ScriptedChatModel
@@ -151,7 +152,13 @@ class _TagArgs(BaseModel):
     tool_call_id: Annotated[str, InjectedToolCallId]
 
 
-@pytest.mark.parametrize("declared", ["in its signature", "in its args_schema"])
+class _TagArgsV1(BaseModelV1):
+    target: str
+    tool_call_id: Annotated[str, InjectedToolCallId]
+
+
+@pytest.mark.parametrize("declared", ["in its signature", "in its args_schema",
+                                      "in a pydantic v1 args_schema"])
 @pytest.mark.parametrize("model_gives", [{}, {"tool_call_id": "forged"}])
 def test_a_langchain_tool_gets_its_tool_call_id_injected_never_the_models(
         model_gives: dict[str, Any], declared: str) -> None:
@@ -171,9 +178,10 @@ def test_a_langchain_tool_gets_its_tool_call_id_injected_never_the_models(
         """Tag a target."""
         return tag_body(target, tool_call_id)
 
-    if declared == "in its args_schema":
-        tag = StructuredTool.from_function(tag_body, name="tag", description="Tag a target.",
-                                           args_schema=_TagArgs)
+    if declared != "in its signature":
+        tag = StructuredTool.from_function(
+            tag_body, name="tag", description="Tag a target.",
+            args_schema=_TagArgs if declared == "in its args_schema" else _TagArgsV1)
 
     agent = Agent(name="x", tools=[tag], require_tool_approval=True, model=ScriptedChatModel(
         [turn(call("tag", {"target": "t1", **model_gives}, "c1")), "ok"]))
@@ -208,11 +216,19 @@ def test_a_tool_whose_injected_arguments_nothing_fills_in_is_refused_when_given(
         q: str
         state: Annotated[dict[str, Any], InjectedState]
 
+    class PeekArgsV1(BaseModelV1):
+        q: str
+        state: Annotated[dict[str, Any], InjectedState]
+
     # (declared in an explicit args_schema, which LangChain's own set of them misses: an
-    # InjectedState there was left to the model, helper-116)
+    # InjectedState there was left to the model, helper-116; in pydantic's v1 API too,
+    # helper-117)
     declared = StructuredTool.from_function(lambda q, state: "ok", name="peek2",
                                             description="Peek.", args_schema=PeekArgs)
-    for given, name in ((transfer, "user_id"), (peek, "state"), (declared, "state")):
+    declared_v1 = StructuredTool.from_function(lambda q, state: "ok", name="peek3",
+                                               description="Peek.", args_schema=PeekArgsV1)
+    for given, name in ((transfer, "user_id"), (peek, "state"), (declared, "state"),
+                        (declared_v1, "state")):
         with pytest.raises(GraphkitError, match=f"injected arguments \\['{name}'\\]"):
             Agent(name="x", tools=[given], model=ScriptedChatModel(["ok"]))
 
