@@ -256,6 +256,8 @@ def plan_turn(
             allowed = allowed_for(tool, settings.allowed_decisions)  # type: ignore[arg-type]
             approval["allowed_decisions"] = list(allowed)
             approval["policy"] = settings.approvers is not None
+            approval["grant_ttl"] = (settings.grant_ttl.total_seconds()
+                                     if settings.grant_ttl is not None else None)
             metadata["approval.verdict"] = verdict
             row = ApprovalRow(approval_id=approval["id"], thread_id=thread_id, kind="approval",
                               call_key=key, agent_path=agent_path, tool_name=name,

@@ -15,7 +15,7 @@ import asyncio
 import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import jsonschema
@@ -586,10 +586,21 @@ class Inbox:
         judge(ledger, record, choice, decided_by=decided_by, comment=comment,
               approvers=approvers, tool=tool, thread_id=thread_id, run_id=run_id,
               reviewed_digest=args_digest, remember=remember,
-              grant_ttl=agent._grant_ttl(record["agent_path"]) if agent else DEFAULT_GRANT_TTL,
+              grant_ttl=(agent._grant_ttl(record["agent_path"]) if agent
+                         else self._recorded_grant_ttl(approval_id)),
               check_args=None if tool else lambda edited: self._check_args(entry, edited),
               source="inbox")()
         return _pending({**entry, **shown(record, ledger.approval(approval_id))})
+
+    def _recorded_grant_ttl(self, approval_id: str) -> timedelta | None:
+        """The agent's `grant_ttl` as the approval's record says it: an inbox without the
+        agent wrote the default's 8 hours, and listed that end for a grant its agent's gate
+        ended in seconds (helper-117). The default for a record from before it said so."""
+        record = self._storage.ledger.record(approval_id)
+        if record is None or "grant_ttl" not in record:
+            return DEFAULT_GRANT_TTL
+        seconds = record.get("grant_ttl")
+        return timedelta(seconds=seconds) if isinstance(seconds, int | float) else None
 
     def _not_here(self, agent: Agent | None, record: ApprovalRecord, approval_id: str,
                   approvers: Approvers | None, remember: Remember) -> GraphkitError | None:

@@ -87,6 +87,9 @@ class ApprovalRecord(TypedDict):
     policy: NotRequired[bool]
     """Whether its agent judged its deciders with an approvers policy when it was asked (an
     inbox without the agent reads this, as the ledger keeps it)."""
+    grant_ttl: NotRequired[float | None]
+    """How long, in seconds, a grant its approval makes lasts (its agent's `grant_ttl`; None:
+    no end), for an inbox without the agent to write the grant's end as the gate counts it."""
 
 
 class ApproveDecision(TypedDict):

@@ -694,6 +694,9 @@ def test_a_grant_lasts_the_agents_grant_ttl_whichever_door_made_it(sqlite_url: s
     first = agent.generate("pay")
     Inbox(sqlite_url).approve(first.pending_approvals[0].id, decided_by="a",
                               remember="thread")
+    # and the grant it lists ends where the gate ends it (it said 8 hours: helper-117)
+    (grant,) = Inbox(sqlite_url).grants()
+    assert grant["expires_at"] - grant["created_at"] == pytest.approx(0.05, abs=0.01)
     agent.resume(run_id=first.run_id)
     assert ran.ran == [("pay", PAY)]
     time.sleep(0.1)
