@@ -249,11 +249,21 @@ def make_auth(
         if carried:
             raise _forbidden(f"Run commands with {' or '.join(carried)} are disabled; "
                              "only resume is allowed")
-        if command and kwargs.get("input") is not None:
+        if command and _says_something(kwargs.get("input")):
             # LangGraph runs the command and drops the input: a user's message that was to
-            # supersede what waits vanished while the decision beside it applied (helper-115)
+            # supersede what waits vanished while the decision beside it applied (helper-115).
+            # An empty input is no message: Agent Chat UI resumes with `input: {}` (helper-118)
             raise _forbidden("A run takes input or a resume command, not both: the input "
                              "would be dropped; send the message as its own run")
         return owned(ctx, value, creates=True)
 
     return auth
+
+
+def _says_something(value: Any) -> bool:
+    """Whether a run's input holds anything (`{}`, `{"messages": []}` and None hold nothing)."""
+    if isinstance(value, Mapping):
+        return any(_says_something(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_says_something(v) for v in value) if value else False
+    return value is not None and value != ""
