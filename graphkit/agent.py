@@ -927,8 +927,9 @@ class Agent:
     def snapshot(self, *, run_id: str) -> dict[str, Any]:
         """The run's state as JSON-serialisable data (messages, pending approvals, status).
         The thread's state, which a later run may have taken on: then `later_run_id` names it,
-        and `status` is "superseded" where nothing of this run waits in it (as `resume` of the
-        run says, raising `RunSupersededError`), not the later run's pause."""
+        and, where nothing of this run waits in it, `status` is how the run ended, not the
+        later run's pause: "superseded" for one left paused (as `resume` of it says, raising
+        `RunSupersededError`)."""
         thread_id = self._thread_of(run_id)
         snap = self.graph.get_state(self._config(thread_id, run_id))
         values = snap.values or {}
@@ -939,7 +940,7 @@ class Agent:
             "run_id": run_id,
             "thread_id": thread_id,
             "agent": self.name,
-            "status": ("superseded" if later is not None and not pending
+            "status": (self._ended_as(thread_id, run_id) if later is not None and not pending
                        else finish_reason(snap, stopped=False)),
             "later_run_id": later,
             "awaiting_approval": any(p.status == "pending" for p in pending),
@@ -952,6 +953,17 @@ class Agent:
                                           for m in values.get("messages") or []]),
             "options": dict(values.get("options") or {}),
         }
+
+    def _ended_as(self, thread_id: str, run_id: str) -> str:
+        """How a run its thread went on from ended: its last checkpoint's finish ("stop", say,
+        for a run that answered: helper-118), or "superseded" for one left paused (or whose
+        checkpoints do not say)."""
+        for last in self._storage.checkpointer.list(
+                {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}},
+                filter={RUN_METADATA_KEY: run_id}, limit=1):
+            ended = finish_reason(self.graph.get_state(last.config), stopped=False)
+            return "superseded" if ended in ("suspended", "checkpoint") else ended
+        return "superseded"
 
     async def asnapshot(self, *, run_id: str) -> dict[str, Any]:
         """Async twin of `snapshot`."""

@@ -522,6 +522,20 @@ def test_calls_are_filed_under_the_threads_current_run_whatever_the_state_names(
     assert ran == [*before, "b-1", "b-2"] and done.text == "done"
 
 
+def test_the_snapshot_of_a_run_that_ended_says_how_it_ended_once_the_thread_goes_on(
+        sqlite_url: str) -> None:
+    """A run that answered read "superseded" once the thread's next message started a run
+    (helper-118): its snapshot says how it ended, and names the later run."""
+    ran: list[str] = []
+    agent = _release(sqlite_url, ran)
+    first = agent.generate("ship 1.0.0")
+    done = agent.approve_tool_call_generate(run_id=first.run_id, decided_by="alice")
+    assert done.finish_reason == "stop" and agent.snapshot(run_id=first.run_id)["status"] == "stop"
+    later = agent.generate("ship 2.0.0", thread_id=first.thread_id)
+    ended = agent.snapshot(run_id=first.run_id)
+    assert (ended["status"], ended["later_run_id"]) == ("stop", later.run_id)
+
+
 def test_an_earlier_run_lists_nothing_of_a_later_run_when_the_state_holds_no_interrupt(
         sqlite_url: str) -> None:
     """A state write that leaves no interrupt (`update_state` without `as_node`) makes the
