@@ -394,14 +394,14 @@ def _checked(record: ApprovalRecord, choice: Choice, *, decided_by: str | None,
             # a secret the reviewer saw masked, and left so, keeps its real value
             # (and long text the interrupt withheld, left as shown, keeps its text)
             kept = unmasked(choice.args, record["args"], record_paths(record))
-            if stray_mask(kept, record["args"]):
-                # (a mask moved, added or renamed, or in a list item moved: no secret stands
-                # behind it, and the tool got the mask itself, or another item's secret:
-                # helper-114, helper-116)
+            if record_paths(record) and stray_mask(kept, record["args"]):
+                # (a mask moved, added or renamed, or in a list item changed or moved: no
+                # secret stands behind it, and the tool got the mask itself, or another item's
+                # secret: helper-114, helper-116; a call that holds no secret takes the text)
                 msg = (f"the edited arguments for tool {record['tool_name']!r} show the mask "
-                       f"{MASK!r} where the call holds no secret to keep: type the value, or "
-                       "leave each masked secret where it was shown (in a list, its item as "
-                       "shown, and the list no shorter)")
+                       f"{MASK!r} where no secret of the call stands behind it (a masked value "
+                       "moved or added, or in a list an item changed, or one before it dropped "
+                       "or moved): type the secret, or leave each masked one as it was shown")
                 raise InvalidApprovedArgsError(msg)
             run_args = check_args(restored(kept, record["args"]))
             # what runs, as read for the tool, is held to the same bounds as what was given

@@ -101,10 +101,10 @@ def masked(value: Any, paths: Sequence[Sequence[str | int]] | None) -> Any:
 def unmasked(edited: Any, real: Any, paths: Sequence[Sequence[str | int]] | None) -> Any:
     """`edited` with every secret it still shows as the mask given its real value (a reviewer
     who edits other fields keeps the secret they never saw). A secret inside a list's item
-    only where that item is left as it was shown, in a list no shorter (items added at its
-    end move none): an item dropped, inserted or moved took another item's secret along its
-    position (the partner's address got the internal token: helper-116); such a mask is
-    left as it is, for the edit to be refused."""
+    only where that item is left as it was shown, at its place (`_in_place`): an item
+    dropped, inserted or moved before it took another item's secret along its position (the
+    partner's address got the internal token: helper-116); such a mask is left as it is,
+    for the edit to be refused."""
     if not paths or not isinstance(edited, Mapping):
         return edited
     shown = masked(real, paths)  # (what the reviewer saw: long text whole, or withheld)
@@ -133,15 +133,18 @@ def _unshared(value: Any) -> Any:
 
 
 def _in_place(edited: Any, shown: Any, path: Path) -> bool:
-    """Whether every list on `path` holds at least as many items in `edited` as in `shown`,
-    and the item the path goes through is the one shown there, unchanged."""
+    """Whether the item each list on `path` is gone through at is the one shown there,
+    unchanged (items dropped after it, or added, move none before them); an item that is
+    the mask alone, in a list now shorter, cannot say which of the masks it is."""
     for part in path:
-        if (isinstance(edited, list) or isinstance(shown, list)) and not (
-                isinstance(edited, list) and isinstance(shown, list)
-                and len(edited) >= len(shown)):
-            return False
+        shorter = False
+        if isinstance(edited, list) or isinstance(shown, list):
+            if not (isinstance(edited, list) and isinstance(shown, list)):
+                return False
+            shorter = len(edited) < len(shown)
         (edited, found), (shown, known) = _step(edited, part), _step(shown, part)
-        if not (found and known) or (isinstance(part, int) and edited != shown):
+        if not (found and known) or (isinstance(part, int) and (
+                edited != shown or (shorter and edited == MASK))):
             return False
     return True
 

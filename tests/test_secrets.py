@@ -1391,9 +1391,10 @@ class _Target(BaseModel):
 def test_a_list_item_keeps_its_masked_secret_only_where_it_is_left_as_shown(edit: str) -> None:
     """Masks were restored by position: the reviewer dropped the first of two targets, and
     the partner's address got the internal token (helper-116); a swap did the same. A
-    secret in a list's item is kept only for the item left as shown, in a list as long;
-    else the edit is refused, typed, and nothing runs. A text of the model's own that reads
-    like the mask is its value: left as written, it is no stray mask."""
+    secret in a list's item is kept only for the item left as shown, at its place (the last
+    one dropped moves none: helper-118); else the edit is refused, typed, and nothing runs.
+    A text of the model's own that reads like the mask is its value: left as written, it is
+    no stray mask."""
     from graphkit.errors import InvalidApprovedArgsError
 
     seen: list[Any] = []
@@ -1416,8 +1417,30 @@ def test_a_list_item_keeps_its_masked_secret_only_where_it_is_left_as_shown(edit
         agent.approve_tool_call_generate(run_id=first.run_id, decided_by="a",
                                          args={**shown, "targets": targets})
     assert seen == []
+    if edit == "drop the first":  # the last one dropped moves none: the first keeps its own
+        agent.approve_tool_call_generate(run_id=first.run_id, decided_by="a",
+                                         args={**shown, "targets": [internal]})
+        assert seen == [[("https://internal", "TOKEN-INTERNAL")]]
+        return
     agent.approve_tool_call_generate(run_id=first.run_id, decided_by="a", args=shown)
     assert seen == [[("https://internal", "TOKEN-INTERNAL"), ("https://partner", "TOKEN-PARTNER")]]
+
+
+def test_an_edit_of_a_call_that_holds_no_secret_may_say_the_mask() -> None:
+    """A reviewer who redacts a message to the mask's own text, on a tool that takes no
+    secret, was refused as if a secret had moved (helper-118): it is the text to post."""
+    posted: list[str] = []
+
+    def post_body(text: str) -> str:
+        posted.append(text)
+        return "posted"
+
+    post = create_tool(post_body, name="post", description="Post.", needs_approval=True)
+    agent = Agent(name="a", tools=[post], model=ScriptedChatModel(
+        [turn(call("post", {"text": "the launch codes are 1234"}, "p1")), "done"]))
+    first = agent.generate("post")
+    agent.approve_tool_call_generate(run_id=first.run_id, decided_by="a", args={"text": MASK})
+    assert posted == [MASK]
 
 
 def test_an_edit_that_gives_one_dict_under_two_arguments_moves_no_secret() -> None:
