@@ -640,8 +640,9 @@ class Inbox:
             # inbox recorded, and the reviewer would believe in an approval that never runs
             msg = (f"tool {entry['tool_name']!r} checks its arguments with code of its own, "
                    "which this inbox cannot run; edit it where the agent is loaded "
-                   "(Inbox(url, agents=[agent]), `graphkit serve --agent module:attr`), or "
-                   "approve or decline it as it is")
+                   "(`graphkit approve ID --args ... --agent module:attr`, Inbox(url, "
+                   "agents=[agent]), `graphkit serve --agent module:attr`), or approve or "
+                   "decline it as it is")
             raise InvalidApprovedArgsError(msg)
         schema = item.get("schema") if item is not None else None
         if not schema:
