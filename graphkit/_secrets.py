@@ -134,17 +134,19 @@ def _unshared(value: Any) -> Any:
 
 def _in_place(edited: Any, shown: Any, path: Path) -> bool:
     """Whether the item each list on `path` is gone through at is the one shown there,
-    unchanged (items dropped after it, or added, move none before them); an item that is
-    the mask alone, in a list now shorter, cannot say which of the masks it is."""
+    unchanged (items dropped after it, or added, move none before them). An item shown as
+    another one is (a mask alone, two credentials of one host) cannot say which of them it
+    is once the list's shown items change (dropping the first kept its secret: helper-119);
+    items added after them all change none."""
     for part in path:
-        shorter = False
+        alike = False
         if isinstance(edited, list) or isinstance(shown, list):
             if not (isinstance(edited, list) and isinstance(shown, list)):
                 return False
-            shorter = len(edited) < len(shown)
+            alike = (isinstance(part, int) and 0 <= part < len(shown)
+                     and shown.count(shown[part]) > 1 and edited[:len(shown)] != shown)
         (edited, found), (shown, known) = _step(edited, part), _step(shown, part)
-        if not (found and known) or (isinstance(part, int) and (
-                edited != shown or (shorter and edited == MASK))):
+        if not (found and known) or alike or (isinstance(part, int) and edited != shown):
             return False
     return True
 

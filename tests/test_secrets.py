@@ -1467,3 +1467,34 @@ def test_an_edit_that_gives_one_dict_under_two_arguments_moves_no_secret() -> No
     with pytest.raises(InvalidApprovedArgsError, match="mask"):
         agent.approve_tool_call_generate(run_id=first.run_id, decided_by="a", args=args)
     assert seen == []
+
+
+class _Cred(BaseModel):
+    host: str
+    password: SecretStr
+
+
+@pytest.mark.parametrize("edit", ["drop the first", "drop the first, add one"])
+def test_items_shown_alike_keep_no_secret_once_the_list_changes_around_them(edit: str) -> None:
+    """Two credentials of one host are shown alike: dropping the first kept the first's
+    password for the one left (the reviewer meant to drop it: helper-119). Which of them an
+    item is cannot be told once the shown items change; the edit is refused."""
+    from graphkit.errors import InvalidApprovedArgsError
+
+    seen: list[Any] = []
+
+    def rotate_body(creds: list[_Cred]) -> str:
+        seen.append([(c.host, c.password.get_secret_value()) for c in creds])
+        return "rotated"
+
+    rotate = create_tool(rotate_body, name="rotate", description="Rotate.", needs_approval=True)
+    agent = Agent(name="a", tools=[rotate], model=ScriptedChatModel(
+        [turn(call("rotate", {"creds": [{"host": "h", "password": "P-ONE"},
+                                        {"host": "h", "password": "P-TWO"}]}, "r1")), "done"]))
+    first = agent.generate("rotate")
+    kept = first.pending_approvals[0].args["creds"][1]
+    creds = [kept] if edit == "drop the first" else [kept, {"host": "h2", "password": "NEW"}]
+    with pytest.raises(InvalidApprovedArgsError, match="mask"):
+        agent.approve_tool_call_generate(run_id=first.run_id, decided_by="a",
+                                         args={"creds": creds})
+    assert seen == []
