@@ -260,10 +260,13 @@ def make_auth(
     return auth
 
 
-def _says_something(value: Any) -> bool:
-    """Whether a run's input holds anything (`{}`, `{"messages": []}` and None hold nothing)."""
+def _says_something(value: Any, depth: int = 0) -> bool:
+    """Whether a run's input holds anything (`{}`, `{"messages": []}` and None hold nothing;
+    what nests deeper than any message is taken to: helper-119's 700 levels were a 500)."""
+    if depth > 32:
+        return True
     if isinstance(value, Mapping):
-        return any(_says_something(v) for v in value.values())
+        return any(_says_something(v, depth + 1) for v in value.values())
     if isinstance(value, list | tuple):
-        return any(_says_something(v) for v in value) if value else False
+        return any(_says_something(v, depth + 1) for v in value)
     return value is not None and value != ""

@@ -526,3 +526,19 @@ def test_why_a_continuation_did_not_start_is_told_on_its_own_approvals_card_only
     assert (wire_card.status, wire_card.why) == ("queued",
                                                  "the deployment's auth refuses auditor")
     assert (notify_card.status, notify_card.why) == ("queued", None)
+
+
+def test_what_input_beside_a_resume_command_says_something() -> None:
+    """The create_run handler lets a resume through beside input that says nothing (Agent
+    Chat UI's `{}`: helper-118), and refuses one beside a message; input nested past any
+    message's depth is refused, where it raised RecursionError, a 500 (helper-119)."""
+    from graphkit.server_auth import _says_something
+
+    assert not any(map(_says_something, (None, {}, [], "", {"messages": []},
+                                         {"messages": [{}]}, {"options": None})))
+    assert _says_something({"messages": [{"role": "user", "content": "never mind"}]})
+    assert _says_something(0) and _says_something(False)
+    deep: Any = []
+    for _ in range(700):
+        deep = [deep]
+    assert _says_something({"messages": deep})
