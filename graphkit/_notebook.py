@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphkit import _html
 from graphkit._review import named
+from graphkit._secrets import MASK
 from graphkit._validate import args_model
 from graphkit.errors import GraphkitError
 from graphkit.types import GenerateResult, PendingApproval
@@ -214,7 +215,7 @@ def _field(widgets: Any, name: str, spec: Mapping[str, Any], value: Any) -> Any:
     if kind == "string" and (spec.get("format") == "password" or spec.get("writeOnly")):
         # a secret (a one-time code asked for): typed unseen, as the web form's password
         # input (it showed as typed: helper-114)
-        return widgets.Password(value="" if value in (None, "**********") else str(value),
+        return widgets.Password(value="" if value in (None, MASK) else str(value),
                                 description=name)
     if kind == "string" and isinstance(value, str | None):
         text = "" if value is None else value

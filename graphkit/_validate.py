@@ -39,7 +39,7 @@ def now_iso() -> str:
     return iso_time(datetime.now(UTC))
 
 
-def _args_model(tool: BaseTool | None) -> type[BaseModel] | None:
+def args_model(tool: BaseTool | None) -> type[BaseModel] | None:
     """The tool's pydantic model of the arguments a call gives; None for a JSON schema, or
     none (the arguments are then taken as they are). Without LangChain's injected ones (a
     `tool_call_id: Annotated[str, InjectedToolCallId]`): the model never gives them (every
@@ -49,11 +49,6 @@ def _args_model(tool: BaseTool | None) -> type[BaseModel] | None:
         return None
     schema = tool.tool_call_schema if injected_keys(tool) else tool.args_schema
     return schema if isinstance(schema, type) and issubclass(schema, BaseModel) else None
-
-
-def args_model(tool: BaseTool) -> type[BaseModel] | None:
-    """`_args_model`, for a view that draws a call's arguments (a notebook card's fields)."""
-    return _args_model(tool)
 
 
 def injected_keys(tool: BaseTool) -> frozenset[str]:
@@ -94,7 +89,7 @@ def unsupported_injections(tool: BaseTool) -> list[str]:
 def validation_runs_code(tool: BaseTool) -> bool:
     """Whether parsing the tool's arguments (`validate_args`) may run the application's code:
     a validator, serializer, default factory or custom type in its pydantic schema."""
-    schema = _args_model(tool)
+    schema = args_model(tool)
     return schema is not None and _schema_runs_code(schema)
 
 
@@ -181,7 +176,7 @@ def validated_args(tool: BaseTool, args: Mapping[str, Any]
         msg = f"arguments for tool {tool.name!r} must be an object, got {type(args).__name__}"
         raise InvalidApprovedArgsError(msg)
     check_value(args, what=f"arguments for tool {tool.name!r}", error=InvalidApprovedArgsError)
-    schema = _args_model(tool)
+    schema = args_model(tool)
     if schema is None:  # (taken as they are, but an injected argument's: no call gives one)
         hidden = injected_keys(tool)
         args = {k: v for k, v in args.items() if k not in hidden} if hidden else args
@@ -221,7 +216,7 @@ def args_json_schema(tool: BaseTool) -> dict[str, Any] | None:
         seen = dict(make()) if make is not None else None
     except Exception:  # an exotic schema: the inbox then skips its own check
         return None
-    model = _args_model(tool)
+    model = args_model(tool)
     return _under_read_keys(seen, model) if seen is not None and model is not None else seen
 
 
@@ -476,7 +471,7 @@ _SECRET_TYPES = (SecretStr, SecretBytes, Secret)
 def under_every_name(tool: BaseTool, args: Mapping[str, Any]) -> dict[str, Any]:
     """`args` (as the tool reads them) with each argument also under every other key it may
     be given by: what a prompt template's `{{name}}` may name."""
-    schema = _args_model(tool)
+    schema = args_model(tool)
     if schema is None:
         return dict(args)
     view = dict(args)
@@ -491,15 +486,20 @@ def under_every_name(tool: BaseTool, args: Mapping[str, Any]) -> dict[str, Any]:
 def declares_secrets(tool: BaseTool) -> bool:
     """Whether any argument of `tool` may be a secret (`SecretStr` and the like, at any
     depth of its schema)."""
-    schema = _args_model(tool)
+    schema = args_model(tool)
     return schema is not None and bool(_secret_fields(schema))
+
+
+def _secret_resume_model(tool: BaseTool) -> type[BaseModel] | None:
+    """The tool's `resume_schema`, where it declares a secret."""
+    schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None
+    return schema if schema is not None and _secret_fields(schema) else None
 
 
 def declares_resume_secrets(tool: BaseTool) -> bool:
     """Whether the data a call of `tool` is resumed with may hold a secret (its
     `resume_schema` declares one)."""
-    schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None
-    return schema is not None and bool(_secret_fields(schema))
+    return _secret_resume_model(tool) is not None
 
 
 def resume_secrets(tool: BaseTool, resumed: Sequence[Any]) -> list[str] | None:
@@ -507,8 +507,8 @@ def resume_secrets(tool: BaseTool, resumed: Sequence[Any]) -> list[str] | None:
     `validate_resume` kept it), as `secret_values` gives them, where its `resume_schema`
     declares secrets ([] where it declares none); None where they could not be read. What
     the tool says back must not show them (a one-time code a tool echoes: helper-114)."""
-    schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None
-    if schema is None or not _secret_fields(schema):
+    schema = _secret_resume_model(tool)
+    if schema is None:
         return []
     try:
         return [v for data in resumed if data is not None
@@ -520,7 +520,7 @@ def resume_secrets(tool: BaseTool, resumed: Sequence[Any]) -> list[str] | None:
 def declared_secret_paths(tool: BaseTool | None, args: Any) -> list[list[str | int]]:
     """Where `args`, as the model wrote them, may hold a secret the tool declares, whether
     or not they validate (a call refused for its arguments still keeps them out of sight)."""
-    schema = _args_model(tool)
+    schema = args_model(tool)
     return _declared_secrets(schema, args) if schema is not None else []
 
 
