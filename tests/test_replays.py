@@ -15,14 +15,16 @@ from graphkit.errors import GraphkitError
 from graphkit.testing import ScriptedChatModel
 
 
-def _release(url: str, ran: list[str], **kwargs: Any) -> Agent:
+def _release(url: str, ran: list[str], reply: Any = None, **kwargs: Any) -> Agent:
+    """The release agent; its model asks to deploy the version the user's last message
+    names, reusing its tool_call_id in every turn (or replies with `reply`)."""
     @create_tool(needs_approval=True, approval_prompt="Send build {{version}} to prod?")
     def deploy(version: str) -> str:
         """Deploy a build."""
         ran.append(version)
         return f"deployed {version}"
 
-    def reply(messages: list[Any]) -> Any:
+    def asks(messages: list[Any]) -> Any:
         last = messages[-1]
         if isinstance(last, ToolMessage):
             return f"done: {last.content}"
@@ -33,7 +35,7 @@ def _release(url: str, ran: list[str], **kwargs: Any) -> Agent:
                                           "id": "call_1"}])
 
     return Agent(name="release", tools=[deploy], checkpointer=url,
-                 model=ScriptedChatModel(reply), **kwargs)
+                 model=ScriptedChatModel(reply or asks), **kwargs)
 
 
 @pytest.mark.parametrize("how", ["approve", "edit", "remember", "decline", "resolve"])
@@ -621,12 +623,6 @@ def test_an_approval_id_names_that_approval_never_a_call_a_model_gave_the_same_i
     ran: list[str] = []
     first_id: list[str] = []
 
-    @create_tool(needs_approval=True)
-    def deploy(version: str) -> str:
-        """Deploy a build."""
-        ran.append(version)
-        return f"deployed {version}"
-
     def reply(messages: list[Any]) -> Any:
         if not first_id:
             return AIMessage("", tool_calls=[{"name": "deploy", "args": {"version": "1"},
@@ -636,8 +632,7 @@ def test_an_approval_id_names_that_approval_never_a_call_a_model_gave_the_same_i
                                               "id": first_id[0]}])
         return "done"
 
-    agent = Agent(name="release", tools=[deploy], checkpointer=sqlite_url,
-                  model=ScriptedChatModel(reply))
+    agent = _release(sqlite_url, ran, reply)
     paused = agent.generate("ship 1")
     first_id.append(paused.pending_approvals[0].id)
     later = agent.approve_tool_call_generate(run_id=paused.run_id, decided_by="bob")
