@@ -41,7 +41,7 @@ from graphkit._review import (
 from graphkit._secrets import masked, masked_record, record_paths
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers
 from graphkit._storage import Storage, open_storage
-from graphkit._validate import now_iso, secret_paths_of
+from graphkit._validate import injected_keys, now_iso, secret_paths_of
 from graphkit.errors import (
     ApprovalAlreadyResolvedError,
     ApprovalNotFoundError,
@@ -334,6 +334,10 @@ class Inbox:
             return {**tool_call, "args": own}
         agent = self._agent_at(path)
         tool = agent._find_tool(path, str(tool_call.get("name"))) if agent else None
+        if tool is not None and (injected := injected_keys(tool)):
+            # what the model wrote for an argument LangChain injects is no argument: the card
+            # and the interrupt leave it out, and so does the conversation (helper-117 L1)
+            args = {k: v for k, v in args.items() if k not in injected}
         paths = secret_paths_of(tool, args)
         if paths is None:
             paths = [[key] for key in args]  # not readable as the tool's: show none of it

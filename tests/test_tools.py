@@ -161,7 +161,7 @@ class _TagArgsV1(BaseModelV1):
                                       "in a pydantic v1 args_schema"])
 @pytest.mark.parametrize("model_gives", [{}, {"tool_call_id": "forged"}])
 def test_a_langchain_tool_gets_its_tool_call_id_injected_never_the_models(
-        model_gives: dict[str, Any], declared: str) -> None:
+        model_gives: dict[str, Any], declared: str, sqlite_url: str) -> None:
     """A plain LangChain tool taking `InjectedToolCallId` was refused at every call (its
     arguments were checked with the injected one, which no model gives), and the id a model
     wrote for it was shown for approval as an argument and offered for edits (helper-113,
@@ -183,10 +183,17 @@ def test_a_langchain_tool_gets_its_tool_call_id_injected_never_the_models(
             tag_body, name="tag", description="Tag a target.",
             args_schema=_TagArgs if declared == "in its args_schema" else _TagArgsV1)
 
-    agent = Agent(name="x", tools=[tag], require_tool_approval=True, model=ScriptedChatModel(
-        [turn(call("tag", {"target": "t1", **model_gives}, "c1")), "ok"]))
+    agent = Agent(name="x", tools=[tag], require_tool_approval=True, checkpointer=sqlite_url,
+                  model=ScriptedChatModel(
+                      [turn(call("tag", {"target": "t1", **model_gives}, "c1")), "ok"]))
     first = agent.generate("go")
     assert [p.args for p in first.pending_approvals] == [{"target": "t1"}]
+    # the conversation beside the card (the web inbox's recent messages) shows the call as
+    # the card does: what the model wrote for an injected argument is not an argument
+    # (helper-117 L1)
+    shown = Inbox(sqlite_url, agents=[agent]).messages(first.pending_approvals[0].id)
+    assert [c["args"] for m in shown for c in getattr(m, "tool_calls", None) or []] == [
+        {"target": "t1"}]
     with pytest.raises(InvalidApprovedArgsError, match="tool_call_id"):
         agent.approve_tool_call_generate(run_id=first.run_id, decided_by="a",
                                          args={"target": "t2", "tool_call_id": "mine"})
