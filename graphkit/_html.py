@@ -14,6 +14,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from graphkit._secrets import masked_message
+from graphkit._text import printable
 from graphkit.errors import GraphkitError, InvalidApprovedArgsError
 
 if TYPE_CHECKING:
@@ -23,8 +24,17 @@ __all__ = ["audit_table", "card", "fields", "page", "parse_fields", "pending_row
 
 
 def _e(value: Any) -> str:
-    return escape(value if isinstance(value, str) else json.dumps(value, default=str),
-                  quote=True)
+    """Text for reading, escaped: bidi overrides, zero-width and control characters show as
+    escapes (`printable`), as the CLI prints them: a prompt of "Pay 50 to \\u202eevil" read
+    as another payee on the page (helper-120)."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return escape(printable(text, lines=True), quote=True)
+
+
+def _value(value: str) -> str:
+    """A value a form sends back (a field's name or content, a choice), escaped only: it
+    must come back as it was given."""
+    return escape(value, quote=True)
 
 
 def _json(value: Any) -> str:
@@ -100,7 +110,7 @@ def pending_table(items: Sequence[PendingApproval], agents: Iterable[str],
                   tools: Iterable[str], chosen: Mapping[str, str]) -> str:
     def options(name: str, values: Iterable[str]) -> str:
         opts = "".join(
-            f"<option value='{_e(v)}'{' selected' if chosen.get(name) == v else ''}>{_e(v)}"
+            f"<option value='{_value(v)}'{' selected' if chosen.get(name) == v else ''}>{_e(v)}"
             "</option>" for v in sorted(set(values)))
         return f"<select name='{name}'><option value=''>all {name}s</option>{opts}</select>"
 
@@ -162,19 +172,19 @@ def fields(schema: Mapping[str, Any] | None, values: Mapping[str, Any], prefix: 
     for name, spec in props.items():
         kind, value = _shown(spec, values, name)
         label = f"{_e(name)}{' *' if name in required else ''}"
-        field = f"{prefix}.{_e(name)}"
+        field = f"{prefix}.{_value(name)}"
         if kind == "boolean":
             checked = " checked" if value else ""
             out.append(f"<label><input type='checkbox' name='{field}' value='true'{checked}> "
                        f"{label}</label>")
         elif kind == "text":  # an input would drop the line breaks
             out.append(f"<label>{label}<textarea name='{field}' rows='3' data-kind='string'>"
-                       f"\n{_e(value)}</textarea></label>")
+                       f"\n{_value(value)}</textarea></label>")
         elif kind in ("integer", "number", "string"):
             secret = isinstance(spec, Mapping) and spec.get("format") == "password"
             typ = "number" if kind != "string" else "password" if secret else "text"
             step = " step='any'" if kind == "number" else ""
-            shown = "" if value is None else _e(str(value))
+            shown = "" if value is None else _value(str(value))
             out.append(f"<label>{label}<input type='{typ}'{step} name='{field}' "
                        f"value='{shown}' data-kind='{kind}'></label>")
         else:

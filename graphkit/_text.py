@@ -21,15 +21,19 @@ and the line and paragraph separators. Other spaces and private-use characters s
 themselves."""
 
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_KEPT_IN_LINES = "\n\t"
 
 
-def printable(text: str) -> str:
+def printable(text: str, *, lines: bool = False) -> str:
     """`text` with control and format characters replaced by visible escapes (`\\x1b`,
     `\\u202e`, `\\n`), so it prints on one line exactly as stored. Backslashes are left as
-    they are: the result is for reading, not for parsing back."""
+    they are: the result is for reading, not for parsing back. With `lines`, line breaks and
+    tabs stay as they are (a web page shows them as space, or in a `pre` as breaks: neither
+    hides or reorders text, as a bidi override or a zero-width character on a page does)."""
     if text.isprintable():
         return text
-    return "".join(_escape(ch) for ch in text)
+    kept = _KEPT_IN_LINES if lines else ""
+    return "".join(ch if ch in kept else _escape(ch) for ch in text)
 
 
 def _escape(ch: str) -> str:

@@ -1,5 +1,6 @@
 """The CLI never prints a control or format character it was handed by a model, a tool, a
-reviewer or a client: escape sequences, carriage returns and bidi overrides show as escapes."""
+reviewer or a client: escape sequences, carriage returns and bidi overrides show as escapes.
+Nor do the pages (the web inbox's, a notebook's cards), which keep line breaks only."""
 
 from __future__ import annotations
 
@@ -223,3 +224,38 @@ def test_demo_approved_tool_output_is_escaped(sqlite_url: str,
     shown = "\n".join(lines)
     assert not raw_controls(shown)
     assert f"  tool pay{SHOWN}> paid 1 for {SHOWN}" in shown
+
+
+def test_pages_show_what_is_stored_and_forms_send_back_what_was_given(
+        sqlite_url: str, paused: str) -> None:
+    """The web inbox's list and card, and a notebook's card, showed a prompt of "Pay 50 to
+    \\u202eproc-live" with the override in place: the page read as another payee than the
+    tool gets (helper-120). Every text a page shows is `printable` (line breaks kept, as a
+    page shows them harmlessly); what a form sends back is only HTML-escaped."""
+    import html
+    import re
+
+    from graphkit import _html
+
+    agent = evil_agent(sqlite_url)
+    inbox = Inbox(sqlite_url, agents=[agent])
+    item = inbox.get(paused)
+    messages = [{"type": m.type, "content": m.content or json.dumps(
+        [c["args"] for c in getattr(m, "tool_calls", [])], ensure_ascii=False)}
+                for m in inbox.messages(paused)]
+    pages = [_html.card(item, messages=messages), _html.pending_rows([item])]
+    inbox.approve(paused, decided_by="alice" + EVIL, comment="fine" + EVIL)
+    decided = inbox.get(paused)
+    pages += [_html.card(decided), _html.audit_table(inbox.audit(id=paused))]
+    for page in pages:
+        shown = html.unescape(re.sub(r"<[^>]*>", "", page))
+        assert not raw_controls(shown), page
+    assert "Pay 1 for " + printable(EVIL, lines=True) in html.unescape(pages[0])
+    assert SHOWN.replace("\\n", "\n") == printable(EVIL, lines=True)
+
+    schema = {"type": "object", "properties": {"note": {"type": "string"}}}
+    form = _html.fields(schema, {"note": "a\u202eb"}, "arg")
+    (sent,) = re.findall(r"value='([^']*)'", form)
+    assert html.unescape(sent) == "a\u202eb"  # (the field gets the value, as stored)
+    assert _html.parse_fields(schema, {"arg.note": html.unescape(sent)}, "arg") == {
+        "note": "a\u202eb"}
