@@ -925,7 +925,7 @@ def _sends(plan: TurnPlan, answered: set[str], ready: list[CallPlan], ctx: GateC
                "since they were planned?): the run stopped, nothing changed; continue it with "
                "an agent that has the tool")
         raise GraphkitError(msg)
-    options: RunOptions = state.get("options") or {}
+    options = ctx.options(state)  # (the request's: a subagent's delegation passes them on)
     then = _then(plan, answered, batch, tools, ctx)
     return [_task(c, ctx.path, options, then) for c in batch]
 

@@ -33,7 +33,7 @@ class GateJournal:
         self.scope = scope
         """The graph's checkpoint namespace: one agent's plans in one thread (a subagent's
         delegation has its own)."""
-        self._run: list[str | None] = []
+        self._run: list[tuple[str | None, dict[str, Any] | None]] = []
 
     @property
     def run_id(self) -> str | None:
@@ -42,18 +42,27 @@ class GateJournal:
         a LangGraph server's threads). Never the state's word: a client who can write the
         state would file a later run's calls under an earlier run, whose decisions may take
         them. Read once a pass (with the turn, `known_run`, where the pass reads that first)."""
+        return self._current()[0]
+
+    @property
+    def run_options(self) -> dict[str, Any] | None:
+        """The options the request of the thread's current run recorded with it (None: it
+        recorded none, or there is no run: a LangGraph server's)."""
+        return self._current()[1]
+
+    def _current(self) -> tuple[str | None, dict[str, Any] | None]:
         if not self._run:
             agent = self.agent_path[0] if self.agent_path else ""
-            self._run.append(self.ledger.current_run(self.thread_id, agent))
+            self._run.append(self.ledger.current_run_and_options(self.thread_id, agent))
         return self._run[0]
 
     @property
     def run_known(self) -> bool:
         return bool(self._run)
 
-    def known_run(self, runs: Sequence[str]) -> None:
+    def known_run(self, runs: Sequence[tuple[str, dict[str, Any] | None]]) -> None:
         """The thread's current run as a read of this pass found it (`turn_and_queue`)."""
-        self._run[:] = [runs[0] if runs else None]
+        self._run[:] = [runs[0] if runs else (None, None)]
 
     def sync(self, old: TurnPlan | None, new: TurnPlan, answered: set[str], *,
              save: bool = False, cleared: Mapping[str, Clearance] | None = None) -> None:

@@ -51,7 +51,7 @@ from langgraph.types import Command, StateSnapshot, StateUpdate
 from graphkit._context import LEASE_KEY
 from graphkit._control import back_to_gate
 from graphkit._ids import stored
-from graphkit._ledger import Ledger, RunBusyError, _keeper, _schema
+from graphkit._ledger import Ledger, RunBusyError, RunToRecord, _keeper, _schema
 from graphkit._offload import apart, offload
 from graphkit._state import brings_messages, named_input
 from graphkit.errors import GraphkitError
@@ -88,12 +88,12 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
         attrs = {k: v for k, v in compiled.__dict__.items() if k != "__orig_class__"}
         return cls(leases=leases, agent=agent, **attrs)
 
-    def _run(self, starts: bool) -> tuple[str | None, str]:
+    def _run(self, starts: bool) -> RunToRecord:
         """The run to record as the lease is taken: a new one for a call that `starts` one
         (it brings messages), recorded only where the agent has runs (`follows`), else none;
         and either way, on a thread no other agent's runs hold (another agent's graph, given
         the thread's decisions, left its owner's approved call waiting for good: helper-110)."""
-        return (str(uuid.uuid4()) if starts else None, self.agent)
+        return RunToRecord(str(uuid.uuid4()) if starts else None, self.agent)
 
     def _thread(self, config: RunnableConfig | None) -> str | None:
         """The thread a run with `config` advances, as LangGraph reads it; None for none, and
@@ -125,7 +125,7 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
             raise RunBusyError(msg)
         return str(thread_id)
 
-    def _hold(self, thread_id: str, run: tuple[str | None, str]) -> str:
+    def _hold(self, thread_id: str, run: RunToRecord) -> str:
         """The thread's lease for a sync call, as `Ledger.hold_thread` takes it; at once or
         not at all on a running event loop while a run of this process holds it (a
         notebook's cell beside a task it started): the wait would block the loop that run
@@ -264,7 +264,7 @@ async def until_free(attempt: Callable[[], Awaitable[T]], wait: float) -> T:
         pause = min(pause * 2, 0.1)
 
 
-async def _ahold(leases: Ledger, thread_id: str, run: tuple[str | None, str]) -> str:
+async def _ahold(leases: Ledger, thread_id: str, run: RunToRecord) -> str:
     """The thread's lease, as `Ledger.hold_thread` takes it, waited for on the event loop
     (`until_free`). One try cancelled as it runs gives the lease back once taken (kept, it
     would be renewed for as long as the process lives)."""
@@ -280,7 +280,7 @@ async def _ahold(leases: Ledger, thread_id: str, run: tuple[str | None, str]) ->
     return await until_free(attempt, _schema.WAIT_SECONDS)
 
 
-def _hold_now(leases: Ledger, thread_id: str, run: tuple[str | None, str]) -> str:
+def _hold_now(leases: Ledger, thread_id: str, run: RunToRecord) -> str:
     return leases.hold_thread(thread_id, wait=0.0, run=run, follows=True)
 
 

@@ -168,12 +168,12 @@ def make_model_node(
         will be queued beside, a suspended tool), what notes the queued messages these
         writes append as delivered: called once the step's command is ready (a model call
         that fails leaves them to be appended by the next step), and the pass's context."""
-        options = state.get("options") or {}
-        limit = options.get("max_steps")
-        limit = limit if isinstance(limit, int) and limit > 0 else 25
         ctx = planner.context(state, config)
         key = last_turn_key(state.get("messages") or [], ctx.scope)
         plan = ctx.turn(key, outcomes=True)  # (with the queue, what waits, what ran: below)
+        options = ctx.options(state)  # (the request's, as recorded with its run: read above)
+        limit = options.get("max_steps")
+        limit = limit if isinstance(limit, int) and limit > 0 else 25
         # the last turn this agent planned, where words or a client's turns came after it
         # (`last_planned`)
         paused = plan or last_planned(list(state.get("messages") or []), ctx)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -34,7 +34,7 @@ from graphkit._journal import GateJournal
 from graphkit._ledger import ApprovalRow, Ledger, PendingTurn, Queued, queued_id
 from graphkit._secrets import masked_ai
 from graphkit._settings import GateSettings
-from graphkit._state import AgentState, TurnPlan, turn_key
+from graphkit._state import DELEGATED_OPTIONS, AgentState, RunOptions, TurnPlan, turn_key
 from graphkit._validate import args_json_schema, validation_runs_code
 from graphkit.tools import GraphkitTool
 
@@ -97,6 +97,21 @@ class GateContext:
         """The thread's current run, which the pass files what it records under
         (`GateJournal.run_id`)."""
         return self.journal.run_id
+
+    def options(self, state: AgentState) -> RunOptions:
+        """The request options the pass obeys: as the ledger recorded them with the thread's
+        current run (`GateJournal.run_options`; a subagent's, those a delegation passes
+        down), never the state's copy, which a client may write: graph input without a
+        message, `update_state` or a `Command`'s update turned a request's
+        `require_tool_approval` off while its call waited, and the next call ran unasked
+        (helper-122). The state's for a run the ledger recorded none for (a LangGraph
+        server's, whose client gave them; a run recorded before runs kept them)."""
+        recorded = self.journal.run_options
+        if recorded is None:
+            return state.get("options") or {}
+        if len(self.path) > 1:
+            recorded = {k: v for k, v in recorded.items() if k in DELEGATED_OPTIONS}
+        return cast(RunOptions, recorded)
 
     @property
     def agent(self) -> str:
@@ -233,7 +248,8 @@ class Planner:
         journal = GateJournal(self.ledger, thread_id=thread_id, schemas=self.schemas,
                               scope=scope_of(config), agent_path=path)
         if like is not None and like.journal.run_known:
-            journal.known_run([run] if (run := like.journal.run_id) is not None else [])
+            journal.known_run([(run, like.journal.run_options)]
+                              if (run := like.journal.run_id) is not None else [])
         if self.nested:  # (the delegation node's word; a top-level graph ignores the config's)
             found = (config.get("configurable") or {}).get(CONVERSATION_KEY)
             conversation = found if isinstance(found, str) else None
@@ -259,7 +275,7 @@ class Planner:
                                           ttl=self.settings.grant_ttl)
                   if names and ctx.conversation and not ctx.new_conversation else {})
         kept = stored if stored is not None else ai
-        planned = plan_turn(ai, self.tools, self.settings, state.get("options") or {},
+        planned = plan_turn(ai, self.tools, self.settings, ctx.options(state),
                             agent_path=ctx.path, thread_id=ctx.thread_id, run_id=ctx.run_id,
                             grants=grants, plan_key=turn_key(kept, ctx.scope),
                             conversation=ctx.conversation)

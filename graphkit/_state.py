@@ -53,6 +53,11 @@ class RunOptions(TypedDict, total=False):
     """Seconds an approval may wait before it is declined as expired (the agent's default)."""
 
 
+DELEGATED_OPTIONS = frozenset({"run_id", "require_tool_approval", "max_steps"})
+"""The request options a supervisor's delegation passes down to its subagent (whose own
+`auto_resume_suspended_tools` is its agent's)."""
+
+
 class CallPlan(TypedDict):
     """What the gate decided about one tool call of the current model turn."""
 

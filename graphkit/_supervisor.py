@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from graphkit._context import CONVERSATION_KEY, DELEGATION_KEY, PATH_KEY, thread_id_of
 from graphkit._ledger import DONE, CallRow, Ledger
-from graphkit._state import ToolTask, well_typed_task
+from graphkit._state import DELEGATED_OPTIONS, ToolTask, well_typed_task
 from graphkit._tools_node import result_command, runs_as_recorded
 from graphkit.tools import DelegationTool
 
@@ -72,8 +72,7 @@ def make_delegate_nodes(
         options = task.get("options") or {}
         sub_input = {
             "messages": [HumanMessage(str(args.get("task", "")))],
-            "options": {k: v for k, v in options.items()
-                        if k in ("run_id", "require_tool_approval", "max_steps")},
+            "options": {k: v for k, v in options.items() if k in DELEGATED_OPTIONS},
         }
         sub_config: RunnableConfig = {
             **config,

@@ -45,7 +45,7 @@ from graphkit._graph import build_graph
 from graphkit._ids import given_id
 from graphkit._latest import Paused, ServesLatest, latest, options_of
 from graphkit._leased_graph import LeasedGraph
-from graphkit._ledger import WAIT_SECONDS, Ledger
+from graphkit._ledger import WAIT_SECONDS, Ledger, RunToRecord
 from graphkit._notify import Dispatcher, Webhook, start_notifications
 from graphkit._owner import new_owner
 from graphkit._review import Choice, Remember
@@ -344,26 +344,27 @@ class Agent:
         build: Build,
         on_state_change: StateHook | None = None,
         fresh: bool = False,
-        new_run: bool = False,
+        new_run: RunOptions | None = None,
         leased_by: str | None = None,
         held_by: str | None = None,
         follow: bool = False,
     ) -> Prepare:
-        """What a stream does first: take the thread's lease (recording a `new_run` with it;
-        `leased_by`: the owner holding it already), read the latest checkpoint (what it waits
-        on), build the input; the same read serves the graph (`ServesLatest`), which needs no
-        other. `held_by`: the owner under which a decision just taken holds its run in the
-        ready queue (`Ledger.decide`): renewed while the run advances, let go once it went
-        on, else left to lapse, so that a worker takes the run over (a stream that fails, or
-        is dropped unread, or this process dying). `follow` (a decision's stream): if a later
-        run started on the thread since (the ledger says), the stream goes on as that run,
-        under its id, whose turn it advances: its result names the run whose calls it lists."""
-        run = (run_id, self.name) if new_run else None
+        """What a stream does first: take the thread's lease (recording a new run with it, and the
+        options of its request, `new_run`, which its gates obey; `leased_by`: the owner
+        holding it already), read the latest checkpoint (what it waits on), build the input;
+        the same read serves the graph (`ServesLatest`), which needs no other. `held_by`:
+        the owner under which a decision just taken holds its run in the ready queue
+        (`Ledger.decide`): renewed while the run advances, let go once it went on, else left
+        to lapse, so that a worker takes the run over (a stream that fails, or is dropped
+        unread, or this process dying). `follow` (a decision's stream): if a later run
+        started on the thread since (the ledger says), the stream goes on as that run, under
+        its id, whose turn it advances: its result names the run whose calls it lists."""
+        run = RunToRecord(run_id, self.name, new_run) if new_run is not None else None
         saver = self.graph.checkpointer
         ledger = self._storage.ledger
         # a new message may queue its run held for this caller (`start_payload`), as a
         # decision does
-        held = held_by if held_by is not None or not new_run else new_owner()
+        held = held_by if held_by is not None or new_run is None else new_owner()
 
         def prepare(wait: bool = True) -> Invocation:
             lease = contextlib.ExitStack()
@@ -509,11 +510,11 @@ class Agent:
         checkpoint_reason: str | None = None,
     ) -> AgentStream:
         """Start a run (or continue a thread) and stream it. See `generate`."""
-        run_id, thread_id, config, build, fresh = self._start(
+        run_id, thread_id, config, build, fresh, options = self._start(
             message, thread_id, require_tool_approval, auto_resume_suspended_tools, max_steps,
             checkpoint_reason)
         prepare = self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
-                                on_state_change=on_state_change, fresh=fresh, new_run=True)
+                                on_state_change=on_state_change, fresh=fresh, new_run=options)
         return AgentStream(self.graph, prepare, run_id, thread_id)
 
     def generate(
@@ -551,11 +552,11 @@ class Agent:
         checkpoint_reason: str | None = None,
     ) -> AsyncAgentStream:
         """Async twin of `stream`: `async for chunk in agent.astream(...)`."""
-        run_id, thread_id, config, build, fresh = self._start(
+        run_id, thread_id, config, build, fresh, options = self._start(
             message, thread_id, require_tool_approval, auto_resume_suspended_tools, max_steps,
             checkpoint_reason)
         prepare = self._prepare(run_id=run_id, thread_id=thread_id, config=config, build=build,
-                                on_state_change=on_state_change, fresh=fresh, new_run=True)
+                                on_state_change=on_state_change, fresh=fresh, new_run=options)
         return AsyncAgentStream(self.graph, prepare, run_id, thread_id, wait=WAIT_SECONDS)
 
     async def agenerate(
@@ -584,7 +585,7 @@ class Agent:
         auto_resume_suspended_tools: bool | None,
         max_steps: int,
         checkpoint_reason: str | None,
-    ) -> tuple[str, str, RunnableConfig, Build, bool]:
+    ) -> tuple[str, str, RunnableConfig, Build, bool, RunOptions]:
         fresh = thread_id is None
         # (a thread named by 1 ran in thread "1"; by a list, the storage raised: helper-107)
         thread_id = str(uuid.uuid4()) if fresh else given_id(thread_id, "thread id",
@@ -599,7 +600,7 @@ class Agent:
             return start_payload(snapshot, messages, options, req)
 
 
-        return run_id, thread_id, config, build, fresh
+        return run_id, thread_id, config, build, fresh, options
 
     # ------------------------------------------------------------------ deciding
 

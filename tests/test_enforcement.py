@@ -299,6 +299,33 @@ def test_settings_live_in_the_graph_and_a_request_cannot_loosen_them() -> None:
     assert ran2.ran == []
 
 
+@pytest.mark.parametrize("door", ["graph input", "update_state", "a resume's update"])
+def test_a_requests_options_are_the_ledgers_not_a_state_write(door: str) -> None:
+    """A request's `require_tool_approval=True` lived in the state alone: a client that wrote
+    the state's options (graph input with no message, `update_state`, a raw resume's update)
+    while its first call waited turned it off, and the model's next call ran unasked
+    (helper-122 F2). The run's options are recorded with it in the ledger, and its gates
+    obey those."""
+    agent, ran = agent_with([turn(call("lookup", {"key": "k1"}, "c1")),
+                             turn(call("lookup", {"key": "k2"}, "c2")), "done"])
+    first = agent.generate("look", require_tool_approval=True)
+    cfg = config(first.thread_id)
+    loose = {**agent.graph.get_state(cfg).values["options"], "require_tool_approval": False,
+             "max_steps": 1000}
+    if door == "graph input":
+        agent.graph.invoke({"options": loose}, cfg)
+    elif door == "update_state":
+        agent.graph.update_state(cfg, {"options": loose})
+    else:
+        agent.graph.invoke(Command(resume={"decisions": [{"type": "approve"}]},
+                                   update={"options": loose}), cfg)
+    if ran.ran == []:  # (the raw resume approved c1 itself)
+        agent.approve_tool_call_generate(run_id=first.run_id, tool_call_id="c1",
+                                         decided_by="alice")
+    assert ran.ran == [("lookup", {"key": "k1"})]  # c2 waits for its approval
+    assert [p.tool_call_id for p in Inbox(agent._storage).pending()] == ["c2"]
+
+
 def test_the_cli_cannot_approve_for_someone_the_agents_policy_refuses(sqlite_url: str) -> None:
     agent, ran = agent_with([turn(call("pay", PAY, "c1")), "done"], checkpointer=sqlite_url,
                             approvers=release_manager_only, name="billing")

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from graphkit import _owner
-from graphkit._ledger import LEASE_SECONDS, Ledger, RunBusyError
+from graphkit._ledger import LEASE_SECONDS, Ledger, RunBusyError, RunToRecord
 from graphkit._owner import Owner, holder_is_dead, new_owner, parse_owner
 from graphkit.errors import GraphkitError
 
@@ -503,20 +503,20 @@ def test_a_run_is_recorded_with_its_first_lease_and_only_then(tmp_path: Path) ->
     transaction: a run that could not take its thread leaves no record; one that took a dead
     holder's lease is recorded as well."""
     ledger = Ledger.sqlite(str(tmp_path / "runs.db"))
-    with (ledger.lease("t1", run=("run-1", "ops")), pytest.raises(RunBusyError),
-          ledger.lease("t1", wait=0.0, run=("run-2", "ops"))):
+    with (ledger.lease("t1", run=RunToRecord("run-1", "ops")), pytest.raises(RunBusyError),
+          ledger.lease("t1", wait=0.0, run=RunToRecord("run-2", "ops"))):
         pass
     assert ledger.run("run-1") == ("t1", "ops")
     assert ledger.run("run-2") is None
     dead = dataclasses.replace(_me(), pid=_reaped_pid()).token()
     taken = _put_lease(tmp_path / "dead.db", "t2", dead, expires_in=600)
-    with taken.lease("t2", wait=5.0, run=("run-3", "billing")):
+    with taken.lease("t2", wait=5.0, run=RunToRecord("run-3", "billing")):
         pass
     assert taken.run("run-3") == ("t2", "billing")
-    with taken.lease("t2", run=("run-3", "billing")):
+    with taken.lease("t2", run=RunToRecord("run-3", "billing")):
         pass
     with pytest.raises(GraphkitError, match="belongs to agent 'billing'"), taken.lease(
-            "t2", run=("run-3", "someone else")):
+            "t2", run=RunToRecord("run-3", "someone else")):
         pass
     assert taken.run("run-3") == ("t2", "billing")  # a run id is recorded once, never moved
 
@@ -528,17 +528,17 @@ def test_a_run_refused_on_a_dead_holders_thread_leaves_the_lease_as_it_was(
     the thread's own agent waited that long)."""
     dead = dataclasses.replace(_me(), pid=_reaped_pid()).token()
     ledger = _put_lease(tmp_path / "runs.db", "t1", dead, expires_in=600)
-    with ledger.lease("t0", run=("run-0", "billing")):
+    with ledger.lease("t0", run=RunToRecord("run-0", "billing")):
         pass
     ledger._sql.execute("INSERT INTO graphkit_runs (run_id, thread_id, agent, created_at) "
                         "VALUES ('run-1', 't1', 'billing', 1)")
     with pytest.raises(GraphkitError, match="belongs to agent 'billing'"), ledger.lease(
-            "t1", wait=5.0, run=("run-2", "someone else")):
+            "t1", wait=5.0, run=RunToRecord("run-2", "someone else")):
         pass
     assert ledger._sql.query("SELECT owner FROM graphkit_leases WHERE thread_id = 't1'") == [
         (dead,)]
     started = time.monotonic()
-    with ledger.lease("t1", wait=5.0, run=("run-3", "billing")):
+    with ledger.lease("t1", wait=5.0, run=RunToRecord("run-3", "billing")):
         pass
     assert time.monotonic() - started < 2.0 and ledger.run("run-3") == ("t1", "billing")
 
@@ -550,10 +550,10 @@ def test_a_thread_two_agents_ran_on_before_is_its_first_agents(tmp_path: Path) -
     ledger = Ledger.sqlite(str(tmp_path / "runs.db"))
     ledger._sql.execute("INSERT INTO graphkit_runs (run_id, thread_id, agent, created_at) "
                         "VALUES ('a', 't1', 'bank', 1), ('b', 't1', 'shop', 2)")
-    with ledger.lease("t1", run=("c", "bank")):
+    with ledger.lease("t1", run=RunToRecord("c", "bank")):
         pass
     with pytest.raises(GraphkitError, match="belongs to agent 'bank', not 'shop'"), \
-            ledger.lease("t1", run=("d", "shop")):
+            ledger.lease("t1", run=RunToRecord("d", "shop")):
         pass
     assert ledger.current_run("t1", "bank") == "c" and ledger.run("d") is None
 

@@ -1097,6 +1097,7 @@ def test_a_threads_later_run_is_the_last_its_agent_started_after_it(durable_url:
     count, on either engine. A thread is one agent's: another agent's run on it is refused
     (helper-20: a second agent's message on the thread was lost, and the first agent's
     decision landed on the second's call)."""
+    from graphkit._ledger import RunToRecord
     from graphkit._storage import open_storage
     from graphkit.errors import GraphkitError
 
@@ -1104,10 +1105,10 @@ def test_a_threads_later_run_is_the_last_its_agent_started_after_it(durable_url:
     started = [("r1", "t1", "bank"), ("r2", "t1", "bank"), ("r3", "t1", "bank"),
                ("o1", "t2", "bank")]
     for run_id, thread_id, agent in started:
-        with ledger.lease(thread_id, run=(run_id, agent)):
+        with ledger.lease(thread_id, run=RunToRecord(run_id, agent)):
             pass
     with pytest.raises(GraphkitError, match="thread 't1' belongs to agent 'bank'"), ledger.lease(
-            "t1", run=("s1", "shop")):
+            "t1", run=RunToRecord("s1", "shop")):
         pass
     with ledger.lease("t1", wait=0.0):  # (refused before the lease was taken)
         pass

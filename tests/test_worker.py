@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from graphkit import Inbox
-from graphkit._ledger import RunBusyError
+from graphkit._ledger import RunBusyError, RunToRecord
 from graphkit._worker import Worker
 from tests.worker_agent import effects, make
 
@@ -585,11 +585,11 @@ def test_a_workers_claim_reads_the_later_run_only_under_the_lease_it_took(queue:
 
     ledger = queue
     for run, thread in (("r1", "t1"), ("r2", "t2")):
-        with ledger.lease(thread, run=(run, "bank")):
+        with ledger.lease(thread, run=RunToRecord(run, "bank")):
             pass
         _ready_run(ledger, run, thread)
     for run in ("r3", "r4"):
-        with ledger.lease("t2", run=(run, "bank")):
+        with ledger.lease("t2", run=RunToRecord(run, "bank")):
             pass
     first = ledger.next_ready(new_owner(), "bank", lease=True)
     second = ledger.next_ready(new_owner(), "bank", lease=True)

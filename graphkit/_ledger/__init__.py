@@ -16,7 +16,7 @@ from typing import Any
 
 from graphkit._ledger._calls import Executions
 from graphkit._ledger._decisions import Decisions, Decline, NewRun, QueuedFor
-from graphkit._ledger._leases import Leases
+from graphkit._ledger._leases import Leases, RunToRecord
 from graphkit._ledger._messages import Messages, Queued, queued_id, same_queued
 from graphkit._ledger._outbox import Notifications
 from graphkit._ledger._plans import Plans, TurnReading
@@ -68,6 +68,7 @@ __all__ = [
     "Queued",
     "QueuedFor",
     "RunBusyError",
+    "RunToRecord",
     "Start",
     "TurnReading",
     "WaitingRow",

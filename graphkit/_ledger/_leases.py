@@ -17,13 +17,14 @@ from graphkit._ledger._rows import (
     CURRENT_RUN,
     ApprovalRow,
     approval_row,
+    recorded_options,
 )
 from graphkit._ledger._schema import (
     SERVER_AGENT,
     SERVER_THREAD,
     WAIT_SECONDS,
 )
-from graphkit._ledger._sql import RunBusyError, Tx, dumps, loads
+from graphkit._ledger._sql import RunBusyError, Tx, dumps
 from graphkit._owner import holder_is_dead, new_owner
 from graphkit.errors import GraphkitError
 
@@ -55,6 +56,16 @@ _REARM = ("ON CONFLICT (run_id) DO UPDATE SET ready_at = excluded.ready_at, "
           "continue_as = NULL, continue_for = NULL, held_back = NULL")
 """A run queued again while its row is there: ready now, under the new claim, and nothing of
 an earlier continuation's (a readiness that arrives while a worker resumes it re-arms it)."""
+
+
+class RunToRecord(NamedTuple):
+    """A run recorded as its thread's lease is taken (`Leases._record_run`)."""
+
+    run_id: str | None
+    """None: no run is recorded, the thread's agent only checked."""
+    agent: str
+    options: Mapping[str, Any] | None = None
+    """The options its request gave (None: none recorded, as for a client's graph input)."""
 
 
 class ReadyRun(NamedTuple):
@@ -359,11 +370,12 @@ class Leases(LedgerBase):
         now = self._sql.now
         return _TAKE.format(source=source or f"VALUES (?, ?, {now} + ?)", now=now)
 
-    def _take(self, thread_id: str, owner: str, run: tuple[str | None, str] | None = None, *,
+    def _take(self, thread_id: str, owner: str, run: RunToRecord | None = None, *,
               follows: bool = False) -> bool:
         """Take the thread's lease if it is free (or this owner's); with `run` (its id and
-        agent), record the run in the same transaction: a run is known once it holds its
-        thread, and one that never got it leaves no record (`follows`: `_record_run`)."""
+        agent, and its request's options), record the run in the same transaction: a run is
+        known once it holds its thread, and one that never got it leaves no record (`follows`:
+        `_record_run`)."""
         take = self._take_sql()
         params = (thread_id, owner, _schema.LEASE_SECONDS, owner)
         if run is None:
@@ -373,16 +385,16 @@ class Leases(LedgerBase):
         with self._sql.transaction() as tx:
             taken = tx.execute(take, params) == 1
             if taken:
-                recorded = self._record_run(tx, run[0], thread_id, run[1], follows=follows)
+                recorded = self._record_run(tx, run, thread_id, follows=follows)
         if not taken:
             taken, recorded = self._take_from_dead(thread_id, owner, run, follows=follows)
-        if recorded and run[0] is not None:  # (committed)
+        if recorded and run.run_id is not None:  # (committed)
             if len(self._recorded) >= 10_000:
                 del self._recorded[next(iter(self._recorded))]
-            self._recorded[run[0]] = (thread_id, run[1])
+            self._recorded[run.run_id] = (thread_id, run.agent)
         return taken
 
-    def _record_run(self, tx: Tx, run_id: str | None, thread_id: str, agent: str, *,
+    def _record_run(self, tx: Tx, run: RunToRecord, thread_id: str, *,
                     follows: bool = False) -> bool:
         """Whether the run is recorded now (not before: a run id is recorded once). A thread
         is one agent's, the one that started its first run: a run of another agent on it is
@@ -390,7 +402,11 @@ class Leases(LedgerBase):
         read one state, and neither's calls nor decisions would be the other's. `follows`: a
         run is recorded only on a thread where its agent has runs already, none recorded on
         a thread with no runs (a message a client gave the graph itself: `LeasedGraph`). No
-        `run_id`: nothing is recorded, the thread's agent only checked."""
+        `run_id`: nothing is recorded, the thread's agent only checked. The run's request
+        options are recorded with it: the ones its gates obey, whatever a client writes into
+        the state's copy (helper-122)."""
+        run_id, agent = run.run_id, run.agent
+        options = dumps(dict(run.options)) if run.options is not None else None
         # A thread's runs start one at a time (under its lease), each after the one before
         # it: later than it, even within the clock's tick (SQLite's is a millisecond).
         # (`follows`: where the agent has runs; else where the thread is the agent's or no one's)
@@ -401,12 +417,12 @@ class Leases(LedgerBase):
                          (f"COALESCE(({_OWNER}), ?) = ?", (thread_id, agent, agent)))
         others = (thread_id, agent, len(agent) + 1, f"{agent}/")
         if run_id is not None and tx.execute(
-                "INSERT INTO graphkit_runs (run_id, thread_id, agent, created_at) "
+                "INSERT INTO graphkit_runs (run_id, thread_id, agent, created_at, options) "
                 f"SELECT ?, ?, ?, {self._sql.greatest}({self._sql.now}, COALESCE(("
                 "SELECT MAX(created_at) FROM graphkit_runs WHERE thread_id = ?), 0) + 0.00001)"
-                f" WHERE {owned} AND NOT EXISTS ({_PLANNED_BY_OTHERS}) "
+                f", ? WHERE {owned} AND NOT EXISTS ({_PLANNED_BY_OTHERS}) "
                 "ON CONFLICT (run_id) DO NOTHING",
-                (run_id, thread_id, agent, thread_id, *params, *others)) == 1:
+                (run_id, thread_id, agent, thread_id, options, *params, *others)) == 1:
             return True
         first = tx.query(_OWNER, (thread_id,))
         owner = str(first[0][0]) if first else None
@@ -443,18 +459,23 @@ class Leases(LedgerBase):
     def current_run(self, thread_id: str, agent: str) -> str | None:
         """The last run of `agent` this database recorded on the thread (the one a decision
         may take anything waiting in it for), or None if it recorded none."""
+        return self.current_run_and_options(thread_id, agent)[0]
+
+    def current_run_and_options(self, thread_id: str, agent: str
+                                ) -> tuple[str | None, dict[str, Any] | None]:
+        """`current_run`, and the options its request recorded with it (`run_options`)."""
         rows = self._sql.query(CURRENT_RUN, (thread_id, agent))
-        return str(rows[0][0]) if rows else None
+        return (str(rows[0][0]), recorded_options(rows[0][1])) if rows else (None, None)
 
     def run_options(self, run_id: str) -> dict[str, Any] | None:
-        """The options a run a new message started was queued with (`_hold_new_run`), else
-        None."""
+        """The options the run's request gave, as recorded with the run (an Agent API's run;
+        a run a new message started, as it was queued: `_hold_new_run`), else None (a run
+        recorded before runs kept them, or one a client's graph input started)."""
         rows = self._sql.query("SELECT options FROM graphkit_runs WHERE run_id = ?", (run_id,))
-        found = loads(rows[0][0]) if rows and rows[0][0] else None
-        return found if isinstance(found, dict) else None
+        return recorded_options(rows[0][0]) if rows else None
 
     def _take_from_dead(self, thread_id: str, owner: str,
-                        run: tuple[str | None, str] | None = None, *, follows: bool = False
+                        run: RunToRecord | None = None, *, follows: bool = False
                         ) -> tuple[bool, bool]:
         """A lease whose holder provably no longer runs is free now, not when it expires: a
         worker restarted after a crash need not wait. With `run`, recorded in the same
@@ -471,7 +492,7 @@ class Leases(LedgerBase):
                 "WHERE thread_id = ? AND owner = ?",
                 (owner, _schema.LEASE_SECONDS, thread_id, rows[0][0])) == 1
             if taken and run is not None:
-                recorded = self._record_run(tx, run[0], thread_id, run[1], follows=follows)
+                recorded = self._record_run(tx, run, thread_id, follows=follows)
         return taken, recorded
 
     def _renew(self, thread_id: str, owner: str) -> bool:
@@ -487,7 +508,7 @@ class Leases(LedgerBase):
 
     @contextlib.contextmanager
     def lease(self, thread_id: str, *, wait: float = WAIT_SECONDS,
-              run: tuple[str, str] | None = None, held: str | None = None) -> Iterator[str]:
+              run: RunToRecord | None = None, held: str | None = None) -> Iterator[str]:
         """Hold the thread while the body advances it; renewed in the background. `run` (a
         new run's id and agent) is recorded as the lease is taken. `held`: the owner that
         holds it already (a worker's claim took it with the run), and releases it."""
@@ -501,7 +522,7 @@ class Leases(LedgerBase):
             self.release_thread(thread_id, owner)
 
     def hold_thread(self, thread_id: str, *, wait: float = WAIT_SECONDS,
-                    run: tuple[str | None, str] | None = None, follows: bool = False) -> str:
+                    run: RunToRecord | None = None, follows: bool = False) -> str:
         """Take the thread's lease, waiting up to `wait` seconds for its holder to let it go
         (else `RunBusyError`), and have it renewed until `release_thread`; its owner token.
         (`lease`, for a body that holds it from start to end; `run`, `follows`: `_take`.)"""

@@ -23,6 +23,7 @@ from graphkit._ledger._rows import (
     approval_row,
     beneath,
     pending_turn,
+    recorded_options,
 )
 from graphkit._ledger._schema import (
     DONE,
@@ -47,9 +48,9 @@ class TurnReading:
     """The recorded outcome of each call planned in the turn (`outcomes`)."""
     approvals: dict[str, ApprovalRow] | None = None
     """The approvals and suspensions of the calls planned in the turn (`approvals`)."""
-    runs: list[str] | None = None
-    """The last run of the agent asked for recorded on the thread (`current_run`): one, or
-    none."""
+    runs: list[tuple[str, dict[str, Any] | None]] | None = None
+    """The last run of the agent asked for recorded on the thread, with its request's options
+    (`current_run_and_options`): one, or none."""
 
 
 _WIDTH = 14
@@ -210,7 +211,7 @@ class Plans(LedgerBase):
                                f"AND call_key IN (SELECT call_key FROM {turn_calls})"))
             params = (*params, thread_id, thread_id, path, key)
         if run_of is not None:
-            parts.append(_part(5, "0", "run_id", f"({CURRENT_RUN}) AS last_run"))
+            parts.append(_part(5, "0", "run_id, options", f"({CURRENT_RUN}) AS last_run"))
             params = (*params, thread_id, run_of)
         rows = self._sql.query(" UNION ALL ".join(parts) + " ORDER BY part, seq", params)
         plans = [r[2] for r in rows if r[0] == 0]
@@ -222,7 +223,8 @@ class Plans(LedgerBase):
                       for r in rows if r[0] == 3} if outcomes else None,
             approvals={str(r[2]): approval_row(r[2:]) for r in rows if r[0] == 4}
             if approvals else None,
-            runs=[str(r[2]) for r in rows if r[0] == 5] if run_of is not None else None)
+            runs=[(str(r[2]), recorded_options(r[3])) for r in rows if r[0] == 5]
+            if run_of is not None else None)
 
     def save_turn(self, thread_id: str, agent_path: Sequence[str], plan: TurnPlan) -> None:
         """Record the gate's plan of a turn as it now stands."""

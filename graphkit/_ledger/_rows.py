@@ -186,10 +186,17 @@ def beneath(thread_id: str, path: str) -> tuple[str, str, str, str]:
     return (thread_id, path, f"{path}/", f"{path}/")
 
 
-CURRENT_RUN = ("SELECT run_id FROM graphkit_runs WHERE thread_id = ? AND agent = ? "
+CURRENT_RUN = ("SELECT run_id, options FROM graphkit_runs WHERE thread_id = ? AND agent = ? "
                "ORDER BY created_at DESC LIMIT 1")
 """The last run an agent started on a thread (parameters: the thread, the agent's name): the
-thread's current run, which calls are filed under and decisions may take anything of."""
+thread's current run, which calls are filed under and decisions may take anything of, and
+the options its request recorded with it (`Leases.run_options`)."""
+
+
+def recorded_options(text: Any) -> dict[str, Any] | None:
+    """A run's recorded request options (`CURRENT_RUN`'s second column), None for none."""
+    found = loads(text) if text else None
+    return found if isinstance(found, dict) else None
 
 
 def pending_turn(row: Sequence[Any]) -> PendingTurn:
