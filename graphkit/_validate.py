@@ -26,8 +26,8 @@ from graphkit.tools import GraphkitTool
 
 __all__ = ["args_json_schema", "args_model", "declared_secret_paths", "declares_resume_secrets",
            "declares_secrets", "injected_keys", "now_iso", "resume_secrets", "storable",
-           "unknown_args", "unsupported_injections", "validate_args", "validate_resume",
-           "validation_runs_code"]
+           "unknown_args", "unsupported_injections", "unwritten_fields", "validate_args",
+           "validate_resume", "validation_runs_code"]
 
 
 def iso_time(moment: datetime) -> str:
@@ -84,6 +84,48 @@ def unsupported_injections(tool: BaseTool) -> list[str]:
     annotations = get_all_basemodel_annotations(tool.get_input_schema())
     return sorted(k for k in keys if k not in annotations or not _is_injected_arg_type(
         annotations[k], injected_type=InjectedToolCallId))
+
+
+def unwritten_fields(tool: BaseTool) -> list[str]:
+    """The fields of the tool's argument schema that pydantic leaves out when it writes the
+    arguments (`Field(exclude=True)`, `exclude_if`, at any depth), or writes under another key
+    than their name (`serialize_by_alias`, at the top: LangChain's tool keeps the fields its
+    dump writes under a key it was given or a field's name). Arguments are shown, decided and
+    run as written: such a field the model gave was dropped, seen by no predicate nor
+    reviewer, and the tool ran its default (production for staging: helper-122)."""
+    schema = args_model(tool)
+    if schema is None:
+        return []
+    found = _unwritten(getattr(schema, "__pydantic_core_schema__", None), "")
+    if schema.model_config.get("serialize_by_alias"):
+        found |= {name for name, info in schema.model_fields.items()
+                  if (info.serialization_alias or info.alias or name) != name}
+    return sorted(found)
+
+
+def _unwritten(node: Any, name: str) -> set[str]:
+    found: set[str] = set()
+    if isinstance(node, dict):
+        if node.get("serialization_exclude") or node.get("serialization_exclude_if"):
+            found.add(name)
+        fields = node.get("fields") if node.get("type") in _WITH_FIELDS else None
+        for key, value in node.items():
+            if key == "fields" and isinstance(fields, dict):
+                for field, spec in fields.items():
+                    found |= _unwritten(spec, str(field))
+            elif key == "fields" and isinstance(fields, list):  # (a dataclass's args)
+                for spec in fields:
+                    found |= _unwritten(spec, str(spec.get("name", "?"))
+                                        if isinstance(spec, dict) else name)
+            else:
+                found |= _unwritten(value, name)
+    elif isinstance(node, list | tuple):
+        for value in node:
+            found |= _unwritten(value, name)
+    return found
+
+
+_WITH_FIELDS = frozenset({"model-fields", "typed-dict", "dataclass-args"})
 
 
 def validation_runs_code(tool: BaseTool) -> bool:
@@ -373,13 +415,15 @@ def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
         msg = (f"arguments are not valid for tool {tool.name!r}: "
                f"{exc.errors(include_url=False, include_context=False, include_input=False)}")
         raise InvalidApprovedArgsError(msg) from None
-    # By name (each field's one key: a serialization alias may be another field's name),
-    # then under the key the tool's own validation reads (`_as_input`: `from_` is `from`).
-    dumped: dict[str, Any] = parsed.model_dump(mode="json")
+    # By name (each field's one key: a serialization alias may be another field's name; a
+    # schema that writes by alias, `serialize_by_alias`, wrote every field under a key that
+    # was then dropped, and the tool ran its defaults: helper-122), then under the key the
+    # tool's own validation reads (`_as_input`: `from_` is `from`).
+    dumped: dict[str, Any] = parsed.model_dump(mode="json", by_alias=False)
     shown = dumped
     if _masked(dumped):
         try:
-            dumped = _revealed(parsed.model_dump(), dumped)
+            dumped = _revealed(parsed.model_dump(by_alias=False), dumped)
         except ValueError as exc:  # UnicodeDecodeError too: secret bytes that are not text
             msg = f"arguments for tool {tool.name!r} cannot be stored as JSON: {exc}"
             raise InvalidApprovedArgsError(msg) from exc

@@ -63,7 +63,12 @@ from graphkit._secrets import masked, masked_message
 from graphkit._settings import DEFAULT_GRANT_TTL, Approvers, GateSettings
 from graphkit._state import DEFAULT_MAX_STEPS, RunOptions
 from graphkit._storage import open_storage, serve_agent, served_storage
-from graphkit._validate import declares_secrets, secret_paths_of, unsupported_injections
+from graphkit._validate import (
+    declares_secrets,
+    secret_paths_of,
+    unsupported_injections,
+    unwritten_fields,
+)
 from graphkit.errors import (
     SNAPSHOT_NOT_FOUND,
     ApprovalNotFoundError,
@@ -130,6 +135,13 @@ def _tools(tools: Sequence[BaseTool | Callable[..., Any]]) -> list[BaseTool]:
                    "InjectedToolArg; only InjectedToolCallId is): its tools run apart from the "
                    "graph's state. Take what it needs as an argument the model gives (shown "
                    "for approval), or from graphkit's ToolContext (thread_id, agent_path)")
+            raise GraphkitError(msg)
+        if unwritten := unwritten_fields(tool):
+            msg = (f"tool {tool.name!r} has argument fields its schema leaves out when the "
+                   f"arguments are written ({unwritten}: Field(exclude=True) or exclude_if): "
+                   "a call is shown, judged, approved and run as written, so the value the "
+                   "model gave them would be dropped and the tool would run their defaults. "
+                   "Drop the exclusion from the tool's argument schema")
             raise GraphkitError(msg)
     return result
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import threading
 from pathlib import Path
 from typing import Annotated, Any
@@ -23,15 +24,25 @@ from pydantic import (
     AliasChoices,
     AliasPath,
     BaseModel,
+    ConfigDict,
     Field,
     SecretBytes,
     SecretStr,
     field_validator,
 )
+from pydantic.alias_generators import to_camel
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic.v1 import BaseModel as BaseModelV1
 
-from graphkit import Agent, GraphkitTool, Inbox, InvalidApprovedArgsError, ToolContext, create_tool
+from graphkit import (
+    Agent,
+    GraphkitError,
+    GraphkitTool,
+    Inbox,
+    InvalidApprovedArgsError,
+    ToolContext,
+    create_tool,
+)
 from graphkit.testing import ScriptedChatModel
 from graphkit.tools import render_prompt
 from tests.helpers import call, turn
@@ -623,3 +634,42 @@ def test_a_tool_that_returns_its_own_message_under_another_id_answers_its_call(
     assert ran == ["prod"]
     assert [e["event"] for e in Inbox(sqlite_url).audit(thread_id=paused.thread_id)] == [
         "requested", "approved"]
+
+
+class _Inner(BaseModel):
+    region: str = Field("eu", exclude=True)
+
+
+class _Excluding(BaseModel):
+    service: str
+    env: str = Field("production", exclude=True)
+    where: list[_Inner] = []
+
+
+class _CamelDeploy(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, validate_by_name=True,
+                              serialize_by_alias=True)
+    service: str
+    target_env: str = "production"
+
+
+@pytest.mark.parametrize(("schema", "fields"), [(_Excluding, "['env', 'region']"),
+                                                (_CamelDeploy, "['target_env']")])
+def test_a_tool_whose_schema_does_not_write_a_field_under_its_name_is_refused(
+        schema: type[BaseModel], fields: str) -> None:
+    """A field pydantic leaves out of what it writes (`Field(exclude=True)`, at any depth), or
+    writes under its alias (`serialize_by_alias`: a camelCase schema), was dropped from every
+    call: the predicate saw no `targetEnv` of "staging", nobody was asked, and the tool ran its
+    default, production (helper-122 F1; LangChain's tool itself drops such a field). Such a
+    tool is refused as the agent is made, naming the fields."""
+    ran: list[tuple[str, str]] = []
+
+    def deploy_body(service: str, env: str = "production", where: Any = (),
+                    target_env: str = "production") -> str:
+        ran.append((service, target_env))
+        return "deployed"
+
+    deploy = StructuredTool.from_function(deploy_body, name="deploy", description="Deploy.",
+                                          args_schema=schema)
+    with pytest.raises(GraphkitError, match=re.escape(fields)):
+        Agent(name="rel", tools=[deploy], model=ScriptedChatModel(["done"]))
