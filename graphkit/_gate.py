@@ -113,7 +113,13 @@ RESPONDED = ("[Tool call {name!r} did not run. {who} answered in its place; thes
              "reviewer's words, not the tool's result:] {message}")
 """A `respond` decision as the model reads it: marked as the reviewer's, so that a reviewer's
 "the payment succeeded" is never taken for the tool's own result."""
-CANCELLED = "Tool call {name!r} was cancelled by {who}{why} while it waited for input."
+CANCELLED = ("Tool call {name!r} was cancelled by {who}{why} while it waited for input; it may "
+             "have done part of its work. It will not go on.")
+STOPPED_WAITING = ("Tool call {name!r} was superseded by a new user message while it waited "
+                   "for input; it may have done part of its work. It will not go on unless "
+                   "called anew.")
+"""What the model reads of a call that suspended itself (it started) and that a new message
+stopped: never "not run" (helper-121)."""
 DECISION_COUNT = (
     "Number of human decisions ({given}) does not match number of pending tool calls "
     "({expected}); name each call with tool_call_id, or decide all of {ids}."
@@ -378,8 +384,8 @@ class _Pass:
             record["decided_at"] = now_iso()
             if record.get("kind") == "approval":
                 self.events.append(telemetry(record, "rejected"))
+        call["answer"] = _superseded(call)
         call["suspension"] = None
-        call["answer"] = SUPERSEDED.format(name=call["tool_name"])
 
     # ---------------------------------------------------------------- the ledger's decisions
 
@@ -448,7 +454,8 @@ class _Pass:
                 self.cleared[record["id"]] = Clearance(record["args_digest"], None)
             else:
                 who, why = _who_why(by, comment)
-                call["answer"] = (SUPERSEDED.format(name=name) if taken.event == "superseded"
+                call["answer"] = (STOPPED_WAITING.format(name=name)
+                                  if taken.event == "superseded"
                                   else CANCELLED.format(name=name, who=who, why=why))
             return
         self.events.append(telemetry(record, taken.status))
@@ -548,8 +555,20 @@ def stop_delegations(ledger: Ledger, waits: Iterable[tuple[Sequence[str], str]],
 
 
 def _not_run(call: CallPlan) -> str:
+    """What the model reads of a call a new user message stopped mid-turn before it
+    answered."""
     if call["node"] != "tools":
         return DELEGATION_STOPPED.format(name=call["tool_name"])
+    return _superseded(call)
+
+
+def _superseded(call: CallPlan) -> str:
+    """What the model reads of a call a new user message superseded: a call that suspended
+    itself had started, and may have done part of its work (a hold its `ctx.once` placed):
+    told "not run", the model asked for it again, and a reviewer who trusted the words
+    approved a second payment (helper-121)."""
+    if call["suspension"] is not None or call["resume_values"]:
+        return STOPPED_WAITING.format(name=call["tool_name"])
     return SUPERSEDED.format(name=call["tool_name"])
 
 

@@ -238,7 +238,9 @@ def _slack_body(webhook: Webhook, event: OutboxEvent) -> dict[str, Any]:
         title = "Call finished"
         outcome = str(event.payload.get("outcome") or "")
         summary = f"{tool} in {path}: " + {"ran": "ran", "failed": "failed",
-                                           "not_run": "did not run"}.get(outcome, _code(outcome))
+                                           "not_run": "did not run",
+                                           "stopped": "was stopped after it started"
+                                           }.get(outcome, _code(outcome))
     else:
         title = "Approval decided"
         summary = f"{tool} in {path} {_VERBS.get(what) or _code(what, 50)}{by}"

@@ -1100,3 +1100,40 @@ def test_a_forged_report_asks_nothing_and_feeds_nothing(tmp_path: Any) -> None:
     assert out.finish_reason == "suspended" and asked == ["iban?"] and sent == []
     done = agent.resume_generate("DE-REAL-IBAN", run_id=r.run_id, decided_by="cfo")
     assert sent == ["DE-REAL-IBAN"] and done.text == "done"
+
+
+@pytest.mark.parametrize("how", ["a new message", "a decline"])
+def test_a_suspended_call_stopped_before_its_answer_is_never_told_not_run(
+        sqlite_url: str, how: str) -> None:
+    """A tool that placed a hold (`ctx.once`), then asked for a code, was told "not run:
+    superseded" when the user wrote something new: the model asked for the transfer again,
+    and a reviewer who trusted the words approved a second one (helper-121). A suspended
+    call had started: the model reads that it was stopped while it waited for input and may
+    have done part of its work, and the audit says so."""
+    holds: list[str] = []
+
+    @create_tool(needs_approval=True)
+    def transfer(amount: int, ctx: ToolContext) -> str:
+        """Transfer money; asks for a one-time code after reserving the funds."""
+        hold = ctx.once("hold", lambda: holds.append(ctx.tool_call_id) or "hold-1")
+        code = ctx.suspend({"message": "one-time code?"})
+        return f"sent {amount} ({hold}, {code})"
+
+    agent = Agent(name="bank", tools=[transfer], checkpointer=sqlite_url,
+                  model=ScriptedChatModel([turn(call("transfer", {"amount": 100}, "t1")),
+                                           "stopped", "ok"]))
+    first = agent.generate("send 100")
+    asked = agent.approve_tool_call_generate(run_id=first.run_id, decided_by="alice")
+    assert asked.finish_reason == "suspended" and holds == ["t1"]
+    if how == "a new message":
+        agent.generate("actually, what is my balance?", thread_id=first.thread_id)
+    else:
+        (waiting,) = Inbox(sqlite_url).pending()
+        Inbox(sqlite_url).decline(waiting.id, decided_by="alice", comment="no code")
+        agent.resume(run_id=first.run_id)
+    said = [str(m.content) for m in agent.graph.get_state(
+        {"configurable": {"thread_id": first.thread_id}}).values["messages"]
+        if isinstance(m, ToolMessage)]
+    assert len(said) == 1 and "not run" not in said[0] and "did not run" not in said[0]
+    assert "may have done part of its work" in said[0], said
+    assert holds == ["t1"]

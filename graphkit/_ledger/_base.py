@@ -126,8 +126,8 @@ class LedgerBase:
 
     def _call_finished(self, tx: Tx, call_key: str, outcome: Mapping[str, Any],
                        result: str) -> None:
-        """`run.finished` for a call that needed a decision: whether it ran, failed, or will
-        never run (`result`), with the tool's own words."""
+        """`run.finished` for a call that needed a decision: whether it ran, failed, will never
+        run, or was stopped after it started (`result`), with the tool's own words."""
         if not self._notifying(tx)[0]:
             return
         rows = tx.query("SELECT approval_id, thread_id, agent_path, tool_name, tool_call_id "

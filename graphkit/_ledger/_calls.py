@@ -353,19 +353,35 @@ class Executions(LedgerBase):
         ended without its approved call (a client's write on its namespace) left the approval
         approved and marked waiting, its run listed as ready for good (helper-77), and a new
         message through the graph's input told a supervisor's approved call 'not run' while
-        the inbox showed it approved (helper-79)."""
+        the inbox showed it approved (helper-79). A call that suspended itself had started:
+        it is told `stopped`, never `not_run` (helper-121)."""
         if not outcomes:
             return
         with self._sql.transaction() as tx:
+            started = self._started(tx, list(outcomes), thread_id)
             for key, outcome in outcomes.items():
                 if tx.execute(
                         "UPDATE graphkit_calls SET executed = ?, outcome = ? "
                         "WHERE call_key = ? AND thread_id = ? AND executed IS NULL",
                         (DONE, dumps(dict(outcome)), key, thread_id)) == 1:
-                    self._overtaken(tx, key, thread_id, str(outcome.get("content", "")))
-                    self._call_finished(tx, key, outcome, "not_run")
+                    self._overtaken(tx, key, thread_id, str(outcome.get("content", "")),
+                                    started=key in started)
+                    self._call_finished(tx, key, outcome,
+                                        "stopped" if key in started else "not_run")
 
-    def _overtaken(self, tx: Any, call_key: str, thread_id: str, answer: str) -> None:
+    @staticmethod
+    def _started(tx: Any, keys: list[str], thread_id: str) -> set[str]:
+        """Which of these calls suspended themselves (`suspend`), and so started: asked
+        (`suspended_with`), or a suspension of theirs recorded."""
+        marks = ", ".join("?" for _ in keys)
+        return {str(r[0]) for r in tx.query(
+            f"SELECT call_key FROM graphkit_calls WHERE thread_id = ? AND call_key IN ({marks}) "
+            "AND (suspended_with IS NOT NULL OR EXISTS (SELECT 1 FROM graphkit_approvals a "
+            "WHERE a.call_key = graphkit_calls.call_key AND a.kind = 'suspension'))",
+            (thread_id, *keys))}
+
+    def _overtaken(self, tx: Any, call_key: str, thread_id: str, answer: str, *,
+                   started: bool = False) -> None:
         """A settled call's approvals: no run waits on them; approved, they are superseded."""
         tx.execute("UPDATE graphkit_approvals SET waiting = NULL WHERE call_key = ? "
                    "AND thread_id = ? AND waiting IS NOT NULL", (call_key, thread_id))
@@ -386,7 +402,9 @@ class Executions(LedgerBase):
                 "run_id": run_id, "approval_id": approval_id, "tool_name": tool_name,
                 "tool_call_id": tool_call_id, "agent_path": str(path).split("/"),
                 "decided_by": None, "comment": answer, "args_before": None,
-                "args_after": None, "detail": "approved, it had not run when this came"})])
+                "args_after": None, "detail": "approved; it had started, and waited for "
+                "input, when this came" if started else "approved, it had not run when this "
+                "came"})])
 
     def settle_call(self, call_key: str, outcome: Mapping[str, Any], *, thread_id: str,
                     agent_path: Sequence[str], tool_name: str) -> bool:
