@@ -365,6 +365,7 @@ def _prepare(
         suspend_schema=settings.suspend_schema if settings else None,
         resume_schema=settings.resume_schema if settings else None,
         keep_once=lambda results: ledger.save_once(key, results),
+        idempotency_key=key,
     )
     call = {"name": task["tool_name"], "args": admitted.args, "id": task["tool_call_id"],
             "type": "tool_call"}

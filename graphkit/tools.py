@@ -102,9 +102,17 @@ class ToolContext:
         suspend_schema: type[BaseModel] | None = None,
         resume_schema: type[BaseModel] | None = None,
         keep_once: Callable[[dict[str, Any]], Mapping[str, Any]] | None = None,
+        idempotency_key: str | None = None,
     ) -> None:
         self.tool_call_id = tool_call_id
-        """The id of the tool call being executed."""
+        """The id of the tool call being executed, as the model gave it (a model may give
+        the same id to calls of later turns)."""
+        self.idempotency_key = idempotency_key or tool_call_id
+        """A key for this one call, the same across its retries and processes and never
+        another call's (graphkit's own record of the call): the key to give a system the tool
+        changes, so that a repeated attempt is ignored. `tool_call_id` is the model's, which a
+        model may reuse: keyed by it, a second approved payment was dropped as a repeat of
+        the first (helper-121)."""
         self.thread_id = thread_id
         """The conversation thread the call belongs to."""
         self.agent_path = list(agent_path or [])

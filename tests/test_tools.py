@@ -673,3 +673,31 @@ def test_a_tool_whose_schema_does_not_write_a_field_under_its_name_is_refused(
                                           args_schema=schema)
     with pytest.raises(GraphkitError, match=re.escape(fields)):
         Agent(name="rel", tools=[deploy], model=ScriptedChatModel(["done"]))
+
+
+def test_each_call_has_an_idempotency_key_of_its_own_whatever_id_the_model_gives() -> None:
+    """`ctx.tool_call_id` is the model's, which a model gave a call of a later turn too:
+    a payee that keyed payments by it, as the docs advised, dropped the second approved
+    payment as a repeat of the first (helper-121). `ctx.idempotency_key` is the call's own:
+    the same across its retries (a resume after it suspended), never another call's."""
+    keys: list[tuple[str | None, str | None]] = []
+
+    @create_tool(needs_approval=True)
+    def pay(amount: int, ctx: ToolContext) -> str:
+        """Pay."""
+        keys.append((ctx.tool_call_id, ctx.idempotency_key))
+        if amount == 2 and ctx.resume_data is None:
+            ctx.suspend({"message": "code?"})
+        return "paid"
+
+    agent = Agent(name="bank", tools=[pay], model=ScriptedChatModel([
+        turn(call("pay", {"amount": 1}, "c1")), "one",
+        turn(call("pay", {"amount": 2}, "c1")), "two"]))
+    first = agent.generate("pay 1")
+    agent.approve_tool_call_generate(run_id=first.run_id, decided_by="a")
+    second = agent.generate("pay 2", thread_id=first.thread_id)
+    asked = agent.approve_tool_call_generate(run_id=second.run_id, decided_by="a")
+    agent.resume_generate({"code": "1"}, run_id=asked.run_id, decided_by="a")
+    assert [model_id for model_id, _ in keys] == ["c1", "c1", "c1"]
+    one, two, again = (key for _, key in keys)
+    assert two == again and one != two and "c1" not in {one, two}
