@@ -40,6 +40,7 @@ from graphkit._secrets import (
 from graphkit._settings import GateSettings
 from graphkit._state import CallPlan, RunOptions, TurnPlan, turn_key
 from graphkit._validate import (
+    as_received,
     declared_secret_paths,
     iso_time,
     now_iso,
@@ -129,8 +130,8 @@ def _needs(tool: BaseTool, args: dict[str, Any], required: bool) -> tuple[bool, 
     requested = required and not isinstance(tool, DelegationTool)
     rule = tool.needs_approval if isinstance(tool, GraphkitTool) else False
     if callable(rule):
-        try:
-            asked = bool(rule(copy.deepcopy(args)))  # (its own: nothing it changes runs)
+        try:  # (a copy its own: nothing it changes runs)
+            asked = bool(rule(copy.deepcopy(as_received(tool, args))))
         except Exception as exc:  # fail closed: a gate that cannot decide has granted nothing
             # (its kind only, as an approvers policy's: its message, or its traceback's, may
             # hold the secret argument it read in clear: helper-113)

@@ -24,10 +24,10 @@ from graphkit._secrets import MASK, secret_paths, secret_values
 from graphkit.errors import GraphkitError, InvalidApprovedArgsError, ResumeDataError
 from graphkit.tools import GraphkitTool
 
-__all__ = ["args_json_schema", "args_model", "declared_secret_paths", "declares_resume_secrets",
-           "declares_secrets", "injected_keys", "now_iso", "resume_secrets", "storable",
-           "unknown_args", "unsupported_injections", "unwritten_fields", "validate_args",
-           "validate_resume", "validation_runs_code"]
+__all__ = ["args_json_schema", "args_model", "as_received", "declared_secret_paths",
+           "declares_resume_secrets", "declares_secrets", "injected_keys", "now_iso",
+           "resume_secrets", "storable", "unknown_args", "unsupported_injections",
+           "unwritten_fields", "validate_args", "validate_resume", "validation_runs_code"]
 
 
 def iso_time(moment: datetime) -> str:
@@ -438,6 +438,22 @@ def _parsed(tool: BaseTool, schema: type[BaseModel], args: Mapping[str, Any]
     secrets += [p for p in _declared_secrets(schema, result)
                 if not any(q[:len(p)] == p or p[:len(q)] == q for q in secrets)]
     return parsed, result, secrets
+
+
+def as_received(tool: BaseTool, args: Mapping[str, Any]) -> dict[str, Any]:
+    """`args` (as `validated_args` writes them) as the tool receives them, for its
+    `needs_approval` predicate: each value of the type the schema parses it into (an Enum
+    member, a Decimal, a date, a secret), under the same keys, nested models as dicts. Given
+    their JSON form ("prod" where the tool gets `Env.PROD`), a predicate that compared them
+    with the tool's own types never asked, and the call ran (helper-122)."""
+    schema = args_model(tool)
+    if schema is None:
+        return dict(args)
+    parsed = schema.model_validate(dict(args))
+    names = set(schema.model_fields)
+    view = {k: v for k, v in parsed.model_dump(by_alias=False).items() if k in names}
+    _as_input(parsed, view)
+    return {k: view[k] for k in args if k in view}
 
 
 def _as_input(value: Any, dumped: Any, depth: int = 0) -> None:

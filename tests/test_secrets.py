@@ -1332,7 +1332,7 @@ def test_a_predicate_that_raises_over_a_secret_logs_its_kind_only(
         return "paid"
 
     pay = create_tool(pay_body, name="pay", description="Pay.",
-                      needs_approval=lambda args: int(args["pin"]) > 1000)
+                      needs_approval=lambda args: int(args["pin"].get_secret_value()) > 1000)
     agent = Agent(name="shop", tools=[pay], model=ScriptedChatModel(
         [turn(call("pay", {"amount": 5, "pin": KEY}, "p1")), "done"]))
     with caplog.at_level(logging.DEBUG):

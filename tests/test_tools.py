@@ -6,6 +6,9 @@ import asyncio
 import dataclasses
 import re
 import threading
+from datetime import date
+from decimal import Decimal
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -701,3 +704,48 @@ def test_each_call_has_an_idempotency_key_of_its_own_whatever_id_the_model_gives
     assert [model_id for model_id, _ in keys] == ["c1", "c1", "c1"]
     one, two, again = (key for _, key in keys)
     assert two == again and one != two and "c1" not in {one, two}
+
+
+class _Env(Enum):
+    PROD = "prod"
+    STAGING = "staging"
+
+
+def test_a_predicate_gets_the_values_the_tool_gets() -> None:
+    """A predicate was given the arguments' JSON form: "prod" where the tool gets `Env.PROD`,
+    text where it gets a Decimal or a date; one that compared them with the tool's own
+    types never asked, and production was deployed unasked (helper-122 F3)."""
+    ran: list[tuple[_Env, Decimal, date]] = []
+    seen: list[dict[str, Any]] = []
+
+    def risky(args: dict[str, Any]) -> bool:
+        seen.append(args)
+        return bool(args["env"] is _Env.PROD or args["budget"] > Decimal(1000)
+                    or args["on"] >= date(2030, 1, 1))
+
+    @create_tool(needs_approval=risky)
+    def deploy(env: _Env, budget: Decimal, on: date) -> str:
+        """Deploy."""
+        ran.append((env, budget, on))
+        return "deployed"
+
+    agent = Agent(name="rel", tools=[deploy], model=ScriptedChatModel([
+        turn(call("deploy", {"env": "prod", "budget": "5", "on": "2026-01-01"}, "d1"),
+             call("deploy", {"env": "staging", "budget": "5000", "on": "2026-01-01"}, "d2"),
+             call("deploy", {"env": "staging", "budget": "5", "on": "2031-01-01"}, "d3"),
+             call("deploy", {"env": "staging", "budget": "5", "on": "2026-01-01"}, "d4")),
+        "done"]))
+    first = agent.generate("deploy")
+    assert sorted(p.tool_call_id for p in first.pending_approvals) == ["d1", "d2", "d3"]
+    assert ran == [(_Env.STAGING, Decimal(5), date(2026, 1, 1))]
+    assert seen[0] == {"env": _Env.PROD, "budget": Decimal(5), "on": date(2026, 1, 1)}
+
+    @create_tool(needs_approval=lambda args: args["env"] == _Env.PROD)
+    def release(env: _Env) -> str:
+        """Release."""
+        ran.clear()
+        return "released"
+
+    agent = Agent(name="rel", tools=[release], model=ScriptedChatModel([
+        turn(call("release", {"env": "prod"}, "r1")), "done"]))
+    assert agent.generate("release").finish_reason == "suspended"  # (it ran, unasked)
