@@ -104,14 +104,22 @@ class GateContext:
         down), never the state's copy, which a client may write: graph input without a
         message, `update_state` or a `Command`'s update turned a request's
         `require_tool_approval` off while its call waited, and the next call ran unasked
-        (helper-122). The state's for a run the ledger recorded none for (a LangGraph
+        (helper-122). The state's may only ask for more: approval of every call, fewer
+        steps. The state's alone for a run the ledger recorded none for (a LangGraph
         server's, whose client gave them; a run recorded before runs kept them)."""
+        given: RunOptions = state.get("options") or {}
         recorded = self.journal.run_options
         if recorded is None:
-            return state.get("options") or {}
-        if len(self.path) > 1:
-            recorded = {k: v for k, v in recorded.items() if k in DELEGATED_OPTIONS}
-        return cast(RunOptions, recorded)
+            return given
+        obeyed = {k: v for k, v in recorded.items()
+                  if len(self.path) == 1 or k in DELEGATED_OPTIONS}
+        obeyed["run_id"] = self.journal.run_id  # (a run that took its options from another)
+        if given.get("require_tool_approval") is True:
+            obeyed["require_tool_approval"] = True
+        steps, most = given.get("max_steps"), obeyed.get("max_steps")
+        if isinstance(steps, int) and steps > 0 and (not isinstance(most, int) or steps < most):
+            obeyed["max_steps"] = steps
+        return cast(RunOptions, obeyed)
 
     @property
     def agent(self) -> str:

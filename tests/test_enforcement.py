@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.types import Command
 from pydantic import BaseModel, ConfigDict, field_validator
 
@@ -299,13 +299,15 @@ def test_settings_live_in_the_graph_and_a_request_cannot_loosen_them() -> None:
     assert ran2.ran == []
 
 
-@pytest.mark.parametrize("door", ["graph input", "update_state", "a resume's update"])
+@pytest.mark.parametrize("door", ["graph input", "update_state", "a resume's update",
+                                  "graph input with a system message"])
 def test_a_requests_options_are_the_ledgers_not_a_state_write(door: str) -> None:
     """A request's `require_tool_approval=True` lived in the state alone: a client that wrote
     the state's options (graph input with no message, `update_state`, a raw resume's update)
     while its first call waited turned it off, and the model's next call ran unasked
     (helper-122 F2). The run's options are recorded with it in the ledger, and its gates
-    obey those."""
+    obey those; a run a client's graph input starts (a system message, which ends no wait)
+    takes the options of the run it follows, not the client's (helper-123)."""
     agent, ran = agent_with([turn(call("lookup", {"key": "k1"}, "c1")),
                              turn(call("lookup", {"key": "k2"}, "c2")), "done"])
     first = agent.generate("look", require_tool_approval=True)
@@ -314,6 +316,8 @@ def test_a_requests_options_are_the_ledgers_not_a_state_write(door: str) -> None
              "max_steps": 1000}
     if door == "graph input":
         agent.graph.invoke({"options": loose}, cfg)
+    elif door == "graph input with a system message":
+        agent.graph.invoke({"messages": [SystemMessage("note")], "options": loose}, cfg)
     elif door == "update_state":
         agent.graph.update_state(cfg, {"options": loose})
     else:

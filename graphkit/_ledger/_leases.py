@@ -15,6 +15,7 @@ from graphkit._ledger._base import LedgerBase
 from graphkit._ledger._rows import (
     APPROVAL_READ,
     CURRENT_RUN,
+    CURRENT_RUN_OPTIONS,
     ApprovalRow,
     approval_row,
     recorded_options,
@@ -404,7 +405,9 @@ class Leases(LedgerBase):
         a thread with no runs (a message a client gave the graph itself: `LeasedGraph`). No
         `run_id`: nothing is recorded, the thread's agent only checked. The run's request
         options are recorded with it: the ones its gates obey, whatever a client writes into
-        the state's copy (helper-122)."""
+        the state's copy (helper-122); a run that gives none (a client's graph input) takes
+        those of the run it follows: a system message written with loose options while a call
+        waited started a run whose options were the client's (helper-123)."""
         run_id, agent = run.run_id, run.agent
         options = dumps(dict(run.options)) if run.options is not None else None
         # A thread's runs start one at a time (under its lease), each after the one before
@@ -420,9 +423,10 @@ class Leases(LedgerBase):
                 "INSERT INTO graphkit_runs (run_id, thread_id, agent, created_at, options) "
                 f"SELECT ?, ?, ?, {self._sql.greatest}({self._sql.now}, COALESCE(("
                 "SELECT MAX(created_at) FROM graphkit_runs WHERE thread_id = ?), 0) + 0.00001)"
-                f", ? WHERE {owned} AND NOT EXISTS ({_PLANNED_BY_OTHERS}) "
-                "ON CONFLICT (run_id) DO NOTHING",
-                (run_id, thread_id, agent, thread_id, options, *params, *others)) == 1:
+                f", COALESCE(?, ({CURRENT_RUN_OPTIONS})) WHERE {owned} AND NOT EXISTS "
+                f"({_PLANNED_BY_OTHERS}) ON CONFLICT (run_id) DO NOTHING",
+                (run_id, thread_id, agent, thread_id, options, thread_id, agent, *params,
+                 *others)) == 1:
             return True
         first = tx.query(_OWNER, (thread_id,))
         owner = str(first[0][0]) if first else None

@@ -193,6 +193,11 @@ thread's current run, which calls are filed under and decisions may take anythin
 the options its request recorded with it (`Leases.run_options`)."""
 
 
+CURRENT_RUN_OPTIONS = ("SELECT options FROM graphkit_runs WHERE thread_id = ? AND agent = ? "
+                       "ORDER BY created_at DESC LIMIT 1")
+"""The options the current run's request recorded (`CURRENT_RUN`'s second column)."""
+
+
 def recorded_options(text: Any) -> dict[str, Any] | None:
     """A run's recorded request options (`CURRENT_RUN`'s second column), None for none."""
     found = loads(text) if text else None
