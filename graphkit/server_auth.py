@@ -255,6 +255,13 @@ def make_auth(
             # An empty input is no message: Agent Chat UI resumes with `input: {}` (helper-118)
             raise _forbidden("A run takes input or a resume command, not both: the input "
                              "would be dropped; send the message as its own run")
+        given = kwargs.get("input")
+        if isinstance(given, Mapping) and _says_something(given.get("options")):
+            # A client's options were a run's on a thread only the server ran: a later run's
+            # input turned a request's `require_tool_approval` off (helper-123). The agent's
+            # settings decide; graphkit's API records a request's own with its run.
+            raise _forbidden("Run input may not set graphkit's run options (the agent's "
+                             "settings apply to runs on the server)")
         return owned(ctx, value, creates=True)
 
     return auth

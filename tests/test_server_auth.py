@@ -187,6 +187,23 @@ def test_goto_and_update_commands_are_refused_resume_is_not(server: str) -> None
     assert "rolled out 3.0.0 to production" in tool_results[-1]["content"]
 
 
+def test_run_input_cannot_set_graphkits_run_options(server: str) -> None:
+    """On a thread only the server ran, no request recorded its options: a run's input that
+    set `require_tool_approval` false after another's set it true turned it off for the
+    calls that came next (helper-123). Run input may not set them: the agent's settings
+    apply; input that names none still runs."""
+    dev = client(server, "tok-dev")
+    thread_id = dev.threads.create()["thread_id"]
+    loose = {"require_tool_approval": False, "max_steps": 1000}
+    for given in ({"messages": [{"role": "user", "content": "Roll out build 3.0.1"}],
+                   "options": loose}, {"options": loose}):
+        refused = refusal(lambda g=given: dev.runs.wait(thread_id, "deploy", input=g))
+        assert refused.status_code == 403 and "run options" in refused.text
+    values = dev.runs.wait(thread_id, "deploy", input={
+        "messages": [{"role": "user", "content": "Roll out build 3.0.1"}], "options": None})
+    assert any(m["type"] == "ai" for m in values["messages"])
+
+
 def test_nodes_see_the_identity_of_the_token_that_sent_the_run(server: str) -> None:
     dev, rm = client(server, "tok-dev"), client(server, "tok-rm")
     thread_id = paused_thread(dev, "identity")
