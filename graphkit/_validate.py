@@ -445,9 +445,15 @@ def as_received(tool: BaseTool, args: Mapping[str, Any]) -> dict[str, Any]:
     `needs_approval` predicate: each value of the type the schema parses it into (an Enum
     member, a Decimal, a date, a secret), under the same keys, nested models as dicts. Given
     their JSON form ("prod" where the tool gets `Env.PROD`), a predicate that compared them
-    with the tool's own types never asked, and the call ran (helper-122)."""
+    with the tool's own types never asked, and the call ran (helper-122; for a pydantic v1
+    schema, which graphkit takes the arguments of as given: helper-123)."""
     schema = args_model(tool)
     if schema is None:
+        old = tool.args_schema
+        if isinstance(old, type) and issubclass(old, BaseModelV1):
+            parsed_v1 = old.parse_obj(dict(args))  # (under a field's alias, or its name)
+            typed = {**parsed_v1.dict(), **parsed_v1.dict(by_alias=True)}
+            return {k: typed.get(k, v) for k, v in args.items()}
         return dict(args)
     parsed = schema.model_validate(dict(args))
     names = set(schema.model_fields)

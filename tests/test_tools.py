@@ -749,3 +749,15 @@ def test_a_predicate_gets_the_values_the_tool_gets() -> None:
     agent = Agent(name="rel", tools=[release], model=ScriptedChatModel([
         turn(call("release", {"env": "prod"}, "r1")), "done"]))
     assert agent.generate("release").finish_reason == "suspended"  # (it ran, unasked)
+
+    # a pydantic v1 schema, whose arguments graphkit takes as given (helper-123)
+    released = create_tool(lambda env: "released", name="release", description="Release.",
+                           args_schema=_ReleaseV1,
+                           needs_approval=lambda args: args["env"] == _Env.PROD)
+    agent = Agent(name="rel", tools=[released], model=ScriptedChatModel([
+        turn(call("release", {"env": "prod"}, "r1")), "done"]))
+    assert agent.generate("release").finish_reason == "suspended"
+
+
+class _ReleaseV1(BaseModelV1):
+    env: _Env
