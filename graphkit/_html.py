@@ -352,18 +352,18 @@ _MD_SPECIAL = "\\`*_{}[]()#+-.!|<>&~"
 
 def _md(value: Any) -> str:
     """Text for Markdown: every markup character escaped (no links, images or raw HTML), one
-    line."""
+    line, control and format characters as escapes (`printable`, as `_e`)."""
     text = value if isinstance(value, str) else json.dumps(value, default=str)
-    text = " ".join(text.splitlines())
+    text = printable(" ".join(text.splitlines()))
     return "".join(f"\\{c}" if c in _MD_SPECIAL else c for c in text)
 
 
 def _md_code(value: Any) -> str:
     """A Markdown code span that shows `value` literally, backticks and all (a fence longer
     than any run of backticks in it: replacing them showed a shell's command substitution as
-    a harmless quote, helper-66). Line breaks, which a span shows as spaces, are escaped."""
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    text = text.replace("\r", "\\r").replace("\n", "\\n")
+    a harmless quote, helper-66). Line breaks, which a span shows as spaces, and control and
+    format characters are escapes (`printable`)."""
+    text = printable(value if isinstance(value, str) else json.dumps(value, default=str))
     fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
     pad = " " if text.startswith(("`", " ")) or text.endswith(("`", " ")) else ""
     return f"{fence}{pad}{text}{pad}{fence}"

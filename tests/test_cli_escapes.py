@@ -243,7 +243,8 @@ def test_pages_show_what_is_stored_and_forms_send_back_what_was_given(
     messages = [{"type": m.type, "content": m.content or json.dumps(
         [c["args"] for c in getattr(m, "tool_calls", [])], ensure_ascii=False)}
                 for m in inbox.messages(paused)]
-    pages = [_html.card(item, messages=messages), _html.pending_rows([item])]
+    pages = [_html.card(item, messages=messages), _html.pending_rows([item]),
+             _html.card_markdown(item)]  # (a notebook's Markdown view: helper-123)
     inbox.approve(paused, decided_by="alice" + EVIL, comment="fine" + EVIL)
     decided = inbox.get(paused)
     pages += [_html.card(decided), _html.audit_table(inbox.audit(id=paused))]
