@@ -88,7 +88,8 @@ def unsupported_injections(tool: BaseTool) -> list[str]:
 
 def unwritten_fields(tool: BaseTool) -> list[str]:
     """The fields of the tool's argument schema that pydantic leaves out when it writes the
-    arguments (`Field(exclude=True)`, `exclude_if`, at any depth), or writes under another key
+    arguments (`Field(exclude=True)`, `exclude_if`, at any depth), writes in a form it does
+    not read back (`ser_json_bytes` other than `val_json_bytes`), or writes under another key
     than their name (`serialize_by_alias`, at the top: LangChain's tool keeps the fields its
     dump writes under a key it was given or a field's name). Arguments are shown, decided and
     run as written: such a field the model gave was dropped, seen by no predicate nor
@@ -108,6 +109,8 @@ def _unwritten(node: Any, name: str) -> set[str]:
     if isinstance(node, dict):
         if node.get("serialization_exclude") or node.get("serialization_exclude_if"):
             found.add(name)
+        if node.get("ser_json_bytes", "utf8") != node.get("val_json_bytes", "utf8"):
+            found.add(name or "(its bytes)")  # (written as base64, read back as that text)
         fields = node.get("fields") if node.get("type") in _WITH_FIELDS else None
         for key, value in node.items():
             if key == "fields" and isinstance(fields, dict):

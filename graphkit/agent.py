@@ -137,11 +137,11 @@ def _tools(tools: Sequence[BaseTool | Callable[..., Any]]) -> list[BaseTool]:
                    "for approval), or from graphkit's ToolContext (thread_id, agent_path)")
             raise GraphkitError(msg)
         if unwritten := unwritten_fields(tool):
-            msg = (f"tool {tool.name!r} has argument fields its schema leaves out when the "
-                   f"arguments are written ({unwritten}: Field(exclude=True) or exclude_if): "
-                   "a call is shown, judged, approved and run as written, so the value the "
-                   "model gave them would be dropped and the tool would run their defaults. "
-                   "Drop the exclusion from the tool's argument schema")
+            msg = (f"tool {tool.name!r} has argument fields its schema does not write as "
+                   f"given ({unwritten}: Field(exclude=True), exclude_if, serialize_by_alias, "
+                   "or ser_json_bytes other than val_json_bytes): a call is shown, judged, "
+                   "approved and run as written, so the tool would not run with what the "
+                   "model gave them. Drop those settings from the tool's argument schema")
             raise GraphkitError(msg)
     return result
 

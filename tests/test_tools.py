@@ -656,19 +656,31 @@ class _CamelDeploy(BaseModel):
     target_env: str = "production"
 
 
+class _Blob(BaseModel):
+    model_config = ConfigDict(ser_json_bytes="base64")
+    data: bytes
+
+
+class _Upload(BaseModel):
+    service: str
+    blob: _Blob
+
+
 @pytest.mark.parametrize(("schema", "fields"), [(_Excluding, "['env', 'region']"),
-                                                (_CamelDeploy, "['target_env']")])
+                                                (_CamelDeploy, "['target_env']"),
+                                                (_Upload, "['blob']")])
 def test_a_tool_whose_schema_does_not_write_a_field_under_its_name_is_refused(
         schema: type[BaseModel], fields: str) -> None:
     """A field pydantic leaves out of what it writes (`Field(exclude=True)`, at any depth), or
     writes under its alias (`serialize_by_alias`: a camelCase schema), was dropped from every
     call: the predicate saw no `targetEnv` of "staging", nobody was asked, and the tool ran its
     default, production (helper-122 F1; LangChain's tool itself drops such a field). Such a
-    tool is refused as the agent is made, naming the fields."""
+    tool is refused as the agent is made, naming the fields. So is one whose bytes are written
+    as base64 and read back as that text (the tool got b"aGVsbG8=" for "hello": helper-123)."""
     ran: list[tuple[str, str]] = []
 
     def deploy_body(service: str, env: str = "production", where: Any = (),
-                    target_env: str = "production") -> str:
+                    target_env: str = "production", blob: Any = None) -> str:
         ran.append((service, target_env))
         return "deployed"
 
