@@ -105,8 +105,10 @@ class GateContext:
         message, `update_state` or a `Command`'s update turned a request's
         `require_tool_approval` off while its call waited, and the next call ran unasked
         (helper-122). The state's may only ask for more: approval of every call, fewer
-        steps. The state's alone for a run the ledger recorded none for (a LangGraph
-        server's, whose client gave them; a run recorded before runs kept them)."""
+        steps, or that a message answer a suspended tool (`auto_resume_suspended_tools`,
+        whose sender the approvers policy judges as any resume's). The state's alone for a
+        run the ledger recorded none for (a LangGraph server's, whose client gave them; a
+        run recorded before runs kept them)."""
         given: RunOptions = state.get("options") or {}
         recorded = self.journal.run_options
         if recorded is None:
@@ -114,8 +116,9 @@ class GateContext:
         obeyed = {k: v for k, v in recorded.items()
                   if len(self.path) == 1 or k in DELEGATED_OPTIONS}
         obeyed["run_id"] = self.journal.run_id  # (a run that took its options from another)
-        if given.get("require_tool_approval") is True:
-            obeyed["require_tool_approval"] = True
+        for asked in ("require_tool_approval", "auto_resume_suspended_tools"):
+            if given.get(asked) is True:
+                obeyed[asked] = True
         steps, most = given.get("max_steps"), obeyed.get("max_steps")
         if isinstance(steps, int) and steps > 0 and (not isinstance(most, int) or steps < most):
             obeyed["max_steps"] = steps
