@@ -796,6 +796,37 @@ def test_graph_input_asking_for_auto_resume_itself_must_say_who_answers() -> Non
     assert said == ["weather?", "Tokyo", "Tokyo", "Tokyo"]
 
 
+def test_a_raw_resume_in_the_apis_shape_is_judged_with_who_sends_it() -> None:
+    """An agent that auto-resumes: a client's raw `Command(resume=...)` in the shape the API
+    gives its own new message (`supersede`, `auto_resume`), with no one named, resumed the
+    tool past an approvers policy that needs a name (helper-125). Only the API's message,
+    queued in the ledger, answers as the process; a client's is judged with who it is."""
+    from langchain_core.messages import messages_to_dict
+
+    log: list[str] = []
+    agent = weather_agent(log, approvers=lambda who, pending: who == "user",
+                          auto_resume_suspended_tools=True)
+    first = agent.generate("weather?")
+
+    def raw(text: str, user: dict[str, Any] | None = None) -> None:
+        (waiting,) = agent.graph.get_state({"configurable": {"thread_id": first.thread_id}}
+                                           ).interrupts
+        said = messages_to_dict([HumanMessage(text, id=f"m-{len(log)}-{text}")])
+        agent.graph.invoke(Command(resume={waiting.id: {"supersede": said,
+                                                        "auto_resume": True}}),
+                           {"configurable": {"thread_id": first.thread_id, **(user or {})}})
+
+    raw("Paris")
+    assert log == ["started"] and waiting_kinds(agent, first.thread_id) == ["suspension"]
+    raw("Paris", SERVER_USER)
+    assert log == ["started", "started", "fetched Paris"]
+    # the API's own message answers as the process, as it did
+    agent = weather_agent(log, approvers=lambda who, pending: who == "user",
+                          auto_resume_suspended_tools=True)
+    thread_id = agent.generate("weather?").thread_id
+    assert agent.generate("Tokyo", thread_id=thread_id).text.startswith("The weather in Tokyo")
+
+
 @pytest.mark.parametrize("then", ["decide in the inbox", "another message"])
 def test_a_reply_auto_resume_may_read_holds_when_its_run_stops_before_the_gate(
         sqlite_url: str, then: str) -> None:
