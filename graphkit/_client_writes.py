@@ -51,6 +51,12 @@ ORPHAN = ("A tool result written from outside the agent, for no call of the curr
           "was discarded: nothing ran.")
 DISCARDED = ("Tool call {name!r} did not run: a result for it was written from outside the "
              "agent (not by its tools node) and was discarded.")
+DISCARDED_STARTED = ("Tool call {name!r} was stopped while it waited for input: a result for "
+                     "it was written from outside the agent (not by its tools node) and was "
+                     "discarded. It had started, and may have done part of its work; it will "
+                     "not go on unless called anew.")
+"""`DISCARDED` for a call that suspended itself, and so started: never "did not run"
+(helper-125)."""
 DROPPED = ("{count} message(s) written from outside the agent while this call waited, none of "
            "them a user's, were dropped: only a user message ends a wait.")
 WRITTEN_FOR_DELEGATION = "a client wrote a result for the delegation it works for"
@@ -185,7 +191,8 @@ def _results_checked(messages: list[AnyMessage], plan: TurnPlan, ctx: GateContex
             continue
         if _unheld(message, call["tool_name"]):
             continue
-        text = DISCARDED.format(name=call["tool_name"])
+        started = call["suspension"] is not None or bool(call["resume_values"])
+        text = (DISCARDED_STARTED if started else DISCARDED).format(name=call["tool_name"])
         for record in (call["approval"], call["suspension"]):
             if record is not None:
                 supersede(ctx.ledger, record, comment="a client wrote a result for the call",
@@ -602,7 +609,8 @@ def _is_notice(message: ToolMessage, name: str) -> bool:
     """Whether `message` is a notice, in a result's place, that the call did not run (or an
     answer the gate gives without the ledger holding it: `_unheld`)."""
     return (message.content in (DISCARDED.format(name=name), REWRITTEN.format(name=name),
-                                WRITTEN.format(name=name)) or _unheld(message, name))
+                                WRITTEN.format(name=name), DISCARDED_STARTED.format(name=name))
+            or _unheld(message, name))
 
 
 def unplanned_turn(messages: list[AnyMessage], opened: list[tuple[int, int]],

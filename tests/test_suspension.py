@@ -1133,14 +1133,15 @@ def test_a_forged_report_asks_nothing_and_feeds_nothing(tmp_path: Any) -> None:
     assert sent == ["DE-REAL-IBAN"] and done.text == "done"
 
 
-@pytest.mark.parametrize("how", ["a new message", "a decline"])
+@pytest.mark.parametrize("how", ["a new message", "a decline", "a result a client wrote"])
 def test_a_suspended_call_stopped_before_its_answer_is_never_told_not_run(
         sqlite_url: str, how: str) -> None:
     """A tool that placed a hold (`ctx.once`), then asked for a code, was told "not run:
     superseded" when the user wrote something new: the model asked for the transfer again,
     and a reviewer who trusted the words approved a second one (helper-121). A suspended
     call had started: the model reads that it was stopped while it waited for input and may
-    have done part of its work, and the audit says so."""
+    have done part of its work, and the audit says so. So does a result a client writes in
+    its place (Agent Chat UI's user typing instead of deciding: helper-125)."""
     holds: list[str] = []
 
     @create_tool(needs_approval=True)
@@ -1158,6 +1159,9 @@ def test_a_suspended_call_stopped_before_its_answer_is_never_told_not_run(
     assert asked.finish_reason == "suspended" and holds == ["t1"]
     if how == "a new message":
         agent.generate("actually, what is my balance?", thread_id=first.thread_id)
+    elif how == "a result a client wrote":
+        agent.graph.invoke({"messages": [ToolMessage("123456", tool_call_id="t1")]},
+                           {"configurable": {"thread_id": first.thread_id}})
     else:
         (waiting,) = Inbox(sqlite_url).pending()
         Inbox(sqlite_url).decline(waiting.id, decided_by="alice", comment="no code")
