@@ -340,12 +340,23 @@ class _Pass:
             raise GraphkitError(msg)
         auto = (self.planner.settings.auto_resume_suspended_tools
                 or bool(value.get("auto_resume"))) and self.extract is not None
-        # The agent's own auto-resume, for the API's message (queued in the ledger, checked
-        # above), answers as the process; any other resume that carries a message is a
-        # client's, judged with who it is: a raw `Command` in the API's shape, with no one
-        # named, resumed the tool past an approvers policy that needs a name (helper-125).
-        as_process = (self.planner.settings.auto_resume_suspended_tools
-                      and not value.get("queue", True))
+        # The agent's own auto-resume, for the API's message (queued by the API, and taken
+        # as such once: `take_vouched`), answers as the process; any other resume that
+        # carries a message is a client's, judged with who it is: a raw `Command` in the
+        # API's shape, with no one named, resumed the tool past an approvers policy that
+        # needs a name (helper-125), and again once a first pass had queued its message
+        # (helper-126).
+        vouched: list[bool] = []
+
+        def as_process() -> bool:
+            if not vouched:
+                vouched.append(bool(
+                    self.planner.settings.auto_resume_suspended_tools
+                    and not value.get("queue", True)
+                    and self.ctx.ledger.take_vouched(
+                        self.ctx.thread_id, self.ctx.path[0] if self.ctx.path else "",
+                        [str(m.id or "") for m in users])))
+            return vouched[0]
         for call in self.plan["calls"]:
             if call["tool_call_id"] in answered or call["answer"] is not None or (
                     call["approval"] is not None and call["approval"]["status"] == "approved"):
@@ -359,7 +370,7 @@ class _Pass:
                     decided_by=identity_of(self.config),
                     approvers=self.planner.settings.approvers, tool=tool,
                     thread_id=self.ctx.thread_id, run_id=self.ctx.run_id,
-                    identity_required=not as_process)
+                    identity_required=not as_process())
                 if taken is not None:
                     self.taken[suspension["id"]] = taken
                 continue

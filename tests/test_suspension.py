@@ -808,15 +808,19 @@ def test_a_raw_resume_in_the_apis_shape_is_judged_with_who_sends_it() -> None:
                           auto_resume_suspended_tools=True)
     first = agent.generate("weather?")
 
-    def raw(text: str, user: dict[str, Any] | None = None) -> None:
+    def raw(text: str, user: dict[str, Any] | None = None, *, queue: bool = True,
+            message_id: str | None = None) -> None:
         (waiting,) = agent.graph.get_state({"configurable": {"thread_id": first.thread_id}}
                                            ).interrupts
-        said = messages_to_dict([HumanMessage(text, id=f"m-{len(log)}-{text}")])
-        agent.graph.invoke(Command(resume={waiting.id: {"supersede": said,
-                                                        "auto_resume": True}}),
+        said = messages_to_dict([HumanMessage(text, id=message_id or f"m-{len(log)}-{text}")])
+        agent.graph.invoke(Command(resume={waiting.id: {"supersede": said, "auto_resume": True,
+                                                        **({} if queue else {"queue": False})}}),
                            {"configurable": {"thread_id": first.thread_id, **(user or {})}})
 
     raw("Paris")
+    assert log == ["started"] and waiting_kinds(agent, first.thread_id) == ["suspension"]
+    # its message, which that pass queued, is still no message of the API's (helper-126)
+    raw("Paris", queue=False, message_id="m-1-Paris")
     assert log == ["started"] and waiting_kinds(agent, first.thread_id) == ["suspension"]
     raw("Paris", SERVER_USER)
     assert log == ["started", "started", "fetched Paris"]
@@ -1172,3 +1176,36 @@ def test_a_suspended_call_stopped_before_its_answer_is_never_told_not_run(
     assert len(said) == 1 and "not run" not in said[0] and "did not run" not in said[0]
     assert "may have done part of its work" in said[0], said
     assert holds == ["t1"]
+
+
+def test_the_apis_answer_to_one_question_answers_no_later_one() -> None:
+    """A tool that asks twice: the API's message answered the first question as the process,
+    and stayed queued; a client's raw resume that sent it again answered the second one (send
+    $1M) past an approvers policy that needs a name (helper-126). The API's message answers
+    as the process once."""
+
+    log: list[str] = []
+
+    @create_tool(suspend_schema=Ask, resume_schema=City)
+    def transfer(ctx: ToolContext) -> str:
+        """Move money to a city's branch: asks the city, then asks to confirm it."""
+        first = ctx.suspend({"message": "Which city?"})
+        again = ctx.suspend({"message": f"Send $1M to {first.city}? Name the city again."})
+        log.append(f"sent to {again.city}")
+        return "sent"
+
+    agent = Agent(name="bank", tools=[transfer], auto_resume_suspended_tools=True,
+                  approvers=lambda who, pending: who == "user",
+                  model=ScriptedChatModel(lambda messages: turn(call("transfer", {}, "t1"))
+                                          if not any(isinstance(m, ToolMessage)
+                                                     for m in messages) else "done",
+                                          structured=city_from_reply))
+    first = agent.generate("send money")
+    second = agent.generate("Paris", thread_id=first.thread_id)
+    assert (second.suspend_payload or {}).get("message", "").startswith("Send $1M to Paris")
+    config = {"configurable": {"thread_id": first.thread_id}}
+    (queued,) = agent._storage.ledger.queue_rows(first.thread_id, "bank")
+    (waiting,) = agent.graph.get_state(config).interrupts
+    agent.graph.invoke(Command(resume={waiting.id: {
+        "supersede": [queued.message], "auto_resume": True, "queue": False}}), config)
+    assert log == [] and waiting_kinds(agent, first.thread_id) == ["suspension"]

@@ -161,7 +161,7 @@ class LedgerBase:
 
     # implemented by `Messages`
     def _queue(self, tx: Tx, thread_id: str, agent: str, ai_message_id: str,
-               messages: Sequence[Mapping[str, Any]]) -> None:
+               messages: Sequence[Mapping[str, Any]], *, vouched: bool = False) -> None:
         raise NotImplementedError
 
     # implemented by `Executions`

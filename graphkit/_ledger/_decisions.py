@@ -284,7 +284,8 @@ class Decisions(LedgerBase):
                 self._close(tx, d.approval_id, decision=d.decision, audits=d.audits,
                             overdue=False, thread_id=thread_id, still_waits=False)
             if queue is not None:
-                self._queue(tx, thread_id, queue.agent, queue.ai_message_id, queue.messages)
+                self._queue(tx, thread_id, queue.agent, queue.ai_message_id, queue.messages,
+                            vouched=True)
             if run is not None:
                 self._hold_new_run(tx, run.run_id, run.agent, thread_id, run.options,
                                    run.held_by)

@@ -53,6 +53,10 @@ def same_queued(entry: Mapping[str, Any] | None, message: BaseMessage) -> bool:
             and data.get("content") == message.content)
 
 
+class _Unvouched(Exception):
+    """Some of the messages were not the API's: none is taken."""
+
+
 class Messages(LedgerBase):
     """User messages queued for after a turn's answers, and signed-out web sessions."""
 
@@ -65,13 +69,38 @@ class Messages(LedgerBase):
                 self._queue(tx, thread_id, agent, ai_message_id, messages)
 
     def _queue(self, tx: Tx, thread_id: str, agent: str, ai_message_id: str,
-               messages: Sequence[Mapping[str, Any]]) -> None:
+               messages: Sequence[Mapping[str, Any]], *, vouched: bool = False) -> None:
+        """Queue the messages; `vouched`: the Agent API's own (`take_message`), which may
+        answer a suspended tool as the process once (`take_vouched`). A message queued
+        before under its id keeps its row: a client's never becomes the API's."""
         for m in messages:
             if message_id := queued_id(m):
                 tx.execute("INSERT INTO graphkit_queue (thread_id, agent, ai_message_id, "
-                           "message_id, message) VALUES (?, ?, ?, ?, ?) ON CONFLICT "
-                           "(thread_id, agent, message_id) DO NOTHING",
-                           (thread_id, agent, ai_message_id, message_id, dumps(dict(m))))
+                           "message_id, message, vouched) VALUES (?, ?, ?, ?, ?, ?) ON "
+                           "CONFLICT (thread_id, agent, message_id) DO NOTHING",
+                           (thread_id, agent, ai_message_id, message_id, dumps(dict(m)),
+                            "api" if vouched else None))
+
+    def take_vouched(self, thread_id: str, agent: str, message_ids: Sequence[str]) -> bool:
+        """Whether these messages are each the Agent API's own, queued by it (`_queue`), and
+        none was taken so yet; taken now. A gate answers a suspended tool as the process only
+        with these: a client's raw resume in the API's shape got its own message queued by
+        a first pass, then passed as the API's (helper-126), and the API's answer to one
+        question answered the tool's next one (it stayed queued)."""
+        ids = list(dict.fromkeys(message_ids))
+        if not ids or "" in ids:
+            return False
+        marks = ", ".join("?" for _ in ids)
+        try:
+            with self._sql.transaction() as tx:
+                taken = tx.execute(f"UPDATE graphkit_queue SET vouched = NULL WHERE "
+                                   f"thread_id = ? AND agent = ? AND vouched IS NOT NULL AND "
+                                   f"message_id IN ({marks})", (thread_id, agent, *ids))
+                if taken != len(ids):
+                    raise _Unvouched  # (all or none: the transaction rolls back)
+        except _Unvouched:
+            return False
+        return True
 
     def queue_of(self, thread_id: str, agent: str) -> list[tuple[str, dict[str, Any]]]:
         """(turn's AI message id, serialised message) of what waits in the queue, in order

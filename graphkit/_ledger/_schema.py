@@ -204,7 +204,10 @@ MIGRATIONS = (("graphkit_approvals", "allowed", "TEXT"),
                ("graphkit_ready", "held_back", "TEXT"),
                # the options of a run a new message started, kept until its graph has them
                # (`take_message`): a worker that takes the run over goes on with them
-               ("graphkit_runs", "options", "TEXT"))
+               ("graphkit_runs", "options", "TEXT"),
+               # "api": the Agent API's own message, which may answer a suspended tool as
+               # the process, once (`take_vouched`)
+               ("graphkit_queue", "vouched", "TEXT"))
 """Columns added after a table was first made: added to an existing database on open."""
 LATE = ("CREATE INDEX IF NOT EXISTS graphkit_approvals_waiting ON graphkit_approvals "
         "(waiting) WHERE waiting IS NOT NULL",
