@@ -31,7 +31,7 @@ from graphkit._gate import STILL_RUNNING, UNACCOUNTED, supersede_abandoned, supe
 from graphkit._planner import GateContext
 from graphkit._reply import turn_span
 from graphkit._review import audit_row, supersede
-from graphkit._state import AgentState, TurnPlan, turn_key
+from graphkit._state import AgentState, CallPlan, TurnPlan, turn_key
 
 __all__ = [
     "discard_forged",
@@ -57,6 +57,10 @@ DISCARDED_STARTED = ("Tool call {name!r} was stopped while it waited for input: 
                      "not go on unless called anew.")
 """`DISCARDED` for a call that suspended itself, and so started: never "did not run"
 (helper-125)."""
+DISCARDED_DELEGATION = ("Delegation {name!r} was stopped: a result for it was written from "
+                        "outside the agent (not by its tools node) and was discarded. It may "
+                        "have done part of its work; it will not go on.")
+"""`DISCARDED` for a delegation that went out (its subagent's tools may have run: helper-126)."""
 DROPPED = ("{count} message(s) written from outside the agent while this call waited, none of "
            "them a user's, were dropped: only a user message ends a wait.")
 WRITTEN_FOR_DELEGATION = "a client wrote a result for the delegation it works for"
@@ -191,8 +195,7 @@ def _results_checked(messages: list[AnyMessage], plan: TurnPlan, ctx: GateContex
             continue
         if _unheld(message, call["tool_name"]):
             continue
-        started = call["suspension"] is not None or bool(call["resume_values"])
-        text = (DISCARDED_STARTED if started else DISCARDED).format(name=call["tool_name"])
+        text = _discarded(call)
         for record in (call["approval"], call["suspension"]):
             if record is not None:
                 supersede(ctx.ledger, record, comment="a client wrote a result for the call",
@@ -605,11 +608,23 @@ def _unrecorded(ai: AIMessage, after: Sequence[AnyMessage],
                         for fix in _matched(given, list(recorded[call_id]), ctx))]
 
 
+def _discarded(call: CallPlan) -> str:
+    """The notice in the place of a result a client wrote for a call with none recorded."""
+    name = call["tool_name"]
+    if call["suspension"] is not None or call["resume_values"]:
+        return DISCARDED_STARTED.format(name=name)
+    approval = call["approval"]
+    if call["node"] != "tools" and (approval is None or approval["status"] == "approved"):
+        return DISCARDED_DELEGATION.format(name=name)
+    return DISCARDED.format(name=name)
+
+
 def _is_notice(message: ToolMessage, name: str) -> bool:
     """Whether `message` is a notice, in a result's place, that the call did not run (or an
     answer the gate gives without the ledger holding it: `_unheld`)."""
     return (message.content in (DISCARDED.format(name=name), REWRITTEN.format(name=name),
-                                WRITTEN.format(name=name), DISCARDED_STARTED.format(name=name))
+                                WRITTEN.format(name=name), DISCARDED_STARTED.format(name=name),
+                                DISCARDED_DELEGATION.format(name=name))
             or _unheld(message, name))
 
 

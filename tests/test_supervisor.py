@@ -604,3 +604,38 @@ def test_a_clients_decision_two_levels_down_is_read_once_and_the_run_goes_on() -
         "name": "purge_logs", "args": {"days": 120}}}]}), cfg)
     assert "purged logs older than 120 days" in str(out["messages"][-1].content)
     assert agent.graph.get_state(cfg).next == ()
+
+
+class _Code(BaseModel):
+    message: str
+
+
+def test_a_result_a_client_writes_for_a_delegation_that_went_out_never_says_not_run(
+        sqlite_url: str) -> None:
+    """A subagent's tool placed a hold, then asked for a code; a client wrote a result for
+    the supervisor's delegation, which was told "did not run" (helper-126). It went out, and
+    its subagent's tools may have done part of their work: the notice says so."""
+    holds: list[str] = []
+
+    @create_tool(suspend_schema=_Code)
+    def wire(amount: int, ctx: ToolContext) -> str:
+        """Wire money; asks for a one-time code after placing a hold."""
+        ctx.once("hold", lambda: holds.append(ctx.tool_call_id) or "hold-1")
+        return f"sent {ctx.suspend({'message': 'code?'})}"
+
+    def told(calls: AIMessage) -> Any:
+        return lambda messages: (f"said: {messages[-1].text}"
+                                 if isinstance(messages[-1], ToolMessage) else calls)
+
+    payer = Agent(name="payer", description="Pays.", tools=[wire],
+                  model=ScriptedChatModel(told(turn(call("wire", {"amount": 5}, "w1")))))
+    boss = Agent(name="boss", agents={"billing": payer}, checkpointer=sqlite_url,
+                 model=ScriptedChatModel(told(turn(call("billing", {"task": "wire 5"}, "d1")))))
+    first = boss.generate("wire 5")
+    assert first.finish_reason == "suspended" and holds == ["w1"]
+    config = {"configurable": {"thread_id": first.thread_id}}
+    boss.graph.invoke({"messages": [ToolMessage("done, wired", tool_call_id="d1")]}, config)
+    (notice,) = [m for m in boss.graph.get_state(config).values["messages"]
+                 if isinstance(m, ToolMessage)]
+    assert "did not run" not in str(notice.content)
+    assert "may have done part of its work" in str(notice.content)
