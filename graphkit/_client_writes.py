@@ -65,7 +65,9 @@ DROPPED = ("{count} message(s) written from outside the agent while this call wa
            "them a user's, were dropped: only a user message ends a wait.")
 WRITTEN_FOR_DELEGATION = "a client wrote a result for the delegation it works for"
 SECOND = ("A second result for tool call {name!r}, written from outside the agent, was "
-          "discarded: the call ran, and its result is the one its tools node wrote.")
+          "discarded: the call already has its answer, the one recorded for it.")
+"""(Whether it ran or not: its answer may be a notice the gate gave, a suspended call's that
+was stopped, say, which "the call ran" contradicted: helper-126.)"""
 RESTORED = ("A result for tool call {name!r}, written from outside the agent over the one its "
             "tools node recorded, was discarded: the recorded result stands.")
 REWRITTEN = ("Tool call {name!r} did not run: the model's message was rewritten from outside the "
