@@ -27,7 +27,13 @@ from langchain_core.messages import (
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from graphkit._approvals import new_id, same_content
-from graphkit._gate import STILL_RUNNING, UNACCOUNTED, supersede_abandoned, supersede_unanswered
+from graphkit._gate import (
+    STILL_RUNNING,
+    UNACCOUNTED,
+    supersede_abandoned,
+    supersede_unanswered,
+    suspended_itself,
+)
 from graphkit._planner import GateContext
 from graphkit._reply import turn_span
 from graphkit._review import audit_row, supersede
@@ -613,7 +619,7 @@ def _unrecorded(ai: AIMessage, after: Sequence[AnyMessage],
 def _discarded(call: CallPlan) -> str:
     """The notice in the place of a result a client wrote for a call with none recorded."""
     name = call["tool_name"]
-    if call["suspension"] is not None or call["resume_values"]:
+    if suspended_itself(call):
         return DISCARDED_STARTED.format(name=name)
     approval = call["approval"]
     if call["node"] != "tools" and (approval is None or approval["status"] == "approved"):

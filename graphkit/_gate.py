@@ -10,6 +10,7 @@ the tools node runs nothing the ledger does not allow.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -85,7 +86,7 @@ from graphkit.tools import GraphkitTool
 from graphkit.types import ApprovalRecord, GateResume, args_digest
 
 __all__ = ["dispatch_now", "make_gate_node", "pointer", "supersede_abandoned",
-           "supersede_unanswered"]
+           "supersede_unanswered", "suspended_itself"]
 
 GateTarget = Literal["model", "tools", "approval_gate"]
 
@@ -346,17 +347,13 @@ class _Pass:
         # API's shape, with no one named, resumed the tool past an approvers policy that
         # needs a name (helper-125), and again once a first pass had queued its message
         # (helper-126).
-        vouched: list[bool] = []
-
+        @functools.cache  # (taken once a pass, only where a suspension is to be answered)
         def as_process() -> bool:
-            if not vouched:
-                vouched.append(bool(
-                    self.planner.settings.auto_resume_suspended_tools
-                    and not value.get("queue", True)
-                    and self.ctx.ledger.take_vouched(
-                        self.ctx.thread_id, self.ctx.path[0] if self.ctx.path else "",
-                        [str(m.id or "") for m in users])))
-            return vouched[0]
+            return bool(self.planner.settings.auto_resume_suspended_tools
+                        and not value.get("queue", True)
+                        and self.ctx.ledger.take_vouched(
+                            self.ctx.thread_id, self.ctx.path[0] if self.ctx.path else "",
+                            [str(m.id or "") for m in users]))
         for call in self.plan["calls"]:
             if call["tool_call_id"] in answered or call["answer"] is not None or (
                     call["approval"] is not None and call["approval"]["status"] == "approved"):
@@ -582,9 +579,15 @@ def _superseded(call: CallPlan) -> str:
     itself had started, and may have done part of its work (a hold its `ctx.once` placed):
     told "not run", the model asked for it again, and a reviewer who trusted the words
     approved a second payment (helper-121)."""
-    if call["suspension"] is not None or call["resume_values"]:
+    if suspended_itself(call):
         return STOPPED_WAITING.format(name=call["tool_name"])
     return SUPERSEDED.format(name=call["tool_name"])
+
+
+def suspended_itself(call: CallPlan) -> bool:
+    """Whether the call suspended itself, as the plan records it (it waits for input, or
+    was resumed with some): it started, so it is never told "not run"."""
+    return call["suspension"] is not None or bool(call["resume_values"])
 
 
 def _copy_record(record: ApprovalRecord | None) -> ApprovalRecord | None:

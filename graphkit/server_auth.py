@@ -249,13 +249,13 @@ def make_auth(
         if carried:
             raise _forbidden(f"Run commands with {' or '.join(carried)} are disabled; "
                              "only resume is allowed")
-        if command and _says_something(kwargs.get("input")):
+        given = kwargs.get("input")
+        if command and _says_something(given):
             # LangGraph runs the command and drops the input: a user's message that was to
             # supersede what waits vanished while the decision beside it applied (helper-115).
             # An empty input is no message: Agent Chat UI resumes with `input: {}` (helper-118)
             raise _forbidden("A run takes input or a resume command, not both: the input "
                              "would be dropped; send the message as its own run")
-        given = kwargs.get("input")
         if isinstance(given, Mapping) and _says_something(given.get("options")):
             # A client's options were a run's on a thread only the server ran: a later run's
             # input turned a request's `require_tool_approval` off (helper-123). The agent's

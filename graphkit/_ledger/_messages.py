@@ -53,10 +53,6 @@ def same_queued(entry: Mapping[str, Any] | None, message: BaseMessage) -> bool:
             and data.get("content") == message.content)
 
 
-class _Unvouched(Exception):
-    """Some of the messages were not the API's: none is taken."""
-
-
 class Messages(LedgerBase):
     """User messages queued for after a turn's answers, and signed-out web sessions."""
 
@@ -90,17 +86,14 @@ class Messages(LedgerBase):
         ids = list(dict.fromkeys(message_ids))
         if not ids or "" in ids:
             return False
-        marks = ", ".join("?" for _ in ids)
-        try:
-            with self._sql.transaction() as tx:
-                taken = tx.execute(f"UPDATE graphkit_queue SET vouched = NULL WHERE "
-                                   f"thread_id = ? AND agent = ? AND vouched IS NOT NULL AND "
-                                   f"message_id IN ({marks})", (thread_id, agent, *ids))
-                if taken != len(ids):
-                    raise _Unvouched  # (all or none: the transaction rolls back)
-        except _Unvouched:
-            return False
-        return True
+        vouched = (f"thread_id = ? AND agent = ? AND vouched IS NOT NULL AND message_id IN "
+                   f"({', '.join('?' for _ in ids)})")
+        params = (thread_id, agent, *ids)
+        # (all or none: each of them is taken only where every one of them is vouched for)
+        return self._sql.execute(
+            f"UPDATE graphkit_queue SET vouched = NULL WHERE {vouched} AND (SELECT COUNT(*) "
+            f"FROM graphkit_queue WHERE {vouched}) = ?", (*params, *params, len(ids))
+        ) == len(ids)
 
     def queue_of(self, thread_id: str, agent: str) -> list[tuple[str, dict[str, Any]]]:
         """(turn's AI message id, serialised message) of what waits in the queue, in order

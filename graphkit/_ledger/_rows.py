@@ -186,15 +186,15 @@ def beneath(thread_id: str, path: str) -> tuple[str, str, str, str]:
     return (thread_id, path, f"{path}/", f"{path}/")
 
 
-CURRENT_RUN = ("SELECT run_id, options FROM graphkit_runs WHERE thread_id = ? AND agent = ? "
-               "ORDER BY created_at DESC LIMIT 1")
+_LAST_RUN = ("FROM graphkit_runs WHERE thread_id = ? AND agent = ? ORDER BY created_at DESC "
+             "LIMIT 1")
+CURRENT_RUN = f"SELECT run_id, options {_LAST_RUN}"
 """The last run an agent started on a thread (parameters: the thread, the agent's name): the
 thread's current run, which calls are filed under and decisions may take anything of, and
 the options its request recorded with it (`Leases.run_options`)."""
 
 
-CURRENT_RUN_OPTIONS = ("SELECT options FROM graphkit_runs WHERE thread_id = ? AND agent = ? "
-                       "ORDER BY created_at DESC LIMIT 1")
+CURRENT_RUN_OPTIONS = f"SELECT options {_LAST_RUN}"
 """The options the current run's request recorded (`CURRENT_RUN`'s second column)."""
 
 
