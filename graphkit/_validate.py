@@ -539,7 +539,9 @@ _SECRET_TYPES = (SecretStr, SecretBytes, Secret)
 
 def under_every_name(tool: BaseTool, args: Mapping[str, Any]) -> dict[str, Any]:
     """`args` (as the tool reads them) with each argument also under every other key it may
-    be given by: what a prompt template's `{{name}}` may name."""
+    be given by: what a prompt template's `{{name}}` may name. An argument the call left out
+    that the tool runs with as None (its default: `validated_args` leaves it out) reads as
+    null: shown as written, `{{memo}}` read as a template nobody filled (helper-122)."""
     schema = args_model(tool)
     if schema is None:
         return dict(args)
@@ -549,6 +551,8 @@ def under_every_name(tool: BaseTool, args: Mapping[str, Any]) -> dict[str, Any]:
         given = next((k for k in keys if k in args), None)
         if given is not None:
             view.update((k, args[given]) for k in keys if k not in args)
+        elif field.default is None and field.default_factory is None:
+            view.update((k, None) for k in keys)
     return view
 
 

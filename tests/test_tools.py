@@ -130,6 +130,26 @@ def test_prompt_templates_only_look_up_keys(template: str, args: dict[str, Any],
     assert render_prompt(template, args) == expected
 
 
+def test_a_prompt_names_what_the_tool_runs_with_for_an_argument_the_call_left_out() -> None:
+    """An argument the model left out runs as its default: a default the arguments show is
+    filled in, and one of None (which they leave out) reads as null, not as `{{memo}}`, a
+    template nobody filled (helper-122)."""
+
+    @create_tool(needs_approval=True,
+                 approval_prompt="Pay {{amount}} to {{to}} from {{source}}? memo: {{memo}}")
+    def pay(amount: int, to: str, source: str = "main", memo: str | None = None) -> str:
+        """Pay."""
+        return "paid"
+
+    agent = Agent(name="x", model=ScriptedChatModel(
+        [turn(call("pay", {"amount": 5, "to": "bob"}, "c1"),
+              call("pay", {"amount": 6, "to": "eve", "memo": "rent"}, "c2")), "ok"]),
+        tools=[pay])
+    result = agent.generate("go")
+    assert [p.metadata["prompt"] for p in result.pending_approvals] == [
+        "Pay 5 to bob from main? memo: null", "Pay 6 to eve from main? memo: rent"]
+
+
 def test_prompt_function_that_raises_still_pauses_with_the_default_prompt() -> None:
     def bad_prompt(args: dict[str, Any]) -> str:
         raise KeyError("oops")
