@@ -111,8 +111,10 @@ class _Run:
             "start", {"run_id": self.invocation.run_id, "thread_id": self.invocation.thread_id}
         )
 
-    def feed(self, part: tuple[Any, ...]) -> tuple[list[StreamChunk], bool]:
-        """Chunks for one stream part, and whether the state hook asked to stop here."""
+    def feed(self, part: tuple[Any, ...], shown: bool = True) -> tuple[list[StreamChunk], bool]:
+        """Chunks for one stream part (none where nobody is `shown` them: a `result()` that
+        nobody iterated reads the end state only), and whether the state hook asked to stop
+        here."""
         if len(part) == 2:  # streamed without subgraphs: every part is the root's
             part = ((), *part)
         namespace, mode, data = part
@@ -124,7 +126,7 @@ class _Run:
             self.node = next(iter(data), self.node)
             for item in data.get("__interrupt__") or ():
                 self.interrupts[item.id] = item
-        return list(self.translator.feed(namespace, mode, data)), False
+        return (list(self.translator.feed(namespace, mode, data)) if shown else []), False
 
     def _hook(self, values: dict[str, Any]) -> bool:
         hook = self.invocation.on_state_change
@@ -322,7 +324,7 @@ class AgentStream:
                 written = _until_written(parts) if isinstance(inv.input, dict) else []
                 yield run.start()
                 for part in itertools.chain(written, parts):
-                    chunks, stop = run.feed(part)
+                    chunks, stop = run.feed(part, self._modes is STREAM_MODES)
                     yield from chunks
                     if stop:
                         break
@@ -461,13 +463,13 @@ class AsyncAgentStream:
                             break
                 yield run.start()
                 for part in written:
-                    chunks, stop = run.feed(part)
+                    chunks, stop = run.feed(part, self._modes is STREAM_MODES)
                     for chunk in chunks:
                         yield chunk
                     if stop:
                         break
                 while not stop and (part := await anext(parts, None)) is not None:
-                    chunks, stop = run.feed(part)
+                    chunks, stop = run.feed(part, self._modes is STREAM_MODES)
                     between = _is_root_values(part)
                     for chunk in chunks:
                         yield chunk
