@@ -112,6 +112,32 @@ def test_a_companys_authenticator_answers_every_request_whatever_cookie_is_sent(
     assert proxied.get("/", follow_redirects=False).status_code == 303  # no header: nobody
 
 
+def test_a_csrf_token_lapses_under_a_companys_authenticator_too(
+        sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a company's authenticator the session is the identity alone: a CSRF token bound
+    to nothing else (one leaked from a page, a log, a proxy) stayed good for that reviewer
+    for as long as the secret (helper-120). A token is good for the window its page was
+    served in and the next one; then it is refused, and a fresh page's works."""
+    ran: list[Any] = []
+    agent = _payee_agent(sqlite_url, ran)
+    pending = agent.generate("pay").pending_approvals[0]
+    client = TestClient(create_app(
+        sqlite_url, secret="s", agents=[agent],
+        authenticate=lambda r: r.headers.get("x-user") or None), headers={"x-user": "alice"})
+    old = csrf_of(client, pending.id)
+    later = time.time() + 2 * 8 * 3600
+    monkeypatch.setattr("graphkit.web._auth.time.time", lambda: later)
+    refused = client.post(f"/approvals/{pending.id}/approve", follow_redirects=False,
+                          data={"csrf": old, "digest": pending.args_digest})
+    assert refused.status_code == 403 and "expired" in refused.text
+    assert Inbox(sqlite_url).get(pending.id).status == "pending"
+    fresh = csrf_of(client, pending.id)
+    assert fresh != old
+    assert client.post(f"/approvals/{pending.id}/approve", follow_redirects=False,
+                       data={"csrf": fresh, "digest": pending.args_digest}).status_code == 303
+    assert Inbox(sqlite_url).get(pending.id).status == "approved"
+
+
 def test_pages_cannot_be_framed_and_run_no_foreign_script(sqlite_url: str) -> None:
     client = TestClient(create_app(sqlite_url, authenticate=TOKENS, secret="s"))
     page = client.get("/login")

@@ -299,7 +299,8 @@ def _routes(web: _Web) -> list[Any]:
                 if form is None:
                     return _too_large(FORM_BYTES)
                 if not web.sessions.check_csrf(who[1], form.get("csrf")):
-                    return PlainTextResponse("missing or wrong CSRF token", status_code=403)
+                    return PlainTextResponse("missing, wrong or expired CSRF token: reload the "
+                                             "page and try again", status_code=403)
             result: Response = await handler(request, who[0], who[1], form)
             return result
 

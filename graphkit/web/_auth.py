@@ -32,6 +32,8 @@ SESSION_COOKIE = "graphkit_session"
 LOGIN_COOKIE = "graphkit_login"
 """A random value the sign-in form must echo: a cross-site form cannot sign a victim in."""
 SESSION_SECONDS = 8 * 3600
+CSRF_SECONDS = SESSION_SECONDS
+"""A CSRF token is good for one such window of time after the one its page was served in."""
 
 Authenticator = Callable[[Request], str | None]
 """Reads a request and returns the reviewer's identity, or None (then the sign-in page asks for
@@ -144,7 +146,19 @@ class Sessions:
         return parsed[0]
 
     def csrf(self, session: str) -> str:
-        return self.sign("csrf", session)
+        """The session's CSRF token for pages served now. It is bound to a window of time as
+        well: under a company's authenticator a session is the identity alone, and a token
+        bound to nothing else stayed good for that reviewer for as long as the secret
+        (helper-120)."""
+        return self._csrf(session, int(time.time() // CSRF_SECONDS))
+
+    def _csrf(self, session: str, window: int) -> str:
+        return self.sign("csrf", f"{window}|{session}")
 
     def check_csrf(self, session: str, token: object) -> bool:
-        return isinstance(token, str) and hmac.compare_digest(token, self.csrf(session))
+        """Whether `token` is the session's, from a page served in this window or the one
+        before (a page is good for at least `CSRF_SECONDS`)."""
+        if not isinstance(token, str):
+            return False
+        now = int(time.time() // CSRF_SECONDS)
+        return any(hmac.compare_digest(token, self._csrf(session, w)) for w in (now, now - 1))
