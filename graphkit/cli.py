@@ -438,7 +438,7 @@ def _operate(args: argparse.Namespace, out: Callable[[str], None]) -> int:
         if args.json:
             out(_json(grants, indent=2))
         for g in [] if args.json else grants:
-            state = "revoked" if g["revoked"] else "active"
+            state = g["state"]
             out(printable(f"{g['id']}  {state:<8} {'/'.join(g['agent_path'])}:{g['tool_name']} "
                           f"thread={g['thread_id']} grantor={g['grantor'] or '-'}"))
         if not grants and not args.json:

@@ -9,7 +9,7 @@ Each is refused with nothing run and an audit entry of the refusal; the call sta
 from __future__ import annotations
 
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -727,10 +727,18 @@ def test_a_grant_lasts_the_agents_grant_ttl_whichever_door_made_it(sqlite_url: s
                               remember="thread")
     # and the grant it lists ends where the gate ends it (it said 8 hours: helper-117)
     (grant,) = Inbox(sqlite_url).grants()
-    assert grant["expires_at"] - grant["created_at"] == pytest.approx(0.05, abs=0.01)
+    # (its times as every record gives them, ISO 8601 UTC: they were seconds since the epoch,
+    # beside approvals' ISO times; helper-127)
+    made, ends = (datetime.fromisoformat(grant[k].replace("Z", "+00:00"))
+                  for k in ("created_at", "expires_at"))
+    assert grant["expires_at"].endswith("Z") and made.tzinfo is not None
+    assert (ends - made).total_seconds() == pytest.approx(0.05, abs=0.01)
+    assert grant["state"] == "active"
     agent.resume(run_id=first.run_id)
     assert ran.ran == [("pay", PAY)]
     time.sleep(0.1)
+    # a lapsed grant is listed as such, not as "active" (helper-127)
+    assert [g["state"] for g in Inbox(sqlite_url).grants()] == ["expired"]
     assert agent.generate("again", thread_id=first.thread_id).finish_reason == "suspended"
     assert ran.ran == [("pay", PAY)]
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from graphkit._ledger._sql import loads
+from graphkit._ledger._sql import iso_ms, loads
 
 __all__ = ["APPROVAL_COLUMNS", "APPROVAL_READ", "GRANT_COLUMNS", "ApprovalRow", "AuditRow",
            "CallLink", "CallRow", "Claimed", "Clearance", "GrantRow", "OutboxEvent", "Start",
@@ -113,11 +114,21 @@ class GrantRow:
     revoked: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The grant as listed: its times as every record shows one (ISO 8601, UTC)."""
         return {"id": self.grant_id, "thread_id": self.thread_id,
                 "agent_path": list(self.agent_path), "tool_name": self.tool_name,
                 "grantor": self.grantor, "approval_id": self.approval_id,
-                "created_at": self.created_at, "expires_at": self.expires_at,
-                "revoked": self.revoked}
+                "created_at": iso_ms(self.created_at),
+                "expires_at": None if self.expires_at is None else iso_ms(self.expires_at),
+                "revoked": self.revoked, "state": self.state()}
+
+    def state(self) -> Literal["active", "expired", "revoked"]:
+        """Whether the grant still approves: a lapsed one read as "active" in listings."""
+        if self.revoked:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= time.time():
+            return "expired"
+        return "active"
 
 
 APPROVAL_COLUMNS = ("approval_id, thread_id, kind, call_key, agent_path, tool_name, "

@@ -388,6 +388,13 @@ class Postgres(Sql):
             yield PostgresTx(conn)
 
 
+def iso_ms(seconds: float) -> str:
+    """A time in seconds since the epoch (the ledger's columns), as every record shows one:
+    ISO 8601, milliseconds, UTC with Z."""
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
 def iso_now_ms() -> str:
     """Now, as an audit entry's `at` says it (`_validate.now_iso`: ISO 8601, milliseconds,
     UTC with Z)."""

@@ -546,8 +546,8 @@ def _routes(web: _Web) -> list[Any]:
             f"<tr><td><code>{render._e(g['id'])}</code></td>"
             f"<td>{render._e('/'.join(g['agent_path']))}:{render._e(g['tool_name'])}</td>"
             f"<td>{render._e(g['thread_id'])}</td><td>{render._e(g['grantor'] or '')}</td>"
-            f"<td>{'revoked' if g['revoked'] else 'active'}</td><td>"
-            + ("" if g["revoked"] else
+            f"<td>{render._e(g['state'])}</td><td>"
+            + ("" if g["state"] != "active" else
                f"<form method='post' action='grants/{render._e(g['id'])}/revoke'>"
                f"<input type='hidden' name='csrf' value='{csrf}'><button>Revoke</button></form>")
             + "</td></tr>" for g in await asyncio.to_thread(web.inbox.grants, viewer=who))
