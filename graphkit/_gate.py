@@ -11,10 +11,18 @@ the tools node runs nothing the ledger does not allow.
 from __future__ import annotations
 
 import functools
+import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+    convert_to_messages,
+    messages_to_dict,
+)
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph._internal._constants import CONFIG_KEY_SCRATCHPAD
@@ -34,6 +42,7 @@ from graphkit._approvals import (
     waiting_records,
 )
 from graphkit._context import emit, last_ai, open_turns, thread_id_of
+from graphkit._digest import json_digest
 from graphkit._ledger import (
     ApprovalRow,
     AuditRow,
@@ -190,6 +199,8 @@ class _Pass:
         if not isinstance(value, Mapping):
             msg = f"resume value must be an object with 'decisions', got {type(value).__name__}"
             raise GraphkitError(msg)
+        if set(value) == {"messages"}:  # graph input, as LangGraph's server resumes with it
+            value = {"supersede": self._as_said(value["messages"])}
         stray = sorted(str(k) for k in value if k not in RESUME_FIELDS)
         if stray or ("supersede" in value and "decisions" in value):
             msg = (f"resume value fields {stray or ['decisions', 'supersede']} are not taken "
@@ -202,6 +213,32 @@ class _Pass:
             self.decide(value["decisions"], answered)
         # Anything else only asks the gate to apply what the ledger holds (the Agent API and
         # workers claim decisions there first).
+
+    def _as_said(self, raw: Any) -> list[dict[str, Any]]:
+        """Graph input's messages as a resume value (`{"messages": [...]}`): the LangGraph
+        server's thread protocol (v2: its SDK's thread stream) starts a run on a paused
+        thread by resuming it with the run's input, and the user's new message was refused
+        as fields not taken together, dropped, the run told "success" (helper-128). It is a
+        new message, as graph input's is: 'supersede'. Its ids are made from the pass's task
+        and the message, where it has none: a retried pass reads the same resume value and
+        queues the same message, not a second one."""
+        check_value(raw, what="the resume value's messages", error=GraphkitError)
+        if len(self.ctx.path) > 1:
+            # the user speaks to the supervisor: a message a subagent's gate took would be the
+            # subagent's (its own queue), the supervisor's turn left as it was
+            msg = ("a new message for a supervisor whose subagent waits comes as graph input "
+                   "(a run's input, on a thread whose run has paused), not as the subagent's "
+                   "resume value")
+            raise GraphkitError(msg)
+        try:
+            messages = convert_to_messages(raw if isinstance(raw, list) else [raw])
+        except (ValueError, TypeError, NotImplementedError) as exc:
+            msg = f"the resume value's 'messages' are not messages: {exc}"
+            raise GraphkitError(msg) from None
+        task = str((self.config.get("configurable") or {}).get("checkpoint_ns") or "")
+        return messages_to_dict([m if m.id else m.model_copy(update={"id": str(uuid.uuid5(
+            uuid.NAMESPACE_URL, f"graphkit:{task}:{i}:{json_digest(messages_to_dict([m]))}"))})
+            for i, m in enumerate(messages)])
 
     def decide(self, raw: Any, answered: set[str]) -> None:
         if not isinstance(raw, list):

@@ -401,19 +401,44 @@ def test_held_time_travel_never_runs_the_resumed_tool_twice(sqlite_url: str) -> 
 
 
 def test_held_graph_input_and_the_api_leave_the_same_conversation() -> None:
-    """The same reply through the API and as graph input, with a payment waiting beside a
-    suspended tool: the same calls run, the same messages result."""
+    """The same reply through the API, as graph input, and as the resume value LangGraph's
+    server makes of a run's input on a paused thread (its v2 thread protocol: the SDK's
+    thread stream), with a payment waiting beside a suspended tool: the same calls run, the
+    same messages result. The server's resume was refused as fields not taken together: the
+    user's message was dropped, and the run told "success" (helper-128)."""
     results = []
-    for door in ("api", "graph"):
+    for door in ("api", "graph", "server resume"):
         agent, ledger, log = _pay_and_weather()
         first = agent.generate("pay and weather")
         if door == "api":
             messages = agent.generate("Paris", thread_id=first.thread_id).messages
-        else:
+        elif door == "graph":
             messages = say(agent, first.thread_id, "Paris")["messages"]
+        else:
+            messages = agent.graph.invoke(Command(resume={"messages": [
+                {"role": "user", "content": "Paris"}]}), config(first.thread_id))["messages"]
         results.append(([(type(m).__name__, str(m.content)) for m in messages],
                         ledger.ran, log))
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
+
+
+def test_a_message_as_the_servers_resume_value_is_judged_as_graph_inputs() -> None:
+    """The message in the server's resume value is a user's message, judged as graph input's:
+    anonymous or from a reviewer the policy refuses, it resumes no tool; from 'user' it does.
+    Each joins the conversation, once."""
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True,
+                          approvers=lambda who, pending: who == "user")
+    first = agent.generate("weather?")
+    said = {"messages": [{"role": "user", "content": "Tokyo"}]}
+    for user in ({}, MALLORY):
+        agent.graph.invoke(Command(resume=said), {"configurable": {
+            "thread_id": first.thread_id, **user}})
+    assert log == ["started"]
+    out = agent.graph.invoke(Command(resume=said), {"configurable": {
+        "thread_id": first.thread_id, **USER}})
+    assert log == ["started", "started", "fetched Tokyo"]
+    assert _said(out["messages"]).count("Tokyo") == 3, _said(out["messages"])
 
 
 def test_held_invalid_resume_data_leaves_the_tool_suspended() -> None:
@@ -446,3 +471,21 @@ async def test_held_async_on_sqlite_runs_the_tool_once(tmp_path: Path) -> None:
                               {"configurable": {"thread_id": first.thread_id, **USER}})
     assert [e for e in log if e.startswith("fetched")] == ["fetched Tokyo"]
     assert out["messages"][-1].text == "The weather in Tokyo: sunny, +72F"
+
+
+def test_a_message_as_a_subagents_resume_value_is_refused_saying_how_to_send_it() -> None:
+    """Where a supervisor's subagent waits, the server's resume value reaches the subagent's
+    gate, whose queue is not the supervisor's conversation: the message is refused there,
+    saying how to send it (graph input), and nothing runs or is decided."""
+    from tests.test_supervisor import forecaster_supervisor
+
+    log: list[str] = []
+    sup = forecaster_supervisor(log, auto_resume_suspended_tools=True)
+    first = sup.generate("What's the weather like?")
+    sup.graph.invoke(Command(resume={"messages": [{"role": "user", "content": "Paris"}]}),
+                     config(first.thread_id))
+    assert log == ["started"]
+    (pause,) = sup.graph.get_state(config(first.thread_id)).interrupts
+    assert "comes as graph input" in pause.value["error"]
+    assert waiting_kinds(sup, first.thread_id) == ["suspension"]
+    assert sup.generate("Paris", thread_id=first.thread_id).text == "top: sub: Paris: sunny, +72F"
