@@ -179,6 +179,41 @@ def test_deploy_approve_and_reject_through_the_server(server: str) -> None:
     assert not any("rolled out" in m["content"] for m in tool_results(values))
 
 
+def test_a_message_through_the_servers_thread_protocol_answers_or_supersedes(server: str
+                                                                              ) -> None:
+    """The server's v2 thread protocol (the SDK's thread stream: `run.start` on a thread's
+    commands) resumes a paused thread with the run's input: a new message reached the gate
+    as the resume value `{"messages": [...]}`, was refused and dropped, and the run was
+    told "success" (helper-128). It answers weather's city question (auto-resume), and
+    supersedes a waiting deploy, as a run's input does."""
+    import httpx
+    from langgraph_sdk import get_sync_client
+
+    client = get_sync_client(url=server)
+
+    def say(thread_id: str, graph: str, text: str) -> dict[str, Any]:
+        answer = httpx.post(f"{server}/threads/{thread_id}/commands", timeout=30, json={
+            "id": 1, "method": "run.start", "params": {"assistant_id": graph, "input": {
+                "messages": [{"role": "user", "content": text}]}}}).json()
+        assert answer["type"] == "success", answer
+        client.runs.join(thread_id, answer["result"]["run_id"])
+        state: dict[str, Any] = client.threads.get_state(thread_id)
+        return state
+
+    thread_id, _ = ask(client, "weather", "Weather, please")
+    state = say(thread_id, "weather", "Bergen")
+    assert "The weather in Bergen: sunny" in str(state["values"]["messages"][-1]["content"])
+    assert not state["next"]
+
+    thread_id, _ = ask(client, "deploy", "Roll out build 4.0.0")
+    state = say(thread_id, "deploy", "actually roll out build 4.0.1")
+    told = [m["content"] for m in tool_results(state["values"])
+            if m["name"] == "deploy_service"]
+    assert told == ["Tool call 'deploy_service' was not run: superseded by a new user message."]
+    (action,) = interrupt_of(client, thread_id)["action_requests"]
+    assert action["args"] == {"version": "4.0.1"}
+
+
 def test_supervisor_approval_two_levels_down_through_the_server(server: str) -> None:
     from langgraph_sdk import get_sync_client
 
