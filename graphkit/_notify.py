@@ -22,12 +22,11 @@ import time
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import KW_ONLY, dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
 import httpx
 
-from graphkit._ledger import Ledger, OutboxEvent
+from graphkit._ledger import Ledger, OutboxEvent, iso_ms
 from graphkit._owner import new_owner
 from graphkit._text import printable
 
@@ -157,11 +156,6 @@ def verify_signature(header: str | None, body: bytes | str, secret: str, *,
 # ---------------------------------------------------------------------- bodies
 
 
-def _iso(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z")
-
-
 def _link(webhook: Webhook, event: OutboxEvent) -> str | None:
     approval_id = (event.payload.get("approval") or {}).get("approval_id")
     if webhook.review_url and approval_id:
@@ -172,7 +166,7 @@ def _link(webhook: Webhook, event: OutboxEvent) -> str | None:
 
 def _json_body(webhook: Webhook, event: OutboxEvent) -> dict[str, Any]:
     body: dict[str, Any] = {"id": event.event_id, "type": event.type,
-                            "created_at": _iso(event.created_at),
+                            "created_at": iso_ms(event.created_at),
                             "approval": event.payload.get("approval") or {}}
     for key in ("replaces", "outcome", "result", "grant_id"):
         if key in event.payload:

@@ -42,7 +42,7 @@ from graphkit._ledger._schema import (
     SERVER_THREAD,
     WAIT_SECONDS,
 )
-from graphkit._ledger._sql import PAGE_SIZE, Batch, Postgres, RunBusyError, Sql, Sqlite
+from graphkit._ledger._sql import PAGE_SIZE, Batch, Postgres, RunBusyError, Sql, Sqlite, iso_ms
 from graphkit._ledger._waiting import Waiting, WaitingRow
 from graphkit._state import TurnPlan
 
@@ -72,6 +72,7 @@ __all__ = [
     "Start",
     "TurnReading",
     "WaitingRow",
+    "iso_ms",
     "queued_id",
     "same_queued",
 ]
