@@ -199,7 +199,7 @@ class _Pass:
         if not isinstance(value, Mapping):
             msg = f"resume value must be an object with 'decisions', got {type(value).__name__}"
             raise GraphkitError(msg)
-        if set(value) == {"messages"}:  # graph input, as LangGraph's server resumes with it
+        if _message_input(value):  # graph input, as LangGraph's server resumes with it
             value = {"supersede": self._as_said(value["messages"])}
         stray = sorted(str(k) for k in value if k not in RESUME_FIELDS)
         if stray or ("supersede" in value and "decisions" in value):
@@ -226,9 +226,11 @@ class _Pass:
         if len(self.ctx.path) > 1:
             # the user speaks to the supervisor: a message a subagent's gate took would be the
             # subagent's (its own queue), the supervisor's turn left as it was
-            msg = ("a new message for a supervisor whose subagent waits comes as graph input "
-                   "(a run's input, on a thread whose run has paused), not as the subagent's "
-                   "resume value")
+            msg = ("a new message for a supervisor whose subagent waits is not taken as the "
+                   "subagent's resume value (the LangGraph server's thread protocol, run.start, "
+                   "sends a paused thread's input so): send it as a run's input through the "
+                   "runs API (runs.create or runs.wait with input), which supersedes what "
+                   "waits; nothing was changed")
             raise GraphkitError(msg)
         try:
             messages = convert_to_messages(raw if isinstance(raw, list) else [raw])
@@ -362,12 +364,18 @@ class _Pass:
             msg = ("'supersede' must carry the user's new message (a 'human' message): it is "
                    "what declines what waits")
             raise GraphkitError(msg)
+        queued = ({queued_id(q.message): q.message for q in self.ctx.queue_rows()}
+                  if value.get("queue", True) else {})
         if value.get("queue", True) and not all(
-                m.id and m.id not in present and m.content for m in users):
+                m.id and m.id not in present and m.content
+                and same_queued(queued.get(m.id), m) for m in users):
             # queued by its id, delivered if it says something and is not in the conversation
             # already: else it would decline what waits and never join the conversation
+            # (an id the queue holds for other words kept those: the message's own words
+            # answered a suspended tool, the conversation showed the others; helper-129)
             msg = ("'supersede' must carry the user's new messages each with an id new to the "
-                   "conversation, and content (as messages_to_dict gives them): they join it")
+                   "conversation and to the messages queued for it, and content (as "
+                   "messages_to_dict gives them): they join it")
             raise GraphkitError(msg)
         if not value.get("queue", True) and not self._queued(users):
             # "queue": false is the API's word that it queued the message already
@@ -795,7 +803,16 @@ def _resumed_with(field: str) -> bool:
         value = scratchpad.resume[0] if scratchpad.resume else scratchpad.get_null_resume(False)
     except Exception:  # (not inside a run, or a LangGraph whose scratchpad reads otherwise)
         return False
-    return isinstance(value, Mapping) and field in value
+    return isinstance(value, Mapping) and (
+        field in value or (field == "supersede" and _message_input(value)))
+
+
+def _message_input(value: Mapping[str, Any]) -> bool:
+    """Whether a resume value is graph input's new message (`{"messages": [...]}`, as LangGraph's
+    server resumes a paused thread with a run's input: `_Pass._as_said`): a 'supersede' to
+    every reader of the value (one that looked for the key alone left it unread after a
+    decision taken elsewhere, and the message was lost: helper-129)."""
+    return set(value) == {"messages"}
 
 
 LOST = ("Tool call {name!r} was stopped: its turn is no longer in the conversation (the "

@@ -473,6 +473,52 @@ async def test_held_async_on_sqlite_runs_the_tool_once(tmp_path: Path) -> None:
     assert out["messages"][-1].text == "The weather in Tokyo: sunny, +72F"
 
 
+def test_a_message_as_the_servers_resume_value_after_a_decision_taken_elsewhere_is_read(
+        tmp_path: Path) -> None:
+    """A reviewer approved the payment in the inbox (the ledger only), then the user's
+    message came as the server's resume value: once the gate applied the decision, it read
+    on only a value with the key 'supersede', and the message was lost, the weather tool
+    left asking (helper-129). Every door gives the same: the payment runs, the message
+    answers the tool and joins the conversation."""
+    from graphkit import Inbox
+
+    results = []
+    for door in ("api", "graph", "server resume"):
+        url = f"sqlite:///{tmp_path / door}.db"
+        agent, ledger, log = _pay_and_weather(url)
+        first = agent.generate("pay and weather")
+        inbox = Inbox(url)
+        (pay,) = [p for p in inbox.pending() if p.tool_name == "pay"]
+        inbox.approve(pay.id, decided_by="alice")
+        if door == "api":
+            agent.generate("Paris", thread_id=first.thread_id)
+        elif door == "graph":
+            say(agent, first.thread_id, "Paris")
+        else:
+            agent.graph.invoke(Command(resume={"messages": [
+                {"role": "user", "content": "Paris"}]}), config(first.thread_id))
+        results.append((ledger.ran, log, _said(_state(agent, first.thread_id)["messages"])))
+    assert results[0] == results[1] == results[2]
+    assert results[0][1:] == (["started", "started", "fetched Paris"],
+                              ["pay and weather", "Paris"])
+
+
+def test_a_new_message_under_an_id_queued_for_other_words_is_refused() -> None:
+    """'hmm' (unreadable: queued, the tool still asking), then 'Tokyo' under the same id: the
+    queue kept 'hmm' under it, while 'Tokyo' answered the tool: the model read 'hmm' as what
+    the user said (helper-129). Refused; the tool still asks, and nothing else changed."""
+    log: list[str] = []
+    agent = weather_agent(log, auto_resume_suspended_tools=True)
+    first = agent.generate("weather?")
+    for text in ("hmm", "Tokyo"):
+        agent.graph.invoke(Command(resume={"messages": [
+            {"role": "user", "content": text, "id": "m1"}]}), config(first.thread_id))
+    assert log == ["started"]
+    assert waiting_kinds(agent, first.thread_id) == ["suspension"]
+    (pause,) = agent.graph.get_state(config(first.thread_id)).interrupts
+    assert "new to the conversation and to the messages queued" in pause.value["error"]
+
+
 def test_a_message_as_a_subagents_resume_value_is_refused_saying_how_to_send_it() -> None:
     """Where a supervisor's subagent waits, the server's resume value reaches the subagent's
     gate, whose queue is not the supervisor's conversation: the message is refused there,
@@ -486,6 +532,6 @@ def test_a_message_as_a_subagents_resume_value_is_refused_saying_how_to_send_it(
                      config(first.thread_id))
     assert log == ["started"]
     (pause,) = sup.graph.get_state(config(first.thread_id)).interrupts
-    assert "comes as graph input" in pause.value["error"]
+    assert "send it as a run's input through the runs API" in pause.value["error"]
     assert waiting_kinds(sup, first.thread_id) == ["suspension"]
     assert sup.generate("Paris", thread_id=first.thread_id).text == "top: sub: Paris: sunny, +72F"
