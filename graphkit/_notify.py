@@ -12,6 +12,7 @@ signed, and retries with exponential backoff. Delivery is at least once: an even
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -281,6 +282,13 @@ def render(webhook: Webhook, event: OutboxEvent) -> bytes:
 # ---------------------------------------------------------------------- delivery
 
 
+_FIRST_POST = threading.Lock()
+_POSTED = threading.Event()
+"""A process's first webhook request goes alone: it imports what httpx imports on first use
+(httpcore, anyio's backend), and two event loops importing at once wait on Python's import
+lock, a blocking call the LangGraph server's detector refuses (the request failed)."""
+
+
 def _on_a_loop_of_its_own(request: Coroutine[Any, Any, _T]) -> _T:
     """Run `request` on a new event loop, and close it without waiting for the threads of its
     executor: `asyncio.run` waits for them, and a name lookup runs in one, which a hanging
@@ -293,10 +301,13 @@ def _on_a_loop_of_its_own(request: Coroutine[Any, Any, _T]) -> _T:
 
 
 class Dispatcher:
-    """Delivers the outbox of one ledger to this process's webhooks, in a daemon thread.
+    """Delivers the outbox of one ledger to this process's webhooks, in daemon threads: one
+    per webhook, so that a receiver that is slow or away holds up no other (one thread for
+    them all sent a slow receiver's retries, batch after batch, before any event to the
+    next: helper-130), and one that keeps the outbox (pruning).
 
     `flush(timeout=...)` delivers synchronously (for tests and scripts); `stop()` ends the
-    thread (events recorded meanwhile wait in the outbox for the next dispatcher).
+    threads (events recorded meanwhile wait in the outbox for the next dispatcher).
     """
 
     def __init__(self, ledger: Ledger, *, poll: float = POLL_SECONDS) -> None:
@@ -307,8 +318,11 @@ class Dispatcher:
         self._cursors: dict[str, float] = {}
         self._saved: dict[str, float] = {}
         self._lock = threading.Lock()
-        self._round = threading.Lock()
-        self._wake = threading.Event()
+        self._rounds: dict[str, threading.Lock] = {}
+        """One per webhook: its deliveries go one round at a time (a flush beside its
+        thread)."""
+        self._wakes: dict[str, threading.Event] = {}
+        self._senders: dict[str, threading.Thread] = {}
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._tls = httpx.create_ssl_context()
@@ -329,6 +343,23 @@ class Dispatcher:
         with self._lock:
             for webhook in webhooks:
                 self._webhooks[webhook.target] = webhook
+                self._rounds.setdefault(webhook.target, threading.Lock())
+                self._wakes.setdefault(webhook.target, threading.Event())
+            running = self._thread is not None and self._thread.is_alive()
+        if running:
+            self._start_senders()
+
+    def _start_senders(self) -> None:
+        """A thread for each webhook that has none running."""
+        with self._lock:
+            for target in self._webhooks:
+                sender = self._senders.get(target)
+                if self._stopped.is_set() or (sender is not None and sender.is_alive()):
+                    continue
+                sender = self._senders[target] = threading.Thread(
+                    target=self._send_all, args=(target,), daemon=True,
+                    name=f"graphkit-notify-{len(self._senders)}")
+                sender.start()
 
     def start(self) -> None:
         with self._lock:
@@ -342,24 +373,30 @@ class Dispatcher:
             if self.wake not in Ledger._outbox_listeners:
                 Ledger._outbox_listeners.append(self.wake)
             self._thread.start()
+        self._start_senders()
 
     def wake(self) -> None:
-        self._wake.set()
+        with self._lock:
+            wakes = list(self._wakes.values())
+        for event in wakes:
+            event.set()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the thread after the request it is sending; undelivered events stay in the
         outbox. A stopped dispatcher does not start again."""
         self._stopped.set()
-        self._wake.set()
+        self.wake()
         with _REGISTRY_LOCK:
             if _DISPATCHERS.get(_key(self.ledger)) is self:
                 del _DISPATCHERS[_key(self.ledger)]
         with self._lock:
-            thread = self._thread
+            threads = [self._thread, *self._senders.values()]
         if self.wake in Ledger._outbox_listeners:
             Ledger._outbox_listeners.remove(self.wake)
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+        deadline = time.monotonic() + timeout
+        for thread in threads:  # (together: each waits out its own request at most)
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Deliver every due event now, waiting for retries that fall due within `timeout`
@@ -380,27 +417,45 @@ class Dispatcher:
             time.sleep(min(max(wait, 0.01), remaining, 0.5))
 
     def run_once(self) -> int:
-        """One round: open deliveries for new events, then claim and send the due ones.
-        Returns the number of requests sent."""
+        """One round for every webhook, side by side: open deliveries for new events, then
+        claim and send the due ones. Returns the number of requests sent."""
+        webhooks = self.webhooks
+        if len(webhooks) <= 1:
+            sent = sum(self._round(w.target) for w in webhooks)
+        else:
+            with ThreadPoolExecutor(len(webhooks), thread_name_prefix="graphkit-notify-round"
+                                    ) as pool:
+                sent = sum(pool.map(self._round, [w.target for w in webhooks]))
+        self._prune()
+        return sent
+
+    def _round(self, target: str) -> int:
+        """One round of one webhook (`run_once`'s, or its thread's)."""
         sent = 0
-        with self._round:
+        with self._lock:
+            webhook, held = self._webhooks.get(target), self._rounds.get(target)
+        if webhook is None or held is None:
+            return 0
+        with held:
             if self._stopped.is_set():
                 return 0
-            for webhook in self.webhooks:
-                self._open(webhook.target)
-                while True:
-                    batch = self.ledger.claim_deliveries(
-                        webhook.target, self.owner, max_attempts=webhook.max_attempts,
-                        lease=LEASE_SECONDS + BATCH * webhook.timeout, limit=BATCH)
-                    for event in batch:
-                        self._send(webhook, event)
-                        sent += 1
-                    if len(batch) < BATCH or self._stopped.is_set():
-                        break
-            if time.monotonic() - self._pruned > PRUNE_EVERY_SECONDS:
-                self._pruned = time.monotonic()
-                self.ledger.prune_outbox(RETENTION_SECONDS)
+            self._open(target)
+            while True:
+                webhook = self._webhooks.get(target, webhook)  # (a secret rotated meanwhile)
+                batch = self.ledger.claim_deliveries(
+                    target, self.owner, max_attempts=webhook.max_attempts,
+                    lease=LEASE_SECONDS + BATCH * webhook.timeout, limit=BATCH)
+                for event in batch:
+                    self._send(webhook, event)
+                    sent += 1
+                if len(batch) < BATCH or self._stopped.is_set():
+                    break
         return sent
+
+    def _prune(self) -> None:
+        if time.monotonic() - self._pruned > PRUNE_EVERY_SECONDS:
+            self._pruned = time.monotonic()
+            self.ledger.prune_outbox(RETENTION_SECONDS)
 
     def _open(self, target: str) -> None:
         cursor = self._cursors.get(target)
@@ -448,9 +503,13 @@ class Dispatcher:
         connection and thread as long, and enough of them starved every other webhook of
         connections (helper-53): so the request is cancelled at its deadline, which closes
         its connection, on a loop of its own (the caller may be on one: a notebook)."""
-        with ThreadPoolExecutor(1, thread_name_prefix="graphkit-webhook-post") as pool:
-            return pool.submit(_on_a_loop_of_its_own, self._apost(webhook, body, headers)
-                               ).result()
+        with contextlib.ExitStack() as first:
+            if not _POSTED.is_set():  # (each webhook's thread posts: the first one alone)
+                first.enter_context(_FIRST_POST)
+                first.callback(_POSTED.set)
+            with ThreadPoolExecutor(1, thread_name_prefix="graphkit-webhook-post") as pool:
+                return pool.submit(_on_a_loop_of_its_own, self._apost(webhook, body, headers)
+                                   ).result()
 
     async def _apost(self, webhook: Webhook, body: bytes, headers: dict[str, str]
                      ) -> tuple[int, str]:
@@ -467,13 +526,25 @@ class Dispatcher:
                 raise TimeoutError(msg) from None
 
     def _run(self) -> None:
+        """The outbox's keeper (its webhooks each have a thread of their own)."""
         while not self._stopped.is_set():
             try:
-                self.run_once()
+                self._prune()
+            except Exception:  # the database was away: try again later
+                log.exception("graphkit notifications: pruning the outbox failed")
+            self._stopped.wait(self.poll)
+
+    def _send_all(self, target: str) -> None:
+        """One webhook's thread: a round whenever woken (a write in this process), else every
+        `poll` seconds."""
+        wake = self._wakes[target]
+        while not self._stopped.is_set():
+            try:
+                self._round(target)
             except Exception:  # the database was away: try again on the next round
                 log.exception("graphkit notifications: a delivery round failed")
-            if self._wake.wait(self.poll) and not self._stopped.is_set():
-                self._wake.clear()
+            if wake.wait(self.poll) and not self._stopped.is_set():
+                wake.clear()
                 self._stopped.wait(0.02)  # let the transaction that woke us commit
 
 

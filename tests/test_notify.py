@@ -21,7 +21,13 @@ import pytest
 
 from graphkit import Agent, Inbox, Webhook, verify_signature
 from graphkit._ledger import AuditRow, Ledger
-from graphkit._notify import _DISPATCHERS, SIGNATURE_HEADER, Dispatcher, sign
+from graphkit._notify import (
+    _DISPATCHERS,
+    SIGNATURE_HEADER,
+    Dispatcher,
+    sign,
+    start_notifications,
+)
 from tests.helpers import agent_with, call, lax_inbox, turn
 from tests.test_storage import ROOT
 
@@ -284,6 +290,33 @@ def test_a_receiver_that_answers_a_byte_at_a_time_holds_no_other_webhook(
         started = time.monotonic()
         _dispatcher(agent).stop(timeout=5)
         assert time.monotonic() - started < 5
+    finally:
+        stop.set()
+        slow.close()
+
+
+def test_a_receiver_that_never_answers_holds_up_no_other_webhook_while_it_is_retried(
+        sqlite_url: str, receiver: Receiver) -> None:
+    """One dispatcher thread sent every webhook in turn, and a receiver that never answers
+    kept it busy with batch after batch of its own (each request its full timeout): events
+    recorded while no dispatcher ran reached the healthy receiver only after ten seconds a
+    batch (minutes, with more; helper-130). Each webhook has its thread: twelve events reach
+    the healthy one within seconds, while the silent one is still being tried."""
+    stop = threading.Event()
+    slow = _listening(lambda conn: stop.wait(30))
+    hooks = [Webhook(f"http://127.0.0.1:{slow.getsockname()[1]}/hook", secret=SECRET,
+                     timeout=1.0), Webhook(receiver.url, secret=SECRET)]
+    try:
+        agent, _ = agent_with(pay(12), checkpointer=sqlite_url, notify=hooks)
+        _dispatcher(agent).stop()
+        for _ in range(12):
+            agent.generate("pay")
+        start_notifications(agent._storage.ledger, hooks)
+        deadline = time.monotonic() + 6
+        while len(receiver.delivered()) < 12 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _types(receiver.delivered()) == [("approval.requested", "requested")] * 12
+        assert time.monotonic() < deadline
     finally:
         stop.set()
         slow.close()
