@@ -56,6 +56,11 @@ LEASE_SECONDS = 30.0
 MARGIN_SECONDS = 60.0
 """Events are opened for delivery again this far back: a transaction that recorded an event
 before the dispatcher looked may commit after it looked."""
+SWEEP_SECONDS = 300.0
+"""How often every event since a webhook's registration (within `RETENTION_SECONDS`) is looked
+at again: a transaction that recorded an event and committed later than `MARGIN_SECONDS`
+after (a lock it waited on, a process paused) left it behind the cursor, never sent
+(helper-130)."""
 CURSOR_SAVE_SECONDS = 60.0
 RETENTION_SECONDS = 7 * 24 * 3600.0
 """Events older than this with nothing left to attempt are pruned from the outbox."""
@@ -317,6 +322,7 @@ class Dispatcher:
         self._webhooks: dict[str, Webhook] = {}
         self._cursors: dict[str, float] = {}
         self._saved: dict[str, float] = {}
+        self._swept: dict[str, float] = {}
         self._lock = threading.Lock()
         self._rounds: dict[str, threading.Lock] = {}
         """One per webhook: its deliveries go one round at a time (a flush beside its
@@ -465,6 +471,11 @@ class Dispatcher:
                 self.ledger.enable_notify([target])
                 cursor = self.ledger.notify_cursor(target) or self.ledger.now()
             self._saved[target] = cursor
+        if time.monotonic() - self._swept.get(target, 0.0) > SWEEP_SECONDS:
+            self._swept[target] = time.monotonic()
+            since = self.ledger.notify_since(target)
+            floor = self.ledger.now() - RETENTION_SECONDS
+            self.ledger.open_deliveries(target, max(floor, cursor if since is None else since))
         looked = self.ledger.open_deliveries(target, cursor)
         cursor = max(cursor, looked - MARGIN_SECONDS)
         self._cursors[target] = cursor

@@ -397,6 +397,32 @@ def test_events_recorded_while_stopped_are_delivered_by_the_next_dispatcher(
     assert events[1]["approval"]["decided_by"] == "bob"
 
 
+def test_an_event_whose_transaction_commits_late_is_delivered_all_the_same(
+        sqlite_url: str, receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An outbox row's time is its INSERT's; the cursor moves to a minute before the
+    dispatcher last looked. A transaction that committed its event later than that (it
+    waited on a lock, its process was paused) left the event behind the cursor: never sent,
+    a restarted dispatcher's saved cursor past it too (helper-130). Every event since the
+    webhook's registration is looked at again now and then (`SWEEP_SECONDS`)."""
+    import graphkit._notify as notify
+
+    monkeypatch.setattr(notify, "SWEEP_SECONDS", 0.0, raising=False)
+    hook = Webhook(receiver.url, secret=SECRET)
+    agent, _ = agent_with(pay(), checkpointer=sqlite_url, notify=[hook])
+    _dispatcher(agent).stop()
+    ledger = agent._storage.ledger
+    # (registered an hour ago)
+    ledger._sql.execute("UPDATE graphkit_meta SET value = ? WHERE key = ?",
+                        (json.dumps({"since": ledger.now() - 3600}), f"notify.since.{hook.target}"))
+    dispatcher = Dispatcher(ledger)
+    dispatcher.add([hook])
+    dispatcher.run_once()  # (the cursor: a minute before now)
+    agent.generate("pay")
+    ledger._sql.execute("UPDATE graphkit_outbox SET created_at = created_at - 120")
+    dispatcher.run_once()
+    assert _types(receiver.delivered()) == [("approval.requested", "requested")]
+
+
 def test_a_killed_process_loses_no_event(sqlite_url: str, tmp_path: Path) -> None:
     """Events recorded by a process whose receiver was down, killed before delivering them
     (one tried once, one never), arrive from a new process, each with its recorded id."""

@@ -29,15 +29,23 @@ class Notifications(LedgerBase):
                        + ("ON CONFLICT (key) DO UPDATE SET value = excluded.value" if review_url
                           else "ON CONFLICT (key) DO NOTHING"), (value,))
             for target in targets:
-                tx.execute("INSERT INTO graphkit_meta (key, value) VALUES (?, ?) "
-                           "ON CONFLICT (key) DO NOTHING",
-                           (f"notify.cursor.{target}", dumps({"since": since})))
+                for key in (f"notify.cursor.{target}", f"notify.since.{target}"):
+                    tx.execute("INSERT INTO graphkit_meta (key, value) VALUES (?, ?) "
+                               "ON CONFLICT (key) DO NOTHING", (key, dumps({"since": since})))
         LedgerBase._notify_epoch += 1
 
     def notify_cursor(self, target: str) -> float | None:
         """Events recorded before this moment have their delivery to `target` opened."""
         rows = self._sql.query("SELECT value FROM graphkit_meta WHERE key = ?",
                                (f"notify.cursor.{target}",))
+        value = loads(rows[0][0]) if rows else None
+        return float(value["since"]) if isinstance(value, dict) and "since" in value else None
+
+    def notify_since(self, target: str) -> float | None:
+        """When `target` was first registered: it is sent the events recorded from then on
+        (None for a target registered before this was kept: its cursor stands in)."""
+        rows = self._sql.query("SELECT value FROM graphkit_meta WHERE key = ?",
+                               (f"notify.since.{target}",))
         value = loads(rows[0][0]) if rows else None
         return float(value["since"]) if isinstance(value, dict) and "since" in value else None
 
