@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote
@@ -306,12 +307,47 @@ def _load_agent(spec: str, url: str) -> Any:
     return agent
 
 
+WORKER_WAIT_MAX = 30.0
+"""The longest pause between a starting worker's tries to reach a database server that is away."""
+
+
+def _server_away(exc: BaseException) -> bool:
+    """Whether `exc` says a database server is away (down, restarting, not up yet): psycopg's
+    `OperationalError`, its pool's timeout included, anywhere in the chain of causes."""
+    psycopg = sys.modules.get("psycopg")
+    while psycopg is not None and exc is not None:
+        if isinstance(exc, psycopg.OperationalError):
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
+
+
+def _agent_once_reachable(spec: str, url: str, out: Callable[[str], None]) -> Any:
+    """The worker's agent, its storage open: a PostgreSQL server away as the worker starts is
+    waited for (each try said), never given up on: a worker started while its database
+    restarted (a deploy of both) exited, and nobody resumed anything (helper-130)."""
+    from graphkit._storage import shown_url
+
+    pause = 1.0
+    while True:
+        try:
+            return _load_agent(spec, url)
+        except Exception as exc:
+            if not _server_away(exc):
+                raise
+            out(printable(f"worker: {shown_url(url)} is away ({type(exc).__name__}: {exc}); "
+                          f"trying again in {pause:g} s"))
+            sys.stdout.flush()
+            time.sleep(pause)
+            pause = min(pause * 2, WORKER_WAIT_MAX)
+
+
 def _work(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     from graphkit._storage import shown_url
     from graphkit._worker import Worker
 
     url = _url(args)
-    worker = Worker(_load_agent(args.agent, url), concurrency=args.concurrency)
+    worker = Worker(_agent_once_reachable(args.agent, url, out), concurrency=args.concurrency)
     out(printable(f"worker: resuming ready runs of {worker.agent.name!r} from {shown_url(url)}"
                   f" with {args.concurrency} thread(s); Ctrl-C stops"))
     sys.stdout.flush()  # a supervisor's log (a pipe: buffered) shows it now, not at exit

@@ -7,6 +7,7 @@ dies holding a run lets another take it once its claim lapses.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -950,3 +951,42 @@ def test_the_last_two_decisions_of_a_run_taken_at_once_queue_it_for_the_workers(
     assert [row[0] for row in _ready_rows(postgres_url)] == [paused.run_id]
     _worker_resumes(postgres_url)
     assert [c for c, _ in ran(tmp_path / "effects.db")] == [first.tool_call_id]
+
+
+def test_a_worker_started_before_its_database_server_waits_for_it_then_resumes(
+        tmp_path: Path) -> None:
+    """A worker started while its PostgreSQL server was down (a deploy that restarts both)
+    exited with the connection error, and nobody resumed the runs decided since (helper-130).
+    It says the server is away and tries again, with growing pauses, until it is up."""
+    from tests.postgres_server import PostgresServer
+
+    server = PostgresServer()
+    url = f"postgresql://postgres@127.0.0.1:{server.port}/postgres"  # (not started yet)
+    path = tmp_path / "effects.db"
+    env = {**os.environ, "GRAPHKIT_TEST_EFFECTS": str(path), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "graphkit.cli", "worker", "--db", url, "--agent",
+         "tests.worker_agent:make"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    started = False
+    try:
+        assert "is away (OperationalError" in _first_line(proc)
+        assert proc.poll() is None
+        server.start()
+        started = True
+        os.environ["GRAPHKIT_TEST_EFFECTS"] = str(path)
+        try:
+            paused = make(url).generate("move 1")
+        finally:
+            del os.environ["GRAPHKIT_TEST_EFFECTS"]
+        Inbox(url).approve(paused.pending_approvals[0].id, decided_by="ops")
+        wait_for(lambda: len(ran(path)) == 1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        if started:
+            server.stop()
+        else:
+            shutil.rmtree(server.root, ignore_errors=True)
+    assert proc.returncode == 0, err
+    assert "worker: resuming ready runs of 'bank'" in out
