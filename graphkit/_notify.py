@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import importlib
 import json
 import logging
 import os
@@ -287,11 +288,15 @@ def render(webhook: Webhook, event: OutboxEvent) -> bytes:
 # ---------------------------------------------------------------------- delivery
 
 
-_FIRST_POST = threading.Lock()
-_POSTED = threading.Event()
-"""A process's first webhook request goes alone: it imports what httpx imports on first use
-(httpcore, anyio's backend), and two event loops importing at once wait on Python's import
-lock, a blocking call the LangGraph server's detector refuses (the request failed)."""
+def _import_what_a_request_imports() -> None:
+    """Import what httpx imports on its first request (httpcore, anyio's asyncio backend), in
+    the thread that makes a dispatcher: each webhook's thread posts from an event loop of its
+    own, and two loops importing them at once waited on Python's import lock, a blocking call
+    the LangGraph server's detector refuses (the request failed). (A lock of our own to send
+    the first request alone held a process forked meanwhile forever: helper-131.)"""
+    for name in ("httpcore", "anyio._backends._asyncio"):
+        with contextlib.suppress(ImportError):  # (another version: it imports its own way)
+            importlib.import_module(name)
 
 
 def _on_a_loop_of_its_own(request: Coroutine[Any, Any, _T]) -> _T:
@@ -333,6 +338,7 @@ class Dispatcher:
         self._thread: threading.Thread | None = None
         self._tls = httpx.create_ssl_context()
         self._pruned = 0.0
+        _import_what_a_request_imports()
 
     @property
     def webhooks(self) -> list[Webhook]:
@@ -514,13 +520,9 @@ class Dispatcher:
         connection and thread as long, and enough of them starved every other webhook of
         connections (helper-53): so the request is cancelled at its deadline, which closes
         its connection, on a loop of its own (the caller may be on one: a notebook)."""
-        with contextlib.ExitStack() as first:
-            if not _POSTED.is_set():  # (each webhook's thread posts: the first one alone)
-                first.enter_context(_FIRST_POST)
-                first.callback(_POSTED.set)
-            with ThreadPoolExecutor(1, thread_name_prefix="graphkit-webhook-post") as pool:
-                return pool.submit(_on_a_loop_of_its_own, self._apost(webhook, body, headers)
-                                   ).result()
+        with ThreadPoolExecutor(1, thread_name_prefix="graphkit-webhook-post") as pool:
+            return pool.submit(_on_a_loop_of_its_own, self._apost(webhook, body, headers)
+                               ).result()
 
     async def _apost(self, webhook: Webhook, body: bytes, headers: dict[str, str]
                      ) -> tuple[int, str]:

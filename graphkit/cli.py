@@ -311,15 +311,30 @@ WORKER_WAIT_MAX = 30.0
 """The longest pause between a starting worker's tries to reach a database server that is away."""
 
 
+_SERVER_BUSY = ("the database system is", "too many clients", "remaining connection slots")
+"""What a server that answered says when it will take connections later (starting up, shutting
+down, in recovery; full)."""
+
+
 def _server_away(exc: BaseException) -> bool:
-    """Whether `exc` says a database server is away (down, restarting, not up yet): psycopg's
-    `OperationalError`, its pool's timeout included, anywhere in the chain of causes."""
+    """Whether `exc` says a database server cannot be reached now (down, restarting, not up
+    yet, full): psycopg's `OperationalError`, anywhere in the chain of causes, unless a server
+    answered it with anything else (its "FATAL:" or SQLSTATE): a database or role that does
+    not exist, a wrong password, is no wait's to mend (retried for ever, it hid the mistake
+    from the worker's supervisor: helper-131)."""
     psycopg = sys.modules.get("psycopg")
-    while psycopg is not None and exc is not None:
-        if isinstance(exc, psycopg.OperationalError):
-            return True
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-    return False
+    away = False
+    seen: BaseException | None = exc
+    while psycopg is not None and seen is not None:
+        if isinstance(seen, psycopg.Error):
+            state, text = getattr(seen, "sqlstate", None), str(seen)
+            answered = (state is not None and not state.startswith(("57P", "53"))) or (
+                "FATAL:" in text and not any(word in text for word in _SERVER_BUSY))
+            if answered:
+                return False
+            away = away or isinstance(seen, psycopg.OperationalError)
+        seen = seen.__cause__ or seen.__context__
+    return away
 
 
 def _agent_once_reachable(spec: str, url: str, out: Callable[[str], None]) -> Any:
@@ -335,8 +350,8 @@ def _agent_once_reachable(spec: str, url: str, out: Callable[[str], None]) -> An
         except Exception as exc:
             if not _server_away(exc):
                 raise
-            out(printable(f"worker: {shown_url(url)} is away ({type(exc).__name__}: {exc}); "
-                          f"trying again in {pause:g} s"))
+            out(printable(f"worker: {shown_url(url)} cannot be reached ({type(exc).__name__}: "
+                          f"{exc}); trying again in {pause:g} s"))
             sys.stdout.flush()
             time.sleep(pause)
             pause = min(pause * 2, WORKER_WAIT_MAX)

@@ -970,7 +970,7 @@ def test_a_worker_started_before_its_database_server_waits_for_it_then_resumes(
         stderr=subprocess.PIPE, text=True)
     started = False
     try:
-        assert "is away (OperationalError" in _first_line(proc)
+        assert "cannot be reached (OperationalError" in _first_line(proc)
         assert proc.poll() is None
         server.start()
         started = True
@@ -981,6 +981,14 @@ def test_a_worker_started_before_its_database_server_waits_for_it_then_resumes(
             del os.environ["GRAPHKIT_TEST_EFFECTS"]
         Inbox(url).approve(paused.pending_approvals[0].id, decided_by="ops")
         wait_for(lambda: len(ran(path)) == 1)
+        # a server that answers, for a database it does not have: no wait mends that, and a
+        # worker that waited for ever hid the mistake from its supervisor (helper-131)
+        wrong = subprocess.run(
+            [sys.executable, "-m", "graphkit.cli", "worker", "--db", url + "_typo", "--agent",
+             "tests.worker_agent:make"], cwd=ROOT, env=env, capture_output=True, text=True,
+            timeout=60)
+        assert wrong.returncode != 0 and "does not exist" in wrong.stderr
+        assert "cannot be reached" not in wrong.stdout
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
