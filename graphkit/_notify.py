@@ -324,6 +324,8 @@ class Dispatcher:
         self.ledger = ledger
         self.poll = poll
         self.owner = new_owner()
+        self.key = _key(ledger)
+        """Where `start_notifications` registered it (a stopped one leaves the registry)."""
         self._webhooks: dict[str, Webhook] = {}
         self._cursors: dict[str, float] = {}
         self._saved: dict[str, float] = {}
@@ -399,8 +401,8 @@ class Dispatcher:
         self._stopped.set()
         self.wake()
         with _REGISTRY_LOCK:
-            if _DISPATCHERS.get(_key(self.ledger)) is self:
-                del _DISPATCHERS[_key(self.ledger)]
+            if _DISPATCHERS.get(self.key) is self:
+                del _DISPATCHERS[self.key]
         with self._lock:
             threads = [self._thread, *self._senders.values()]
         if self.wake in Ledger._outbox_listeners:
@@ -561,17 +563,21 @@ class Dispatcher:
                 self._stopped.wait(0.02)  # let the transaction that woke us commit
 
 
-_DISPATCHERS: dict[tuple[int, int], Dispatcher] = {}
+_DISPATCHERS: dict[tuple[int, int | str], Dispatcher] = {}
 _REGISTRY_LOCK = threading.Lock()
 
 
-def _key(ledger: Ledger) -> tuple[int, int]:
-    return os.getpid(), id(ledger)
+def _key(ledger: Ledger, database: str | None = None) -> tuple[int, int | str]:
+    """A process's dispatcher for a database: one, whichever `Agent` or `Inbox` opened it (a
+    dispatcher each, never stopped, left threads that grew with every one made: helper-131);
+    for an in-memory database (or none named), its ledger's."""
+    return os.getpid(), database if database and database != "memory" else id(ledger)
 
 
-def start_notifications(ledger: Ledger, webhooks: Sequence[Webhook]) -> Dispatcher:
-    """Turn the outbox on in `ledger`'s database, register `webhooks`, and start (or extend)
-    this process's dispatcher for `ledger`."""
+def start_notifications(ledger: Ledger, webhooks: Sequence[Webhook], *,
+                        database: str | None = None) -> Dispatcher:
+    """Turn the outbox on in `ledger`'s database (at `database`, its URL), register
+    `webhooks`, and start (or extend) this process's dispatcher for that database."""
     hooks = list(webhooks)
     for webhook in hooks:
         if not isinstance(webhook, Webhook):
@@ -583,10 +589,12 @@ def start_notifications(ledger: Ledger, webhooks: Sequence[Webhook]) -> Dispatch
         raise ValueError(msg)
     review_url = next((w.review_url for w in hooks if w.review_url), None)
     ledger.enable_notify(targets, review_url=review_url)
+    key = _key(ledger, database)
     with _REGISTRY_LOCK:
-        dispatcher = _DISPATCHERS.get(_key(ledger))
+        dispatcher = _DISPATCHERS.get(key)
         if dispatcher is None:
-            dispatcher = _DISPATCHERS[_key(ledger)] = Dispatcher(ledger)
+            dispatcher = _DISPATCHERS[key] = Dispatcher(ledger)
+            dispatcher.key = key
     dispatcher.add(hooks)
     dispatcher.start()
     return dispatcher

@@ -225,7 +225,8 @@ class Agent:
         self._storage = served_storage() if served else open_storage(checkpointer)
         self.notify = tuple(notify)
         self.dispatcher: Dispatcher | None = (
-            start_notifications(self._storage.ledger, self.notify) if self.notify else None)
+            start_notifications(self._storage.ledger, self.notify, database=self._storage.url)
+            if self.notify else None)
         self.builder = self._builder(self._storage.ledger)
         # its runs hold their thread's lease, however they are started (`_leased_graph`)
         self.graph: CompiledStateGraph[Any, Any, Any, Any] = LeasedGraph.of(self.builder.compile(

@@ -190,7 +190,8 @@ class Inbox:
         there. No door shows or decides an item whose thread its reviewer may not read."""
         self.notify = tuple(notify)
         self.dispatcher: Dispatcher | None = (
-            start_notifications(self._storage.ledger, self.notify) if self.notify else None)
+            start_notifications(self._storage.ledger, self.notify, database=self._storage.url)
+            if self.notify else None)
         shared = shared_names(agents)
         if shared:  # an approval names its agent by name
             msg = f"agents {shared} share a name"

@@ -480,6 +480,25 @@ def test_every_process_writes_events_once_one_notifies(sqlite_url: str,
         "SELECT COUNT(*) FROM graphkit_outbox WHERE approval_id = 'apr_x'") == [(1,)]
 
 
+def test_agents_and_inboxes_on_one_database_share_the_processs_dispatcher(
+        sqlite_url: str, receiver: Receiver) -> None:
+    """Each `Agent` or `Inbox` made with `notify=` started a dispatcher of its own that
+    nothing stopped: a process that made one per request grew threads without end (one
+    per webhook each, and a keeper; helper-131). A process has one per database; what
+    each one asks to notify is added to it."""
+    def notify_threads() -> int:
+        return sum(t.name.startswith("graphkit-notify") for t in threading.enumerate())
+
+    hooks = [Webhook(receiver.url, secret=SECRET), Webhook(receiver.url + "?2", secret=SECRET)]
+    first = Inbox(sqlite_url, notify=hooks[:1])
+    before = notify_threads()
+    made = [Inbox(sqlite_url, notify=hooks) for _ in range(10)]
+    made.append(agent_with(pay(), checkpointer=sqlite_url, notify=hooks[1:])[0])  # type: ignore[arg-type]
+    assert {id(_dispatcher(m)) for m in made} == {id(_dispatcher(first))}
+    assert {w.target for w in _dispatcher(first).webhooks} == {h.target for h in hooks}
+    assert notify_threads() == before + 1  # (the second webhook's)
+
+
 def test_two_dispatchers_on_one_database_do_not_send_twice(sqlite_url: str,
                                                            receiver: Receiver) -> None:
     hook = Webhook(receiver.url, secret=SECRET)
