@@ -364,9 +364,10 @@ class _Pass:
             msg = ("'supersede' must carry the user's new message (a 'human' message): it is "
                    "what declines what waits")
             raise GraphkitError(msg)
+        queue = bool(value.get("queue", True))  # (False: the API queued them already)
         queued = ({queued_id(q.message): q.message for q in self.ctx.queue_rows()}
-                  if value.get("queue", True) else {})
-        if value.get("queue", True) and not all(
+                  if queue else {})
+        if queue and not all(
                 m.id and m.id not in present and m.content
                 and same_queued(queued.get(m.id), m) for m in users):
             # queued by its id, delivered if it says something and is not in the conversation
@@ -377,7 +378,7 @@ class _Pass:
                    "conversation and to the messages queued for it, and content (as "
                    "messages_to_dict gives them): they join it")
             raise GraphkitError(msg)
-        if not value.get("queue", True) and not self._queued(users):
+        if not queue and not self._queued(users):
             # "queue": false is the API's word that it queued the message already
             # (`_control`): a client's message nobody queued declined what waited, past the
             # approvers policy, and never joined the conversation (helper-108 M1)
@@ -395,7 +396,7 @@ class _Pass:
         @functools.cache  # (taken once a pass, only where a suspension is to be answered)
         def as_process() -> bool:
             return bool(self.planner.settings.auto_resume_suspended_tools
-                        and not value.get("queue", True)
+                        and not queue
                         and self.ctx.ledger.take_vouched(
                             self.ctx.thread_id, self.ctx.path[0] if self.ctx.path else "",
                             [str(m.id or "") for m in users]))
@@ -417,7 +418,7 @@ class _Pass:
                     self.taken[suspension["id"]] = taken
                 continue
             self._supersede(call)
-        if value.get("queue", True):
+        if queue:
             self.ctx.enqueue(self.plan["ai_message_id"], said_now)
 
     def _queued(self, users: list[HumanMessage]) -> bool:

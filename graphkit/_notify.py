@@ -320,12 +320,13 @@ class Dispatcher:
     threads (events recorded meanwhile wait in the outbox for the next dispatcher).
     """
 
-    def __init__(self, ledger: Ledger, *, poll: float = POLL_SECONDS) -> None:
+    def __init__(self, ledger: Ledger, *, poll: float = POLL_SECONDS,
+                 key: tuple[int, int | str] | None = None) -> None:
         self.ledger = ledger
         self.poll = poll
         self.owner = new_owner()
-        self.key = _key(ledger)
-        """Where `start_notifications` registered it (a stopped one leaves the registry)."""
+        self.key = key if key is not None else _key(ledger)
+        """Where `start_notifications` registers it (a stopped one leaves the registry)."""
         self._webhooks: dict[str, Webhook] = {}
         self._cursors: dict[str, float] = {}
         self._saved: dict[str, float] = {}
@@ -593,8 +594,7 @@ def start_notifications(ledger: Ledger, webhooks: Sequence[Webhook], *,
     with _REGISTRY_LOCK:
         dispatcher = _DISPATCHERS.get(key)
         if dispatcher is None:
-            dispatcher = _DISPATCHERS[key] = Dispatcher(ledger)
-            dispatcher.key = key
+            dispatcher = _DISPATCHERS[key] = Dispatcher(ledger, key=key)
     dispatcher.add(hooks)
     dispatcher.start()
     return dispatcher

@@ -36,16 +36,15 @@ class Notifications(LedgerBase):
 
     def notify_cursor(self, target: str) -> float | None:
         """Events recorded before this moment have their delivery to `target` opened."""
-        rows = self._sql.query("SELECT value FROM graphkit_meta WHERE key = ?",
-                               (f"notify.cursor.{target}",))
-        value = loads(rows[0][0]) if rows else None
-        return float(value["since"]) if isinstance(value, dict) and "since" in value else None
+        return self._moment(f"notify.cursor.{target}")
 
     def notify_since(self, target: str) -> float | None:
         """When `target` was first registered: it is sent the events recorded from then on
         (None for a target registered before this was kept: its cursor stands in)."""
-        rows = self._sql.query("SELECT value FROM graphkit_meta WHERE key = ?",
-                               (f"notify.since.{target}",))
+        return self._moment(f"notify.since.{target}")
+
+    def _moment(self, key: str) -> float | None:
+        rows = self._sql.query("SELECT value FROM graphkit_meta WHERE key = ?", (key,))
         value = loads(rows[0][0]) if rows else None
         return float(value["since"]) if isinstance(value, dict) and "since" in value else None
 

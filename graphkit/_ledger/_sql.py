@@ -398,7 +398,7 @@ def iso_ms(seconds: float) -> str:
 def iso_now_ms() -> str:
     """Now, as an audit entry's `at` says it (`_validate.now_iso`: ISO 8601, milliseconds,
     UTC with Z)."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso_ms(datetime.now(UTC).timestamp())
 
 
 def dumps(value: Any) -> str:
