@@ -15,17 +15,17 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
-from langchain_core.messages import BaseMessage, HumanMessage, messages_to_dict
+from langchain_core.messages import BaseMessage, messages_to_dict
 from langchain_core.tools import BaseTool
 from langgraph.types import Command
 
 from graphkit._approvals import last_turn_plan
 from graphkit._context import thread_id_of
 from graphkit._events import marked_waiting, pending_from_interrupts, with_waiting_beside
-from graphkit._gate import BY_NEW_MESSAGE, stop_delegations
 from graphkit._ids import stored
 from graphkit._latest import Paused, options_of, stalled, written
-from graphkit._ledger import ApprovalRow, Ledger, NewRun, QueuedFor, queued_id, same_queued
+from graphkit._ledger import ApprovalRow, Ledger, queued_id
+from graphkit._new_message import check_reply, take_new_message
 from graphkit._review import (
     Choice,
     Remember,
@@ -34,7 +34,6 @@ from graphkit._review import (
     refuse,
     resolved_message,
     shown,
-    superseded,
 )
 from graphkit._settings import Approvers
 from graphkit._state import RunOptions
@@ -349,73 +348,18 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
         return {"messages": messages, "options": options} if messages else None
     queued = ({queued_id(q.message): q.message for q in req.ledger.queue_rows(
         req.thread_id, "/".join(req.agent_path))} if req is not None else {})
-    _check_reply(messages, queued)
-    # A message never approves anything, whatever it says: what waits is declined as
-    # superseded, except suspensions that auto-resume can read their data for.
-    # ids, so that a queued message is found again (`_reply.left_queued`) and never doubled
+    check_reply(messages, queued)
+    # A message never approves anything, whatever it says (`_new_message`). Ids, so that a
+    # queued message is found again (`_reply.left_queued`) and never doubled.
     said = messages_to_dict([m if m.id else m.model_copy(update={"id": str(uuid.uuid4())})
                              for m in messages])
     auto = bool(options.get("auto_resume_suspended_tools"))
-    plan = _plan(snapshot, req) if req is not None else None
-    # What the message does is recorded here, before the graph runs, not only carried in the
-    # resume value: a run stopped before its gate read that value (`on_state_change` at its
-    # first step, a process that died) would lose it, and the next resume (any door's) asks
-    # afresh. So the message goes into the plan's queue, to reach the conversation once the
-    # turn settles, and what waits is superseded in the ledger (a decision recorded before
-    # the message, in the inbox say, still runs first): the gate applies those declines like
-    # any other, whoever resumes it. A supervisor whose subagent waits queues it the same way.
-    # Where auto-resume may read a suspended tool's data from the message, and nothing was
-    # decided, what waits is left to the gate: it reads that data from the resume value only
-    # (a decline it found in the ledger would apply without reading it). The message is
-    # queued all the same: a run stopped before its gate leaves the tool asking, and the
-    # message waiting to be delivered once the turn settles.
-    # (what the agent's gates wait on beside the interrupts is superseded too)
-    everything = (with_waiting_beside(found, req.ledger, req.thread_id, _agent(req))
-                  if req is not None else found)
-    rows = req.ledger.approvals(r["id"] for _, r in everything) if req is not None else {}
-    decided = any(row.decided for row in rows.values())
-    reads_data = auto and any(r["kind"] == "suspension" for _, r in found)
-    durable = req is not None and (decided or (plan is not None and not reads_data))
-    queue_here = (req is not None and plan is not None) or durable or any(
-        len(r["agent_path"]) > 1 for _, r in found)
+    queue_here = any(len(r["agent_path"]) > 1 for _, r in found)
     if req is not None:
-        undecided = [record for _, record in everything
-                     if (row := rows.get(record["id"])) is not None and not row.decided]
-        below = [record for _, record in everything
-                 if len(record["agent_path"]) > 1 and record.get("call_key")]
-        chains = ({r["id"]: req.ledger.delegations_of_call(str(r["call_key"])) for r in below}
-                  if durable or reads_data else {})
-        kept = {r["id"] for r in below if auto and r["kind"] == "suspension"}
-        read_at = {tuple(r["agent_path"]) for r in below if r["id"] in kept}
-        # Where auto-resume reads a suspended tool's data, a subagent's undecided approval
-        # is declined here too, and its delegation stopped below: left to its gate, the
-        # subagent was told its call did not run and asked again (helper-92, helper-94).
-        # One beside the suspension, in the subagent whose gate reads it, is left to that
-        # gate (a decline applied there first skipped reading: helper-97).
-        declines = [superseded(record, comment=BY_NEW_MESSAGE, thread_id=req.thread_id,
-                               run_id=req.run_id) for record in undecided
-                    if (durable or (reads_data and record["id"] in chains
-                                    and tuple(record["agent_path"]) not in read_at))
-                    and not (auto and record["kind"] == "suspension")]
-        # (`_reply.left_queued` reads the queue too)
-        queue = (QueuedFor("/".join(req.agent_path), str(plan.get("ai_message_id")), said)
-                 if queue_here and plan else None)
-        # The run can go on from the ledger alone once nothing waits on a person: it is
-        # queued for the workers, held by this caller, who runs it next (a stream left, or
-        # a process dying, before the run went on lets the hold lapse: a worker goes on).
-        # So is a run whose gate may read a suspended tool's data from the message: left
-        # after its gate took the data, it goes on; left before, its gate asks again.
-        run = (NewRun(req.run_id, req.agent_path[0], options, req.held_by)
-               if req.held_by is not None and req.agent_path and plan is not None and (
-                   reads_data or (durable and len(declines) == len(undecided))) else None)
-        if declines or queue is not None or run is not None:
-            req.ledger.take_message(req.thread_id, declines=declines, queue=queue, run=run)
-        # A delegation with nothing decided below it is stopped, as graph input stops it
-        # (`_reply`): its subagent, whose calls the message superseded, went on to its model,
-        # which could plan again and ask again (helper-92). Its node answers so on resume.
-        if (durable or reads_data) and below:
-            stop_delegations(req.ledger, ((chains[r["id"]], r["id"]) for r in below),
-                             thread_id=req.thread_id, kept=kept)
+        queue_here = take_new_message(
+            req.ledger, thread_id=req.thread_id, top=req.agent_path, found=found, said=said,
+            auto=auto, plan=_plan(snapshot, req), run_id=req.run_id,
+            new_run=(options, req.held_by)).queued
     resume = {interrupt_id: GateResume(supersede=said, auto_resume=auto, queue=not queue_here)
               for interrupt_id, _ in found}
     # the new message starts a new run: what the turn records from here on is filed under it
@@ -440,30 +384,6 @@ def _check_ids(messages: list[BaseMessage], snapshot: Paused) -> None:
     if reused:
         msg = (f"message ids {reused} are in the conversation already, or given twice: a new "
                "message needs an id of its own (or none)")
-        raise GraphkitError(msg)
-
-
-def _check_reply(messages: list[BaseMessage],
-                 queued: Mapping[str | None, Mapping[str, Any]]) -> None:
-    """While calls wait, a new input is queued, to join the conversation once the turn is
-    over, where it is delivered by its id, and only the user's messages are: anything else,
-    or a message under the id of another the queue (`queued`: its entries by id) holds,
-    would be acted on and never shown, or queued for good. Refused before anything changes.
-    A message the queue holds as it is (a client's retry) is taken again: it is queued
-    once."""
-    others = sorted({type(m).__name__ for m in messages if not isinstance(m, HumanMessage)})
-    if others:
-        msg = (f"while tool calls wait, a new input must be the user's messages "
-               f"(HumanMessage), got {others}: it joins the conversation once the turn is over")
-        raise GraphkitError(msg)
-    if any(not m.content or (isinstance(m.content, str) and not m.content.strip())
-           for m in messages):
-        msg = "while tool calls wait, each new user message must say something (empty content)"
-        raise GraphkitError(msg)
-    reused = sorted({str(m.id) for m in messages if not same_queued(queued.get(m.id), m)})
-    if reused:
-        msg = (f"message ids {reused} are queued to join the conversation with other "
-               "messages: a new message needs an id of its own (or none)")
         raise GraphkitError(msg)
 
 

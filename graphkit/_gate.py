@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from langchain_core.messages import (
@@ -53,6 +53,12 @@ from graphkit._ledger import (
     same_queued,
 )
 from graphkit._limits import check_value
+from graphkit._new_message import (
+    BY_NEW_MESSAGE,
+    DELEGATION_STOPPED,
+    check_reply,
+    take_new_message,
+)
 from graphkit._offload import offload
 from graphkit._owner import holder_is_dead
 from graphkit._planner import GateContext, Planner
@@ -97,21 +103,17 @@ from graphkit.types import ApprovalRecord, GateResume, args_digest
 __all__ = ["dispatch_now", "make_gate_node", "pointer", "supersede_abandoned",
            "supersede_unanswered", "suspended_itself"]
 
-GateTarget = Literal["model", "tools", "approval_gate"]
+GateTarget = Literal["model", "tools", "approval_gate", "__end__"]
 
 REJECTED = "Tool call {name!r} was rejected by {who}{why}. It did not run."
 EXPIRED = "Tool call {name!r} was not run: its approval expired ({why})."
 SUPERSEDED = "Tool call {name!r} was not run: superseded by a new user message."
 RESUME_FIELDS = GateResume.__optional_keys__ | GateResume.__required_keys__
 """The closed shape of a resume value: `GateResume`'s keys."""
-BY_NEW_MESSAGE = "superseded by a new user message"
-"""The comment on a decline the system made because the user said something new."""
 UNKNOWN = ("Tool call {name!r} was stopped by a new user message after it started; whether it "
            "took effect is unknown. It will not run again unless called anew.")
 STILL_RUNNING = ("Tool call {name!r} was still running when a new user message came; its "
                  "result was not known then.")
-DELEGATION_STOPPED = ("Delegation {name!r} was stopped by a new user message; it may have done "
-                      "part of its work. It will not go on.")
 SWEPT = ("This call was stopped by a new user message before it answered; whether it took "
          "effect is unknown (it runs again only if called anew).")
 """What the sweep of a turn the plan no longer accounts for records: it cannot tell a call that
@@ -180,6 +182,8 @@ class _Pass:
         self.cleared: dict[str, Clearance] = {}
         """Approvals (and resumed suspensions) this pass verified and lets run."""
         self._written: set[str] = set()
+        self.stopped = False
+        """A new message stopped the delegation this subagent works for (`_for_the_top`)."""
         self.rows: dict[str, ApprovalRow] = {}
         """The ledger's rows `apply_ledger` last read (what a row says a reviewer may decide
         never changes: the pause's payload reads it here)."""
@@ -200,7 +204,10 @@ class _Pass:
             msg = f"resume value must be an object with 'decisions', got {type(value).__name__}"
             raise GraphkitError(msg)
         if _message_input(value):  # graph input, as LangGraph's server resumes with it
-            value = {"supersede": self._as_said(value["messages"])}
+            said = self._as_said(value["messages"], answered)
+            if said is None:  # (taken for the top agent: the ledger holds what it does)
+                return
+            value = said
         stray = sorted(str(k) for k in value if k not in RESUME_FIELDS)
         if stray or ("supersede" in value and "decisions" in value):
             msg = (f"resume value fields {stray or ['decisions', 'supersede']} are not taken "
@@ -214,33 +221,62 @@ class _Pass:
         # Anything else only asks the gate to apply what the ledger holds (the Agent API and
         # workers claim decisions there first).
 
-    def _as_said(self, raw: Any) -> list[dict[str, Any]]:
+    def _as_said(self, raw: Any, answered: set[str]) -> dict[str, Any] | None:
         """Graph input's messages as a resume value (`{"messages": [...]}`): the LangGraph
         server's thread protocol (v2: its SDK's thread stream) starts a run on a paused
         thread by resuming it with the run's input, and the user's new message was refused
         as fields not taken together, dropped, the run told "success" (helper-128). It is a
         new message, as graph input's is: 'supersede'. Its ids are made from the pass's task
         and the message, where it has none: a retried pass reads the same resume value and
-        queues the same message, not a second one."""
+        queues the same message, not a second one. Where a supervisor's subagent waits, the
+        value reaches the subagent's gate: `_for_the_top` takes it (None)."""
         check_value(raw, what="the resume value's messages", error=GraphkitError)
-        if len(self.ctx.path) > 1:
-            # the user speaks to the supervisor: a message a subagent's gate took would be the
-            # subagent's (its own queue), the supervisor's turn left as it was
-            msg = ("a new message for a supervisor whose subagent waits is not taken as the "
-                   "subagent's resume value (the LangGraph server's thread protocol, run.start, "
-                   "sends a paused thread's input so): send it as a run's input through the "
-                   "runs API (runs.create or runs.wait with input), which supersedes what "
-                   "waits; nothing was changed")
-            raise GraphkitError(msg)
         try:
             messages = convert_to_messages(raw if isinstance(raw, list) else [raw])
         except (ValueError, TypeError, NotImplementedError) as exc:
             msg = f"the resume value's 'messages' are not messages: {exc}"
             raise GraphkitError(msg) from None
+        nested = len(self.ctx.path) > 1
         task = str((self.config.get("configurable") or {}).get("checkpoint_ns") or "")
-        return messages_to_dict([m if m.id else m.model_copy(update={"id": str(uuid.uuid5(
-            uuid.NAMESPACE_URL, f"graphkit:{task}:{i}:{json_digest(messages_to_dict([m]))}"))})
+        said = messages_to_dict([m if m.id and not nested else m.model_copy(update={
+            "id": str(uuid.uuid5(uuid.NAMESPACE_URL,
+                                 f"graphkit:{task}:{i}:{json_digest(messages_to_dict([m]))}"))})
             for i, m in enumerate(messages)])
+        if not nested:
+            return {"supersede": said}
+        self._for_the_top(messages, said, answered)
+        return None
+
+    def _for_the_top(self, messages: list[BaseMessage], said: list[dict[str, Any]],
+                     answered: set[str]) -> None:
+        """The user speaks to the top agent: a message a subagent's gate took as its own
+        would be queued for the subagent's turn, never reaching the conversation the user
+        sees, and the supervisor's turn left as it was (helper-129 M4: it was refused).
+        So it does what the API's new message does (`_new_message`): queued for the top
+        agent's turn (as a client's, never the API's), what waits declined, the
+        delegations nothing decided below stopped, this one's included: its gate then
+        ends the subagent, and its node answers as the ledger settled it. As graph input's
+        message through the server's runs API does, it answers no suspended tool of a
+        subagent (it supersedes it): the server's two doors do the same. Ids are always made
+        here: the supervisor's conversation, which a given id could repeat, is not this
+        gate's to read."""
+        ledger, top = self.ctx.ledger, self.ctx.path[:1]
+        check_reply(messages, {queued_id(q.message): q.message
+                               for q in ledger.queue_rows(self.ctx.thread_id, top[0])})
+        chain = [self.ctx.scope, *ledger.delegations_of_call(self.ctx.scope)]
+        link = ledger.call_links([chain[-1]]).get(chain[-1])
+        plan = (ledger.turn(self.ctx.thread_id, top, link.turn_key)
+                if link is not None and link.agent_path == top[0] and link.turn_key else None)
+        if plan is None:  # (nothing to queue it for: refused, not lost)
+            msg = ("a new message reached a subagent whose supervisor's turn the ledger does "
+                   "not hold; nothing was changed")
+            raise GraphkitError(msg)
+        taken = take_new_message(
+            ledger, thread_id=self.ctx.thread_id, top=top,
+            found=[("", r) for r in waiting_records(self.plan, answered)], said=said,
+            auto=False, plan=plan, run_id=self.ctx.run_id, decided_by=identity_of(self.config),
+            vouched=False)
+        self.stopped = bool(taken.stopped & set(chain))
 
     def decide(self, raw: Any, answered: set[str]) -> None:
         if not isinstance(raw, list):
@@ -603,15 +639,6 @@ def supersede_unanswered(ai_message_id: str, messages: Sequence[BaseMessage], le
     return answers
 
 
-def stop_delegations(ledger: Ledger, waits: Iterable[tuple[Sequence[str], str]], *,
-                     thread_id: str, kept: Collection[str] = ()) -> None:
-    """Settle as stopped the delegations a new user message stops (`Ledger.stoppable`: those
-    no decision below them works for), read once the message superseded what waits; their
-    delegation node answers so, and never runs their subagents again."""
-    ledger.settle({key: {"content": DELEGATION_STOPPED.format(name=name), "status": "error"}
-                   for key, name in ledger.stoppable(waits, kept=kept)}, thread_id=thread_id)
-
-
 def _not_run(call: CallPlan) -> str:
     """What the model reads of a call a new user message stopped mid-turn before it
     answered."""
@@ -764,6 +791,8 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
             # the state says the turn moved on (its hook runs, a reader sees a new checkpoint)
             update["turn"] = pointer(plan)
         command = _route(plan, answered, update, new_messages, ctx, state, tools)
+        if step.stopped:  # (its node answers from the ledger: nothing more runs here)
+            command = Command(update=command.update, goto="__end__")
         if moved:  # the plan as it now stands (a new one is recorded already), what the run
             # waits on and what may run: in one write, before the pass's Sends leave
             done = answered | {m.tool_call_id for m in new_messages if isinstance(m, ToolMessage)}

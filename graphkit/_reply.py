@@ -36,9 +36,9 @@ from langchain_core.messages import (
 from langchain_core.runnables import RunnableConfig
 
 from graphkit._approvals import Extractor, parsed_messages
-from graphkit._gate import BY_NEW_MESSAGE, stop_delegations
 from graphkit._input import brought_by_this_run
 from graphkit._ledger import DONE, ApprovalRow, WaitingRow, queued_id, same_queued
+from graphkit._new_message import BY_NEW_MESSAGE, stop_delegations
 from graphkit._planner import GateContext, Planner
 from graphkit._review import auto_resume, identity_of, supersede
 from graphkit._state import CallPlan, TurnPlan

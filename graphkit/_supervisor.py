@@ -20,7 +20,13 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 from pydantic import BaseModel, Field
 
-from graphkit._context import CONVERSATION_KEY, DELEGATION_KEY, PATH_KEY, thread_id_of
+from graphkit._context import (
+    CONVERSATION_KEY,
+    DELEGATION_KEY,
+    PATH_KEY,
+    delegation_of,
+    thread_id_of,
+)
 from graphkit._ledger import DONE, CallRow, Ledger
 from graphkit._state import DELEGATED_OPTIONS, ToolTask, well_typed_task
 from graphkit._tools_node import result_command, runs_as_recorded
@@ -87,10 +93,22 @@ def make_delegate_nodes(
     def answer(task: ToolTask, output: dict[str, Any], config: RunnableConfig) -> Command[Any]:
         text = _final_text(output.get("messages") or [], key)
         message = ToolMessage(text, tool_call_id=task["tool_call_id"], name=key)
-        # Only the delegation call planned under this key takes the answer as its outcome.
-        ledger.settle_call(task["key"], {"content": message.content, "status": message.status},
-                           thread_id=thread_id_of(config), agent_path=path_of(config),
-                           tool_name=key)
+        # Only the delegation call planned under this key takes the answer as its outcome;
+        # one the ledger settled while its subagent ran (a new message that reached the
+        # subagent's gate stopped it: `_gate._Pass._for_the_top`) answers as settled, and
+        # where that message stopped the delegation this agent works for too, this agent
+        # ends here, its own node answering so, up to the delegation it stopped first.
+        path = path_of(config)
+        if not ledger.settle_call(task["key"], {"content": message.content,
+                                                "status": message.status},
+                                  thread_id=thread_id_of(config), agent_path=path,
+                                  tool_name=key):
+            done = settled(task, config)
+            if isinstance(done, Command) and done.update:
+                above = delegation_of(config) if len(path) > 1 else ""
+                link = ledger.call_links([above]).get(above) if above else None
+                return Command(update=done.update, goto="__end__") if link and link.done \
+                    else done
         return result_command(task, message)
 
     def settled(task: ToolTask, config: RunnableConfig) -> Command[Any] | CallRow:

@@ -29,7 +29,7 @@ from langchain_core.messages import (
 )
 from langgraph.types import Command
 
-from graphkit import Agent, ToolContext, create_tool
+from graphkit import Agent, Inbox, ToolContext, create_tool
 from graphkit._owner import new_owner
 from graphkit.errors import ApprovalNotFoundError, GraphkitError
 from graphkit.testing import ScriptedChatModel
@@ -480,7 +480,6 @@ def test_a_message_as_the_servers_resume_value_after_a_decision_taken_elsewhere_
     on only a value with the key 'supersede', and the message was lost, the weather tool
     left asking (helper-129). Every door gives the same: the payment runs, the message
     answers the tool and joins the conversation."""
-    from graphkit import Inbox
 
     results = []
     for door in ("api", "graph", "server resume"):
@@ -519,19 +518,75 @@ def test_a_new_message_under_an_id_queued_for_other_words_is_refused() -> None:
     assert "new to the conversation and to the messages queued" in pause.value["error"]
 
 
-def test_a_message_as_a_subagents_resume_value_is_refused_saying_how_to_send_it() -> None:
-    """Where a supervisor's subagent waits, the server's resume value reaches the subagent's
-    gate, whose queue is not the supervisor's conversation: the message is refused there,
-    saying how to send it (graph input), and nothing runs or is decided."""
-    from tests.test_supervisor import forecaster_supervisor
+@pytest.mark.parametrize("decided", [False, True], ids=["undecided", "decided below"])
+@pytest.mark.parametrize("depth", [2, 3])
+def test_a_message_as_a_subagents_resume_value_does_what_the_other_doors_do(
+        tmp_path: Path, depth: int, decided: bool) -> None:
+    """Where a supervisor's subagent waits, the server's thread protocol resumes the thread
+    with the user's message, which reaches the subagent's gate: it was refused there (its
+    queue is not the supervisor's conversation; helper-129 M4). It does what the API's and
+    graph input's message do, at any depth: what waits is superseded and the delegations
+    stopped (a decision taken before it runs first), the message joins the supervisor's
+    conversation, and every model is called as often as through the other doors."""
+    from tests.helpers import boss_over_billing
+    from tests.test_subagent_waits import _chain
 
-    log: list[str] = []
-    sup = forecaster_supervisor(log, auto_resume_suspended_tools=True)
-    first = sup.generate("What's the weather like?")
-    sup.graph.invoke(Command(resume={"messages": [{"role": "user", "content": "Paris"}]}),
-                     config(first.thread_id))
-    assert log == ["started"]
-    (pause,) = sup.graph.get_state(config(first.thread_id)).interrupts
-    assert "send it as a run's input through the runs API" in pause.value["error"]
-    assert waiting_kinds(sup, first.thread_id) == ["suspension"]
-    assert sup.generate("Paris", thread_id=first.thread_id).text == "top: sub: Paris: sunny, +72F"
+    calls: list[int] = []
+    reply_for = ScriptedChatModel.reply_for
+
+    def counted(model: ScriptedChatModel, messages: Any) -> Any:
+        calls.append(id(model))
+        return reply_for(model, messages)
+
+    results = []
+    for door in ("api", "graph", "server resume"):
+        ran: list[int] = []
+        url = f"sqlite:///{tmp_path / door}.db"
+        agent = boss_over_billing(url, ran) if depth == 2 else _chain(url, ran)
+        first = agent.generate("pay 5")
+        if decided:
+            inbox = Inbox(url, approvers=lambda who, pending: True)
+            (pending,) = inbox.pending()
+            inbox.approve(pending.id, decided_by="alice")
+        calls.clear()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(ScriptedChatModel, "reply_for", counted)
+            if door == "api":
+                agent.generate("never mind 0", thread_id=first.thread_id)
+            elif door == "graph":
+                agent.graph.invoke({"messages": [HumanMessage("never mind 0")]},
+                                   config(first.thread_id, "user"))
+            else:
+                agent.graph.invoke(Command(resume={"messages": [
+                    {"role": "user", "content": "never mind 0"}]}), config(first.thread_id, "user"))
+        state = agent.graph.get_state(config(first.thread_id))
+        audit = [(e["agent_path"], e["event"])
+                 for e in agent._storage.ledger.read_audit(thread_id=first.thread_id)]
+        results.append((ran, sorted(calls.count(c) for c in set(calls)),
+                        [(type(m).__name__, m.text) for m in state.values["messages"]][2:],
+                        audit, [i.value.get("error") for i in state.interrupts]))
+    assert results[0] == results[1] == results[2]
+    ran, _, said, audit, errors = results[0]
+    assert ran == ([7 if depth == 2 else 5] if decided else [])
+    assert said[1] == ("HumanMessage", "never mind 0")
+    assert ("was stopped by a new user message" in said[0][1]) is not decided
+    assert any(event == "superseded" for _, event in audit) is not decided
+    assert errors in ([], [None])
+
+
+async def test_a_message_as_a_subagents_resume_value_async() -> None:
+    """The async run takes it alike: the subagent's approval superseded, its delegation
+    stopped, the message in the supervisor's conversation."""
+    from tests.helpers import boss_over_billing
+
+    ran: list[int] = []
+    agent = boss_over_billing("memory", ran)
+    first = await agent.agenerate("pay")
+    out = await agent.graph.ainvoke(Command(resume={"messages": [
+        {"role": "user", "content": "never mind"}]}), config(first.thread_id))
+    assert ran == []
+    assert [(type(m).__name__, m.text) for m in out["messages"]][2:] == [
+        ("ToolMessage", "Delegation 'billing' was stopped by a new user message; it may have "
+                        "done part of its work. It will not go on."),
+        ("HumanMessage", "never mind"), ("AIMessage", "ok")]
+    assert not agent.graph.get_state(config(first.thread_id)).next

@@ -185,7 +185,7 @@ def test_a_message_through_the_servers_thread_protocol_answers_or_supersedes(ser
     commands) resumes a paused thread with the run's input: a new message reached the gate
     as the resume value `{"messages": [...]}`, was refused and dropped, and the run was
     told "success" (helper-128). It answers weather's city question (auto-resume), and
-    supersedes a waiting deploy, as a run's input does."""
+    supersedes a waiting deploy, or a subagent's purge, as a run's input does."""
     import httpx
     from langgraph_sdk import get_sync_client
 
@@ -212,6 +212,19 @@ def test_a_message_through_the_servers_thread_protocol_answers_or_supersedes(ser
     assert told == ["Tool call 'deploy_service' was not run: superseded by a new user message."]
     (action,) = interrupt_of(client, thread_id)["action_requests"]
     assert action["args"] == {"version": "4.0.1"}
+
+    # two levels down: the resume reaches the subagent's gate, and the message goes to the
+    # supervisor, as a run's input does (it was refused there: helper-129 M4)
+    thread_id, _ = ask(client, "supervisor", "purge logs older than 90 days")
+    state = say(thread_id, "supervisor", "actually find user 7 instead")
+    assert [m["content"] for m in tool_results(state["values"])] == [
+        "Delegation 'ops_team' was stopped by a new user message; it may have done part of "
+        "its work. It will not go on."]
+    assert [m["content"] for m in state["values"]["messages"] if m["type"] == "human"] == [
+        "purge logs older than 90 days", "actually find user 7 instead"]
+    request = interrupt_of(client, thread_id)
+    assert [(a["agent_path"], a["args"]) for a in request["approvals"]] == [
+        (["supervisor", "data_agent"], {"userId": "7"})]
 
 
 def test_supervisor_approval_two_levels_down_through_the_server(server: str) -> None:

@@ -46,6 +46,8 @@ class QueuedFor(NamedTuple):
     agent: str
     ai_message_id: str
     messages: Sequence[Mapping[str, Any]]
+    vouched: bool = True
+    """The Agent API's own (`Messages.take_vouched`); False: a client's."""
 
 
 class NewRun(NamedTuple):
@@ -285,7 +287,7 @@ class Decisions(LedgerBase):
                             overdue=False, thread_id=thread_id, still_waits=False)
             if queue is not None:
                 self._queue(tx, thread_id, queue.agent, queue.ai_message_id, queue.messages,
-                            vouched=True)
+                            vouched=queue.vouched)
             if run is not None:
                 self._hold_new_run(tx, run.run_id, run.agent, thread_id, run.options,
                                    run.held_by)

@@ -1,0 +1,156 @@
+"""What a new user message does to a thread whose calls wait, in the ledger, whichever door
+brings it: the Agent API's `generate` (`_control.start_payload`), or the LangGraph server's
+thread protocol, whose resume value reaches a subagent's gate (`_gate`).
+
+The message never approves anything: what waits is declined as superseded (a decision taken
+before it stands), the message is queued for after the top agent's turn, and the delegations
+nothing decided below stops are settled as stopped. All of it is on disk before the graph
+goes on, so a run that stops before its gate read the message loses nothing of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import BaseMessage, HumanMessage
+
+from graphkit._events import with_waiting_beside
+from graphkit._ledger import Ledger, NewRun, QueuedFor, same_queued
+from graphkit._review import superseded
+from graphkit._state import RunOptions
+from graphkit.errors import GraphkitError
+from graphkit.types import ApprovalRecord
+
+__all__ = [
+    "BY_NEW_MESSAGE",
+    "DELEGATION_STOPPED",
+    "Taken",
+    "check_reply",
+    "stop_delegations",
+    "take_new_message",
+]
+
+BY_NEW_MESSAGE = "superseded by a new user message"
+"""The comment on a decline the system made because the user said something new."""
+DELEGATION_STOPPED = ("Delegation {name!r} was stopped by a new user message; it may have done "
+                      "part of its work. It will not go on.")
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """What `take_new_message` did."""
+
+    queued: bool
+    """The message is queued for the top agent's turn (no gate below queues it again)."""
+    stopped: frozenset[str]
+    """The delegation calls it stopped."""
+
+
+def check_reply(messages: Sequence[BaseMessage],
+                queued: Mapping[str | None, Mapping[str, Any]]) -> None:
+    """While calls wait, a new input is queued, to join the conversation once the turn is
+    over, where it is delivered by its id, and only the user's messages are: anything else,
+    or a message under the id of another the queue (`queued`: its entries by id) holds,
+    would be acted on and never shown, or queued for good. Refused before anything changes.
+    A message the queue holds as it is (a client's retry) is taken again: it is queued
+    once."""
+    others = sorted({type(m).__name__ for m in messages if not isinstance(m, HumanMessage)})
+    if others:
+        msg = (f"while tool calls wait, a new input must be the user's messages "
+               f"(HumanMessage), got {others}: it joins the conversation once the turn is over")
+        raise GraphkitError(msg)
+    if any(not m.content or (isinstance(m.content, str) and not m.content.strip())
+           for m in messages):
+        msg = "while tool calls wait, each new user message must say something (empty content)"
+        raise GraphkitError(msg)
+    reused = sorted({str(m.id) for m in messages if not same_queued(queued.get(m.id), m)})
+    if reused:
+        msg = (f"message ids {reused} are queued to join the conversation with other "
+               "messages: a new message needs an id of its own (or none)")
+        raise GraphkitError(msg)
+
+
+def stop_delegations(ledger: Ledger, waits: Iterable[tuple[Sequence[str], str]], *,
+                     thread_id: str, kept: Collection[str] = ()) -> frozenset[str]:
+    """Settle as stopped the delegations a new user message stops (`Ledger.stoppable`: those
+    no decision below them works for), read once the message superseded what waits; their
+    delegation node answers so, and never runs their subagents again. Returns their keys."""
+    stopped = ledger.stoppable(waits, kept=kept)
+    ledger.settle({key: {"content": DELEGATION_STOPPED.format(name=name), "status": "error"}
+                   for key, name in stopped}, thread_id=thread_id)
+    return frozenset(key for key, _ in stopped)
+
+
+def take_new_message(ledger: Ledger, *, thread_id: str, top: Sequence[str],
+                     found: Sequence[tuple[str, ApprovalRecord]],
+                     said: Sequence[Mapping[str, Any]], auto: bool,
+                     plan: Mapping[str, Any] | None, run_id: str | None,
+                     decided_by: str | None = None, vouched: bool = True,
+                     new_run: tuple[RunOptions, str | None] | None = None) -> Taken:
+    """Record what the user's new message `said` (serialised, with ids) does while `found`
+    (the paused run's interrupts' records, at any depth) waits: `top` is the path of the
+    thread's top agent, `plan` the ledger's plan of its last turn, `auto` whether auto-resume
+    may read a suspended tool's data from the message. `vouched`: the Agent API's own message
+    (a client's is judged by the approvers policy where it answers a tool); `new_run`: the
+    request's options and the caller that holds the run it starts (the API's)."""
+    # (what the agent's gates wait on beside the interrupts is superseded too)
+    everything = with_waiting_beside(list(found), ledger, thread_id, top[0] if top else None)
+    rows = ledger.approvals(r["id"] for _, r in everything)
+    decided = any(row.decided for row in rows.values())
+    reads_data = auto and any(r["kind"] == "suspension" for _, r in found)
+    # What the message does is recorded here, before the graph runs, not only carried in the
+    # resume value: a run stopped before its gate read that value (`on_state_change` at its
+    # first step, a process that died) would lose it, and the next resume (any door's) asks
+    # afresh. So the message goes into the plan's queue, to reach the conversation once the
+    # turn settles, and what waits is superseded in the ledger (a decision recorded before
+    # the message, in the inbox say, still runs first): the gate applies those declines like
+    # any other, whoever resumes it. A supervisor whose subagent waits queues it the same way.
+    # Where auto-resume may read a suspended tool's data from the message, and nothing was
+    # decided, what waits is left to the gate: it reads that data from the resume value only
+    # (a decline it found in the ledger would apply without reading it). The message is
+    # queued all the same: a run stopped before its gate leaves the tool asking, and the
+    # message waiting to be delivered once the turn settles.
+    durable = decided or (plan is not None and not reads_data)
+    queue_here = plan is not None or durable or any(len(r["agent_path"]) > 1 for _, r in found)
+    undecided = [record for _, record in everything
+                 if (row := rows.get(record["id"])) is not None and not row.decided]
+    below = [record for _, record in everything
+             if len(record["agent_path"]) > 1 and record.get("call_key")]
+    chains = ({r["id"]: ledger.delegations_of_call(str(r["call_key"])) for r in below}
+              if durable or reads_data else {})
+    kept = {r["id"] for r in below if auto and r["kind"] == "suspension"}
+    read_at = {tuple(r["agent_path"]) for r in below if r["id"] in kept}
+    # Where auto-resume reads a suspended tool's data, a subagent's undecided approval is
+    # declined here too, and its delegation stopped below: left to its gate, the subagent was
+    # told its call did not run and asked again (helper-92, helper-94). One beside the
+    # suspension, in the subagent whose gate reads it, is left to that gate (a decline applied
+    # there first skipped reading: helper-97).
+    declines = [superseded(record, comment=BY_NEW_MESSAGE, thread_id=thread_id, run_id=run_id,
+                           decided_by=decided_by) for record in undecided
+                if (durable or (reads_data and record["id"] in chains
+                                and tuple(record["agent_path"]) not in read_at))
+                and not (auto and record["kind"] == "suspension")]
+    # (`_reply.left_queued` reads the queue too)
+    queue = (QueuedFor("/".join(top), str(plan.get("ai_message_id")), said, vouched)
+             if queue_here and plan else None)
+    # The run can go on from the ledger alone once nothing waits on a person: it is queued
+    # for the workers, held by the caller, who runs it next (a stream left, or a process
+    # dying, before the run went on lets the hold lapse: a worker goes on). So is a run whose
+    # gate may read a suspended tool's data from the message: left after its gate took the
+    # data, it goes on; left before, its gate asks again.
+    run = (NewRun(run_id, top[0], new_run[0], new_run[1])
+           if new_run is not None and new_run[1] is not None and run_id is not None and top
+           and plan is not None and (reads_data or (durable and len(declines) == len(undecided)))
+           else None)
+    if declines or queue is not None or run is not None:
+        ledger.take_message(thread_id, declines=declines, queue=queue, run=run)
+    # A delegation with nothing decided below it is stopped, as graph input stops it
+    # (`_reply`): its subagent, whose calls the message superseded, went on to its model, which
+    # could plan again and ask again (helper-92). Its node answers so on resume.
+    stopped: frozenset[str] = frozenset()
+    if (durable or reads_data) and below:
+        stopped = stop_delegations(ledger, ((chains[r["id"]], r["id"]) for r in below),
+                                   thread_id=thread_id, kept=kept)
+    return Taken(queued=queue_here, stopped=stopped)
