@@ -397,8 +397,10 @@ class Dispatcher:
             event.set()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the thread after the request it is sending; undelivered events stay in the
-        outbox. A stopped dispatcher does not start again."""
+        """Stop each thread after the request it is sending; undelivered events stay in the
+        outbox, and what a thread had claimed beyond that request is given back, due at once
+        for the next dispatcher (a batch of requests to a silent receiver went on for a
+        minute after `stop`: helper-131). A stopped dispatcher does not start again."""
         self._stopped.set()
         self.wake()
         with _REGISTRY_LOCK:
@@ -460,7 +462,11 @@ class Dispatcher:
                 batch = self.ledger.claim_deliveries(
                     target, self.owner, max_attempts=webhook.max_attempts,
                     lease=LEASE_SECONDS + BATCH * webhook.timeout, limit=BATCH)
-                for event in batch:
+                for i, event in enumerate(batch):
+                    if self._stopped.is_set():  # (the rest is given back, due at once)
+                        self.ledger.unclaim([e.event_id for e in batch[i:]], target,
+                                            self.owner)
+                        break
                     self._send(webhook, event)
                     sent += 1
                 if len(batch) < BATCH or self._stopped.is_set():

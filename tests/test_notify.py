@@ -46,8 +46,8 @@ class Receiver:
     """A webhook endpoint on 127.0.0.1 that checks signatures and fails the first
     `fail_first` requests with HTTP 500."""
 
-    def __init__(self, secret: str | None = SECRET, *, port: int = 0, fail_first: int = 0
-                 ) -> None:
+    def __init__(self, secret: str | None = SECRET, *, port: int = 0, fail_first: int = 0,
+                 delay: float = 0.0) -> None:
         self.secret = secret
         self.fail_first = fail_first
         self.requests: list[dict[str, Any]] = []
@@ -68,6 +68,7 @@ class Receiver:
                         "status": status, "verified": verified, "signature": header,
                         "raw": body, "body": json.loads(body),
                         "event_id": self.headers.get("X-Graphkit-Event-Id")})
+                time.sleep(delay)
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -395,6 +396,36 @@ def test_events_recorded_while_stopped_are_delivered_by_the_next_dispatcher(
     assert _types(events) == [("approval.requested", "requested"),
                               ("approval.decided", "rejected")]
     assert events[1]["approval"]["decided_by"] == "bob"
+
+
+def test_a_stopped_dispatcher_sends_nothing_more_and_gives_back_what_it_claimed(
+        sqlite_url: str) -> None:
+    """After `stop()` each webhook's thread went on through the batch it had claimed (ten
+    requests, each up to its timeout: a minute of requests to a silent receiver after the
+    process said stop), and those events waited out the claim's lease before anyone sent them
+    (helper-131). It ends after the request it is sending; the rest is due again at once,
+    the attempt not counted, and the next dispatcher delivers it."""
+    slow = Receiver(delay=1.0)
+    hook = Webhook(slow.url, secret=SECRET, timeout=5.0)
+    try:
+        agent, _ = agent_with(pay(5), checkpointer=sqlite_url, notify=[hook])
+        _dispatcher(agent).stop()
+        for _ in range(5):
+            agent.generate("pay")
+        dispatcher = start_notifications(agent._storage.ledger, [hook])
+        deadline = time.monotonic() + 10
+        while not slow.requests and time.monotonic() < deadline:
+            time.sleep(0.01)
+        dispatcher.stop(timeout=10)
+        sent = len(slow.requests)
+        time.sleep(1.5)
+        assert len(slow.requests) == sent == 1
+        left = [d for d in agent._storage.ledger.deliveries() if d["delivered_at"] is None]
+        assert [d["attempts"] for d in left] == [0] * 4
+        assert _dispatcher(Inbox(sqlite_url, notify=[hook])).flush(timeout=10)
+        assert len(slow.delivered()) == 5
+    finally:
+        slow.close()
 
 
 def test_an_event_whose_transaction_commits_late_is_delivered_all_the_same(

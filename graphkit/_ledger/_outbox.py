@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from graphkit._ledger._base import LedgerBase
@@ -93,6 +93,17 @@ class Notifications(LedgerBase):
                             payload=unstowed(self._sql.query, r[3]) or {},
                             attempts=attempts[str(r[0])])
                 for r in events]
+
+    def unclaim(self, event_ids: Sequence[str], target: str, owner: str) -> None:
+        """Give back deliveries `owner` claimed and never attempted (its dispatcher stopped):
+        due again at once, the attempt not counted."""
+        if event_ids:
+            marks = ", ".join("?" for _ in event_ids)
+            self._sql.execute(
+                f"UPDATE graphkit_deliveries SET attempts = attempts - 1, next_at = "
+                f"{self._sql.now}, claimed_by = NULL WHERE target = ? AND claimed_by = ? "
+                f"AND delivered_at IS NULL AND event_id IN ({marks})",
+                (target, owner, *event_ids))
 
     def delivered(self, event_id: str, target: str) -> None:
         self._sql.execute(
