@@ -11,7 +11,6 @@ the tools node runs nothing the ledger does not allow.
 from __future__ import annotations
 
 import functools
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -20,13 +19,9 @@ from langchain_core.messages import (
     BaseMessage,
     HumanMessage,
     ToolMessage,
-    convert_to_messages,
-    messages_to_dict,
 )
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
-from langgraph._internal._constants import CONFIG_KEY_SCRATCHPAD
-from langgraph.config import get_config
 from langgraph.errors import GraphInterrupt
 from langgraph.types import Command, Send, interrupt
 
@@ -42,7 +37,6 @@ from graphkit._approvals import (
     waiting_records,
 )
 from graphkit._context import emit, last_ai, open_turns, thread_id_of
-from graphkit._digest import json_digest
 from graphkit._ledger import (
     ApprovalRow,
     AuditRow,
@@ -56,8 +50,11 @@ from graphkit._limits import check_value
 from graphkit._new_message import (
     BY_NEW_MESSAGE,
     DELEGATION_STOPPED,
-    check_reply,
-    take_new_message,
+    message_input,
+    resumed_with,
+    said_of,
+    says_nothing,
+    take_for_the_top,
 )
 from graphkit._offload import offload
 from graphkit._owner import holder_is_dead
@@ -203,8 +200,8 @@ class _Pass:
         if not isinstance(value, Mapping):
             msg = f"resume value must be an object with 'decisions', got {type(value).__name__}"
             raise GraphkitError(msg)
-        if _message_input(value):  # graph input, as LangGraph's server resumes with it
-            said = self._as_said(value["messages"], answered)
+        if message_input(value):  # graph input, as LangGraph's server resumes with it
+            said = self._as_said(value["messages"])
             if said is None:  # (taken for the top agent: the ledger holds what it does)
                 return
             value = said
@@ -221,62 +218,26 @@ class _Pass:
         # Anything else only asks the gate to apply what the ledger holds (the Agent API and
         # workers claim decisions there first).
 
-    def _as_said(self, raw: Any, answered: set[str]) -> dict[str, Any] | None:
+    def _as_said(self, raw: Any) -> dict[str, Any] | None:
         """Graph input's messages as a resume value (`{"messages": [...]}`): the LangGraph
         server's thread protocol (v2: its SDK's thread stream) starts a run on a paused
         thread by resuming it with the run's input, and the user's new message was refused
         as fields not taken together, dropped, the run told "success" (helper-128). It is a
-        new message, as graph input's is: 'supersede'. Its ids are made from the pass's task
-        and the message, where it has none: a retried pass reads the same resume value and
-        queues the same message, not a second one. Where a supervisor's subagent waits, the
-        value reaches the subagent's gate: `_for_the_top` takes it (None)."""
-        check_value(raw, what="the resume value's messages", error=GraphkitError)
-        try:
-            messages = convert_to_messages(raw if isinstance(raw, list) else [raw])
-        except (ValueError, TypeError, NotImplementedError) as exc:
-            msg = f"the resume value's 'messages' are not messages: {exc}"
-            raise GraphkitError(msg) from None
+        new message, as graph input's is: 'supersede', with ids made where it has none
+        (`said_of`). At a subagent's gate it is the top agent's (`take_for_the_top`: it was
+        refused there, helper-129 M4): what it does is in the ledger, and where it stopped
+        the delegation this subagent works for, the gate ends the subagent, whose node
+        answers as the ledger settled it (None). Ids are always made there: the supervisor's
+        conversation, which a given id could repeat, is not this gate's to read."""
         nested = len(self.ctx.path) > 1
-        task = str((self.config.get("configurable") or {}).get("checkpoint_ns") or "")
-        said = messages_to_dict([m if m.id and not nested else m.model_copy(update={
-            "id": str(uuid.uuid5(uuid.NAMESPACE_URL,
-                                 f"graphkit:{task}:{i}:{json_digest(messages_to_dict([m]))}"))})
-            for i, m in enumerate(messages)])
+        messages, said = said_of(raw, self.config, keep_ids=not nested)
         if not nested:
             return {"supersede": said}
-        self._for_the_top(messages, said, answered)
+        self.stopped = take_for_the_top(
+            self.ctx.ledger, thread_id=self.ctx.thread_id, top=self.ctx.path[:1],
+            start=self.ctx.scope, messages=messages, said=said, run_id=self.ctx.run_id,
+            decided_by=identity_of(self.config))
         return None
-
-    def _for_the_top(self, messages: list[BaseMessage], said: list[dict[str, Any]],
-                     answered: set[str]) -> None:
-        """The user speaks to the top agent: a message a subagent's gate took as its own
-        would be queued for the subagent's turn, never reaching the conversation the user
-        sees, and the supervisor's turn left as it was (helper-129 M4: it was refused).
-        So it does what the API's new message does (`_new_message`): queued for the top
-        agent's turn (as a client's, never the API's), what waits declined, the
-        delegations nothing decided below stopped, this one's included: its gate then
-        ends the subagent, and its node answers as the ledger settled it. As graph input's
-        message through the server's runs API does, it answers no suspended tool of a
-        subagent (it supersedes it): the server's two doors do the same. Ids are always made
-        here: the supervisor's conversation, which a given id could repeat, is not this
-        gate's to read."""
-        ledger, top = self.ctx.ledger, self.ctx.path[:1]
-        check_reply(messages, {queued_id(q.message): q.message
-                               for q in ledger.queue_rows(self.ctx.thread_id, top[0])})
-        chain = [self.ctx.scope, *ledger.delegations_of_call(self.ctx.scope)]
-        link = ledger.call_links([chain[-1]]).get(chain[-1])
-        plan = (ledger.turn(self.ctx.thread_id, top, link.turn_key)
-                if link is not None and link.agent_path == top[0] and link.turn_key else None)
-        if plan is None:  # (nothing to queue it for: refused, not lost)
-            msg = ("a new message reached a subagent whose supervisor's turn the ledger does "
-                   "not hold; nothing was changed")
-            raise GraphkitError(msg)
-        taken = take_new_message(
-            ledger, thread_id=self.ctx.thread_id, top=top,
-            found=[("", r) for r in waiting_records(self.plan, answered)], said=said,
-            auto=False, plan=plan, run_id=self.ctx.run_id, decided_by=identity_of(self.config),
-            vouched=False)
-        self.stopped = bool(taken.stopped & set(chain))
 
     def decide(self, raw: Any, answered: set[str]) -> None:
         if not isinstance(raw, list):
@@ -404,7 +365,7 @@ class _Pass:
         queued = ({queued_id(q.message): q.message for q in self.ctx.queue_rows()}
                   if queue else {})
         if queue and not all(
-                m.id and m.id not in present and m.content
+                m.id and m.id not in present and not says_nothing(m)
                 and same_queued(queued.get(m.id), m) for m in users):
             # queued by its id, delivered if it says something and is not in the conversation
             # already: else it would decline what waits and never join the conversation
@@ -815,34 +776,12 @@ def _given(ask: Callable[[], Any], field: str) -> Any:
     None. LangGraph's scratchpad still shows a plain resume another pass took already (a
     later pass of the same run): `interrupt` then pauses, which here only means there is
     nothing to read."""
-    if not _resumed_with(field):
+    if not resumed_with(field):
         return None
     try:
         return ask()
     except GraphInterrupt:
         return None
-
-
-def _resumed_with(field: str) -> bool:
-    """Whether this pass of a paused gate was resumed with a value carrying `field` (a
-    client's `Command(resume={"decisions": [...]})`), which its `interrupt()` would return at
-    once: LangGraph's scratchpad holds the value for the task, or as a resume for every
-    task. (The API's and the workers' decisions carry none: they are in the ledger.)"""
-    try:
-        scratchpad = get_config()["configurable"][CONFIG_KEY_SCRATCHPAD]
-        value = scratchpad.resume[0] if scratchpad.resume else scratchpad.get_null_resume(False)
-    except Exception:  # (not inside a run, or a LangGraph whose scratchpad reads otherwise)
-        return False
-    return isinstance(value, Mapping) and (
-        field in value or (field == "supersede" and _message_input(value)))
-
-
-def _message_input(value: Mapping[str, Any]) -> bool:
-    """Whether a resume value is graph input's new message (`{"messages": [...]}`, as LangGraph's
-    server resumes a paused thread with a run's input: `_Pass._as_said`): a 'supersede' to
-    every reader of the value (one that looked for the key alone left it unread after a
-    decision taken elsewhere, and the message was lost: helper-129)."""
-    return set(value) == {"messages"}
 
 
 LOST = ("Tool call {name!r} was stopped: its turn is no longer in the conversation (the "

@@ -1,6 +1,7 @@
 """What a new user message does to a thread whose calls wait, in the ledger, whichever door
 brings it: the Agent API's `generate` (`_control.start_payload`), or the LangGraph server's
-thread protocol, whose resume value reaches a subagent's gate (`_gate`).
+thread protocol, whose resume value (`{"messages": [...]}`) reaches a subagent's gate
+(`_gate`), or a delegation node that will not run its subagent again (`_supervisor`).
 
 The message never approves anything: what waits is declined as superseded (a decision taken
 before it stands), the message is queued for after the top agent's turn, and the delegations
@@ -10,14 +11,27 @@ goes on, so a run that stops before its gate read the message loses nothing of i
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.messages import (
+    BaseMessage,
+    HumanMessage,
+    convert_to_messages,
+    messages_to_dict,
+)
+from langchain_core.runnables import RunnableConfig
+from langgraph._internal._constants import CONFIG_KEY_CHECKPOINT_MAP, CONFIG_KEY_SCRATCHPAD
+from langgraph.config import get_config
+from langgraph.errors import GraphInterrupt
+from langgraph.types import interrupt
 
-from graphkit._events import with_waiting_beside
-from graphkit._ledger import Ledger, NewRun, QueuedFor, same_queued
+from graphkit._digest import json_digest
+from graphkit._events import marked_waiting, with_waiting_beside
+from graphkit._ledger import Ledger, NewRun, QueuedFor, Stop, queued_id, same_queued
+from graphkit._limits import check_value
 from graphkit._review import superseded
 from graphkit._state import RunOptions
 from graphkit.errors import GraphkitError
@@ -28,7 +42,13 @@ __all__ = [
     "DELEGATION_STOPPED",
     "Taken",
     "check_reply",
+    "message_input",
+    "resumed_message",
+    "resumed_with",
+    "said_of",
+    "says_nothing",
     "stop_delegations",
+    "take_for_the_top",
     "take_new_message",
 ]
 
@@ -56,13 +76,15 @@ def check_reply(messages: Sequence[BaseMessage],
     would be acted on and never shown, or queued for good. Refused before anything changes.
     A message the queue holds as it is (a client's retry) is taken again: it is queued
     once."""
+    if not messages:  # (it would decline what waits, and say nothing: helper-132)
+        msg = "while tool calls wait, a new input must carry the user's message (none given)"
+        raise GraphkitError(msg)
     others = sorted({type(m).__name__ for m in messages if not isinstance(m, HumanMessage)})
     if others:
         msg = (f"while tool calls wait, a new input must be the user's messages "
                f"(HumanMessage), got {others}: it joins the conversation once the turn is over")
         raise GraphkitError(msg)
-    if any(not m.content or (isinstance(m.content, str) and not m.content.strip())
-           for m in messages):
+    if any(says_nothing(m) for m in messages):
         msg = "while tool calls wait, each new user message must say something (empty content)"
         raise GraphkitError(msg)
     reused = sorted({str(m.id) for m in messages if not same_queued(queued.get(m.id), m)})
@@ -70,6 +92,18 @@ def check_reply(messages: Sequence[BaseMessage],
         msg = (f"message ids {reused} are queued to join the conversation with other "
                "messages: a new message needs an id of its own (or none)")
         raise GraphkitError(msg)
+
+
+def says_nothing(message: BaseMessage) -> bool:
+    """Whether a message has no words and nothing else (an image says something): no content,
+    blank text, or only blank text blocks (`[{"type": "text", "text": ""}]` declined what
+    waited and joined the conversation empty: helper-132)."""
+    content = message.content
+    if isinstance(content, str):
+        return not content.strip()
+    return not message.text.strip() and all(
+        isinstance(b, str) or (isinstance(b, Mapping) and b.get("type") == "text")
+        for b in content)
 
 
 def stop_delegations(ledger: Ledger, waits: Iterable[tuple[Sequence[str], str]], *,
@@ -144,13 +178,104 @@ def take_new_message(ledger: Ledger, *, thread_id: str, top: Sequence[str],
            if new_run is not None and new_run[1] is not None and run_id is not None and top
            and plan is not None and (reads_data or (durable and len(declines) == len(undecided)))
            else None)
-    if declines or queue is not None or run is not None:
-        ledger.take_message(thread_id, declines=declines, queue=queue, run=run)
     # A delegation with nothing decided below it is stopped, as graph input stops it
     # (`_reply`): its subagent, whose calls the message superseded, went on to its model, which
     # could plan again and ask again (helper-92). Its node answers so on resume.
-    stopped: frozenset[str] = frozenset()
-    if (durable or reads_data) and below:
-        stopped = stop_delegations(ledger, ((chains[r["id"]], r["id"]) for r in below),
-                                   thread_id=thread_id, kept=kept)
-    return Taken(queued=queue_here, stopped=stopped)
+    stop = (Stop([(chains[r["id"]], r["id"]) for r in below], kept, DELEGATION_STOPPED)
+            if (durable or reads_data) and below else None)
+    stopped: list[str] = []
+    if declines or queue is not None or run is not None or stop is not None:
+        stopped = ledger.take_message(thread_id, declines=declines, queue=queue, run=run,
+                                      stop=stop)
+    return Taken(queued=queue_here, stopped=frozenset(stopped))
+
+
+def message_input(value: Mapping[str, Any]) -> bool:
+    """Whether a resume value is graph input's new message (`{"messages": [...]}`, as
+    LangGraph's server resumes a paused thread with a run's input): a 'supersede' to every
+    reader of the value (one that looked for the key alone left it unread after a decision
+    taken elsewhere, and the message was lost: helper-129)."""
+    return set(value) == {"messages"}
+
+
+def resumed_with(field: str) -> bool:
+    """Whether this task was resumed with a value carrying `field` (a client's
+    `Command(resume={"decisions": [...]})`; "supersede": a new message, `message_input`'s
+    too), which its `interrupt()` would return at once: LangGraph's scratchpad holds the
+    value for the task, or as a resume for every task. (The API's and the workers' decisions
+    carry none: they are in the ledger.)"""
+    try:
+        scratchpad = get_config()["configurable"][CONFIG_KEY_SCRATCHPAD]
+        value = scratchpad.resume[0] if scratchpad.resume else scratchpad.get_null_resume(False)
+    except Exception:  # (not inside a run, or a LangGraph whose scratchpad reads otherwise)
+        return False
+    return isinstance(value, Mapping) and (
+        field in value or (field == "supersede" and message_input(value)))
+
+
+def resumed_message() -> Any | None:
+    """The messages of a `{"messages": [...]}` value this task was resumed with, taken (no
+    later `interrupt` of the run reads it); None where there is none. LangGraph's scratchpad
+    still shows a plain resume another task took already: `interrupt` then pauses, which
+    here only means there is nothing to read."""
+    if not resumed_with("supersede"):
+        return None
+    try:
+        value = interrupt(None)
+    except GraphInterrupt:
+        return None
+    return value["messages"] if isinstance(value, Mapping) and message_input(value) else None
+
+
+def said_of(raw: Any, config: RunnableConfig, *, keep_ids: bool) -> tuple[
+        list[BaseMessage], list[dict[str, Any]]]:
+    """A resume value's messages, parsed, and serialised with ids (`keep_ids`: those they
+    have). An id is made from the checkpoint the thread's run goes on from and the message:
+    every task of one resume that reads it (two subagents' gates the same value resumed)
+    and a retry of it make the same, and queue the message once (one made from each task's
+    namespace queued it twice: helper-132)."""
+    check_value(raw, what="the resume value's messages", error=GraphkitError)
+    try:
+        messages = convert_to_messages(raw if isinstance(raw, list) else [raw])
+    except (ValueError, TypeError, NotImplementedError) as exc:
+        msg = f"the resume value's 'messages' are not messages: {exc}"
+        raise GraphkitError(msg) from None
+    conf = config.get("configurable") or {}
+    found = conf.get(CONFIG_KEY_CHECKPOINT_MAP)
+    root = found.get("") if isinstance(found, Mapping) else None  # (LangGraph's own entry)
+    base = str(root or conf.get("checkpoint_ns") or "")
+    said = messages_to_dict([m if m.id and keep_ids else m.model_copy(update={
+        "id": str(uuid.uuid5(uuid.NAMESPACE_URL,
+                             f"graphkit:{base}:{i}:{json_digest(messages_to_dict([m]))}"))})
+        for i, m in enumerate(messages)])
+    return messages, said
+
+
+def take_for_the_top(ledger: Ledger, *, thread_id: str, top: Sequence[str], start: str,
+                     messages: Sequence[BaseMessage], said: Sequence[Mapping[str, Any]],
+                     run_id: str | None, decided_by: str | None) -> bool:
+    """A new message that reached a subagent (its gate, or a delegation node), as the
+    LangGraph server's thread protocol sends it: the user speaks to the top agent, whose
+    conversation it joins, so it does what the API's new message does (`take_new_message`)
+    for everything the top agent's gates wait on, at any depth, beside or below (only the
+    reader's own waits, or those above it, left the supervisor's own call and a sibling
+    subagent's waiting, to run once approved: helper-132); as a client's, never the API's.
+    `start`: the delegation call the reader works for (a gate's scope), or runs (a
+    delegation node's). As graph input's message through the server's runs API does, it
+    answers no suspended tool of a subagent (it supersedes it). Returns whether it stopped
+    the delegation of `start` or one above it: what the reader works for goes no further."""
+    check_reply(messages, {queued_id(q.message): q.message
+                           for q in ledger.queue_rows(thread_id, top[0])})
+    chain = [start, *ledger.delegations_of_call(start)]
+    link = ledger.call_links([chain[-1]]).get(chain[-1])
+    plan = (ledger.turn(thread_id, top, link.turn_key)
+            if link is not None and link.agent_path == top[0] and link.turn_key else None)
+    if plan is None:  # (nothing to queue it for: refused, not lost)
+        msg = ("a new message reached a subagent whose supervisor's turn the ledger does not "
+               "hold; nothing was changed")
+        raise GraphkitError(msg)
+    found = marked_waiting(ledger, thread_id, lambda w: list(w.row.agent_path)[:1] == list(top))
+    taken = take_new_message(ledger, thread_id=thread_id, top=top, found=found, said=said,
+                             auto=False, plan=plan, run_id=run_id, decided_by=decided_by,
+                             vouched=False)
+    return bool(taken.stopped & set(chain))

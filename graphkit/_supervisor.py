@@ -28,6 +28,8 @@ from graphkit._context import (
     thread_id_of,
 )
 from graphkit._ledger import DONE, CallRow, Ledger
+from graphkit._new_message import resumed_message, said_of, take_for_the_top
+from graphkit._review import identity_of
 from graphkit._state import DELEGATED_OPTIONS, ToolTask, well_typed_task
 from graphkit._tools_node import result_command, runs_as_recorded
 from graphkit.tools import DelegationTool
@@ -185,11 +187,28 @@ def make_delegate_nodes(
             return Command(goto="approval_gate")
         return sub_input
 
+    def take(task: ToolTask, config: RunnableConfig, raw: Any) -> None:
+        """A new message this delegation's resume value carries (the server's thread
+        protocol), where its subagent, whose gate would take it, does not run again: the
+        ledger settled the delegation (a first message stopped it, and the process died
+        before the thread went on; a fork of a checkpoint from before). Left unread, LangGraph
+        dropped it, or handed it to the next pause of the run (helper-132); it is the top
+        agent's, as at the subagent's gate."""
+        path = path_of(config)
+        messages, said = said_of(raw, config, keep_ids=False)
+        run_id = (task.get("options") or {}).get("run_id")
+        take_for_the_top(ledger, thread_id=thread_id_of(config), top=path[:1],
+                         start=task["key"], messages=messages, said=said,
+                         run_id=run_id if isinstance(run_id, str) else None,
+                         decided_by=identity_of(config))
+
     def delegate(task: ToolTask, config: RunnableConfig) -> Command[Any]:
         if not well_typed_task(task):  # a client's `Send` of anything: it does nothing
             return Command()
         done = settled(task, config)
         if isinstance(done, Command):
+            if done.update and (raw := resumed_message()) is not None:
+                take(task, config, raw)
             return done
         sub_input, sub_config = prepare(task, done, config)
         return answer(task, subgraph.invoke(entry(task, config, sub_input), sub_config), config)
@@ -199,6 +218,8 @@ def make_delegate_nodes(
             return Command()
         done = await asyncio.to_thread(settled, task, config)
         if isinstance(done, Command):
+            if done.update and (raw := resumed_message()) is not None:
+                await asyncio.to_thread(take, task, config, raw)
             return done
         sub_input, sub_config = prepare(task, done, config)
         given = await asyncio.to_thread(entry, task, config, sub_input)

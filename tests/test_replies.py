@@ -590,3 +590,149 @@ async def test_a_message_as_a_subagents_resume_value_async() -> None:
                         "done part of its work. It will not go on."),
         ("HumanMessage", "never mind"), ("AIMessage", "ok")]
     assert not agent.graph.get_state(config(first.thread_id)).next
+
+
+def _boss(url: str, ran: list[tuple[str, Any]], *, beside: str) -> Agent:
+    """`boss` delegates to `billing` (whose `pay` of 7 needs approval) and, in the same turn,
+    calls `beside`: its own `wire` (needs approval, asked once billing is done), or the
+    subagent `shipping` (whose `ship` needs approval); each call that runs is noted in
+    `ran`."""
+
+    def gated(name: str) -> Any:
+        def run(value: Any) -> str:
+            ran.append((name, value))
+            return f"{name} {value}"
+        return create_tool(run, name=name, needs_approval=True,
+                           description=f"{name.title()}.")
+
+    def subagent(name: str, tool: str, args: dict[str, Any]) -> Agent:
+        def reply(messages: list[BaseMessage]) -> Any:
+            if not any(isinstance(m, ToolMessage) for m in messages):
+                return turn(call(tool, args, f"{tool}-1"))
+            return f"{name} done"
+        return Agent(name=name, model=ScriptedChatModel(reply), tools=[gated(tool)])
+
+    agents = {"billing": subagent("billing", "pay", {"value": 7})}
+    calls = [call("billing", {"task": "pay"}, "d1")]
+    if beside == "shipping":
+        agents["shipping"] = subagent("shipping", "ship", {"value": "box"})
+        calls.append(call("shipping", {"task": "ship"}, "d2"))
+    else:
+        calls.append(call("wire", {"value": 9}, "w1"))
+    return Agent(name="boss", model=ScriptedChatModel([turn(*calls), "ok", "ok"]),
+                 tools=[gated("wire")] if beside == "wire" else [], agents=agents,
+                 checkpointer=url)
+
+
+@pytest.mark.parametrize("beside", ["wire", "shipping"])
+def test_a_message_at_a_subagents_gate_supersedes_all_the_top_agent_waits_on(
+        tmp_path: Path, beside: str) -> None:
+    """The message the server's resume value brings to one subagent's gate declined only that
+    gate's waits and those above it: the supervisor's own `wire`, waiting beside a payment a
+    reviewer had approved, and a sibling subagent's `ship` stayed pending, to run once
+    approved after the message (helper-132). Everything the top agent waits on, beside or
+    below, is superseded, as graph input's message does; the approved payment runs once."""
+    results = []
+    for door in ("graph", "server resume"):
+        ran: list[tuple[str, Any]] = []
+        url = f"sqlite:///{tmp_path / door}.db"
+        agent = _boss(url, ran, beside=beside)
+        first = agent.generate("go")
+        inbox = Inbox(url, approvers=lambda who, pending: True)
+        if beside == "wire":
+            (pay,) = [p for p in inbox.pending() if p.tool_name == "pay"]
+            inbox.approve(pay.id, decided_by="alice")
+        said = {"messages": [{"role": "user", "content": "never mind"}]}
+        if door == "graph":
+            agent.graph.invoke({"messages": [HumanMessage("never mind")]},
+                               config(first.thread_id, "user"))
+        else:  # (the value for billing's pause only, as the thread protocol may name it)
+            (billing,) = [i.id for i in agent.graph.get_state(config(first.thread_id)).interrupts
+                          if i.value["agent_path"] == ["boss", "billing"]]
+            agent.graph.invoke(Command(resume={billing: said}), config(first.thread_id, "user"))
+            if agent.graph.get_state(config(first.thread_id)).next:
+                # shipping's gate, run beside billing's, may have asked again before billing's
+                # took the message: nothing waits on it now, and the next resume answers it
+                assert inbox.pending() == []
+                agent.graph.invoke(None, config(first.thread_id, "user"))
+        state = agent.graph.get_state(config(first.thread_id))
+        results.append((ran, [(type(m).__name__, m.text) for m in state.values["messages"]],
+                        [p.tool_name for p in inbox.pending()], state.next))
+    assert results[0] == results[1]
+    ran, said, pending, following = results[0]
+    assert ran == ([("pay", 7)] if beside == "wire" else [])
+    assert pending == [] and following == ()
+    assert [text for kind, text in said if kind == "HumanMessage"] == ["go", "never mind"]
+
+
+def test_one_message_resuming_two_subagents_joins_the_conversation_once() -> None:
+    """The thread protocol may answer both waiting subagents with the one message (a resume
+    value for each pause): each gate made the message an id from its own task, and the
+    supervisor's conversation showed it twice (helper-132)."""
+    ran: list[tuple[str, Any]] = []
+    agent = _boss("memory", ran, beside="shipping")
+    first = agent.generate("go")
+    pauses = agent.graph.get_state(config(first.thread_id)).interrupts
+    said = {"messages": [{"role": "user", "content": "never mind", "id": "msg-1"}]}
+    out = agent.graph.invoke(Command(resume={p.id: said for p in pauses}),
+                             config(first.thread_id, "user"))
+    assert _said(out["messages"]) == ["go", "never mind"]
+    assert ran == []
+
+
+def test_a_message_for_a_delegation_the_ledger_settled_is_taken_not_lost(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a first message stopped the delegation and the run died before the thread went
+    on (or a fork goes back to the pause), the delegation node answers as the ledger settled
+    it and never runs its subagent, whose gate would have read the next message: LangGraph
+    dropped it (helper-132). The delegation node takes it for the supervisor."""
+    import graphkit._new_message as new_message
+
+    url = f"sqlite:///{tmp_path}/x.db"
+    ran: list[tuple[str, Any]] = []
+    agent = _boss(url, ran, beside="wire")
+    first = agent.generate("go")
+    taken = new_message.take_new_message
+
+    def dies(*args: Any, **kwargs: Any) -> Any:
+        taken(*args, **kwargs)
+        raise RuntimeError("the process died here")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(new_message, "take_new_message", dies)
+        with pytest.raises(RuntimeError, match="died here"):
+            agent.graph.invoke(Command(resume={"messages": [
+                {"role": "user", "content": "never mind"}]}), config(first.thread_id, "user"))
+    out = agent.graph.invoke(Command(resume={"messages": [
+        {"role": "user", "content": "and hello"}]}), config(first.thread_id, "user"))
+    assert _said(out["messages"]) == ["go", "never mind", "and hello"]
+    # a fork of the pause, on a thread whose first message went through
+    second = agent.generate("go")
+    paused = agent.graph.get_state(config(second.thread_id)).config
+    agent.graph.invoke(Command(resume={"messages": [{"role": "user", "content": "never mind"}]}),
+                       config(second.thread_id, "user"))
+    fork = {"configurable": {**paused["configurable"], "langgraph_auth_user": {
+        "identity": "user"}}}
+    out = agent.graph.invoke(Command(resume={"messages": [
+        {"role": "user", "content": "forked"}]}), fork)
+    assert _said(out["messages"]) == ["go", "forked"]
+    assert ran == [] and Inbox(url).pending() == []
+
+
+@pytest.mark.parametrize("messages", [[], [{"role": "user", "content": [
+    {"type": "text", "text": " "}]}]], ids=["none", "a blank text block"])
+def test_a_message_at_a_subagents_gate_that_says_nothing_changes_nothing(
+        messages: list[Any]) -> None:
+    """An empty list, or a blank text block, as the resume value's messages declined what
+    waited and stopped the delegation with no word in the conversation (helper-132)."""
+    ran: list[tuple[str, Any]] = []
+    agent = _boss("memory", ran, beside="wire")
+    first = agent.generate("go")
+    agent.graph.invoke(Command(resume={"messages": messages}), config(first.thread_id, "user"))
+    state = agent.graph.get_state(config(first.thread_id))
+    (pause,) = state.interrupts
+    assert "must carry the user's message" in pause.value["error"] or \
+        "must say something" in pause.value["error"]
+    assert waiting_kinds(agent, first.thread_id) == ["approval", "approval"]
+    assert [e["event"] for e in agent._storage.ledger.read_audit(
+        thread_id=first.thread_id)] == ["requested", "requested"]

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from graphkit._ledger._calls import Executions
-from graphkit._ledger._decisions import Decisions, Decline, NewRun, QueuedFor
+from graphkit._ledger._decisions import Decisions, Decline, NewRun, QueuedFor, Stop
 from graphkit._ledger._leases import Leases, RunToRecord
 from graphkit._ledger._messages import Messages, Queued, queued_id, same_queued
 from graphkit._ledger._outbox import Notifications
@@ -70,6 +70,7 @@ __all__ = [
     "RunBusyError",
     "RunToRecord",
     "Start",
+    "Stop",
     "TurnReading",
     "WaitingRow",
     "iso_ms",

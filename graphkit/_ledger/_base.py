@@ -168,6 +168,10 @@ class LedgerBase:
     def call(self, call_key: str) -> CallRow | None:
         raise NotImplementedError
 
+    def _settle(self, tx: Tx, outcomes: Mapping[str, Mapping[str, Any]], thread_id: str
+                ) -> None:
+        raise NotImplementedError
+
     # implemented by `Plans`
     def _clear(self, tx: Tx, cleared: Mapping[str, Clearance]) -> None:
         raise NotImplementedError

@@ -25,7 +25,7 @@ from graphkit._ledger._schema import (
     DONE,
     RUN_ARGS,
 )
-from graphkit._ledger._sql import dumps, iso_now_ms, loads, path_text
+from graphkit._ledger._sql import Tx, dumps, iso_now_ms, loads, path_text
 from graphkit._ledger._values import unstowed
 from graphkit._state import message_of_turn
 
@@ -358,16 +358,23 @@ class Executions(LedgerBase):
         if not outcomes:
             return
         with self._sql.transaction() as tx:
-            started = self._started(tx, list(outcomes), thread_id)
-            for key, outcome in outcomes.items():
-                if tx.execute(
-                        "UPDATE graphkit_calls SET executed = ?, outcome = ? "
-                        "WHERE call_key = ? AND thread_id = ? AND executed IS NULL",
-                        (DONE, dumps(dict(outcome)), key, thread_id)) == 1:
-                    self._overtaken(tx, key, thread_id, str(outcome.get("content", "")),
-                                    started=key in started)
-                    self._call_finished(tx, key, outcome,
-                                        "stopped" if key in started else "not_run")
+            self._settle(tx, outcomes, thread_id)
+
+    def _settle(self, tx: Tx, outcomes: Mapping[str, Mapping[str, Any]], thread_id: str
+                ) -> None:
+        """`settle`'s statements, in a transaction of the caller's."""
+        if not outcomes:
+            return
+        started = self._started(tx, list(outcomes), thread_id)
+        for key, outcome in outcomes.items():
+            if tx.execute(
+                    "UPDATE graphkit_calls SET executed = ?, outcome = ? "
+                    "WHERE call_key = ? AND thread_id = ? AND executed IS NULL",
+                    (DONE, dumps(dict(outcome)), key, thread_id)) == 1:
+                self._overtaken(tx, key, thread_id, str(outcome.get("content", "")),
+                                started=key in started)
+                self._call_finished(tx, key, outcome,
+                                    "stopped" if key in started else "not_run")
 
     @staticmethod
     def _started(tx: Any, keys: list[str], thread_id: str) -> set[str]:

@@ -29,7 +29,7 @@ from graphkit._ledger._values import unstowed
 from graphkit._state import delegation_of_turn
 from graphkit.types import ApprovalRecord
 
-__all__ = ["Decisions", "Decline", "NewRun", "QueuedFor"]
+__all__ = ["Decisions", "Decline", "NewRun", "QueuedFor", "Stop"]
 
 
 class Decline(NamedTuple):
@@ -48,6 +48,17 @@ class QueuedFor(NamedTuple):
     messages: Sequence[Mapping[str, Any]]
     vouched: bool = True
     """The Agent API's own (`Messages.take_vouched`); False: a client's."""
+
+
+class Stop(NamedTuple):
+    """The delegations a new message stops, if no decision below them stands (`stoppable`),
+    and what each answers (`answer`, formatted with its tool's `name`)."""
+
+    waits: Sequence[tuple[Sequence[str], str]]
+    """(the delegations a wait below works for, its approval id) each."""
+    kept: Collection[str]
+    """Approvals that count as decided."""
+    answer: str
 
 
 class NewRun(NamedTuple):
@@ -213,8 +224,16 @@ class Decisions(LedgerBase):
         and asks again (helper-92). Read once the message superseded what waits, after which
         no decision can be taken: a decision read before that, and taken just before it,
         stopped a delegation it was to run in (helper-94)."""
-        pairs = list(waits)
-        rows = self.approvals(approval_id for _, approval_id in pairs)
+        return self._stoppable(self._sql, list(waits), kept)
+
+    @staticmethod
+    def _stoppable(reader: Tx, pairs: Sequence[tuple[Sequence[str], str]],
+                   kept: Collection[str]) -> list[tuple[str, str]]:
+        """`stoppable`, read by `reader` (a transaction's, to see its own declines)."""
+        ids = list(dict.fromkeys(approval_id for _, approval_id in pairs))
+        rows = {str(r[0]): approval_row(r) for r in reader.query(
+            f"SELECT {APPROVAL_READ} FROM graphkit_approvals WHERE approval_id IN "
+            f"({', '.join('?' for _ in ids)})", tuple(ids))} if ids else {}
         undecided: set[str] = set()
         decided: set[str] = set()
         for chain, approval_id in pairs:
@@ -222,9 +241,11 @@ class Decisions(LedgerBase):
             taken = approval_id in kept or (row is not None and row.decided and (
                 row.decision or {}).get("event") != "superseded")
             (decided if taken else undecided).update(chain)
-        calls = {key: self.call(key) for key in sorted(undecided - decided)}
-        return [(key, row.tool_name if row is not None else "subagent")
-                for key, row in calls.items()]
+        keys = sorted(undecided - decided)
+        names = {str(r[0]): str(r[1]) for r in reader.query(
+            "SELECT call_key, tool_name FROM graphkit_calls WHERE call_key IN "
+            f"({', '.join('?' for _ in keys)})", tuple(keys))} if keys else {}
+        return [(key, names.get(key, "subagent")) for key in keys]
 
     def delegations_of_call(self, call_key: str) -> list[str]:
         """`delegations_of` the turn a call was planned in."""
@@ -275,12 +296,17 @@ class Decisions(LedgerBase):
         return done == 1
 
     def take_message(self, thread_id: str, *, declines: Sequence[Decline],
-                     queue: QueuedFor | None, run: NewRun | None) -> None:
+                     queue: QueuedFor | None, run: NewRun | None, stop: Stop | None = None
+                     ) -> list[str]:
         """What a new message does to a paused thread, all or nothing, on disk before its run
         goes on: it declines what waits (superseded; a decision taken before it stands), is
-        queued for after the turn (`queue`), and with `run`, the run it started is queued for
-        the workers, held by its caller (`hold_ready`), with its options. (A call decided
-        meanwhile keeps its decision: its decline changes nothing.)"""
+        queued for after the turn (`queue`), with `stop` settles the delegations it stops,
+        and with `run`, the run it started is queued for the workers, held by its caller
+        (`hold_ready`), with its options. (A call decided meanwhile keeps its decision: its
+        decline changes nothing.) In one transaction: a subagent's gate running beside the
+        one that took the message (the server resumed one of two) saw its wait declined and
+        its delegation not yet stopped, went on to its model, and answered for it (helper-132).
+        Returns the keys of the delegations it stopped."""
         with self._settling() as tx:
             for d in declines:
                 self._close(tx, d.approval_id, decision=d.decision, audits=d.audits,
@@ -288,11 +314,15 @@ class Decisions(LedgerBase):
             if queue is not None:
                 self._queue(tx, thread_id, queue.agent, queue.ai_message_id, queue.messages,
                             vouched=queue.vouched)
+            stopped = self._stoppable(tx, stop.waits, stop.kept) if stop else []
+            self._settle(tx, {key: {"content": stop.answer.format(name=name), "status": "error"}
+                              for key, name in stopped if stop}, thread_id)
             if run is not None:
                 self._hold_new_run(tx, run.run_id, run.agent, thread_id, run.options,
                                    run.held_by)
         if run is not None:
             self.hold_ready(run.run_id, run.held_by)
+        return [key for key, _ in stopped]
 
     def reopen(self, approval_id: str, *, decision: Mapping[str, Any],
                audits: Sequence[AuditRow]) -> bool:
