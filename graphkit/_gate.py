@@ -50,10 +50,13 @@ from graphkit._limits import check_value
 from graphkit._new_message import (
     BY_NEW_MESSAGE,
     DELEGATION_STOPPED,
+    check_reply,
     message_input,
+    resumed_message,
     resumed_with,
     said_of,
     says_nothing,
+    stopped_above,
     take_for_the_top,
 )
 from graphkit._offload import offload
@@ -238,6 +241,22 @@ class _Pass:
             start=self.ctx.scope, messages=messages, said=said, run_id=self.ctx.run_id,
             decided_by=identity_of(self.config))
         return None
+
+    def queue_said(self, raw: Any, present: set[str]) -> None:
+        """A resume value's new message where nothing waits on a person (`present`: the ids
+        of the conversation's messages): queued for after this turn (a subagent's: for the
+        top agent's, `take_for_the_top`)."""
+        if len(self.ctx.path) > 1:
+            self._as_said(raw)
+            return
+        messages, said = said_of(raw, self.config, keep_ids=True)
+        check_reply(messages, {queued_id(q.message): q.message for q in self.ctx.queue_rows()})
+        reused = sorted(str(m.id) for m in messages if m.id in present)
+        if reused:
+            msg = (f"message ids {reused} are in the conversation already: a new message "
+                   "needs an id of its own (or none)")
+            raise GraphkitError(msg)
+        self.ctx.enqueue(self.plan["ai_message_id"], said)
 
     def decide(self, raw: Any, answered: set[str]) -> None:
         if not isinstance(raw, list):
@@ -739,6 +758,13 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
                     ctx.forget_approvals()                 # predate what it decided)
                 step.apply_ledger(answered)
             changed = True
+        elif not changed and (raw := resumed_message()) is not None:
+            # A new message (the server's thread protocol) that reached a gate with nothing
+            # left to ask (a fork of a pause whose calls all ran since): left unread, it was
+            # dropped, or read by the run's next pause as that pause's answer (helper-129 M2).
+            # Nothing waits on a person for it to decline: it joins the conversation after the
+            # turn's answers. Refused, it fails the run, nothing changed (no pause shows why).
+            step.queue_said(raw, {m.id for m in messages if m.id})
         if step.edited:
             edited = _edited_ai(ai, step.edited, plan)
             new_messages.append(edited)
@@ -752,7 +778,12 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
             # the state says the turn moved on (its hook runs, a reader sees a new checkpoint)
             update["turn"] = pointer(plan)
         command = _route(plan, answered, update, new_messages, ctx, state, tools)
-        if step.stopped:  # (its node answers from the ledger: nothing more runs here)
+        if step.stopped or (command.goto == "model" and len(ctx.path) > 1
+                            and stopped_above(ctx.ledger, ctx.scope)):
+            # A new message stopped the delegation this subagent works for: its node answers
+            # from the ledger, and nothing more runs here. (A gate that did not read the
+            # message, beside the one that did, applied its declines and went on to its
+            # model, which asked again: helper-134.)
             command = Command(update=command.update, goto="__end__")
         if moved:  # the plan as it now stands (a new one is recorded already), what the run
             # waits on and what may run: in one write, before the pass's Sends leave

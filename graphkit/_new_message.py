@@ -23,7 +23,11 @@ from langchain_core.messages import (
     messages_to_dict,
 )
 from langchain_core.runnables import RunnableConfig
-from langgraph._internal._constants import CONFIG_KEY_CHECKPOINT_MAP, CONFIG_KEY_SCRATCHPAD
+from langgraph._internal._constants import (
+    CONFIG_KEY_CHECKPOINT_MAP,
+    CONFIG_KEY_RESUME_MAP,
+    CONFIG_KEY_SCRATCHPAD,
+)
 from langgraph.config import get_config
 from langgraph.errors import GraphInterrupt
 from langgraph.types import interrupt
@@ -42,12 +46,14 @@ __all__ = [
     "DELEGATION_STOPPED",
     "Taken",
     "check_reply",
+    "mapped_messages",
     "message_input",
     "resumed_message",
     "resumed_with",
     "said_of",
     "says_nothing",
     "stop_delegations",
+    "stopped_above",
     "take_for_the_top",
     "take_new_message",
 ]
@@ -227,6 +233,17 @@ def resumed_message() -> Any | None:
     return value["messages"] if isinstance(value, Mapping) and message_input(value) else None
 
 
+def mapped_messages(config: RunnableConfig) -> list[Any]:
+    """The messages of the `{"messages": [...]}` values a resume map (`{interrupt id:
+    value}`) gives this run's pauses: a delegation node that answers from the ledger never
+    runs the subagent whose gate a value names, and reads them itself (the same message
+    read by several is queued once: `said_of`)."""
+    found = (config.get("configurable") or {}).get(CONFIG_KEY_RESUME_MAP)
+    if not isinstance(found, Mapping):
+        return []
+    return [v["messages"] for v in found.values() if isinstance(v, Mapping) and message_input(v)]
+
+
 def said_of(raw: Any, config: RunnableConfig, *, keep_ids: bool) -> tuple[
         list[BaseMessage], list[dict[str, Any]]]:
     """A resume value's messages, parsed, and serialised with ids (`keep_ids`: those they
@@ -275,7 +292,16 @@ def take_for_the_top(ledger: Ledger, *, thread_id: str, top: Sequence[str], star
                "hold; nothing was changed")
         raise GraphkitError(msg)
     found = marked_waiting(ledger, thread_id, lambda w: list(w.row.agent_path)[:1] == list(top))
-    taken = take_new_message(ledger, thread_id=thread_id, top=top, found=found, said=said,
-                             auto=False, plan=plan, run_id=run_id, decided_by=decided_by,
-                             vouched=False)
-    return bool(taken.stopped & set(chain))
+    take_new_message(ledger, thread_id=thread_id, top=top, found=found, said=said, auto=False,
+                     plan=plan, run_id=run_id, decided_by=decided_by, vouched=False)
+    # (settled now, by this message or by the same one another gate of this resume took
+    # first: that gate's reader went on to its model, which asked again: helper-134)
+    return stopped_above(ledger, start)
+
+
+def stopped_above(ledger: Ledger, start: str) -> bool:
+    """Whether the delegation call `start` (a subagent's scope) has its answer in the ledger
+    already: a new message stopped it (`Stop` settles every delegation of a wait's chain), and
+    what works for it goes no further."""
+    link = ledger.call_links([start]).get(start) if start else None
+    return link is not None and link.done

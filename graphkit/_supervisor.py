@@ -28,7 +28,12 @@ from graphkit._context import (
     thread_id_of,
 )
 from graphkit._ledger import DONE, CallRow, Ledger
-from graphkit._new_message import resumed_message, said_of, take_for_the_top
+from graphkit._new_message import (
+    mapped_messages,
+    resumed_message,
+    said_of,
+    take_for_the_top,
+)
 from graphkit._review import identity_of
 from graphkit._state import DELEGATED_OPTIONS, ToolTask, well_typed_task
 from graphkit._tools_node import result_command, runs_as_recorded
@@ -202,12 +207,22 @@ def make_delegate_nodes(
                          run_id=run_id if isinstance(run_id, str) else None,
                          decided_by=identity_of(config))
 
+    def left_unread(done: Command[Any], config: RunnableConfig) -> list[Any]:
+        """The new messages this run's resume brought for the subagent a delegation answered
+        from the ledger will not run (`take`): its own resume value's, and those a resume map
+        names the subagent's pauses with (a fork of the pause, resumed by interrupt id, lost
+        the message: helper-134)."""
+        if not done.update:
+            return []
+        own = resumed_message()
+        return [*([own] if own is not None else []), *mapped_messages(config)]
+
     def delegate(task: ToolTask, config: RunnableConfig) -> Command[Any]:
         if not well_typed_task(task):  # a client's `Send` of anything: it does nothing
             return Command()
         done = settled(task, config)
         if isinstance(done, Command):
-            if done.update and (raw := resumed_message()) is not None:
+            for raw in left_unread(done, config):
                 take(task, config, raw)
             return done
         sub_input, sub_config = prepare(task, done, config)
@@ -218,7 +233,7 @@ def make_delegate_nodes(
             return Command()
         done = await asyncio.to_thread(settled, task, config)
         if isinstance(done, Command):
-            if done.update and (raw := resumed_message()) is not None:
+            for raw in left_unread(done, config):
                 await asyncio.to_thread(take, task, config, raw)
             return done
         sub_input, sub_config = prepare(task, done, config)

@@ -33,7 +33,18 @@ from graphkit import Agent, Inbox, ToolContext, create_tool
 from graphkit._owner import new_owner
 from graphkit.errors import ApprovalNotFoundError, GraphkitError
 from graphkit.testing import ScriptedChatModel
-from tests.helpers import PAY, Ledger, call, config, dead_owner, ledger_plan, plan_of, turn
+from tests.helpers import (
+    PAY,
+    Ledger,
+    agent_with,
+    call,
+    config,
+    dead_owner,
+    ledger_plan,
+    pay_then_done,
+    plan_of,
+    turn,
+)
 from tests.test_suspension import (
     Ask,
     City,
@@ -665,19 +676,34 @@ def test_a_message_at_a_subagents_gate_supersedes_all_the_top_agent_waits_on(
     assert [text for kind, text in said if kind == "HumanMessage"] == ["go", "never mind"]
 
 
-def test_one_message_resuming_two_subagents_joins_the_conversation_once() -> None:
+def test_one_message_resuming_two_subagents_joins_the_conversation_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The thread protocol may answer both waiting subagents with the one message (a resume
     value for each pause): each gate made the message an id from its own task, and the
-    supervisor's conversation showed it twice (helper-132)."""
-    ran: list[tuple[str, Any]] = []
-    agent = _boss("memory", ran, beside="shipping")
-    first = agent.generate("go")
-    pauses = agent.graph.get_state(config(first.thread_id)).interrupts
-    said = {"messages": [{"role": "user", "content": "never mind", "id": "msg-1"}]}
-    out = agent.graph.invoke(Command(resume={p.id: said for p in pauses}),
-                             config(first.thread_id, "user"))
-    assert _said(out["messages"]) == ["go", "never mind"]
-    assert ran == []
+    supervisor's conversation showed it twice (helper-132). And the gate that read it second,
+    its delegation already stopped by the first, went on to its subagent's model (in about
+    half the runs), which could ask again (helper-134): only the supervisor's model answers."""
+    called: list[int] = []
+    reply_for = ScriptedChatModel.reply_for
+
+    def counted(model: ScriptedChatModel, messages: Any) -> Any:
+        called.append(id(model))
+        return reply_for(model, messages)
+
+    for _ in range(6):  # (the order of the two gates is the threads')
+        ran: list[tuple[str, Any]] = []
+        agent = _boss("memory", ran, beside="shipping")
+        first = agent.generate("go")
+        pauses = agent.graph.get_state(config(first.thread_id)).interrupts
+        said = {"messages": [{"role": "user", "content": "never mind", "id": "msg-1"}]}
+        called.clear()
+        with monkeypatch.context() as patch:
+            patch.setattr(ScriptedChatModel, "reply_for", counted)
+            out = agent.graph.invoke(Command(resume={p.id: said for p in pauses}),
+                                     config(first.thread_id, "user"))
+        assert _said(out["messages"]) == ["go", "never mind"]
+        assert called == [id(agent.model)]
+        assert ran == []
 
 
 def test_a_message_for_a_delegation_the_ledger_settled_is_taken_not_lost(
@@ -716,6 +742,18 @@ def test_a_message_for_a_delegation_the_ledger_settled_is_taken_not_lost(
     out = agent.graph.invoke(Command(resume={"messages": [
         {"role": "user", "content": "forked"}]}), fork)
     assert _said(out["messages"]) == ["go", "forked"]
+    # and resumed by the pause's interrupt id, a value only the subagent's gate is given
+    # (helper-134)
+    third = agent.generate("go")
+    paused = agent.graph.get_state(config(third.thread_id)).config
+    (pause,) = agent.graph.get_state(paused).interrupts
+    agent.graph.invoke(Command(resume={"messages": [{"role": "user", "content": "never mind"}]}),
+                       config(third.thread_id, "user"))
+    fork = {"configurable": {**paused["configurable"], "langgraph_auth_user": {
+        "identity": "user"}}}
+    out = agent.graph.invoke(Command(resume={pause.id: {"messages": [
+        {"role": "user", "content": "forked by id"}]}}), fork)
+    assert _said(out["messages"]) == ["go", "forked by id"]
     assert ran == [] and Inbox(url).pending() == []
 
 
@@ -736,3 +774,30 @@ def test_a_message_at_a_subagents_gate_that_says_nothing_changes_nothing(
     assert waiting_kinds(agent, first.thread_id) == ["approval", "approval"]
     assert [e["event"] for e in agent._storage.ledger.read_audit(
         thread_id=first.thread_id)] == ["requested", "requested"]
+
+
+def test_a_message_resuming_a_fork_whose_calls_ran_since_joins_the_conversation(
+        tmp_path: Path) -> None:
+    """The thread protocol forks a pause whose payment was approved and ran since, with the
+    user's message as the resume value: the gate had nothing to ask, never read it, and the
+    message was lost (or read by the run's next pause as its answer; helper-129 M2). It
+    joins the conversation after the turn's answers; the payment does not run again."""
+    agent, ledger = agent_with(pay_then_done, checkpointer=f"sqlite:///{tmp_path}/x.db")
+
+    def fork_of_a_paid_pause() -> dict[str, Any]:
+        first = agent.generate("pay")
+        paused = agent.graph.get_state(config(first.thread_id)).config
+        agent.approve_tool_call_generate(run_id=first.run_id)
+        return {"configurable": {**paused["configurable"], "langgraph_auth_user": {
+            "identity": "user"}}}
+
+    out = agent.graph.invoke(Command(resume={"messages": [
+        {"role": "user", "content": "and now?"}]}), fork_of_a_paid_pause())
+    assert [(type(m).__name__, m.text) for m in out["messages"]][2:] == [
+        ("ToolMessage", "paid 40 to ACME"), ("HumanMessage", "and now?"),
+        ("AIMessage", "done")]
+    assert len(ledger.ran) == 1
+    with pytest.raises(GraphkitError, match="say something"):
+        agent.graph.invoke(Command(resume={"messages": [{"role": "user", "content": " "}]}),
+                           fork_of_a_paid_pause())
+    assert len(ledger.ran) == 2
