@@ -234,29 +234,15 @@ class _Pass:
         conversation, which a given id could repeat, is not this gate's to read."""
         nested = len(self.ctx.path) > 1
         messages, said = said_of(raw, self.config, keep_ids=not nested)
-        if not nested:
+        if not nested:  # (said as the API says it, to a client who never wrote 'supersede')
+            check_reply(messages, {queued_id(q.message): q.message
+                                   for q in self.ctx.queue_rows()})
             return {"supersede": said}
         self.stopped = take_for_the_top(
             self.ctx.ledger, thread_id=self.ctx.thread_id, top=self.ctx.path[:1],
             start=self.ctx.scope, messages=messages, said=said, run_id=self.ctx.run_id,
             decided_by=identity_of(self.config))
         return None
-
-    def queue_said(self, raw: Any, present: set[str]) -> None:
-        """A resume value's new message where nothing waits on a person (`present`: the ids
-        of the conversation's messages): queued for after this turn (a subagent's: for the
-        top agent's, `take_for_the_top`)."""
-        if len(self.ctx.path) > 1:
-            self._as_said(raw)
-            return
-        messages, said = said_of(raw, self.config, keep_ids=True)
-        check_reply(messages, {queued_id(q.message): q.message for q in self.ctx.queue_rows()})
-        reused = sorted(str(m.id) for m in messages if m.id in present)
-        if reused:
-            msg = (f"message ids {reused} are in the conversation already: a new message "
-                   "needs an id of its own (or none)")
-            raise GraphkitError(msg)
-        self.ctx.enqueue(self.plan["ai_message_id"], said)
 
     def decide(self, raw: Any, answered: set[str]) -> None:
         if not isinstance(raw, list):
@@ -417,9 +403,10 @@ class _Pass:
                             self.ctx.thread_id, self.ctx.path[0] if self.ctx.path else "",
                             [str(m.id or "") for m in users]))
         for call in self.plan["calls"]:
-            if call["tool_call_id"] in answered or call["answer"] is not None or (
-                    call["approval"] is not None and call["approval"]["status"] == "approved"):
-                continue  # (a decision taken before the message runs first)
+            if call["tool_call_id"] in answered or call["answer"] is not None or not any(
+                    r is not None and r["status"] == "pending"
+                    for r in (call["approval"], call["suspension"])):
+                continue  # (a decision taken before the message runs first; a call ready)
             suspension = call["suspension"]
             tool = self.planner.tools.get(call["tool_name"])
             schema = tool.resume_schema if isinstance(tool, GraphkitTool) else None
@@ -590,6 +577,13 @@ def supersede_unanswered(ai_message_id: str, messages: Sequence[BaseMessage], le
                       comment=BY_NEW_MESSAGE, thread_id=thread_id, run_id=run_id)
     ledger.settle({c["key"]: {"content": _not_run(c), "status": "error"} for c in calls},
                   thread_id=thread_id)
+    if unaccounted or any(call["node"] != "tools" for call in calls):
+        # A call below that a reviewer approved after the message was read and before its
+        # wait was declined (the decline then changed nothing) never runs now that its
+        # delegation is stopped: recorded so, superseded, not left approved (helper-134 F2).
+        ledger.settle({key: {"content": SUPERSEDED.format(name=name), "status": "error"}
+                       for key, name in ledger.approved_below(thread_id, agent_path).items()},
+                      thread_id=thread_id)
     running = ledger.fence({c["key"]: {"content": UNKNOWN.format(name=c["tool_name"]),
                                        "status": "error"} for c in calls},
                            thread_id=thread_id, holder_dead=holder_is_dead)
@@ -759,12 +753,17 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
                 step.apply_ledger(answered)
             changed = True
         elif not changed and (raw := resumed_message()) is not None:
-            # A new message (the server's thread protocol) that reached a gate with nothing
-            # left to ask (a fork of a pause whose calls all ran since): left unread, it was
-            # dropped, or read by the run's next pause as that pause's answer (helper-129 M2).
-            # Nothing waits on a person for it to decline: it joins the conversation after the
-            # turn's answers. Refused, it fails the run, nothing changed (no pause shows why).
-            step.queue_said(raw, {m.id for m in messages if m.id})
+            # A new message (the server's thread protocol) that reached a gate that does not
+            # ask (a fork of a pause whose calls ran since, or some of them: those are ready
+            # again): left unread, it was dropped, or read by the run's next pause as that
+            # pause's answer (helper-129 M2). Taken as at a pause: what still waits is
+            # declined (a call queued only, beside one ready, was approved later and ran:
+            # helper-135), what is ready runs, and the message joins the conversation after
+            # the turn's answers. Refused, it fails the run, nothing changed (no pause shows
+            # why).
+            step.resume({"messages": raw}, answered, {m.id for m in messages if m.id})
+            step.apply_ledger(answered)
+            changed = True
         if step.edited:
             edited = _edited_ai(ai, step.edited, plan)
             new_messages.append(edited)

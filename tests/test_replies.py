@@ -31,7 +31,7 @@ from langgraph.types import Command
 
 from graphkit import Agent, Inbox, ToolContext, create_tool
 from graphkit._owner import new_owner
-from graphkit.errors import ApprovalNotFoundError, GraphkitError
+from graphkit.errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, GraphkitError
 from graphkit.testing import ScriptedChatModel
 from tests.helpers import (
     PAY,
@@ -801,3 +801,34 @@ def test_a_message_resuming_a_fork_whose_calls_ran_since_joins_the_conversation(
         agent.graph.invoke(Command(resume={"messages": [{"role": "user", "content": " "}]}),
                            fork_of_a_paid_pause())
     assert len(ledger.ran) == 2
+
+
+def test_a_message_resuming_a_fork_declines_what_still_waits_beside_a_call_that_ran(
+        tmp_path: Path) -> None:
+    """A fork of a pause where one payment was approved and ran since and the other still
+    waits: the gate had a call ready again (its answer is not in the fork), so it did not ask,
+    only queued the message, and the other payment stayed pending, to run on an approval
+    given after the message (helper-135). It is declined; the first does not run again."""
+
+    def two_payments(messages: list[BaseMessage]) -> Any:
+        if not any(isinstance(m, AIMessage) for m in messages):
+            return turn(call("pay", PAY, "c1"),
+                        call("pay", {"amount": 99, "payee": {"name": "EVIL"}}, "c2"))
+        return "done"
+
+    agent, ledger = agent_with(two_payments, checkpointer=f"sqlite:///{tmp_path}/x.db")
+    first = agent.generate("pay")
+    paused = agent.graph.get_state(config(first.thread_id)).config
+    agent.approve_tool_call_generate(run_id=first.run_id, tool_call_id="c1")
+    fork = {"configurable": {**paused["configurable"], "langgraph_auth_user": {
+        "identity": "user"}}}
+    out = agent.graph.invoke(Command(resume={"messages": [
+        {"role": "user", "content": "stop, never mind"}]}), fork)
+    said = [(type(m).__name__, m.text) for m in out["messages"]][2:]
+    assert sorted(said[:2]) == [
+        ("ToolMessage", "Tool call 'pay' was not run: superseded by a new user message."),
+        ("ToolMessage", "paid 40 to ACME")]
+    assert said[2:] == [("HumanMessage", "stop, never mind"), ("AIMessage", "done")]
+    with pytest.raises(ApprovalAlreadyResolvedError):
+        agent.approve_tool_call_generate(run_id=first.run_id, tool_call_id="c2")
+    assert len(ledger.ran) == 1

@@ -8,8 +8,10 @@ ran."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from graphkit import Agent, Inbox
@@ -156,3 +158,37 @@ def _model(seen: list[list[BaseMessage]]) -> Any:
     from graphkit.testing import ScriptedChatModel
 
     return ScriptedChatModel(_pay_then_done(seen))
+
+
+def test_an_approval_taken_after_a_new_message_was_read_is_recorded_superseded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Graph input's message over a supervisor's turn whose subagent waits: a reviewer
+    approved the subagent's payment after the model node read that nothing was decided, and
+    before the wait was declined (the decline then changed nothing); the delegation was
+    stopped all the same, and the approval stood "approved" for a payment that never ran
+    (helper-134 F2). It is recorded superseded, like any approved call that will not run."""
+    import graphkit._model_node as model_node
+    from tests.test_replies import _boss
+
+    url = f"sqlite:///{tmp_path}/x.db"
+    ran: list[tuple[str, Any]] = []
+    agent = _boss(url, ran, beside="wire")
+    first = agent.generate("go")
+    inbox = Inbox(url, approvers=lambda who, pending: True)
+    (pay,) = [p for p in inbox.pending() if p.tool_name == "pay"]
+    read = model_node.reply_to_suspension
+
+    def approved_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        found = read(*args, **kwargs)
+        monkeypatch.setattr(model_node, "reply_to_suspension", read)
+        inbox.approve(pay.id, decided_by="alice")
+        return found
+
+    monkeypatch.setattr(model_node, "reply_to_suspension", approved_meanwhile)
+    agent.graph.invoke({"messages": [HumanMessage("never mind")]},
+                       {"configurable": {"thread_id": first.thread_id}})
+    assert ran == []
+    row = agent._storage.ledger.approval(pay.id)
+    assert row is not None and (row.status, (row.decision or {}).get("event")) == (
+        "rejected", "superseded")
+    assert inbox.pending() == [] and inbox.ready() == []

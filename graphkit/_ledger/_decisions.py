@@ -186,6 +186,16 @@ class Decisions(LedgerBase):
             (thread_id, len(prefix), prefix))
         return [approval_row(r) for r in rows]
 
+    def approved_below(self, thread_id: str, agent_path: Sequence[str]) -> dict[str, str]:
+        """The calls in this thread's agents below `agent_path` approved and not run (nor
+        running): call key -> tool name."""
+        prefix = path_text(agent_path) + "/"
+        return {str(r[0]): str(r[1]) for r in self._sql.query(
+            "SELECT c.call_key, c.tool_name FROM graphkit_approvals a JOIN graphkit_calls c "
+            "ON c.call_key = a.call_key WHERE a.thread_id = ? AND a.status = 'approved' "
+            "AND substr(a.agent_path, 1, ?) = ? AND c.executed IS NULL",
+            (thread_id, len(prefix), prefix))}
+
     def pending_turns(self, thread_id: str, agent_path: Sequence[str]) -> list[PendingTurn]:
         """(approval id, kind, tool name, the turn key of the plan that asked, ...) of what
         one agent and its subagents wait on in one thread."""
