@@ -526,7 +526,7 @@ def test_a_new_message_under_an_id_queued_for_other_words_is_refused() -> None:
     assert log == ["started"]
     assert waiting_kinds(agent, first.thread_id) == ["suspension"]
     (pause,) = agent.graph.get_state(config(first.thread_id)).interrupts
-    assert "new to the conversation and to the messages queued" in pause.value["error"]
+    assert "are queued to join the conversation with other messages" in pause.value["error"]
 
 
 @pytest.mark.parametrize("decided", [False, True], ids=["undecided", "decided below"])
