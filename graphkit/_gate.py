@@ -183,7 +183,7 @@ class _Pass:
         """Approvals (and resumed suspensions) this pass verified and lets run."""
         self._written: set[str] = set()
         self.stopped = False
-        """A new message stopped the delegation this subagent works for (`_for_the_top`)."""
+        """A new message stopped the delegation this subagent works for (`take_for_the_top`)."""
         self.rows: dict[str, ApprovalRow] = {}
         """The ledger's rows `apply_ledger` last read (what a row says a reviewer may decide
         never changes: the pause's payload reads it here)."""

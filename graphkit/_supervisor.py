@@ -32,6 +32,7 @@ from graphkit._new_message import (
     mapped_messages,
     resumed_message,
     said_of,
+    stopped_above,
     take_for_the_top,
 )
 from graphkit._review import identity_of
@@ -102,9 +103,9 @@ def make_delegate_nodes(
         message = ToolMessage(text, tool_call_id=task["tool_call_id"], name=key)
         # Only the delegation call planned under this key takes the answer as its outcome;
         # one the ledger settled while its subagent ran (a new message that reached the
-        # subagent's gate stopped it: `_gate._Pass._for_the_top`) answers as settled, and
-        # where that message stopped the delegation this agent works for too, this agent
-        # ends here, its own node answering so, up to the delegation it stopped first.
+        # subagent's gate stopped it: `_new_message.take_for_the_top`) answers as settled,
+        # and where that message stopped the delegation this agent works for too, this
+        # agent ends here, its own node answering so, up to the delegation it stopped first.
         path = path_of(config)
         if not ledger.settle_call(task["key"], {"content": message.content,
                                                 "status": message.status},
@@ -113,9 +114,8 @@ def make_delegate_nodes(
             done = settled(task, config)
             if isinstance(done, Command) and done.update:
                 above = delegation_of(config) if len(path) > 1 else ""
-                link = ledger.call_links([above]).get(above) if above else None
-                return Command(update=done.update, goto="__end__") if link and link.done \
-                    else done
+                return Command(update=done.update, goto="__end__") \
+                    if stopped_above(ledger, above) else done
         return result_command(task, message)
 
     def settled(task: ToolTask, config: RunnableConfig) -> Command[Any] | CallRow:
