@@ -359,7 +359,7 @@ def start_payload(snapshot: Paused, messages: list[BaseMessage],
         queue_here = take_new_message(
             req.ledger, thread_id=req.thread_id, top=req.agent_path, found=found, said=said,
             auto=auto, plan=_plan(snapshot, req), run_id=req.run_id,
-            new_run=(options, req.held_by)).queued
+            new_run=(options, req.held_by))
     resume = {interrupt_id: GateResume(supersede=said, auto_resume=auto, queue=not queue_here)
               for interrupt_id, _ in found}
     # the new message starts a new run: what the turn records from here on is filed under it

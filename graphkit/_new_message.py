@@ -12,8 +12,7 @@ goes on, so a run that stops before its gate read the message loses nothing of i
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import (
@@ -44,7 +43,6 @@ from graphkit.types import ApprovalRecord
 __all__ = [
     "BY_NEW_MESSAGE",
     "DELEGATION_STOPPED",
-    "Taken",
     "check_reply",
     "mapped_messages",
     "message_input",
@@ -62,16 +60,6 @@ BY_NEW_MESSAGE = "superseded by a new user message"
 """The comment on a decline the system made because the user said something new."""
 DELEGATION_STOPPED = ("Delegation {name!r} was stopped by a new user message; it may have done "
                       "part of its work. It will not go on.")
-
-
-@dataclass(frozen=True, slots=True)
-class Taken:
-    """What `take_new_message` did."""
-
-    queued: bool
-    """The message is queued for the top agent's turn (no gate below queues it again)."""
-    stopped: frozenset[str]
-    """The delegation calls it stopped."""
 
 
 def check_reply(messages: Sequence[BaseMessage],
@@ -113,14 +101,12 @@ def says_nothing(message: BaseMessage) -> bool:
 
 
 def stop_delegations(ledger: Ledger, waits: Iterable[tuple[Sequence[str], str]], *,
-                     thread_id: str, kept: Collection[str] = ()) -> frozenset[str]:
-    """Settle as stopped the delegations a new user message stops (`Ledger.stoppable`: those
-    no decision below them works for), read once the message superseded what waits; their
-    delegation node answers so, and never runs their subagents again. Returns their keys."""
-    stopped = ledger.stoppable(waits, kept=kept)
-    ledger.settle({key: {"content": DELEGATION_STOPPED.format(name=name), "status": "error"}
-                   for key, name in stopped}, thread_id=thread_id)
-    return frozenset(key for key, _ in stopped)
+                     thread_id: str) -> None:
+    """Settle as stopped the delegations a new user message stops (those no decision below
+    them works for: `Ledger.take_message`'s `Stop`), once the message superseded what waits;
+    their delegation node answers so, and never runs their subagents again."""
+    ledger.take_message(thread_id, declines=(), queue=None, run=None,
+                        stop=Stop(list(waits), (), DELEGATION_STOPPED))
 
 
 def take_new_message(ledger: Ledger, *, thread_id: str, top: Sequence[str],
@@ -128,13 +114,14 @@ def take_new_message(ledger: Ledger, *, thread_id: str, top: Sequence[str],
                      said: Sequence[Mapping[str, Any]], auto: bool,
                      plan: Mapping[str, Any] | None, run_id: str | None,
                      decided_by: str | None = None, vouched: bool = True,
-                     new_run: tuple[RunOptions, str | None] | None = None) -> Taken:
+                     new_run: tuple[RunOptions, str | None] | None = None) -> bool:
     """Record what the user's new message `said` (serialised, with ids) does while `found`
     (the paused run's interrupts' records, at any depth) waits: `top` is the path of the
     thread's top agent, `plan` the ledger's plan of its last turn, `auto` whether auto-resume
     may read a suspended tool's data from the message. `vouched`: the Agent API's own message
     (a client's is judged by the approvers policy where it answers a tool); `new_run`: the
-    request's options and the caller that holds the run it starts (the API's)."""
+    request's options and the caller that holds the run it starts (the API's). Returns
+    whether the message is queued for the top agent's turn (no gate below queues it again)."""
     # (what the agent's gates wait on beside the interrupts is superseded too)
     everything = with_waiting_beside(list(found), ledger, thread_id, top[0] if top else None)
     rows = ledger.approvals(r["id"] for _, r in everything)
@@ -189,11 +176,9 @@ def take_new_message(ledger: Ledger, *, thread_id: str, top: Sequence[str],
     # could plan again and ask again (helper-92). Its node answers so on resume.
     stop = (Stop([(chains[r["id"]], r["id"]) for r in below], kept, DELEGATION_STOPPED)
             if (durable or reads_data) and below else None)
-    stopped: list[str] = []
     if declines or queue is not None or run is not None or stop is not None:
-        stopped = ledger.take_message(thread_id, declines=declines, queue=queue, run=run,
-                                      stop=stop)
-    return Taken(queued=queue_here, stopped=frozenset(stopped))
+        ledger.take_message(thread_id, declines=declines, queue=queue, run=run, stop=stop)
+    return queue_here
 
 
 def message_input(value: Mapping[str, Any]) -> bool:

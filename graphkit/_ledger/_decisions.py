@@ -51,7 +51,7 @@ class QueuedFor(NamedTuple):
 
 
 class Stop(NamedTuple):
-    """The delegations a new message stops, if no decision below them stands (`stoppable`),
+    """The delegations a new message stops, if no decision below them stands (`_stoppable`),
     and what each answers (`answer`, formatted with its tool's `name`)."""
 
     waits: Sequence[tuple[Sequence[str], str]]
@@ -225,21 +225,16 @@ class Decisions(LedgerBase):
             key = delegation_of_turn(link.turn_key) if link is not None else None
         return chain
 
-    def stoppable(self, waits: Iterable[tuple[Sequence[str], str]], *,
-                  kept: Collection[str] = ()) -> list[tuple[str, str]]:
+    @staticmethod
+    def _stoppable(reader: Tx, pairs: Sequence[tuple[Sequence[str], str]],
+                   kept: Collection[str]) -> list[tuple[str, str]]:
         """Of the delegations waits below an agent work for ((the delegations one works for,
         up to one of that agent's calls; its approval id) each), those (key, tool name) no
         reviewer's decision below works for (`kept`: approvals that count as decided): what
         a new user message stops, so that no subagent whose waits it superseded starts over
-        and asks again (helper-92). Read once the message superseded what waits, after which
-        no decision can be taken: a decision read before that, and taken just before it,
-        stopped a delegation it was to run in (helper-94)."""
-        return self._stoppable(self._sql, list(waits), kept)
-
-    @staticmethod
-    def _stoppable(reader: Tx, pairs: Sequence[tuple[Sequence[str], str]],
-                   kept: Collection[str]) -> list[tuple[str, str]]:
-        """`stoppable`, read by `reader` (a transaction's, to see its own declines)."""
+        and asks again (helper-92). Read by `take_message`'s transaction once the message
+        superseded what waits, after which no decision can be taken: a decision read before
+        that, and taken just before it, stopped a delegation it was to run in (helper-94)."""
         ids = list(dict.fromkeys(approval_id for _, approval_id in pairs))
         rows = {str(r[0]): approval_row(r) for r in reader.query(
             f"SELECT {APPROVAL_READ} FROM graphkit_approvals WHERE approval_id IN "
@@ -307,7 +302,7 @@ class Decisions(LedgerBase):
 
     def take_message(self, thread_id: str, *, declines: Sequence[Decline],
                      queue: QueuedFor | None, run: NewRun | None, stop: Stop | None = None
-                     ) -> list[str]:
+                     ) -> None:
         """What a new message does to a paused thread, all or nothing, on disk before its run
         goes on: it declines what waits (superseded; a decision taken before it stands), is
         queued for after the turn (`queue`), with `stop` settles the delegations it stops,
@@ -315,8 +310,7 @@ class Decisions(LedgerBase):
         (`hold_ready`), with its options. (A call decided meanwhile keeps its decision: its
         decline changes nothing.) In one transaction: a subagent's gate running beside the
         one that took the message (the server resumed one of two) saw its wait declined and
-        its delegation not yet stopped, went on to its model, and answered for it (helper-132).
-        Returns the keys of the delegations it stopped."""
+        its delegation not yet stopped, went on to its model, and answered for it."""
         with self._settling() as tx:
             for d in declines:
                 self._close(tx, d.approval_id, decision=d.decision, audits=d.audits,
@@ -332,7 +326,6 @@ class Decisions(LedgerBase):
                                    run.held_by)
         if run is not None:
             self.hold_ready(run.run_id, run.held_by)
-        return [key for key, _ in stopped]
 
     def reopen(self, approval_id: str, *, decision: Mapping[str, Any],
                audits: Sequence[AuditRow]) -> bool:
