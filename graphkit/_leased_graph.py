@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -45,6 +46,7 @@ from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
+from langgraph.errors import UnknownInterruptError
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, StateSnapshot, StateUpdate
 
@@ -54,7 +56,7 @@ from graphkit._ids import stored
 from graphkit._ledger import Ledger, RunBusyError, RunToRecord, _keeper, _schema
 from graphkit._offload import apart, offload
 from graphkit._state import brings_messages, named_input
-from graphkit.errors import GraphkitError
+from graphkit.errors import GraphkitError, InterruptNotWaitingError
 
 try:
     from langgraph._internal._config import ensure_config
@@ -155,11 +157,21 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
         if thread_id is None:
             yield config, None
             return
-        owner = self._hold(thread_id, self._run(starts))
+        run = self._run(starts)
+        owner = self._hold(thread_id, run)
         try:
             yield _with_owner(config, owner), thread_id
+        except UnknownInterruptError:  # (refused before it ran: `answers_no_pause`)
+            self._forget(run)
+            raise
         finally:
             self.leases.release_thread(thread_id, owner)
+
+    def _forget(self, run: RunToRecord) -> None:
+        """Drop the record of a run its resume's refusal kept from running: a decision that
+        named no run went to it (helper-136), as the API's refused runs leave none."""
+        if run.run_id is not None:
+            self.leases.forget_run(run.run_id)
 
     @contextlib.asynccontextmanager
     async def _aleased(self, config: RunnableConfig | None, *, starts: bool = False
@@ -170,16 +182,20 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
         if thread_id is None:
             yield config, None
             return
-        owner = await _ahold(self.leases, thread_id, self._run(starts))
+        run = self._run(starts)
+        owner = await _ahold(self.leases, thread_id, run)
         try:
             yield _with_owner(config, owner), thread_id
+        except UnknownInterruptError:
+            await offload(self._forget, run)
+            raise
         finally:
             await asyncio.shield(offload(self.leases.release_thread, thread_id, owner))
 
     def stream(self, input: Any, config: RunnableConfig | None = None,
                **kwargs: Any) -> Iterator[Any]:
         with self._leased(config, starts=brings_messages(input)) as (leased, thread_id):
-            if thread_id is not None and _bare_resume(input):
+            if thread_id is not None and _resumes(input):
                 input = self._resumed(input, self.get_state(cast(RunnableConfig, leased)),
                                       thread_id)
             yield from super().stream(named_input(input), leased, **kwargs)
@@ -187,16 +203,21 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
     async def astream(self, input: Any, config: RunnableConfig | None = None,
                       **kwargs: Any) -> AsyncIterator[Any]:
         async with self._aleased(config, starts=brings_messages(input)) as (leased, thread_id):
-            if thread_id is not None and _bare_resume(input):
+            if thread_id is not None and _resumes(input):
                 snapshot = await self.aget_state(cast(RunnableConfig, leased))
                 input = await offload(self._resumed, input, snapshot, thread_id)
             async for part in super().astream(named_input(input), leased, **kwargs):
                 yield part
 
     def _resumed(self, command: Command[Any], snapshot: StateSnapshot, thread_id: str) -> Any:
-        """A client's resume, for a thread a state write left with nothing next while a gate
-        of this agent waited: it goes back to the gate, which applies what the ledger holds
-        (`_control.back_to_gate`, as the API's resume does), where it ran nothing."""
+        """A client's resume, refused where it answers a pause no longer waiting
+        (`answers_no_pause`). For a thread a state write left with nothing next while a gate
+        of this agent waited, a bare resume goes back to the gate, which applies what the
+        ledger holds (`_control.back_to_gate`, as the API's resume does), where it ran
+        nothing."""
+        answers_no_pause(command.resume, snapshot)
+        if not _bare_resume(command):
+            return command
         return back_to_gate(snapshot, self.leases, thread_id, self.agent) or command
 
     def stream_held(self, input: Any, config: RunnableConfig, **kwargs: Any) -> Iterator[Any]:
@@ -221,6 +242,38 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
         async with self._aleased(config, starts=_say(supersteps)) as (leased, _):
             return await super().abulk_update_state(cast(RunnableConfig, leased),
                                                     _named_updates(supersteps))
+
+
+_INTERRUPT_ID = re.compile(r"[0-9a-f]{32}")
+"""What LangGraph reads as an interrupt id in a resume (a map of them, or a single value)."""
+
+
+def answers_no_pause(resume: Any, snapshot: StateSnapshot) -> None:
+    """Refuse a resume map that answers, under its id, an interrupt the thread no longer
+    waits on: a client read the pause's ids, a reviewer's decision (or a new message) moved
+    the run on, and it paused again under new ones. LangGraph resumed the run with no node
+    answered, and the message or decision the map carried was dropped without a word, the
+    run paused as before (helper-135). Refused before anything runs
+    (`InterruptNotWaitingError`, LangGraph's `UnknownInterruptError` too), naming the ids
+    that wait. An empty answer (`{}`, "apply what the ledger holds", as the mounted inbox's
+    continuation sends under the ids it read) is no answer, and goes through: the gates read
+    the ledger whatever their ids."""
+    if not (isinstance(resume, dict) and all(isinstance(k, str) and _INTERRUPT_ID.fullmatch(k)
+                                             for k in resume)):
+        return  # (a single value, as LangGraph reads it: it answers the one pause)
+    waiting = sorted({i.id for i in snapshot.interrupts})
+    stale = sorted(k for k, value in resume.items() if k not in waiting and value != {})
+    if stale:
+        msg = (f"the resume answers interrupt {stale[0]}, which no longer waits: the run "
+               f"moved on and waits on {waiting or 'nothing'}. Nothing was run or recorded; "
+               "read the thread's interrupts again and resend under their ids")
+        raise InterruptNotWaitingError(msg, reason="not_pending", interrupt_ids=stale,
+                                       pending_ids=waiting)
+
+
+def _resumes(input: Any) -> bool:
+    """Whether graph input is a `Command` that resumes (whatever else it carries)."""
+    return isinstance(input, Command) and input.resume is not None
 
 
 def _bare_resume(input: Any) -> bool:

@@ -17,6 +17,7 @@ GraphkitError
 ├── SuspendPayloadError            (ValueError)    suspend payload fails the tool's suspend_schema
 ├── ApproverNotAllowedError        (PermissionError) the approvers policy refused the decider
 ├── DecisionNotAllowedError        (ValueError)    the tool does not allow that decision type
+├── InterruptNotWaitingError       (ValueError)    a resume answers a pause that no longer waits
 └── WithheldToolError              (RuntimeError)  a tool's error still showed its call's secrets
 ```
 
@@ -25,6 +26,8 @@ not a failure.
 """
 
 from __future__ import annotations
+
+from langgraph.errors import UnknownInterruptError
 
 __all__ = [
     "AmbiguousApprovalError",
@@ -35,6 +38,7 @@ __all__ = [
     "ArgsDigestMismatchError",
     "DecisionNotAllowedError",
     "GraphkitError",
+    "InterruptNotWaitingError",
     "InvalidApprovedArgsError",
     "ResumeDataError",
     "RunSupersededError",
@@ -115,6 +119,13 @@ class ApproverNotAllowedError(GraphkitError, PermissionError):
 class DecisionNotAllowedError(GraphkitError, ValueError):
     """The decision's type (approve, edit, reject, respond) is not among the tool's
     `allowed_decisions`."""
+
+
+class InterruptNotWaitingError(GraphkitError, UnknownInterruptError, ValueError):
+    """A resume answers, under its interrupt id, a pause the thread no longer waits on (the
+    run moved on since the client read it). Refused before anything runs. Also LangGraph's
+    own `UnknownInterruptError` (its strict resume's), and a `ValueError`, whose message the
+    LangGraph server shows its client (it hides those of other errors)."""
 
 
 class WithheldToolError(GraphkitError, RuntimeError):

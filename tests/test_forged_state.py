@@ -760,6 +760,8 @@ def test_raw_resume_of_a_subagents_interrupt_by_someone_only_the_supervisor_admi
         boss.graph.invoke(Command(resume={"decisions": [
             {"type": "approve", "id": r.pending_approvals[0].id}]}), cfg)
     assert purged == [], purged
+    # (the refusals had the gate ask again, under a new id: the one read before is stale)
+    (intr,) = boss.graph.get_state(config(r.thread_id), subgraphs=True).interrupts
     boss.graph.invoke(Command(resume={intr.id: {"decisions": [
         {"type": "approve", "tool_call_id": "p7"}]}}), config(r.thread_id, "dba"))
     assert purged == [7]

@@ -12,6 +12,7 @@ the tests whose names start with `held_` document attacks that did not.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import uuid
@@ -31,7 +32,12 @@ from langgraph.types import Command
 
 from graphkit import Agent, Inbox, ToolContext, create_tool
 from graphkit._owner import new_owner
-from graphkit.errors import ApprovalAlreadyResolvedError, ApprovalNotFoundError, GraphkitError
+from graphkit.errors import (
+    ApprovalAlreadyResolvedError,
+    ApprovalNotFoundError,
+    GraphkitError,
+    InterruptNotWaitingError,
+)
 from graphkit.testing import ScriptedChatModel
 from tests.helpers import (
     PAY,
@@ -832,3 +838,62 @@ def test_a_message_resuming_a_fork_declines_what_still_waits_beside_a_call_that_
     with pytest.raises(ApprovalAlreadyResolvedError):
         agent.approve_tool_call_generate(run_id=first.run_id, tool_call_id="c2")
     assert len(ledger.ran) == 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("beside", ["top", "shipping"])
+def test_a_resume_map_under_ids_no_pause_holds_is_refused_and_changes_nothing(
+        tmp_path: Path, beside: str, mode: str) -> None:
+    """The user's client read the pause's interrupt ids; a reviewer's decision then moved the
+    run on and it paused again under new ids; the client's message, sent under the old ones,
+    reached no node and was dropped without a word, the run paused as before (helper-135).
+    It is refused (`InterruptNotWaitingError`, LangGraph's `UnknownInterruptError` too)
+    before anything runs: nothing ran, nothing was queued or decided; resent under the pause's ids,
+    it is taken."""
+    url = f"sqlite:///{tmp_path}/x.db"
+    ran: list[tuple[str, Any]] = []
+    if beside == "top":
+        agent, ledger = agent_with(lambda messages: turn(
+            call("pay", PAY, "c1"), call("pay", {"amount": 99, "payee": {"name": "EVIL"}},
+                                         "c2"))
+            if not any(isinstance(m, AIMessage) for m in messages) else "done",
+            checkpointer=url)
+        approve = "c1"
+    else:
+        agent = _boss(url, ran, beside="shipping")
+        approve = "pay-1"
+    first = agent.generate("go")
+    tid = first.thread_id
+    seen = agent.graph.get_state(config(tid)).interrupts
+    agent.approve_tool_call_generate(run_id=first.run_id, tool_call_id=approve)
+    before = agent.graph.get_state(config(tid))
+    audit = agent._storage.ledger.read_audit(thread_id=tid)
+    said = {"messages": [{"role": "user", "content": "never mind"}]}
+
+    def send(ids: list[str]) -> Any:
+        command = Command(resume={i: said for i in ids})
+        if mode == "sync":
+            return agent.graph.invoke(command, config(tid, "user"))
+        return asyncio.run(agent.graph.ainvoke(command, config(tid, "user")))
+
+    with pytest.raises(InterruptNotWaitingError, match="which no longer waits"):
+        send([i.id for i in seen])
+    with pytest.raises(InterruptNotWaitingError, match="which no longer waits"):  # (a message
+        agent.graph.invoke(Command(resume={i.id: said for i in seen}, update={  # it brings
+            "messages": [HumanMessage("pay them now")]}), config(tid, "user"))  # too)
+    # (nor a run recorded for it, as for the API's refused runs: a later decision went to it)
+    assert agent._storage.ledger.later_run(first.run_id) is None
+    after = agent.graph.get_state(config(tid))
+    assert after.config == before.config and after.interrupts == before.interrupts
+    assert agent._storage.ledger.read_audit(thread_id=tid) == audit
+    assert not agent._storage.ledger.queue_of(tid, agent.name)
+    # an empty answer under the old ids ("apply what the ledger holds") is no answer: it goes
+    # through, and the gates ask again as they were
+    agent.graph.invoke(Command(resume={i.id: {} for i in seen}), config(tid, "user"))
+    after = agent.graph.get_state(config(tid))
+    assert [i.value for i in after.interrupts] == [i.value for i in before.interrupts]
+    ran_before = list(ledger.ran if beside == "top" else ran)
+    out = send([i.id for i in after.interrupts])
+    assert "never mind" in _said(out["messages"])
+    assert not agent.graph.get_state(config(tid)).interrupts
+    assert (ledger.ran if beside == "top" else ran) == ran_before

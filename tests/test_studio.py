@@ -179,6 +179,34 @@ def test_deploy_approve_and_reject_through_the_server(server: str) -> None:
     assert not any("rolled out" in m["content"] for m in tool_results(values))
 
 
+def test_a_resume_under_the_ids_of_a_pause_that_moved_on_is_refused(server: str) -> None:
+    """A client resumes under interrupt ids it read before the run moved on (a new message
+    superseded the deploy it paused on, and it paused again under new ids): the server ran
+    the run with no node answered, told the client "success", and the decision was dropped
+    (helper-135). Refused before anything runs, saying why (`InterruptNotWaitingError`, a
+    `ValueError`, whose message the server shows), the thread as it was; under the pause's
+    own ids the decision is taken."""
+    from langgraph_sdk import get_sync_client
+
+    client = get_sync_client(url=server)
+    thread_id, _ = ask(client, "deploy", "Roll out build 5.0.0")
+    (old,) = interrupts(client, thread_id)
+    run(client, thread_id, "deploy",
+        input={"messages": [{"role": "user", "content": "actually roll out build 5.0.1"}]})
+    (new,) = interrupts(client, thread_id)
+    assert new["id"] != old["id"]
+    before = client.threads.get_state(thread_id)
+    approve = {"decisions": [{"type": "approve"}]}
+    with pytest.raises(Exception, match=r"InterruptNotWaitingError.*which no longer waits"):
+        run(client, thread_id, "deploy", command={"resume": {old["id"]: approve}},
+            raise_error=True)
+    after = client.threads.get_state(thread_id)
+    assert after["checkpoint"] == before["checkpoint"] and interrupts(client, thread_id) == [new]
+    values = run(client, thread_id, "deploy", command={"resume": {new["id"]: approve}})
+    assert [m["content"] for m in tool_results(values) if "rolled out" in m["content"]] == [
+        "rolled out 5.0.1 to production (3/3 regions healthy)"]
+
+
 def test_a_message_through_the_servers_thread_protocol_answers_or_supersedes(server: str
                                                                               ) -> None:
     """The server's v2 thread protocol (the SDK's thread stream: `run.start` on a thread's
