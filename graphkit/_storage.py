@@ -351,7 +351,6 @@ def _postgres(saver: BaseCheckpointSaver[Any]) -> Ledger | None:
     try:
         from langgraph.checkpoint.postgres import PostgresSaver
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-        from psycopg import AsyncConnection
         from psycopg.conninfo import make_conninfo
         from psycopg_pool import AsyncConnectionPool, ConnectionPool
     except ImportError:  # pragma: no cover - the postgres extra is not installed
@@ -359,20 +358,45 @@ def _postgres(saver: BaseCheckpointSaver[Any]) -> Ledger | None:
     conn = saver.conn if isinstance(saver, PostgresSaver | AsyncPostgresSaver) else None
     if conn is None:
         return None
-    if isinstance(conn, ConnectionPool):
-        return Ledger.postgres(conn)
-    if isinstance(saver, PostgresSaver):
-        return Ledger.postgres(_Shared(conn, _reentrant(saver)))
-    # an async pool or connection: a small sync pool of its own on the same database
-    if isinstance(conn, AsyncConnection):
-        conninfo = make_conninfo(conn.info.dsn, password=conn.info.password)
-    elif isinstance(conn, AsyncConnectionPool):
+    if isinstance(conn, ConnectionPool | AsyncConnectionPool):
         conninfo = str(conn.conninfo)
+    elif hasattr(conn, "info"):  # (a connection, sync or async)
+        conninfo = make_conninfo(conn.info.dsn, password=conn.info.password)
     else:  # pragma: no cover - no other connection kind is a saver's
         return None
-    return Ledger.postgres(ConnectionPool(
-        conninfo, min_size=1, max_size=2, open=True,
-        kwargs={"autocommit": True, "prepare_threshold": 0}))
+    with _one_set_up_at_a_time(conninfo):
+        if isinstance(conn, ConnectionPool):
+            return Ledger.postgres(conn)
+        if isinstance(saver, PostgresSaver):
+            return Ledger.postgres(_Shared(conn, _reentrant(saver)))
+        # an async pool or connection: a small sync pool of its own on the same database
+        return Ledger.postgres(ConnectionPool(
+            conninfo, min_size=1, max_size=2, open=True,
+            kwargs={"autocommit": True, "prepare_threshold": 0}))
+
+
+_SET_UP_LOCK = "hashtextextended('graphkit set-up', 0)"
+
+
+@contextlib.contextmanager
+def _one_set_up_at_a_time(conninfo: str) -> Iterator[None]:
+    """Set up a PostgreSQL database's tables one process at a time (a session advisory lock,
+    held on a connection of its own): processes that set up one new database at once (a
+    worker started before its server, then the app) met in its catalog and failed, despite
+    IF NOT EXISTS: the ledger's `type ... already exists`, LangGraph's migrations' duplicate
+    keys, a deadlock of their concurrent index builds (seen in CI). The later set-up finds
+    the tables made. The lock is tried, not waited for in a statement: LangGraph's
+    migrations build indexes CONCURRENTLY, which wait for every statement in progress,
+    a waiter's included, and the two waited on each other for good."""
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
+        pause = 0.01
+        while conn.execute(f"SELECT pg_try_advisory_lock({_SET_UP_LOCK})").fetchone() != (
+                True,):
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+        yield  # (the lock goes with the session, however this ends)
 
 
 def _reentrant(saver: Any) -> Any:
@@ -543,8 +567,9 @@ def _open_postgres(url: str) -> Storage:
     pool: ConnectionPool[Any] = ConnectionPool(url, min_size=1, max_size=POOL_SIZE,
                                                kwargs=kwargs, open=True)
     saver = ThreadedPostgresSaver(pool)
-    saver.setup()
     store = PostgresStore(pool)
-    store.setup()
-    ledger = Ledger.postgres(pool)
+    with _one_set_up_at_a_time(url):
+        saver.setup()
+        store.setup()
+        ledger = Ledger.postgres(pool)
     return Storage(_beside(saver, ledger), store, f"postgresql {shown_url(url)}", ledger, url)

@@ -729,6 +729,37 @@ def test_a_set_up_raced_by_another_process_is_run_again() -> None:
         _set_up(broken)
 
 
+def test_processes_that_set_up_one_new_postgres_database_at_once_all_open_it(
+        postgres_url: str) -> None:
+    """A worker started before its database server, and the app, set up one new database at
+    once: one of them failed on `type "graphkit_deliveries" already exists` (PostgreSQL's
+    catalog, despite IF NOT EXISTS; seen in CI), or on LangGraph's migrations (a duplicate
+    key, a deadlock of their index builds). One set-up at a time: every opener gets its
+    storage."""
+    import threading
+
+    from graphkit._storage import open_storage
+
+    start = threading.Barrier(6)
+    opened: list[Any] = []
+    failed: list[BaseException] = []
+
+    def open_it() -> None:
+        start.wait()
+        try:
+            opened.append(open_storage(postgres_url))
+        except BaseException as exc:  # (reported below)
+            failed.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failed, failed
+    assert len(opened) == 6
+
+
 def test_a_turns_plan_its_agents_queue_and_what_it_waits_on_are_read_in_one_statement(
         durable_url: str) -> None:
     """`turn_and_queue` answers what `turn`, `queue_rows` and (asked) `pending_turns`, and
