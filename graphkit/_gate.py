@@ -79,6 +79,7 @@ from graphkit._review import (
     verify,
 )
 from graphkit._secrets import masked_ai, record_paths, with_secrets
+from graphkit._sent import sent_here
 from graphkit._state import (
     AgentState,
     CallPlan,
@@ -732,8 +733,9 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
             # then Agent Chat UI's reject) is refused and audited, never dropped unread while
             # the other decision runs (helper-80).
             def ask() -> Any:
-                return interrupt(interrupt_value(plan, answered, agent_path=ctx.path,
-                                                 ledger=ctx.ledger, rows=step.rows))
+                value = interrupt(interrupt_value(plan, answered, agent_path=ctx.path,
+                                                  ledger=ctx.ledger, rows=step.rows))
+                return value if sent_here(value) else {}  # (another run's: no answer)
 
             given = _given(ask, "decisions")
             applied = given is None and step.apply_ledger(answered)

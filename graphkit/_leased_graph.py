@@ -55,6 +55,7 @@ from graphkit._control import back_to_gate
 from graphkit._ids import stored
 from graphkit._ledger import Ledger, RunBusyError, RunToRecord, _keeper, _schema
 from graphkit._offload import apart, offload
+from graphkit._sent import stamped
 from graphkit._state import brings_messages, named_input
 from graphkit.errors import GraphkitError, InterruptNotWaitingError
 
@@ -198,6 +199,8 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
             if thread_id is not None and _resumes(input):
                 input = self._resumed(input, self.get_state(cast(RunnableConfig, leased)),
                                       thread_id)
+            if thread_id is not None:
+                leased = stamped(leased, input)
             yield from super().stream(named_input(input), leased, **kwargs)
 
     async def astream(self, input: Any, config: RunnableConfig | None = None,
@@ -206,6 +209,8 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
             if thread_id is not None and _resumes(input):
                 snapshot = await self.aget_state(cast(RunnableConfig, leased))
                 input = await offload(self._resumed, input, snapshot, thread_id)
+            if thread_id is not None:
+                leased = stamped(leased, input)
             async for part in super().astream(named_input(input), leased, **kwargs):
                 yield part
 
@@ -223,12 +228,12 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
     def stream_held(self, input: Any, config: RunnableConfig, **kwargs: Any) -> Iterator[Any]:
         """`stream`, for a door that holds the thread's lease already (its owner in
         `config`)."""
-        return super().stream(named_input(input), config, **kwargs)
+        return super().stream(named_input(input), stamped(config, input), **kwargs)
 
     def astream_held(self, input: Any, config: RunnableConfig, **kwargs: Any
                      ) -> AsyncIterator[Any]:
         """`astream`, for a door that holds the thread's lease already."""
-        return super().astream(named_input(input), config, **kwargs)
+        return super().astream(named_input(input), stamped(config, input), **kwargs)
 
     def bulk_update_state(self, config: RunnableConfig,
                           supersteps: Sequence[Sequence[StateUpdate]]) -> RunnableConfig:

@@ -36,6 +36,7 @@ from graphkit._events import marked_waiting, with_waiting_beside
 from graphkit._ledger import Ledger, NewRun, QueuedFor, Stop, queued_id, same_queued
 from graphkit._limits import check_value
 from graphkit._review import superseded
+from graphkit._sent import sent_here
 from graphkit._state import RunOptions
 from graphkit.errors import GraphkitError
 from graphkit.types import ApprovalRecord
@@ -214,6 +215,8 @@ def resumed_message() -> Any | None:
     try:
         value = interrupt(None)
     except GraphInterrupt:
+        return None
+    if not sent_here(value):  # (another run's, kept in the checkpoint: not this one's)
         return None
     return value["messages"] if isinstance(value, Mapping) and message_input(value) else None
 

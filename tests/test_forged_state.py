@@ -742,14 +742,20 @@ def test_a_pinned_args_digest_does_not_pin_the_arguments(sqlite_url: str, door: 
 # approval decided by a raw resume mapped to its interrupt id
 
 
-def test_raw_resume_of_a_subagents_interrupt_by_someone_only_the_supervisor_admits(
-        sqlite_url: str) -> None:
-    purged: list[int] = []
+def boss_over_ops(url: str, purged: list[int]) -> Agent:
+    """`boss` delegates to `ops`, whose `purge` only the DBA may approve (boss's policy admits
+    boss too, for its own calls)."""
     ops = ops_agent(purged, approvers=lambda who, p: who == "dba")
-    boss = Agent(name="boss", checkpointer=sqlite_url, agents={"ops": ops},
+    return Agent(name="boss", checkpointer=url, agents={"ops": ops},
                  approvers=lambda who, p: who in ("dba", "boss"),
                  model=ScriptedChatModel(lambda m: "ok" if isinstance(m[-1], ToolMessage)
                                          else turn(call("ops", {"task": "purge"}, "d1"))))
+
+
+def test_raw_resume_of_a_subagents_interrupt_by_someone_only_the_supervisor_admits(
+        sqlite_url: str) -> None:
+    purged: list[int] = []
+    boss = boss_over_ops(sqlite_url, purged)
     r = boss.generate("go")
     cfg = config(r.thread_id, "boss")
     (intr,) = boss.graph.get_state(config(r.thread_id), subgraphs=True).interrupts
@@ -765,6 +771,39 @@ def test_raw_resume_of_a_subagents_interrupt_by_someone_only_the_supervisor_admi
     boss.graph.invoke(Command(resume={intr.id: {"decisions": [
         {"type": "approve", "tool_call_id": "p7"}]}}), config(r.thread_id, "dba"))
     assert purged == [7]
+
+
+@pytest.mark.parametrize("next_resume", ["empty", "stale id", "async empty"])
+@pytest.mark.parametrize("refused", ["approve", "edit"])
+def test_a_refused_clients_resume_value_is_never_read_by_the_next_run(
+        sqlite_url: str, refused: str, next_resume: str) -> None:
+    """`boss`, whom only the supervisor's policy admits, resumes the subagent's pause with a
+    plain value: refused, and the subagent's gate asks again. LangGraph kept the value in
+    the supervisor's checkpoint, which the subagent's asking again did not move on; the next
+    run that gave that gate no value of its own (the documented `Command(resume={})`, an id
+    gone stale) had the gate read boss's value again, judged as that run's user: the DBA's
+    "go on" approved the purge as the DBA, or ran it with boss's edited arguments
+    (helper-136). A resume value is read only by the run that sent it."""
+    import asyncio
+
+    purged: list[int] = []
+    boss = boss_over_ops(sqlite_url, purged)
+    r = boss.generate("go")
+    (seen,) = boss.graph.get_state(config(r.thread_id), subgraphs=True).interrupts
+    decision = ({"type": "approve"} if refused == "approve" else
+                {"type": "edit", "edited_action": {"name": "purge", "args": {"days": 0}}})
+    boss.graph.invoke(Command(resume={"decisions": [decision]}), config(r.thread_id, "boss"))
+    assert purged == []
+    go_on: Any = {} if next_resume != "stale id" else {seen.id: {}}
+    if next_resume == "async empty":
+        asyncio.run(boss.graph.ainvoke(Command(resume=go_on), config(r.thread_id, "dba")))
+    else:
+        boss.graph.invoke(Command(resume=go_on), config(r.thread_id, "dba"))
+    assert purged == []
+    audit = [(e["event"], e["decided_by"]) for e in boss._storage.ledger.read_audit(
+        thread_id=r.thread_id) if e["event"] != "requested"]
+    assert audit == [("refused", "boss")], audit
+    assert [p.tool_call_id for p in boss.pending_approvals(run_id=r.run_id)] == ["p7"]
 
 
 # ====================================================================== R3-13: async runs on the
