@@ -351,6 +351,7 @@ def _postgres(saver: BaseCheckpointSaver[Any]) -> Ledger | None:
     try:
         from langgraph.checkpoint.postgres import PostgresSaver
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+        from psycopg import AsyncConnection
         from psycopg.conninfo import make_conninfo
         from psycopg_pool import AsyncConnectionPool, ConnectionPool
     except ImportError:  # pragma: no cover - the postgres extra is not installed
@@ -358,21 +359,20 @@ def _postgres(saver: BaseCheckpointSaver[Any]) -> Ledger | None:
     conn = saver.conn if isinstance(saver, PostgresSaver | AsyncPostgresSaver) else None
     if conn is None:
         return None
-    if isinstance(conn, ConnectionPool | AsyncConnectionPool):
-        conninfo = str(conn.conninfo)
-    elif hasattr(conn, "info"):  # (a connection, sync or async)
+    if isinstance(conn, ConnectionPool):
+        return Ledger.postgres(conn)
+    if isinstance(saver, PostgresSaver):
+        return Ledger.postgres(_Shared(conn, _reentrant(saver)))
+    # an async pool or connection: a small sync pool of its own on the same database
+    if isinstance(conn, AsyncConnection):
         conninfo = make_conninfo(conn.info.dsn, password=conn.info.password)
+    elif isinstance(conn, AsyncConnectionPool):
+        conninfo = str(conn.conninfo)
     else:  # pragma: no cover - no other connection kind is a saver's
         return None
-    with _one_set_up_at_a_time(conninfo):
-        if isinstance(conn, ConnectionPool):
-            return Ledger.postgres(conn)
-        if isinstance(saver, PostgresSaver):
-            return Ledger.postgres(_Shared(conn, _reentrant(saver)))
-        # an async pool or connection: a small sync pool of its own on the same database
-        return Ledger.postgres(ConnectionPool(
-            conninfo, min_size=1, max_size=2, open=True,
-            kwargs={"autocommit": True, "prepare_threshold": 0}))
+    return Ledger.postgres(ConnectionPool(
+        conninfo, min_size=1, max_size=2, open=True,
+        kwargs={"autocommit": True, "prepare_threshold": 0}))
 
 
 _SET_UP_LOCK = "hashtextextended('graphkit set-up', 0)"
@@ -383,11 +383,12 @@ def _one_set_up_at_a_time(conninfo: str) -> Iterator[None]:
     """Set up a PostgreSQL database's tables one process at a time (a session advisory lock,
     held on a connection of its own): processes that set up one new database at once (a
     worker started before its server, then the app) met in its catalog and failed, despite
-    IF NOT EXISTS: the ledger's `type ... already exists`, LangGraph's migrations' duplicate
-    keys, a deadlock of their concurrent index builds (seen in CI). The later set-up finds
-    the tables made. The lock is tried, not waited for in a statement: LangGraph's
-    migrations build indexes CONCURRENTLY, which wait for every statement in progress,
-    a waiter's included, and the two waited on each other for good."""
+    IF NOT EXISTS: the ledger's `type ... already exists` (its own set-up is one at a time
+    too, `Ledger`, where a saver's role may be allowed one connection), LangGraph's
+    migrations' duplicate keys, a deadlock of their concurrent index builds (seen in CI). The
+    later set-up finds the tables made. The lock is tried, not waited for in a statement:
+    LangGraph's migrations build indexes CONCURRENTLY, which wait for every statement in
+    progress, a waiter's included, and the two waited on each other for good."""
     import psycopg
 
     with psycopg.connect(conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:

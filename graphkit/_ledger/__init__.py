@@ -42,7 +42,16 @@ from graphkit._ledger._schema import (
     SERVER_THREAD,
     WAIT_SECONDS,
 )
-from graphkit._ledger._sql import PAGE_SIZE, Batch, Postgres, RunBusyError, Sql, Sqlite, iso_ms
+from graphkit._ledger._sql import (
+    PAGE_SIZE,
+    Batch,
+    Postgres,
+    RunBusyError,
+    Sql,
+    Sqlite,
+    Tx,
+    iso_ms,
+)
 from graphkit._ledger._waiting import Waiting, WaitingRow
 from graphkit._state import TurnPlan
 
@@ -79,6 +88,18 @@ __all__ = [
 ]
 
 
+def _create(sql: Sql, run: Sql | Tx) -> None:
+    """The ledger's tables, columns and indexes where they are missing (`run`: `sql` itself,
+    or a transaction of it)."""
+    for statement in SCHEMA:
+        run.execute(statement.format(serial=sql.serial, keyed=sql.keyed))
+    for table, column, kind in MIGRATIONS:
+        if not run.query(f"SELECT {sql.has_column} ", (table, column)):
+            run.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+    for statement in LATE:
+        run.execute(statement)
+
+
 class Ledger(Plans, Decisions, Executions, Leases, Messages, Notifications, Waiting):
     """graphkit's trusted records and leases, in one SQL database: each concept's statements
     are in a module of their own (`_plans`, `_decisions`, `_calls`, `_leases`, `_messages`,
@@ -88,13 +109,15 @@ class Ledger(Plans, Decisions, Executions, Leases, Messages, Notifications, Wait
         self._sql = sql
         self._holds = {}
         self._recorded = {}
-        for statement in SCHEMA:
-            sql.execute(statement.format(serial=sql.serial, keyed=sql.keyed))
-        for table, column, kind in MIGRATIONS:
-            if not sql.query(f"SELECT {sql.has_column} ", (table, column)):
-                sql.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
-        for statement in LATE:
-            sql.execute(statement)
+        if sql.xact_lock is None:  # (SQLite: DDL takes the file's one write lock)
+            _create(sql, sql)
+            return
+        # PostgreSQL: processes that set up one database at once met in its catalog, and one
+        # failed on "type ... already exists" despite IF NOT EXISTS; one at a time (on the
+        # connection it has: a saver's role may be allowed just one), the later finds them
+        with sql.transaction() as tx:
+            tx.query(f"SELECT {sql.xact_lock.format(key='?')}", ("graphkit ledger schema",))
+            _create(sql, tx)
 
     def record_pass(self, thread_id: str, agent_path: Sequence[str], *, run_id: str | None,
                     scope: str, waiting: Mapping[str, int], done: Iterable[str] = (),
