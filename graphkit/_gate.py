@@ -52,7 +52,7 @@ from graphkit._new_message import (
     DELEGATION_STOPPED,
     check_reply,
     message_input,
-    resumed_message,
+    resumed_answer,
     resumed_with,
     said_of,
     says_nothing,
@@ -79,7 +79,7 @@ from graphkit._review import (
     verify,
 )
 from graphkit._secrets import masked_ai, record_paths, with_secrets
-from graphkit._sent import sent_here
+from graphkit._sent import NO_ANSWER, taken
 from graphkit._state import (
     AgentState,
     CallPlan,
@@ -733,9 +733,9 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
             # then Agent Chat UI's reject) is refused and audited, never dropped unread while
             # the other decision runs (helper-80).
             def ask() -> Any:
-                value = interrupt(interrupt_value(plan, answered, agent_path=ctx.path,
-                                                  ledger=ctx.ledger, rows=step.rows))
-                return value if sent_here(value) else {}  # (another run's: no answer)
+                value = taken(lambda: interrupt(interrupt_value(
+                    plan, answered, agent_path=ctx.path, ledger=ctx.ledger, rows=step.rows)))
+                return {} if value is NO_ANSWER else value  # (another run's: no answer)
 
             given = _given(ask, "decisions")
             applied = given is None and step.apply_ledger(answered)
@@ -754,16 +754,25 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
                     ctx.forget_approvals()                 # predate what it decided)
                 step.apply_ledger(answered)
             changed = True
-        elif not changed and (raw := resumed_message()) is not None:
-            # A new message (the server's thread protocol) that reached a gate that does not
-            # ask (a fork of a pause whose calls ran since, or some of them: those are ready
-            # again): left unread, it was dropped, or read by the run's next pause as that
-            # pause's answer (helper-129 M2). Taken as at a pause: what still waits is
-            # declined (a call queued only, beside one ready, was approved later and ran:
-            # helper-135), what is ready runs, and the message joins the conversation after
-            # the turn's answers. Refused, it fails the run, nothing changed (no pause shows
-            # why).
-            step.resume({"messages": raw}, answered, {m.id for m in messages if m.id})
+        elif not changed and (value := resumed_answer()) is not None:
+            # A client's answer that reached a gate that does not ask (a fork of a pause whose
+            # calls ran since, or some of them: those are ready again): left unread, it was
+            # dropped, or read by the run's next pause as that pause's answer. Taken as at a
+            # pause. A new message (the server's thread protocol, helper-129 M2): what still
+            # waits is declined (a call queued only, beside one ready, was approved later and
+            # ran: helper-135), what is ready runs, and the message joins the conversation
+            # after the turn's answers; refused, it fails the run, nothing changed (no pause
+            # shows why). Decisions (helper-136 F1: a reject of the call still waiting, the
+            # gate asking again, was lost, and an approval later paid): taken, or refused and
+            # audited, the refusal in the plan's error, as at a pause.
+            plan["error"] = None
+            try:
+                step.resume(value, answered, {m.id for m in messages if m.id})
+            except GraphkitError as exc:
+                if message_input(value):
+                    raise
+                plan["error"] = str(exc)
+            ctx.forget_approvals()  # (the rows read with the plan predate what it decided)
             step.apply_ledger(answered)
             changed = True
         if step.edited:

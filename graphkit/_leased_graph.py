@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -55,7 +54,7 @@ from graphkit._control import back_to_gate
 from graphkit._ids import stored
 from graphkit._ledger import Ledger, RunBusyError, RunToRecord, _keeper, _schema
 from graphkit._offload import apart, offload
-from graphkit._sent import stamped
+from graphkit._sent import is_resume_map, stamped
 from graphkit._state import brings_messages, named_input
 from graphkit.errors import GraphkitError, InterruptNotWaitingError
 
@@ -216,14 +215,19 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
 
     def _resumed(self, command: Command[Any], snapshot: StateSnapshot, thread_id: str) -> Any:
         """A client's resume, refused where it answers a pause no longer waiting
-        (`answers_no_pause`). For a thread a state write left with nothing next while a gate
-        of this agent waited, a bare resume goes back to the gate, which applies what the
-        ledger holds (`_control.back_to_gate`, as the API's resume does), where it ran
-        nothing."""
+        (`answers_no_pause`), or carries an answer where nothing waits on an interrupt:
+        LangGraph ran no node, or nodes that never read it, and the decision was dropped
+        without a word (helper-134, helper-136 F2). For a thread a state write left with
+        nothing next while a gate of this agent waited, a bare resume with no answer (`{}`)
+        goes back to the gate, which applies what the ledger holds and asks again
+        (`_control.back_to_gate`, as the API's resume does), where it ran nothing."""
         answers_no_pause(command.resume, snapshot)
-        if not _bare_resume(command):
-            return command
-        return back_to_gate(snapshot, self.leases, thread_id, self.agent) or command
+        back = back_to_gate(snapshot, self.leases, thread_id, self.agent) if _bare_resume(
+            command) else None
+        if not snapshot.interrupts and command.resume != {}:
+            raise InterruptNotWaitingError(NOTHING_WAITS if back is None else ENDED_BY_A_WRITE,
+                                           reason="not_pending")
+        return back or command
 
     def stream_held(self, input: Any, config: RunnableConfig, **kwargs: Any) -> Iterator[Any]:
         """`stream`, for a door that holds the thread's lease already (its owner in
@@ -249,10 +253,13 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
                                                     _named_updates(supersteps))
 
 
-_INTERRUPT_ID = re.compile(r"[0-9a-f]{32}")
-"""What LangGraph reads as an interrupt id in a resume (a map of them, or a single value)."""
-
-
+NOTHING_WAITS = ("the resume answers no pause: nothing in the thread waits on an interrupt (its "
+                 "run ended, or goes on). Nothing was run or recorded; a new message goes as "
+                 "graph input")
+ENDED_BY_A_WRITE = ("the resume answers no pause: a state write ended the run while tool calls "
+                    "waited, and no interrupt waits for an answer. Nothing was run or "
+                    "recorded; resume with no answer ({}) to have the gate ask again, then "
+                    "answer it")
 def answers_no_pause(resume: Any, snapshot: StateSnapshot) -> None:
     """Refuse a resume map that answers, under its id, an interrupt the thread no longer
     waits on: a client read the pause's ids, a reviewer's decision (or a new message) moved
@@ -263,8 +270,7 @@ def answers_no_pause(resume: Any, snapshot: StateSnapshot) -> None:
     that wait. An empty answer (`{}`, "apply what the ledger holds", as the mounted inbox's
     continuation sends under the ids it read) is no answer, and goes through: the gates read
     the ledger whatever their ids."""
-    if not (isinstance(resume, dict) and all(isinstance(k, str) and _INTERRUPT_ID.fullmatch(k)
-                                             for k in resume)):
+    if not is_resume_map(resume):
         return  # (a single value, as LangGraph reads it: it answers the one pause)
     waiting = sorted({i.id for i in snapshot.interrupts})
     stale = sorted(k for k, value in resume.items() if k not in waiting and value != {})

@@ -36,7 +36,7 @@ from graphkit._events import marked_waiting, with_waiting_beside
 from graphkit._ledger import Ledger, NewRun, QueuedFor, Stop, queued_id, same_queued
 from graphkit._limits import check_value
 from graphkit._review import superseded
-from graphkit._sent import sent_here
+from graphkit._sent import NO_ANSWER, taken
 from graphkit._state import RunOptions
 from graphkit.errors import GraphkitError
 from graphkit.types import ApprovalRecord
@@ -47,6 +47,7 @@ __all__ = [
     "check_reply",
     "mapped_messages",
     "message_input",
+    "resumed_answer",
     "resumed_message",
     "resumed_with",
     "said_of",
@@ -207,18 +208,35 @@ def resumed_with(field: str) -> bool:
 
 def resumed_message() -> Any | None:
     """The messages of a `{"messages": [...]}` value this task was resumed with, taken (no
-    later `interrupt` of the run reads it); None where there is none. LangGraph's scratchpad
+    later `interrupt` of the run reads it); None where there is none."""
+    value = _resumed_value("supersede")
+    return value["messages"] if isinstance(value, Mapping) and message_input(value) else None
+
+
+def resumed_answer() -> Mapping[str, Any] | None:
+    """A client's answer this task was resumed with, taken: its decisions
+    (`{"decisions": [...]}`), or a new message as `{"messages": [...]}`; None where there is
+    none. The API's and the workers' resumes answer nothing: their decisions are in the
+    ledger."""
+    if not resumed_with("decisions"):
+        raw = resumed_message()
+        return None if raw is None else {"messages": raw}
+    value = _resumed_value("decisions")
+    return value if isinstance(value, Mapping) else None
+
+
+def _resumed_value(field: str) -> Any | None:
+    """The value carrying `field` this task was resumed with, taken, if its run sent it
+    (`_sent.taken`: another run's, kept in the checkpoint, is none). LangGraph's scratchpad
     still shows a plain resume another task took already: `interrupt` then pauses, which
     here only means there is nothing to read."""
-    if not resumed_with("supersede"):
+    if not resumed_with(field):
         return None
     try:
-        value = interrupt(None)
+        value = taken(lambda: interrupt(None))
     except GraphInterrupt:
         return None
-    if not sent_here(value):  # (another run's, kept in the checkpoint: not this one's)
-        return None
-    return value["messages"] if isinstance(value, Mapping) and message_input(value) else None
+    return None if value is NO_ANSWER else value
 
 
 def mapped_messages(config: RunnableConfig) -> list[Any]:

@@ -806,6 +806,46 @@ def test_a_refused_clients_resume_value_is_never_read_by_the_next_run(
     assert [p.tool_call_id for p in boss.pending_approvals(run_id=r.run_id)] == ["p7"]
 
 
+def test_a_refused_clients_plain_value_never_answers_a_later_pause_the_same_value_names(
+        sqlite_url: str) -> None:
+    """`ops` asks for purge p7, and once it ran, for p8, in the same run. boss, refused,
+    leaves the plain positional approve V in the supervisor's checkpoint; the DBA approves p7
+    alone, under its id, with the same V. p8's gate, a new task with no answer of its own,
+    read boss's V from the thread's plain slot, and since the DBA's run had sent that very
+    value (under p7's id), took it: p8 ran, approved "by the DBA" (helper-137 F1). A value
+    read from the plain slot is the run's only if the run sent it plain; p8 waits."""
+    purged: list[int] = []
+
+    @create_tool(needs_approval=True)
+    def purge(days: int) -> str:
+        """Purge logs older than `days` days."""
+        purged.append(days)
+        return f"purged {days}"
+
+    def reply(messages: list[Any]) -> Any:
+        done = sum(isinstance(m, ToolMessage) for m in messages)
+        if not any(isinstance(m, AIMessage) for m in messages):
+            return turn(call("purge", {"days": 7}, "p7"))
+        return turn(call("purge", {"days": 30}, "p8")) if done == 1 else "ops finished"
+
+    ops = Agent(name="ops", description="Ops.", tools=[purge], model=ScriptedChatModel(reply),
+                approvers=lambda who, p: who == "dba")
+    boss = Agent(name="boss", checkpointer=sqlite_url, agents={"ops": ops},
+                 approvers=lambda who, p: who in ("dba", "boss"),
+                 model=ScriptedChatModel(lambda m: "ok" if isinstance(m[-1], ToolMessage)
+                                         else turn(call("ops", {"task": "purge"}, "d1"))))
+    r = boss.generate("go")
+    approve = {"decisions": [{"type": "approve"}]}
+    boss.graph.invoke(Command(resume=approve), config(r.thread_id, "boss"))
+    (pause,) = boss.graph.get_state(config(r.thread_id), subgraphs=True).interrupts
+    boss.graph.invoke(Command(resume={pause.id: approve}), config(r.thread_id, "dba"))
+    assert purged == [7]
+    audit = [(e["event"], e["decided_by"], e["tool_call_id"]) for e in
+             boss._storage.ledger.read_audit(thread_id=r.thread_id) if e["event"] != "requested"]
+    assert audit == [("refused", "boss", "p7"), ("approved", "dba", "p7")]
+    assert [p.tool_call_id for p in boss.pending_approvals(run_id=r.run_id)] == ["p8"]
+
+
 # ====================================================================== R3-13: async runs on the
 # in-memory default storage (ledger work and the gate on the event loop)
 

@@ -897,3 +897,77 @@ def test_a_resume_map_under_ids_no_pause_holds_is_refused_and_changes_nothing(
     assert "never mind" in _said(out["messages"])
     assert not agent.graph.get_state(config(tid)).interrupts
     assert (ledger.ran if beside == "top" else ran) == ran_before
+
+
+def _two_payments(messages: list[BaseMessage]) -> Any:
+    if not any(isinstance(m, AIMessage) for m in messages):
+        return turn(call("pay", PAY, "c1"),
+                    call("pay", {"amount": 99, "payee": {"name": "EVIL"}}, "c2"))
+    return "done"
+
+
+@pytest.mark.parametrize("how", ["map", "single value"])
+def test_a_decision_resuming_a_fork_whose_other_call_ran_since_is_taken(
+        tmp_path: Path, how: str) -> None:
+    """A fork of a pause where one payment was approved and ran since: the gate had that call
+    ready again, so it did not ask, and the client's reject of the other, under the fork's
+    own interrupt id (or as a plain value), was never read: the gate asked again under a new
+    id, the payment still pending, and an approval in the inbox later ran it (helper-136
+    F1). It is taken as at a pause: rejected, refused to any later decision; the paid call
+    does not run again."""
+    agent, ledger = agent_with(_two_payments, checkpointer=f"sqlite:///{tmp_path}/x.db")
+    first = agent.generate("pay")
+    paused = agent.graph.get_state(config(first.thread_id))
+    agent.approve_tool_call_generate(run_id=first.run_id, tool_call_id="c1")
+    fork = {"configurable": {**paused.config["configurable"], **USER}}
+    reject = {"decisions": [{"type": "reject", "tool_call_id": "c2", "message": "NO"}]}
+    (pause,) = paused.interrupts
+    agent.graph.invoke(Command(resume={pause.id: reject} if how == "map" else reject), fork)
+    audit = [(e["event"], e["tool_call_id"]) for e in agent._storage.ledger.read_audit(
+        thread_id=first.thread_id) if e["event"] != "requested"]
+    assert audit == [("approved", "c1"), ("rejected", "c2")]
+    with pytest.raises(ApprovalAlreadyResolvedError):
+        agent.approve_tool_call_generate(run_id=first.run_id, tool_call_id="c2")
+    assert ledger.ran == [("pay", PAY)]
+
+
+def test_a_decision_resuming_a_thread_a_state_write_ended_is_refused_not_dropped(
+        tmp_path: Path) -> None:
+    """A client's state write (words as the model's) ended the run while a payment waited;
+    the client's reject, as a plain resume value, took the run back to the gate, which asked
+    again: the value was dropped on the way, nothing audited, and an approval in the inbox
+    later paid (helper-136 F2). Refused, saying how to go on: `{}` has the gate ask again,
+    and the reject answers that pause."""
+    agent, ledger = agent_with(_two_payments, checkpointer=f"sqlite:///{tmp_path}/x.db")
+    first = agent.generate("pay")
+    agent.approve_tool_call_generate(run_id=first.run_id, tool_call_id="c1")
+    agent.graph.update_state(config(first.thread_id, "user"),
+                             {"messages": [AIMessage("hmm", id="w2")]}, as_node="model")
+    reject = {"decisions": [{"type": "reject", "tool_call_id": "c2", "message": "NO"}]}
+    with pytest.raises(InterruptNotWaitingError, match="have the gate ask again"):
+        agent.graph.invoke(Command(resume=reject), config(first.thread_id, "user"))
+    agent.graph.invoke(Command(resume={}), config(first.thread_id, "user"))
+    (pause,) = agent.graph.get_state(config(first.thread_id)).interrupts
+    agent.graph.invoke(Command(resume={pause.id: reject}), config(first.thread_id, "user"))
+    audit = [(e["event"], e["tool_call_id"]) for e in agent._storage.ledger.read_audit(
+        thread_id=first.thread_id) if e["event"] not in ("requested", "refused")]
+    assert audit == [("approved", "c1"), ("rejected", "c2")]
+    with pytest.raises(ApprovalAlreadyResolvedError):
+        agent.approve_tool_call_generate(run_id=first.run_id, tool_call_id="c2")
+    assert ledger.ran == [("pay", PAY)]
+
+
+def test_a_resume_value_where_nothing_waits_is_refused() -> None:
+    """The run ended: nothing waits. A resume value reached no node (LangGraph ran none) and
+    was dropped, the client told nothing (helper-134). Refused, saying so; `{}` (go on) is no
+    answer, and still runs nothing."""
+    agent, ledger = agent_with(pay_then_done)
+    first = agent.generate("pay")
+    agent.approve_tool_call_generate(run_id=first.run_id)
+    before = agent.graph.get_state(config(first.thread_id))
+    with pytest.raises(InterruptNotWaitingError, match="nothing in the thread waits"):
+        agent.graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}),
+                           config(first.thread_id, "user"))
+    agent.graph.invoke(Command(resume={}), config(first.thread_id, "user"))
+    assert agent.graph.get_state(config(first.thread_id)).config == before.config
+    assert len(ledger.ran) == 1
