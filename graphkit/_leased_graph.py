@@ -260,6 +260,8 @@ ENDED_BY_A_WRITE = ("the resume answers no pause: a state write ended the run wh
                     "waited, and no interrupt waits for an answer. Nothing was run or "
                     "recorded; resume with no answer ({}) to have the gate ask again, then "
                     "answer it")
+
+
 def answers_no_pause(resume: Any, snapshot: StateSnapshot) -> None:
     """Refuse a resume map that answers, under its id, an interrupt the thread no longer
     waits on: a client read the pause's ids, a reviewer's decision (or a new message) moved
