@@ -254,8 +254,8 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
 
 
 NOTHING_WAITS = ("the resume answers no pause: nothing in the thread waits on an interrupt (its "
-                 "run ended, or goes on). Nothing was run or recorded; a new message goes as "
-                 "graph input")
+                 "run ended; or it stopped between steps, where a resume with no answer, {}, "
+                 "goes on). Nothing was run or recorded; a new message goes as graph input")
 ENDED_BY_A_WRITE = ("the resume answers no pause: a state write ended the run while tool calls "
                     "waited, and no interrupt waits for an answer. Nothing was run or "
                     "recorded; resume with no answer ({}) to have the gate ask again, then "
