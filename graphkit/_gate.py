@@ -198,6 +198,23 @@ class _Pass:
 
     # ---------------------------------------------------------------- raw resume values
 
+    def take(self, value: Any, answered: set[str], present: set[str], *, decided: bool,
+             refusal_fails: bool = False) -> None:
+        """What the pass was resumed with, taken as at a pause (`resume`): a refusal goes in
+        the plan's error (or fails the run: `refusal_fails`), the approvals read with the plan
+        are read again where the value `decided` something (they predate it), and what the
+        ledger holds applies."""
+        self.plan["error"] = None
+        try:
+            self.resume(value, answered, present)
+        except GraphkitError as exc:
+            if refusal_fails:
+                raise
+            self.plan["error"] = str(exc)
+        if decided:
+            self.ctx.forget_approvals()
+        self.apply_ledger(answered)
+
     def resume(self, value: Any, answered: set[str], present: set[str]) -> None:
         """Handle what the interrupt was resumed with (`present`: the ids of the messages of
         the conversation); raise on anything refused."""
@@ -745,14 +762,8 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
             said = _given(ask, "supersede") if applied else None
             if given is not None or said is not None or not applied:
                 value = given if given is not None else said if said is not None else ask()
-                plan["error"] = None
-                try:
-                    step.resume(value, answered, {m.id for m in messages if m.id})
-                except GraphkitError as exc:
-                    plan["error"] = str(exc)
-                if given is not None or said is not None:  # (the rows read with the plan
-                    ctx.forget_approvals()                 # predate what it decided)
-                step.apply_ledger(answered)
+                step.take(value, answered, {m.id for m in messages if m.id},
+                          decided=given is not None or said is not None)
             changed = True
         elif not changed and (value := resumed_answer()) is not None:
             # A client's answer that reached a gate that does not ask (a fork of a pause whose
@@ -765,15 +776,8 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
             # shows why). Decisions (helper-136 F1: a reject of the call still waiting, the
             # gate asking again, was lost, and an approval later paid): taken, or refused and
             # audited, the refusal in the plan's error, as at a pause.
-            plan["error"] = None
-            try:
-                step.resume(value, answered, {m.id for m in messages if m.id})
-            except GraphkitError as exc:
-                if message_input(value):
-                    raise
-                plan["error"] = str(exc)
-            ctx.forget_approvals()  # (the rows read with the plan predate what it decided)
-            step.apply_ledger(answered)
+            step.take(value, answered, {m.id for m in messages if m.id}, decided=True,
+                      refusal_fails=message_input(value))
             changed = True
         if step.edited:
             edited = _edited_ai(ai, step.edited, plan)

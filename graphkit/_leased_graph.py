@@ -291,8 +291,8 @@ def _resumes(input: Any) -> bool:
 
 def _bare_resume(input: Any) -> bool:
     """Whether graph input is a resume and nothing else (no goto, update or graph)."""
-    return (isinstance(input, Command) and input.resume is not None and not input.goto
-            and input.update is None and input.graph is None)
+    return (_resumes(input) and not input.goto and input.update is None
+            and input.graph is None)
 
 
 def _named_updates(supersteps: Sequence[Sequence[StateUpdate]]) -> list[list[StateUpdate]]:

@@ -78,25 +78,19 @@ def stamped(config: RunnableConfig | None, input: Any) -> RunnableConfig:
 def taken(ask: Callable[[], T]) -> T:
     """`ask()` (a task's `interrupt`: the value it was resumed with, or `GraphInterrupt`),
     or `NO_ANSWER` where the run did not send that value, or not so."""
-    shared = _reads_shared()
-    value = ask()
     try:
-        sent = (get_config().get("configurable") or {}).get(SENT_KEY)
+        configurable = get_config().get("configurable") or {}
     except RuntimeError:  # pragma: no cover - (not inside a run: nothing asks)
-        return value
+        return ask()
+    # whether `ask` reads the run's plain value (the slot every task shares), the task having
+    # no value of its own (LangGraph's scratchpad): asked before it reads, which fills it
+    scratchpad = configurable.get(CONFIG_KEY_SCRATCHPAD)
+    shared = scratchpad is not None and not getattr(scratchpad, "resume", None)
+    value = ask()
+    sent = configurable.get(SENT_KEY)
     if not isinstance(sent, dict):
         return value  # (no door of an agent's started the run: nothing to judge by)
     return value if _digest(value) in sent["plain" if shared else "all"] else NO_ANSWER
-
-
-def _reads_shared() -> bool:
-    """Whether the task's next `interrupt` reads the run's plain value (the slot every task
-    shares), having no value of its own (LangGraph's scratchpad)."""
-    try:
-        scratchpad = get_config()["configurable"][CONFIG_KEY_SCRATCHPAD]
-        return not scratchpad.resume
-    except (RuntimeError, KeyError, AttributeError):  # pragma: no cover
-        return False
 
 
 def _digest(value: Any) -> str:

@@ -379,25 +379,22 @@ _SET_UP_LOCK = "hashtextextended('graphkit set-up', 0)"
 
 
 @contextlib.contextmanager
-def _one_set_up_at_a_time(conninfo: str) -> Iterator[None]:
+def _one_set_up_at_a_time(conn: Any) -> Iterator[None]:
     """Set up a PostgreSQL database's tables one process at a time (a session advisory lock,
-    held on a connection of its own): processes that set up one new database at once (a
-    worker started before its server, then the app) met in its catalog and failed, despite
-    IF NOT EXISTS: the ledger's `type ... already exists` (its own set-up is one at a time
-    too, `Ledger`, where a saver's role may be allowed one connection), LangGraph's
-    migrations' duplicate keys, a deadlock of their concurrent index builds (seen in CI). The
-    later set-up finds the tables made. The lock is tried, not waited for in a statement:
-    LangGraph's migrations build indexes CONCURRENTLY, which wait for every statement in
-    progress, a waiter's included, and the two waited on each other for good."""
-    import psycopg
-
-    with psycopg.connect(conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
-        pause = 0.01
-        while conn.execute(f"SELECT pg_try_advisory_lock({_SET_UP_LOCK})").fetchone() != (
-                True,):
-            time.sleep(pause)
-            pause = min(pause * 2, 0.2)
-        yield  # (the lock goes with the session, however this ends)
+    held on `conn`, an autocommit connection of its own, until it closes): processes that
+    set up one new database at once (a worker started before its server, then the app) met
+    in its catalog and failed, despite IF NOT EXISTS: the ledger's `type ... already exists`
+    (its own set-up is one at a time too, `Ledger`, where a saver's role may be allowed one
+    connection), LangGraph's migrations' duplicate keys, a deadlock of their concurrent index
+    builds (seen in CI). The later set-up finds the tables made. The lock is tried, not
+    waited for in a statement: LangGraph's migrations build indexes CONCURRENTLY, which wait
+    for every statement in progress, a waiter's included, and the two waited on each other
+    for good."""
+    pause = 0.01
+    while conn.execute(f"SELECT pg_try_advisory_lock({_SET_UP_LOCK})").fetchone() != (True,):
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
+    yield  # (the lock goes with the session, closed however this ends)
 
 
 def _reentrant(saver: Any) -> Any:
@@ -552,8 +549,8 @@ def _open_postgres(url: str) -> Storage:
     except ImportError as exc:
         raise ImportError(MISSING.format(url=masked_url(url))) from exc
     refused: psycopg.Error | None = None
-    try:
-        psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT).close()
+    try:  # (the connection the set-up then holds its lock on)
+        first = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
     except psycopg.Error as exc:  # (libpq quotes a URL it cannot parse, password and all)
         refused = type(exc)(_without_password(str(exc), url))
     if refused is not None:
@@ -565,11 +562,11 @@ def _open_postgres(url: str) -> Storage:
 
     kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0,
                               "row_factory": dict_row}
-    pool: ConnectionPool[Any] = ConnectionPool(url, min_size=1, max_size=POOL_SIZE,
-                                               kwargs=kwargs, open=True)
-    saver = ThreadedPostgresSaver(pool)
-    store = PostgresStore(pool)
-    with _one_set_up_at_a_time(url):
+    with first, _one_set_up_at_a_time(first):
+        pool: ConnectionPool[Any] = ConnectionPool(url, min_size=1, max_size=POOL_SIZE,
+                                                   kwargs=kwargs, open=True)
+        saver = ThreadedPostgresSaver(pool)
+        store = PostgresStore(pool)
         saver.setup()
         store.setup()
         ledger = Ledger.postgres(pool)
