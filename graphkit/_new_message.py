@@ -25,9 +25,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph._internal._constants import (
     CONFIG_KEY_CHECKPOINT_MAP,
     CONFIG_KEY_RESUME_MAP,
-    CONFIG_KEY_SCRATCHPAD,
 )
-from langgraph.config import get_config
 from langgraph.errors import GraphInterrupt
 from langgraph.types import interrupt
 
@@ -36,7 +34,7 @@ from graphkit._events import marked_waiting, with_waiting_beside
 from graphkit._ledger import Ledger, NewRun, QueuedFor, Stop, queued_id, same_queued
 from graphkit._limits import check_value
 from graphkit._review import superseded
-from graphkit._sent import NO_ANSWER, taken
+from graphkit._sent import NO_ANSWER, taken, waiting
 from graphkit._state import RunOptions
 from graphkit.errors import GraphkitError
 from graphkit.types import ApprovalRecord
@@ -197,11 +195,7 @@ def resumed_with(field: str) -> bool:
     too), which its `interrupt()` would return at once: LangGraph's scratchpad holds the
     value for the task, or as a resume for every task. (The API's and the workers' decisions
     carry none: they are in the ledger.)"""
-    try:
-        scratchpad = get_config()["configurable"][CONFIG_KEY_SCRATCHPAD]
-        value = scratchpad.resume[0] if scratchpad.resume else scratchpad.get_null_resume(False)
-    except Exception:  # (not inside a run, or a LangGraph whose scratchpad reads otherwise)
-        return False
+    value = waiting()
     return isinstance(value, Mapping) and (
         field in value or (field == "supersede" and message_input(value)))
 

@@ -15,7 +15,9 @@ replaced): a plain value, which LangGraph gives the first pause to ask with no a
 own (a "shared" read), or values under interrupt ids, each its pause's own. A gate takes a
 value (`taken`) only if its run sent it, and sent it so: a value read from the shared slot
 counts only if the run sent it plain (the DBA's approve of p7 under its id, equal to the
-plain approve a refused client had left, answered p8 too: helper-137). Any other is read as
+plain approve a refused client had left, answered p8 too: helper-137). A value of the task's
+own that the run did not send (one a refused client left on a fork's checkpoint) is read
+past, to the one the run sent after it (helper-138). Where the run sent none, the read is
 no answer (the gate applies what the ledger holds, and asks again).
 
 A graph that no door of an agent's starts (an agent's graph inside a user's own graph) says
@@ -25,11 +27,12 @@ nothing, and its gates take what they read: resume such a graph under interrupt 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
+from langgraph.errors import GraphInterrupt
 from langgraph.types import Command
 
 from graphkit._digest import json_digest
@@ -39,9 +42,7 @@ try:
 except ImportError:  # pragma: no cover - a LangGraph that keeps it elsewhere
     CONFIG_KEY_SCRATCHPAD = "__pregel_scratchpad"
 
-__all__ = ["NO_ANSWER", "SENT_KEY", "is_resume_map", "stamped", "taken"]
-
-T = TypeVar("T")
+__all__ = ["NO_ANSWER", "SENT_KEY", "is_resume_map", "stamped", "taken", "waiting"]
 
 SENT_KEY = "__graphkit_sent"
 """Key of `config["configurable"]` holding the digests of what the run's resume sent, plain
@@ -75,22 +76,65 @@ def stamped(config: RunnableConfig | None, input: Any) -> RunnableConfig:
     return {**config, "configurable": {**(config.get("configurable") or {}), SENT_KEY: sent}}
 
 
-def taken(ask: Callable[[], T]) -> T:
+def taken(ask: Callable[[], Any]) -> Any:
     """`ask()` (a task's `interrupt`: the value it was resumed with, or `GraphInterrupt`),
-    or `NO_ANSWER` where the run did not send that value, or not so."""
+    or `NO_ANSWER` where the run did not send that value, or not so.
+
+    A value the task holds as its own that the run did not send is another run's, kept in the
+    checkpoint the run resumed (a fork's, where a refused client's run had left it): the read
+    goes on past it, to what the run sent after (read first and judged no answer, it hid the
+    later run's decision, or message, which was never read: helper-138)."""
     try:
         configurable = get_config().get("configurable") or {}
     except RuntimeError:  # pragma: no cover - (not inside a run: nothing asks)
         return ask()
-    # whether `ask` reads the run's plain value (the slot every task shares), the task having
-    # no value of its own (LangGraph's scratchpad): asked before it reads, which fills it
-    scratchpad = configurable.get(CONFIG_KEY_SCRATCHPAD)
-    shared = scratchpad is not None and not getattr(scratchpad, "resume", None)
-    value = ask()
     sent = configurable.get(SENT_KEY)
     if not isinstance(sent, dict):
-        return value  # (no door of an agent's started the run: nothing to judge by)
-    return value if _digest(value) in sent["plain" if shared else "all"] else NO_ANSWER
+        return ask()  # (no door of an agent's started the run: nothing to judge by)
+    # a read of the task's own values leaves them as they are; one of the run's plain value
+    # (the slot every task shares, read once the task's own are all read) adds it to them
+    held = _held(configurable)
+    before = len(held)
+    value = ask()
+    while True:
+        shared = len(held) > before
+        if _digest(value) in sent["plain" if shared else "all"]:
+            return value
+        if shared:
+            return NO_ANSWER
+        before = len(held)
+        try:
+            value = ask()  # (the task's next value, or the run's plain one)
+        except GraphInterrupt:
+            return NO_ANSWER  # (nothing more: the caller asks)
+
+
+def waiting() -> Any:
+    """The value a read of this task (`taken`) would take first, without reading it, or
+    `NO_ANSWER`. (LangGraph's scratchpad shows the values a pass took already too: a read
+    then pauses, which a caller reads as nothing more.)"""
+    try:
+        configurable = get_config().get("configurable") or {}
+    except RuntimeError:
+        return NO_ANSWER
+    held = _held(configurable)
+    # (the run's plain value, unless a task took it already)
+    peek = getattr(configurable.get(CONFIG_KEY_SCRATCHPAD), "get_null_resume", None)
+    plain = peek(False) if callable(peek) else None
+    sent = configurable.get(SENT_KEY)
+    if not isinstance(sent, dict):
+        return held[0] if held else NO_ANSWER if plain is None else plain
+    mine = next((v for v in held if _digest(v) in sent["all"]), NO_ANSWER)
+    if mine is not NO_ANSWER or plain is None:
+        return mine
+    return plain if _digest(plain) in sent["plain"] else NO_ANSWER
+
+
+def _held(configurable: Mapping[str, Any]) -> list[Any]:
+    """The values the task holds as its own (LangGraph's scratchpad: kept in the checkpoint
+    for its interrupts, and the value a resume map gives it)."""
+    held = getattr(configurable.get(CONFIG_KEY_SCRATCHPAD), "resume", None)
+    return held if isinstance(held, list) else []
 
 
 def _digest(value: Any) -> str:

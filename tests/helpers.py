@@ -106,6 +106,16 @@ def pay_then_done(messages: list[Any]) -> Any:
     return "done"
 
 
+EVIL_PAY = {"amount": 99, "payee": {"name": "EVIL"}}
+
+
+def two_payments(messages: list[Any]) -> Any:
+    """A turn of two payments, c1 (`PAY`) and c2 (`EVIL_PAY`), then "done"."""
+    if not any(isinstance(m, AIMessage) for m in messages):
+        return turn(call("pay", PAY, "c1"), call("pay", EVIL_PAY, "c2"))
+    return "done"
+
+
 def config(thread_id: str, identity: str | None = None) -> dict[str, Any]:
     configurable: dict[str, Any] = {"thread_id": thread_id}
     if identity is not None:

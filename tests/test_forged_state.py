@@ -29,6 +29,7 @@ from graphkit import Agent, Inbox, ToolContext, create_tool
 from graphkit.errors import DecisionNotAllowedError
 from graphkit.testing import ScriptedChatModel
 from tests.helpers import (
+    EVIL_PAY,
     PAY,
     agent_with,
     boss_over_billing,
@@ -41,6 +42,7 @@ from tests.helpers import (
     plan_of,
     task,
     turn,
+    two_payments,
 )
 
 
@@ -844,6 +846,49 @@ def test_a_refused_clients_plain_value_never_answers_a_later_pause_the_same_valu
              boss._storage.ledger.read_audit(thread_id=r.thread_id) if e["event"] != "requested"]
     assert audit == [("refused", "boss", "p7"), ("approved", "dba", "p7")]
     assert [p.tool_call_id for p in boss.pending_approvals(run_id=r.run_id)] == ["p8"]
+
+
+@pytest.mark.parametrize("later", ["decision under the id", "plain decision", "message"])
+def test_a_refused_clients_value_left_on_a_fork_never_hides_a_later_runs_answer(
+        sqlite_url: str, later: str) -> None:
+    """A fork of a pause where c1 was approved and ran since. eve, refused, resumes the fork
+    with an edit of c2; LangGraph keeps her value on the fork's checkpoint as the gate's
+    own answer, which every later run from there read first: as another run's (no answer),
+    and the CFO's approve (or a new message), sent after it, was never read: the run ended
+    "success", nothing audited, c2 still pending (helper-138 F1). A gate reads on past a
+    value its run did not send, to the one it did."""
+    agent, ledger = agent_with(two_payments, checkpointer=sqlite_url, approvers=cfo_only)
+    first = agent.generate("pay")
+    paused = agent.graph.get_state(config(first.thread_id))
+    (pause,) = paused.interrupts
+    agent.approve_tool_call_generate(run_id=first.run_id, tool_call_id="c1", decided_by="cfo")
+
+    def fork(who: str) -> Any:
+        return {"configurable": {**paused.config["configurable"],
+                                 "langgraph_auth_user": {"identity": who}}}
+
+    edit = {"decisions": [{"type": "edit", "tool_call_id": "c2", "edited_action": {
+        "name": "pay", "args": {"amount": 9999, "payee": {"name": "EVIL"}}}}]}
+    agent.graph.invoke(Command(resume={pause.id: edit}), fork("eve"))
+    approve = {"decisions": [{"type": "approve", "tool_call_id": "c2"}]}
+    answer: Any = (approve if later != "message"
+                   else {"messages": [{"role": "user", "content": "never mind"}]})
+    out = agent.graph.invoke(Command(resume=answer if later == "plain decision"
+                                     else {pause.id: answer}), fork("cfo"))
+    audit = [(e["event"], e["decided_by"], e["tool_call_id"]) for e in
+             agent._storage.ledger.read_audit(thread_id=first.thread_id)
+             if e["event"] != "requested"]
+    if later == "message":
+        assert ledger.ran == [("pay", PAY)]
+        assert [m.content for m in out["messages"] if isinstance(m, HumanMessage)] == [
+            "pay", "never mind"]
+        assert audit == [("approved", "cfo", "c1"), ("refused", "eve", "c2"),
+                         ("superseded", "cfo", "c2")], audit
+    else:
+        assert ledger.ran == [("pay", PAY), ("pay", EVIL_PAY)]
+        assert audit == [("approved", "cfo", "c1"), ("refused", "eve", "c2"),
+                         ("approved", "cfo", "c2")], audit
+    assert agent.pending_approvals(run_id=first.run_id) == []
 
 
 # ====================================================================== R3-13: async runs on the

@@ -50,6 +50,7 @@ from tests.helpers import (
     pay_then_done,
     plan_of,
     turn,
+    two_payments,
 )
 from tests.test_suspension import (
     Ask,
@@ -899,13 +900,6 @@ def test_a_resume_map_under_ids_no_pause_holds_is_refused_and_changes_nothing(
     assert (ledger.ran if beside == "top" else ran) == ran_before
 
 
-def _two_payments(messages: list[BaseMessage]) -> Any:
-    if not any(isinstance(m, AIMessage) for m in messages):
-        return turn(call("pay", PAY, "c1"),
-                    call("pay", {"amount": 99, "payee": {"name": "EVIL"}}, "c2"))
-    return "done"
-
-
 @pytest.mark.parametrize("how", ["map", "single value"])
 def test_a_decision_resuming_a_fork_whose_other_call_ran_since_is_taken(
         tmp_path: Path, how: str) -> None:
@@ -915,7 +909,7 @@ def test_a_decision_resuming_a_fork_whose_other_call_ran_since_is_taken(
     id, the payment still pending, and an approval in the inbox later ran it (helper-136
     F1). It is taken as at a pause: rejected, refused to any later decision; the paid call
     does not run again."""
-    agent, ledger = agent_with(_two_payments, checkpointer=f"sqlite:///{tmp_path}/x.db")
+    agent, ledger = agent_with(two_payments, checkpointer=f"sqlite:///{tmp_path}/x.db")
     first = agent.generate("pay")
     paused = agent.graph.get_state(config(first.thread_id))
     agent.approve_tool_call_generate(run_id=first.run_id, tool_call_id="c1")
@@ -931,6 +925,23 @@ def test_a_decision_resuming_a_fork_whose_other_call_ran_since_is_taken(
     assert ledger.ran == [("pay", PAY)]
 
 
+def test_a_second_fork_of_a_pause_takes_its_own_message(tmp_path: Path) -> None:
+    """Two forks of one pause, each resumed with a new message: LangGraph gives the second
+    fork's gate the first fork's message first, kept on the checkpoint they share as the
+    gate's own answer. Read as another run's, it hid the second fork's message, which was
+    never read: the fork ended as the first had. The gate reads on to its run's own."""
+    agent, ledger = agent_with(two_payments, checkpointer=f"sqlite:///{tmp_path}/x.db")
+    first = agent.generate("pay")
+    paused = agent.graph.get_state(config(first.thread_id))
+    (pause,) = paused.interrupts
+    fork = {"configurable": {**paused.config["configurable"], **USER}}
+    for text in ("first fork", "second fork"):
+        out = agent.graph.invoke(Command(resume={pause.id: {"messages": [
+            {"role": "user", "content": text}]}}), fork)
+        assert _said(out["messages"])[-1] == text
+    assert ledger.ran == [] and agent.pending_approvals(run_id=first.run_id) == []
+
+
 def test_a_decision_resuming_a_thread_a_state_write_ended_is_refused_not_dropped(
         tmp_path: Path) -> None:
     """A client's state write (words as the model's) ended the run while a payment waited;
@@ -938,7 +949,7 @@ def test_a_decision_resuming_a_thread_a_state_write_ended_is_refused_not_dropped
     again: the value was dropped on the way, nothing audited, and an approval in the inbox
     later paid (helper-136 F2). Refused, saying how to go on: `{}` has the gate ask again,
     and the reject answers that pause."""
-    agent, ledger = agent_with(_two_payments, checkpointer=f"sqlite:///{tmp_path}/x.db")
+    agent, ledger = agent_with(two_payments, checkpointer=f"sqlite:///{tmp_path}/x.db")
     first = agent.generate("pay")
     agent.approve_tool_call_generate(run_id=first.run_id, tool_call_id="c1")
     agent.graph.update_state(config(first.thread_id, "user"),
