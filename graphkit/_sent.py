@@ -21,7 +21,7 @@ past, to the one the run sent after it (helper-138). Where the run sent none, th
 no answer (the gate applies what the ledger holds, and asks again).
 
 A graph that no door of an agent's starts (an agent's graph inside a user's own graph) says
-nothing, and its gates take what they read: resume such a graph under interrupt ids.
+nothing, and its gates take what they read (docs/trust.md says so).
 """
 
 from __future__ import annotations
