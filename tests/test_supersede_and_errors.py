@@ -20,7 +20,7 @@ from graphkit import (
     _html,
 )
 from graphkit.testing import ScriptedChatModel
-from tests.helpers import agent_with, call, turn
+from tests.helpers import agent_with, call, pay_then_done, turn, two_payments
 
 PAY = {"amount": 40, "payee": {"name": "ACME"}}
 
@@ -236,6 +236,26 @@ def test_resolve_twice_is_refused() -> None:
     agent.resolve_tool_approval(run_id=result.run_id, id=approval.id, approved=True)
     with pytest.raises(ApprovalAlreadyResolvedError):
         agent.resolve_tool_approval(run_id=result.run_id, id=approval.id, approved=False)
+
+
+def test_deciding_a_runs_one_call_again_says_it_was_decided() -> None:
+    """The run's one call was approved and ran; a second approve (or the loser of two at
+    once, which read after the winner's run ended: helper-133) was told "no pending
+    approvals", as if the run never had one. Told as a named decision is: already decided."""
+    agent, ledger = agent_with(pay_then_done)
+    result = agent.generate("pay")
+    agent.approve_tool_call_generate(run_id=result.run_id)
+    for again in (agent.approve_tool_call_generate, agent.decline_tool_call):
+        with pytest.raises(ApprovalAlreadyResolvedError, match="was already approved"):
+            again(run_id=result.run_id)
+    assert ledger.ran == [("pay", PAY)]
+    # two calls decided: which one a second approve meant is not known
+    agent, _ = agent_with(two_payments)
+    result = agent.generate("pay")
+    agent.approve_tool_call(run_id=result.run_id, tool_call_id="c1").result()
+    agent.approve_tool_call_generate(run_id=result.run_id, tool_call_id="c2")
+    with pytest.raises(ApprovalNotFoundError, match="has no pending approvals"):
+        agent.approve_tool_call(run_id=result.run_id)
 
 
 def test_a_decision_with_no_name_says_no_name() -> None:
