@@ -15,10 +15,12 @@ replaced): a plain value, which LangGraph gives the first pause to ask with no a
 own (a "shared" read), or values under interrupt ids, each its pause's own. A gate takes a
 value (`taken`) only if its run sent it, and sent it so: a value read from the shared slot
 counts only if the run sent it plain (the DBA's approve of p7 under its id, equal to the
-plain approve a refused client had left, answered p8 too: helper-137). A value of the task's
-own that the run did not send (one a refused client left on a fork's checkpoint) is read
-past, to the one the run sent after it (helper-138). Where the run sent none, the read is
-no answer (the gate applies what the ledger holds, and asks again).
+plain approve a refused client had left, answered p8 too: helper-137); one the task holds as
+its own, only if the run sent it under one of the task's interrupt ids (not to another
+pause). A value the task holds that the run did not send so (one a refused client left on a
+fork's checkpoint) is read past, to the one the run sent after it (helper-138). Where the
+run sent none, the read is no answer (the gate applies what the ledger holds, and asks
+again).
 
 A graph that no door of an agent's starts (an agent's graph inside a user's own graph) says
 nothing, and its gates take what they read (docs/trust.md says so).
@@ -41,12 +43,17 @@ try:
     from langgraph._internal._constants import CONFIG_KEY_SCRATCHPAD
 except ImportError:  # pragma: no cover - a LangGraph that keeps it elsewhere
     CONFIG_KEY_SCRATCHPAD = "__pregel_scratchpad"
+try:
+    from langgraph.types import _interrupt_id
+except ImportError:  # pragma: no cover - a LangGraph that names its interrupts otherwise
+    _interrupt_id = None  # type: ignore[assignment]
 
 __all__ = ["NO_ANSWER", "SENT_KEY", "is_resume_map", "stamped", "taken", "waiting"]
 
 SENT_KEY = "__graphkit_sent"
-"""Key of `config["configurable"]` holding the digests of what the run's resume sent, plain
-and in all (LangGraph keeps keys starting with "__" out of checkpoint metadata)."""
+"""Key of `config["configurable"]` holding the digests of what the run's resume sent: its
+plain value, and its values by interrupt id (LangGraph keeps keys starting with "__" out of
+checkpoint metadata)."""
 
 NO_ANSWER: Any = object()
 """What `taken` returns for a value the run did not send."""
@@ -65,14 +72,14 @@ def stamped(config: RunnableConfig | None, input: Any) -> RunnableConfig:
     """`config` saying what `input` sends the thread's pauses: a `Command`'s plain resume
     value, or the values of its resume map (nothing, for graph input)."""
     config = config or {}
-    plain: set[str] = set()
-    mapped: set[str] = set()
+    plain: tuple[str, ...] = ()
+    mapped: dict[str, str] = {}
     resume = input.resume if isinstance(input, Command) else None
     if isinstance(resume, dict) and is_resume_map(resume):
-        mapped.update(_digest(v) for v in resume.values())
+        mapped = {k: _digest(v) for k, v in resume.items()}
     elif resume is not None:
-        plain.add(_digest(resume))
-    sent = {"plain": tuple(sorted(plain)), "all": tuple(sorted(plain | mapped))}
+        plain = (_digest(resume),)
+    sent = {"plain": plain, "mapped": mapped}
     return {**config, "configurable": {**(config.get("configurable") or {}), SENT_KEY: sent}}
 
 
@@ -98,7 +105,7 @@ def taken(ask: Callable[[], Any]) -> Any:
     value = ask()
     while True:
         shared = len(held) > before
-        if _digest(value) in sent["plain" if shared else "all"]:
+        if _digest(value) in (sent["plain"] if shared else _own(configurable, sent, held)):
             return value
         if shared:
             return NO_ANSWER
@@ -124,10 +131,25 @@ def waiting() -> Any:
     sent = configurable.get(SENT_KEY)
     if not isinstance(sent, dict):
         return held[0] if held else NO_ANSWER if plain is None else plain
-    mine = next((v for v in held if _digest(v) in sent["all"]), NO_ANSWER)
+    own = _own(configurable, sent, held)
+    mine = next((v for v in held if _digest(v) in own), NO_ANSWER)
     if mine is not NO_ANSWER or plain is None:
         return mine
     return plain if _digest(plain) in sent["plain"] else NO_ANSWER
+
+
+def _own(configurable: Mapping[str, Any], sent: Mapping[str, Any], held: list[Any]
+         ) -> set[str]:
+    """Digests of the values the run sent under this task's interrupt ids: LangGraph gives a
+    task the value under the id of the answer it waits for next, or under its first id. Not
+    any value the run sent: one it sent another pause, equal to a value this task held from
+    another run, was taken here as this run's (pooled, a refused client's approve on a fork
+    answered one pause because the next run approved another)."""
+    mapped = sent.get("mapped") or {}
+    ns = configurable.get("checkpoint_ns")
+    if _interrupt_id is None or not isinstance(ns, str):  # pragma: no cover
+        return set(mapped.values())
+    return {d for i in range(len(held) + 1) if (d := mapped.get(_interrupt_id(ns, i)))}
 
 
 def _held(configurable: Mapping[str, Any]) -> list[Any]:

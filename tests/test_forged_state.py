@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import operator
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import (
@@ -22,10 +23,14 @@ from langchain_core.messages import (
     ToolMessage,
     messages_to_dict,
 )
-from langgraph.types import Command, Send
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+from langgraph.types import Command, Send, interrupt
 from pydantic import BaseModel
 
 from graphkit import Agent, Inbox, ToolContext, create_tool
+from graphkit._sent import NO_ANSWER, stamped, taken
 from graphkit.errors import DecisionNotAllowedError
 from graphkit.testing import ScriptedChatModel
 from tests.helpers import (
@@ -889,6 +894,45 @@ def test_a_refused_clients_value_left_on_a_fork_never_hides_a_later_runs_answer(
         assert audit == [("approved", "cfo", "c1"), ("refused", "eve", "c2"),
                          ("approved", "cfo", "c2")], audit
     assert agent.pending_approvals(run_id=first.run_id) == []
+
+
+class _Took(TypedDict, total=False):
+    took: Annotated[list[Any], operator.add]
+
+
+def test_a_value_held_from_another_run_is_never_taken_for_one_sent_to_another_pause() -> None:
+    """The mechanism beneath the gates (`_sent.taken`), on a plain LangGraph graph: pauses a
+    and b in one step. eve's run, on a fork, answers a with V; a refuses it and asks again,
+    and LangGraph keeps V on the fork's checkpoint as a's own. The CFO's run from there sends
+    V to b, and `{}` to a. a read eve's V and, since the run had sent V (to b), took it as the
+    CFO's: the digests of what a run sent were pooled. A value a task holds counts only if
+    the run sent it under that task's interrupt ids."""
+    def pause(name: str) -> Callable[[_Took, RunnableConfig], _Took]:
+        def node(state: _Took, config: RunnableConfig) -> _Took:
+            value = taken(lambda: interrupt(name))
+            who = config["configurable"].get("who")
+            if value is NO_ANSWER or value == {} or who == "eve":
+                interrupt(name)  # no answer, or refused: asks again
+            return {"took": [(name, who)]}
+        return node
+
+    builder = StateGraph(_Took)
+    for name in ("a", "b"):
+        builder.add_node(name, pause(name))
+        builder.add_edge(START, name)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    graph.invoke({}, stamped({"configurable": {"thread_id": "t"}}, None))
+    paused = graph.get_state({"configurable": {"thread_id": "t"}})
+    ids = {i.value: i.id for i in paused.interrupts}
+    approve = {"decisions": [{"type": "approve"}]}
+
+    def run(who: str, resume: dict[str, Any]) -> list[Any]:
+        command = Command(resume=resume)
+        config = {"configurable": {**paused.config["configurable"], "who": who}}
+        return list(graph.invoke(command, stamped(config, command)).get("took") or [])
+
+    assert run("eve", {ids["a"]: approve}) == []
+    assert run("cfo", {ids["a"]: {}, ids["b"]: approve}) == [("b", "cfo")]
 
 
 # ====================================================================== R3-13: async runs on the
