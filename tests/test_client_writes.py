@@ -916,7 +916,7 @@ def test_the_words_of_a_tools_node_refusal_written_by_a_client_end_no_wait(
     accepted and the payment never ran (helper-101). They are a client's result as any
     other: by a state write the wait and its approval stand, and the payment runs once;
     by graph input the result is thrown away and the approval declined, at once."""
-    from graphkit import ApprovalNotFoundError
+    from graphkit import ApprovalAlreadyResolvedError
     from graphkit._tools_node import REFUSED, RUNNING
 
     agent, ran, read = reading_agent(sqlite_url)
@@ -932,7 +932,7 @@ def test_the_words_of_a_tools_node_refusal_written_by_a_client_end_no_wait(
         agent.graph.invoke(Command(update={"messages": [written]}, resume={}), cfg)
     if door == "graph input":
         assert Inbox(sqlite_url).pending() == []
-        with pytest.raises(ApprovalNotFoundError, match="no pending approvals"):
+        with pytest.raises(ApprovalAlreadyResolvedError, match="was already"):
             agent.approve_tool_call_generate(run_id=paused.run_id)
         assert ran.ran == [] and "did not run" in str(read[-1])
         return
