@@ -34,6 +34,7 @@ from graphkit._gate import (
     supersede_unanswered,
     suspended_itself,
 )
+from graphkit._new_message import says_nothing
 from graphkit._planner import GateContext
 from graphkit._reply import turn_span
 from graphkit._review import audit_row, supersede
@@ -485,9 +486,12 @@ def left_to_the_gate(plan: TurnPlan | None, messages: list[AnyMessage]) -> bool:
 
 
 def from_user(message: AnyMessage) -> bool:
-    """A user's message, however it came: a `ChatMessage` with the user's role is one too."""
-    return isinstance(message, HumanMessage) or (
+    """A user's message, however it came (a `ChatMessage` with the user's role is one too),
+    that says something: blank text, which the API and the thread protocol refuse, came as
+    graph input and superseded what waited (it is dropped as a client's write is)."""
+    return (isinstance(message, HumanMessage) or (
         isinstance(message, ChatMessage) and message.role in ("user", "human"))
+    ) and not says_nothing(message)
 
 
 def _written_while_waiting(messages: list[AnyMessage], opened: list[tuple[int, int]],
