@@ -38,7 +38,7 @@ from langchain_core.runnables import RunnableConfig
 from graphkit._approvals import Extractor, parsed_messages
 from graphkit._input import brought_by_this_run
 from graphkit._ledger import DONE, ApprovalRow, WaitingRow, queued_id, same_queued
-from graphkit._new_message import BY_NEW_MESSAGE, stop_delegations
+from graphkit._new_message import BY_NEW_MESSAGE, says_nothing, stop_delegations
 from graphkit._planner import GateContext, Planner
 from graphkit._review import auto_resume, identity_of, supersede
 from graphkit._state import CallPlan, TurnPlan
@@ -102,8 +102,8 @@ def reply_to_suspension(plan: TurnPlan | None, messages: list[AnyMessage],
     words = tuple(m for m in tail if _words(m))
     newer = [m for m in tail if not _words(m)]
     if (not newer or not all(isinstance(m, HumanMessage) and m.id is not None for m in newer)
-            or any(m.id is None for m in words)):
-        return None
+            or any(m.id is None for m in words) or all(says_nothing(m) for m in newer)):
+        return None  # (no words at all: no user message, dropped as a client's write is)
     queued = {queued_id(q.message): q.message for q in ctx.queue_rows()}
     if not all(same_queued(queued.get(m.id), m) for m in newer):
         return None  # the queue keeps the message it holds under that id: this one is not taken

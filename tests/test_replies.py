@@ -783,6 +783,34 @@ def test_a_message_at_a_subagents_gate_that_says_nothing_changes_nothing(
         thread_id=first.thread_id)] == ["requested", "requested"]
 
 
+@pytest.mark.parametrize("blank", [HumanMessage(" "), {"role": "user", "content": [
+    {"type": "text", "text": ""}]}], ids=["blank text", "a blank text block"])
+def test_graph_input_that_says_nothing_answers_no_suspended_tool(blank: Any) -> None:
+    """Auto-resume on, a suspended tool beside a payment that waits: graph input of a user
+    message with no words was read as the tool's reply (the extractor handed blank text),
+    and superseded the payment "by a new user message" (helper-140). It is no user message:
+    dropped and audited as a client's write, and both still wait."""
+    log: list[str] = []
+    ledger = Ledger()
+
+    def replies(messages: list[BaseMessage]) -> Any:
+        if not any(isinstance(m, ToolMessage) for m in messages):
+            return turn(call("weather", {}, "w1"), call("pay", PAY, "p1"))
+        return "done"
+
+    agent = Agent(name="wx", tools=[weather_tool(log), *ledger.tools],
+                  auto_resume_suspended_tools=True,
+                  model=ScriptedChatModel(replies, structured=city_from_reply))
+    first = agent.generate("weather, and pay")
+    agent.graph.invoke({"messages": [blank]}, config(first.thread_id, "user"))
+    assert waiting_kinds(agent, first.thread_id) == ["suspension", "approval"]
+    assert "refused" in [e["event"] for e in agent._storage.ledger.read_audit(
+        thread_id=first.thread_id)]
+    assert _said(agent.graph.get_state(config(first.thread_id)).values["messages"]) == [
+        "weather, and pay"]
+    assert ledger.ran == [] and log == ["started"]
+
+
 def test_a_message_resuming_a_fork_whose_calls_ran_since_joins_the_conversation(
         tmp_path: Path) -> None:
     """The thread protocol forks a pause whose payment was approved and ran since, with the
