@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
-from langchain_core.messages import AIMessage, BaseMessage, messages_to_dict
+from langchain_core.messages import BaseMessage, messages_to_dict
 from langchain_core.tools import BaseTool
 from langgraph.types import Command
 
@@ -36,7 +36,7 @@ from graphkit._review import (
     shown,
 )
 from graphkit._settings import Approvers
-from graphkit._state import RunOptions, turn_key
+from graphkit._state import RunOptions
 from graphkit.errors import (
     AmbiguousApprovalError,
     ApprovalAlreadyResolvedError,
@@ -162,24 +162,18 @@ def _raise_decided(snapshot: Paused, req: Request, tool_call_id: str | None,
                 record, {**(row.decision or {}), "status": row.status} if row else None))
 
 
-def _raise_decided_alone(snapshot: Paused, req: Request,
-                         kind: Literal["approval", "suspension"] | None) -> None:
-    """The conversation's last turn with calls had one (of `kind`) to decide, decided by
-    this run already: say so, as a decision naming it is told, rather than "no pending
-    approvals" (a second approve; the loser of two at once, which read after the winner's
-    run ended: helper-133)."""
-    messages = snapshot.values.get("messages") or []
-    ai = next((m for m in reversed(messages) if isinstance(m, AIMessage) and m.tool_calls), None)
-    plan: Mapping[str, Any] = (
-        req.ledger.turn(req.thread_id, req.agent_path, turn_key(ai)) if ai else None) or {}
-    records = [r for call in plan.get("calls") or [] for r in (call.get("approval"),
-                                                                 call.get("suspension"))
-               if isinstance(r, Mapping) and (kind is None or r.get("kind") == kind)]
-    rows = req.ledger.approvals(r["id"] for r in records) if len(records) == 1 else {}
-    row = rows.get(records[0]["id"]) if rows else None
-    if row is not None and row.decided and row.run_id == req.run_id:
+def _raise_decided_alone(req: Request, kind: Literal["approval", "suspension"] | None
+                         ) -> None:
+    """The run had one call (of `kind`) to decide, at any depth, decided already: say so, as
+    a decision naming it is told, rather than "no pending approvals" (a second approve; the
+    loser of two at once, which read after the winner's run ended: helper-133)."""
+    rows = [row for row in req.ledger.approvals_of_run(req.run_id)
+            if row.thread_id == req.thread_id and (kind is None or row.kind == kind)]
+    row = rows[0] if len(rows) == 1 and rows[0].decided else None
+    record = req.ledger.record(row.approval_id) if row is not None else None
+    if row is not None and record is not None:
         raise ApprovalAlreadyResolvedError(resolved_message(
-            records[0], {**(row.decision or {}), "status": row.status}))
+            record, {**(row.decision or {}), "status": row.status}))
 
 
 def _named(items: list[Waiting], ledger: Ledger, *, tool_call_id: str | None,
@@ -232,9 +226,10 @@ def _select(items: list[Waiting], snapshot: Paused, req: Request, *,
         raise ApprovalAlreadyResolvedError(resolved_message(
             decided[0].shown, decided[0].row.decision if decided[0].row else None))
     if not candidates:
-        _raise_decided_alone(snapshot, req, kind)
         what = f"{kind}s" if kind else "approvals or suspensions"
         other = [i.record for i in items if i.shown["status"] == "pending"]
+        if not other:  # (else the error says what waits: a tool to resume, say)
+            _raise_decided_alone(req, kind)
         hint = "" if not other else (
             f": tool {other[0]['tool_name']!r} is suspended, waiting for input (resume it)"
             if other[0]["kind"] == "suspension" else

@@ -20,7 +20,16 @@ from graphkit import (
     _html,
 )
 from graphkit.testing import ScriptedChatModel
-from tests.helpers import agent_with, call, pay_then_done, turn, two_payments
+from tests.helpers import (
+    Ledger,
+    agent_with,
+    boss_over_billing,
+    call,
+    pay_then_done,
+    turn,
+    two_payments,
+)
+from tests.test_suspension import weather_agent, weather_tool
 
 PAY = {"amount": 40, "payee": {"name": "ACME"}}
 
@@ -249,6 +258,28 @@ def test_deciding_a_runs_one_call_again_says_it_was_decided() -> None:
         with pytest.raises(ApprovalAlreadyResolvedError, match="was already approved"):
             again(run_id=result.run_id)
     assert ledger.ran == [("pay", PAY)]
+    # a subagent's call, a tool's request for input
+    paid: list[int] = []
+    boss = boss_over_billing("memory", paid)
+    result = boss.generate("go")
+    boss.approve_tool_call_generate(run_id=result.run_id)
+    with pytest.raises(ApprovalAlreadyResolvedError, match="'p1'"):
+        boss.approve_tool_call_generate(run_id=result.run_id)
+    log: list[str] = []
+    agent = weather_agent(log)
+    result = agent.generate("weather?")
+    agent.resume_generate({"city": "Oslo"}, run_id=result.run_id)
+    with pytest.raises(ApprovalAlreadyResolvedError, match="'w1'"):
+        agent.resume_generate({"city": "Rome"}, run_id=result.run_id)
+    assert paid == [7] and log == ["started", "started", "fetched Oslo"]
+    # what still waits, beside the call decided, is what the error points to
+    ledger = Ledger()
+    agent = Agent(name="wx", tools=[weather_tool([]), *ledger.tools], model=ScriptedChatModel(
+        [turn(call("weather", {}, "w1"), call("pay", PAY, "p1")), "done"]))
+    result = agent.generate("weather, and pay")
+    agent.approve_tool_call_generate(run_id=result.run_id, tool_call_id="p1")
+    with pytest.raises(ApprovalNotFoundError, match=r"'weather' is suspended.*resume it"):
+        agent.approve_tool_call(run_id=result.run_id)
     # two calls decided: which one a second approve meant is not known
     agent, _ = agent_with(two_payments)
     result = agent.generate("pay")

@@ -99,6 +99,12 @@ class Decisions(LedgerBase):
             found.update({str(r[0]): approval_row(r) for r in rows})
         return found
 
+    def approvals_of_run(self, run_id: str) -> list[ApprovalRow]:
+        """Every approval (and request for input) the run waited on, at any depth."""
+        rows = self._sql.query(f"SELECT {APPROVAL_READ} FROM graphkit_approvals "
+                               "WHERE run_id = ?", (run_id,))
+        return [approval_row(r) for r in rows]
+
     def record(self, approval_id: str) -> ApprovalRecord | None:
         """The approval record as planned (real arguments), if the ledger keeps it."""
         rows = self._sql.query("SELECT record FROM graphkit_approvals WHERE approval_id = ?",
