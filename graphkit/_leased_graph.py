@@ -56,7 +56,7 @@ from graphkit._ledger import Ledger, RunBusyError, RunToRecord, _keeper, _schema
 from graphkit._offload import apart, offload
 from graphkit._sent import is_resume_map, stamped
 from graphkit._state import brings_messages, named_input
-from graphkit.errors import GraphkitError, InterruptNotWaitingError
+from graphkit.errors import GraphkitError, InterruptNotWaitingError, SubgraphCheckpointError
 
 try:
     from langgraph._internal._config import ensure_config
@@ -147,16 +147,35 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
                    "await `ainvoke` or `astream` instead")
             raise RunBusyError(msg) from exc
 
+    def _from_the_root(self, config: RunnableConfig | None) -> None:
+        """`SubgraphCheckpointError` for a client's run on a subagent's own checkpoint (its
+        `checkpoint_ns`): LangGraph runs this graph's nodes over it, not the subagent's, and
+        its gates compute interrupt ids other than the thread's, so a decision under the id
+        a client read was never read, nothing audited, the client asked again (helper-141).
+        (A subagent's state is still read and written at its namespace: LangGraph hands
+        those to the subgraph.)"""
+        configurable = ensure_config(self.config, config).get("configurable") or {}
+        namespace = configurable.get("checkpoint_ns")
+        if namespace:
+            msg = (f"checkpoint_ns {namespace!r} names a subagent's own checkpoint, which a "
+                   "run cannot start from: run the thread from its root (a config without "
+                   "checkpoint_ns; a root checkpoint's checkpoint_id to fork). Nothing was "
+                   "run or recorded")
+            raise SubgraphCheckpointError(msg)
+
     @contextlib.contextmanager
-    def _leased(self, config: RunnableConfig | None, *, starts: bool = False
-                ) -> Iterator[tuple[RunnableConfig | None, str | None]]:
+    def _leased(self, config: RunnableConfig | None, *, starts: bool = False,
+                runs: bool = False) -> Iterator[tuple[RunnableConfig | None, str | None]]:
         """`config` for a sync call, the lease of its thread held (and named in it) while
         the body runs, and the run it `starts` recorded; as it is for a call that names no
-        thread or runs nested. And the thread leased (None for those)."""
+        thread or runs nested. And the thread leased (None for those). A call that `runs`
+        the graph (not a state write) starts at the thread's root."""
         thread_id = self._thread(config)
         if thread_id is None:
             yield config, None
             return
+        if runs:
+            self._from_the_root(config)
         run = self._run(starts)
         owner = self._hold(thread_id, run)
         try:
@@ -174,7 +193,8 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
             self.leases.forget_run(run.run_id)
 
     @contextlib.asynccontextmanager
-    async def _aleased(self, config: RunnableConfig | None, *, starts: bool = False
+    async def _aleased(self, config: RunnableConfig | None, *, starts: bool = False,
+                       runs: bool = False
                        ) -> AsyncIterator[tuple[RunnableConfig | None, str | None]]:
         """`_leased` for an async call: the lease waited for on the event loop (`_ahold`),
         and given back even when a cancel comes as it is given back (shielded)."""
@@ -182,6 +202,8 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
         if thread_id is None:
             yield config, None
             return
+        if runs:
+            self._from_the_root(config)
         run = self._run(starts)
         owner = await _ahold(self.leases, thread_id, run)
         try:
@@ -194,7 +216,8 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
 
     def stream(self, input: Any, config: RunnableConfig | None = None,
                **kwargs: Any) -> Iterator[Any]:
-        with self._leased(config, starts=brings_messages(input)) as (leased, thread_id):
+        with self._leased(config, starts=brings_messages(input), runs=True) as (
+                leased, thread_id):
             if thread_id is not None and _resumes(input):
                 input = self._resumed(input, self.get_state(cast(RunnableConfig, leased)),
                                       thread_id)
@@ -204,7 +227,8 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
 
     async def astream(self, input: Any, config: RunnableConfig | None = None,
                       **kwargs: Any) -> AsyncIterator[Any]:
-        async with self._aleased(config, starts=brings_messages(input)) as (leased, thread_id):
+        async with self._aleased(config, starts=brings_messages(input), runs=True) as (
+                leased, thread_id):
             if thread_id is not None and _resumes(input):
                 snapshot = await self.aget_state(cast(RunnableConfig, leased))
                 input = await offload(self._resumed, input, snapshot, thread_id)

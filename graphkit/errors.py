@@ -43,6 +43,7 @@ __all__ = [
     "ResumeDataError",
     "RunSupersededError",
     "SnapshotNotFoundError",
+    "SubgraphCheckpointError",
     "SuspendPayloadError",
     "WithheldToolError",
 ]
@@ -126,6 +127,13 @@ class InterruptNotWaitingError(GraphkitError, UnknownInterruptError, ValueError)
     run moved on since the client read it). Refused before anything runs. Also LangGraph's
     own `UnknownInterruptError` (its strict resume's), and a `ValueError`, whose message the
     LangGraph server shows its client (it hides those of other errors)."""
+
+
+class SubgraphCheckpointError(GraphkitError, ValueError):
+    """A run started on a subagent's own checkpoint (a config whose `checkpoint_ns` names
+    one): LangGraph runs the graph's own nodes over it, not the subagent's, under interrupt
+    ids other than the thread's. Refused before anything runs: run the thread from its root
+    (a subagent's state may still be read, and written, at its namespace)."""
 
 
 class WithheldToolError(GraphkitError, RuntimeError):

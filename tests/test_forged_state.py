@@ -26,7 +26,7 @@ from langchain_core.messages import (
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
-from langgraph.types import Command, Send, interrupt
+from langgraph.types import Command, Send, StateSnapshot, interrupt
 from pydantic import BaseModel
 
 from graphkit import Agent, Inbox, ToolContext, create_tool
@@ -760,6 +760,40 @@ def boss_over_ops(url: str, purged: list[int]) -> Agent:
                  approvers=lambda who, p: who in ("dba", "boss"),
                  model=ScriptedChatModel(lambda m: "ok" if isinstance(m[-1], ToolMessage)
                                          else turn(call("ops", {"task": "purge"}, "d1"))))
+
+
+@pytest.mark.parametrize("how", ["by id", "plain", "graph input"])
+def test_a_run_on_a_subagents_own_checkpoint_is_refused_and_changes_nothing(
+        sqlite_url: str, how: str) -> None:
+    """A client runs the graph with the config of the subagent's own checkpoint (its
+    `checkpoint_ns`, from `get_state(..., subgraphs=True)`): LangGraph runs the supervisor's
+    nodes over the subagent's state, where the interrupt ids differ from the ones the thread
+    shows. The DBA's approve under the pause's id was never read: nothing ran, nothing was
+    audited, the client was asked again under new ids (helper-141). Refused before anything
+    runs, saying to run the thread from its root; from there the same approve is taken."""
+    from graphkit.errors import SubgraphCheckpointError
+
+    purged: list[int] = []
+    boss = boss_over_ops(sqlite_url, purged)
+    r = boss.generate("go")
+    state = boss.graph.get_state(config(r.thread_id), subgraphs=True)
+    (pause,) = state.interrupts
+    sub = state.tasks[0].state
+    assert isinstance(sub, StateSnapshot)
+    before = boss.graph.get_state(config(r.thread_id)).config
+    approve = {"decisions": [{"type": "approve", "tool_call_id": "p7"}]}
+    given: Any = ({"messages": [{"role": "user", "content": "never mind"}]}
+                  if how == "graph input" else
+                  Command(resume={pause.id: approve} if how == "by id" else approve))
+    on_sub = {"configurable": {**sub.config["configurable"],
+                               "langgraph_auth_user": {"identity": "dba"}}}
+    with pytest.raises(SubgraphCheckpointError, match="root"):
+        boss.graph.invoke(given, on_sub)
+    assert boss.graph.get_state(config(r.thread_id)).config == before
+    assert [e["event"] for e in boss._storage.ledger.read_audit(thread_id=r.thread_id)] == [
+        "requested"]
+    boss.graph.invoke(Command(resume={pause.id: approve}), config(r.thread_id, "dba"))
+    assert purged == [7]
 
 
 def test_raw_resume_of_a_subagents_interrupt_by_someone_only_the_supervisor_admits(
