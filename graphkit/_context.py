@@ -127,6 +127,30 @@ def never_written(config: RunnableConfig) -> Callable[[str], bool]:
     return missing
 
 
+def ran_past(config: RunnableConfig) -> Callable[[str], bool]:
+    """Whether the saver holds a checkpoint a step run from the checkpoint of an id wrote (a
+    child of it): that step ran to its end once, so a step run from there again is another
+    branch's (a fork of it), not a replay of it after a crash. Reads the saver from its
+    newest checkpoint down to that one; False without one."""
+    conf = config.get("configurable") or {}
+    saver, own = conf.get(CONFIG_KEY_CHECKPOINTER), _own_checkpoint(conf)
+    if not isinstance(saver, BaseCheckpointSaver) or own is None:
+        return lambda _checkpoint_id: False
+    namespace, thread_id = own[0], conf.get("thread_id")
+
+    def child_written(checkpoint_id: str) -> bool:
+        for saved in saver.list({"configurable": {"thread_id": thread_id,
+                                                  "checkpoint_ns": namespace}}):
+            if str(saved.config["configurable"].get("checkpoint_id")) <= checkpoint_id:
+                return False  # (listed newest first: a child is newer than its parent)
+            parent = (saved.parent_config or {}).get("configurable") or {}
+            if parent.get("checkpoint_id") == checkpoint_id:
+                return True
+        return False
+
+    return child_written
+
+
 def durability_of(config: RunnableConfig) -> str:
     """The run's LangGraph durability: "sync" (graphkit's own runs: each step's checkpoint is
     written before the next step starts, so the state a node reads is on disk), "async"

@@ -26,6 +26,7 @@ from graphkit._context import (
     durability_of,
     emit,
     never_written,
+    ran_past,
     scope_of,
     step_of,
     thread_id_of,
@@ -76,6 +77,10 @@ class GateContext:
     never_written: Callable[[str], bool] = field(
         default=lambda _checkpoint_id: False, repr=False, compare=False)
     """Whether a checkpoint of this graph and thread is missing (`never_written`)."""
+    ran_past: Callable[[str], bool] = field(
+        default=lambda _checkpoint_id: False, repr=False, compare=False)
+    """Whether a step run from a checkpoint of this graph and thread wrote its own
+    (`ran_past`)."""
     _written: dict[str, bool] = field(default_factory=dict, init=False, repr=False,
                                       compare=False)
     _queue: list[list[Queued]] = field(
@@ -180,8 +185,15 @@ class GateContext:
         conversation (`present`: its message ids), by a step whose checkpoint was never
         written (under "async" durability the run may replay from an earlier one)."""
         return [(q.ai_message_id, q.message) for q in self.queue_rows()
-                if q.delivered_at is None or q.delivered_at == self.step
+                if q.delivered_at is None or self._replays(q.delivered_at)
                 or (queued_id(q.message) not in present and not self.written(q.delivered_at))]
+
+    def _replays(self, delivered_at: str) -> bool:
+        """Whether this step is the one that appended a queued message, run again after a
+        crash before its checkpoint was written: not where that step wrote it (this step is
+        then another branch's, a fork of the same checkpoint, whose conversation never had
+        the message: the first fork's message joined the second's)."""
+        return delivered_at == self.step and not self.ran_past(delivered_at)
 
     def written(self, checkpoint_id: str) -> bool:
         """Whether the saver holds that checkpoint of this graph and thread (read once per
@@ -270,7 +282,7 @@ class Planner:
         return GateContext(path=path, thread_id=thread_id, journal=journal, ledger=self.ledger,
                            scope=delegation_of(config) if self.nested else "",
                            durability=durability_of(config), step=step_of(config),
-                           never_written=never_written(config),
+                           never_written=never_written(config), ran_past=ran_past(config),
                            conversation=f"conv_{uuid.uuid4().hex}" if new else conversation,
                            new_conversation=new or bool(like and like.new_conversation))
 
