@@ -100,16 +100,25 @@ _WRITTEN: OrderedDict[tuple[int, str, str, str], None] = OrderedDict()
 _KEPT_WRITTEN = 10_000
 
 
+def _saver_of(config: RunnableConfig) -> tuple[BaseCheckpointSaver[Any], Any, str] | None:
+    """The saver of the node's graph, its thread, and its namespace there; None without a
+    saver."""
+    conf = config.get("configurable") or {}
+    saver, own = conf.get(CONFIG_KEY_CHECKPOINTER), _own_checkpoint(conf)
+    if not isinstance(saver, BaseCheckpointSaver) or own is None:
+        return None
+    return saver, conf.get("thread_id"), own[0]
+
+
 def never_written(config: RunnableConfig) -> Callable[[str], bool]:
     """Whether the checkpoint of an id (of the node's graph and thread) is missing from the
     saver: the step run from it was given up (a crash under LangGraph's "async" durability
     before the checkpoint was written), and the run replays from an earlier one. Reads the
     saver; False without one."""
-    conf = config.get("configurable") or {}
-    saver, own = conf.get(CONFIG_KEY_CHECKPOINTER), _own_checkpoint(conf)
-    if not isinstance(saver, BaseCheckpointSaver) or own is None:
+    found_saver = _saver_of(config)
+    if found_saver is None:
         return lambda _checkpoint_id: False
-    namespace, thread_id = own[0], conf.get("thread_id")
+    saver, thread_id, namespace = found_saver
 
     def missing(checkpoint_id: str) -> bool:
         key = (id(saver), str(thread_id), namespace, checkpoint_id)
@@ -132,11 +141,10 @@ def ran_past(config: RunnableConfig) -> Callable[[str], bool]:
     child of it): that step ran to its end once, so a step run from there again is another
     branch's (a fork of it), not a replay of it after a crash. Reads the saver from its
     newest checkpoint down to that one; False without one."""
-    conf = config.get("configurable") or {}
-    saver, own = conf.get(CONFIG_KEY_CHECKPOINTER), _own_checkpoint(conf)
-    if not isinstance(saver, BaseCheckpointSaver) or own is None:
+    found_saver = _saver_of(config)
+    if found_saver is None:
         return lambda _checkpoint_id: False
-    namespace, thread_id = own[0], conf.get("thread_id")
+    saver, thread_id, namespace = found_saver
 
     def child_written(checkpoint_id: str) -> bool:
         for saved in saver.list({"configurable": {"thread_id": thread_id,
