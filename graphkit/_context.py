@@ -114,13 +114,13 @@ def never_written(config: RunnableConfig) -> Callable[[str], bool]:
     """Whether the checkpoint of an id (of the node's graph and thread) is missing from the
     saver: the step run from it was given up (a crash under LangGraph's "async" durability
     before the checkpoint was written), and the run replays from an earlier one. Reads the
-    saver; False without one."""
-    found_saver = _saver_of(config)
-    if found_saver is None:
-        return lambda _checkpoint_id: False
-    saver, thread_id, namespace = found_saver
+    saver; False without one. (The saver is looked up when asked: rarely, not each pass.)"""
 
     def missing(checkpoint_id: str) -> bool:
+        found_saver = _saver_of(config)
+        if found_saver is None:
+            return False
+        saver, thread_id, namespace = found_saver
         key = (id(saver), str(thread_id), namespace, checkpoint_id)
         if key in _WRITTEN:
             return False
@@ -140,13 +140,13 @@ def ran_past(config: RunnableConfig) -> Callable[[str], bool]:
     """Whether the saver holds a checkpoint a step run from the checkpoint of an id wrote (a
     child of it): that step ran to its end once, so a step run from there again is another
     branch's (a fork of it), not a replay of it after a crash. Reads the saver from its
-    newest checkpoint down to that one; False without one."""
-    found_saver = _saver_of(config)
-    if found_saver is None:
-        return lambda _checkpoint_id: False
-    saver, thread_id, namespace = found_saver
+    newest checkpoint down to that one; False without one. (Looked up when asked.)"""
 
     def child_written(checkpoint_id: str) -> bool:
+        found_saver = _saver_of(config)
+        if found_saver is None:
+            return False
+        saver, thread_id, namespace = found_saver
         for saved in saver.list({"configurable": {"thread_id": thread_id,
                                                   "checkpoint_ns": namespace}}):
             if str(saved.config["configurable"].get("checkpoint_id")) <= checkpoint_id:

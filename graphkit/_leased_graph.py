@@ -97,13 +97,19 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
         the thread's decisions, left its owner's approved call waiting for good: helper-110)."""
         return RunToRecord(str(uuid.uuid4()) if starts else None, self.agent)
 
-    def _thread(self, config: RunnableConfig | None) -> str | None:
+    def _thread(self, config: RunnableConfig | None, *, runs: bool = False) -> str | None:
         """The thread a run with `config` advances, as LangGraph reads it; None for none, and
         for a graph called inside a running graph's task (a subgraph, an agent a tool calls),
         as LangGraph tells one: the run of that task advances the thread, under its lease
         if it is an agent's (waiting for it there hung the run for the whole wait:
         helper-97). Only LangGraph's own context says so, never a key a client passed.
-        `RunBusyError` at once for a run of the thread an agent's run inside it holds."""
+        `RunBusyError` at once for a run of the thread an agent's run inside it holds.
+        `SubgraphCheckpointError` for a call that `runs` the graph (not a state write) on a
+        subagent's own checkpoint (its `checkpoint_ns`): LangGraph runs this graph's nodes
+        over it, not the subagent's, and its gates compute interrupt ids other than the
+        thread's, so a decision under the id a client read was never read, nothing audited,
+        the client asked again (helper-141). (A subagent's state is still read and written
+        at its namespace: LangGraph hands those to the subgraph.)"""
         configurable = ensure_config(self.config, config).get("configurable") or {}
         thread_id = configurable.get("thread_id")
         ambient = (var_child_runnable_config.get() or {}).get("configurable") or {}
@@ -112,6 +118,12 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
                 and configurable.get(CONFIG_KEY_TASK_ID) == ambient.get(CONFIG_KEY_TASK_ID)
                 and thread_id == ambient.get("thread_id")):
             return None  # (the task's own thread, and the task LangGraph runs: helper-98)
+        if runs and (namespace := configurable.get("checkpoint_ns")):
+            msg = (f"checkpoint_ns {namespace!r} names a subagent's own checkpoint, which a "
+                   "run cannot start from: run the thread from its root (a config without "
+                   "checkpoint_ns; a root checkpoint's checkpoint_id to fork). Nothing was "
+                   "run or recorded")
+            raise SubgraphCheckpointError(msg)
         if not stored(str(thread_id)):  # (the driver's own error reached the caller)
             msg = f"thread id {thread_id!r} holds a NUL or does not encode as UTF-8"
             raise GraphkitError(msg)
@@ -147,35 +159,17 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
                    "await `ainvoke` or `astream` instead")
             raise RunBusyError(msg) from exc
 
-    def _from_the_root(self, config: RunnableConfig | None) -> None:
-        """`SubgraphCheckpointError` for a client's run on a subagent's own checkpoint (its
-        `checkpoint_ns`): LangGraph runs this graph's nodes over it, not the subagent's, and
-        its gates compute interrupt ids other than the thread's, so a decision under the id
-        a client read was never read, nothing audited, the client asked again (helper-141).
-        (A subagent's state is still read and written at its namespace: LangGraph hands
-        those to the subgraph.)"""
-        configurable = ensure_config(self.config, config).get("configurable") or {}
-        namespace = configurable.get("checkpoint_ns")
-        if namespace:
-            msg = (f"checkpoint_ns {namespace!r} names a subagent's own checkpoint, which a "
-                   "run cannot start from: run the thread from its root (a config without "
-                   "checkpoint_ns; a root checkpoint's checkpoint_id to fork). Nothing was "
-                   "run or recorded")
-            raise SubgraphCheckpointError(msg)
-
     @contextlib.contextmanager
     def _leased(self, config: RunnableConfig | None, *, starts: bool = False,
                 runs: bool = False) -> Iterator[tuple[RunnableConfig | None, str | None]]:
         """`config` for a sync call, the lease of its thread held (and named in it) while
         the body runs, and the run it `starts` recorded; as it is for a call that names no
         thread or runs nested. And the thread leased (None for those). A call that `runs`
-        the graph (not a state write) starts at the thread's root."""
-        thread_id = self._thread(config)
+        the graph (not a state write) starts at the thread's root (`_thread`)."""
+        thread_id = self._thread(config, runs=runs)
         if thread_id is None:
             yield config, None
             return
-        if runs:
-            self._from_the_root(config)
         run = self._run(starts)
         owner = self._hold(thread_id, run)
         try:
@@ -198,12 +192,10 @@ class LeasedGraph(CompiledStateGraph[Any, Any, Any, Any]):
                        ) -> AsyncIterator[tuple[RunnableConfig | None, str | None]]:
         """`_leased` for an async call: the lease waited for on the event loop (`_ahold`),
         and given back even when a cancel comes as it is given back (shielded)."""
-        thread_id = self._thread(config)
+        thread_id = self._thread(config, runs=runs)
         if thread_id is None:
             yield config, None
             return
-        if runs:
-            self._from_the_root(config)
         run = self._run(starts)
         owner = await _ahold(self.leases, thread_id, run)
         try:
