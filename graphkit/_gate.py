@@ -79,7 +79,7 @@ from graphkit._review import (
     verify,
 )
 from graphkit._secrets import masked_ai, record_paths, with_secrets
-from graphkit._sent import NO_ANSWER, taken
+from graphkit._sent import NO_ANSWER, is_resume_map, taken
 from graphkit._state import (
     AgentState,
     CallPlan,
@@ -227,6 +227,14 @@ class _Pass:
                 return
             value = said
         stray = sorted(str(k) for k in value if k not in RESUME_FIELDS)
+        if any(is_resume_map({k: None}) for k in stray):
+            # answers by interrupt id, one key no id: LangGraph reads it as one value, whose
+            # ids were called fields (helper-143 L2)
+            odd = next(k for k in value if not is_resume_map({k: None}))
+            msg = (f"the resume is read as one value, not as answers by interrupt id (not an "
+                   f"interrupt id: {odd!r}); send each answer under the id of the interrupt it "
+                   "answers, as the thread's interrupts name them, or one value")
+            raise GraphkitError(msg)
         if stray or ("supersede" in value and "decisions" in value):
             msg = (f"resume value fields {stray or ['decisions', 'supersede']} are not taken "
                    "together; give 'decisions', or 'supersede' (with 'auto_resume', 'queue'), "
@@ -316,6 +324,12 @@ class _Pass:
                  ) -> list[ApprovalRecord]:
         """The waiting call each parsed decision names (in order, where none names one)."""
         named = [p for p in parsed if p[1] is not None or p[2] is not None]
+        if named and len(named) < len(parsed):
+            # (the unnamed one was looked up as "tool_call_id None": helper-143 L1)
+            ids = [r["tool_call_id"] for r in waiting]
+            msg = ("name the call of every decision (tool_call_id, or approval id), or of "
+                   f"none (then they answer the calls waiting, in order: {ids})")
+            raise AmbiguousApprovalError(msg, pending_ids=ids)
         if parsed and not named:
             undecided = [r for r in waiting if r["kind"] == "approval"]
             if not undecided and waiting:  # decisions in order answer approvals only

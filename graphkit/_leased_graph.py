@@ -293,9 +293,11 @@ def answers_no_pause(resume: Any, snapshot: StateSnapshot) -> None:
     waiting = sorted({i.id for i in snapshot.interrupts})
     stale = sorted(k for k, value in resume.items() if k not in waiting and value != {})
     if stale:
-        msg = (f"the resume answers interrupt {stale[0]}, which no longer waits: the run "
-               f"moved on and waits on {waiting or 'nothing'}. Nothing was run or recorded; "
-               "read the thread's interrupts again and resend under their ids")
+        # (an id may never have been this thread's: helper-143 L3)
+        msg = (f"the resume answers interrupt {stale[0]}, which does not wait here: the run "
+               "moved on since its interrupts were read, or the id is not this thread's; it "
+               f"waits on {waiting or 'nothing'}. Nothing was run or recorded; read the "
+               "thread's interrupts again and resend under their ids")
         raise InterruptNotWaitingError(msg, reason="not_pending", interrupt_ids=stale,
                                        pending_ids=waiting)
 

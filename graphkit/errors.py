@@ -123,8 +123,9 @@ class DecisionNotAllowedError(GraphkitError, ValueError):
 
 
 class InterruptNotWaitingError(GraphkitError, UnknownInterruptError, ValueError):
-    """A resume answers, under its interrupt id, a pause the thread no longer waits on (the
-    run moved on since the client read it). Refused before anything runs. Also LangGraph's
+    """A resume answers, under its interrupt id, a pause the thread does not wait on (the run
+    moved on since the client read it, or the id is another thread's). Refused before
+    anything runs. Also LangGraph's
     own `UnknownInterruptError` (its strict resume's), and a `ValueError`, whose message the
     LangGraph server shows its client (it hides those of other errors)."""
 

@@ -958,6 +958,26 @@ def test_a_clients_decision_that_names_no_call_or_several_is_audited(
     assert [p.status for p in agent.pending_approvals(run_id=result.run_id)] == ["pending"] * 2
 
 
+@pytest.mark.parametrize(("value", "said"), [
+    ({"decisions": [{"type": "approve"}, {"type": "reject", "tool_call_id": "c2"}]},
+     "name the call of every decision"),
+    ({"0" * 32: {"decisions": [{"type": "approve"}]}, "deadbeef": {}},
+     "not an interrupt id: 'deadbeef'"),
+])
+def test_a_resume_the_gate_cannot_read_says_what_is_wrong_with_it(
+        value: dict[str, Any], said: str) -> None:
+    """Decisions that name their calls beside one that names none were refused as naming
+    "tool_call_id None"; a resume map with one key that is no interrupt id (LangGraph reads it
+    as one plain value) was refused as "fields not taken together", the ids called fields
+    (helper-143 L1, L2). Nothing is taken either way: both calls still wait."""
+    agent, ran = agent_with([turn(call("pay", PAY, "c1"), call("pay", {**PAY, "amount": 7},
+                                                               "c2")), "done"])
+    result = agent.generate("pay")
+    raw(agent, result.thread_id, value)
+    assert ran.ran == [] and pending_status(agent, result.run_id) == ["pending", "pending"]
+    assert said in ledger_plan(agent, result.thread_id)["error"]
+
+
 @pytest.mark.parametrize("decision", [
     {"type": "approve", "args": "version=9"},
     {"type": "approve", "edited_action": {"name": "pay", "args": {"amount": 1}}},

@@ -905,9 +905,9 @@ def test_a_resume_map_under_ids_no_pause_holds_is_refused_and_changes_nothing(
             return agent.graph.invoke(command, config(tid, "user"))
         return asyncio.run(agent.graph.ainvoke(command, config(tid, "user")))
 
-    with pytest.raises(InterruptNotWaitingError, match="which no longer waits"):
+    with pytest.raises(InterruptNotWaitingError, match="which does not wait here"):
         send([i.id for i in seen])
-    with pytest.raises(InterruptNotWaitingError, match="which no longer waits"):  # (a message
+    with pytest.raises(InterruptNotWaitingError, match="which does not wait here"):  # (a message
         agent.graph.invoke(Command(resume={i.id: said for i in seen}, update={  # it brings
             "messages": [HumanMessage("pay them now")]}), config(tid, "user"))  # too)
     # (nor a run recorded for it, as for the API's refused runs: a later decision went to it)
@@ -926,6 +926,23 @@ def test_a_resume_map_under_ids_no_pause_holds_is_refused_and_changes_nothing(
     assert "never mind" in _said(out["messages"])
     assert not agent.graph.get_state(config(tid)).interrupts
     assert (ledger.ran if beside == "top" else ran) == ran_before
+
+
+def test_a_resume_under_another_threads_interrupt_id_is_refused_as_not_this_threads(
+        tmp_path: Path) -> None:
+    """An id read from another thread was refused as a pause of this one that "no longer
+    waits: the run moved on" (helper-143 L3): the error says it may not be this thread's.
+    Nothing ran, the pause is as it was."""
+    agent, ledger = agent_with(pay_then_done, checkpointer=f"sqlite:///{tmp_path}/x.db")
+    mine, other = agent.generate("pay"), agent.generate("pay")
+    (theirs,) = agent.graph.get_state(config(other.thread_id)).interrupts
+    before = agent.graph.get_state(config(mine.thread_id))
+    approve = {"decisions": [{"type": "approve"}]}
+    with pytest.raises(InterruptNotWaitingError, match="or the id is not this thread's"):
+        agent.graph.invoke(Command(resume={theirs.id: approve}), config(mine.thread_id))
+    assert ledger.ran == []
+    after = agent.graph.get_state(config(mine.thread_id))
+    assert after.config == before.config and after.interrupts == before.interrupts
 
 
 @pytest.mark.parametrize("how", ["map", "single value"])

@@ -197,7 +197,7 @@ def test_a_resume_under_the_ids_of_a_pause_that_moved_on_is_refused(server: str)
     assert new["id"] != old["id"]
     before = client.threads.get_state(thread_id)
     approve = {"decisions": [{"type": "approve"}]}
-    with pytest.raises(Exception, match=r"InterruptNotWaitingError.*which no longer waits"):
+    with pytest.raises(Exception, match=r"InterruptNotWaitingError.*which does not wait here"):
         run(client, thread_id, "deploy", command={"resume": {old["id"]: approve}},
             raise_error=True)
     after = client.threads.get_state(thread_id)
