@@ -283,6 +283,36 @@ async def test_an_async_postgres_saver_instance_keeps_the_ledger_in_its_database
             each._storage.ledger._sql.pool.close()
 
 
+def test_opening_a_postgres_ledger_whose_tables_are_made_locks_no_table(postgres_url: str
+                                                                       ) -> None:
+    """Every process that opened the ledger (each CLI command, `Inbox`, worker) ran its
+    schema's `CREATE INDEX IF NOT EXISTS` in one transaction, which takes a SHARE lock on each
+    table, to its end: it waited on a writer's transaction, which then waited on it, and
+    PostgreSQL failed one of them as a deadlock, a worker's resume among them (helper-142).
+    A ledger whose tables this version of graphkit made takes no lock on them as it opens."""
+    from psycopg import Connection
+
+    from graphkit import Inbox
+
+    agent, _ = agent_with([turn(call("pay", {"amount": 1, "payee": {"name": "A"}}, "c1")),
+                           "done"], checkpointer=postgres_url, name="billing")
+    agent.generate("pay")
+    with Connection.connect(postgres_url) as writer:  # a transaction that writes the calls
+        writer.execute("UPDATE graphkit_calls SET outcome = outcome")
+        opened: list[Any] = []
+        opener = threading.Thread(target=lambda: opened.append(Inbox(postgres_url)),
+                                  daemon=True)
+        opener.start()
+        opener.join(30)
+        blocked = opener.is_alive()
+        writer.execute("UPDATE graphkit_approvals SET status = status")
+        writer.commit()
+    opener.join(30)
+    assert not blocked, "opening the ledger waited on a writer's transaction"
+    assert len(opened[0].pending()) == 1
+    opened[0]._storage.ledger._sql.pool.close()
+
+
 def test_lease_renewals_do_not_wait_on_a_single_connection_savers_lock(postgres_url: str
                                                                        ) -> None:
     """A PostgresSaver over one connection lends it to the ledger under the saver's lock; a

@@ -38,6 +38,7 @@ from graphkit._ledger._schema import (
     MIGRATIONS,
     NOTIFY_EVENTS,
     SCHEMA,
+    SCHEMA_DIGEST,
     SERVER_AGENT,
     SERVER_THREAD,
     WAIT_SECONDS,
@@ -112,12 +113,21 @@ class Ledger(Plans, Decisions, Executions, Leases, Messages, Notifications, Wait
         if sql.xact_lock is None:  # (SQLite: DDL takes the file's one write lock)
             _create(sql, sql)
             return
-        # PostgreSQL: processes that set up one database at once met in its catalog, and one
-        # failed on "type ... already exists" despite IF NOT EXISTS; one at a time (on the
-        # connection it has: a saver's role may be allowed just one), the later finds them
+        # PostgreSQL: made already, its statements are not run: `CREATE INDEX IF NOT EXISTS`
+        # takes a SHARE lock on its table all the same, to the transaction's end, and every
+        # process that opened the ledger deadlocked with writers in progress (helper-142)
+        if sql.query("SELECT to_regclass('graphkit_meta') IS NOT NULL") == [(True,)] and (
+                sql.query("SELECT value FROM graphkit_meta WHERE key = 'schema'")
+                == [(SCHEMA_DIGEST,)]):
+            return
+        # processes that set up one database at once met in its catalog, and one failed on
+        # "type ... already exists" despite IF NOT EXISTS; one at a time (on the connection
+        # it has: a saver's role may be allowed just one), the later finds them
         with sql.transaction() as tx:
             tx.query(f"SELECT {sql.xact_lock.format(key='?')}", ("graphkit ledger schema",))
             _create(sql, tx)
+            tx.execute("INSERT INTO graphkit_meta (key, value) VALUES ('schema', ?) ON "
+                       "CONFLICT (key) DO UPDATE SET value = excluded.value", (SCHEMA_DIGEST,))
 
     def record_pass(self, thread_id: str, agent_path: Sequence[str], *, run_id: str | None,
                     scope: str, waiting: Mapping[str, int], done: Iterable[str] = (),

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+
 __all__ = ["ADMITTED", "DONE", "LATE", "LEASE_SECONDS", "MIGRATIONS", "NOTIFY_EVENTS",
-           "NOTIFY_RECHECK", "RUN_ARGS", "SCHEMA", "SERVER_AGENT", "SERVER_THREAD", "WAIT_SECONDS"]
+           "NOTIFY_RECHECK", "RUN_ARGS", "SCHEMA", "SCHEMA_DIGEST", "SERVER_AGENT",
+           "SERVER_THREAD", "WAIT_SECONDS"]
 
 LEASE_SECONDS = 30.0
 """A lease outlives a crashed holder by at most this long; live holders renew it."""
@@ -218,6 +221,9 @@ LATE = ("CREATE INDEX IF NOT EXISTS graphkit_approvals_waiting ON graphkit_appro
         # where a model turn was planned, in any thread (`planned_where`: a copied thread)
         "CREATE INDEX IF NOT EXISTS graphkit_turns_key ON graphkit_turns (turn_key)")
 """Statements on migrated columns: run after `MIGRATIONS`."""
+SCHEMA_DIGEST = hashlib.sha256(repr((SCHEMA, MIGRATIONS, LATE)).encode()).hexdigest()[:32]
+"""What `graphkit_meta`'s `schema` row says once this schema was made in a PostgreSQL
+database: a ledger that reads it there runs none of its statements (`Ledger`)."""
 
 NOTIFY_RECHECK = 5.0
 """Seconds a ledger trusts its cached `notify` row before it reads it again."""
