@@ -53,7 +53,8 @@ def human_size(size: int) -> str:
 def check_text(
     value: str | None, *, what: str, error: type[Exception], limit: int = MAX_TEXT
 ) -> None:
-    """Refuse text that is not a string, longer than `limit` characters, or not valid Unicode.
+    """Refuse text that is not a string, longer than `limit` characters, not valid Unicode, or
+    holding a NUL.
 
     `None` is accepted (the field was not given).
     """
@@ -63,6 +64,8 @@ def check_text(
         raise error(f"{what}: must be text, got {type(value).__name__}")
     if len(value) > limit:
         raise error(f"{what}: {len(value)} characters; at most {limit} are accepted")
+    if "\x00" in value:  # (other controls are kept, and shown escaped: `graphkit._text`)
+        raise error(f"{what}: holds a NUL character, which PostgreSQL's text cannot store")
     _utf8_size(value, what=what, error=error, budget=limit)
 
 

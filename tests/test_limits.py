@@ -229,6 +229,25 @@ def test_check_text() -> None:
         check_text({"a": 1}, what="comment", error=Refused)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("field", ["decided_by", "comment"])
+def test_a_nul_in_a_reviewers_text_is_refused_at_every_storage(durable_url: str, field: str
+                                                               ) -> None:
+    """PostgreSQL's text holds no NUL: a remembered approval by "a\x00b" failed with
+    psycopg's `DataError`, untyped (helper-142 L3); SQLite kept it. Refused alike, as bad
+    input, at every storage: nothing is decided."""
+    from graphkit import GraphkitError, Inbox
+    from tests.helpers import PAY, pay_then_done
+
+    agent, ran = agent_with(pay_then_done, checkpointer=durable_url)
+    result = agent.generate("pay")
+    (waiting,) = Inbox(durable_url).pending()
+    given = {"decided_by": "cfo", "comment": None, field: "a\x00b"}
+    with pytest.raises(GraphkitError, match=f"{field}: holds a NUL"):
+        Inbox(durable_url).approve(waiting.id, remember="thread", **given)
+    assert [p.status for p in agent.pending_approvals(run_id=result.run_id)] == ["pending"]
+    assert ran.ran == [] and PAY
+
+
 def test_a_one_mib_argument_is_paused_approved_and_run_once(sqlite_url: str) -> None:
     """A model that writes a file of 1 MiB through a tool: asked, approved, run once (it was
     refused above 256 KiB)."""
