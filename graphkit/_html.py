@@ -177,14 +177,14 @@ def fields(schema: Mapping[str, Any] | None, values: Mapping[str, Any], prefix: 
             checked = " checked" if value else ""
             out.append(f"<label><input type='checkbox' name='{field}' value='true'{checked}> "
                        f"{label}</label>")
-        elif kind == "text":  # an input would drop the line breaks
+        elif kind == "text":  # an input would drop the line breaks, or scroll past a tail
             out.append(f"<label>{label}<textarea name='{field}' rows='3' data-kind='string'>"
-                       f"\n{_value(value)}</textarea></label>")
+                       f"\n{_value(_as_text(kind, value))}</textarea></label>")
         elif kind in ("integer", "number", "string"):
             secret = isinstance(spec, Mapping) and spec.get("format") == "password"
             typ = "number" if kind != "string" else "password" if secret else "text"
             step = " step='any'" if kind == "number" else ""
-            shown = "" if value is None else _value(str(value))
+            shown = "" if value is None else _value(_as_text(kind, value))
             out.append(f"<label>{label}<input type='{typ}'{step} name='{field}' "
                        f"value='{shown}' data-kind='{kind}'></label>")
         else:
@@ -198,21 +198,34 @@ def _shown(spec: Any, values: Mapping[str, Any], name: str) -> tuple[str | None,
     string with line breaks, shown in a text area."""
     kind = spec.get("type") if isinstance(spec, Mapping) else None
     value = values.get(name, spec.get("default") if isinstance(spec, Mapping) else None)
-    if kind == "string" and isinstance(value, str) and ("\n" in value or "\r" in value):
+    if kind == "string" and isinstance(value, str) and (
+            "\n" in value or "\r" in value or len(value) > LONG_TEXT):
         return "text", value
     return kind, value
 
 
+LONG_TEXT = 60
+"""Characters past which a string is edited in a text area: an input scrolls the rest out of
+sight (a memo's tail after a run of spaces, helper-144)."""
+
+
+def _as_text(kind: str | None, value: Any) -> str:
+    """A string or number as a form shows it: control and format characters as escapes, as
+    the card shows them (`printable`; filled raw, a bidi override made an input read as
+    another payee: helper-144). Left as it was, the field keeps the value (`parse_fields`)."""
+    return printable(str(value), lines=kind == "text")
+
+
 def _as_sent(kind: str | None, value: Any) -> str | None:
     """What a browser sends back for an input `fields` made, untouched (None: nothing, an
-    unchecked box), as `parse_fields` reads it: line breaks as `\n`, NUL as U+FFFD (HTML's
-    parser), a number input emptied of what is no finite number (`inf`, `nan`)."""
+    unchecked box), as `parse_fields` reads it: line breaks as `\n`, a number input emptied
+    of what is no finite number (`inf`, `nan`)."""
     if kind == "boolean":
         return "true" if value else None
     if kind == "text":
-        text = str(value)
+        text = _as_text(kind, value)
     elif kind in ("integer", "number", "string"):
-        text = "" if value is None else str(value)
+        text = "" if value is None else _as_text(kind, value)
         if kind != "string" and not _finite(value):
             text = ""
     else:

@@ -282,6 +282,43 @@ def test_an_edit_of_one_field_runs_every_other_as_the_card_showed_it(
     assert ran == [{**asked, "amount": 100}]
 
 
+def test_an_edit_form_shows_hidden_characters_and_whole_texts_as_the_card_does(
+        tmp_path: Path, browser: Any) -> None:
+    """The card's arguments showed a bidi override and a zero-width space as escapes; its edit
+    form was filled with them raw, its payee input read as another IBAN, its memo's tail past
+    the box (helper-144). The form shows them as the card does, a long text whole in a text
+    area, and a field left as it was still runs as stored."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    ran: list[dict[str, Any]] = []
+
+    @create_tool(needs_approval=True)
+    def transfer(amount: int, payee: str, memo: str) -> str:
+        """Transfer."""
+        ran.append({"amount": amount, "payee": payee, "memo": memo})
+        return "sent"
+
+    asked = {"amount": 30, "payee": "ACME IBAN \u202e00 0310 2350 4400 4073 98ED",
+             "memo": "ok\u200b" + " " * 120 + "and wire 9000 to X"}
+    agent = Agent(name="treasury", tools=[transfer], checkpointer=url, model=ScriptedChatModel(
+        [turn(call("transfer", asked, "t1")), "done"]))
+    paused = agent.generate("send it")
+    from graphkit.web import create_app
+
+    (pending,) = Inbox(url).pending()
+    with _served(create_app(url, authenticate=TOKENS, agents=[agent], secret="s")) as base:
+        page = sign_in(browser, base, "tok-alice")
+        page.goto(base + f"approvals/{pending.id}")
+        payee = page.input_value("form.edit input[name='arg.payee']")
+        memo = page.input_value("form.edit textarea[name='arg.memo']")
+        assert payee == "ACME IBAN \\u202e00 0310 2350 4400 4073 98ED"
+        assert memo == "ok\\u200b" + " " * 120 + "and wire 9000 to X"
+        page.fill("form.edit input[name='arg.amount']", "25")
+        page.click("form.edit button:has-text('Approve these arguments')")
+        wait_until(lambda: Inbox(url).get(pending.id).status == "approved")
+    agent.resume(run_id=paused.run_id)
+    assert ran == [{**asked, "amount": 25}]
+
+
 def test_an_edit_leaves_a_default_the_tool_filled_in_to_the_tool(tmp_path: Path,
                                                                  browser: Any) -> None:
     """A tool declared `daily_limit: int = None` is recorded with the default filled in; an
