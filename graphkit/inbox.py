@@ -266,10 +266,11 @@ class Inbox:
             item = None
         if item is not None and self.may_view(viewer, item):
             return item
-        if item is not None:
-            self._storage.ledger.audit([audit_row(
+        if item is not None:  # (once per reviewer and card: a reload filled the audit
+            self._storage.ledger.audit([audit_row(  # without end, helper-144)
                 "refused", item.to_dict(), thread_id=item.thread_id or "", run_id=item.run_id,
-                decided_by=viewer, detail="viewers policy: not shown to this reviewer")])
+                decided_by=viewer, detail="viewers policy: not shown to this reviewer",
+                dedupe=f"{item.id}:unseen:{viewer}")])
         msg = f"no approval with id {id!r} that {viewer!r} may see"
         raise ApprovalNotFoundError(msg)
 

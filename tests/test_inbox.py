@@ -478,6 +478,26 @@ def test_a_subagents_card_judges_the_supervisors_calls_as_the_supervisors(
         card.id, viewer="cfo")])
 
 
+def test_a_reviewer_who_keeps_asking_for_a_hidden_card_is_audited_once(sqlite_url: str
+                                                                         ) -> None:
+    """Each look at a card the viewers policy hides was audited: reloading it filled the
+    card's audit without end (20 reloads, 20 rows: helper-144). One entry per reviewer and
+    card; another reviewer's attempt is an entry of its own."""
+    from graphkit.errors import ApprovalNotFoundError
+    from tests.helpers import pay_then_done
+
+    agent, _ = agent_with(pay_then_done, checkpointer=sqlite_url)
+    agent.generate("pay")
+    inbox = Inbox(sqlite_url, viewers=lambda who, pending: who == "cfo")
+    (card,) = Inbox(sqlite_url).pending()
+    for who in ["mallory"] * 5 + ["eve"] * 2:
+        with pytest.raises(ApprovalNotFoundError):
+            inbox.get(card.id, viewer=who)
+    refused = [e["decided_by"] for e in Inbox(sqlite_url).audit(id=card.id)
+               if e["event"] == "refused"]
+    assert refused == ["mallory", "eve"]
+
+
 @pytest.mark.parametrize(("annotation", "model_args", "edit", "runs"), [
     ("dict[str, float]", {"a": 1.5}, {"a": 2}, {"a": 2.0}),
     ("Optional[float]", 1.5, 2, 2.0),
