@@ -50,6 +50,7 @@ from graphkit._limits import check_value
 from graphkit._new_message import (
     BY_NEW_MESSAGE,
     DELEGATION_STOPPED,
+    STOPPED_WAITING,
     check_reply,
     message_input,
     resumed_answer,
@@ -128,11 +129,6 @@ RESPONDED = ("[Tool call {name!r} did not run. {who} answered in its place; thes
 "the payment succeeded" is never taken for the tool's own result."""
 CANCELLED = ("Tool call {name!r} was cancelled by {who}{why} while it waited for input; it may "
              "have done part of its work. It will not go on.")
-STOPPED_WAITING = ("Tool call {name!r} was superseded by a new user message while it waited "
-                   "for input; it may have done part of its work. It will not go on unless "
-                   "called anew.")
-"""What the model reads of a call that suspended itself (it started) and that a new message
-stopped: never "not run" (helper-121)."""
 DECISION_COUNT = (
     "Number of human decisions ({given}) does not match number of pending tool calls "
     "({expected}); name each call with tool_call_id, or decide all of {ids}."
@@ -607,8 +603,10 @@ def supersede_unanswered(ai_message_id: str, messages: Sequence[BaseMessage], le
                                "agent_path": list(row.agent_path), "kind": row.kind,
                                "tool_call_id": tool_call_id_of(ledger, row.call_key)},
                       comment=BY_NEW_MESSAGE, thread_id=thread_id, run_id=run_id)
-    ledger.settle({c["key"]: {"content": _not_run(c), "status": "error"} for c in calls},
-                  thread_id=thread_id)
+    # (a call that asked in the step its gate has not ended yet started too: helper-145)
+    unseen = set(ledger.asked_of((c["key"] for c in calls if c["node"] == "tools"), thread_id))
+    ledger.settle({c["key"]: {"content": _not_run(c, c["key"] in unseen), "status": "error"}
+                   for c in calls}, thread_id=thread_id)
     if unaccounted or any(call["node"] != "tools" for call in calls):
         # A call below that a reviewer approved after the message was read and before its
         # wait was declined (the decline then changed nothing) never runs now that its
@@ -645,12 +643,12 @@ def supersede_unanswered(ai_message_id: str, messages: Sequence[BaseMessage], le
     return answers
 
 
-def _not_run(call: CallPlan) -> str:
+def _not_run(call: CallPlan, asked: bool = False) -> str:
     """What the model reads of a call a new user message stopped mid-turn before it
-    answered."""
+    answered (`asked`: it suspended itself, and its gate has not asked anyone yet)."""
     if call["node"] != "tools":
         return DELEGATION_STOPPED.format(name=call["tool_name"])
-    return _superseded(call)
+    return STOPPED_WAITING.format(name=call["tool_name"]) if asked else _superseded(call)
 
 
 def _superseded(call: CallPlan) -> str:

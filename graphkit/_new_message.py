@@ -60,6 +60,11 @@ BY_NEW_MESSAGE = "superseded by a new user message"
 """The comment on a decline the system made because the user said something new."""
 DELEGATION_STOPPED = ("Delegation {name!r} was stopped by a new user message; it may have done "
                       "part of its work. It will not go on.")
+STOPPED_WAITING = ("Tool call {name!r} was superseded by a new user message while it waited "
+                   "for input; it may have done part of its work. It will not go on unless "
+                   "called anew.")
+"""What the model reads of a call that suspended itself (it started) and that a new message
+stopped: never "not run" (helper-121)."""
 
 
 def check_reply(messages: Sequence[BaseMessage],
@@ -176,9 +181,23 @@ def take_new_message(ledger: Ledger, *, thread_id: str, top: Sequence[str],
     # could plan again and ask again (helper-92). Its node answers so on resume.
     stop = (Stop([(chains[r["id"]], r["id"]) for r in below], kept, DELEGATION_STOPPED)
             if (durable or reads_data) and below else None)
-    if declines or queue is not None or run is not None or stop is not None:
-        ledger.take_message(thread_id, declines=declines, queue=queue, run=run, stop=stop)
+    unseen = _asked_unseen(ledger, plan, thread_id) if durable and not auto else {}
+    if declines or queue is not None or run is not None or stop is not None or unseen:
+        ledger.take_message(thread_id, declines=declines, queue=queue, run=run, stop=stop,
+                            settle=unseen)
     return queue_here
+
+
+def _asked_unseen(ledger: Ledger, plan: Mapping[str, Any] | None, thread_id: str
+                  ) -> dict[str, dict[str, Any]]:
+    """The answers of the turn's calls that suspended themselves in a step whose gate has not
+    run yet, so that nobody was asked (a tool beside a delegation that waits: the gate asks
+    once that step ends), for the message to supersede with what it supersedes: left, the
+    message's run asked it, the message unanswered (helper-145)."""
+    open_calls = {c["key"]: c["tool_name"] for c in (plan or {}).get("calls") or []
+                  if c.get("suspension") is None and c.get("answer") is None}
+    return {key: {"content": STOPPED_WAITING.format(name=open_calls[key]), "status": "error"}
+            for key in ledger.asked_of(open_calls, thread_id)}
 
 
 def message_input(value: Mapping[str, Any]) -> bool:

@@ -672,3 +672,55 @@ def test_a_decision_below_a_delegation_beside_a_tool_that_suspended_runs_first_a
     said = [m.text for m in sup.graph.get_state(config(first.thread_id)).values["messages"]]
     assert said[2:] == ["payer: paid 1", "Tokyo: sunny, +72F", "hello", "top: hello"]
     assert ran == [1] and inbox.pending() == [] and inbox.ready() == []
+
+
+@pytest.mark.parametrize("door", ["api", "graph input", "resume"])
+def test_a_new_message_supersedes_a_question_the_supervisors_own_tool_asked_beside_a_delegation(
+        sqlite_url: str, door: str) -> None:
+    """The supervisor's turn delegates to `payer` (its payment waits) and calls its own `ask`,
+    which suspends in the same step: its question is asked once the delegation's wait ends.
+    A new message superseded the payment and stopped the delegation, but not the question:
+    the message's run waited on it, the message unanswered (helper-145 M1; through the API
+    and a resume that carries the message; graph input told the call "not run", though it
+    had asked). The question is superseded too, told so, and the message answered; the
+    payment never runs."""
+    from graphkit import ToolContext
+
+    ran: list[int] = []
+    asked: list[str] = []
+
+    @create_tool
+    def ask(ctx: ToolContext) -> str:
+        """Ask the user for a city."""
+        if ctx.resume_data is None:
+            asked.append("asked")
+            return ctx.suspend({"message": "which city?"})
+        return f"city {ctx.resume_data}"
+
+    def reply(messages: list[BaseMessage]) -> Any:
+        last = messages[-1]
+        if not isinstance(last, ToolMessage) and last.text == "go":
+            return turn(call("payer", {"task": "pay 1"}, "d1"), call("ask", {}, "w1"))
+        return "boss: " + " | ".join(m.text for m in messages[1:])
+
+    boss = Agent(name="boss", tools=[ask], agents={"payer": _payer(_pay(ran))},
+                 model=ScriptedChatModel(reply), checkpointer=sqlite_url)
+    first = boss.generate("go")
+    assert asked == ["asked"] and [p.kind for p in first.pending_approvals] == ["approval"]
+    said = {"role": "user", "content": "forget it"}
+    if door == "api":
+        boss.generate("forget it", thread_id=first.thread_id)
+    elif door == "graph input":
+        boss.graph.invoke({"messages": [said]}, config(first.thread_id))
+    else:
+        waits = boss.graph.get_state(config(first.thread_id)).interrupts
+        boss.graph.invoke(Command(resume={i.id: {"messages": [said]} for i in waits}),
+                          config(first.thread_id))
+    after = boss.graph.get_state(config(first.thread_id))
+    assert not after.next and not after.interrupts
+    messages = after.values["messages"]
+    told = {m.tool_call_id: m.text for m in messages if isinstance(m, ToolMessage)}
+    assert "stopped by a new user message" in told["d1"], told
+    assert "superseded by a new user message while it waited for input" in told["w1"], told
+    assert messages[-1].text.endswith("forget it") and ran == [] and asked == ["asked"]
+    assert Inbox(sqlite_url).pending() == []

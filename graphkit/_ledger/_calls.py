@@ -310,8 +310,10 @@ class Executions(LedgerBase):
         if not keys:
             return {}
         marks = ", ".join("?" for _ in keys)
+        # (a call settled since it asked, superseded by a new message, asks nobody)
         select = (f"SELECT call_key, suspended_with FROM graphkit_calls WHERE thread_id = ? "
-                  f"AND suspended_with IS NOT NULL AND call_key IN ({marks})")
+                  f"AND suspended_with IS NOT NULL AND executed IS NULL AND call_key IN "
+                  f"({marks})")
         if not self._sql.query(select, (thread_id, *keys)):
             return {}
         with self._sql.transaction() as tx:  # (the thread's lease holder is the only taker)
@@ -319,6 +321,17 @@ class Executions(LedgerBase):
             tx.execute(f"UPDATE graphkit_calls SET suspended_with = NULL WHERE "
                        f"thread_id = ? AND call_key IN ({marks})", (thread_id, *keys))
         return {str(key): loads(payload) or {} for key, payload in rows}
+
+    def asked_of(self, call_keys: Iterable[str], thread_id: str) -> list[str]:
+        """Which of these calls (of this thread) suspended themselves and have not been asked
+        of anyone yet (their gate has not taken what they asked: `take_suspensions`)."""
+        keys = list(dict.fromkeys(call_keys))
+        if not keys:
+            return []
+        marks = ", ".join("?" for _ in keys)
+        return [str(r[0]) for r in self._sql.query(
+            f"SELECT call_key FROM graphkit_calls WHERE thread_id = ? AND suspended_with IS NOT "
+            f"NULL AND executed IS NULL AND call_key IN ({marks})", (thread_id, *keys))]
 
     def asked(self, call_key: str, thread_id: str) -> bool:
         """Whether the call (of this thread) suspended itself and its gate has not taken what

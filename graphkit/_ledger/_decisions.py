@@ -307,13 +307,14 @@ class Decisions(LedgerBase):
         return done == 1
 
     def take_message(self, thread_id: str, *, declines: Sequence[Decline],
-                     queue: QueuedFor | None, run: NewRun | None, stop: Stop | None = None
-                     ) -> None:
+                     queue: QueuedFor | None, run: NewRun | None, stop: Stop | None = None,
+                     settle: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         """What a new message does to a paused thread, all or nothing, on disk before its run
         goes on: it declines what waits (superseded; a decision taken before it stands), is
         queued for after the turn (`queue`), with `stop` settles the delegations it stops,
         and with `run`, the run it started is queued for the workers, held by its caller
-        (`hold_ready`), with its options. (A call decided meanwhile keeps its decision: its
+        (`hold_ready`), with its options; `settle`: answers of calls it stops that asked
+        nobody yet. (A call decided meanwhile keeps its decision: its
         decline changes nothing.) In one transaction: a subagent's gate running beside the
         one that took the message (the server resumed one of two) saw its wait declined and
         its delegation not yet stopped, went on to its model, and answered for it."""
@@ -326,7 +327,7 @@ class Decisions(LedgerBase):
                             vouched=queue.vouched)
             stopped = self._stoppable(tx, stop.waits, stop.kept) if stop else []
             self._settle(tx, {key: {"content": stop.answer.format(name=name), "status": "error"}
-                              for key, name in stopped if stop}, thread_id)
+                              for key, name in stopped if stop} | dict(settle or {}), thread_id)
             if run is not None:
                 self._hold_new_run(tx, run.run_id, run.agent, thread_id, run.options,
                                    run.held_by)
