@@ -343,7 +343,7 @@ class _Pass:
                 undecided = left
             targets = undecided
         else:
-            targets = [self._target(waiting, call_id, approval_id)
+            targets = [self._elsewhere(waiting, call_id, approval_id)
                        for _, call_id, approval_id, _ in parsed]
         if len({r["id"] for r in targets}) != len(targets):
             msg = "two decisions for the same pending call; give one decision per call"
@@ -358,6 +358,24 @@ class _Pass:
                      tool=self.planner.tools.get(record["tool_name"]),
                      thread_id=self.ctx.thread_id, run_id=self.ctx.run_id, source="resume",
                      grant_ttl=settings.grant_ttl, identity_required=True)
+
+    def _elsewhere(self, waiting: Sequence[ApprovalRecord], call_id: str | None,
+                   approval_id: str | None) -> ApprovalRecord:
+        """`_target`, or where the approval it names waits at another agent's gate of the
+        thread, an error that says so: "no pending approval with id ..." read as no such
+        approval, though the API listed it pending (helper-145 L1)."""
+        try:
+            return self._target(waiting, call_id, approval_id)
+        except ApprovalNotFoundError:
+            row = self.ctx.ledger.approval(approval_id) if approval_id is not None else None
+            if (row is None or row.thread_id != self.ctx.thread_id or row.decided
+                    or list(row.agent_path) == list(self.ctx.path)):
+                raise
+            msg = (f"approval {approval_id!r} waits at agent {'/'.join(row.agent_path)!r}, not "
+                   f"at this pause ({'/'.join(self.ctx.path)!r}): decide it through the API or "
+                   "the inbox, or under that agent's interrupt id once it asks; pending here: "
+                   f"tool_call_ids {[r['tool_call_id'] for r in waiting]}")
+            raise ApprovalNotFoundError(msg) from None
 
     @staticmethod
     def _target(waiting: Sequence[ApprovalRecord], call_id: str | None,

@@ -639,3 +639,41 @@ def test_a_result_a_client_writes_for_a_delegation_that_went_out_never_says_not_
                  if isinstance(m, ToolMessage)]
     assert "did not run" not in str(notice.content)
     assert "may have done part of its work" in str(notice.content)
+
+
+def test_a_resume_naming_an_approval_of_another_agent_says_where_it_waits(
+        sqlite_url: str) -> None:
+    """The boss's own payment and billing's wait; only billing's gate asks yet. A resume that
+    approves the boss's approval by id reached billing's gate, which refused it as "no
+    pending approval with id ...", though the API listed it pending (helper-145 L1): the
+    refusal says where it waits. Nothing ran; both still wait."""
+    from langgraph.types import Command
+
+    paid: list[str] = []
+
+    def pay_of(who: str) -> Any:
+        @create_tool(needs_approval=True, name="pay")
+        def pay(amount: int) -> str:
+            """Pay."""
+            paid.append(who)
+            return f"{who} paid {amount}"
+        return pay
+
+    sub = Agent(name="billing", tools=[pay_of("billing")], model=ScriptedChatModel(
+        lambda m: turn(call("pay", {"amount": 7}, "p1"))
+        if not any(isinstance(x, ToolMessage) for x in m) else "sub done"))
+    boss = Agent(name="boss", tools=[pay_of("boss")], agents={"billing": sub},
+                 checkpointer=sqlite_url, model=ScriptedChatModel(
+                     lambda m: turn(call("billing", {"task": "pay"}, "d1"),
+                                    call("pay", {"amount": 100}, "p1"))
+                     if not any(isinstance(x, ToolMessage) for x in m) else "done"))
+    first = boss.generate("go")
+    own = next(p for p in first.pending_approvals if p.agent_path == ["boss"])
+    config = {"configurable": {"thread_id": first.thread_id}}
+    boss.graph.invoke(Command(resume={"decisions": [{"type": "approve", "id": own.id}]}),
+                      config)
+    (waits,) = boss.graph.get_state(config).interrupts
+    assert f"approval {own.id!r} waits at agent 'boss', not at this pause" in waits.value[
+        "error"]
+    assert paid == [] and [p.status for p in boss.pending_approvals(run_id=first.run_id)] == [
+        "pending", "pending"]
