@@ -199,14 +199,15 @@ def _shown(spec: Any, values: Mapping[str, Any], name: str) -> tuple[str | None,
     kind = spec.get("type") if isinstance(spec, Mapping) else None
     value = values.get(name, spec.get("default") if isinstance(spec, Mapping) else None)
     if kind == "string" and isinstance(value, str) and (
-            "\n" in value or "\r" in value or len(value) > LONG_TEXT):
+            "\n" in value or "\r" in value or len(printable(value)) > LONG_TEXT):
         return "text", value
     return kind, value
 
 
 LONG_TEXT = 60
-"""Characters past which a string is edited in a text area: an input scrolls the rest out of
-sight (a memo's tail after a run of spaces, helper-144)."""
+"""Characters, as shown (escapes included: helper-146), past which a string is edited in a
+text area: an input scrolls the rest out of sight (a memo's tail after a run of spaces,
+helper-144)."""
 
 
 def _as_text(kind: str | None, value: Any) -> str:

@@ -181,7 +181,8 @@ def take_new_message(ledger: Ledger, *, thread_id: str, top: Sequence[str],
     # could plan again and ask again (helper-92). Its node answers so on resume.
     stop = (Stop([(chains[r["id"]], r["id"]) for r in below], kept, DELEGATION_STOPPED)
             if (durable or reads_data) and below else None)
-    unseen = _asked_unseen(ledger, plan, thread_id) if durable and not auto else {}
+    # (asked of nobody, the question cannot be what auto-resume reads the message for)
+    unseen = _asked_unseen(ledger, plan, thread_id) if durable else {}
     if declines or queue is not None or run is not None or stop is not None or unseen:
         ledger.take_message(thread_id, declines=declines, queue=queue, run=run, stop=stop,
                             settle=unseen)

@@ -674,16 +674,18 @@ def test_a_decision_below_a_delegation_beside_a_tool_that_suspended_runs_first_a
     assert ran == [1] and inbox.pending() == [] and inbox.ready() == []
 
 
+@pytest.mark.parametrize("auto", [False, True], ids=["", "auto-resume"])
 @pytest.mark.parametrize("door", ["api", "graph input", "resume"])
 def test_a_new_message_supersedes_a_question_the_supervisors_own_tool_asked_beside_a_delegation(
-        sqlite_url: str, door: str) -> None:
+        sqlite_url: str, door: str, auto: bool) -> None:
     """The supervisor's turn delegates to `payer` (its payment waits) and calls its own `ask`,
     which suspends in the same step: its question is asked once the delegation's wait ends.
     A new message superseded the payment and stopped the delegation, but not the question:
     the message's run waited on it, the message unanswered (helper-145 M1; through the API
     and a resume that carries the message; graph input told the call "not run", though it
     had asked). The question is superseded too, told so, and the message answered; the
-    payment never runs."""
+    payment never runs. With auto-resume on, the API's message left it too: a question
+    nobody was asked is no question the message can answer (helper-146 M1)."""
     from graphkit import ToolContext
 
     ran: list[int] = []
@@ -704,7 +706,8 @@ def test_a_new_message_supersedes_a_question_the_supervisors_own_tool_asked_besi
         return "boss: " + " | ".join(m.text for m in messages[1:])
 
     boss = Agent(name="boss", tools=[ask], agents={"payer": _payer(_pay(ran))},
-                 model=ScriptedChatModel(reply), checkpointer=sqlite_url)
+                 model=ScriptedChatModel(reply), checkpointer=sqlite_url,
+                 auto_resume_suspended_tools=auto)
     first = boss.generate("go")
     assert asked == ["asked"] and [p.kind for p in first.pending_approvals] == ["approval"]
     said = {"role": "user", "content": "forget it"}

@@ -292,13 +292,15 @@ def test_an_edit_form_shows_hidden_characters_and_whole_texts_as_the_card_does(
     ran: list[dict[str, Any]] = []
 
     @create_tool(needs_approval=True)
-    def transfer(amount: int, payee: str, memo: str) -> str:
+    def transfer(amount: int, payee: str, memo: str, iban: str) -> str:
         """Transfer."""
-        ran.append({"amount": amount, "payee": payee, "memo": memo})
+        ran.append({"amount": amount, "payee": payee, "memo": memo, "iban": iban})
         return "sent"
 
+    # (iban: 39 characters, 99 as shown: a text area too, helper-146)
     asked = {"amount": 30, "payee": "ACME IBAN \u202e00 0310 2350 4400 4073 98ED",
-             "memo": "ok\u200b" + " " * 120 + "and wire 9000 to X"}
+             "memo": "ok\u200b" + " " * 120 + "and wire 9000 to X",
+             "iban": "DE89 3704 0044 0532 0130 00" + "\u200b" * 12 + " and X"}
     agent = Agent(name="treasury", tools=[transfer], checkpointer=url, model=ScriptedChatModel(
         [turn(call("transfer", asked, "t1")), "done"]))
     paused = agent.generate("send it")
@@ -312,11 +314,51 @@ def test_an_edit_form_shows_hidden_characters_and_whole_texts_as_the_card_does(
         memo = page.input_value("form.edit textarea[name='arg.memo']")
         assert payee == "ACME IBAN \\u202e00 0310 2350 4400 4073 98ED"
         assert memo == "ok\\u200b" + " " * 120 + "and wire 9000 to X"
+        assert page.input_value("form.edit textarea[name='arg.iban']").endswith(" and X")
         page.fill("form.edit input[name='arg.amount']", "25")
         page.click("form.edit button:has-text('Approve these arguments')")
         wait_until(lambda: Inbox(url).get(pending.id).status == "approved")
     agent.resume(run_id=paused.run_id)
     assert ran == [{**asked, "amount": 25}]
+
+
+def test_a_resume_form_left_as_it_was_gives_the_tools_defaults(tmp_path: Path,
+                                                               browser: Any) -> None:
+    """A suspended tool's answer form shows a default's hidden characters as escapes too; a
+    field left as it was sent that escape text, not the default (helper-146 M3)."""
+    from pydantic import BaseModel
+
+    from graphkit.web import create_app
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    got: list[dict[str, Any]] = []
+
+    class Answer(BaseModel):
+        code: str
+        region: str = "eu\u202e-west"
+        note: str = "tab\there"
+
+    @create_tool(resume_schema=Answer)
+    def provision(ctx: ToolContext) -> str:
+        """Provision."""
+        if ctx.resume_data is None:
+            return ctx.suspend({"message": "code?"})
+        got.append(ctx.resume_data.model_dump())
+        return "ok"
+
+    agent = Agent(name="ops", tools=[provision], checkpointer=url, model=ScriptedChatModel(
+        [turn(call("provision", {}, "v1")), "done"]))
+    paused = agent.generate("provision")
+    (pending,) = Inbox(url).pending()
+    with _served(create_app(url, authenticate=TOKENS, agents=[agent], secret="s")) as base:
+        page = sign_in(browser, base, "tok-alice")
+        page.goto(base + f"approvals/{pending.id}")
+        assert page.input_value("input[name='data.region']") == "eu\\u202e-west"
+        page.fill("input[name='data.code']", "42")
+        page.click("form[action$='/resume'] button")
+        wait_until(lambda: Inbox(url).get(pending.id).status != "pending")
+    agent.resume(run_id=paused.run_id)
+    assert got == [{"code": "42", "region": "eu\u202e-west", "note": "tab\there"}]
 
 
 def test_an_edit_leaves_a_default_the_tool_filled_in_to_the_tool(tmp_path: Path,

@@ -508,7 +508,8 @@ def _routes(web: _Web) -> list[Any]:
             elif action == "resume":
                 schema = (await asyncio.to_thread(web.inbox.schema, approval_id)).get(
                     "resume_schema")
-                data = render.parse_fields(schema, form, "data", error=ResumeDataError)
+                data = render.parse_fields(schema, form, "data", shown={},
+                                           error=ResumeDataError)
                 await asyncio.to_thread(web.inbox.resume, approval_id, data, decided_by=who)
             else:
                 return PlainTextResponse("unknown action", status_code=404)
