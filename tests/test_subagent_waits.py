@@ -674,10 +674,11 @@ def test_a_decision_below_a_delegation_beside_a_tool_that_suspended_runs_first_a
     assert ran == [1] and inbox.pending() == [] and inbox.ready() == []
 
 
+@pytest.mark.parametrize("decided", [None, "approve", "decline"])
 @pytest.mark.parametrize("auto", [False, True], ids=["", "auto-resume"])
 @pytest.mark.parametrize("door", ["api", "graph input", "resume"])
 def test_a_new_message_supersedes_a_question_the_supervisors_own_tool_asked_beside_a_delegation(
-        sqlite_url: str, door: str, auto: bool) -> None:
+        sqlite_url: str, door: str, auto: bool, decided: str | None) -> None:
     """The supervisor's turn delegates to `payer` (its payment waits) and calls its own `ask`,
     which suspends in the same step: its question is asked once the delegation's wait ends.
     A new message superseded the payment and stopped the delegation, but not the question:
@@ -685,7 +686,9 @@ def test_a_new_message_supersedes_a_question_the_supervisors_own_tool_asked_besi
     and a resume that carries the message; graph input told the call "not run", though it
     had asked). The question is superseded too, told so, and the message answered; the
     payment never runs. With auto-resume on, the API's message left it too: a question
-    nobody was asked is no question the message can answer (helper-146 M1)."""
+    nobody was asked is no question the message can answer (helper-146 M1). A decision the
+    inbox took before the message stands; through graph input the question was then asked
+    again, the tool run again from its start (helper-146 M2)."""
     from graphkit import ToolContext
 
     ran: list[int] = []
@@ -710,6 +713,9 @@ def test_a_new_message_supersedes_a_question_the_supervisors_own_tool_asked_besi
                  auto_resume_suspended_tools=auto)
     first = boss.generate("go")
     assert asked == ["asked"] and [p.kind for p in first.pending_approvals] == ["approval"]
+    if decided is not None:
+        (waiting,) = Inbox(sqlite_url).pending()
+        getattr(Inbox(sqlite_url), decided)(waiting.id, decided_by="cfo")
     said = {"role": "user", "content": "forget it"}
     if door == "api":
         boss.generate("forget it", thread_id=first.thread_id)
@@ -723,7 +729,12 @@ def test_a_new_message_supersedes_a_question_the_supervisors_own_tool_asked_besi
     assert not after.next and not after.interrupts
     messages = after.values["messages"]
     told = {m.tool_call_id: m.text for m in messages if isinstance(m, ToolMessage)}
-    assert "stopped by a new user message" in told["d1"], told
+    if decided is None:
+        assert "stopped by a new user message" in told["d1"], told
+    else:  # (the decision stands: the delegation went on with it)
+        assert told["d1"] == ("payer: paid 1" if decided == "approve" else
+                              "payer: Tool call 'pay' was rejected by 'cfo'. It did not run."), told
     assert "superseded by a new user message while it waited for input" in told["w1"], told
-    assert messages[-1].text.endswith("forget it") and ran == [] and asked == ["asked"]
+    assert messages[-1].text.endswith("forget it") and asked == ["asked"]
+    assert ran == ([1] if decided == "approve" else [])
     assert Inbox(sqlite_url).pending() == []
