@@ -51,6 +51,7 @@ from graphkit._new_message import (
     BY_NEW_MESSAGE,
     DELEGATION_STOPPED,
     STOPPED_WAITING,
+    asked_unseen,
     check_reply,
     message_input,
     resumed_answer,
@@ -768,6 +769,13 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
         plan = _copy_plan(previous)
         changed = False
         if state.get("reports"):  # a tool suspended (or a client says so): the ledger knows
+            if len(ctx.path) > 1 and stopped_above(ctx.ledger, ctx.scope):
+                # a new message stopped the delegation this subagent works for before its
+                # gate asked what its tools asked: asked of nobody, it goes with the
+                # delegation (helper-146: asked now, the run waited on it)
+                ctx.ledger.settle(asked_unseen(ctx.ledger, plan, ctx.thread_id),
+                                  thread_id=ctx.thread_id)
+                return Command(update={"reports": {}}, goto="__end__")
             _suspended(plan, ctx, policy=planner.settings.approvers is not None)
             update["reports"] = {}
             changed = True

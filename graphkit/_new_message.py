@@ -42,6 +42,8 @@ from graphkit.types import ApprovalRecord
 __all__ = [
     "BY_NEW_MESSAGE",
     "DELEGATION_STOPPED",
+    "STOPPED_WAITING",
+    "asked_unseen",
     "check_reply",
     "mapped_messages",
     "message_input",
@@ -182,19 +184,19 @@ def take_new_message(ledger: Ledger, *, thread_id: str, top: Sequence[str],
     stop = (Stop([(chains[r["id"]], r["id"]) for r in below], kept, DELEGATION_STOPPED)
             if (durable or reads_data) and below else None)
     # (asked of nobody, the question cannot be what auto-resume reads the message for)
-    unseen = _asked_unseen(ledger, plan, thread_id) if durable else {}
+    unseen = asked_unseen(ledger, plan, thread_id) if durable else {}
     if declines or queue is not None or run is not None or stop is not None or unseen:
         ledger.take_message(thread_id, declines=declines, queue=queue, run=run, stop=stop,
                             settle=unseen)
     return queue_here
 
 
-def _asked_unseen(ledger: Ledger, plan: Mapping[str, Any] | None, thread_id: str
-                  ) -> dict[str, dict[str, Any]]:
-    """The answers of the turn's calls that suspended themselves in a step whose gate has not
+def asked_unseen(ledger: Ledger, plan: Mapping[str, Any] | None, thread_id: str
+                 ) -> dict[str, dict[str, Any]]:
+    """The answers of the plan's calls that suspended themselves in a step whose gate has not
     run yet, so that nobody was asked (a tool beside a delegation that waits: the gate asks
-    once that step ends), for the message to supersede with what it supersedes: left, the
-    message's run asked it, the message unanswered (helper-145)."""
+    once that step ends), for a new message to supersede with what it supersedes: left, the
+    message's run asked it, the message unanswered (helper-145, helper-146)."""
     open_calls = {c["key"]: c["tool_name"] for c in (plan or {}).get("calls") or []
                   if c.get("suspension") is None and c.get("answer") is None}
     return {key: {"content": STOPPED_WAITING.format(name=open_calls[key]), "status": "error"}

@@ -40,7 +40,7 @@ from graphkit._input import brought_by_this_run
 from graphkit._ledger import DONE, ApprovalRow, WaitingRow, queued_id, same_queued
 from graphkit._new_message import (
     BY_NEW_MESSAGE,
-    STOPPED_WAITING,
+    asked_unseen,
     says_nothing,
     stop_delegations,
 )
@@ -226,10 +226,7 @@ def answer_reply(reply: Reply, ctx: GateContext, planner: Planner, extract: Extr
                       run_id=ctx.run_id, decided_by=identity_of(config))
     # a question a tool asked in the step its gate has not ended (beside a delegation that
     # waits) was asked of nobody: superseded too (left, it was asked again: helper-146)
-    names = {c["key"]: c["tool_name"] for c in reply.waiting if c["suspension"] is None}
-    ctx.ledger.settle({key: {"content": STOPPED_WAITING.format(name=names[key]),
-                             "status": "error"}
-                       for key in ctx.ledger.asked_of(names, ctx.thread_id)},
+    ctx.ledger.settle(asked_unseen(ctx.ledger, {"calls": reply.waiting}, ctx.thread_id),
                       thread_id=ctx.thread_id)
     stop_delegations(ctx.ledger, ((chain, record["id"]) for chain, record in reply.below),
                      thread_id=ctx.thread_id)

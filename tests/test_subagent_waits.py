@@ -638,10 +638,13 @@ def test_a_decision_below_a_delegation_beside_a_tool_that_suspended_runs_first_a
     which suspended in the step the payment's wait interrupted (its gate had not taken the
     question yet). A reviewer approved the payment; the user's next message as graph input
     made the reply give up, the turn was swept, and the approved payment never ran, its run
-    listed as ready for good (helper-98). The payment runs first, once; the weather tool asks
-    as the API door leaves it; once answered, the message is delivered and answered."""
+    listed as ready for good (helper-98). The payment runs first, once; the weather tool's
+    question, which nobody was asked, is superseded by the message, as every door supersedes
+    it (it was asked once the message's run went on, the message answered after it:
+    helper-146), and the message is answered."""
     from langchain_core.messages import HumanMessage
 
+    from graphkit._new_message import STOPPED_WAITING
     from tests.test_suspension import city_from_reply, weather_tool
 
     ran: list[int] = []
@@ -663,15 +666,10 @@ def test_a_decision_below_a_delegation_beside_a_tool_that_suspended_runs_first_a
     (asked,) = inbox.pending()
     inbox.approve(asked.id, decided_by="cfo")
     sup.graph.invoke({"messages": [HumanMessage("hello")]}, config(first.thread_id))
-    assert ran == [1]
-    (weather,) = inbox.pending()
-    assert weather.tool_call_id == "w1" and inbox.ready() == []
-    inbox.resume(weather.id, {"city": "Tokyo"}, decided_by="cfo")
-    (ready,) = inbox.ready()
-    assert sup.resume(run_id=ready).text == "top: hello"
     said = [m.text for m in sup.graph.get_state(config(first.thread_id)).values["messages"]]
-    assert said[2:] == ["payer: paid 1", "Tokyo: sunny, +72F", "hello", "top: hello"]
-    assert ran == [1] and inbox.pending() == [] and inbox.ready() == []
+    assert said[2:] == ["payer: paid 1", STOPPED_WAITING.format(name="weather"), "hello",
+                        "top: hello"]
+    assert ran == [1] and log == ["started"] and inbox.pending() == [] and inbox.ready() == []
 
 
 @pytest.mark.parametrize("decided", [None, "approve", "decline"])
@@ -738,3 +736,55 @@ def test_a_new_message_supersedes_a_question_the_supervisors_own_tool_asked_besi
     assert messages[-1].text.endswith("forget it") and asked == ["asked"]
     assert ran == ([1] if decided == "approve" else [])
     assert Inbox(sqlite_url).pending() == []
+
+
+@pytest.mark.parametrize("door", ["api", "graph input", "resume"])
+def test_a_new_message_stops_a_subagent_with_a_question_its_own_tool_asked_beside_its_delegation(
+        sqlite_url: str, door: str) -> None:
+    """boss -> mid -> payer: mid's turn delegates to payer (its payment waits) and calls its
+    own `ask`, which suspends in that step. A new message through a resume that carries it
+    stopped the delegations, and mid's gate then asked the question all the same: the run
+    waited on it (helper-146). The question goes with the stopped delegation."""
+    from graphkit import ToolContext
+
+    ran: list[int] = []
+    asked: list[str] = []
+
+    @create_tool
+    def ask(ctx: ToolContext) -> str:
+        """Ask the user for a city."""
+        if ctx.resume_data is None:
+            asked.append("asked")
+            return ctx.suspend({"message": "which city?"})
+        return f"city {ctx.resume_data}"
+
+    def mid_reply(messages: list[BaseMessage]) -> Any:
+        if any(isinstance(m, ToolMessage) for m in messages):
+            return "mid done"
+        return turn(call("payer", {"task": "pay 1"}, "md1"), call("ask", {}, "mw1"))
+
+    mid = Agent(name="mid", description="Mid.", tools=[ask], agents={"payer": _payer(_pay(ran))},
+                model=ScriptedChatModel(mid_reply))
+
+    def reply(messages: list[BaseMessage]) -> Any:
+        if not isinstance(messages[-1], ToolMessage) and messages[-1].text == "go":
+            return turn(call("mid", {"task": "pay 1"}, "d1"))
+        return "boss: " + " | ".join(m.text for m in messages[1:])
+
+    boss = Agent(name="boss", agents={"mid": mid}, model=ScriptedChatModel(reply),
+                 checkpointer=sqlite_url)
+    first = boss.generate("go")
+    assert asked == ["asked"] and [p.kind for p in first.pending_approvals] == ["approval"]
+    said = {"role": "user", "content": "forget it"}
+    if door == "api":
+        boss.generate("forget it", thread_id=first.thread_id)
+    elif door == "graph input":
+        boss.graph.invoke({"messages": [said]}, config(first.thread_id))
+    else:
+        waits = boss.graph.get_state(config(first.thread_id)).interrupts
+        boss.graph.invoke(Command(resume={i.id: {"messages": [said]} for i in waits}),
+                          config(first.thread_id))
+    after = boss.graph.get_state(config(first.thread_id))
+    assert not after.next and not after.interrupts
+    assert after.values["messages"][-1].text.endswith("forget it")
+    assert ran == [] and asked == ["asked"] and Inbox(sqlite_url).pending() == []
