@@ -231,7 +231,8 @@ def test_pages_show_what_is_stored_and_forms_send_back_what_was_given(
     """The web inbox's list and card, and a notebook's card, showed a prompt of "Pay 50 to
     \\u202eproc-live" with the override in place: the page read as another payee than the
     tool gets (helper-120). Every text a page shows is `printable` (line breaks kept, as a
-    page shows them harmlessly); what a form sends back is only HTML-escaped."""
+    page shows them harmlessly), a form's fields too (filled raw, a payee input read as
+    another IBAN: helper-144); a field left as it was sends back what is stored."""
     import html
     import re
 
@@ -257,6 +258,6 @@ def test_pages_show_what_is_stored_and_forms_send_back_what_was_given(
     schema = {"type": "object", "properties": {"note": {"type": "string"}}}
     form = _html.fields(schema, {"note": "a\u202eb"}, "arg")
     (sent,) = re.findall(r"value='([^']*)'", form)
-    assert html.unescape(sent) == "a\u202eb"  # (the field gets the value, as stored)
-    assert _html.parse_fields(schema, {"arg.note": html.unescape(sent)}, "arg") == {
-        "note": "a\u202eb"}
+    assert html.unescape(sent) == "a\\u202eb"  # (the field shows it as the card does)
+    assert _html.parse_fields(schema, {"arg.note": html.unescape(sent)}, "arg",
+                              shown={"note": "a\u202eb"}) == {"note": "a\u202eb"}
