@@ -773,7 +773,7 @@ def make_gate_node(planner: Planner, extract: Extractor | None = None
                 # a new message stopped the delegation this subagent works for before its
                 # gate asked what its tools asked: asked of nobody, it goes with the
                 # delegation (helper-146: asked now, the run waited on it)
-                ctx.ledger.settle(asked_unseen(ctx.ledger, plan, ctx.thread_id),
+                ctx.ledger.settle(asked_unseen(ctx.ledger, ctx.thread_id, plan),
                                   thread_id=ctx.thread_id)
                 return Command(update={"reports": {}}, goto="__end__")
             _suspended(plan, ctx, policy=planner.settings.approvers is not None)

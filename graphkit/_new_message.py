@@ -183,24 +183,30 @@ def take_new_message(ledger: Ledger, *, thread_id: str, top: Sequence[str],
     # could plan again and ask again (helper-92). Its node answers so on resume.
     stop = (Stop([(chains[r["id"]], r["id"]) for r in below], kept, DELEGATION_STOPPED)
             if (durable or reads_data) and below else None)
-    # (asked of nobody, the question cannot be what auto-resume reads the message for)
-    unseen = asked_unseen(ledger, plan, thread_id) if durable else {}
+    # Asked of nobody, at any depth, a question is superseded whatever else the message
+    # does (it cannot be what auto-resume reads the message for: helper-147)
+    unseen = asked_unseen(ledger, thread_id)
     if declines or queue is not None or run is not None or stop is not None or unseen:
         ledger.take_message(thread_id, declines=declines, queue=queue, run=run, stop=stop,
                             settle=unseen)
     return queue_here
 
 
-def asked_unseen(ledger: Ledger, plan: Mapping[str, Any] | None, thread_id: str
+def asked_unseen(ledger: Ledger, thread_id: str, plan: Mapping[str, Any] | None = None
                  ) -> dict[str, dict[str, Any]]:
-    """The answers of the plan's calls that suspended themselves in a step whose gate has not
-    run yet, so that nobody was asked (a tool beside a delegation that waits: the gate asks
-    once that step ends), for a new message to supersede with what it supersedes: left, the
-    message's run asked it, the message unanswered (helper-145, helper-146)."""
-    open_calls = {c["key"]: c["tool_name"] for c in (plan or {}).get("calls") or []
-                  if c.get("suspension") is None and c.get("answer") is None}
-    return {key: {"content": STOPPED_WAITING.format(name=open_calls[key]), "status": "error"}
-            for key in ledger.asked_of(open_calls, thread_id)}
+    """The answers of the thread's calls (with `plan`, of its calls only) that suspended
+    themselves in a step whose gate has not run yet, so that nobody was asked (a tool beside
+    a delegation that waits: the gate asks once that step ends), for a new message to
+    supersede with what it supersedes: left, the message's run asked it, the message
+    unanswered (helper-145, helper-146, helper-147)."""
+    if plan is None:
+        asked = ledger.asked_in(thread_id)
+    else:
+        open_calls = {c["key"]: c["tool_name"] for c in plan.get("calls") or []
+                      if c.get("suspension") is None and c.get("answer") is None}
+        asked = {key: open_calls[key] for key in ledger.asked_of(open_calls, thread_id)}
+    return {key: {"content": STOPPED_WAITING.format(name=name), "status": "error"}
+            for key, name in asked.items()}
 
 
 def message_input(value: Mapping[str, Any]) -> bool:

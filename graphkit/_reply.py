@@ -226,8 +226,7 @@ def answer_reply(reply: Reply, ctx: GateContext, planner: Planner, extract: Extr
                       run_id=ctx.run_id, decided_by=identity_of(config))
     # a question a tool asked in the step its gate has not ended (beside a delegation that
     # waits) was asked of nobody: superseded too (left, it was asked again: helper-146)
-    ctx.ledger.settle(asked_unseen(ctx.ledger, {"calls": reply.waiting}, ctx.thread_id),
-                      thread_id=ctx.thread_id)
+    ctx.ledger.settle(asked_unseen(ctx.ledger, ctx.thread_id), thread_id=ctx.thread_id)
     stop_delegations(ctx.ledger, ((chain, record["id"]) for chain, record in reply.below),
                      thread_id=ctx.thread_id)
 

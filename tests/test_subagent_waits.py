@@ -738,13 +738,16 @@ def test_a_new_message_supersedes_a_question_the_supervisors_own_tool_asked_besi
     assert Inbox(sqlite_url).pending() == []
 
 
+@pytest.mark.parametrize("decided", [None, "approve", "decline"])
 @pytest.mark.parametrize("door", ["api", "graph input", "resume"])
 def test_a_new_message_stops_a_subagent_with_a_question_its_own_tool_asked_beside_its_delegation(
-        sqlite_url: str, door: str) -> None:
+        sqlite_url: str, door: str, decided: str | None) -> None:
     """boss -> mid -> payer: mid's turn delegates to payer (its payment waits) and calls its
     own `ask`, which suspends in that step. A new message through a resume that carries it
     stopped the delegations, and mid's gate then asked the question all the same: the run
-    waited on it (helper-146). The question goes with the stopped delegation."""
+    waited on it (helper-146). The question goes with the stopped delegation. Where the
+    inbox decided the payment before the message, the decision stands and mid goes on: its
+    gate asked the question at every door, the message unanswered (helper-147 M1)."""
     from graphkit import ToolContext
 
     ran: list[int] = []
@@ -775,6 +778,9 @@ def test_a_new_message_stops_a_subagent_with_a_question_its_own_tool_asked_besid
                  checkpointer=sqlite_url)
     first = boss.generate("go")
     assert asked == ["asked"] and [p.kind for p in first.pending_approvals] == ["approval"]
+    if decided is not None:
+        (waiting,) = Inbox(sqlite_url).pending()
+        getattr(Inbox(sqlite_url), decided)(waiting.id, decided_by="cfo")
     said = {"role": "user", "content": "forget it"}
     if door == "api":
         boss.generate("forget it", thread_id=first.thread_id)
@@ -787,4 +793,52 @@ def test_a_new_message_stops_a_subagent_with_a_question_its_own_tool_asked_besid
     after = boss.graph.get_state(config(first.thread_id))
     assert not after.next and not after.interrupts
     assert after.values["messages"][-1].text.endswith("forget it")
-    assert ran == [] and asked == ["asked"] and Inbox(sqlite_url).pending() == []
+    assert ran == ([1] if decided == "approve" else []) and asked == ["asked"]
+    assert Inbox(sqlite_url).pending() == []
+
+
+def test_a_message_auto_resume_reads_for_a_subagents_tool_supersedes_a_question_nobody_saw(
+        sqlite_url: str) -> None:
+    """With auto-resume on, the supervisor's turn delegates to `wx`, whose weather tool asks
+    for a city (shown), and calls its own `ask`, which suspends in that step (asked of
+    nobody). The user's message, read as the city, left `ask`: it was asked after the
+    message, which waited unanswered in the queue (helper-147 M2). It is superseded, and the
+    message answered."""
+    from graphkit import ToolContext
+    from tests.test_suspension import city_from_reply, weather_tool
+
+    log: list[str] = []
+    asked: list[str] = []
+
+    @create_tool
+    def ask(ctx: ToolContext) -> str:
+        """Ask the user something."""
+        if ctx.resume_data is None:
+            asked.append("asked")
+            return ctx.suspend({"message": "which colour?"})
+        return f"colour {ctx.resume_data}"
+
+    def wx_reply(messages: list[BaseMessage]) -> Any:
+        if isinstance(messages[-1], ToolMessage):
+            return f"wx: {messages[-1].text}"
+        return turn(call("weather", {}, "w1"))
+
+    wx = Agent(name="wx", description="Weather.", tools=[weather_tool(log)],
+               model=ScriptedChatModel(wx_reply, structured=city_from_reply))
+
+    def reply(messages: list[BaseMessage]) -> Any:
+        if not isinstance(messages[-1], ToolMessage) and messages[-1].text == "go":
+            return turn(call("wx", {"task": "weather"}, "d1"), call("ask", {}, "a1"))
+        return "boss: " + " | ".join(m.text for m in messages[1:])
+
+    boss = Agent(name="boss", tools=[ask], agents={"wx": wx}, checkpointer=sqlite_url,
+                 model=ScriptedChatModel(reply, structured=city_from_reply),
+                 auto_resume_suspended_tools=True)
+    first = boss.generate("go")
+    assert asked == ["asked"] and [p.kind for p in first.pending_approvals] == ["suspension"]
+    after = boss.generate("Paris please", thread_id=first.thread_id)
+    assert after.finish_reason == "stop" and after.pending_approvals == []
+    told = {m.tool_call_id: m.text for m in after.messages if isinstance(m, ToolMessage)}
+    assert "superseded by a new user message while it waited for input" in told["a1"], told
+    assert after.text.endswith("Paris please") and asked == ["asked"]
+    assert Inbox(sqlite_url).pending() == []

@@ -333,6 +333,12 @@ class Executions(LedgerBase):
             f"SELECT call_key FROM graphkit_calls WHERE thread_id = ? AND suspended_with IS NOT "
             f"NULL AND executed IS NULL AND call_key IN ({marks})", (thread_id, *keys))]
 
+    def asked_in(self, thread_id: str) -> dict[str, str]:
+        """`asked_of` every call of the thread: call key -> tool name."""
+        return {str(r[0]): str(r[1]) for r in self._sql.query(
+            "SELECT call_key, tool_name FROM graphkit_calls WHERE thread_id = ? AND "
+            "suspended_with IS NOT NULL AND executed IS NULL", (thread_id,))}
+
     def asked(self, call_key: str, thread_id: str) -> bool:
         """Whether the call (of this thread) suspended itself and its gate has not taken what
         it asked yet (`take_suspensions`)."""
