@@ -45,6 +45,21 @@ def _payer(pay: Any) -> Agent:
                  model=ScriptedChatModel(reply))
 
 
+def _asking(asked: list[str]) -> Any:
+    """An `ask` tool that suspends for an answer (noting "asked" in `asked`), then says it."""
+    from graphkit import ToolContext
+
+    @create_tool
+    def ask(ctx: ToolContext) -> str:
+        """Ask the user something."""
+        if ctx.resume_data is None:
+            asked.append("asked")
+            return ctx.suspend({"message": "which one?"})
+        return f"answer {ctx.resume_data}"
+
+    return ask
+
+
 def _chain(url: str, ran: list[int]) -> Agent:
     """supervisor -> team -> payer, whose `pay` needs approval; each model asks the one below
     to pay the amount the user named, and passes the answer up."""
@@ -687,18 +702,10 @@ def test_a_new_message_supersedes_a_question_the_supervisors_own_tool_asked_besi
     nobody was asked is no question the message can answer (helper-146 M1). A decision the
     inbox took before the message stands; through graph input the question was then asked
     again, the tool run again from its start (helper-146 M2)."""
-    from graphkit import ToolContext
-
     ran: list[int] = []
     asked: list[str] = []
 
-    @create_tool
-    def ask(ctx: ToolContext) -> str:
-        """Ask the user for a city."""
-        if ctx.resume_data is None:
-            asked.append("asked")
-            return ctx.suspend({"message": "which city?"})
-        return f"city {ctx.resume_data}"
+    ask = _asking(asked)
 
     def reply(messages: list[BaseMessage]) -> Any:
         last = messages[-1]
@@ -748,18 +755,10 @@ def test_a_new_message_stops_a_subagent_with_a_question_its_own_tool_asked_besid
     waited on it (helper-146). The question goes with the stopped delegation. Where the
     inbox decided the payment before the message, the decision stands and mid goes on: its
     gate asked the question at every door, the message unanswered (helper-147 M1)."""
-    from graphkit import ToolContext
-
     ran: list[int] = []
     asked: list[str] = []
 
-    @create_tool
-    def ask(ctx: ToolContext) -> str:
-        """Ask the user for a city."""
-        if ctx.resume_data is None:
-            asked.append("asked")
-            return ctx.suspend({"message": "which city?"})
-        return f"city {ctx.resume_data}"
+    ask = _asking(asked)
 
     def mid_reply(messages: list[BaseMessage]) -> Any:
         if any(isinstance(m, ToolMessage) for m in messages):
@@ -804,19 +803,12 @@ def test_a_message_auto_resume_reads_for_a_subagents_tool_supersedes_a_question_
     nobody). The user's message, read as the city, left `ask`: it was asked after the
     message, which waited unanswered in the queue (helper-147 M2). It is superseded, and the
     message answered."""
-    from graphkit import ToolContext
     from tests.test_suspension import city_from_reply, weather_tool
 
     log: list[str] = []
     asked: list[str] = []
 
-    @create_tool
-    def ask(ctx: ToolContext) -> str:
-        """Ask the user something."""
-        if ctx.resume_data is None:
-            asked.append("asked")
-            return ctx.suspend({"message": "which colour?"})
-        return f"colour {ctx.resume_data}"
+    ask = _asking(asked)
 
     def wx_reply(messages: list[BaseMessage]) -> Any:
         if isinstance(messages[-1], ToolMessage):
