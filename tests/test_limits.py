@@ -240,10 +240,11 @@ def test_a_nul_in_a_reviewers_text_is_refused_at_every_storage(durable_url: str,
 
     agent, ran = agent_with(pay_then_done, checkpointer=durable_url)
     result = agent.generate("pay")
-    (waiting,) = Inbox(durable_url).pending()
+    inbox = Inbox(durable_url)  # (one: a pool collected mid-test joins its threads there)
+    (waiting,) = inbox.pending()
     given = {"decided_by": "cfo", "comment": None, field: "a\x00b"}
     with pytest.raises(GraphkitError, match=f"{field}: holds a NUL"):
-        Inbox(durable_url).approve(waiting.id, remember="thread", **given)
+        inbox.approve(waiting.id, remember="thread", **given)
     assert [p.status for p in agent.pending_approvals(run_id=result.run_id)] == ["pending"]
     assert ran.ran == [] and PAY
 
