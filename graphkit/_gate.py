@@ -81,7 +81,7 @@ from graphkit._review import (
     verify,
 )
 from graphkit._secrets import masked_ai, record_paths, with_secrets
-from graphkit._sent import NO_ANSWER, is_resume_map, taken
+from graphkit._sent import NO_ANSWER, is_interrupt_id, taken
 from graphkit._state import (
     AgentState,
     CallPlan,
@@ -224,10 +224,10 @@ class _Pass:
                 return
             value = said
         stray = sorted(str(k) for k in value if k not in RESUME_FIELDS)
-        if any(is_resume_map({k: None}) for k in stray):
+        if any(is_interrupt_id(k) for k in stray):
             # answers by interrupt id, one key no id: LangGraph reads it as one value, whose
             # ids were called fields (helper-143 L2)
-            odd = next(k for k in value if not is_resume_map({k: None}))
+            odd = next(k for k in value if not is_interrupt_id(k))
             msg = (f"the resume is read as one value, not as answers by interrupt id (not an "
                    f"interrupt id: {odd!r}); send each answer under the id of the interrupt it "
                    "answers, as the thread's interrupts name them, or one value")

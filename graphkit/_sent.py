@@ -48,7 +48,8 @@ try:
 except ImportError:  # pragma: no cover - a LangGraph that names its interrupts otherwise
     _interrupt_id = None  # type: ignore[assignment]
 
-__all__ = ["NO_ANSWER", "SENT_KEY", "is_resume_map", "stamped", "taken", "waiting"]
+__all__ = ["NO_ANSWER", "SENT_KEY", "is_interrupt_id", "is_resume_map", "stamped", "taken",
+           "waiting"]
 
 SENT_KEY = "__graphkit_sent"
 """Key of `config["configurable"]` holding the digests of what the run's resume sent: its
@@ -61,11 +62,15 @@ NO_ANSWER: Any = object()
 _INTERRUPT_ID = re.compile(r"[0-9a-f]{32}")
 
 
+def is_interrupt_id(key: Any) -> bool:
+    """Whether a resume map's key is an interrupt id, as LangGraph tells one."""
+    return isinstance(key, str) and _INTERRUPT_ID.fullmatch(key) is not None
+
+
 def is_resume_map(resume: Any) -> bool:
     """Whether LangGraph reads a resume as values under interrupt ids (a dict whose keys all
     are ids: `{}` too), not as one plain value for the pause that asks."""
-    return isinstance(resume, dict) and all(
-        isinstance(k, str) and _INTERRUPT_ID.fullmatch(k) for k in resume)
+    return isinstance(resume, dict) and all(is_interrupt_id(k) for k in resume)
 
 
 def stamped(config: RunnableConfig | None, input: Any) -> RunnableConfig:

@@ -125,9 +125,9 @@ class DecisionNotAllowedError(GraphkitError, ValueError):
 class InterruptNotWaitingError(GraphkitError, UnknownInterruptError, ValueError):
     """A resume answers, under its interrupt id, a pause the thread does not wait on (the run
     moved on since the client read it, or the id is another thread's). Refused before
-    anything runs. Also LangGraph's
-    own `UnknownInterruptError` (its strict resume's), and a `ValueError`, whose message the
-    LangGraph server shows its client (it hides those of other errors)."""
+    anything runs. Also LangGraph's own `UnknownInterruptError` (its strict resume's), and a
+    `ValueError`, whose message the LangGraph server shows its client (it hides those of
+    other errors)."""
 
 
 class SubgraphCheckpointError(GraphkitError, ValueError):

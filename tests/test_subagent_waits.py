@@ -687,6 +687,26 @@ def test_a_decision_below_a_delegation_beside_a_tool_that_suspended_runs_first_a
     assert ran == [1] and log == ["started"] and inbox.pending() == [] and inbox.ready() == []
 
 
+def _decided_then_said(boss: Agent, url: str, thread_id: str, decided: str | None,
+                       door: str) -> Any:
+    """The thread's state once the inbox took `decided` ("approve", "decline"; None: nothing)
+    on its one pending approval, and then "forget it" came through `door` ("api", "graph
+    input", or "resume": a resume carrying the message under each waiting interrupt's id)."""
+    if decided is not None:
+        (waiting,) = Inbox(url).pending()
+        getattr(Inbox(url), decided)(waiting.id, decided_by="cfo")
+    said = {"role": "user", "content": "forget it"}
+    if door == "api":
+        boss.generate("forget it", thread_id=thread_id)
+    elif door == "graph input":
+        boss.graph.invoke({"messages": [said]}, config(thread_id))
+    else:
+        waits = boss.graph.get_state(config(thread_id)).interrupts
+        boss.graph.invoke(Command(resume={i.id: {"messages": [said]} for i in waits}),
+                          config(thread_id))
+    return boss.graph.get_state(config(thread_id))
+
+
 @pytest.mark.parametrize("decided", [None, "approve", "decline"])
 @pytest.mark.parametrize("auto", [False, True], ids=["", "auto-resume"])
 @pytest.mark.parametrize("door", ["api", "graph input", "resume"])
@@ -718,19 +738,7 @@ def test_a_new_message_supersedes_a_question_the_supervisors_own_tool_asked_besi
                  auto_resume_suspended_tools=auto)
     first = boss.generate("go")
     assert asked == ["asked"] and [p.kind for p in first.pending_approvals] == ["approval"]
-    if decided is not None:
-        (waiting,) = Inbox(sqlite_url).pending()
-        getattr(Inbox(sqlite_url), decided)(waiting.id, decided_by="cfo")
-    said = {"role": "user", "content": "forget it"}
-    if door == "api":
-        boss.generate("forget it", thread_id=first.thread_id)
-    elif door == "graph input":
-        boss.graph.invoke({"messages": [said]}, config(first.thread_id))
-    else:
-        waits = boss.graph.get_state(config(first.thread_id)).interrupts
-        boss.graph.invoke(Command(resume={i.id: {"messages": [said]} for i in waits}),
-                          config(first.thread_id))
-    after = boss.graph.get_state(config(first.thread_id))
+    after = _decided_then_said(boss, sqlite_url, first.thread_id, decided, door)
     assert not after.next and not after.interrupts
     messages = after.values["messages"]
     told = {m.tool_call_id: m.text for m in messages if isinstance(m, ToolMessage)}
@@ -777,19 +785,7 @@ def test_a_new_message_stops_a_subagent_with_a_question_its_own_tool_asked_besid
                  checkpointer=sqlite_url)
     first = boss.generate("go")
     assert asked == ["asked"] and [p.kind for p in first.pending_approvals] == ["approval"]
-    if decided is not None:
-        (waiting,) = Inbox(sqlite_url).pending()
-        getattr(Inbox(sqlite_url), decided)(waiting.id, decided_by="cfo")
-    said = {"role": "user", "content": "forget it"}
-    if door == "api":
-        boss.generate("forget it", thread_id=first.thread_id)
-    elif door == "graph input":
-        boss.graph.invoke({"messages": [said]}, config(first.thread_id))
-    else:
-        waits = boss.graph.get_state(config(first.thread_id)).interrupts
-        boss.graph.invoke(Command(resume={i.id: {"messages": [said]} for i in waits}),
-                          config(first.thread_id))
-    after = boss.graph.get_state(config(first.thread_id))
+    after = _decided_then_said(boss, sqlite_url, first.thread_id, decided, door)
     assert not after.next and not after.interrupts
     assert after.values["messages"][-1].text.endswith("forget it")
     assert ran == ([1] if decided == "approve" else []) and asked == ["asked"]

@@ -322,29 +322,22 @@ class Executions(LedgerBase):
                        f"thread_id = ? AND call_key IN ({marks})", (thread_id, *keys))
         return {str(key): loads(payload) or {} for key, payload in rows}
 
-    def asked_of(self, call_keys: Iterable[str], thread_id: str) -> list[str]:
-        """Which of these calls (of this thread) suspended themselves and have not been asked
-        of anyone yet (their gate has not taken what they asked: `take_suspensions`)."""
-        keys = list(dict.fromkeys(call_keys))
-        if not keys:
-            return []
-        marks = ", ".join("?" for _ in keys)
-        return [str(r[0]) for r in self._sql.query(
-            f"SELECT call_key FROM graphkit_calls WHERE thread_id = ? AND suspended_with IS NOT "
-            f"NULL AND executed IS NULL AND call_key IN ({marks})", (thread_id, *keys))]
-
     def asked_in(self, thread_id: str) -> dict[str, str]:
-        """`asked_of` every call of the thread: call key -> tool name."""
+        """The calls of this thread that suspended themselves and have not been asked of
+        anyone yet (their gate has not taken what they asked: `take_suspensions`): call key
+        -> tool name. Few at a time: one read of the thread's serves every check."""
         return {str(r[0]): str(r[1]) for r in self._sql.query(
             "SELECT call_key, tool_name FROM graphkit_calls WHERE thread_id = ? AND "
             "suspended_with IS NOT NULL AND executed IS NULL", (thread_id,))}
 
+    def asked_of(self, call_keys: Iterable[str], thread_id: str) -> list[str]:
+        """Which of these calls `asked_in` the thread."""
+        asked = self.asked_in(thread_id)
+        return [key for key in dict.fromkeys(call_keys) if key in asked]
+
     def asked(self, call_key: str, thread_id: str) -> bool:
-        """Whether the call (of this thread) suspended itself and its gate has not taken what
-        it asked yet (`take_suspensions`)."""
-        return bool(self._sql.query(
-            "SELECT 1 FROM graphkit_calls WHERE call_key = ? AND thread_id = ? AND "
-            "suspended_with IS NOT NULL", (call_key, thread_id)))
+        """Whether the call is `asked_in` the thread."""
+        return call_key in self.asked_in(thread_id)
 
     def outcome_of_done(self, call_key: str, outcome: Mapping[str, Any]) -> dict[str, Any]:
         """The outcome of a call marked done: the one recorded, or, where none was (a row
